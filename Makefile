@@ -1,0 +1,35 @@
+# `make demo` and `make test` are all a fresh clone needs: each creates .venv on first use.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench evals docs clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/stepdoctor demo
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+bench: $(STAMP)
+	$(BIN)/python -m stepdoctor.evals.bench.run_bench
+
+evals: $(STAMP)
+	$(BIN)/python -m stepdoctor.evals.score
+
+docs: $(STAMP)
+	$(BIN)/python -m stepdoctor.tools.gendocs
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,67 @@
+"""Pydantic models the analysis core produces (the shapes of cli-contract.md).
+
+Front ends (CLI, MCP, report) wrap these; they never redefine them. Times are milliseconds unless the
+field name says otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Severity = Literal["high", "medium", "low"]
+SEVERITY_ORDER: dict[str, int] = {"high": 0, "medium": 1, "low": 2}
+
+
+class ProfileInfo(BaseModel):
+    """`profile` header of every JSON output."""
+
+    path: str
+    format: str = Field(description="kineto | ascend_pt_text | ascend_pt_db | ascend_ms_text | ascend_ms_db | "
+                                    "mindspore_legacy, or several joined by '+'")
+    ranks: list[int]
+    steps: list[int] = Field(description="step numbers analysed (ProfilerStep#N); Kineto drops the last step "
+                                         "like HTA does, see dropped_steps")
+    world_size: int | None = None
+    vendor: str | None = None
+    framework: str | None = None
+    dropped_steps: list[int] = Field(default_factory=list,
+                                     description="steps present but left out (Kineto: the last, partial one)")
+
+
+class Finding(BaseModel):
+    """One problem found by one check (cli-contract.md `Finding`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    check: str
+    severity: Severity
+    title: str
+    ranks: list[int] = Field(default_factory=list)
+    steps: list[int] = Field(default_factory=list)
+    subject: str = ""
+    impact_ms: float | None = Field(default=None, description="estimated time lost per step, ms")
+    impact_pct: float | None = Field(default=None, description="impact_ms as percent of the mean step time")
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    fixes: list[str] = Field(default_factory=list)
+    message: str = ""
+
+
+def severity_from_impact(impact_pct: float | None) -> Severity:
+    """Priority from the share of mean step time (msprof-analyze advisor rule: >= 5 % high, >= 3 % medium)."""
+    from .thresholds import T
+
+    if impact_pct is None:
+        return "low"
+    if impact_pct >= T.priority_high_pct.value:
+        return "high"
+    if impact_pct >= T.priority_medium_pct.value:
+        return "medium"
+    return "low"
+
+
+def sort_findings(findings: list[Finding]) -> list[Finding]:
+    """Severity first, then larger impact first, then check id for a stable order."""
+    return sorted(findings, key=lambda f: (SEVERITY_ORDER[f.severity], -(f.impact_ms or 0.0), f.check,
+                                           f.subject, f.ranks))

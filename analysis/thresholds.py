@@ -1,0 +1,111 @@
+"""Every threshold stepdoctor uses, in one table, each with the source it came from.
+
+Checks read `T.<name>.value`; nothing else in the code base hard-codes a threshold. The docs page
+`docs/checks.md` is generated from this table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+
+@dataclass(frozen=True)
+class Threshold:
+    value: float
+    unit: str
+    source: str
+    meaning: str
+
+
+MSPROF = "msprof-analyze 26.2.0 advisor"
+
+
+@dataclass(frozen=True)
+class _Table:
+    # priorities
+    priority_high_pct: Threshold = Threshold(5.0, "% of step", f"{MSPROF} priority rule", "impact share for high")
+    priority_medium_pct: Threshold = Threshold(3.0, "% of step", f"{MSPROF} priority rule",
+                                               "impact share for medium")
+    # slow rank
+    slow_rank_gap_pct: Threshold = Threshold(
+        5.0, "% of mean step", f"{MSPROF} SlowRankAnalyzer (max-min)/mean > 5 %",
+        "a dimension's spread across ranks that counts as uneven")
+    slow_rank_robust_z: Threshold = Threshold(
+        3.5, "robust z (MAD)", "Iglewicz & Hoaglin modified z-score; traceml straggler policy uses median too",
+        "how far above the median a rank must be to be named")
+    slow_rank_min_excess_pct: Threshold = Threshold(
+        2.0, "% of mean step", "stepdoctor (keeps sub-noise excess from being named)",
+        "minimum excess over the median, as share of step, for a rank to be named")
+    # slow link
+    slow_link_ratio: Threshold = Threshold(
+        0.8, "x median bandwidth", "stepdoctor; msprof-analyze slow link has no threshold (prints min/avg/max)",
+        "a link below this fraction of its transport's median bandwidth is slow")
+    # env vars
+    aclnn_cache_limit_min: Threshold = Threshold(10000, "ops", f"{MSPROF} environment_variable rule",
+                                                 "ACLNN_CACHE_LIMIT below this is flagged")
+    # host / schedule
+    dataloader_ms: Threshold = Threshold(10.0, "ms", f"{MSPROF} dataloader.yaml", "one dataloader event")
+    gc_ms: Threshold = Threshold(1.0, "ms", f"{MSPROF} gc.yaml", "one GC event")
+    conjectured_gc_free_ms: Threshold = Threshold(200.0, "ms", f"{MSPROF} conjectured_gc.yaml",
+                                                  "free gap with no host activity")
+    conjectured_gc_acl_time_ratio: Threshold = Threshold(0.01, "ratio", f"{MSPROF} conjectured_gc.yaml",
+                                                         "host API time / gap")
+    conjectured_gc_acl_count_per_us: Threshold = Threshold(0.0001, "events/us", f"{MSPROF} conjectured_gc.yaml",
+                                                           "host API events per µs of gap")
+    op_compile_count: Threshold = Threshold(20, "per step", f"{MSPROF} MAX_OP_COMPILE_NUM",
+                                            "aclopCompileAndExecute calls")
+    syncbn_count: Threshold = Threshold(20, "per step", f"{MSPROF} sync_batchnorm.yaml", "SyncBatchNorm calls")
+    sync_co_occurrence: Threshold = Threshold(0.5, "ratio", f"{MSPROF} synchronize.yaml",
+                                              "syncs right after a launch / launches")
+    memory_api_total_ms: Threshold = Threshold(10.0, "ms per step", f"{MSPROF} memory.yaml",
+                                               "total of one allocator API")
+    host_bound_free_pct: Threshold = Threshold(
+        10.0, "% of step", "stepdoctor; XProf/tb-profiler flag device idle >= 10 % as input/host bound",
+        "device idle share that makes host-bound plausible")
+    host_bound_late_launch_pct: Threshold = Threshold(
+        50.0, "% of idle", "stepdoctor; HTA idle_time_breakdown host_wait category",
+        "share of device idle caused by late launches")
+    # compute
+    aicpu_task_us: Threshold = Threshold(20.0, "us", f"{MSPROF} aicpu_analysis", "AICPU task duration")
+    no_bound_ratio: Threshold = Threshold(0.8, "ratio", f"{MSPROF} config.ini operator_bound_ratio",
+                                          "a pipe ratio above this means bound")
+    no_bound_min_us: Threshold = Threshold(20.0, "us", f"{MSPROF} operator_no_bound_analysis",
+                                           "only ops longer than this")
+    freq_drop: Threshold = Threshold(0.05, "ratio", f"{MSPROF} config.ini frequency_threshold",
+                                     "mean drop below rated frequency")
+    cube_align: Threshold = Threshold(256, "elements", f"{MSPROF} aicore_performance.yaml",
+                                      "matmul inner axis alignment")
+    fa_align: Threshold = Threshold(128, "elements", f"{MSPROF} aicore_performance.yaml",
+                                    "flash attention head dim / seq alignment")
+    fp32_share_pct: Threshold = Threshold(
+        50.0, "% of matmul/conv time", "stepdoctor; MindSpore perf guide case 2 (fp32 MatMul dominated forward)",
+        "float32 share of matmul / conv / attention time")
+    affinity_min_occurrences: Threshold = Threshold(1, "count", f"{MSPROF} timeline_fusion_ops",
+                                                    "occurrences of a fusible aten sequence")
+    # communication
+    small_packet_sdma_mb: Threshold = Threshold(16.0, "MB", f"{MSPROF} packet.yaml", "SDMA small packet")
+    small_packet_rdma_mb: Threshold = Threshold(1.0, "MB", f"{MSPROF} packet.yaml", "RDMA small packet")
+    small_packet_ratio: Threshold = Threshold(0.2, "ratio", f"{MSPROF} packet.yaml", "share of small packets")
+    nccl_small_msg_mb: Threshold = Threshold(
+        1.0, "MB", "stepdoctor; NCCL reaches bus bandwidth above ~1-4 MB messages (nccl-tests)",
+        "GPU collective message considered small")
+    contention_sdma_gbps: Threshold = Threshold(14.4, "GB/s", f"{MSPROF} bandwidth_contention.yaml (0.8 x 18)",
+                                                "SDMA bandwidth while overlapping matmul")
+    byte_align: Threshold = Threshold(512, "bytes", f"{MSPROF} byte_alignment.yaml", "SDMA task size alignment")
+    retransmission_ms: Threshold = Threshold(4000, "ms", f"{MSPROF} rdma_analysis.yaml",
+                                             "single RDMA transit")
+    exposed_tail_pct: Threshold = Threshold(
+        3.0, "% of step", "stepdoctor; MindSpore perf guide case 3 (tail 6.15 ms of AllReduce)",
+        "non-overlapped comm after the last compute, share of step")
+    # GPU host side
+    h2d_pageable_ms: Threshold = Threshold(1.0, "ms per step", "stepdoctor; PyTorch pin_memory guidance",
+                                           "pageable host-to-device copy time")
+    sync_call_ms: Threshold = Threshold(1.0, "ms per step", "stepdoctor; HTA cuda_sync / critical path",
+                                        "host time blocked in stream/device synchronize")
+
+
+T = _Table()
+
+
+def all_thresholds() -> dict[str, Threshold]:
+    return {f.name: getattr(T, f.name) for f in fields(T)}

@@ -1,0 +1,1 @@
+"""Benchmarks: stepdoctor against the peer tools on the same input."""

@@ -1,0 +1,1 @@
+"""Seeded scenario generators with planted problems."""
