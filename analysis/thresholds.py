@@ -33,8 +33,11 @@ class _Table:
     slow_rank_robust_z: Threshold = Threshold(
         3.5, "robust z (MAD)", "Iglewicz & Hoaglin modified z-score; traceml straggler policy uses median too",
         "how far above the median a rank must be to be named")
+    slow_rank_dim_excess_pct: Threshold = Threshold(
+        10.0, "% of the dimension's median", "stepdoctor; traceml straggler policy warns at 10 % over the median",
+        "how much more of a dimension a rank must spend than the median rank")
     slow_rank_min_excess_pct: Threshold = Threshold(
-        2.0, "% of mean step", "stepdoctor (keeps sub-noise excess from being named)",
+        0.5, "% of mean step", "stepdoctor (keeps negligible differences from being named)",
         "minimum excess over the median, as share of step, for a rank to be named")
     # slow link
     slow_link_ratio: Threshold = Threshold(

@@ -1,0 +1,183 @@
+"""The check framework: one module per check id, one registry, one context.
+
+A check module defines a subclass of `Check` with `id` (from the cli-contract.md catalog), `title`,
+`needs` (capabilities that must exist on a rank for the check to apply there) and `run(ctx)` returning
+findings. The registry imports every module in this package once; `run_checks` runs each applicable
+check and records "not applicable" (with the missing capabilities) for the others, so a missing
+optional column turns a check off with a warning and never into a guess.
+
+Checks never fetch fixes themselves beyond asking the `fixes_for` hook in the context, so the core does
+not import the knowledge base's loader at import time (the knowledge base is data about checks, not the
+other way round).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, ClassVar
+
+import pandas as pd
+
+from ..metrics.breakdown import BreakdownRow, compute_breakdown
+from ..models import Finding, Severity, severity_from_impact, sort_findings
+from ..store import Profile
+
+FixLookup = Callable[[str, str | None, str | None, str | None], list[str]]
+
+
+@dataclass
+class CheckContext:
+    """What a check sees: the profile, its breakdown, and helpers for impact and severity."""
+
+    profile: Profile
+    fixes_for: FixLookup | None = None
+    ranks: list[int] | None = None   # restrict to these ranks (None = all)
+    notes: list[str] = field(default_factory=list)
+
+    @cached_property
+    def breakdown(self) -> list[BreakdownRow]:
+        return compute_breakdown(self.profile, ranks=self.ranks)
+
+    @cached_property
+    def all_ranks(self) -> list[int]:
+        rs = self.profile.info.ranks
+        return [r for r in rs if self.ranks is None or r in self.ranks]
+
+    @cached_property
+    def rank_info(self) -> pd.DataFrame:
+        return self.profile.sql("SELECT * FROM ranks ORDER BY rank")
+
+    def vendor(self, rank: int | None = None) -> str | None:
+        df = self.rank_info
+        if rank is not None:
+            df = df[df["rank"] == rank]
+        vs = sorted(set(df["vendor"].dropna()))
+        return vs[0] if len(vs) == 1 else ("ascend" if "ascend" in vs else (vs[0] if vs else None))
+
+    def framework(self, rank: int | None = None) -> str | None:
+        df = self.rank_info
+        if rank is not None:
+            df = df[df["rank"] == rank]
+        fs = sorted(set(df["framework"].dropna()))
+        return fs[0] if fs else None
+
+    @cached_property
+    def _caps(self) -> dict[int, set[str]]:
+        out: dict[int, set[str]] = {r: set() for r in self.all_ranks}
+        for rank, name in self.profile.rows("SELECT rank, name FROM capabilities"):
+            if rank in out:
+                out[rank].add(name)
+        return out
+
+    def caps(self, rank: int) -> set[str]:
+        return self._caps.get(rank, set())
+
+    def ranks_with(self, needs: Iterable[str]) -> list[int]:
+        need = set(needs)
+        return [r for r in self.all_ranks if need <= self.caps(r)]
+
+    def mean_step_ms(self, rank: int | None = None) -> float | None:
+        xs = [r.step_ms for r in self.breakdown if r.step_ms is not None and (rank is None or r.rank == rank)]
+        return sum(xs) / len(xs) if xs else None
+
+    def steps_of(self, rank: int | None = None) -> list[int]:
+        return sorted({r.step for r in self.breakdown if r.step is not None and (rank is None or r.rank == rank)})
+
+    def sql(self, query: str, params: list | None = None) -> pd.DataFrame:
+        return self.profile.sql(query, params)
+
+    def impact(self, impact_ms: float | None, rank: int | None = None) -> tuple[float | None, Severity]:
+        """(impact_pct, severity) from per-step ms lost, against the mean step of `rank` (or all)."""
+        step = self.mean_step_ms(rank) or self.mean_step_ms()
+        if impact_ms is None or not step:
+            return None, "low"
+        pct = round(100.0 * impact_ms / step, 2)
+        return pct, severity_from_impact(pct)
+
+
+class Check:
+    """Base class of one check (subclass per module)."""
+
+    id: ClassVar[str]
+    title: ClassVar[str]
+    needs: ClassVar[tuple[str, ...]] = ()            # capabilities required on a rank
+    vendors: ClassVar[tuple[str, ...]] = ("ascend", "cuda", "rocm")
+    description: ClassVar[str] = ""                   # what it detects and how (generated docs)
+
+    def applicable_ranks(self, ctx: CheckContext) -> list[int]:
+        return [r for r in ctx.ranks_with(self.needs) if (ctx.vendor(r) or "") in self.vendors]
+
+    def run(self, ctx: CheckContext) -> list[Finding]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # helper so every check builds findings the same way
+    def finding(self, ctx: CheckContext, *, title: str, subject: str = "", ranks: list[int] | None = None,
+                steps: list[int] | None = None, impact_ms: float | None = None, evidence: dict[str, Any] | None
+                = None, message: str = "", severity: Severity | None = None, impact_rank: int | None = None,
+                vendor: str | None = None) -> Finding:
+        rk = sorted(set(ranks or []))
+        pct, sev = ctx.impact(impact_ms, impact_rank if impact_rank is not None else (rk[0] if len(rk) == 1
+                                                                                       else None))
+        v = vendor or ctx.vendor(rk[0] if rk else None)
+        fw = ctx.framework(rk[0] if rk else None)
+        fixes = ctx.fixes_for(self.id, v, fw, subject) if ctx.fixes_for else []
+        return Finding(check=self.id, severity=severity or sev, title=title, ranks=rk, steps=sorted(set(steps or [])),
+                       subject=subject, impact_ms=None if impact_ms is None else round(impact_ms, 3),
+                       impact_pct=pct, evidence=evidence or {}, fixes=fixes, message=message)
+
+
+_REGISTRY: dict[str, type[Check]] = {}
+
+
+def register(cls: type[Check]) -> type[Check]:
+    """Class decorator: add a check to the registry (one id, one class)."""
+    if cls.id in _REGISTRY and _REGISTRY[cls.id] is not cls:
+        raise ValueError(f"check id {cls.id} registered twice")
+    _REGISTRY[cls.id] = cls
+    return cls
+
+
+def registry() -> dict[str, type[Check]]:
+    """All checks, importing every module of this package once."""
+    from .. import checks as pkg
+
+    for mod in pkgutil.iter_modules(pkg.__path__):
+        if mod.name not in ("base",) and not mod.name.startswith("_"):
+            importlib.import_module(f"{pkg.__name__}.{mod.name}")
+    return dict(sorted(_REGISTRY.items()))
+
+
+@dataclass
+class CheckRun:
+    findings: list[Finding]
+    not_applicable: dict[str, str]   # check id -> why
+    warnings: list[str]
+
+
+def run_checks(ctx: CheckContext, only: Iterable[str] | None = None) -> CheckRun:
+    """Run every registered check (or `only`) and collect findings, non-applicability and warnings."""
+    findings: list[Finding] = []
+    na: dict[str, str] = {}
+    warnings: list[str] = []
+    wanted = set(only) if only is not None else None
+    for cid, cls in registry().items():
+        if wanted is not None and cid not in wanted:
+            continue
+        chk = cls()
+        if not chk.applicable_ranks(ctx):
+            missing = sorted({n for r in ctx.all_ranks for n in chk.needs if n not in ctx.caps(r)})
+            vendor_ok = any((ctx.vendor(r) or "") in chk.vendors for r in ctx.all_ranks)
+            why = (f"needs {', '.join(missing)}" if missing and vendor_ok
+                   else f"applies to {'/'.join(chk.vendors)} profiles")
+            na[cid] = why
+            continue
+        try:
+            findings.extend(chk.run(ctx))
+        except Exception as e:  # one broken check must not hide the others' findings
+            warnings.append(f"check {cid} failed: {type(e).__name__}: {e}")
+    warnings.extend(ctx.notes)
+    return CheckRun(sort_findings(findings), na, warnings)

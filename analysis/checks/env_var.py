@@ -1,0 +1,109 @@
+"""env-var: environment variables set to values that cost performance, on every rank.
+
+Rules are msprof-analyze's environment_variable_analysis (advisor 26.2.0, rules doc §5.3), applied to
+every rank (the advisor reads only the first metadata file). A variable whose value differs between
+ranks is a finding too: a launcher that sets it on some nodes only is a common cause of one slow rank.
+Priority is fixed high for a bad value, as the advisor does; inconsistent values are medium.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..models import Finding
+from ..thresholds import T
+from .base import Check, CheckContext, register
+
+
+def _unset(v: str | None) -> bool:
+    return v is None or v.strip() == ""
+
+
+def _int_or_none(v: str | None) -> int | None:
+    try:
+        return int(str(v).strip())
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class EnvRule:
+    name: str
+    bad: Callable[[str | None], bool]
+    recommended: str            # value to set, or "unset"
+    why: str
+
+
+ENV_RULES: tuple[EnvRule, ...] = (
+    EnvRule("ASCEND_LAUNCH_BLOCKING", lambda v: (v or "").strip() == "1", "0 (or unset)",
+            "1 makes every operator launch synchronous: the host waits for each kernel"),
+    EnvRule("ASCEND_GLOBAL_LOG_LEVEL", lambda v: not _unset(v) and (v or "").strip() != "3", "3",
+            "debug/info logging (0/1) slows host dispatch"),
+    EnvRule("ACLNN_CACHE_LIMIT",
+            lambda v: _unset(v) or (_int_or_none(v) or 0) < T.aclnn_cache_limit_min.value, "100000",
+            "a small aclnn operator cache re-builds operators on the host"),
+    EnvRule("HOST_CACHE_CAPACITY", lambda v: _unset(v) or _int_or_none(v) == 0, "20",
+            "without a shape cache, dynamic-shape ops are re-prepared on the host"),
+    EnvRule("PYTORCH_NPU_ALLOC_CONF", lambda v: "expandable_segments:true" not in (v or "").replace(" ", "").lower(),
+            "expandable_segments:True", "fixed-size segments fragment device memory and force malloc/free"),
+    EnvRule("HCCL_ALGO", lambda v: not _unset(v), "unset",
+            "a forced collective algorithm overrides HCCL's topology-aware choice"),
+    EnvRule("HCCL_RDMA_TC", lambda v: not _unset(v), "unset unless the network team set it",
+            "a non-default RoCE traffic class must match the switch QoS configuration"),
+    EnvRule("HCCL_RDMA_SL", lambda v: not _unset(v), "unset unless the network team set it",
+            "a non-default RDMA service level must match the PFC priority"),
+    EnvRule("CUDA_LAUNCH_BLOCKING", lambda v: (v or "").strip() == "1", "0 (or unset)",
+            "1 makes every CUDA launch synchronous"),
+    EnvRule("PYTORCH_CUDA_ALLOC_CONF",
+            lambda v: v is not None and "expandable_segments:true" not in v.replace(" ", "").lower(),
+            "expandable_segments:True", "fixed-size segments fragment device memory"),
+)
+RULES_BY_NAME = {r.name: r for r in ENV_RULES}
+
+
+@register
+class EnvVarCheck(Check):
+    id = "env-var"
+    title = "Environment variables that cost performance"
+    needs = ("env",)
+    description = ("Audits the environment recorded with the profile (torch_npu profiler_metadata.json "
+                   "ENV_VARIABLES) on every rank against msprof-analyze's rules, and flags variables whose "
+                   "value differs between ranks.")
+
+    def run(self, ctx: CheckContext) -> list[Finding]:
+        ranks = self.applicable_ranks(ctx)
+        env = ctx.sql("SELECT rank, name, value FROM env_vars")
+        env = env[env["rank"].isin(ranks)]
+        out: list[Finding] = []
+        for name, grp in env.groupby("name", sort=True):
+            by_rank = {int(r): (None if v is None or v != v else str(v)) for r, v in zip(grp["rank"], grp["value"],
+                                                                                     strict=True)}
+            rule = RULES_BY_NAME.get(str(name))
+            bad_ranks = sorted(r for r, v in by_rank.items() if rule and rule.bad(v))
+            if rule and bad_ranks:
+                values = sorted({by_rank[r] or "" for r in bad_ranks})
+                shown = ", ".join(repr(v) if v else "unset" for v in values)
+                out.append(self.finding(
+                    ctx, title=f"{name}={shown} on {_ranks_text(bad_ranks, ranks)}", subject=str(name),
+                    ranks=bad_ranks, severity="high",
+                    evidence={"values_by_rank": {str(r): by_rank[r] for r in bad_ranks},
+                              "recommended": rule.recommended, "rule": "msprof-analyze environment_variable_analysis"},
+                    message=f"{name} is {shown} on {_ranks_text(bad_ranks, ranks)}: {rule.why}. "
+                            f"Recommended: {rule.recommended}."))
+            distinct = {v or "" for v in by_rank.values()}
+            if len(distinct) > 1 and len(by_rank) > 1:
+                out.append(self.finding(
+                    ctx, title=f"{name} differs between ranks", subject=str(name), ranks=sorted(by_rank),
+                    severity="medium",
+                    evidence={"values_by_rank": {str(r): v for r, v in sorted(by_rank.items())}},
+                    message=f"{name} has {len(distinct)} different values across ranks "
+                            f"({', '.join(sorted(repr(v) for v in distinct))}); ranks should run with one "
+                            "environment."))
+        return out
+
+
+def _ranks_text(bad: list[int], all_ranks: list[int]) -> str:
+    if len(bad) == len(all_ranks) and len(all_ranks) > 1:
+        return f"all {len(all_ranks)} ranks"
+    return ("rank " if len(bad) == 1 else "ranks ") + ", ".join(map(str, bad))

@@ -1,0 +1,131 @@
+"""slow-link: links, or a rank's links of one transport, with clearly lower bandwidth than their peers.
+
+Data: `links` (communication_matrix.json: src->dst per op) and `comm_bandwidth` (communication.json:
+per rank, op and transport). Bandwidth of a link or of a (rank, transport) = Σ bytes / Σ transit time
+over all its ops, the advisor's definition (GB/s = bytes/ns). A link is slow when it is below
+T.slow_link_ratio × the median bandwidth of the links of the same transport (msprof-analyze prints only
+min/avg/max, with no threshold and no rank). LOCAL (on-chip) links are compared only with each other.
+
+Findings group slow links by the rank they have in common: when one rank is an endpoint of most slow
+links, that rank's NIC/link/SDMA engine is the suspect and the finding names it. impact_ms = extra
+transit time against the median bandwidth, per step.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import pandas as pd
+
+from ..models import Finding
+from ..thresholds import T
+from .base import Check, CheckContext, register
+
+
+@dataclass
+class LinkStat:
+    src: int
+    dst: int
+    transport: str
+    bandwidth_gbps: float
+    median_gbps: float
+    size_mb: float
+    time_ms: float
+    steps: list[int]
+
+    @property
+    def ratio(self) -> float:
+        return self.bandwidth_gbps / self.median_gbps if self.median_gbps else 1.0
+
+
+def link_stats(ctx: CheckContext) -> list[LinkStat]:
+    """Every src->dst link with its bandwidth and the median of its transport, slowest first."""
+    df = ctx.sql("SELECT src_rank, dst_rank, transport, sum(size_bytes) AS b, sum(transit_ns) AS t, "
+                 "list(DISTINCT step ORDER BY step) AS steps FROM links WHERE src_rank <> dst_rank "
+                 "GROUP BY ALL HAVING sum(transit_ns) > 0")
+    if df.empty:
+        return []
+    df["gbps"] = df["b"] / df["t"]
+    out = []
+    for transport, g in df.groupby("transport"):
+        med = float(g["gbps"].median())
+        for r in g.itertuples(index=False):
+            out.append(LinkStat(int(r.src_rank), int(r.dst_rank), str(transport), round(float(r.gbps), 4),
+                                round(med, 4), round(float(r.b) / 1e6, 4), round(float(r.t) / 1e6, 4),
+                                [int(s) for s in r.steps if s is not None and s == s]))
+    return sorted(out, key=lambda s: (s.ratio, s.src, s.dst))
+
+
+def rank_transport_stats(ctx: CheckContext) -> pd.DataFrame:
+    """Per (rank, transport) bandwidth from communication.json and the median over ranks."""
+    df = ctx.sql("SELECT rank, transport, sum(size_bytes) AS b, sum(transit_ns) AS t FROM comm_bandwidth "
+                 "WHERE size_bytes > 0 GROUP BY ALL HAVING sum(transit_ns) > 0")
+    if df.empty:
+        return df
+    df["gbps"] = df["b"] / df["t"]
+    df["median_gbps"] = df.groupby("transport")["gbps"].transform("median")
+    return df
+
+
+@register
+class SlowLinkCheck(Check):
+    id = "slow-link"
+    title = "Slow link"
+    needs = ("comm_json",)
+    vendors = ("ascend",)
+    description = ("Links (communication matrix) and per-rank transports (communication.json) whose bandwidth is "
+                   "below 0.8 x the median of the same transport; names the rank and the links.")
+
+    def run(self, ctx: CheckContext) -> list[Finding]:
+        out: list[Finding] = []
+        thr = T.slow_link_ratio.value
+        n_steps = max(len(ctx.steps_of()), 1)
+        slow_links = [s for s in link_stats(ctx) if s.transport != "LOCAL" and s.ratio < thr]
+        rt = rank_transport_stats(ctx)
+        slow_rt = rt[rt["gbps"] < thr * rt["median_gbps"]] if not rt.empty else rt
+        blamed: set[tuple[int, str]] = set()
+        by_transport: dict[str, list[LinkStat]] = {}
+        for s in slow_links:
+            by_transport.setdefault(s.transport, []).append(s)
+        for transport, links in sorted(by_transport.items()):
+            ends = Counter([s.src for s in links] + [s.dst for s in links])
+            rank, hits = ends.most_common(1)[0]
+            culprit = rank if hits >= max(2, (len(links) + 1) // 2) or len(links) == 1 else None
+            extra_ms = sum(s.size_mb * 1e6 / (s.bandwidth_gbps * 1e6) * (1 - s.ratio) for s in links if s.bandwidth_gbps
+                           ) / n_steps
+            ranks = [culprit] if culprit is not None else sorted({s.src for s in links} | {s.dst for s in links})
+            if culprit is not None:
+                blamed.add((culprit, transport))
+            subject = f"{links[0].src}->{links[0].dst}" if len(links) == 1 else transport
+            worst = links[0]
+            out.append(self.finding(
+                ctx, title=(f"rank {culprit}'s {transport} links run at {worst.bandwidth_gbps:.1f} GB/s "
+                            f"vs {worst.median_gbps:.1f} GB/s median" if culprit is not None
+                            else f"{len(links)} slow {transport} links"),
+                subject=subject, ranks=ranks, steps=sorted({st for s in links for st in s.steps}),
+                impact_ms=extra_ms,
+                evidence={"transport": transport, "threshold_ratio": thr,
+                          "links": [{"src": s.src, "dst": s.dst, "bandwidth_gbps": s.bandwidth_gbps,
+                                     "median_gbps": s.median_gbps, "size_mb": s.size_mb, "time_ms": s.time_ms}
+                                    for s in links[:20]],
+                          "impact_method": "extra transit time vs the median bandwidth, per step"},
+                message=(f"{len(links)} {transport} link(s) run below {thr:.0%} of the median "
+                         f"{worst.median_gbps:.1f} GB/s; slowest {worst.src}->{worst.dst} at "
+                         f"{worst.bandwidth_gbps:.1f} GB/s" + (f"; rank {culprit} is an endpoint of {hits} of them"
+                                                              if culprit is not None else "") + ".")))
+        for r in slow_rt.itertuples(index=False):
+            # the same rank already named through its links: one problem, one finding
+            if int(r.rank) in {b[0] for b in blamed}:
+                continue
+            extra_ms = (float(r.t) - float(r.b) / float(r.median_gbps)) / 1e6 / n_steps
+            out.append(self.finding(
+                ctx, title=f"rank {r.rank} {r.transport} bandwidth {r.gbps:.1f} GB/s vs {r.median_gbps:.1f} GB/s median",
+                subject=str(r.transport), ranks=[int(r.rank)], impact_ms=max(extra_ms, 0.0),
+                evidence={"transport": r.transport, "bandwidth_gbps": round(float(r.gbps), 4),
+                          "median_gbps": round(float(r.median_gbps), 4), "size_mb": round(float(r.b) / 1e6, 4),
+                          "time_ms": round(float(r.t) / 1e6, 4), "threshold_ratio": thr,
+                          "source": "communication.json bandwidth per transport"},
+                message=(f"Rank {r.rank} moves {r.transport} data at {r.gbps:.1f} GB/s, below {thr:.0%} of the "
+                         f"median {r.median_gbps:.1f} GB/s of all ranks.")))
+        return out

@@ -1,0 +1,245 @@
+"""slow-rank: name the rank(s) slower than their peers, per dimension and step, and say why.
+
+Dimensions (from the breakdown): `compute` (compute_ms), `communication` (comm_not_overlapped_ms) and
+`free` (free_ms: device idle inside the step).
+
+Algorithm, per dimension and per step, over the ranks present in that step:
+  * m = median, MAD = median |x − m|; a rank is slow when
+      excess = x − m  >= T.slow_rank_dim_excess_pct % of m        (a real difference for that dimension)
+      and excess     >= T.slow_rank_min_excess_pct % of the step  (large enough to matter)
+      and (n <= 3 or MAD == 0 or 0.6745·excess/MAD >= T.slow_rank_robust_z)   (an outlier, not noise)
+    Median/MAD stay put when one rank of 8 or of 1024 is off, where the advisor's (max − min)/mean mixes
+    steps and ranks and never names the rank.
+  * communication: the rank that arrives last at a collective waits least, so a rank whose
+    communication is far *below* the median is reported as `late_arrival` evidence on its compute/free
+    finding (it makes the others wait), not as fast.
+  * cause: compute — the op types whose time on the slow rank exceeds the median of the other ranks
+    most; free — the longest device-idle gaps of that step and the host activity overlapping them;
+    communication — the slowest transport of that rank, or the rank everybody waits for.
+
+impact_ms = the rank's excess summed over its slow steps / the number of steps (time the whole job
+loses per step, since synchronous peers wait for it). Severity from impact (rules doc priority rule).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..metrics.intervals import merge
+from ..models import Finding
+from ..thresholds import T
+from .base import Check, CheckContext, register
+
+DIMENSIONS = {"compute": "compute_ms", "communication": "comm_not_overlapped_ms", "free": "free_ms"}
+
+
+@dataclass
+class SlowEntry:
+    rank: int
+    steps: list[int]
+    value_ms: float          # mean value of the dimension over the slow steps
+    median_ms: float         # mean of the per-step medians over the same steps
+    excess_ms: float         # mean excess over the slow steps
+    excess_pct: float        # excess / median, percent
+    impact_ms: float         # excess summed over slow steps / all steps
+    cause: str = ""
+    evidence: dict = field(default_factory=dict)
+
+
+@dataclass
+class DimensionStats:
+    name: str
+    median_ms: float | None
+    spread_pct: float | None   # (max − min) / mean step, percent, worst step (the advisor's measure)
+    slow: list[SlowEntry]
+    fast: list[SlowEntry]      # ranks far below the median (communication: late arrivals)
+
+
+def _robust_outliers(values: dict[int, float], step_ms: float, high: bool) -> dict[int, tuple[float, float]]:
+    """rank -> (excess, median) for ranks beyond the median in the given direction."""
+    if len(values) < 2:
+        return {}
+    xs = np.array(list(values.values()), dtype=float)
+    m = float(np.median(xs))
+    mad = float(np.median(np.abs(xs - m)))
+    out = {}
+    for r, x in values.items():
+        excess = (x - m) if high else (m - x)
+        if excess <= 0:
+            continue
+        if m > 0 and 100.0 * excess / m < T.slow_rank_dim_excess_pct.value:
+            continue
+        if step_ms > 0 and 100.0 * excess / step_ms < T.slow_rank_min_excess_pct.value:
+            continue
+        if len(values) > 3 and mad > 0 and 0.6745 * excess / mad < T.slow_rank_robust_z.value:
+            continue
+        out[r] = (excess, m)
+    return out
+
+
+def analyse(ctx: CheckContext) -> dict[str, DimensionStats]:
+    """Per-dimension statistics and slow ranks (shared by the check and the slow-ranks tool)."""
+    rows = [r for r in ctx.breakdown if r.step is not None]
+    by_step: dict[int, list] = defaultdict(list)
+    for r in rows:
+        by_step[r.step].append(r)
+    n_steps = {rank: len([r for r in rows if r.rank == rank]) for rank in {r.rank for r in rows}}
+    out: dict[str, DimensionStats] = {}
+    for dim, col in DIMENSIONS.items():
+        slow_acc: dict[int, list[tuple[int, float, float, float]]] = defaultdict(list)
+        fast_acc: dict[int, list[tuple[int, float, float, float]]] = defaultdict(list)
+        medians, spreads = [], []
+        for step, rs in sorted(by_step.items()):
+            vals = {r.rank: getattr(r, col) for r in rs if getattr(r, col) is not None}
+            if len(vals) < 2:
+                continue
+            step_ms = float(np.mean([r.step_ms for r in rs if r.step_ms]))
+            medians.append(float(np.median(list(vals.values()))))
+            if step_ms:
+                spreads.append(100.0 * (max(vals.values()) - min(vals.values())) / step_ms)
+            for rank, (ex, m) in _robust_outliers(vals, step_ms, high=True).items():
+                slow_acc[rank].append((step, vals[rank], m, ex))
+            for rank, (ex, m) in _robust_outliers(vals, step_ms, high=False).items():
+                fast_acc[rank].append((step, vals[rank], m, ex))
+
+        def entries(acc: dict[int, list[tuple[int, float, float, float]]]) -> list[SlowEntry]:
+            es = []
+            for rank, items in sorted(acc.items()):
+                steps = [i[0] for i in items]
+                value = float(np.mean([i[1] for i in items]))
+                med = float(np.mean([i[2] for i in items]))
+                ex = float(np.mean([i[3] for i in items]))
+                es.append(SlowEntry(rank=rank, steps=steps, value_ms=round(value, 3), median_ms=round(med, 3),
+                                    excess_ms=round(ex, 3), excess_pct=round(100.0 * ex / med, 1) if med else 0.0,
+                                    impact_ms=round(sum(i[3] for i in items) / max(n_steps.get(rank, 1), 1), 3)))
+            return sorted(es, key=lambda e: -e.impact_ms)
+
+        out[dim] = DimensionStats(dim, round(float(np.mean(medians)), 3) if medians else None,
+                                  round(max(spreads), 2) if spreads else None, entries(slow_acc), entries(fast_acc))
+    late = {e.rank: e for e in out["communication"].fast}
+    for dim in ("compute", "free"):
+        for e in out[dim].slow:
+            e.cause, e.evidence = (_compute_cause(ctx, e) if dim == "compute" else _free_cause(ctx, e))
+            if e.rank in late:
+                le = late[e.rank]
+                e.evidence["late_arrival"] = {"waits_less_ms": le.excess_ms, "steps": le.steps}
+                e.cause += (f"; it arrives last at collectives (waits {le.excess_ms:.2f} ms less than the median), "
+                            "so the other ranks wait for it")
+    for e in out["communication"].slow:
+        e.cause, e.evidence = _comm_cause(ctx, e, late)
+    return out
+
+
+def _compute_cause(ctx: CheckContext, e: SlowEntry) -> tuple[str, dict]:
+    """Op types whose per-step time on the slow rank exceeds the median of the other ranks most."""
+    steps = e.steps
+    q = ("SELECT rank, coalesce(op_type, name) AS op, sum(dur_ns) / 1e6 AS ms FROM device_ops "
+         f"WHERE category = 'compute' AND step IN ({','.join('?' * len(steps))}) GROUP BY rank, op")
+    df = ctx.sql(q, [int(s) for s in steps])
+    if df.empty:
+        return "compute kernels run longer", {}
+    piv = df.pivot_table(index="op", columns="rank", values="ms", fill_value=0.0) / len(steps)
+    if e.rank not in piv.columns:
+        return "compute kernels run longer", {}
+    others = piv.drop(columns=[e.rank])
+    base = others.median(axis=1) if not others.empty else piv[e.rank] * 0
+    delta = (piv[e.rank] - base).sort_values(ascending=False)
+    top = [(op, round(float(d), 3), round(float(piv.at[op, e.rank]), 3), round(float(base[op]), 3))
+           for op, d in delta.head(3).items() if d > 0]
+    if not top:
+        return "compute kernels run longer", {}
+    text = ", ".join(f"{op} +{d:.2f} ms ({v:.2f} vs {b:.2f})" for op, d, v, b in top)
+    return f"slower kernels: {text} per step", {"top_ops": [
+        {"op": op, "delta_ms": d, "rank_ms": v, "peer_median_ms": b} for op, d, v, b in top]}
+
+
+def _free_cause(ctx: CheckContext, e: SlowEntry) -> tuple[str, dict]:
+    """The longest device-idle gap in the worst step and what the host was doing during it."""
+    worst = e.steps[0]
+    w = ctx.sql("SELECT coalesce(device_start_ns, start_ns) AS w0, coalesce(device_end_ns, end_ns) AS w1 "
+                "FROM steps WHERE rank = ? AND step = ?", [e.rank, worst])
+    if w.empty:
+        return "the device idles", {}
+    w0, w1 = int(w.at[0, "w0"]), int(w.at[0, "w1"])
+    ops = ctx.sql("SELECT start_ns, start_ns + dur_ns AS end_ns FROM device_ops WHERE rank = ? "
+                  "AND start_ns < ? AND start_ns + dur_ns > ?", [e.rank, w1, w0])
+    ms, me = merge(np.clip(ops["start_ns"].to_numpy(np.int64), w0, w1), np.clip(ops["end_ns"].to_numpy(np.int64),
+                                                                                   w0, w1))
+    starts = np.concatenate(([w0], me))
+    ends = np.concatenate((ms, [w1]))
+    gaps = ends - starts
+    if gaps.size == 0 or gaps.max() <= 0:
+        return "the device idles between kernels", {}
+    i = int(np.argmax(gaps))
+    g0, g1 = int(starts[i]), int(ends[i])
+    host = ctx.sql("SELECT name, category, greatest(0, least(start_ns + dur_ns, ?) - greatest(start_ns, ?)) / 1e6 "
+                   "AS ms FROM host_ops WHERE rank = ? AND start_ns < ? AND start_ns + dur_ns > ? "
+                   "AND name NOT LIKE 'ProfilerStep#%'", [g1, g0, e.rank, g1, g0])
+    gap_ms = (g1 - g0) / 1e6
+    where = "at the end of the step" if g1 == w1 else ("at the start of the step" if g0 == w0 else "mid-step")
+    ev: dict = {"worst_step": worst, "largest_gap_ms": round(gap_ms, 3), "gap_position": where}
+    if host.empty or host["ms"].sum() < 0.01 * gap_ms:
+        ev["host_activity"] = []
+        return (f"the device idles {gap_ms:.1f} ms {where} of step {worst} with no host activity recorded "
+                "(Python GC, I/O, sleep or work outside the profiled threads)"), ev
+    top = host.groupby(["name", "category"], as_index=False)["ms"].sum().sort_values("ms", ascending=False).head(3)
+    ev["host_activity"] = [{"name": n, "category": c, "ms": round(float(m), 3)}
+                           for n, c, m in top.itertuples(index=False)]
+    text = ", ".join(f"{n} {m:.1f} ms" for n, _, m in top.itertuples(index=False))
+    return f"the device idles {gap_ms:.1f} ms {where} of step {worst} while the host runs {text}", ev
+
+
+def _comm_cause(ctx: CheckContext, e: SlowEntry, late: dict[int, SlowEntry]) -> tuple[str, dict]:
+    bw = ctx.sql("SELECT rank, transport, sum(size_bytes) / nullif(sum(transit_ns), 0) AS gbps FROM comm_bandwidth "
+                 "WHERE size_bytes > 0 GROUP BY rank, transport")
+    ev: dict = {}
+    if not bw.empty:
+        mine = bw[bw["rank"] == e.rank]
+        for t, g in mine.groupby("transport"):
+            others = bw[(bw["transport"] == t) & (bw["rank"] != e.rank)]["gbps"]
+            if others.empty or g["gbps"].isna().all():
+                continue
+            med = float(others.median())
+            val = float(g["gbps"].iloc[0])
+            if med and val < T.slow_link_ratio.value * med:
+                ev["slow_transport"] = {"transport": t, "gbps": round(val, 3), "peer_median_gbps": round(med, 3)}
+                return f"its {t} bandwidth is {val:.1f} GB/s against {med:.1f} GB/s on the other ranks", ev
+    if late:
+        lr = sorted(late)
+        ev["waits_for"] = lr
+        return f"it waits at collectives for rank(s) {', '.join(map(str, lr))}, which arrive last", ev
+    return "its collectives take longer than on the other ranks", ev
+
+
+@register
+class SlowRankCheck(Check):
+    id = "slow-rank"
+    title = "Slow rank"
+    needs = ("steps",)
+    vendors = ("ascend", "cuda", "rocm", "mtia")
+    description = ("Per step and dimension (compute, communication not overlapped, free), ranks beyond the median "
+                   "by a robust (MAD) test; names the rank, the steps and the cause.")
+
+    def run(self, ctx: CheckContext) -> list[Finding]:
+        if len(ctx.all_ranks) < 2:
+            return []
+        out = []
+        for dim, stats in analyse(ctx).items():
+            for e in stats.slow:
+                out.append(self.finding(
+                    ctx, title=f"rank {e.rank} is slower in {dim} (+{e.excess_ms:.2f} ms, +{e.excess_pct:.0f}%)",
+                    subject=dim, ranks=[e.rank], steps=e.steps, impact_ms=e.impact_ms,
+                    evidence={"dimension": dim, "value_ms": e.value_ms, "median_ms": e.median_ms,
+                              "excess_ms": e.excess_ms, "excess_pct": e.excess_pct, "spread_pct": stats.spread_pct,
+                              "thresholds": {"dim_excess_pct": T.slow_rank_dim_excess_pct.value,
+                                             "min_excess_pct_of_step": T.slow_rank_min_excess_pct.value,
+                                             "robust_z": T.slow_rank_robust_z.value},
+                              "impact_method": "excess over the per-step median, summed over slow steps / steps",
+                              **e.evidence},
+                    message=f"Rank {e.rank} spends {e.value_ms:.2f} ms in {dim} in step(s) "
+                            f"{', '.join(map(str, e.steps))} against a median of {e.median_ms:.2f} ms "
+                            f"(+{e.excess_ms:.2f} ms): {e.cause}."))
+        return out

@@ -1,0 +1,186 @@
+"""Run-vs-run and rank-vs-rank attribution: why did step time change?
+
+Algorithm:
+1. Match ranks: the same rank ids when both runs have them; a single rank against a single rank
+   otherwise (with a note); for rank-vs-rank, rank A of a profile against rank B of the same profile.
+2. Step time and breakdown: per-step means over the matched ranks' kept steps (or one chosen step),
+   so runs with different step counts compare fairly; delta = target − base.
+3. Op deltas, per step and per matched rank:
+     kernel — device ops grouped by name, or by (op type, input shapes) on Ascend (msprof-analyze's
+              KernelCompare key), falling back to op type when the names do not match one to one;
+     op     — framework ops on the host (aten::, npu::, annotations);
+     api    — runtime / CANN API calls (the dispatch side);
+     comm   — communication ops by type and group, with bandwidth where recorded;
+   ops present on one side only appear with 0 on the other. Counts and times are per step.
+4. Environment, configuration and findings: variables that differ, world size / device / versions,
+   and the findings new in the target or gone from it.
+5. Verdict: the dimension (compute / communication / free) whose per-step delta is largest, and the
+   change of that dimension's kind that explains most of it, with a fix id when a new finding maps to
+   one. When the step time barely moved, configuration changes and new findings lead instead.
+
+Cross-vendor (Kineto GPU vs Ascend): names differ, so device ops are compared by category (matmul,
+attention, vector, communication, memory, other) and the result says so.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from .metrics.breakdown import compute_breakdown
+from .store import Profile
+
+HOST_OP_CATS = ("cpu_op", "user_annotation", "python_function", "dataloader", "gc", "other")
+HOST_API_CATS = ("runtime", "driver", "cann")
+NOISE_PCT = 1.0   # a step-time change below this share is treated as no change
+
+_CATEGORY_RULES = (
+    ("communication", re.compile(r"^(nccl|rccl|hcom|hccl|allreduce|allgather|reducescatter|broadcast)", re.I)),
+    ("attention", re.compile(r"flash|fmha|attention|fusion_attention|sdpa", re.I)),
+    ("matmul", re.compile(r"gemm|matmul|mm_|cutlass|cublas|conv|cudnn|batchmatmul|\bmm\b|hgemm|sgemm|wgrad|dgrad",
+                          re.I)),
+    ("memory", re.compile(r"memcpy|memset|tensormove|transdata|dma|copy", re.I)),
+)
+
+
+def op_family(name: str, op_type: str | None, category: str | None) -> str:
+    """Vendor-neutral op family for cross-vendor comparison."""
+    if category == "communication":
+        return "communication"
+    if category == "memory":
+        return "memory"
+    text = f"{op_type or ''} {name}"
+    for fam, rx in _CATEGORY_RULES:
+        if rx.search(text):
+            return fam
+    return "vector" if category == "compute" else "other"
+
+
+@dataclass
+class Side:
+    """One side of a comparison: a profile, its ranks and steps, and per-step means."""
+
+    profile: Profile
+    ranks: list[int]
+    steps: list[int]
+    step_ms: float | None = None
+    compute_ms: float | None = None
+    comm_ms: float | None = None
+    free_ms: float | None = None
+    per_rank: dict[int, dict[str, float | None]] = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        """rank-steps compared (the per-step normaliser)."""
+        return max(len(self.ranks) * len(self.steps), 1)
+
+
+def _mean(xs: list[float | None]) -> float | None:
+    v = [x for x in xs if x is not None]
+    return sum(v) / len(v) if v else None
+
+
+def make_side(prof: Profile, ranks: list[int], step: int | None = None, first_step_only: bool = False) -> Side:
+    rows = compute_breakdown(prof, ranks=ranks)
+    steps = sorted({r.step for r in rows if r.step is not None})
+    if step is not None:
+        steps = [s for s in steps if s == step]
+    elif first_step_only and steps:
+        steps = steps[:1]
+    rows = [r for r in rows if r.step in steps]
+    side = Side(prof, ranks, steps, _mean([r.step_ms for r in rows]), _mean([r.compute_ms for r in rows]),
+                _mean([r.comm_not_overlapped_ms for r in rows]), _mean([r.free_ms for r in rows]))
+    for rank in ranks:
+        rr = [r for r in rows if r.rank == rank]
+        side.per_rank[rank] = {"step_ms": _mean([r.step_ms for r in rr]), "compute_ms": _mean([r.compute_ms for r in rr]),
+                               "communication_ms": _mean([r.comm_not_overlapped_ms for r in rr]),
+                               "free_ms": _mean([r.free_ms for r in rr])}
+    return side
+
+
+def _in(col: str, vals: list[int]) -> str:
+    return f"{col} IN ({','.join(str(int(v)) for v in vals)})" if vals else "FALSE"
+
+
+def op_table(side: Side, kind: str, *, by_family: bool = False) -> pd.DataFrame:
+    """Per-step counts and times (ms) of one kind of op on one side: columns key, count, total_ms."""
+    p, where = side.profile, f"{_in('rank', side.ranks)} AND {_in('step', side.steps)}"
+    if kind == "kernel":
+        df = p.sql(f"SELECT name, op_type, category, input_shapes, dur_ns FROM device_ops WHERE {where} "
+                   "AND category <> 'communication'")
+        if df.empty:
+            return pd.DataFrame(columns=["key", "count", "total_ms"])
+        if by_family:
+            df["key"] = [op_family(n, t, c) for n, t, c in zip(df["name"], df["op_type"], df["category"], strict=True)]
+        else:
+            ascend = df["op_type"].notna().any()
+            df["key"] = (df["op_type"].fillna(df["name"]) + df["input_shapes"].fillna("").map(
+                lambda s: f" [{s}]" if s else "")) if ascend else df["name"]
+    elif kind in ("op", "api"):
+        cats = HOST_OP_CATS if kind == "op" else HOST_API_CATS
+        df = p.sql(f"SELECT name AS key, dur_ns FROM host_ops WHERE {where} AND category IN "
+                   f"({','.join(repr(c) for c in cats)})")
+    elif kind == "comm":
+        df = p.sql(f"SELECT coalesce(op_type, name) || coalesce(' @' || group_name, '') AS key, elapse_ns AS dur_ns "
+                   f"FROM comm_ops WHERE {where}")
+        if df.empty:  # GPU: collectives are device kernels
+            df = p.sql(f"SELECT coalesce(collective, name) AS key, dur_ns FROM device_ops WHERE {where} "
+                       "AND category = 'communication'")
+    else:
+        raise ValueError(kind)
+    if df.empty:
+        return pd.DataFrame(columns=["key", "count", "total_ms"])
+    g = df.groupby("key", as_index=False).agg(count=("dur_ns", "size"), total_ns=("dur_ns", "sum"))
+    g["count"] = g["count"] / side.n
+    g["total_ms"] = g["total_ns"] / 1e6 / side.n
+    return g[["key", "count", "total_ms"]]
+
+
+def diff_tables(base: pd.DataFrame, target: pd.DataFrame, kind: str) -> pd.DataFrame:
+    """Outer join of two op tables with deltas; sorted by |delta_ms| descending."""
+    m = base.merge(target, on="key", how="outer", suffixes=("_base", "_target")).fillna(0.0)
+    m["delta_ms"] = m["total_ms_target"] - m["total_ms_base"]
+    m["kind"] = kind
+    m = m.rename(columns={"key": "name", "total_ms_base": "base_ms", "total_ms_target": "target_ms",
+                          "count_base": "count_base", "count_target": "count_target"})
+    m["change"] = ["added" if b == 0 and t > 0 else "removed" if t == 0 and b > 0 else "changed"
+                   for b, t in zip(m["count_base"], m["count_target"], strict=True)]
+    return m.reindex(m["delta_ms"].abs().sort_values(ascending=False).index)[
+        ["kind", "name", "base_ms", "target_ms", "delta_ms", "count_base", "count_target", "change"]]
+
+
+def env_of(prof: Profile, ranks: list[int]) -> dict[str, str | None]:
+    df = prof.sql(f"SELECT name, any_value(value) AS value FROM env_vars WHERE {_in('rank', ranks)} GROUP BY name")
+    return {str(n): (None if v is None or v != v else str(v)) for n, v in zip(df["name"], df["value"], strict=True)}
+
+
+def config_of(prof: Profile, ranks: list[int]) -> dict[str, str | None]:
+    """Configuration facts worth diffing: world size, device, framework, versions, profiler level, parallel sizes."""
+    df = prof.sql(f"SELECT * FROM ranks WHERE {_in('rank', ranks)} ORDER BY rank LIMIT 1")
+    out: dict[str, str | None] = {}
+    if not df.empty:
+        r = df.iloc[0]
+        for k in ("world_size", "device_name", "vendor", "framework", "framework_version", "profiler_level",
+                  "ai_core_num", "rated_freq_mhz"):
+            v = r.get(k)
+            out[k] = None if v is None or v != v else str(v)
+    md = prof.sql(f"SELECT key, any_value(value_json) AS v FROM metadata WHERE {_in('rank', ranks)} "
+                  "AND key = 'distributed_args' GROUP BY key")
+    if not md.empty:
+        import json
+
+        try:
+            for k, v in (json.loads(md.iloc[0]["v"]) or {}).items():
+                out[f"distributed_args.{k}"] = str(v)
+        except (ValueError, TypeError, AttributeError):
+            pass
+    return out
+
+
+def dict_changes(a: dict[str, str | None], b: dict[str, str | None]) -> list[tuple[str, str | None, str | None]]:
+    def norm(v: str | None) -> str | None:
+        return None if v is None or v == "" else v
+
+    return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if norm(a.get(k)) != norm(b.get(k))]

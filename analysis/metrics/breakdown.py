@@ -1,0 +1,142 @@
+"""Per (rank, step) time breakdown from the device timeline, for every vendor.
+
+For a step with device window W = [device_start_ns, device_end_ns) and the step's device ops clipped
+to W (all categories):
+
+    busy                 = |union(all device ops) ∩ W|
+    compute              = |union(compute ops) ∩ W|
+    communication        = |union(communication ops) ∩ W|
+    overlapped           = |comm ∩ compute ∩ W| = compute + communication − |union(comm, compute) ∩ W|
+    comm_not_overlapped  = communication − overlapped
+    free                 = |W| − busy                       (device idle inside the window)
+    non_compute          = busy − compute                    (HTA's non-compute: comm/memory/sync alone)
+    step                 = host ProfilerStep duration        (what the user calls step time)
+    preparing            = device_start − host step start    (Ascend "Preparing": host-only lead-in)
+    bubble               = Σ receive-op time in the step     (Ascend pipeline bubble), else null
+
+These are the definitions of torch_npu's step_trace_time.csv (Overlap Analysis) and of HTA's temporal
+breakdown (idle = span − union, compute = union of computation kernels); the readers choose W per
+format so that both agree (see each reader's docstring). Ops are not filtered by their `step` column:
+windows decide, so work spilling past a step boundary is charged to the window it runs in.
+
+`hta_compat=True` rounds op starts up and ends down to whole µs before the arithmetic, which is what
+HTA 0.5.0 does to float timestamps (kineto-format-and-hta.md §3).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from ..store import Profile
+from .intervals import Coverage
+
+NS_PER_MS = 1_000_000
+
+
+class BreakdownRow(BaseModel):
+    """One (rank, step); all times in ms, None where the data cannot tell."""
+
+    rank: int
+    step: int | None = Field(description="step number; None in per-rank totals")
+    step_ms: float | None
+    device_ms: float | None = Field(default=None, description="length of the device window of the step")
+    compute_ms: float | None
+    communication_ms: float | None
+    comm_not_overlapped_ms: float | None
+    overlapped_ms: float | None
+    free_ms: float | None
+    bubble_ms: float | None = None
+    preparing_ms: float | None = None
+    non_compute_ms: float | None = Field(default=None, description="busy but not computing (HTA non-compute)")
+    steps: int | None = Field(default=None, description="number of steps summed (totals only)")
+
+
+_FIELDS = ("step_ms", "device_ms", "compute_ms", "communication_ms", "comm_not_overlapped_ms", "overlapped_ms",
+           "free_ms", "bubble_ms", "preparing_ms", "non_compute_ms")
+
+
+def _ms(ns: float | int | None) -> float | None:
+    return None if ns is None else round(float(ns) / NS_PER_MS, 6)
+
+
+def compute_breakdown(profile: Profile, *, hta_compat: bool = False, ranks: list[int] | None = None,
+                      steps: list[int] | None = None, include_dropped: bool = False) -> list[BreakdownRow]:
+    """Breakdown rows for every (rank, step), ordered by rank then step."""
+    cond = "" if include_dropped else "WHERE kept"
+    st = profile.sql(f"SELECT rank, step, start_ns, end_ns, device_start_ns, device_end_ns FROM steps {cond} "
+                     "ORDER BY rank, step")
+    if ranks is not None:
+        st = st[st["rank"].isin(ranks)]
+    if steps is not None:
+        st = st[st["step"].isin(steps)]
+    rows: list[BreakdownRow] = []
+    recv = profile.sql("SELECT rank, start_ns, elapse_ns FROM comm_ops WHERE op_type IN ('receive', 'recv')")
+    for rank, grp in st.groupby("rank", sort=True):
+        ops = profile.sql("SELECT start_ns, dur_ns, category FROM device_ops WHERE rank = ?", [int(rank)])
+        starts = ops["start_ns"].to_numpy(dtype=np.int64)
+        ends = starts + ops["dur_ns"].to_numpy(dtype=np.int64)
+        if hta_compat:
+            starts = -((-starts) // 1000) * 1000
+            ends = (ends // 1000) * 1000
+        cat = ops["category"].to_numpy(dtype=object)
+        is_comp = cat == "compute"
+        is_comm = cat == "communication"
+        all_cov = Coverage(starts, ends)
+        comp_cov = Coverage(starts[is_comp], ends[is_comp])
+        comm_cov = Coverage(starts[is_comm], ends[is_comm])
+        both = is_comp | is_comm
+        cc_cov = Coverage(starts[both], ends[both])
+        has_device = starts.size > 0
+
+        h0 = grp["start_ns"].to_numpy(dtype=np.int64)
+        h1 = grp["end_ns"].to_numpy(dtype=np.int64)
+        d0 = grp["device_start_ns"].astype("Float64").fillna(np.nan).to_numpy(dtype=float)
+        d1 = grp["device_end_ns"].astype("Float64").fillna(np.nan).to_numpy(dtype=float)
+        # a step whose device window is unknown but whose rank has device data: the host window
+        w0 = np.where(np.isnan(d0), h0, d0).astype(np.int64)
+        w1 = np.where(np.isnan(d1), h1, d1).astype(np.int64)
+        busy = all_cov.within(w0, w1)
+        comp = comp_cov.within(w0, w1)
+        comm = comm_cov.within(w0, w1)
+        union_cc = cc_cov.within(w0, w1)
+        overl = comp + comm - union_cc
+        r_recv = recv[recv["rank"] == rank]
+        for i, step in enumerate(grp["step"].tolist()):
+            bubble = None
+            if not r_recv.empty:
+                m = (r_recv["start_ns"] >= h0[i]) & (r_recv["start_ns"] < h1[i])
+                bubble = int(r_recv.loc[m, "elapse_ns"].sum())
+            dev = has_device
+            rows.append(BreakdownRow(
+                rank=int(rank), step=int(step), step_ms=_ms(h1[i] - h0[i]),
+                device_ms=_ms(w1[i] - w0[i]) if dev else None,
+                compute_ms=_ms(comp[i]) if dev else None,
+                communication_ms=_ms(comm[i]) if dev else None,
+                comm_not_overlapped_ms=_ms(comm[i] - overl[i]) if dev else None,
+                overlapped_ms=_ms(overl[i]) if dev else None,
+                free_ms=_ms((w1[i] - w0[i]) - busy[i]) if dev else None,
+                bubble_ms=_ms(bubble),
+                preparing_ms=_ms(w0[i] - h0[i]) if dev and not np.isnan(d0[i]) else None,
+                non_compute_ms=_ms(busy[i] - comp[i]) if dev else None,
+            ))
+    return rows
+
+
+def totals(rows: list[BreakdownRow]) -> list[BreakdownRow]:
+    """Per-rank sums over the given rows (None stays None only when every value is None)."""
+    out: list[BreakdownRow] = []
+    ranks = sorted({r.rank for r in rows})
+    for rank in ranks:
+        rr = [r for r in rows if r.rank == rank]
+        vals = {}
+        for f in _FIELDS:
+            xs = [getattr(r, f) for r in rr if getattr(r, f) is not None]
+            vals[f] = round(sum(xs), 6) if xs else None
+        out.append(BreakdownRow(rank=rank, step=None, steps=len(rr), **vals))
+    return out
+
+
+def mean_step_ms(rows: list[BreakdownRow]) -> float | None:
+    xs = [r.step_ms for r in rows if r.step_ms is not None]
+    return float(np.mean(xs)) if xs else None

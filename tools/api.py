@@ -1,0 +1,212 @@
+"""The tool catalog: typed functions (plain arguments in, pydantic models out).
+
+The CLI, the MCP server and the HTML report all call these, so the same question gets the same
+numbers and the same JSON everywhere. Each function takes a profile PATH (or an already opened
+Profile) and is read-only and idempotent.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..analysis.checks.base import CheckContext, run_checks
+from ..analysis.checks.env_var import ENV_RULES, RULES_BY_NAME
+from ..analysis.checks.slow_link import link_stats
+from ..analysis.checks.slow_rank import analyse as analyse_slow_ranks
+from ..analysis.ingest.base import ProfileError
+from ..analysis.metrics.breakdown import compute_breakdown, totals
+from ..analysis.models import SEVERITY_ORDER, Finding
+from ..analysis.store import Profile, ProgressFn, open_profile
+from .models import (
+    Breakdown,
+    EnvAudit,
+    EnvVariable,
+    IssueReport,
+    Kernel,
+    Link,
+    SlowDimension,
+    SlowLinks,
+    SlowRank,
+    SlowRanks,
+    TopKernels,
+)
+
+ProfileRef = str | Path | Profile
+
+
+def load(ref: ProfileRef, *, progress: ProgressFn | None = None, cache_dir: Path | None = None) -> Profile:
+    """Open (ingesting once, then from cache) a profile PATH; an opened Profile passes through."""
+    if isinstance(ref, Profile):
+        return ref
+    return open_profile(ref, progress=progress, cache_dir=cache_dir)
+
+
+def _fix_lookup():
+    """The knowledge base's fix lookup, or None when the knowledge base is absent from this build."""
+    try:
+        from ..knowledge.loader import fixes_for
+    except ImportError:  # pragma: no cover - the knowledge package ships with stepdoctor
+        return None
+
+    def lookup(check: str, vendor: str | None, framework: str | None, subject: str | None) -> list[str]:
+        try:
+            return fixes_for(check, vendor, framework, subject)
+        except Exception:  # a broken fix file must not hide findings; the KB tests catch it
+            return []
+
+    return lookup
+
+
+def context(prof: Profile, ranks: list[int] | None = None) -> CheckContext:
+    if ranks is not None:
+        missing = sorted(set(ranks) - set(prof.info.ranks))
+        if missing:
+            raise ProfileError(prof.path, f"rank {missing[0]} not in profile; ranks are "
+                                          f"{_ranks_text(prof.info.ranks)}")
+    return CheckContext(prof, fixes_for=_fix_lookup(), ranks=ranks)
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    if ranks and ranks == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 2:
+        return f"{ranks[0]}-{ranks[-1]}"
+    return ", ".join(map(str, ranks))
+
+
+def issues(ref: ProfileRef, *, min_severity: str = "low", checks: list[str] | None = None,
+           ranks: list[int] | None = None, limit: int | None = None) -> IssueReport:
+    """Every applicable check on every rank; findings sorted by severity then impact."""
+    prof = load(ref)
+    ctx = context(prof, ranks)
+    run = run_checks(ctx, only=checks)
+    cut = SEVERITY_ORDER[min_severity]
+    fs = [f for f in run.findings if SEVERITY_ORDER[f.severity] <= cut]
+    total = len(fs)
+    if limit is not None:
+        fs = fs[:limit]
+    return IssueReport(profile=prof.info, findings=fs, not_applicable=run.not_applicable,
+                       warnings=[*prof.warnings, *run.warnings], total=total, truncated=len(fs) < total)
+
+
+def breakdown(ref: ProfileRef, *, ranks: list[int] | None = None, steps: list[int] | None = None) -> Breakdown:
+    """Per (rank, step) step/compute/communication/free times from the device timeline."""
+    prof = load(ref)
+    if ranks is not None:
+        context(prof, ranks)
+    rows = compute_breakdown(prof, ranks=ranks, steps=steps)
+    warnings = list(prof.warnings)
+    if not rows:
+        warnings.append("no ProfilerStep annotations: no per-step breakdown")
+    elif all(r.compute_ms is None for r in rows):
+        warnings.append("no device events: compute / communication / free unknown")
+    return Breakdown(profile=prof.info, rows=rows, totals=totals(rows), warnings=warnings)
+
+
+def slow_ranks(ref: ProfileRef) -> SlowRanks:
+    """Ranks slower than their peers per dimension, with steps and causes."""
+    prof = load(ref)
+    ctx = context(prof)
+    stats = analyse_slow_ranks(ctx)
+
+    def conv(e) -> SlowRank:
+        return SlowRank(rank=e.rank, steps=e.steps, value_ms=e.value_ms, excess_ms=e.excess_ms,
+                        excess_pct=e.excess_pct, cause=e.cause, median_ms=e.median_ms, impact_ms=e.impact_ms)
+
+    dims = [SlowDimension(name=name, median_ms=s.median_ms, spread_pct=s.spread_pct,
+                          slow=[conv(e) for e in s.slow],
+                          late_arrivals=[conv(e) for e in s.fast] if name == "communication" else [])
+            for name, s in stats.items()]
+    run = run_checks(ctx, only=["slow-rank"])
+    warnings = list(prof.warnings)
+    if len(prof.info.ranks) < 2:
+        warnings.append("one rank only: nothing to compare it with")
+    return SlowRanks(profile=prof.info, dimensions=dims, findings=run.findings, warnings=warnings)
+
+
+def slow_links(ref: ProfileRef, *, limit: int = 20) -> SlowLinks:
+    """Links with their bandwidth against the median of their transport, slowest first."""
+    prof = load(ref)
+    ctx = context(prof)
+    stats = link_stats(ctx)
+    run = run_checks(ctx, only=["slow-link"])
+    warnings = list(prof.warnings) + [f"slow-link: {w}" for k, w in run.not_applicable.items()]
+    links = [Link(src=s.src, dst=s.dst, transport=s.transport, bandwidth_gbps=s.bandwidth_gbps,
+                  median_gbps=s.median_gbps, size_mb=s.size_mb, time_ms=s.time_ms, steps=s.steps) for s in stats]
+    return SlowLinks(profile=prof.info, links=links[:limit], findings=run.findings, warnings=warnings,
+                     total=len(links), truncated=len(links) > limit)
+
+
+def top_kernels(ref: ProfileRef, *, rank: int | None = None, step: int | None = None, top: int = 20,
+                by: str = "name") -> TopKernels:
+    """Top device ops by total time, with count, mean/max, share and shapes."""
+    if by not in ("name", "type"):
+        raise ProfileError(None, f"--by must be name or type, not {by!r}")
+    prof = load(ref)
+    if rank is not None:
+        context(prof, [rank])
+    if step is not None and step not in prof.info.steps:
+        raise ProfileError(prof.path, f"step {step} not in profile; steps are {_ranks_text(prof.info.steps)}")
+    key = "name" if by == "name" else "coalesce(op_type, name)"
+    where, params = ["d.category <> 'sync'"], []
+    if rank is not None:
+        where.append("d.rank = ?")
+        params.append(rank)
+    if step is not None:
+        where.append("d.step = ?")
+        params.append(step)
+    else:
+        where.append("(d.step IS NULL OR d.step IN (SELECT step FROM steps WHERE kept))")
+    w = " AND ".join(where)
+    df = prof.sql(
+        f"""WITH d AS (SELECT *, {key} AS k FROM device_ops d WHERE {w})
+        SELECT k AS name, any_value(op_type) AS op_type, mode(task_type) AS core_type, mode(category) AS category,
+               count(*) AS count, sum(dur_ns) / 1e6 AS total_ms, avg(dur_ns) / 1e6 AS mean_ms,
+               max(dur_ns) / 1e6 AS max_ms, list(DISTINCT rank ORDER BY rank) AS ranks,
+               (SELECT list(s ORDER BY c DESC)[1:3] FROM (SELECT input_shapes AS s, count(*) AS c FROM d d2
+                  WHERE d2.k = d.k AND input_shapes IS NOT NULL GROUP BY 1)) AS shapes
+        FROM d GROUP BY k ORDER BY total_ms DESC, name""", params)
+    grand = float(df["total_ms"].sum()) if not df.empty else 0.0
+    n_ranks = max(len(df.explode("ranks")["ranks"].dropna().unique()), 1) if not df.empty else 1
+    n_steps = 1 if step is not None else max(len(prof.info.steps), 1)
+    rows = prof.sql("SELECT avg(end_ns - start_ns) / 1e6 AS m FROM steps WHERE kept")
+    mean_step = float(rows.at[0, "m"]) if not rows.empty and rows.at[0, "m"] == rows.at[0, "m"] else None
+    ks = []
+    for r in df.head(top).itertuples(index=False):
+        per_step = r.total_ms / n_steps / (1 if rank is not None else n_ranks)
+        ks.append(Kernel(name=str(r.name), op_type=r.op_type if isinstance(r.op_type, str) else None,
+                         core_type=r.core_type if isinstance(r.core_type, str) else None, count=int(r.count),
+                         total_ms=round(float(r.total_ms), 4), mean_ms=round(float(r.mean_ms), 4),
+                         max_ms=round(float(r.max_ms), 4),
+                         share_pct=round(100.0 * r.total_ms / grand, 2) if grand else 0.0,
+                         ranks=[int(x) for x in r.ranks], input_shapes=[str(s) for s in (r.shapes or [])],
+                         category=r.category if isinstance(r.category, str) else None,
+                         step_share_pct=round(100.0 * per_step / mean_step, 2) if mean_step else None))
+    return TopKernels(profile=prof.info, kernels=ks, total=len(df), truncated=len(df) > top, by=by,
+                      warnings=list(prof.warnings))
+
+
+def env_audit(ref: ProfileRef) -> EnvAudit:
+    """Every recorded environment variable on every rank: ok / bad / unknown, with the recommendation."""
+    prof = load(ref)
+    ctx = context(prof)
+    env = prof.sql("SELECT rank, name, value FROM env_vars ORDER BY name, rank")
+    run = run_checks(ctx, only=["env-var"])
+    by_subject: dict[str, Finding] = {}
+    for f in run.findings:
+        by_subject.setdefault(f.subject, f)
+    variables = []
+    for name, g in env.groupby("name", sort=True):
+        vals = {int(r): (None if v is None or v != v else str(v)) for r, v in zip(g["rank"], g["value"], strict=True)}
+        rule = RULES_BY_NAME.get(str(name))
+        f = by_subject.get(str(name))
+        status = "bad" if f is not None else ("ok" if rule is not None else "unknown")
+        variables.append(EnvVariable(name=str(name), values_by_rank=vals, status=status,
+                                     recommended=rule.recommended if rule else None, finding=f))
+    warnings = list(prof.warnings)
+    if env.empty:
+        warnings.append("no environment recorded in this profile (Kineto traces do not record it; torch_npu "
+                        "writes profiler_metadata.json)")
+    known = {r.name for r in ENV_RULES}
+    missing = sorted(known & {"ASCEND_LAUNCH_BLOCKING", "ACLNN_CACHE_LIMIT"} - set(env["name"]))
+    if not env.empty and missing:
+        warnings.append(f"not recorded: {', '.join(missing)}")
+    return EnvAudit(profile=prof.info, variables=variables, warnings=warnings)

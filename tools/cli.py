@@ -1,0 +1,235 @@
+"""`stepdoctor` command line (cli-contract.md). Exit codes: 0 ok, 1 high findings with --fail-on, 2 error.
+
+Errors are one line on stderr naming the file and the problem; no traceback unless --debug.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from ..analysis.ingest.base import ProfileError
+from ..analysis.models import SEVERITY_ORDER
+
+FORMATS = ("table", "json", "markdown")
+
+
+def _emit(model: BaseModel | list, fmt: str) -> None:
+    from . import render
+
+    if fmt == "json":
+        if isinstance(model, list):
+            import json
+
+            print(json.dumps([x.model_dump(mode="json") if isinstance(x, BaseModel) else x for x in model], indent=2))
+        else:
+            print(model.model_dump_json(indent=2))
+    elif fmt == "markdown":
+        print(render.render_markdown(model) if isinstance(model, BaseModel) else model)
+    else:
+        render.render_table(model) if isinstance(model, BaseModel) else print(model)
+
+
+def _progress():
+    """A rich progress bar on a terminal for multi-rank ingests; nothing when piped."""
+    if not sys.stderr.isatty():
+        return None
+    from rich.progress import Progress
+
+    state: dict = {}
+
+    def cb(done: int, total: int, what: str) -> None:
+        if "p" not in state:
+            state["p"] = Progress(transient=True, console=None)
+            state["p"].start()
+            state["t"] = state["p"].add_task("ingesting ranks", total=total)
+        state["p"].update(state["t"], completed=done, description=f"ingested {what}")
+        if done >= total:
+            state["p"].stop()
+
+    return cb
+
+
+def _load(path: str):
+    from . import api
+
+    return api.load(path, progress=_progress())
+
+
+def _ints(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ProfileError(None, f"expected comma-separated integers, got {text!r}") from None
+
+
+def cmd_issues(a: argparse.Namespace) -> int:
+    from . import api
+
+    rep = api.issues(_load(a.path), min_severity=a.min_severity, checks=a.check, ranks=_ints(a.rank))
+    _emit(rep, a.format)
+    if a.fail_on and any(SEVERITY_ORDER[f.severity] <= SEVERITY_ORDER[a.fail_on] for f in rep.findings):
+        return 1
+    return 0
+
+
+def cmd_breakdown(a: argparse.Namespace) -> int:
+    from . import api
+
+    _emit(api.breakdown(_load(a.path), ranks=_ints(a.rank), steps=_ints(a.step)), a.format)
+    return 0
+
+
+def cmd_slow_ranks(a: argparse.Namespace) -> int:
+    from . import api
+
+    _emit(api.slow_ranks(_load(a.path)), a.format)
+    return 0
+
+
+def cmd_slow_links(a: argparse.Namespace) -> int:
+    from . import api
+
+    _emit(api.slow_links(_load(a.path), limit=a.top), a.format)
+    return 0
+
+
+def cmd_kernels(a: argparse.Namespace) -> int:
+    from . import api
+
+    _emit(api.top_kernels(_load(a.path), rank=a.rank, step=a.step, top=a.top, by=a.by), a.format)
+    return 0
+
+
+def cmd_env(a: argparse.Namespace) -> int:
+    from . import api
+
+    _emit(api.env_audit(_load(a.path)), a.format)
+    return 0
+
+
+def cmd_demo(a: argparse.Namespace) -> int:
+    from . import api
+
+    root = Path(__file__).resolve().parent.parent / "examples"
+    ex = root / "cluster4"
+    if not ex.exists():
+        raise ProfileError(ex, "bundled example profile missing from this installation")
+    print(f"stepdoctor demo on the bundled example {ex}\n")
+    prof = _load(str(ex))
+    _emit(api.breakdown(prof), "table")
+    print()
+    _emit(api.issues(prof), "table")
+    try:
+        from .report import write_report
+    except ImportError:
+        return 0
+    out = Path(a.output) if a.output else Path.cwd() / "stepdoctor-demo-report.html"
+    write_report(prof, out)
+    print(f"\nHTML report written to {out}")
+    return 0
+
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _extra_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """Commands provided by other tool modules (compare, explain, fixes, suggest-edit, report, mcp)."""
+    from . import commands
+
+    commands.register(sub, common)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
+    common.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    p = argparse.ArgumentParser(prog="stepdoctor", description="Why is this training step slow? Diagnose Ascend "
+                                "(torch_npu, MindSpore) and Kineto (GPU) profiles.")
+    p.add_argument("--version", action="version", version=f"stepdoctor {_version()}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("issues", parents=[common], help="every applicable check, findings by priority")
+    s.add_argument("path")
+    s.add_argument("--min-severity", choices=list(SEVERITY_ORDER), default="low")
+    s.add_argument("--fail-on", choices=list(SEVERITY_ORDER), help="exit 1 when a finding of this severity or "
+                   "worse is reported")
+    s.add_argument("--check", action="append", help="only this check id (repeatable)")
+    s.add_argument("--rank", help="only these ranks, e.g. 0,3")
+    s.set_defaults(func=cmd_issues)
+
+    s = sub.add_parser("breakdown", parents=[common], help="per rank and step: compute / communication / free")
+    s.add_argument("path")
+    s.add_argument("--rank", help="only these ranks, e.g. 0,3")
+    s.add_argument("--step", help="only these steps, e.g. 5,6")
+    s.set_defaults(func=cmd_breakdown)
+
+    s = sub.add_parser("slow-ranks", parents=[common], help="ranks slower than their peers, with steps and causes")
+    s.add_argument("path")
+    s.set_defaults(func=cmd_slow_ranks)
+
+    s = sub.add_parser("slow-links", parents=[common], help="links with low bandwidth")
+    s.add_argument("path")
+    s.add_argument("--top", type=int, default=20)
+    s.set_defaults(func=cmd_slow_links)
+
+    s = sub.add_parser("kernels", parents=[common], help="top device ops")
+    s.add_argument("path")
+    s.add_argument("--rank", type=int)
+    s.add_argument("--step", type=int)
+    s.add_argument("--top", type=int, default=20)
+    s.add_argument("--by", choices=["name", "type"], default="name")
+    s.set_defaults(func=cmd_kernels)
+
+    s = sub.add_parser("env", parents=[common], help="environment variable audit across ranks")
+    s.add_argument("path")
+    s.set_defaults(func=cmd_env)
+
+    s = sub.add_parser("demo", parents=[common], help="breakdown, issues and report on the bundled example")
+    s.add_argument("-o", "--output", help="where to write the demo HTML report")
+    s.set_defaults(func=cmd_demo)
+
+    _extra_commands(sub, common)
+    return p
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    a = parser.parse_args(argv)
+    try:
+        rc = a.func(a)
+    except ProfileError as e:
+        if getattr(a, "debug", False):
+            raise
+        print(f"stepdoctor: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("stepdoctor: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except Exception as e:  # any bug still gives one line and exit 2; --debug shows the traceback
+        if getattr(a, "debug", False):
+            raise
+        print(f"stepdoctor: error: {type(e).__name__}: {e} (rerun with --debug for the traceback)", file=sys.stderr)
+        return 2
+    sys.stdout.flush()
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""CLI commands beyond the per-profile views: compare, explain, fixes, suggest-edit, report, mcp.
+
+Each handler imports its module lazily so `stepdoctor breakdown` never pays for jinja2 or the MCP SDK.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..analysis.ingest.base import ProfileError
+
+
+def _emit(model, fmt: str) -> None:
+    from .cli import _emit as emit
+
+    emit(model, fmt)
+
+
+def cmd_compare(a: argparse.Namespace) -> int:
+    from . import compare
+
+    if a.rank_vs:
+        cmp = compare.compare_ranks(a.base, int(a.rank_vs[0]), int(a.rank_vs[1]), top=a.top)
+    else:
+        if not a.target:
+            raise ProfileError(None, "compare needs BASE and TARGET (or BASE --rank-vs A B)")
+        cmp = compare.compare_runs(a.base, a.target, rank=a.rank, step=a.step, top=a.top)
+    _emit(cmp, a.format)
+    return 0
+
+
+def cmd_explain(a: argparse.Namespace) -> int:
+    from . import knowledge_tools
+
+    exp = knowledge_tools.explain(a.id, profile=a.profile, finding=a.finding)
+    if a.format == "json":
+        _emit(exp, "json")
+    else:
+        print(knowledge_tools.explanation_markdown(exp))
+    return 0
+
+
+def cmd_fixes(a: argparse.Namespace) -> int:
+    from . import knowledge_tools
+
+    fixes = knowledge_tools.list_fixes(check=a.check, vendor=a.vendor)
+    if a.format == "json":
+        _emit(fixes.fixes, "json")
+    else:
+        for f in fixes.fixes:
+            print(f"{f.id:40s} {','.join(f.vendors):16s} {','.join(f.checks):30s} {f.title}")
+        print(f"({fixes.total} fixes)", file=sys.stderr)
+    return 0
+
+
+def cmd_suggest_edit(a: argparse.Namespace) -> int:
+    from . import knowledge_tools
+
+    if not a.fix and not a.profile:
+        raise ProfileError(None, "suggest-edit needs --fix ID or --profile PATH")
+    res = knowledge_tools.suggest_edit(a.code_path, fix=a.fix, profile=a.profile, apply=a.apply)
+    if a.format == "json":
+        _emit(res, "json")
+        return 0
+    if res.diff:
+        sys.stdout.write(res.diff if res.diff.endswith("\n") else res.diff + "\n")
+    for msg in res.messages:
+        print(msg, file=sys.stderr)
+    if res.template and not res.diff:
+        print(res.template)
+    return 0
+
+
+def cmd_report(a: argparse.Namespace) -> int:
+    from . import api
+    from .report import write_report
+
+    prof = api.load(a.path)
+    out = Path(a.output)
+    write_report(prof, out, compare_base=a.compare)
+    print(f"wrote {out}")
+    return 0
+
+
+def cmd_mcp(a: argparse.Namespace) -> int:
+    from ..server.app import serve
+
+    serve(transport=a.transport, roots=a.root or [], host=a.host, port=a.port, token=a.token)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    s = sub.add_parser("compare", parents=[common], help="why did step time change between two runs (or ranks)")
+    s.add_argument("base")
+    s.add_argument("target", nargs="?")
+    s.add_argument("--rank", type=int, help="compare this rank only")
+    s.add_argument("--step", type=int, help="compare this step only")
+    s.add_argument("--top", type=int, default=15)
+    s.add_argument("--rank-vs", nargs=2, metavar=("A", "B"), help="inside BASE: rank B (slow) against rank A")
+    s.set_defaults(func=cmd_compare)
+
+    s = sub.add_parser("explain", parents=[common], help="explain a check id or a fix id")
+    s.add_argument("id")
+    s.add_argument("--profile", help="explain a finding of this profile with its numbers")
+    s.add_argument("--finding", type=int, help="finding number (1-based, as `issues` lists them)")
+    s.set_defaults(func=cmd_explain)
+
+    s = sub.add_parser("fixes", parents=[common], help="list knowledge-base fixes")
+    s.add_argument("--check")
+    s.add_argument("--vendor", choices=["ascend", "cuda", "rocm", "any"])
+    s.set_defaults(func=cmd_fixes)
+
+    s = sub.add_parser("suggest-edit", parents=[common], help="a unified diff applying a fix to training code")
+    s.add_argument("code_path")
+    s.add_argument("--fix")
+    s.add_argument("--profile", help="apply every fix the profile's findings point to")
+    s.add_argument("--apply", action="store_true", help="write the change (keeps a .bak backup)")
+    s.set_defaults(func=cmd_suggest_edit)
+
+    s = sub.add_parser("report", parents=[common], help="write a self-contained HTML report")
+    s.add_argument("path")
+    s.add_argument("-o", "--output", required=True)
+    s.add_argument("--compare", help="a base profile to compare against")
+    s.set_defaults(func=cmd_report)
+
+    s = sub.add_parser("mcp", parents=[common], help="run the MCP server")
+    s.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    s.add_argument("--root", action="append", help="folder the server may read (repeatable)")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8765)
+    s.add_argument("--token", help="bearer token (required when --host is not loopback)")
+    s.set_defaults(func=cmd_mcp)

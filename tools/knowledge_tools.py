@@ -1,0 +1,202 @@
+"""Tools over the knowledge base: explain a check / fix / finding, list fixes, suggest code edits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from ..analysis.checks.base import registry
+from ..analysis.ingest.base import ProfileError
+from ..analysis.models import Finding
+from . import api
+from .models import Explanation
+
+
+class FixSummary(BaseModel):
+    id: str
+    title: str
+    vendors: list[str]
+    frameworks: list[str]
+    checks: list[str]
+
+
+class FixList(BaseModel):
+    fixes: list[FixSummary]
+    total: int
+    truncated: bool = False
+
+
+class EditSuggestion(BaseModel):
+    path: str
+    fixes: list[str]
+    changed: bool
+    diff: str
+    messages: list[str] = Field(default_factory=list)
+    template: str | None = None
+    applied: bool = False
+    backup: str | None = None
+
+
+def _kb():
+    from ..knowledge import loader
+
+    return loader
+
+
+def _dump(x: Any) -> Any:
+    if isinstance(x, BaseModel):
+        return x.model_dump(mode="json")
+    if isinstance(x, list):
+        return [_dump(i) for i in x]
+    return x
+
+
+def _fix_explanation(fix_id: str, finding: Finding | None = None) -> Explanation:
+    fix = _kb().get_fix(fix_id)
+    return Explanation(id=fix.id, kind="fix", title=fix.title, why=fix.why, steps=list(fix.steps),
+                       code_edit=_dump(fix.code_edit), verify=_verify_text(fix.verify),
+                       references=_dump(list(fix.references)), finding=finding, fixes=[fix.id],
+                       expected_gain=_dump(fix.expected_gain), env=_dump(list(fix.env)))
+
+
+def _verify_text(v: Any) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, list | tuple):
+        return "; ".join(str(_dump(x)) for x in v)
+    return str(_dump(v))
+
+
+def _check_explanation(check_id: str, finding: Finding | None = None) -> Explanation:
+    reg = registry()
+    cls = reg[check_id]
+    fixes = finding.fixes if finding is not None else [
+        f.id for f in _kb().load_fixes().values() if check_id in f.checks]
+    steps = []
+    if fixes:
+        first = _kb().get_fix(fixes[0])
+        steps = list(first.steps)
+    why = cls.description or (cls.__doc__ or "").strip().split("\n\n")[0]
+    if finding is not None:
+        why = f"{finding.message} {why}".strip()
+    return Explanation(id=check_id, kind="check", title=finding.title if finding else cls.title, why=why, steps=steps,
+                       code_edit=None, verify=f"stepdoctor issues PROFILE --check {check_id}", references=[],
+                       finding=finding, fixes=fixes)
+
+
+def explain(id: str, *, profile: api.ProfileRef | None = None, finding: int | None = None) -> Explanation:
+    """A check id or a fix id; with a profile and a 1-based finding number, that finding's own numbers."""
+    f: Finding | None = None
+    if profile is not None:
+        rep = api.issues(profile)
+        if finding is None:
+            matches = [x for x in rep.findings if x.check == id or id in x.fixes]
+            if not matches:
+                raise ProfileError(None, f"no finding for {id} in {rep.profile.path}; "
+                                         f"{len(rep.findings)} findings (see `stepdoctor issues`)")
+            f = matches[0]
+        else:
+            if not 1 <= finding <= len(rep.findings):
+                raise ProfileError(None, f"finding {finding} does not exist; the profile has {len(rep.findings)} "
+                                         "findings (numbered from 1, as `stepdoctor issues` lists them)")
+            f = rep.findings[finding - 1]
+            if id not in (f.check, *f.fixes):
+                raise ProfileError(None, f"finding {finding} is {f.check} ({f.title}), not {id}")
+    reg = registry()
+    if id in reg:
+        return _check_explanation(id, f)
+    try:
+        return _fix_explanation(id, f)
+    except KeyError as e:
+        raise ProfileError(None, str(e).strip("'\"")) from None
+
+
+def explanation_markdown(e: Explanation) -> str:
+    lines = [f"# {e.title}", "", f"`{e.id}` ({e.kind})", ""]
+    if e.finding is not None:
+        f = e.finding
+        lines += [f"**Finding** ({f.severity}): {f.message}", ""]
+        if f.ranks:
+            lines.append(f"- ranks: {', '.join(map(str, f.ranks))}")
+        if f.steps:
+            lines.append(f"- steps: {', '.join(map(str, f.steps))}")
+        if f.impact_ms is not None:
+            lines.append(f"- impact: {f.impact_ms:.2f} ms per step ({f.impact_pct or 0:.1f}% of step)")
+        for k, v in f.evidence.items():
+            lines.append(f"- {k}: {v}")
+        lines.append("")
+    lines += ["## Why", "", e.why, ""]
+    if e.steps:
+        lines += ["## What to do", ""] + [f"{i}. {s}" for i, s in enumerate(e.steps, 1)] + [""]
+    if e.fixes and e.kind == "check":
+        lines += ["## Fixes", ""] + [f"- `{x}` (stepdoctor explain {x})" for x in e.fixes] + [""]
+    if e.expected_gain:
+        lines += ["## Expected gain", "", str(e.expected_gain), ""]
+    if e.verify:
+        lines += ["## Verify", "", e.verify, ""]
+    if e.references:
+        lines += ["## References", ""] + [f"- {r}" for r in e.references] + [""]
+    return "\n".join(lines)
+
+
+def list_fixes(*, check: str | None = None, vendor: str | None = None, limit: int | None = None) -> FixList:
+    fixes = []
+    for f in _kb().load_fixes().values():
+        vendors = list(f.applies_to.vendor)
+        if check and check not in f.checks:
+            continue
+        if vendor and vendor != "any" and vendor not in vendors and "any" not in vendors:
+            continue
+        fixes.append(FixSummary(id=f.id, title=f.title, vendors=vendors, frameworks=list(f.applies_to.framework),
+                                checks=list(f.checks)))
+    fixes.sort(key=lambda x: x.id)
+    total = len(fixes)
+    if limit is not None:
+        fixes = fixes[:limit]
+    return FixList(fixes=fixes, total=total, truncated=len(fixes) < total)
+
+
+def suggest_edit(code_path: str | Path, *, fix: str | None = None, profile: api.ProfileRef | None = None,
+                 apply: bool = False) -> EditSuggestion:
+    """A unified diff applying one fix (or every fix a profile's findings point to) to a training script."""
+    from ..knowledge import edit
+
+    p = Path(code_path)
+    if not p.is_file():
+        raise ProfileError(p, "no such file")
+    fix_ids: list[str] = []
+    params: dict[str, Any] = {}
+    messages: list[str] = []
+    if fix:
+        _kb().get_fix(fix)
+        fix_ids = [fix]
+    else:
+        rep = api.issues(profile)  # type: ignore[arg-type]
+        for f in rep.findings:
+            if f.fixes and f.fixes[0] not in fix_ids:
+                fix_ids.append(f.fixes[0])
+                params.update(f.evidence.get("fix_params", {}) if isinstance(f.evidence, dict) else {})
+        if not fix_ids:
+            return EditSuggestion(path=str(p), fixes=[], changed=False, diff="",
+                                  messages=["the profile's findings point to no fix"])
+    if len(fix_ids) == 1:
+        res = edit.suggest_edit(p, fix_ids[0], params=params or None)
+        results = [res]
+        diff = res.diff
+    else:
+        combined = edit.suggest_edits_for_fixes(p, fix_ids)
+        results = combined if isinstance(combined, list) else [combined]
+        diff = getattr(combined, "diff", None) or "".join(r.diff for r in results)
+    for r in results:
+        if getattr(r, "message", None):
+            messages.append(f"{r.fix}: {r.message}")
+    templates = [r.template for r in results if getattr(r, "template", None) and not r.changed]
+    out = EditSuggestion(path=str(p), fixes=fix_ids, changed=any(r.changed for r in results), diff=diff or "",
+                         messages=messages, template="\n\n".join(templates) or None)
+    if apply and out.changed:
+        backup = edit.apply_edit(results[-1] if len(results) == 1 else combined, backup=True)
+        out.applied = True
+        out.backup = str(backup) if backup else None
+    return out

@@ -1,0 +1,185 @@
+"""Output models of the tool catalog (cli-contract.md). Field names are a contract: add, never rename."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from ..analysis.metrics.breakdown import BreakdownRow
+from ..analysis.models import Finding, ProfileInfo
+
+
+class _WithProfile(BaseModel):
+    profile: ProfileInfo
+    warnings: list[str] = Field(default_factory=list, description="what was skipped, lost or guessed")
+
+
+class IssueReport(_WithProfile):
+    findings: list[Finding]
+    not_applicable: dict[str, str] = Field(default_factory=dict,
+                                           description="check id -> why it could not run on this profile")
+    total: int = 0
+    truncated: bool = False
+
+
+class Breakdown(_WithProfile):
+    rows: list[BreakdownRow] = Field(description="one per (rank, step); times in ms")
+    totals: list[BreakdownRow] = Field(description="one per rank, summed over its steps; `steps` = count")
+
+
+class SlowRank(BaseModel):
+    rank: int
+    steps: list[int]
+    value_ms: float
+    excess_ms: float
+    excess_pct: float
+    cause: str
+    median_ms: float | None = None
+    impact_ms: float | None = None
+
+
+class SlowDimension(BaseModel):
+    name: Literal["compute", "communication", "free"]
+    median_ms: float | None
+    spread_pct: float | None = Field(description="(max - min) / mean step, percent, worst step")
+    slow: list[SlowRank]
+    late_arrivals: list[SlowRank] = Field(default_factory=list,
+                                          description="communication only: ranks waiting far less than the median "
+                                                      "(they arrive last and make the others wait)")
+
+
+class SlowRanks(_WithProfile):
+    dimensions: list[SlowDimension]
+    findings: list[Finding]
+
+
+class Link(BaseModel):
+    src: int
+    dst: int
+    transport: str
+    bandwidth_gbps: float
+    median_gbps: float
+    size_mb: float
+    time_ms: float
+    steps: list[int]
+
+
+class SlowLinks(_WithProfile):
+    links: list[Link]
+    findings: list[Finding]
+    total: int = 0
+    truncated: bool = False
+
+
+class Kernel(BaseModel):
+    name: str
+    op_type: str | None
+    core_type: str | None
+    count: int
+    total_ms: float
+    mean_ms: float
+    max_ms: float
+    share_pct: float = Field(description="share of the device op time of the selection, percent")
+    ranks: list[int]
+    input_shapes: list[str] = Field(default_factory=list, description="most frequent input shapes (top 3)")
+    category: str | None = None
+    step_share_pct: float | None = Field(default=None, description="total per step / mean step time, percent")
+
+
+class TopKernels(_WithProfile):
+    kernels: list[Kernel]
+    total: int
+    truncated: bool
+    by: Literal["name", "type"] = "name"
+
+
+class EnvVariable(BaseModel):
+    name: str
+    values_by_rank: dict[int, str | None]
+    status: Literal["ok", "bad", "unknown"]
+    recommended: str | None = None
+    finding: Finding | None = None
+
+
+class EnvAudit(_WithProfile):
+    variables: list[EnvVariable]
+
+
+class Explanation(BaseModel):
+    id: str
+    kind: Literal["check", "fix"]
+    title: str
+    why: str
+    steps: list[str]
+    code_edit: Any = None
+    verify: str | None = None
+    references: list[Any] = Field(default_factory=list)
+    finding: Finding | None = None
+    fixes: list[str] = Field(default_factory=list, description="fix ids that answer this check / finding")
+    expected_gain: Any = None
+    env: list[Any] = Field(default_factory=list)
+
+
+class RunSide(BaseModel):
+    path: str
+    step_ms: float | None
+    compute_ms: float | None = None
+    communication_ms: float | None = None
+    free_ms: float | None = None
+    ranks: list[int] = Field(default_factory=list)
+    steps: list[int] = Field(default_factory=list)
+    format: str | None = None
+
+
+class BreakdownDelta(BaseModel):
+    compute_ms: float | None
+    communication_ms: float | None
+    free_ms: float | None
+
+
+class Change(BaseModel):
+    kind: Literal["kernel", "op", "api", "comm", "family"]
+    name: str
+    base_ms: float
+    target_ms: float
+    delta_ms: float
+    count_base: float = Field(description="calls per step (per rank)")
+    count_target: float
+    change: Literal["added", "removed", "changed"] = "changed"
+
+
+class EnvChange(BaseModel):
+    name: str
+    base: str | None
+    target: str | None
+
+
+class RankDelta(BaseModel):
+    base_rank: int
+    target_rank: int
+    step_ms: float | None
+    compute_ms: float | None
+    communication_ms: float | None
+    free_ms: float | None
+
+
+class Comparison(BaseModel):
+    base: RunSide
+    target: RunSide
+    delta_ms: float | None
+    delta_pct: float | None
+    breakdown_delta: BreakdownDelta
+    top_changes: list[Change]
+    env_changes: list[EnvChange]
+    config_changes: list[EnvChange] = Field(default_factory=list)
+    findings: list[Finding] = Field(description="findings new in the target")
+    gone_findings: list[Finding] = Field(default_factory=list, description="findings of the base gone in the target")
+    per_rank: list[RankDelta] = Field(default_factory=list)
+    verdict: str
+    next_step: str | None = None
+    cross_vendor: bool = False
+    notes: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+    total_changes: int = 0
+    truncated: bool = False
