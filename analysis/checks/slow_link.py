@@ -99,6 +99,13 @@ class SlowLinkCheck(Check):
                 blamed.add((culprit, transport))
             subject = f"{links[0].src}->{links[0].dst}" if len(links) == 1 else transport
             worst = links[0]
+            # the same rank's per-transport bandwidth (communication.json) backs the link evidence
+            rank_level = [] if culprit is None or slow_rt.empty else [
+                {"transport": str(r.transport), "bandwidth_gbps": round(float(r.gbps), 4),
+                 "median_gbps": round(float(r.median_gbps), 4)}
+                for r in slow_rt[slow_rt["rank"] == culprit].itertuples(index=False)]
+            rank_text = "".join(f"; its {x['transport']} bandwidth is {x['bandwidth_gbps']:.1f} GB/s against "
+                                f"{x['median_gbps']:.1f} GB/s on the other ranks" for x in rank_level)
             out.append(self.finding(
                 ctx, title=(f"rank {culprit}'s {transport} links run at {worst.bandwidth_gbps:.1f} GB/s "
                             f"vs {worst.median_gbps:.1f} GB/s median" if culprit is not None
@@ -109,11 +116,12 @@ class SlowLinkCheck(Check):
                           "links": [{"src": s.src, "dst": s.dst, "bandwidth_gbps": s.bandwidth_gbps,
                                      "median_gbps": s.median_gbps, "size_mb": s.size_mb, "time_ms": s.time_ms}
                                     for s in links[:20]],
+                          "rank_transport_bandwidth": rank_level,
                           "impact_method": "extra transit time vs the median bandwidth, per step"},
                 message=(f"{len(links)} {transport} link(s) run below {thr:.0%} of the median "
                          f"{worst.median_gbps:.1f} GB/s; slowest {worst.src}->{worst.dst} at "
                          f"{worst.bandwidth_gbps:.1f} GB/s" + (f"; rank {culprit} is an endpoint of {hits} of them"
-                                                              if culprit is not None else "") + ".")))
+                                                              if culprit is not None else "") + rank_text + ".")))
         for r in slow_rt.itertuples(index=False):
             # the same rank already named through its links: one problem, one finding
             if int(r.rank) in {b[0] for b in blamed}:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..metrics.intervals import merge
+from ..metrics.names import short_name
 from ..models import Finding
 from ..thresholds import T
 from .base import Check, CheckContext, register
@@ -130,6 +131,8 @@ def analyse(ctx: CheckContext) -> dict[str, DimensionStats]:
                             "so the other ranks wait for it")
     for e in out["communication"].slow:
         e.cause, e.evidence = _comm_cause(ctx, e, late)
+        # waiting for a late peer is the peer's problem: the finding goes to the late rank's compute/free
+        e.evidence["waiting_only"] = "waits_for" in e.evidence and "slow_transport" not in e.evidence
     return out
 
 
@@ -151,7 +154,7 @@ def _compute_cause(ctx: CheckContext, e: SlowEntry) -> tuple[str, dict]:
            for op, d in delta.head(3).items() if d > 0]
     if not top:
         return "compute kernels run longer", {}
-    text = ", ".join(f"{op} +{d:.2f} ms ({v:.2f} vs {b:.2f})" for op, d, v, b in top)
+    text = ", ".join(f"{short_name(op)} +{d:.2f} ms ({v:.2f} vs {b:.2f})" for op, d, v, b in top)
     return f"slower kernels: {text} per step", {"top_ops": [
         {"op": op, "delta_ms": d, "rank_ms": v, "peer_median_ms": b} for op, d, v, b in top]}
 
@@ -179,17 +182,17 @@ def _free_cause(ctx: CheckContext, e: SlowEntry) -> tuple[str, dict]:
                    "AS ms FROM host_ops WHERE rank = ? AND start_ns < ? AND start_ns + dur_ns > ? "
                    "AND name NOT LIKE 'ProfilerStep#%'", [g1, g0, e.rank, g1, g0])
     gap_ms = (g1 - g0) / 1e6
-    where = "at the end of the step" if g1 == w1 else ("at the start of the step" if g0 == w0 else "mid-step")
-    ev: dict = {"worst_step": worst, "largest_gap_ms": round(gap_ms, 3), "gap_position": where}
+    where = "at the end of" if g1 == w1 else ("at the start of" if g0 == w0 else "in the middle of")
+    ev: dict = {"worst_step": worst, "largest_gap_ms": round(gap_ms, 3), "gap_position": where.replace(" of", "")}
     if host.empty or host["ms"].sum() < 0.01 * gap_ms:
         ev["host_activity"] = []
-        return (f"the device idles {gap_ms:.1f} ms {where} of step {worst} with no host activity recorded "
+        return (f"the device idles {gap_ms:.1f} ms {where} step {worst} with no host activity recorded "
                 "(Python GC, I/O, sleep or work outside the profiled threads)"), ev
     top = host.groupby(["name", "category"], as_index=False)["ms"].sum().sort_values("ms", ascending=False).head(3)
     ev["host_activity"] = [{"name": n, "category": c, "ms": round(float(m), 3)}
                            for n, c, m in top.itertuples(index=False)]
     text = ", ".join(f"{n} {m:.1f} ms" for n, _, m in top.itertuples(index=False))
-    return f"the device idles {gap_ms:.1f} ms {where} of step {worst} while the host runs {text}", ev
+    return f"the device idles {gap_ms:.1f} ms {where} step {worst} while the host runs {text}", ev
 
 
 def _comm_cause(ctx: CheckContext, e: SlowEntry, late: dict[int, SlowEntry]) -> tuple[str, dict]:
@@ -229,6 +232,8 @@ class SlowRankCheck(Check):
         out = []
         for dim, stats in analyse(ctx).items():
             for e in stats.slow:
+                if e.evidence.get("waiting_only"):
+                    continue
                 out.append(self.finding(
                     ctx, title=f"rank {e.rank} is slower in {dim} (+{e.excess_ms:.2f} ms, +{e.excess_pct:.0f}%)",
                     subject=dim, ranks=[e.rank], steps=e.steps, impact_ms=e.impact_ms,
