@@ -107,8 +107,14 @@ def _in(col: str, vals: list[int]) -> str:
 def op_table(side: Side, kind: str, *, by_family: bool = False) -> pd.DataFrame:
     """Per-step counts and times (ms) of one kind of op on one side: columns key, count, total_ms."""
     p, where = side.profile, f"{_in('rank', side.ranks)} AND {_in('step', side.steps)}"
+    dwhere = where
+    if "kineto" in p.info.format:
+        # HTA's rule: a GPU op belongs to the iteration of its correlated launch; ops whose launch is not
+        # in the step (CUDA-graph replays, launches outside the trace) belong to no iteration
+        dwhere = (f"{where} AND EXISTS (SELECT 1 FROM host_ops h WHERE h.rank = d.rank AND h.step = d.step "
+                  "AND h.correlation_id = d.correlation_id)")
     if kind == "kernel":
-        df = p.sql(f"SELECT name, op_type, category, input_shapes, dur_ns FROM device_ops WHERE {where} "
+        df = p.sql(f"SELECT name, op_type, category, input_shapes, dur_ns FROM device_ops d WHERE {dwhere} "
                    "AND category <> 'communication'")
         if df.empty:
             return pd.DataFrame(columns=["key", "count", "total_ms"])
@@ -123,10 +129,12 @@ def op_table(side: Side, kind: str, *, by_family: bool = False) -> pd.DataFrame:
         df = p.sql(f"SELECT name AS key, dur_ns FROM host_ops WHERE {where} AND category IN "
                    f"({','.join(repr(c) for c in cats)})")
     elif kind == "comm":
-        df = p.sql(f"SELECT coalesce(op_type, name) || coalesce(' @' || group_name, '') AS key, elapse_ns AS dur_ns "
-                   f"FROM comm_ops WHERE {where}")
-        if df.empty:  # GPU: collectives are device kernels
-            df = p.sql(f"SELECT coalesce(collective, name) AS key, dur_ns FROM device_ops WHERE {where} "
+        # Ascend: HCCL ops by type and group; GPU: the NCCL kernels themselves (HTA's op set)
+        df = pd.DataFrame() if "kineto" in p.info.format else p.sql(
+            f"SELECT coalesce(op_type, name) || coalesce(' @' || group_name, '') AS key, elapse_ns AS dur_ns "
+            f"FROM comm_ops WHERE {where}")
+        if df.empty:
+            df = p.sql(f"SELECT name AS key, dur_ns FROM device_ops d WHERE {dwhere} "
                        "AND category = 'communication'")
     else:
         raise ValueError(kind)

@@ -10,6 +10,7 @@ import pandas as pd
 
 from ..analysis import compare as core
 from ..analysis.ingest.base import ProfileError
+from ..analysis.metrics.names import short_name
 from ..analysis.models import SEVERITY_ORDER, Finding
 from . import api
 from .models import BreakdownDelta, Change, Comparison, EnvChange, RankDelta, RunSide
@@ -78,8 +79,44 @@ def _to_change(r) -> Change:
                   count_target=round(float(r.count_target), 3), change=r.change)
 
 
+_NEST = r"^(ProfilerStep#|## |#|enumerate\(DataLoader\))"
+
+
+def _top_of(changes: pd.DataFrame, dim: str, sign: int) -> str:
+    cand = changes[changes["kind"].isin(DIM_KINDS[dim])]
+    cand = cand[(cand["delta_ms"] * sign > 0) & ~(cand["kind"].eq("op") & cand["name"].str.match(_NEST, na=False))]
+    if cand.empty:
+        return ""
+    parts = []
+    for _, top in cand.head(3 if dim == "compute" else 1).iterrows():
+        calls = ""
+        if round(top["count_base"], 2) != round(top["count_target"], 2):
+            calls = f", {top['count_base']:.0f} -> {top['count_target']:.0f} calls/step"
+        parts.append(f"{short_name(str(top['name']), 60)} {top['delta_ms']:+.1f} ms{calls}")
+    return ": " + ", ".join(parts)
+
+
+def _rank_verdict(bd: BreakdownDelta, changes: pd.DataFrame, a: int, b: int, new: list[Finding]) -> str:
+    """Rank B against rank A of one job: where B spends more time, then where A does."""
+    dims = {k: v for k, v in (("compute", bd.compute_ms), ("communication", bd.communication_ms),
+                              ("free", bd.free_ms)) if v is not None}
+    if not dims:
+        return f"rank {b} vs rank {a}: no device data to compare"
+    worse = max(dims, key=lambda k: dims[k])
+    if dims[worse] <= 0:
+        return f"rank {b} spends no more time than rank {a} in any dimension"
+    text = f"rank {b} vs rank {a}: {worse} {dims[worse]:+.1f} ms per step{_top_of(changes, worse, 1)}"
+    better = min(dims, key=lambda k: dims[k])
+    if dims[better] < 0:
+        text += f"; rank {a} has {-dims[better]:.1f} ms more {better} per step"
+    related = [f for f in new if _dim_of(f.check) == worse]
+    if related:
+        text += f"; finding: {related[0].title}"
+    return text
+
+
 def _verdict(delta: float | None, pct: float | None, bd: BreakdownDelta, changes: pd.DataFrame,
-             env: list[EnvChange], new: list[Finding]) -> tuple[str, str | None]:
+             env: list[EnvChange], new: list[Finding], cfg: list[EnvChange] | None = None) -> tuple[str, str | None]:
     """One sentence naming the largest cause with numbers, and the next step."""
     if delta is None:
         return "step time unknown on one side (no ProfilerStep); see top_changes", None
@@ -98,19 +135,14 @@ def _verdict(delta: float | None, pct: float | None, bd: BreakdownDelta, changes
             lead.append("new: " + "; ".join(f.title for f in new[:2]))
         top = changes.iloc[0] if not changes.empty else None
         if top is not None and not lead:
-            lead.append(f"largest op change {top['name']} {top['delta_ms']:+.2f} ms")
+            lead.append(f"largest op change {short_name(str(top['name']), 60)} {top['delta_ms']:+.2f} ms")
         return f"{head}, within noise" + (f"; {'; '.join(lead)}" if lead else ""), fix
     sign = 1 if delta >= 0 else -1
     dim = max(dims, key=lambda k: sign * dims[k])
-    cand = changes[changes["kind"].isin(DIM_KINDS[dim])]
-    cand = cand[cand["delta_ms"] * sign > 0]
-    text = f"{head}, mostly {dim} ({dims[dim]:+.1f} ms)"
-    if not cand.empty:
-        top = cand.iloc[0]
-        calls = ""
-        if round(top["count_base"], 2) != round(top["count_target"], 2):
-            calls = f", {top['count_base']:.0f} -> {top['count_target']:.0f} calls/step"
-        text += f": {top['name']} {top['delta_ms']:+.1f} ms{calls}"
+    text = f"{head}, mostly {dim} ({dims[dim]:+.1f} ms){_top_of(changes, dim, sign)}"
+    hw = [c for c in (cfg or []) if c.name in ("device_name", "world_size", "vendor")]
+    if hw:
+        text += "; different setup: " + ", ".join(f"{c.name} {c.base} -> {c.target}" for c in hw)
     related = [f for f in new if _dim_of(f.check) == dim]
     if related:
         text += f"; new finding: {related[0].title}"
@@ -135,13 +167,16 @@ def _dim_of(check: str) -> str:
 
 
 def _build(b: core.Side, t: core.Side, *, top: int, notes: list[str], new: list[Finding], gone: list[Finding],
-           env: list[EnvChange], cfg: list[EnvChange], cross: bool, warnings: list[str]) -> Comparison:
+           env: list[EnvChange], cfg: list[EnvChange], cross: bool, warnings: list[str],
+           rank_pair: tuple[int, int] | None = None) -> Comparison:
     changes = _changes(b, t, cross)
     delta = _d(b.step_ms, t.step_ms)
     pct = round(100.0 * delta / b.step_ms, 2) if delta is not None and b.step_ms else None
     bd = BreakdownDelta(compute_ms=_d(b.compute_ms, t.compute_ms), communication_ms=_d(b.comm_ms, t.comm_ms),
                         free_ms=_d(b.free_ms, t.free_ms))
-    verdict, fix = _verdict(delta, pct, bd, changes, env, new)
+    verdict, fix = _verdict(delta, pct, bd, changes, env, new, cfg)
+    if rank_pair is not None:
+        verdict = _rank_verdict(bd, changes, rank_pair[0], rank_pair[1], new)
     per_rank = [RankDelta(base_rank=br, target_rank=tr,
                           **{k: _d(b.per_rank[br].get(k), t.per_rank[tr].get(k))
                              for k in ("step_ms", "compute_ms", "communication_ms", "free_ms")})
@@ -195,4 +230,4 @@ def compare_ranks(ref: api.ProfileRef, rank_a: int, rank_b: int, *, top: int = 1
     env = [EnvChange(name=k, base=x, target=y)
            for k, x, y in core.dict_changes(core.env_of(prof, [rank_a]), core.env_of(prof, [rank_b]))]
     return _build(a, b, top=top, notes=[f"rank {rank_b} against rank {rank_a} of the same profile"], new=new,
-                  gone=gone, env=env, cfg=[], cross=False, warnings=list(prof.warnings))
+                  gone=gone, env=env, cfg=[], cross=False, warnings=list(prof.warnings), rank_pair=(rank_a, rank_b))

@@ -263,10 +263,15 @@ class FixView:
     after: str | None = None
     env: list[str] = field(default_factory=list)
     known: bool = True
+    shown_in: int | None = None  # finding number whose card already shows this fix's code edit
 
 
-def _fix_views(ids: list[str], framework: str | None) -> list[FixView]:
-    """Title and code-edit template of each fix id; an id the knowledge base lacks is still shown."""
+def _fix_views(ids: list[str], framework: str | None, n: int, seen: dict[str, int]) -> list[FixView]:
+    """Title and code-edit template of each fix id; an id the knowledge base lacks is still shown.
+
+    A fix shared by several findings (e.g. shape alignment) shows its template once, in the first
+    finding; later cards point back to it, which keeps the report readable.
+    """
     try:
         from ..knowledge.loader import get_fix
     except ImportError:
@@ -278,6 +283,10 @@ def _fix_views(ids: list[str], framework: str | None) -> list[FixView]:
         except KeyError:
             out.append(FixView(id=fid, title=fid, known=False))
             continue
+        if fid in seen:
+            out.append(FixView(id=fix.id, title=fix.title, shown_in=seen[fid]))
+            continue
+        seen[fid] = n
         edits = list(fix.code_edit)
         edit = next((e for e in edits if e.framework == framework), None) or (edits[0] if edits else None)
         env = [f"{e.name}={e.value}" if e.value is not None else f"unset {e.name}" for e in fix.env]
@@ -293,19 +302,39 @@ def _fix_views(ids: list[str], framework: str | None) -> list[FixView]:
     return out
 
 
-def _evidence_items(ev: dict[str, Any]) -> list[tuple[str, str]]:
-    def fmt(v: Any) -> str:
-        if isinstance(v, float):
-            return f"{v:,.4g}" if abs(v) < 1e6 else f"{v:,.0f}"
-        if isinstance(v, list) and len(v) > 12:
-            return ", ".join(map(str, v[:12])) + f", … ({len(v)})"
-        if isinstance(v, list):
-            return ", ".join(map(str, v))
-        if isinstance(v, dict):
-            return "; ".join(f"{k}={fmt(x)}" for k, x in list(v.items())[:12])
-        return str(v)
+@dataclass
+class EvidenceItem:
+    key: str
+    text: str = ""
+    rows: list[tuple[str, str]] = field(default_factory=list)  # nested: per rank, per op ...
 
-    return [(str(k), fmt(v)) for k, v in ev.items()]
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, float):
+        return f"{v:,.4g}" if abs(v) < 1e6 else f"{v:,.0f}"
+    if isinstance(v, str):
+        return v if v else "''"
+    if isinstance(v, list):
+        head = ", ".join(_fmt(x) for x in v[:12])
+        return head + (f", … ({len(v)})" if len(v) > 12 else "")
+    if isinstance(v, dict):
+        return "; ".join(f"{k}={_fmt(x)}" for k, x in list(v.items())[:16])
+    return str(v)
+
+
+def _evidence_items(ev: dict[str, Any]) -> list[EvidenceItem]:
+    """Evidence as rows; a dict of dicts (per rank) or a list of dicts (per op) becomes a nested table."""
+    out = []
+    for k, v in ev.items():
+        if isinstance(v, dict) and v and all(isinstance(x, dict) for x in v.values()):
+            out.append(EvidenceItem(str(k), rows=[(str(sk), _fmt(sv)) for sk, sv in list(v.items())[:32]]))
+        elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            out.append(EvidenceItem(str(k), rows=[(str(i), _fmt(x)) for i, x in enumerate(v[:32], 1)]))
+        else:
+            out.append(EvidenceItem(str(k), text=_fmt(v)))
+    return out
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -377,12 +406,13 @@ def render_report(profile: api.ProfileRef, compare_base: api.ProfileRef | None =
 
     findings: list[Finding] = rep.findings if rep else []
     framework = prof.info.framework
+    seen_fixes: dict[str, int] = {}
     finding_views = [
         {
             "n": i,
             "f": f,
             "evidence": _evidence_items(f.evidence),
-            "fixes": _fix_views(f.fixes, framework),
+            "fixes": _fix_views(f.fixes, framework, i, seen_fixes),
             "colour": SEVERITY_COLOURS[f.severity],
         }
         for i, f in enumerate(findings, 1)

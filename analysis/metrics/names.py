@@ -26,7 +26,8 @@ def _strip_brackets(s: str, open_c: str, close_c: str) -> str:
 
 
 def short_name(name: str, max_len: int = 80) -> str:
-    if "<" not in name and "(" not in name:
+    # only C++ signatures carry templates / parameter lists; "Memcpy DtoD (Device -> Device)" keeps its parens
+    if "<" not in name and "::" not in name and not _VOID.match(name):
         return name if len(name) <= max_len else name[: max_len - 1] + "…"
     s = _VOID.sub("", name.strip())
     s = _strip_brackets(_strip_brackets(s, "<", ">"), "(", ")").strip()
