@@ -64,6 +64,7 @@ def test_rank3_vs_rank0_attributes_compute_and_matches_msprof_kernel_compare():
         kernel, base_us, target_us, ratio = r[1], r[3], r[8], r[13]
         ch = ours[kernel]
         assert ch.base_ms * 2 == pytest.approx(base_us / 1000, rel=0.01)   # per-step mean x 2 steps
+        assert ch.target_ms * 2 == pytest.approx(target_us / 1000, rel=0.01)
         assert ch.target_ms / ch.base_ms == pytest.approx(ratio, rel=0.01)
     names = c.verdict.split("compute")[1]
     assert names.index("MatMulV2") < names.index("FlashAttentionScore")
