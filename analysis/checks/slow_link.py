@@ -104,6 +104,10 @@ class SlowLinkCheck(Check):
                 {"transport": str(r.transport), "bandwidth_gbps": round(float(r.gbps), 4),
                  "median_gbps": round(float(r.median_gbps), 4)}
                 for r in slow_rt[slow_rt["rank"] == culprit].itertuples(index=False)]
+            if len(links) > 1 and rank_level:
+                # name the engine the profiler reports bandwidth for (SDMA / RDMA), as msprof-analyze does
+                engines = [x["transport"] for x in rank_level if x["transport"] in ("SDMA", "RDMA")]
+                subject = engines[0] if engines else rank_level[0]["transport"]
             rank_text = "".join(f"; its {x['transport']} bandwidth is {x['bandwidth_gbps']:.1f} GB/s against "
                                 f"{x['median_gbps']:.1f} GB/s on the other ranks" for x in rank_level)
             out.append(self.finding(
