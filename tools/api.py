@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
+
 from ..analysis.checks.base import CheckContext, run_checks
 from ..analysis.checks.env_var import ENV_RULES, RULES_BY_NAME
 from ..analysis.checks.slow_link import link_stats
@@ -177,11 +179,21 @@ def top_kernels(ref: ProfileRef, *, rank: int | None = None, step: int | None = 
                          total_ms=round(float(r.total_ms), 4), mean_ms=round(float(r.mean_ms), 4),
                          max_ms=round(float(r.max_ms), 4),
                          share_pct=round(100.0 * r.total_ms / grand, 2) if grand else 0.0,
-                         ranks=[int(x) for x in r.ranks], input_shapes=[str(s) for s in (r.shapes or [])],
+                         ranks=[int(x) for x in r.ranks], input_shapes=_shape_list(r.shapes),
                          category=r.category if isinstance(r.category, str) else None,
                          step_share_pct=round(100.0 * per_step / mean_step, 2) if mean_step else None))
     return TopKernels(profile=prof.info, kernels=ks, total=len(df), truncated=len(df) > top, by=by,
                       warnings=list(prof.warnings))
+
+
+def _shape_list(v) -> list[str]:
+    """DuckDB gives a list, a numpy array, or NA when a group has no shapes (hcom ops, most GPU kernels)."""
+    if v is None or isinstance(v, float) or v is pd.NA:
+        return []
+    try:
+        return [str(x) for x in v if x is not None and x is not pd.NA]
+    except TypeError:
+        return []
 
 
 def env_audit(ref: ProfileRef) -> EnvAudit:

@@ -1,0 +1,357 @@
+"""The HTML report: rendered for cluster4, parsed with html.parser, and loaded in headless Chromium.
+
+The numbers asserted are the planted problems of cluster4 (rank 0 idles ~250 ms at the end of step 2,
+rank 3 computes ~1.4x slower, ASCEND_LAUNCH_BLOCKING=1, a slow link of rank 2).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import struct
+import subprocess
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from conftest import CLUSTER4, KINETO, REPO, need
+from stepdoctor.analysis.ingest.base import ProfileError
+from stepdoctor.tools import api
+from stepdoctor.tools.report import SEVERITY_COLOURS, write_report
+
+RANK0 = CLUSTER4 / "node0_40000_20250101120000100_ascend_pt"
+RANK3 = CLUSTER4 / "node0_40003_20250101120000103_ascend_pt"
+VOID = {"meta", "link", "br", "hr", "img", "input", "col", "area", "base", "source", "wbr"}
+
+
+@dataclass
+class Node:
+    tag: str
+    attrs: dict[str, str]
+    children: list[Node] = field(default_factory=list)
+    text: str = ""
+
+    def all_text(self) -> str:
+        return self.text + "".join(c.all_text() for c in self.children)
+
+    def iter(self):
+        yield self
+        for c in self.children:
+            yield from c.iter()
+
+    def find_all(self, tag: str | None = None, **attrs: str) -> list[Node]:
+        out = []
+        for n in self.iter():
+            if tag is not None and n.tag != tag:
+                continue
+            if all(
+                (n.attrs.get(k.replace("_", "-")) or "") == v
+                or (k == "class_" and v in (n.attrs.get("class") or "").split())
+                for k, v in attrs.items()
+            ):
+                out.append(n)
+        return out
+
+    def by_id(self, ident: str) -> Node:
+        found = [n for n in self.iter() if n.attrs.get("id") == ident]
+        assert len(found) == 1, f"expected one element #{ident}, found {len(found)}"
+        return found[0]
+
+
+class TreeBuilder(HTMLParser):
+    """A small DOM from html.parser; fails on mismatched tags, which also checks the markup is well formed."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.root = Node("#root", {})
+        self.stack = [self.root]
+
+    def handle_starttag(self, tag, attrs):
+        node = Node(tag, {k: v or "" for k, v in attrs})
+        self.stack[-1].children.append(node)
+        if tag not in VOID:
+            self.stack.append(node)
+
+    def handle_startendtag(self, tag, attrs):
+        self.stack[-1].children.append(Node(tag, {k: v or "" for k, v in attrs}))
+
+    def handle_endtag(self, tag):
+        if tag in VOID:
+            return
+        assert self.stack[-1].tag == tag, f"</{tag}> closes <{self.stack[-1].tag}>"
+        self.stack.pop()
+
+    def handle_data(self, data):
+        self.stack[-1].children.append(Node("#text", {}, text=data))
+
+
+def parse(html: str) -> Node:
+    b = TreeBuilder()
+    b.feed(html)
+    b.close()
+    assert len(b.stack) == 1, f"unclosed <{b.stack[-1].tag}>"
+    return b.root
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, Node]:
+    out = tmp_path_factory.mktemp("report") / "cluster4.html"
+    path = write_report(need(CLUSTER4), out)
+    html = path.read_text(encoding="utf-8")
+    return path, html, parse(html)
+
+
+def _rows(table: Node) -> list[list[str]]:
+    return [
+        [td.all_text().strip() for td in tr.find_all("td")]
+        for tr in table.find_all("tr")
+        if tr.find_all("td")
+    ]
+
+
+def test_overview_and_breakdown_chart(report):
+    _, _, dom = report
+    assert dom.by_id("profile-path").all_text() == str(CLUSTER4)
+    chart = dom.by_id("chart-breakdown")
+    assert chart.tag == "svg" and chart.attrs["data-ranks"] == "4"
+    comp = chart.find_all("rect", data_key="compute")
+    free = chart.find_all("rect", data_key="free")
+    assert len(comp) == 4 and len(free) == 4
+    # rank 3's compute bar is ~1.4x the others; rank 0's free bar carries the 250 ms tail (mean 125 ms/step)
+    widths = [float(r.attrs["width"]) for r in comp]
+    assert widths[3] / widths[0] == pytest.approx(1.4, abs=0.05)
+    free_ms = [float(re.search(r": ([\d.]+) ms", r.find_all("title")[0].all_text()).group(1)) for r in free]
+    assert free_ms[0] - free_ms[1] == pytest.approx(125.0, abs=5.0)
+    ranks = _rows(dom.by_id("table-ranks"))
+    assert [r[0] for r in ranks] == ["0", "1", "2", "3"]
+    assert float(ranks[0][2]) == pytest.approx(225.0, abs=1.0) and float(ranks[1][2]) == pytest.approx(
+        100.0, abs=1.0
+    )
+    assert float(ranks[3][3]) == pytest.approx(26.1, abs=0.5)
+
+
+def test_heatmaps(report):
+    _, _, dom = report
+    comp = dom.by_id("heatmap-compute")
+    free = dom.by_id("heatmap-free")
+    for h in (comp, free):
+        assert h.tag == "svg" and h.attrs["data-ranks"] == "4" and h.attrs["data-steps"] == "2"
+        assert {r.attrs["data-key"] for r in h.find_all("rect") if "data-key" in r.attrs} == {
+            f"{r}:{s}" for r in range(4) for s in (1, 2)
+        }
+    assert float(comp.attrs["data-max-ms"]) == pytest.approx(26.2, abs=0.5)  # rank 3
+    cell = free.find_all("rect", data_key="0:2")[0]
+    assert float(re.search(r"([\d.]+) ms", cell.all_text()).group(1)) > 300  # rank 0 step 2's idle tail
+    assert cell.attrs["fill"] == "#b5495b"  # the hottest cell takes the full colour
+
+
+def test_findings_by_priority_with_evidence_and_fixes(report):
+    _, _, dom = report
+    rep = api.issues(CLUSTER4)
+    cards = dom.find_all("section", class_="finding")
+    assert len(cards) == rep.total == len(rep.findings)
+    assert [c.attrs["data-check"] for c in cards] == [f.check for f in rep.findings]
+    first = cards[0]
+    assert (first.attrs["data-check"], first.attrs["data-severity"]) == ("slow-rank", "high")
+    assert (first.attrs["data-ranks"], first.attrs["data-steps"]) == ("0", "2")
+    assert float(first.attrs["data-impact-ms"]) == pytest.approx(125.0, abs=5.0)
+    for c in cards:
+        assert SEVERITY_COLOURS[c.attrs["data-severity"]] in c.attrs["style"]
+    severities = [c.attrs["data-severity"] for c in cards]
+    assert severities == sorted(severities, key=["high", "medium", "low"].index)
+    assert {"high", "medium", "low"} <= set(severities)
+    ev = {tr.attrs["data-key"]: tr.all_text() for tr in first.find_all("tr") if "data-key" in tr.attrs}
+    assert "250" in ev["excess_ms"]
+    # a fix's code edit is shown once, in the first finding that needs it; later cards link back to it
+    shown = [(c, d) for c in cards for d in c.find_all("div", data_fix="ascend-launch-blocking-off")]
+    assert len(shown) >= 2
+    (owner, fix), rest = shown[0], shown[1:]
+    pres = [p.all_text() for p in fix.find_all("pre")]
+    assert "export ASCEND_LAUNCH_BLOCKING=1" in pres[0] and "unset ASCEND_LAUNCH_BLOCKING" in pres[1]
+    for _, d in rest:
+        assert not d.find_all("pre") and d.find_all("a")[0].attrs["href"] == f"#{owner.attrs['id']}"
+    assert any(c.attrs["data-subject"] == "ASCEND_LAUNCH_BLOCKING" for c, _ in shown)
+    counts = {
+        c.attrs["data-severity"]: int(c.attrs["data-count"])
+        for c in dom.by_id("summary-cards").find_all("div", class_="card")
+        if "data-severity" in c.attrs
+    }
+    assert counts == {s: severities.count(s) for s in ("high", "medium", "low")}
+
+
+def test_tables_env_links_kernels_warnings(report):
+    _, _, dom = report
+    env = {r[0]: r for r in _rows(dom.by_id("table-env"))}
+    assert env["ASCEND_LAUNCH_BLOCKING"][1:3] == ["bad", "1"]
+    assert env["HCCL_ALGO"][2] == "level0:NA;level1:ring"
+    links = _rows(dom.by_id("table-links"))
+    assert links[0][0] == "2" and float(links[0][3]) < 0.5 * float(links[0][4])
+    kernels = _rows(dom.by_id("table-kernels"))
+    top = next(r for r in kernels if r[1] == "MatMulV2")
+    assert top[3] == "64"
+    assert dom.find_all("section", id="warnings")
+
+
+def test_self_contained_and_escaped(report, tmp_path: Path):
+    _, html, dom = report
+    assert html.startswith("<!doctype html>")
+    assert "<script" not in html.lower() and "@import" not in html and "url(" not in html
+    for n in dom.iter():
+        for attr in ("src", "href"):
+            v = n.attrs.get(attr, "")
+            assert not v or v.startswith("#"), f"external reference {attr}={v}"
+    # profile strings are data: C++ kernel names with <...> arrive escaped and parse as text
+    out = write_report(need(KINETO / "trace_filter"), tmp_path / "kineto.html")
+    khtml = out.read_text(encoding="utf-8")
+    assert "&lt;c10::Half" in khtml and "<c10::Half" not in khtml
+    parse(khtml)
+
+
+def test_never_writes_into_the_profile_and_writes_atomically(tmp_path: Path):
+    prof_dir = tmp_path / "run"
+    shutil.copytree(need(RANK0), prof_dir / RANK0.name)
+    for target in (prof_dir / "report.html", prof_dir / RANK0.name / "ASCEND_PROFILER_OUTPUT" / "r.html"):
+        with pytest.raises(ProfileError, match="refusing to write the report inside the profile"):
+            write_report(prof_dir, target)
+        assert not target.exists()
+    out_dir = tmp_path / "out"
+    out = write_report(prof_dir, out_dir / "r.html")
+    first = out.read_text(encoding="utf-8")
+    out.write_text("old")
+    write_report(prof_dir, out)  # overwrite in place
+    assert out.read_text(encoding="utf-8") == first
+    assert sorted(p.name for p in out_dir.iterdir()) == ["r.html"]  # no temp file left behind
+    assert out.stat().st_mode & 0o644 == 0o644
+
+
+def test_compare_section(tmp_path: Path):
+    out = write_report(need(RANK3), tmp_path / "cmp.html", compare_base=RANK0)
+    dom = parse(out.read_text(encoding="utf-8"))
+    sec = dom.by_id("comparison")
+    assert float(sec.attrs["data-delta-ms"]) == pytest.approx(-125.0, abs=2.0)
+    assert "step time -125.0 ms" in sec.find_all("p", class_="verdict")[0].all_text()
+    sides = _rows(dom.by_id("table-compare-sides"))
+    assert float(sides[2][1]) == pytest.approx(7.5, abs=1.0)  # compute delta: rank 3 computes slower
+    changes = _rows(dom.by_id("table-compare-changes"))
+    assert changes[0][1].startswith("MatMulV2") and float(changes[0][4]) > 2.0
+
+
+def test_charts_of_a_large_cluster_draw_the_slowest_ranks():
+    """300 ranks: the bar chart and heatmaps draw 128 of them, the slowest first choice, and say so."""
+    from stepdoctor.analysis.metrics.breakdown import BreakdownRow
+    from stepdoctor.tools.report import MAX_CHART_RANKS, breakdown_chart, heatmap
+
+    rows = [
+        BreakdownRow(
+            rank=r,
+            step=s,
+            step_ms=100.0 + (50.0 if r == 299 else r % 7),
+            compute_ms=40.0 + r % 5,
+            communication_ms=10.0,
+            comm_not_overlapped_ms=5.0,
+            overlapped_ms=5.0,
+            free_ms=30.0,
+        )
+        for r in range(300)
+        for s in (1, 2)
+    ]
+    from stepdoctor.analysis.metrics.breakdown import totals
+
+    tot = totals(rows)
+    chart = breakdown_chart(tot)
+    assert chart is not None and chart.data["ranks"] == str(MAX_CHART_RANKS) == "128"
+    assert "172 faster rank(s) not drawn" in chart.note
+    labels = [t.text for t in chart.texts if t.text.startswith("rank ")]
+    assert "rank 299" in labels and len(labels) == 128
+    h = heatmap(rows, "compute", tot)
+    assert h is not None and h.data["ranks"] == "128" and h.data["steps"] == "2"
+    assert float(h.data["max-ms"]) == 44.0 and float(h.data["min-ms"]) == 40.0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Real browser
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _chromium() -> str:
+    found = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+    if found:
+        return found
+    if os.geteuid() != 0:
+        pytest.skip("chromium is not installed and installing it needs root (apt-get install -y chromium)")
+    res = subprocess.run(
+        ["apt-get", "install", "-y", "chromium"],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+    )
+    if res.returncode != 0 or not Path("/usr/bin/chromium").exists():
+        pytest.skip(f"apt-get install chromium failed: {res.stderr.strip()[-300:]}")
+    return "/usr/bin/chromium"
+
+
+def _chrome_args(binary: str, profile_dir: Path) -> list[str]:
+    return [
+        binary,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile_dir}",
+    ]
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_chromium_renders_the_report(report, tmp_path: Path):
+    path, _, dom = report
+    binary = _chromium()
+    # the screenshot first: it is the artifact a person looks at, also when an assertion below fails
+    artifacts = REPO / "artifacts"
+    artifacts.mkdir(exist_ok=True)
+    shot = artifacts / "report.png"
+    shot.unlink(missing_ok=True)
+    res = subprocess.run(
+        [
+            *_chrome_args(binary, tmp_path / "ud"),
+            f"--screenshot={shot}",
+            "--window-size=1400,2400",
+            path.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0 and shot.exists(), res.stderr[-2000:]
+    head = shot.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", head[16:24]) == (1400, 2400)
+    assert shot.stat().st_size > 50_000  # a blank page compresses to a few KB
+
+    res = subprocess.run(
+        [*_chrome_args(binary, tmp_path / "ud2"), "--dump-dom", path.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    live = parse(res.stdout)
+    assert len(live.find_all("svg")) >= 3
+    for ident in (
+        "chart-breakdown",
+        "heatmap-compute",
+        "heatmap-free",
+        "table-ranks",
+        "table-kernels",
+        "finding-1",
+    ):
+        live.by_id(ident)
+    assert len(live.find_all("section", class_="finding")) == len(dom.find_all("section", class_="finding"))
+    assert len(live.by_id("chart-breakdown").find_all("rect", data_key="compute")) == 4
