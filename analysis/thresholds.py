@@ -80,6 +80,19 @@ class _Table:
                                       "matmul inner axis alignment")
     fa_align: Threshold = Threshold(128, "elements", f"{MSPROF} aicore_performance.yaml",
                                     "flash attention head dim / seq alignment")
+    cube_min_mib: Threshold = Threshold(
+        100.0, "MiB per step", f"{MSPROF} ai_core_performance_checker CUBE_OPERATOR_MEMORY_SIZE_MB",
+        "matmul kernels moving less are not judged for alignment")
+    cube_bound_mac: Threshold = Threshold(0.8, "ratio", f"{MSPROF} aicore_performance.yaml",
+                                          "cube kernel counts as mac-bound")
+    cube_bound_mte2: Threshold = Threshold(0.95, "ratio", f"{MSPROF} aicore_performance.yaml",
+                                           "cube kernel counts as mte2-bound")
+    fa_bound_mte2: Threshold = Threshold(0.8, "ratio", f"{MSPROF} aicore_performance.yaml",
+                                         "flash attention counts as mte2-bound")
+    fa_bound_vec: Threshold = Threshold(0.75, "ratio", f"{MSPROF} aicore_performance.yaml",
+                                        "flash attention forward counts as vector-bound")
+    fa_grad_bound_fixpipe: Threshold = Threshold(0.75, "ratio", f"{MSPROF} aicore_performance.yaml",
+                                                 "flash attention grad counts as fixpipe-bound")
     fp32_share_pct: Threshold = Threshold(
         50.0, "% of matmul/conv time", "stepdoctor; MindSpore perf guide case 2 (fp32 MatMul dominated forward)",
         "float32 share of matmul / conv / attention time")

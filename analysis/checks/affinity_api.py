@@ -1,0 +1,319 @@
+"""affinity-api: host op sequences that torch_npu replaces with one fused / NPU-affine API.
+
+Rules (msprof-analyze 26.2.0 timeline_fusion_ops, `timeline_fusion_ops.yaml`, rules doc §5.5), restated below
+as data with the CANN / torch version each appeared in:
+- aten rules: a regex over the sequence of *first-level* `aten::` / `npu::` host ops of a thread, op names
+  without the `aten::` prefix joined by `-` (e.g. `add-layer_norm` -> torch_npu.npu_add_layer_norm);
+  `(a|b){m,n}` elements are alternatives with a repeat count;
+- optimizer rules: a host op `Optimizer.step#<Name>.step` -> torch_npu.optim.NpuFused<Name>.
+
+First-level = not nested inside another `aten::` / `npu::` op of the same thread (an op's own aten
+children are its implementation, not user code); wrappers such as ProfilerStep#N, python_function or
+module events do not count as parents, so this is "depth 0 within the step" whatever the nesting depth
+of the step annotation is. Matching runs per (rank, thread) over the whole timeline in start order; a match
+belongs to the step of its first op. Versions: the rule set is the lineage the advisor applies by default
+(CANN 8.0.0, torch 2.1.0: rule sets 6.3.RC2 -> 7.0.RC1 -> 7.0.0 -> 8.0.RC1/8.0.0); the MindSpeed rules of
+8.0.RC3 need MindSpeed installed and are listed but off by default.
+
+Every rank is checked (T.affinity_min_occurrences: one occurrence is enough, as in the advisor).
+impact_ms is not estimated: what a fused API saves depends on the fused kernel, which the profile does not
+contain; the host and device time of the matched ops is in the evidence. Ascend only (the replacements are
+torch_npu APIs). Severity: the advisor's fixed LOW.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..models import Finding
+from ..thresholds import T
+from .aicpu_op import NS_PER_MS, in_kept_steps, kept_steps, n_steps, ranks_text, step_list, steps_text
+from .base import Check, CheckContext, register
+
+
+@dataclass(frozen=True)
+class AffinityRule:
+    api: str  # the replacement API (Finding.subject)
+    patterns: tuple[str, ...]  # op-name sequences, `-` separated, with `(a|b){m,n}` elements
+    since_cann: str  # CANN version whose rule set added it
+    torch: tuple[str, ...]  # torch versions the rule set names
+    default: bool = True  # applied without extra knowledge of the environment
+
+
+_T111 = ("1.11.0",)
+_T21 = ("1.11.0", "2.1.0")
+ATEN_RULES: tuple[AffinityRule, ...] = (
+    AffinityRule(
+        "torch_npu.npu_confusion_transpose",
+        (
+            "(permute|transpose)-(contiguous){0,1}-(reshape|view)",
+            "(reshape|view)-(contiguous){0,1}-(permute|transpose)",
+        ),
+        "6.3.RC2",
+        _T111,
+    ),
+    AffinityRule("torch_npu.fast_gelu", ("gelu",), "6.3.RC2", _T111),
+    AffinityRule(
+        "torch_npu.npu_scaled_masked_softmax", ("softmax-(mul){0,1}-(masked_fill_|add)",), "6.3.RC2", _T111
+    ),
+    AffinityRule("optimizer.clip_grad_norm_fused_", ("add-reciprocal-mul",), "6.3.RC2", _T111),
+    AffinityRule(
+        "torch_npu.npu_fusion_attention",
+        ("matmul-(add){0,1}-(mul){0,1}-(masked_fill_|add){0,1}-softmax-(dropout){0,1}-matmul",),
+        "7.0.RC1",
+        _T21,
+    ),
+    AffinityRule("torch_npu.npu_rotary_mul", ("(chunk|slice)-neg-cat-(mul){0,2}-add",), "7.0.RC1", _T21),
+    AffinityRule(
+        "torch_npu.npu_rms_norm",
+        ("(pow){0,1}-(mean){0,1}-(add){0,1}-rsqrt-mul-(type_as){0,1}",),
+        "7.0.0",
+        _T21,
+    ),
+    AffinityRule(
+        "torch_npu.npu_swiglu",
+        (
+            "(slice|chunk)-silu-mul",
+            "(slice|chunk)-mul-silu",
+            "(slice|chunk)-sigmoid-mul-mul",
+            "(slice|chunk)-mul-sigmoid-mul",
+            "(slice|chunk)-mul-mul-sigmoid",
+        ),
+        "7.0.0",
+        _T21,
+    ),
+    AffinityRule(
+        "torch_npu.npu_geglu", ("(slice|chunk)-gelu-mul", "(slice|chunk)-mul-gelu"), "8.0.RC1", _T21
+    ),
+    AffinityRule("torch_npu.npu_group_norm_silu", ("group_norm-silu",), "8.0.RC1", _T21),
+    AffinityRule("torch.addmm", ("mul-mul-add",), "8.0.RC1", _T21),
+    AffinityRule("torch_npu.npu_add_layer_norm", ("add-layer_norm",), "8.0.RC1", _T21),
+    AffinityRule("mindspeed.ops.npu_matmul_add", ("matmul-add",), "8.0.RC3", _T21, default=False),
+    AffinityRule(
+        "mindspeed.ops.npu_moe_token_permute",
+        ("argsort-argsort-index_select",),
+        "8.0.RC3",
+        _T21,
+        default=False,
+    ),
+    AffinityRule(
+        "mindspeed.ops.npu_moe_token_unpermute",
+        ("index_select-mul-reduce_sum",),
+        "8.0.RC3",
+        _T21,
+        default=False,
+    ),
+)
+# Optimizer.step#<Name>.step -> fused optimizer (CANN 6.3.RC2 / torch 1.11.0 rule set, inherited since).
+OPTIMIZER_RULES: dict[str, str] = {
+    name: f"torch_npu.optim.NpuFused{name}"
+    for name in ("AdamW", "SGD", "Adadelta", "Lamb", "AdamP", "BertAdam", "RMSprop", "RMSpropTF", "Adam")
+}
+RULESET = "msprof-analyze timeline_fusion_ops.yaml, CANN 8.0.0 / torch 2.1.0 lineage (advisor default)"
+
+_ELEM_RE = re.compile(r"^\((?P<alts>[\w|]+)\)(?P<q>\{\d+(?:,\d*)?\}|[*+?])?$|^(?P<name>\w+)$")
+_OPT_RE = re.compile(r"^Optimizer\.step#(?P<name>\w+)\.step$")
+_FRAMEWORK_FRAMES = (
+    "site-packages/torch/",
+    "site-packages/torch_npu/",
+    "/torch/nn/",
+    "torch_npu/",
+    "megatron/",
+    "deepspeed/",
+)
+
+
+def compile_pattern(rule: str) -> re.Pattern[str]:
+    """`(a|b){0,1}-c` -> a regex over 'name;name;...' strings that only matches whole op names."""
+    parts = []
+    for elem in rule.split("-"):
+        m = _ELEM_RE.match(elem.strip())
+        if not m:
+            raise ValueError(f"bad affinity rule element {elem!r} in {rule!r}")
+        alts = m["alts"].split("|") if m["alts"] else [m["name"]]
+        parts.append("(?:" + "|".join(re.escape(a) + ";" for a in alts) + ")" + (m["q"] or ""))
+    return re.compile(r"(?<![^;])" + "".join(parts))
+
+
+_COMPILED: dict[str, list[re.Pattern[str]]] = {
+    r.api: [compile_pattern(p) for p in r.patterns] for r in ATEN_RULES
+}
+
+
+def first_level(ops: pd.DataFrame) -> pd.DataFrame:
+    """aten/npu ops not nested inside another aten/npu op of the same (rank, tid).
+
+    `ops` is sorted by (rank, tid, start, longest first). Ops on one thread nest properly, so an op is
+    inside an earlier one exactly when it starts before the latest end seen so far on its thread.
+    """
+    if ops.empty:
+        return ops
+    end = (ops["start_ns"] + ops["dur_ns"]).astype("int64")
+    key = ops["rank"].astype("int64").astype(str) + ":" + ops["tid"].astype("string").fillna("")
+    prev_end = end.groupby(key, sort=False).cummax().groupby(key, sort=False).shift(1)
+    return ops[prev_end.isna() | (ops["start_ns"] >= prev_end)]
+
+
+def _tokens(names: list[str]) -> tuple[str, list[int]]:
+    """The op-name sequence as 'name;name;...' and the offset where each name starts (plus the end)."""
+    starts = [0]
+    for n in names:
+        starts.append(starts[-1] + len(n) + 1)
+    return "".join(n + ";" for n in names), starts
+
+
+def match_sequences(names: list[str], pattern: re.Pattern[str]) -> list[tuple[int, int]]:
+    """(first index, length) of each non-overlapping match of `pattern` in the op-name sequence."""
+    return _find(*_tokens(names), pattern)
+
+
+def _find(text: str, starts: list[int], pattern: re.Pattern[str]) -> list[tuple[int, int]]:
+    out = []
+    for m in pattern.finditer(text):
+        if m.end() == m.start():
+            continue
+        i = bisect.bisect_left(starts, m.start())
+        j = bisect.bisect_left(starts, m.end())
+        out.append((i, j - i))
+    return out
+
+
+def user_frame(stack: object) -> str | None:
+    """First frame of a ';'-joined call stack outside torch / torch_npu / megatron / deepspeed."""
+    if not isinstance(stack, str):
+        return None
+    frames = [f.strip() for f in stack.split(";") if f.strip()]
+    return next(
+        (f for f in frames if not any(x in f for x in _FRAMEWORK_FRAMES)), frames[0] if frames else None
+    )
+
+
+@register
+class AffinityApiCheck(Check):
+    id = "affinity-api"
+    title = "Fusible op sequence (affinity API)"
+    needs = ("framework_ops",)
+    vendors = ("ascend",)
+    description = (
+        "First-level aten op sequences and optimizers that torch_npu replaces with a fused API "
+        "(msprof-analyze timeline_fusion_ops rules, CANN 8.0.0 set), on every rank; subject = the API."
+    )
+
+    def run(self, ctx: CheckContext) -> list[Finding]:
+        ranks = self.applicable_ranks(ctx)
+        if not ranks:
+            return []
+        marks = ",".join("?" * len(ranks))
+        host = ctx.sql(
+            "SELECT rank, step, tid, name, start_ns, dur_ns, call_stack FROM host_ops "
+            f"WHERE rank IN ({marks}) AND (name LIKE 'aten::%' OR name LIKE 'npu::%' "
+            "OR name LIKE 'Optimizer.step#%') ORDER BY rank, tid, start_ns, dur_ns DESC",
+            ranks,
+        )
+        if host.empty:
+            return []
+        steps = kept_steps(ctx)
+        hits: list[dict] = []
+        is_opt = host["name"].str.startswith("Optimizer.step#")
+        for r in host[is_opt].itertuples(index=False):
+            m = _OPT_RE.match(str(r.name))
+            if m and m["name"] in OPTIMIZER_RULES:
+                hits.append(
+                    {
+                        "api": OPTIMIZER_RULES[m["name"]],
+                        "pattern": f"Optimizer.step#{m['name']}.step",
+                        "rank": int(r.rank),
+                        "step": r.step,
+                        "sequence": str(r.name),
+                        "host_ns": float(r.dur_ns),
+                        "stack": r.call_stack,
+                        "since": "6.3.RC2",
+                        "torch": _T111,
+                    }
+                )
+        aten = first_level(host[~is_opt])
+        for (rank, _tid), g in aten.groupby(["rank", "tid"], dropna=False, sort=True):
+            names = [n.removeprefix("aten::") for n in g["name"].astype(str)]
+            text, starts = _tokens(names)
+            step = g["step"].to_numpy(dtype=object)
+            stack = g["call_stack"].to_numpy(dtype=object)
+            dur = np.concatenate([[0.0], np.cumsum(g["dur_ns"].to_numpy(dtype="float64"))])
+            for rule in ATEN_RULES:
+                if not rule.default:
+                    continue
+                for pat_text, pat in zip(rule.patterns, _COMPILED[rule.api], strict=True):
+                    for i, n in _find(text, starts, pat):
+                        hits.append(
+                            {
+                                "api": rule.api,
+                                "pattern": pat_text,
+                                "rank": int(rank),
+                                "step": step[i],
+                                "sequence": "-".join(names[i : i + n]),
+                                "host_ns": float(dur[i + n] - dur[i]),
+                                "stack": stack[i],
+                                "since": rule.since_cann,
+                                "torch": rule.torch,
+                            }
+                        )
+        if not hits:
+            return []
+        df = in_kept_steps(pd.DataFrame(hits), steps)
+        if df.empty:
+            return []
+        min_n = T.affinity_min_occurrences.value
+        with_stack = bool(df["stack"].notna().any())
+        out: list[Finding] = []
+        for api, g in df.groupby("api", sort=True):
+            if len(g) < min_n:
+                continue
+            rk = sorted(int(r) for r in g["rank"].unique())
+            st = step_list(g["step"])
+            per_rank = {}
+            for rank, gr in g.groupby("rank", sort=True):
+                k = n_steps(steps, int(rank))
+                per_rank[str(int(rank))] = {
+                    "occurrences_per_step": round(len(gr) / k, 2),
+                    "matched_host_ms_per_step": round(float(gr["host_ns"].sum()) / NS_PER_MS / k, 4),
+                    "by_step": {str(int(s)): int(n) for s, n in gr.groupby("step").size().items()},
+                }
+            frames = sorted({f for f in (user_frame(s) for s in g["stack"]) if f})[:5]
+            seqs = g["sequence"].value_counts().head(3)
+            first = g.iloc[0]
+            occ = per_rank[str(rk[0])]["occurrences_per_step"]
+            where = f" at {frames[0]}" if frames else ""
+            out.append(
+                self.finding(
+                    ctx,
+                    title=f"use {api} ({seqs.index[0]}, {occ:g} per step)",
+                    subject=str(api),
+                    ranks=rk,
+                    steps=st,
+                    impact_ms=None,
+                    severity="low",
+                    evidence={
+                        "patterns": sorted(set(g["pattern"])),
+                        "matched_sequences": {str(k): int(v) for k, v in seqs.items()},
+                        "since_cann": first["since"],
+                        "torch_versions": list(first["torch"]),
+                        "ruleset": RULESET,
+                        "min_occurrences": min_n,
+                        "per_rank": per_rank,
+                        "code_locations": frames,
+                        "with_stack": with_stack,
+                        "impact_method": "not estimated: the saving depends on the fused kernel",
+                    },
+                    message=(
+                        f"{ranks_text(rk).capitalize()} run{'s' if len(rk) == 1 else ''} "
+                        f"`{seqs.index[0]}`{where} {occ:g} times per step in {steps_text(st)}; {api} "
+                        f"(CANN >= {first['since']}) does the same in one NPU-affine call."
+                        + ("" if with_stack else " Profile with with_stack=True to locate the calling code.")
+                    ),
+                )
+            )
+        return out

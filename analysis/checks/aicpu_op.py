@@ -1,0 +1,255 @@
+"""aicpu-op: operators that run on the AI CPU instead of the AI Core, per op type, on every rank.
+
+Rule (msprof-analyze 26.2.0 aicpu_analysis, rules doc §5.2 / §5.6): a device task whose task type
+(kernel_details `Accelerator Core`) is AI_CPU is an issue when its op type has a task of at least
+T.aicpu_task_us (20 µs). The advisor tests the longest task of *all* ops against 20 µs and looks at one
+rank; here the test is on the AI_CPU tasks of that op type and every rank is checked and named.
+
+Algorithm:
+1. take the AI_CPU tasks of the kept steps of each rank (a rank without steps counts as one step), except
+   the data-queue tasks of dataset sink mode (GetNext / dequeue / InitDataSetQueue): they wait for input
+   data on the AI CPU by design, and that wait belongs to slow-dataloader;
+2. group by op type (the `Type` column, else the task name); keep op types with a task >= 20 µs;
+3. impact_ms = Σ AI_CPU task time of the op type per step (mean over the rank's steps), the worst rank;
+   AI_CPU tasks serialize the stream, so their whole time is what moving the op to the AI Core can save
+   (an upper bound: the AI Core version is not free);
+4. suggestions from aicpu_rules.yaml: DOUBLE (float64) inputs -> convert to float32 / bf16 (AI Core
+   kernels do not take float64, so the op falls back to the AI CPU); index / indexput / nonzero ->
+   replace with an equivalent operator; argmin -> CANN >= 7.0.RC1 has an AI Core kernel.
+
+Severity: the advisor rates AICPU by a time ratio, so the impact rule of `Check.finding` applies (share of
+the mean step). The advisor's own ratio (AI_CPU time / all device task time) is kept in the evidence.
+
+This module also holds the few helpers the compute / communication checks share (rank and step text,
+kept steps per rank).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pandas as pd
+
+from ..models import Finding
+from ..thresholds import T
+from .base import Check, CheckContext, register
+
+NS_PER_MS = 1e6
+NS_PER_US = 1e3
+
+# aicpu_rules.yaml ExampleGuideChecker: op types with a documented AI Core replacement (lower-case).
+_REPLACE_GUIDE = {"index", "indexput", "indexputv2", "nonzero"}
+_UPGRADE_GUIDE = {"argmin": "upgrade CANN to >= 7.0.RC1, which has an AI Core ArgMin"}
+# Data-queue tasks of dataset sink mode (MindSpore GetNext / dequeue, InitDataSetQueue) run on the AI CPU
+# by design: their time is the device waiting for input data (the data loader's problem), not an op to port.
+DATA_QUEUE_RE = "getnext|dequeue|initdatasetqueue"
+_DOUBLE_RE = re.compile(r"(^|[^A-Z0-9])(DT_)?(DOUBLE|FLOAT64)($|[^A-Z0-9])", re.I)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# helpers shared by the compute / communication checks (imported by the sibling modules)
+
+
+def kept_steps(ctx: CheckContext) -> dict[int, list[int]]:
+    """Rank -> its kept steps (ProfilerStep numbers), for the ranks of the context."""
+    out: dict[int, list[int]] = {r: [] for r in ctx.all_ranks}
+    for rank, step in ctx.profile.rows("SELECT rank, step FROM steps WHERE kept ORDER BY rank, step"):
+        if rank in out:
+            out[rank].append(int(step))
+    return out
+
+
+def in_kept_steps(df: pd.DataFrame, steps: dict[int, list[int]]) -> pd.DataFrame:
+    """Rows of `df` (columns rank, step) inside a kept step of their rank; a rank without any step keeps
+    all its rows (its profile is then one unnamed step)."""
+    if df.empty:
+        return df
+    keep = pd.Series(False, index=df.index)
+    for rank, grp in df.groupby("rank"):
+        st = steps.get(int(rank), [])
+        keep.loc[grp.index] = grp["step"].isin(st) if st else True
+    return df[keep]
+
+
+def n_steps(steps: dict[int, list[int]], rank: int) -> int:
+    return max(len(steps.get(rank, [])), 1)
+
+
+def ranks_text(ranks: list[int] | set[int]) -> str:
+    """'rank 1', 'ranks 0-3', 'ranks 0, 2, 5'."""
+    rs = sorted(set(ranks))
+    if not rs:
+        return "no rank"
+    if len(rs) == 1:
+        return f"rank {rs[0]}"
+    if rs == list(range(rs[0], rs[-1] + 1)) and len(rs) > 2:
+        return f"ranks {rs[0]}-{rs[-1]}"
+    return "ranks " + ", ".join(map(str, rs))
+
+
+def steps_text(steps: list[int] | set[int]) -> str:
+    ss = sorted({int(s) for s in steps})
+    if not ss:
+        return "the profile (no steps recorded)"
+    return ("step " if len(ss) == 1 else "steps ") + ", ".join(map(str, ss))
+
+
+def step_list(values: Any) -> list[int]:
+    """Distinct non-null step numbers of a column / iterable, sorted."""
+    return sorted({int(s) for s in values if not pd.isna(s)})
+
+
+def worst_rank(per_rank_ms: dict[int, float]) -> tuple[int | None, float | None]:
+    """(rank, ms) with the largest per-step impact: in data-parallel training the slowest rank sets the
+    pace."""
+    if not per_rank_ms:
+        return None, None
+    rank = max(sorted(per_rank_ms), key=lambda r: per_rank_ms[r])
+    return rank, per_rank_ms[rank]
+
+
+# ----------------------------------------------------------------------------------------------------------
+
+
+def has_double(*dtypes: Any) -> bool:
+    return any(isinstance(d, str) and bool(_DOUBLE_RE.search(d)) for d in dtypes)
+
+
+@register
+class AicpuOpCheck(Check):
+    id = "aicpu-op"
+    title = "Operators on AI CPU"
+    needs = ("kernel_details",)
+    vendors = ("ascend",)
+    description = (
+        "Op types whose device tasks run on the AI CPU (task type AI_CPU) with a task of at least "
+        "20 µs, on every rank; impact is their AI_CPU time per step. Flags float64 inputs, the usual "
+        "reason an op falls back to the AI CPU."
+    )
+
+    def run(self, ctx: CheckContext) -> list[Finding]:
+        ranks = self.applicable_ranks(ctx)
+        if not ranks:
+            return []
+        marks = ",".join("?" * len(ranks))
+        ops = ctx.sql(
+            "SELECT rank, step, coalesce(op_type, name) AS op_type, name, dur_ns, input_dtypes, "
+            "output_dtypes, input_shapes, correlation_id FROM device_ops "
+            f"WHERE task_type = 'AI_CPU' AND rank IN ({marks}) "
+            f"AND NOT regexp_matches(lower(coalesce(op_type, '') || ' ' || name), '{DATA_QUEUE_RE}')",
+            ranks,
+        )
+        steps = kept_steps(ctx)
+        ops = in_kept_steps(ops, steps)
+        if ops.empty:
+            return []
+        # the advisor's priority basis: AI_CPU time over all device task time, per rank
+        totals = ctx.sql(
+            f"SELECT rank, step, sum(dur_ns) AS t FROM device_ops WHERE rank IN ({marks}) "
+            "AND category = 'compute' GROUP BY rank, step",
+            ranks,
+        )
+        totals = in_kept_steps(totals, steps)
+        total_by_rank = totals.groupby("rank")["t"].sum().to_dict()
+        thr_us = T.aicpu_task_us.value
+        out: list[Finding] = []
+        for op_type, grp in ops.groupby("op_type", sort=True):
+            if grp["dur_ns"].max() < thr_us * NS_PER_US:
+                continue  # short AI CPU tasks: the advisor's 20 µs floor
+            per_rank: dict[int, dict[str, Any]] = {}
+            per_rank_ms: dict[int, float] = {}
+            for rank, g in grp.groupby("rank", sort=True):
+                r = int(rank)
+                k = n_steps(steps, r)
+                ms = float(g["dur_ns"].sum()) / NS_PER_MS / k
+                per_rank_ms[r] = ms
+                by_step = g.groupby("step")["dur_ns"].agg(["count", "sum"])
+                per_rank[r] = {
+                    "tasks_per_step": round(len(g) / k, 2),
+                    "aicpu_ms_per_step": round(ms, 4),
+                    "max_task_us": round(float(g["dur_ns"].max()) / NS_PER_US, 3),
+                    "share_of_device_time_pct": round(
+                        100.0 * float(g["dur_ns"].sum()) / float(total_by_rank.get(rank) or 1), 2
+                    ),
+                    "by_step": {
+                        str(int(s)): {
+                            "tasks": int(row["count"]),
+                            "ms": round(float(row["sum"]) / NS_PER_MS, 4),
+                        }
+                        for s, row in by_step.iterrows()
+                    },
+                }
+            rank_w, ms_w = worst_rank(per_rank_ms)
+            dtypes = sorted(
+                {d for d in pd.concat([grp["input_dtypes"], grp["output_dtypes"]]).dropna().astype(str)}
+            )
+            double = has_double(*dtypes)
+            shapes = sorted({str(s) for s in grp["input_shapes"].dropna()})[:5]
+            suggestions = ["modify the code so that the operator runs on the AI Core"]
+            if double:
+                suggestions.append(
+                    "convert float64 (DOUBLE) tensors to float32 / bf16: AI Core kernels do not take float64"
+                )
+            key = str(op_type).lower()
+            if key in _REPLACE_GUIDE:
+                suggestions.append(
+                    "replace it with an equivalent operator (CANN 'AICPU operator replacement examples')"
+                )
+            if key in _UPGRADE_GUIDE:
+                suggestions.append(_UPGRADE_GUIDE[key])
+            stacks = self._stacks(ctx, grp)
+            steps_seen = step_list(grp["step"])
+            rk = sorted(per_rank)
+            w = per_rank[rank_w] if rank_w is not None else {}
+            out.append(
+                self.finding(
+                    ctx,
+                    title=f"{op_type} runs on AI CPU ({w.get('aicpu_ms_per_step', 0):.2f} ms per step"
+                    f"{' with DOUBLE inputs' if double else ''})",
+                    subject=str(op_type),
+                    ranks=rk,
+                    steps=steps_seen,
+                    impact_ms=ms_w,
+                    impact_rank=rank_w,
+                    evidence={
+                        "threshold_task_us": thr_us,
+                        "per_rank": {str(r): v for r, v in per_rank.items()},
+                        "dtypes": dtypes,
+                        "double_inputs": double,
+                        "input_shapes": shapes,
+                        "task_names": sorted(set(grp["name"].astype(str)))[:5],
+                        "suggestions": suggestions,
+                        "call_stacks": stacks,
+                        "impact_method": "Σ AI_CPU task time of this op type per step, worst rank",
+                    },
+                    message=(
+                        f"{op_type} runs on the AI CPU on {ranks_text(rk)} in {steps_text(steps_seen)}: "
+                        f"{w.get('tasks_per_step', 0):g} tasks and {w.get('aicpu_ms_per_step', 0):.2f} ms "
+                        f"per step on rank {rank_w} (longest task {w.get('max_task_us', 0):.1f} µs >= "
+                        f"{thr_us:g} µs)"
+                        + ("; its tensors are DOUBLE, which has no AI Core kernel" if double else "")
+                        + "."
+                    ),
+                )
+            )
+        return out
+
+    @staticmethod
+    def _stacks(ctx: CheckContext, grp: pd.DataFrame) -> list[str]:
+        """Call stacks of the host ops that launched these tasks, when with_stack recorded them."""
+        out: list[str] = []
+        for rank, g in grp.groupby("rank", sort=True):
+            ids = [int(c) for c in g["correlation_id"].dropna().unique()[:200]]
+            if not ids:
+                continue
+            marks = ",".join("?" * len(ids))
+            rows = ctx.profile.rows(
+                "SELECT DISTINCT call_stack FROM host_ops WHERE rank = ? AND call_stack IS NOT NULL "
+                f"AND correlation_id IN ({marks}) LIMIT 3",
+                [int(rank), *ids],
+            )
+            out.extend(str(r[0]) for r in rows if str(r[0]) not in out)
+            if len(out) >= 3:
+                break
+        return out[:3]

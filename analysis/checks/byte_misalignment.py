@@ -1,0 +1,134 @@
+"""byte-misalignment: SDMA communication tasks whose size is not a multiple of 512 bytes, on every rank.
+
+Rule (msprof-analyze 26.2.0 byte_alignment_analysis, byte_alignment.yaml, rules doc §5.2): the HCCL tasks of a
+collective (trace_view Communication process: `Memcpy*` / `Reduce*` tasks with `size(Byte)`, `transport
+type`, `link type`) are judged when the transport is SDMA, the link is not ON_CHIP and the size exceeds
+T.byte_align (512 B); a task whose size is not a multiple of 512 B makes the DMA engine split the transfer
+into an aligned part and a slow tail. A collective with such a task is an abnormal op.
+
+Every rank is checked (the advisor runs it on the lowest-SDMA-bandwidth rank only) and steps stay apart.
+impact_ms = Σ duration of the misaligned SDMA tasks per step, worst rank: the time of the transfers that
+run unaligned (an upper bound: the aligned part of each transfer is not lost).
+Severity: the advisor analyzer's fixed MEDIUM (its HTML rates abnormal / all SDMA task time: < 0.2 low,
+>= 0.7 high, which is kept in the evidence as `abnormal_time_share`). Subject: SDMA.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ..models import Finding
+from ..thresholds import T
+from .aicpu_op import (
+    NS_PER_MS,
+    NS_PER_US,
+    in_kept_steps,
+    kept_steps,
+    n_steps,
+    ranks_text,
+    step_list,
+    steps_text,
+    worst_rank,
+)
+from .base import Check, CheckContext, register
+
+
+@register
+class ByteMisalignmentCheck(Check):
+    id = "byte-misalignment"
+    title = "Communication byte misalignment"
+    needs = ("comm_tasks",)
+    vendors = ("ascend",)
+    description = (
+        "HCCL SDMA tasks (link not ON_CHIP) larger than 512 B whose size is not a multiple of 512 B, per "
+        "rank and step; impact = time of those tasks."
+    )
+
+    def run(self, ctx: CheckContext) -> list[Finding]:
+        ranks = self.applicable_ranks(ctx)
+        if not ranks:
+            return []
+        align = int(T.byte_align.value)
+        marks = ",".join("?" * len(ranks))
+        tasks = ctx.sql(
+            "SELECT rank, step, coalesce(op_name, name) AS op_name, name, dur_ns, size_bytes FROM comm_tasks "
+            f"WHERE rank IN ({marks}) AND upper(transport) = 'SDMA' "
+            "AND upper(coalesce(link_type, '')) <> 'ON_CHIP' AND size_bytes > ?",
+            [*ranks, align],
+        )
+        steps = kept_steps(ctx)
+        tasks = in_kept_steps(tasks, steps)
+        if tasks.empty:
+            return []
+        tasks = tasks.copy()
+        tasks["bad"] = tasks["size_bytes"] % align != 0
+        per_rank: dict[int, dict] = {}
+        lost: dict[int, float] = {}
+        for rank, g in tasks.groupby("rank", sort=True):
+            bad = g[g["bad"]]
+            if bad.empty:
+                continue
+            r = int(rank)
+            k = n_steps(steps, r)
+            lost[r] = float(bad["dur_ns"].sum()) / NS_PER_MS / k
+            ops = bad.groupby(["step", "op_name"], dropna=False).agg(
+                tasks=("dur_ns", "size"), bytes=("size_bytes", "sum"), abnormal_us=("dur_ns", "sum")
+            )
+            sizes = bad["size_bytes"].value_counts().head(5)
+            per_rank[r] = {
+                "abnormal_ops": len(ops),
+                "abnormal_ops_per_step": round(len(ops) / k, 2),
+                "abnormal_tasks": len(bad),
+                "sdma_tasks": len(g),
+                "abnormal_ms_per_step": round(lost[r], 4),
+                "abnormal_time_share": round(float(bad["dur_ns"].sum() / g["dur_ns"].sum()), 4)
+                if g["dur_ns"].sum()
+                else None,
+                "sizes_bytes": {str(int(s)): int(c) for s, c in sizes.items()},
+                "steps": step_list(bad["step"]),
+                "top_ops": [
+                    {
+                        "op": str(op),
+                        "step": None if pd.isna(s) else int(s),
+                        "tasks": int(v.tasks),
+                        "bytes": int(v.bytes),
+                        "abnormal_us": round(float(v.abnormal_us) / NS_PER_US, 3),
+                    }
+                    for (s, op), v in ops.sort_values("abnormal_us", ascending=False).head(5).iterrows()
+                ],
+            }
+        if not per_rank:
+            return []
+        rank_w, ms_w = worst_rank(lost)
+        w = per_rank[rank_w]
+        rk = sorted(per_rank)
+        st = sorted({s for v in per_rank.values() for s in v["steps"]})
+        sizes = [int(x) for x in w["sizes_bytes"]][:2]
+        size = sizes[0]
+        shown = " and ".join(f"{x:,} B" for x in sizes)
+        return [
+            self.finding(
+                ctx,
+                title=f"SDMA transfers of {shown} are not {align}-byte aligned on {ranks_text(rk)}",
+                subject="SDMA",
+                ranks=rk,
+                steps=st,
+                impact_ms=ms_w,
+                impact_rank=rank_w,
+                severity="medium",
+                evidence={
+                    "alignment_bytes": align,
+                    "min_size_bytes": align,
+                    "per_rank": {str(r): v for r, v in sorted(per_rank.items())},
+                    "impact_method": "Σ duration of the misaligned SDMA tasks per step, worst rank "
+                    "(upper bound)",
+                },
+                message=(
+                    f"{ranks_text(rk).capitalize()}: {w['abnormal_ops_per_step']:g} collective(s) per step "
+                    f"move SDMA data in sizes that are not a multiple of {align} B ({shown}; {size:,} = "
+                    f"{size // align} × {align} + {size % align}) in {steps_text(st)}; on rank {rank_w} "
+                    f"those tasks take {ms_w:.2f} ms per step. Pad the communicated tensors (bucket sizes) "
+                    f"to a multiple of {align} B."
+                ),
+            )
+        ]

@@ -1,0 +1,94 @@
+"""dynamic-shape: every operator of a step was compiled for dynamic shapes, per rank and step.
+
+Rule (msprof-analyze 26.2.0 dynamic_shape_analysis, rules doc §5.2): kernel_details `OP State` (CANN >= 8.0)
+says `static` or `dynamic` per task; the issue is that *every* op is non-static, which means the whole
+graph runs in dynamic-shape mode (online compile, host-side tiling) instead of static kernels. A profile
+with some static ops (e.g. the sample, where Cast is static) is not in that mode and does not fire.
+
+Unlike the advisor, a missing `OP State` column is *not* "all dynamic" (rules doc §9 bug 1): the reader
+sets the `op_state` capability only when the column exists, and without it this check is not applicable.
+Cells other than static / dynamic (N/A for HCCL or AI CPU rows) are unknown and ignored. Every rank and
+every step is judged on its own and named.
+
+impact_ms is not estimated: the cost of dynamic shapes is host-side (op compile / tiling, visible through
+op-compile and host-bound), not device time that could be measured here. Severity is the advisor's fixed
+LOW.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ..models import Finding
+from .aicpu_op import in_kept_steps, kept_steps, ranks_text, steps_text
+from .base import Check, CheckContext, register
+
+
+@register
+class DynamicShapeCheck(Check):
+    id = "dynamic-shape"
+    title = "Dynamic-shape operators"
+    needs = ("kernel_details", "op_state")
+    vendors = ("ascend",)
+    description = (
+        "Steps in which every operator with a known OP State is `dynamic` (the advisor's rule), per "
+        "rank and step; not applicable when the OP State column is missing."
+    )
+
+    def run(self, ctx: CheckContext) -> list[Finding]:
+        ranks = self.applicable_ranks(ctx)
+        if not ranks:
+            return []
+        marks = ",".join("?" * len(ranks))
+        df = ctx.sql(
+            "SELECT rank, step, lower(trim(op_state)) AS state, coalesce(op_type, name) AS op_type, "
+            f"count(*) AS n FROM device_ops WHERE rank IN ({marks}) "
+            "AND lower(trim(op_state)) IN ('static', 'dynamic') "
+            "GROUP BY ALL",
+            ranks,
+        )
+        df = in_kept_steps(df, kept_steps(ctx))
+        if df.empty:
+            return []
+        hit: dict[int, list[int | None]] = {}
+        counts: dict[str, dict[str, int]] = {}
+        for (rank, step), g in df.groupby(["rank", "step"], dropna=False, sort=True):
+            static = int(g.loc[g["state"] == "static", "n"].sum())
+            dynamic = int(g.loc[g["state"] == "dynamic", "n"].sum())
+            if dynamic > 0 and static == 0:
+                s = None if pd.isna(step) else int(step)
+                hit.setdefault(int(rank), []).append(s)
+                counts[f"{int(rank)}:{s}"] = {"dynamic": dynamic, "static": static}
+        if not hit:
+            return []
+        rk = sorted(hit)
+        steps = sorted({s for ss in hit.values() for s in ss if s is not None})
+        dyn = df[df["rank"].isin(rk) & (df["state"] == "dynamic")]
+        top_types = dyn.groupby("op_type")["n"].sum().sort_values(ascending=False).head(10)
+        checked = sorted(int(r) for r in df["rank"].unique())
+        return [
+            self.finding(
+                ctx,
+                title=f"all operators are dynamic-shape on {ranks_text(rk)}",
+                subject="dynamic shape",
+                ranks=rk,
+                steps=steps,
+                impact_ms=None,
+                severity="low",
+                evidence={
+                    "rule": "every op with a known OP State is dynamic "
+                    "(msprof-analyze dynamic_shape_analysis)",
+                    "ops_by_rank_step": counts,
+                    "ranks_checked": checked,
+                    "top_dynamic_op_types": {str(k): int(v) for k, v in top_types.items()},
+                    "impact_method": "not estimated: the cost is host-side compile / tiling",
+                },
+                message=(
+                    f"Every operator with a recorded OP State is dynamic on {ranks_text(rk)} in "
+                    f"{steps_text(steps)} ({sum(c['dynamic'] for c in counts.values())} tasks, none static): "
+                    "the model runs in dynamic-shape mode. "
+                    "torch_npu.npu.set_compile_mode(jit_compile=False) with "
+                    "torch_npu.npu.config.allow_internal_format=False uses pre-built binary kernels instead."
+                ),
+            )
+        ]

@@ -1,0 +1,193 @@
+"""freq-throttle: the AI Core ran its kernels below the rated frequency, on any rank.
+
+Rule (msprof-analyze 26.2.0 freq_analysis, rules doc §5.2): the trace's `AI Core Freq` counter (MHz, a step
+function: each sample holds until the next) against the rated frequency (info.json `aic_frequency`); an
+op name whose mean relative drop (rated − f) / rated over its executions reaches T.freq_drop (5 %) is an
+issue. The advisor runs this on one selected rank per cluster and so misses a throttled rank that is not
+the slowest (rules doc §9 bug 6: rank 1 of the sample); here every rank is checked and named.
+
+Algorithm, per rank, kept steps only:
+1. the frequency a kernel ran at = the time-weighted mean of the counter over [start, end) of the kernel
+   (the advisor samples it at the start); kernels before the first sample are unknown and skipped;
+   idle down-clocking between kernels therefore never counts;
+2. all AI Core task types count (AI_CORE, AI_VECTOR_CORE, MIX_AIC, MIX_AIV): vector cores share the clock;
+3. a kernel is throttled when its drop (rated − f) / rated >= 5 % (the advisor averages per op name over
+   the whole profile, which smears a one-step throttle over all steps);
+4. impact_ms = Σ over the throttled kernels of time × drop, per step: the time the same work takes at the
+   rated clock is time × f / rated. Worst rank.
+
+Severity: the advisor's fixed HIGH. Subject: `AI Core frequency`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..models import Finding
+from ..thresholds import T
+from .aicpu_op import (
+    NS_PER_MS,
+    in_kept_steps,
+    kept_steps,
+    n_steps,
+    ranks_text,
+    step_list,
+    steps_text,
+    worst_rank,
+)
+from .base import Check, CheckContext, register
+from .no_bound_op import AICORE_TASK_TYPES
+
+SUBJECT = "AI Core frequency"
+
+
+def mean_freq(
+    samples_ts: np.ndarray, samples_mhz: np.ndarray, start: np.ndarray, end: np.ndarray
+) -> np.ndarray:
+    """Time-weighted mean of a step-function counter over each [start, end); NaN before the first sample.
+
+    With knots t_i and values f_i (f_i holds on [t_i, t_{i+1})), F(t) = ∫_{t_0}^{t} f is piecewise linear;
+    the mean over [a, b) is (F(b) − F(a)) / (b − a), or f(a) when the interval is empty.
+    """
+    order = np.argsort(samples_ts, kind="stable")
+    t = samples_ts[order].astype("float64")
+    f = samples_mhz[order].astype("float64")
+    cum = np.concatenate([[0.0], np.cumsum(f[:-1] * np.diff(t))])
+
+    def integral(x: np.ndarray) -> np.ndarray:
+        k = np.clip(np.searchsorted(t, x, side="right") - 1, 0, len(t) - 1)
+        return cum[k] + f[k] * (x - t[k])
+
+    a = start.astype("float64")
+    b = end.astype("float64")
+    span = b - a
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(
+            span > 0,
+            (integral(b) - integral(a)) / np.where(span > 0, span, 1.0),
+            f[np.clip(np.searchsorted(t, a, side="right") - 1, 0, len(t) - 1)],
+        )
+    return np.where(a < t[0], np.nan, mean)
+
+
+@register
+class FreqThrottleCheck(Check):
+    id = "freq-throttle"
+    title = "AI core frequency throttling"
+    needs = ("freq", "rated_freq")
+    vendors = ("ascend",)
+    description = (
+        "AI Core kernels that ran, on a time-weighted average, at least 5 % below the rated AI Core "
+        "frequency (info.json aic_frequency), on every rank; impact = kernel time × drop."
+    )
+
+    def run(self, ctx: CheckContext) -> list[Finding]:
+        ranks = self.applicable_ranks(ctx)
+        if not ranks:
+            return []
+        thr = T.freq_drop.value
+        steps = kept_steps(ctx)
+        rated_by_rank = {
+            int(r): float(v)
+            for r, v in ctx.profile.rows("SELECT rank, rated_freq_mhz FROM ranks WHERE rated_freq_mhz > 0")
+        }
+        types = ",".join(f"'{t}'" for t in AICORE_TASK_TYPES)
+        per_rank: dict[int, dict] = {}
+        lost_ms: dict[int, float] = {}
+        all_steps: set[int] = set()
+        for rank in ranks:
+            rated = rated_by_rank.get(rank)
+            fs = ctx.sql("SELECT ts_ns, freq_mhz FROM freq_samples WHERE rank = ? ORDER BY ts_ns", [rank])
+            if not rated or fs.empty:
+                continue
+            ops = ctx.sql(
+                f"SELECT rank, step, name, start_ns, dur_ns FROM device_ops WHERE rank = ? "
+                f"AND task_type IN ({types})",
+                [rank],
+            )
+            ops = in_kept_steps(ops, steps)
+            if ops.empty:
+                continue
+            ops = ops.copy()
+            start = ops["start_ns"].to_numpy(dtype="int64")
+            ops["mhz"] = mean_freq(
+                fs["ts_ns"].to_numpy(dtype="int64"),
+                fs["freq_mhz"].to_numpy(dtype="float64"),
+                start,
+                start + ops["dur_ns"].to_numpy(dtype="int64"),
+            )
+            ops = ops[ops["mhz"].notna()]
+            if ops.empty:
+                continue
+            ops["drop"] = ((rated - ops["mhz"]) / rated).clip(lower=0.0)
+            # per task, so a rank throttled in one step only is named with that step only
+            hit = ops[ops["drop"] >= thr]
+            if hit.empty:
+                continue
+            hw = hit["dur_ns"].astype("float64")
+            by_name = (
+                hit.assign(wd=hit["drop"] * hw).groupby("name").agg(wd=("wd", "sum"), w=("dur_ns", "sum"))
+            )
+            by_name["drop"] = by_name["wd"] / by_name["w"]
+            k = n_steps(steps, rank)
+            lost_ms[rank] = float((hw * hit["drop"]).sum()) / NS_PER_MS / k
+            st = step_list(hit["step"])
+            all_steps.update(st)
+            per_rank[rank] = {
+                "rated_mhz": rated,
+                "mean_mhz_during_kernels": round(float((hit["mhz"] * hw).sum() / hw.sum()), 1),
+                "min_mhz": round(float(hit["mhz"].min()), 1),
+                "mean_drop": round(float((hit["drop"] * hw).sum() / hw.sum()), 4),
+                "throttled_op_names": len(by_name),
+                "throttled_tasks": len(hit),
+                "kernel_ms_per_step": round(float(hw.sum()) / NS_PER_MS / k, 4),
+                "lost_ms_per_step": round(lost_ms[rank], 4),
+                "steps": st,
+                "by_step": {
+                    str(int(s)): round(float((g["dur_ns"] * g["drop"]).sum()) / NS_PER_MS, 4)
+                    for s, g in hit.groupby("step")
+                },
+                "top_ops": [
+                    {
+                        "name": str(n),
+                        "drop": round(float(r["drop"]), 4),
+                        "ms": round(float(r["w"]) / NS_PER_MS, 4),
+                    }
+                    for n, r in by_name.sort_values("w", ascending=False).head(5).iterrows()
+                ],
+            }
+        if not per_rank:
+            return []
+        rank_w, ms_w = worst_rank(lost_ms)
+        rk = sorted(per_rank)
+        w = per_rank[rank_w]
+        checked = sorted(set(ranks) & set(rated_by_rank))
+        parts = "; ".join(
+            f"rank {r} at {v['mean_mhz_during_kernels']:g} MHz (−{v['mean_drop']:.1%}) in "
+            f"{steps_text(v['steps'])}"
+            for r, v in sorted(per_rank.items())
+        )
+        return [
+            self.finding(
+                ctx,
+                title=f"AI Core throttled to {w['mean_mhz_during_kernels']:g} MHz of {w['rated_mhz']:g} MHz "
+                f"on {ranks_text(rk)}",
+                subject=SUBJECT,
+                ranks=rk,
+                steps=sorted(all_steps),
+                impact_ms=ms_w,
+                impact_rank=rank_w,
+                severity="high",
+                evidence={
+                    "threshold_drop": thr,
+                    "per_rank": {str(r): v for r, v in sorted(per_rank.items())},
+                    "ranks_checked": checked,
+                    "impact_method": "Σ throttled kernel time × (rated − f) / rated per step, worst rank",
+                },
+                message=(
+                    f"The AI Core ran below its rated {w['rated_mhz']:g} MHz: {parts} (threshold "
+                    f"{thr:.0%} drop). Rank {rank_w} loses about {ms_w:.2f} ms per step; check its "
+                    "temperature, power cap and npu-smi frequency settings."
+                ),
+            )
+        ]

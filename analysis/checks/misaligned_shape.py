@@ -1,0 +1,318 @@
+"""misaligned-shape: matmul and flash-attention kernels whose shapes miss the alignment the AI Core wants.
+
+Rules (msprof-analyze 26.2.0 ai_core_performance_analysis, "unaffine operators", rules doc §5.2):
+- cube: AI Core matmul kernels (op type contains "matmul") moving at least CUBE_MIN_MIB per step; in ND
+  format the inner (last, contiguous) axis of both operands must be a multiple of T.cube_align (256
+  elements), otherwise every tile load of the cube unit is partial;
+- flash attention (FlashAttentionScore / FlashAttentionScoreGrad): the head dim D and the sequence length S
+  must be multiples of T.fa_align (128).
+
+How D and S are read (the advisor takes D = H / dim 1 and S = dim 2 of the first *output*, which is right
+only when that output is the softmax statistics tensor; on the sample it divides 3000 by 2048):
+- D: the last dim of a 4-D query (BNSD / BSND layouts) or of a 3-D query of a `varlen` kernel (TND);
+  for a 3-D BSH / SBH query, H = N·D, so D = H / N when the head count N is known from the softmax
+  statistics tensor [B, N, S, 8]; without it, H % 128 != 0 already proves D % 128 != 0;
+- S: only from the softmax statistics tensor [B, N, S, 8] (an output of the forward kernel, an input of the
+  grad kernel); a 3-D query does not say whether it is BSH or SBH, so S is not guessed.
+- NZ (FRACTAL_NZ) operands are padded to 16×16 fractals by construction and are not judged.
+
+impact_ms = Σ time of the misaligned kernels × optimization space, per step, worst rank. The optimization
+space is the advisor's bound headroom: 1 − max(pipe ratio / bound threshold) over the pipes that bind
+that kernel kind (cube: mac 0.8, mte2 0.95; FA forward: cube mte2 0.8, vector vec 0.75; FA grad: cube mte2
+0.8, fixpipe 0.75), i.e. the time saved if the kernel became bound on its busiest pipe. Without pipe
+ratios the impact is not estimated. Every rank is checked. Severity: the advisor's fixed LOW.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..models import Finding
+from ..thresholds import T
+from .aicpu_op import (
+    NS_PER_MS,
+    in_kept_steps,
+    kept_steps,
+    n_steps,
+    ranks_text,
+    step_list,
+    steps_text,
+    worst_rank,
+)
+from .base import Check, CheckContext, register
+
+CUBE_MIN_MIB = T.cube_min_mib.value
+CUBE_BOUND = {"aic_mac_ratio": T.cube_bound_mac.value, "aic_mte2_ratio": T.cube_bound_mte2.value}
+FA_FWD_BOUND = {"aic_mte2_ratio": T.fa_bound_mte2.value, "aiv_vec_ratio": T.fa_bound_vec.value}
+FA_GRAD_BOUND = {"aic_mte2_ratio": T.fa_bound_mte2.value, "aic_fixpipe_ratio": T.fa_grad_bound_fixpipe.value}
+
+FA_TYPES = ("FlashAttentionScore", "FlashAttentionScoreGrad")
+# kernels with the same name, shapes, dtypes and formats are judged together
+_KERNEL_KEY = (
+    "rank",
+    "op_type",
+    "name",
+    "input_shapes",
+    "input_dtypes",
+    "input_formats",
+    "output_shapes",
+    "output_dtypes",
+)
+_DTYPE_BYTES = {
+    "bf16": 2,
+    "bfloat16": 2,
+    "float16": 2,
+    "fp16": 2,
+    "half": 2,
+    "float": 4,
+    "float32": 4,
+    "fp32": 4,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "int16": 2,
+    "uint16": 2,
+    "int32": 4,
+    "uint32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "double": 8,
+    "float64": 8,
+    "hifloat8": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+}
+
+
+def parse_shapes(text: object) -> list[list[int]]:
+    """'"4096,1000;1000,4000"' -> [[4096, 1000], [1000, 4000]]; an empty or unparsable tensor -> []."""
+    if not isinstance(text, str):
+        return []
+    out = []
+    for part in text.strip().strip('"').split(";"):
+        dims = [d.strip() for d in part.strip().strip('"').split(",") if d.strip()]
+        try:
+            out.append([int(d) for d in dims])
+        except ValueError:
+            out.append([])
+    return out
+
+
+def dtype_bytes(name: str) -> int:
+    key = name.strip().lower().removeprefix("dt_")
+    return _DTYPE_BYTES.get(key, 2)  # unknown: 2 bytes, the advisor's assumption
+
+
+def tensor_bytes(shapes: object, dtypes: object) -> float:
+    ts = parse_shapes(shapes)
+    ds = dtypes.split(";") if isinstance(dtypes, str) else []
+    total = 0.0
+    for i, t in enumerate(ts):
+        if t:
+            total += float(np.prod(t, dtype="float64")) * dtype_bytes(ds[i] if i < len(ds) else "")
+    return total
+
+
+@dataclass
+class Misalignment:
+    kind: str  # cube | fa
+    reasons: list[str]  # human-readable, with the numbers
+    dims: dict[str, int]  # the axes judged
+
+
+def cube_misalignment(in_shapes: object, in_formats: object) -> Misalignment | None:
+    """None when aligned or not judgeable; the inner axes of both operands otherwise."""
+    ts = parse_shapes(in_shapes)
+    fmts = in_formats.split(";") if isinstance(in_formats, str) else []
+    if len(ts) < 2 or not ts[0] or not ts[1] or any("NZ" in f.upper() for f in fmts[:2]):
+        return None
+    align = int(T.cube_align.value)
+    a, b = ts[0][-1], ts[1][-1]
+    bad = [f"{name} inner axis {v} % {align} = {v % align}" for name, v in (("A", a), ("B", b)) if v % align]
+    return Misalignment("cube", bad, {"a_inner": a, "b_inner": b}) if bad else None
+
+
+def _softmax_stats(tensors: list[list[int]]) -> list[int] | None:
+    """The [B, N, S, 8] softmax max/sum tensor of flash attention, when present."""
+    return next((t for t in tensors if len(t) == 4 and t[-1] == 8), None)
+
+
+def fa_misalignment(name: str, in_shapes: object, out_shapes: object) -> Misalignment | None:
+    ins, outs = parse_shapes(in_shapes), parse_shapes(out_shapes)
+    if not ins or not ins[0]:
+        return None
+    align = int(T.fa_align.value)
+    q = ins[0]
+    stats = _softmax_stats(outs) or _softmax_stats(ins[1:])
+    heads, seq = (stats[1], stats[2]) if stats else (None, None)
+    reasons: list[str] = []
+    dims: dict[str, int] = {}
+    if len(q) == 4 or ("varlen" in name.lower() and len(q) == 3):
+        dims["head_dim"] = q[-1]
+        if q[-1] % align:
+            reasons.append(f"head dim D = {q[-1]} % {align} = {q[-1] % align}")
+    elif len(q) == 3:
+        hidden = q[2]
+        dims["hidden"] = hidden
+        if heads and hidden % heads == 0:
+            d = hidden // heads
+            dims["head_dim"] = d
+            if d % align:
+                reasons.append(f"head dim D = {hidden}/{heads} = {d} % {align} = {d % align}")
+        elif hidden % align:
+            reasons.append(
+                f"hidden size H = {hidden} is not a multiple of {align}, so neither is the head dim "
+                "(H = heads × D)"
+            )
+    if seq:
+        dims["seq_len"] = seq
+        if seq % align:
+            reasons.append(f"sequence length S = {seq} % {align} = {seq % align}")
+    return Misalignment("fa", reasons, dims) if reasons else None
+
+
+def _gain_text(estimated: bool, ms: float | None) -> str:
+    if not estimated:
+        return "the gain is not estimated (no pipe ratios)"
+    if not ms or ms < 0.005:
+        return "its pipes already reach their bound thresholds, so aligning the shapes should gain little"
+    return f"up to {ms:.2f} ms per step could be saved by padding or reshaping to aligned sizes"
+
+
+def optimization_space(df: pd.DataFrame, bounds: dict[str, float]) -> pd.Series:
+    """Per row: 1 − max(ratio / threshold) over `bounds`, clipped to [0, 1]; NaN without ratios."""
+    parts = [df[c].astype("float64") / thr for c, thr in bounds.items() if c in df]
+    if not parts:
+        return pd.Series(np.nan, index=df.index)
+    load = pd.concat(parts, axis=1).max(axis=1, skipna=True)
+    load = load.where(load > 0)
+    return (1.0 - load).clip(lower=0.0, upper=1.0)
+
+
+@register
+class MisalignedShapeCheck(Check):
+    id = "misaligned-shape"
+    title = "Misaligned matmul / attention shapes"
+    needs = ("kernel_details", "shapes")
+    vendors = ("ascend",)
+    description = (
+        "Large matmul kernels whose inner axes are not multiples of 256 and flash-attention kernels whose "
+        "head dim or sequence length is not a multiple of 128, per op type on every rank."
+    )
+
+    def run(self, ctx: CheckContext) -> list[Finding]:
+        ranks = self.applicable_ranks(ctx)
+        if not ranks:
+            return []
+        marks = ",".join("?" * len(ranks))
+        fa = ",".join(f"'{t}'" for t in FA_TYPES)
+        ops = ctx.sql(
+            "SELECT rank, step, coalesce(op_type, name) AS op_type, name, task_type, dur_ns, input_shapes, "
+            "input_dtypes, input_formats, output_shapes, output_dtypes, aic_mac_ratio, aic_mte2_ratio, "
+            f"aic_fixpipe_ratio, aiv_vec_ratio FROM device_ops WHERE rank IN ({marks}) "
+            "AND input_shapes IS NOT NULL AND ((task_type IN ('AI_CORE', 'MIX_AIC') "
+            f"AND lower(op_type) LIKE '%matmul%') OR op_type IN ({fa}))",
+            ranks,
+        )
+        steps = kept_steps(ctx)
+        ops = in_kept_steps(ops, steps)
+        if ops.empty:
+            return []
+        rows: list[pd.DataFrame] = []
+        for (rank, op_type, name, shp, dts, fmts, oshp, odts), g in ops.groupby(
+            list(_KERNEL_KEY), dropna=False, sort=True
+        ):
+            if op_type in FA_TYPES:
+                mis = fa_misalignment(str(name), shp, oshp)
+                bounds = FA_GRAD_BOUND if op_type.endswith("Grad") else FA_FWD_BOUND
+            else:
+                per_step = len(g) / n_steps(steps, int(rank))
+                mib = (tensor_bytes(shp, dts) + tensor_bytes(oshp, odts)) * per_step / 2**20
+                if mib < CUBE_MIN_MIB:
+                    continue  # small matmuls: the advisor only judges large ones
+                mis = cube_misalignment(shp, fmts)
+                bounds = CUBE_BOUND
+            if mis is None:
+                continue
+            g = g.copy()
+            g["space"] = optimization_space(g, bounds)
+            g["lost_ns"] = g["dur_ns"].astype("float64") * g["space"]
+            g["reasons"] = "; ".join(mis.reasons)
+            g["dims"] = [mis.dims] * len(g)
+            g["bounds"] = [bounds] * len(g)
+            rows.append(g)
+        if not rows:
+            return []
+        bad = pd.concat(rows, ignore_index=True)
+        out: list[Finding] = []
+        for op_type, g in bad.groupby("op_type", sort=True):
+            estimated = bool(g["lost_ns"].notna().any())
+            per_rank_ms = {
+                int(rk): float(gr["lost_ns"].sum()) / NS_PER_MS / n_steps(steps, int(rk))
+                for rk, gr in g.groupby("rank")
+            }
+            per_rank_time = {
+                int(rk): float(gr["dur_ns"].sum()) / NS_PER_MS / n_steps(steps, int(rk))
+                for rk, gr in g.groupby("rank")
+            }
+            rank_w, ms_w = worst_rank(per_rank_ms if estimated else per_rank_time)
+            gw = g[g["rank"] == rank_w]
+            shapes = []
+            for (shp, reasons), gs in gw.groupby(["input_shapes", "reasons"], sort=True):
+                space = gs["space"].mean()
+                shapes.append(
+                    {
+                        "input_shapes": str(shp).strip('"'),
+                        "dtypes": str(gs["input_dtypes"].iloc[0]),
+                        "why": reasons,
+                        "axes": gs["dims"].iloc[0],
+                        "tasks_per_step": round(len(gs) / n_steps(steps, int(rank_w)), 2),
+                        "optimization_space": None if pd.isna(space) else round(float(space), 4),
+                    }
+                )
+            rk = sorted(per_rank_ms)
+            st = step_list(g["step"])
+            align = int(T.fa_align.value if op_type in FA_TYPES else T.cube_align.value)
+            first = shapes[0]
+            out.append(
+                self.finding(
+                    ctx,
+                    title=f"{op_type} shapes are not {align}-aligned ({first['input_shapes']})",
+                    subject=str(op_type),
+                    ranks=rk,
+                    steps=st,
+                    impact_ms=ms_w if estimated else None,
+                    impact_rank=rank_w,
+                    severity="low",
+                    evidence={
+                        "alignment_elements": align,
+                        "shapes": shapes[:5],
+                        "bound_thresholds": gw["bounds"].iloc[0],
+                        "cube_min_mib_per_step": CUBE_MIN_MIB if op_type not in FA_TYPES else None,
+                        "kernel_ms_per_step_by_rank": {
+                            str(r): round(v, 4) for r, v in sorted(per_rank_time.items())
+                        },
+                        "lost_ms_per_step_by_rank": (
+                            {str(r): round(v, 4) for r, v in sorted(per_rank_ms.items())}
+                            if estimated
+                            else None
+                        ),
+                        "impact_method": (
+                            "Σ kernel time × (1 − max(pipe ratio / bound threshold)) per step, worst "
+                            "rank; upper bound (time saved if the kernel became bound)"
+                        )
+                        if estimated
+                        else "not estimated: no pipe ratios",
+                    },
+                    message=(
+                        f"{op_type} on {ranks_text(rk)} in {steps_text(st)} runs with input shapes "
+                        f"{first['input_shapes']}: {first['why']}. It takes "
+                        f"{per_rank_time.get(rank_w, 0):.2f} ms per step on rank {rank_w}; "
+                        f"{_gain_text(estimated, ms_w)}."
+                    ),
+                )
+            )
+        return out

@@ -1,0 +1,112 @@
+"""retransmission: RDMA transfers that were retransmitted (a single transit longer than 4 s).
+
+Rule (msprof-analyze 26.2.0 communication_retransmission_analysis, rdma_analysis.yaml, rules doc §5.2): for
+one collective instance (communication group, op name, step) across the ranks that ran it:
+- the *shortest* elapse time over the ranks must reach T.retransmission_ms (4000 ms): when only some
+  ranks waited that long, they waited for a late peer (desynchronisation), which is not retransmission;
+- some rank's RDMA transit time exceeds T.retransmission_ms: the RoCE retransmit timeout fired.
+The ranks named are those whose RDMA transit exceeds the threshold. The advisor reads the cluster
+communication file; here comm_ops (elapse) and comm_bandwidth (RDMA transit) of every rank are joined,
+which is the same data per rank.
+
+impact_ms = Σ over the retransmitted instances of the shortest elapse across ranks, divided by the number
+of steps: every rank was held that long. Subject: RDMA. Severity: the advisor's fixed HIGH.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ..models import Finding
+from ..thresholds import T
+from .aicpu_op import NS_PER_MS, in_kept_steps, kept_steps, ranks_text, steps_text
+from .base import Check, CheckContext, register
+
+
+@register
+class RetransmissionCheck(Check):
+    id = "retransmission"
+    title = "RDMA retransmission"
+    needs = ("comm_json",)
+    vendors = ("ascend",)
+    description = (
+        "Collective instances whose elapse is >= 4 s on every rank and whose RDMA transit exceeds 4 s on "
+        "some rank (RoCE retransmission), per group, op and step."
+    )
+
+    def run(self, ctx: CheckContext) -> list[Finding]:
+        ranks = self.applicable_ranks(ctx)
+        if not ranks:
+            return []
+        thr_ns = T.retransmission_ms.value * NS_PER_MS
+        marks = ",".join("?" * len(ranks))
+        ops = ctx.sql(
+            "SELECT o.rank, o.step, o.name, o.group_name, o.elapse_ns, "
+            "coalesce(b.transit_ns, 0) AS rdma_ns, coalesce(b.size_bytes, 0) AS rdma_bytes "
+            "FROM comm_ops o LEFT JOIN (SELECT rank, step, op_name, sum(transit_ns) AS transit_ns, "
+            "sum(size_bytes) AS size_bytes FROM comm_bandwidth WHERE upper(transport) = 'RDMA' "
+            "GROUP BY ALL) b "
+            "ON b.rank = o.rank AND b.op_name = o.name AND b.step IS NOT DISTINCT FROM o.step "
+            f"WHERE o.rank IN ({marks})",
+            ranks,
+        )
+        steps = kept_steps(ctx)
+        ops = in_kept_steps(ops, steps)
+        if ops.empty:
+            return []
+        hits = []
+        for (group, name, step), g in ops.groupby(["group_name", "name", "step"], dropna=False, sort=True):
+            min_elapse = float(g["elapse_ns"].min())
+            slow = g[g["rdma_ns"] > thr_ns]
+            if min_elapse < thr_ns or slow.empty:
+                continue  # short on some rank: desync, not retransmission
+            hits.append(
+                {
+                    "group": None if pd.isna(group) else str(group),
+                    "op": str(name),
+                    "step": None if pd.isna(step) else int(step),
+                    "min_elapse_ms": min_elapse / NS_PER_MS,
+                    "ranks": sorted(int(r) for r in slow["rank"]),
+                    "rdma_transit_ms": {
+                        str(int(r.rank)): round(float(r.rdma_ns) / NS_PER_MS, 3)
+                        for r in slow.itertuples(index=False)
+                    },
+                    "rdma_mb": {
+                        str(int(r.rank)): round(float(r.rdma_bytes) / 1e6, 4)
+                        for r in slow.itertuples(index=False)
+                    },
+                }
+            )
+        if not hits:
+            return []
+        rk = sorted({r for h in hits for r in h["ranks"]})
+        st = sorted({h["step"] for h in hits if h["step"] is not None})
+        n = max(len({s for ss in steps.values() for s in ss}), 1)
+        impact = sum(h["min_elapse_ms"] for h in hits) / n
+        groups = sorted({h["group"] or "?" for h in hits})
+        worst = max(hits, key=lambda h: max(h["rdma_transit_ms"].values()))
+        wt = max(worst["rdma_transit_ms"].values())
+        where = steps_text([worst["step"]] if worst["step"] is not None else [])
+        return [
+            self.finding(
+                ctx,
+                title=f"RDMA retransmission in {len(hits)} collective(s) on {ranks_text(rk)}",
+                subject="RDMA",
+                ranks=rk,
+                steps=st,
+                impact_ms=impact,
+                severity="high",
+                evidence={
+                    "threshold_ms": T.retransmission_ms.value,
+                    "groups": groups,
+                    "instances": hits[:20],
+                    "impact_method": "Σ shortest elapse across ranks of the retransmitted ops / steps",
+                },
+                message=(
+                    f"{len(hits)} collective instance(s) in {len(groups)} group(s) took >= "
+                    f"{T.retransmission_ms.value:g} ms on every rank, and {ranks_text(rk)} spent up to "
+                    f"{wt:.0f} ms in one RDMA transfer ({worst['op']}, {where}): the RoCE retransmit timeout "
+                    "fired. Check the RDMA links / switch and the network configuration of these nodes."
+                ),
+            )
+        ]

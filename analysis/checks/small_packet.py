@@ -1,0 +1,204 @@
+"""small-packet: collectives that move too little data per op to use the link bandwidth, on every rank.
+
+Ascend rule (msprof-analyze 26.2.0 packet_analysis, packet.yaml, rules doc §5.2): per rank, over the
+communication ops of communication.json with a non-zero transit size on a transport, the share of ops
+whose transit size is below T.small_packet_sdma_mb (16 MB, SDMA) or T.small_packet_rdma_mb (1 MB, RDMA)
+must not exceed T.small_packet_ratio (20 %). Sizes are communication.json MB = 10^6 bytes. Each op pays a
+fixed launch / handshake cost, so many small ops leave the link idle most of the time.
+
+GPU rule (stepdoctor): the same share test on the NCCL kernels whose payload is known
+(`device_ops.size_bytes`: the kernel's collective args, else its `record_param_comms` host op's message
+size; capability `nccl_msg_sizes`), against T.nccl_small_msg_mb taken as MiB, inclusive (NCCL needs
+messages of ~1-4 MB to reach bus bandwidth, and DDP-style buckets are powers of two, so a 1 MiB message
+counts as small).
+
+Differences from the advisor: every rank is checked and named (the advisor picks the lowest-bandwidth
+rank), and the counts are kept per step.
+
+impact_ms = Σ transit time (Ascend) or kernel time (GPU) of the small ops per step, worst rank: the time
+spent in transfers too small to be efficient (an upper bound of what bucketing / fusion can save).
+One finding per transport (subject SDMA / RDMA / NCCL). Severity: the advisor's fixed LOW.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import pandas as pd
+
+from ..models import Finding
+from ..thresholds import T
+from .aicpu_op import (
+    NS_PER_MS,
+    in_kept_steps,
+    kept_steps,
+    n_steps,
+    ranks_text,
+    step_list,
+    steps_text,
+    worst_rank,
+)
+from .base import Check, CheckContext, register
+
+MB = 1e6  # communication.json "MB" (Transit Size(MB)) is 10^6 bytes
+MIB = float(1 << 20)
+GPU_VENDORS = ("cuda", "rocm")
+
+
+def _limits() -> dict[str, tuple[float, str]]:
+    """transport -> (small below this many bytes, threshold name)."""
+    return {
+        "SDMA": (T.small_packet_sdma_mb.value * MB, "small_packet_sdma_mb"),
+        "RDMA": (T.small_packet_rdma_mb.value * MB, "small_packet_rdma_mb"),
+    }
+
+
+@register
+class SmallPacketCheck(Check):
+    id = "small-packet"
+    title = "Small communication packets"
+    needs = ("comm_json",)
+    vendors = ("ascend", *GPU_VENDORS)
+    gpu_needs: ClassVar[tuple[str, ...]] = ("nccl_msg_sizes",)
+    description = (
+        "Ranks where more than 20 % of the SDMA ops move < 16 MB (RDMA < 1 MB), from communication.json, "
+        "or of the NCCL collectives move <= 1 MiB (Kineto); impact = time of those small transfers."
+    )
+
+    def applicable_ranks(self, ctx: CheckContext) -> list[int]:
+        """Ascend ranks with communication.json, GPU ranks whose collectives carry message sizes."""
+        out = []
+        for r in ctx.all_ranks:
+            v = ctx.vendor(r) or ""
+            need = self.needs if v == "ascend" else self.gpu_needs if v in GPU_VENDORS else None
+            if need is not None and set(need) <= ctx.caps(r):
+                out.append(r)
+        return out
+
+    def run(self, ctx: CheckContext) -> list[Finding]:
+        ranks = self.applicable_ranks(ctx)
+        if not ranks:
+            return []
+        steps = kept_steps(ctx)
+        ascend = [r for r in ranks if ctx.vendor(r) == "ascend"]
+        gpu = [r for r in ranks if r not in ascend]
+        out: list[Finding] = []
+        if ascend:
+            marks = ",".join("?" * len(ascend))
+            ops = ctx.sql(
+                "SELECT rank, step, op_name, upper(transport) AS transport, size_bytes, transit_ns "
+                f"FROM comm_bandwidth WHERE rank IN ({marks}) AND size_bytes > 0 "
+                "AND upper(transport) IN ('SDMA', 'RDMA')",
+                ascend,
+            )
+            for transport, (limit, name) in _limits().items():
+                sub = in_kept_steps(ops[ops["transport"] == transport], steps)
+                f = self._judge(
+                    ctx, sub, steps, transport, limit, name, strict=True, unit="MB", unit_bytes=MB
+                )
+                if f:
+                    out.append(f)
+        if gpu:
+            sub = in_kept_steps(self._nccl_messages(ctx, gpu), steps)
+            f = self._judge(
+                ctx,
+                sub,
+                steps,
+                "NCCL",
+                T.nccl_small_msg_mb.value * MIB,
+                "nccl_small_msg_mb",
+                strict=False,
+                unit="MiB",
+                unit_bytes=MIB,
+            )
+            if f:
+                out.append(f)
+        return out
+
+    @staticmethod
+    def _nccl_messages(ctx: CheckContext, ranks: list[int]) -> pd.DataFrame:
+        """One row per NCCL kernel with a known payload. The Kineto reader fills `size_bytes` from the
+        kernel's own collective args or, failing that, from its `record_param_comms` host op (linked by
+        External id), and sets `nccl_msg_sizes` only when some kernel has one."""
+        marks = ",".join("?" * len(ranks))
+        return ctx.sql(
+            "SELECT rank, step, name AS op_name, size_bytes, dur_ns AS transit_ns FROM device_ops "
+            f"WHERE rank IN ({marks}) AND category = 'communication' AND size_bytes > 0",
+            ranks,
+        )
+
+    def _judge(
+        self,
+        ctx: CheckContext,
+        ops: pd.DataFrame,
+        steps: dict[int, list[int]],
+        transport: str,
+        limit: float,
+        thr_name: str,
+        *,
+        strict: bool,
+        unit: str,
+        unit_bytes: float,
+    ) -> Finding | None:
+        if ops.empty:
+            return None
+        ratio_thr = T.small_packet_ratio.value
+        ops = ops.copy()
+        ops["small"] = ops["size_bytes"] < limit if strict else ops["size_bytes"] <= limit
+        per_rank: dict[int, dict] = {}
+        lost: dict[int, float] = {}
+        for rank, g in ops.groupby("rank", sort=True):
+            r = int(rank)
+            small = g[g["small"]]
+            ratio = len(small) / len(g)
+            if ratio <= ratio_thr:
+                continue
+            k = n_steps(steps, r)
+            lost[r] = float(small["transit_ns"].sum()) / NS_PER_MS / k
+            per_rank[r] = {
+                "ops": len(g),
+                "small_ops": len(small),
+                "small_ratio": round(ratio, 4),
+                "median_small_size_" + unit.lower(): round(
+                    float(small["size_bytes"].median()) / unit_bytes, 4
+                ),
+                "small_ms_per_step": round(lost[r], 4),
+                "steps": step_list(small["step"]),
+                "by_step": {
+                    str(int(s)): {"ops": len(gs), "small_ops": int(gs["small"].sum())}
+                    for s, gs in g.groupby("step")
+                },
+            }
+        if not per_rank:
+            return None
+        rank_w, ms_w = worst_rank(lost)
+        w = per_rank[rank_w]
+        rk = sorted(per_rank)
+        st = sorted({s for v in per_rank.values() for s in v["steps"]})
+        size = w["median_small_size_" + unit.lower()]
+        cmp = "<" if strict else "<="
+        lim = limit / unit_bytes
+        return self.finding(
+            ctx,
+            title=f"{w['small_ratio']:.0%} of {transport} ops move {cmp} {lim:g} {unit} on {ranks_text(rk)}",
+            subject=transport,
+            ranks=rk,
+            steps=st,
+            impact_ms=ms_w,
+            impact_rank=rank_w,
+            severity="low",
+            evidence={
+                "threshold_bytes": limit,
+                "threshold": thr_name,
+                "threshold_ratio": ratio_thr,
+                "per_rank": {str(r): v for r, v in sorted(per_rank.items())},
+                "impact_method": "Σ time of the small transfers per step, worst rank; upper bound of the "
+                "saving from fewer, larger transfers",
+            },
+            message=(
+                f"{ranks_text(rk).capitalize()}: more than {ratio_thr:.0%} of the {transport} ops move "
+                f"{cmp} {lim:g} {unit} in {steps_text(st)}; on rank {rank_w} {w['small_ops']} of "
+                f"{w['ops']} ({w['small_ratio']:.0%}, median {size:g} {unit}) taking {ms_w:.2f} ms per step. "
+                "Larger buckets / gradient accumulation / fused optimizers send fewer, larger messages."
+            ),
+        )
