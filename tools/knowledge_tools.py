@@ -72,15 +72,12 @@ def _verify_text(v: Any) -> str | None:
 def _check_explanation(check_id: str, finding: Finding | None = None) -> Explanation:
     reg = registry()
     cls = reg[check_id]
-    fixes = finding.fixes if finding is not None else [
-        f.id for f in _kb().load_fixes().values() if check_id in f.checks]
+    fixes = finding.fixes if finding is not None else _kb().fixes_for(check_id)
     steps = []
     if fixes:
         first = _kb().get_fix(fixes[0])
         steps = list(first.steps)
     why = cls.description or (cls.__doc__ or "").strip().split("\n\n")[0]
-    if finding is not None:
-        why = f"{finding.message} {why}".strip()
     return Explanation(id=check_id, kind="check", title=finding.title if finding else cls.title, why=why, steps=steps,
                        code_edit=None, verify=f"stepdoctor issues PROFILE --check {check_id}", references=[],
                        finding=finding, fixes=fixes)
@@ -160,7 +157,11 @@ def list_fixes(*, check: str | None = None, vendor: str | None = None, limit: in
 
 def suggest_edit(code_path: str | Path, *, fix: str | None = None, profile: api.ProfileRef | None = None,
                  apply: bool = False) -> EditSuggestion:
-    """A unified diff applying one fix (or every fix a profile's findings point to) to a training script."""
+    """A unified diff applying one fix (or every fix a profile's findings point to) to a training script.
+
+    With a profile, the first fix of each finding is taken in priority order, and the finding's own numbers
+    (`evidence.fix_params`, and the flagged variable for env-var findings) fill the fix's parameters.
+    """
     from ..knowledge import edit
 
     p = Path(code_path)
@@ -168,35 +169,36 @@ def suggest_edit(code_path: str | Path, *, fix: str | None = None, profile: api.
         raise ProfileError(p, "no such file")
     fix_ids: list[str] = []
     params: dict[str, Any] = {}
-    messages: list[str] = []
+    env_names: list[str] = []
     if fix:
-        _kb().get_fix(fix)
+        try:
+            _kb().get_fix(fix)
+        except KeyError as e:
+            raise ProfileError(None, str(e).strip("'\"")) from None
         fix_ids = [fix]
     else:
         rep = api.issues(profile)  # type: ignore[arg-type]
         for f in rep.findings:
-            if f.fixes and f.fixes[0] not in fix_ids:
+            if not f.fixes:
+                continue
+            if f.check == "env-var" and f.subject:
+                env_names.append(f.subject)
+            if f.fixes[0] not in fix_ids:
                 fix_ids.append(f.fixes[0])
                 params.update(f.evidence.get("fix_params", {}) if isinstance(f.evidence, dict) else {})
         if not fix_ids:
             return EditSuggestion(path=str(p), fixes=[], changed=False, diff="",
                                   messages=["the profile's findings point to no fix"])
-    if len(fix_ids) == 1:
-        res = edit.suggest_edit(p, fix_ids[0], params=params or None)
-        results = [res]
-        diff = res.diff
-    else:
-        combined = edit.suggest_edits_for_fixes(p, fix_ids)
-        results = combined if isinstance(combined, list) else [combined]
-        diff = getattr(combined, "diff", None) or "".join(r.diff for r in results)
-    for r in results:
-        if getattr(r, "message", None):
-            messages.append(f"{r.fix}: {r.message}")
-    templates = [r.template for r in results if getattr(r, "template", None) and not r.changed]
-    out = EditSuggestion(path=str(p), fixes=fix_ids, changed=any(r.changed for r in results), diff=diff or "",
-                         messages=messages, template="\n\n".join(templates) or None)
-    if apply and out.changed:
-        backup = edit.apply_edit(results[-1] if len(results) == 1 else combined, backup=True)
+    if env_names:
+        params["env"] = env_names
+    try:
+        res = edit.suggest_edits_for_fixes(p, fix_ids, params=params or None)
+    except (ValueError, FileNotFoundError) as e:
+        raise ProfileError(p, str(e)) from None
+    out = EditSuggestion(path=str(p), fixes=fix_ids, changed=res.changed, diff=res.diff or "",
+                         messages=[m for m in [res.message] if m], template=res.template)
+    if apply and res.changed:
+        backup = edit.apply_edit(res, backup=True)
         out.applied = True
         out.backup = str(backup) if backup else None
     return out

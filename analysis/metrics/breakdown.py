@@ -91,11 +91,14 @@ def compute_breakdown(profile: Profile, *, hta_compat: bool = False, ranks: list
 
         h0 = grp["start_ns"].to_numpy(dtype=np.int64)
         h1 = grp["end_ns"].to_numpy(dtype=np.int64)
-        d0 = grp["device_start_ns"].astype("Float64").fillna(np.nan).to_numpy(dtype=float)
-        d1 = grp["device_end_ns"].astype("Float64").fillna(np.nan).to_numpy(dtype=float)
+        # integer ns throughout: epoch ns do not survive a float64 round trip (~256 ns steps at 1.7e18)
+        d0_known = grp["device_start_ns"].notna().to_numpy()
+        d1_known = grp["device_end_ns"].notna().to_numpy()
+        d0 = grp["device_start_ns"].astype("Int64").fillna(0).to_numpy(dtype=np.int64)
+        d1 = grp["device_end_ns"].astype("Int64").fillna(0).to_numpy(dtype=np.int64)
         # a step whose device window is unknown but whose rank has device data: the host window
-        w0 = np.where(np.isnan(d0), h0, d0).astype(np.int64)
-        w1 = np.where(np.isnan(d1), h1, d1).astype(np.int64)
+        w0 = np.where(d0_known, d0, h0).astype(np.int64)
+        w1 = np.where(d1_known, d1, h1).astype(np.int64)
         busy = all_cov.within(w0, w1)
         comp = comp_cov.within(w0, w1)
         comm = comm_cov.within(w0, w1)
@@ -117,7 +120,7 @@ def compute_breakdown(profile: Profile, *, hta_compat: bool = False, ranks: list
                 overlapped_ms=_ms(overl[i]) if dev else None,
                 free_ms=_ms((w1[i] - w0[i]) - busy[i]) if dev else None,
                 bubble_ms=_ms(bubble),
-                preparing_ms=_ms(w0[i] - h0[i]) if dev and not np.isnan(d0[i]) else None,
+                preparing_ms=_ms(w0[i] - h0[i]) if dev and d0_known[i] else None,
                 non_compute_ms=_ms(busy[i] - comp[i]) if dev else None,
             ))
     return rows
