@@ -48,8 +48,16 @@ def discover(path: str | Path) -> Discovery:
     if p.is_file():
         if _KINETO_NAME_RE.search(p.name):
             return _kineto([p], p)
-        if _DB_RE.match(p.name):
-            return _ascend([p.parent.parent], p)
+        if m := _DB_RE.match(p.name):
+            if p.parent.name == "ASCEND_PROFILER_OUTPUT":
+                return _ascend([p.parent.parent], p)
+            # a DB export copied out of its rank directory: the file itself is the rank
+            src = RankSource(path=p, format=f"ascend_{'ms' if m.group(1) == 'mindspore' else 'pt'}_db",
+                             rank=int(m.group(2)) if m.group(2) is not None else None, rank_how=p.name)
+            warnings: list[str] = []
+            if src.rank is None:
+                _assign_placeholders({}, [src], warnings, "no rank in the DB file name")
+            return Discovery(p, "ascend", [src], warnings)
         raise ProfileError(p, "not a profile: expected a Kineto trace (.json/.json.gz) or a profile directory")
     if not os.access(p, os.R_OK | os.X_OK):
         raise ProfileError(p, "directory is not readable")
@@ -65,6 +73,10 @@ def discover(path: str | Path) -> Discovery:
             continue
         if any(_MS_LEGACY_RE.match(f) for f in files):
             legacy_dirs.append(root)
+            # MindSpore 2.4 writes the run twice: these flat files plus rank-*_ascend_ms/ children in the new
+            # layout. Only the flat files have iteration interval / fp_and_bp / tail, so the children are not
+            # ranks of their own (the legacy reader warns that it skipped them).
+            dirs[:] = [d for d in dirs if not d.endswith("_ascend_ms")]
         if depth <= 1:
             kineto_files.extend(root / f for f in files if _KINETO_NAME_RE.search(f))
     if ascend_dirs:

@@ -1,0 +1,400 @@
+"""Reader for MindSpore ≤ 2.3 profiles: the flat MindInsight-format `profiler/` folder (and the 2.4 hybrid).
+
+Input (mindspore-format-and-db.md §1.2, §2.1, §3, §4.1, §5.1), every file suffixed `_{rank}`:
+
+| file | -> tables |
+| --- | --- |
+| `step_trace_raw_{r}_detail_time.csv` | steps, step_phases (iteration_interval, fp_and_bp, tail / fp), comm_ops + device_ops of the reduce triples |
+| `output_timeline_data_{r}.txt` | device_ops with real start times (AI Core ops) |
+| `framework_raw_{r}.csv` | device_ops op type, block dim, shapes, dtypes, formats (op_info JSON) |
+| `aicore_intermediate_{r}_detail.csv` / `output_op_compute_time_{r}.txt` | device_ops task type; per-op totals when there is no timeline |
+| `minddata_pipeline_raw_{r}.csv`, `minddata_pipeline_summary_{r}.json/.csv`, `minddata_cpu_utilization_{r}.json`, `device_queue_profiling_{r}.txt`, `dataset_iterator_profiling_{r}.txt`, `minddata_aicpu_{r}.txt` | dataset_ops, metadata (see `mindspore_extra.read_minddata`) |
+| `hccl_raw_{r}.csv` | step_phases `communication`, `comm_wait` |
+| `ascend_cluster_analyse_{mode}_{stages}_{size}_{r}.csv` | step_phases named after its columns (computation, communication_alone, ...) |
+| `profiler_info_{r}.json`, `step_trace_point_info_{r}.json` | ranks, metadata |
+
+Units: step trace values are 10 ns device ticks (MindInsight: 100 000 per ms) -> × 10 ns; absolute points
+become ns on the same clock as the op timeline (2.x derives both from msprof µs). The trailing mean row
+(`step_num = "-"`) and rows whose total is 0 are skipped; means are left to the metrics (step 1 usually holds
+compile / warm-up time). hccl_raw and the cluster file are ms; the timeline is µs (or ms, by its header).
+
+Steps: step n's window is [start_point, end_point] (start_point = previous end_point, so the window holds the
+iteration interval); its device window starts at fp_point (the first compute op after the data fetch), so the
+breakdown's `preparing` is the interval and its `free` is idle time inside forward/backward/tail. Each
+collective triple (`stream_{s}_{k}_{op}` duration, `…_start_point`, `…_end_point`, matched by suffix because
+the column order changed in 2.0) becomes one comm_ops row and one device_ops row (category communication,
+task_type HCCL); one that starts at or after bp_point runs in the iteration tail.
+
+Operators: with `output_timeline_data` every execution is a device op with its real start; dtypes are
+normalised to the `DT_*` spelling of kernel_details (`NUMBER_TYPE_FLOAT32`, `DTFLOAT`, `FLOAT32` -> `DT_FLOAT`).
+Without a timeline only per-op totals exist: one device op per op name, duration = mean × count, placed at the
+first step's fp_point with no step (a warning says so; capability `op_totals_only` instead of `op_timeline`),
+so op-type shares and dtypes stay usable but the device-timeline breakdown is not.
+
+MindSpore 2.4 writes this folder and a `rank-{r}_{ts}_ascend_ms/` copy in the new layout side by side; this
+reader reads the flat files (they alone have the iteration interval, fp_and_bp and tail) and warns that the
+`*_ascend_ms` copy was not read.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+from .ascend_db import collective_of
+from .base import ProfileError, RankSource, RankTables
+from .mindspore_extra import read_minddata
+
+TICK_NS = 10
+NS_PER_MS = 1_000_000
+_STREAM_RE = re.compile(r"^stream_(\d+)_(\d+)_(.+)$")
+_OP_TYPE_RE = re.compile(r"([A-Za-z][A-Za-z0-9]*)-op\d+$")
+_CLUSTER_RE = re.compile(r"^ascend_cluster_analyse_(.+)_(\d+)_(\d+)_(\d+)\.csv$")
+_IO_KEY_RE = re.compile(r"^(input|output)_(\d+)$", re.I)
+
+
+def normalize_dtype(v: str | None) -> str | None:
+    """MindSpore/msprof data type spellings -> kernel_details' `DT_*` (`NUMBER_TYPE_FLOAT32` -> `DT_FLOAT`)."""
+    if v is None or not str(v).strip():
+        return None
+    s = str(v).strip().upper().removeprefix("NUMBER_TYPE_").removeprefix("KNUMBERTYPE")
+    if s.startswith("DT_"):
+        s = s[3:]
+    elif s.startswith("DT") and not s.startswith("DOUBLE"):
+        s = s[2:]
+    s = {"FLOAT32": "FLOAT", "FLOAT64": "DOUBLE", "BFLOAT16": "BF16"}.get(s, s)
+    return "DT_" + s
+
+
+def _dec_ns(text: str, ns_per_unit: int) -> int | None:
+    """Exact ns of a decimal string in some unit (ms, µs): Decimal arithmetic, round half up."""
+    try:
+        return int((Decimal(str(text).strip()) * ns_per_unit).to_integral_value(ROUND_HALF_UP))
+    except (InvalidOperation, ValueError):
+        return None
+
+
+def _int(v: Any) -> int | None:
+    try:
+        return int(str(v).strip())
+    except (TypeError, ValueError):
+        try:
+            return int(float(str(v).strip()))
+        except (TypeError, ValueError):
+            return None
+
+
+def _read_csv(path: Path, tables: RankTables) -> tuple[list[str], list[dict[str, str]]]:
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            rdr = csv.reader(f)
+            header = [h.strip() for h in next(rdr, [])]
+            rows = [dict(zip(header, (c.strip() for c in r), strict=False)) for r in rdr if any(c.strip() for c in r)]
+    except (OSError, csv.Error, UnicodeDecodeError) as e:
+        tables.warn(f"{path.name}: unreadable ({e}); ignored")
+        return [], []
+    return header, rows
+
+
+def read_rank(src: RankSource) -> RankTables:
+    """Parse one rank of a MindSpore ≤ 2.3 `profiler/` folder (see the module docstring)."""
+    folder = src.path if src.path.is_dir() else src.path.parent
+    rank = src.rank if src.rank is not None else 0
+    tables = RankTables(rank)
+    _LegacyReader(folder, rank, tables, src).run()
+    return tables
+
+
+class _LegacyReader:
+    def __init__(self, folder: Path, rank: int, tables: RankTables, src: RankSource) -> None:
+        self.dir = folder
+        self.r = rank
+        self.t = tables
+        self.src = src
+        self.windows: list[tuple[int, int, int]] = []     # (step, start_ns, end_ns)
+        self.first_fp: int | None = None
+        self.t_min: int | None = None
+
+    def file(self, template: str) -> Path | None:
+        p = self.dir / template.format(self.r)
+        return p if p.is_file() else None
+
+    def seen(self, ns: int | None) -> None:
+        if ns is not None:
+            self.t_min = ns if self.t_min is None else min(self.t_min, ns)
+
+    def step_of(self, ns: int) -> int | None:
+        for s, w0, w1 in self.windows:
+            if w0 <= ns < w1:
+                return s
+        return None
+
+    def run(self) -> None:
+        info = self._profiler_info()
+        self._hybrid()
+        self._step_trace()
+        self._operators()
+        self._hccl_raw()
+        self._cluster()
+        points = self.file("step_trace_point_info_{}.json")
+        if points is not None:
+            try:
+                self.t.add("metadata", key="step_trace_points", value_json=json.dumps(json.loads(
+                    points.read_text(encoding="utf-8")), sort_keys=True))
+            except (OSError, ValueError) as e:
+                self.t.warn(f"{points.name}: unreadable ({e}); ignored")
+        read_minddata([self.dir], [str(self.r)], self.t)
+        self.t.add("ranks", source_path=str(self.dir), format=self.src.format, vendor="ascend",
+                   framework="mindspore", framework_version=info.get("ms_version"),
+                   world_size=_int(info.get("rank_size")), time_origin_ns=self.t_min)
+
+    def _profiler_info(self) -> dict[str, Any]:
+        p = self.file("profiler_info_{}.json")
+        if p is None:
+            return {}
+        try:
+            info = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            self.t.warn(f"{p.name}: unreadable JSON ({e}); ignored")
+            return {}
+        if isinstance(info, dict):
+            self.t.add("metadata", key="profiler_info", value_json=json.dumps(info, sort_keys=True, default=str))
+            return info
+        return {}
+
+    def _hybrid(self) -> None:
+        kids = sorted(p.name for p in self.dir.iterdir() if p.is_dir() and p.name.endswith("_ascend_ms"))
+        mine = [k for k in kids if k.startswith(f"rank-{self.r}_")] or kids
+        if mine:
+            self.t.warn(f"MindSpore 2.4 layout: read the legacy profiler files (they alone have iteration "
+                        f"interval / fp_and_bp / tail); the new-layout copy {mine[0]}/ was not read")
+
+    # ---- step trace -----------------------------------------------------------------------------------
+    def _step_trace(self) -> None:
+        path = self.file("step_trace_raw_{}_detail_time.csv")
+        if path is None:
+            self.t.warn(f"step_trace_raw_{self.r}_detail_time.csv missing: no steps")
+            return
+        header, rows = _read_csv(path, self.t)
+        need = {"step_num", "start_point", "end_point", "fp_point"}
+        if not need <= set(header):
+            raise ProfileError(path, f"not a MindSpore step trace: missing column(s) "
+                                     f"{', '.join(sorted(need - set(header)))}")
+        inference = "fp" in header and "bp_point" not in header
+        colls = []
+        for h in header:
+            if h.endswith("_start_point") and h != "start_point":
+                base = h[: -len("_start_point")]
+                if f"{base}_end_point" in header:
+                    colls.append(base)
+        n_steps = 0
+        for row in rows:
+            step = _int(row.get("step_num"))
+            if step is None:       # the trailing mean row ("-")
+                continue
+            start, end, fp = (_int(row.get(c)) for c in ("start_point", "end_point", "fp_point"))
+            total = _int(row.get("total"))
+            if start is None or end is None or fp is None or not (total if total is not None else end - start):
+                continue           # odd all-zero rows seen in MindInsight fixtures
+            s_ns, e_ns, fp_ns = start * TICK_NS, end * TICK_NS, fp * TICK_NS
+            self.windows.append((step, s_ns, e_ns))
+            self.t.add("steps", step=step, start_ns=s_ns, end_ns=e_ns, device_start_ns=fp_ns, device_end_ns=e_ns,
+                       kept=True)
+            self.seen(s_ns)
+            if self.first_fp is None:
+                self.first_fp = fp_ns
+            n_steps += 1
+            phases = (("iteration_interval", "fp") if inference else
+                      ("iteration_interval", "fp_and_bp", "tail"))
+            for ph in phases:
+                v = _int(row.get(ph))
+                if v is None:      # recompute from the points when a duration column is missing
+                    bp = _int(row.get("bp_point"))
+                    v = {"iteration_interval": fp - start, "fp": end - fp,
+                         "fp_and_bp": None if bp is None else bp - fp,
+                         "tail": None if bp is None else end - bp}[ph]
+                if v is not None:
+                    self.t.add("step_phases", step=step, phase=ph, dur_ns=v * TICK_NS)
+            for base in colls:
+                cs, ce = _int(row.get(f"{base}_start_point")), _int(row.get(f"{base}_end_point"))
+                if not cs or not ce or ce < cs:
+                    continue
+                m = _STREAM_RE.match(base)
+                name = m.group(3) if m else base
+                stream = int(m.group(1)) if m else None
+                dur = _int(row.get(base))
+                dur_ns = (dur if dur else ce - cs) * TICK_NS
+                coll = collective_of(name)
+                op_type = (om.group(1) if (om := _OP_TYPE_RE.search(name)) else None)
+                self.t.add("comm_ops", step=step, name=name, op_type=coll, start_ns=cs * TICK_NS, elapse_ns=dur_ns)
+                self.t.add("device_ops", step=step, name=name, op_type=op_type, category="communication",
+                           task_type="HCCL", stream_id=stream, start_ns=cs * TICK_NS, dur_ns=dur_ns,
+                           collective=coll)
+        if n_steps:
+            self.t.has("steps", "step_phases")
+        if colls and n_steps:
+            self.t.has("comm_ops")
+        if not n_steps:
+            self.t.warn(f"{path.name}: no step rows (empty step trace)")
+
+    # ---- operators ------------------------------------------------------------------------------------
+    def _framework(self) -> dict[str, dict[str, Any]]:
+        path = self.file("framework_raw_{}.csv")
+        out: dict[str, dict[str, Any]] = {}
+        if path is None:
+            return out
+        _, rows = _read_csv(path, self.t)
+        for r in rows:
+            name = r.get("full_op_name") or r.get("full_kernel_name")
+            if not name:
+                continue
+            info: dict[str, Any] = {}
+            with_info = r.get("op_info") or ""
+            if with_info:
+                try:
+                    info = json.loads(with_info)
+                except ValueError:
+                    info = {}
+            ins: list[tuple[int, dict[str, Any]]] = []
+            outs: list[tuple[int, dict[str, Any]]] = []
+            for k, v in (info.items() if isinstance(info, dict) else ()):
+                if (m := _IO_KEY_RE.match(k)) and isinstance(v, dict):
+                    (ins if m.group(1).lower() == "input" else outs).append((int(m.group(2)), v))
+            ins.sort(key=lambda x: x[0])
+            outs.sort(key=lambda x: x[0])
+
+            def join(items: list[tuple[int, dict[str, Any]]], key: str, dtype: bool = False) -> str | None:
+                vals = [normalize_dtype(v.get("data_type")) if dtype else str(v.get(key, "")).strip()
+                        for _, v in items]
+                vals = [x or "" for x in vals]
+                return ";".join(vals) if any(vals) else None
+
+            out[name] = {"op_type": r.get("op_type") or r.get("kernel_type") or None,
+                         "block_dim": _int(r.get("block_dim")), "stream_id": _int(r.get("stream_id")),
+                         "input_shapes": join(ins, "shape"), "input_dtypes": join(ins, "", True),
+                         "input_formats": join(ins, "format"), "output_shapes": join(outs, "shape"),
+                         "output_dtypes": join(outs, "", True)}
+        if out:
+            self.t.has("framework_raw")
+        return out
+
+    def _op_totals(self) -> dict[str, tuple[Decimal, int, str | None]]:
+        """name -> (mean ms, count, task type) from aicore_intermediate detail or output_op_compute_time."""
+        out: dict[str, tuple[Decimal, int, str | None]] = {}
+        path = self.file("aicore_intermediate_{}_detail.csv")
+        if path is not None:
+            _, rows = _read_csv(path, self.t)
+            for r in rows:
+                name = r.get("full_op_name") or r.get("full_kernel_name") or r.get("op_name")
+                mean = r.get("task_duration") or r.get("execution_time") or r.get("full_kernel_time")
+                try:
+                    m = Decimal(mean) if mean else None
+                except InvalidOperation:
+                    m = None
+                if name and m is not None:
+                    out[name] = (m, _int(r.get("execution_frequency")) or 1, r.get("task_type") or None)
+            return out
+        path = self.file("output_op_compute_time_{}.txt")
+        if path is None:
+            return out
+        # 1.x text: header line(s), then `name avg_ms stream count`, a `total` line
+        for line in path.read_text(encoding="utf-8").splitlines():
+            f = line.split()
+            if len(f) < 2 or f[0] in ("op_name", "total") or f[0].startswith(("=", "-")):
+                continue
+            try:
+                out[f[0]] = (Decimal(f[1]), _int(f[3]) if len(f) > 3 else 1, None)
+            except InvalidOperation:
+                continue
+        return out
+
+    def _operators(self) -> None:
+        fw = self._framework()
+        totals = self._op_totals()
+        timeline = self.file("output_timeline_data_{}.txt")
+        if timeline is not None:
+            header, rows = _read_csv(timeline, self.t)
+            start_col = next((h for h in header if h.startswith("start_time")), None)
+            dur_col = next((h for h in header if h.startswith("duration")), None)
+            if start_col is None or dur_col is None or "op_name" not in header:
+                self.t.warn(f"{timeline.name}: unexpected header {header}; ignored")
+                timeline = None
+            else:
+                s_unit = NS_PER_MS if "(ms)" in start_col else 1000
+                d_unit = 1000 if "(us)" in dur_col else NS_PER_MS
+                n = 0
+                for r in rows:
+                    name = r["op_name"]
+                    start, dur = _dec_ns(r.get(start_col, ""), s_unit), _dec_ns(r.get(dur_col, ""), d_unit)
+                    if start is None or dur is None:
+                        continue
+                    self._device_op(name, start, dur, fw.get(name, {}), totals.get(name), _int(r.get("stream_id")),
+                                    self.step_of(start))
+                    n += 1
+                if n:
+                    self.t.has("device_ops", "op_timeline")
+        if timeline is None and totals:
+            at = self.first_fp if self.first_fp is not None else 0
+            self.t.warn(f"no output_timeline_data_{self.r}.txt: device ops are per-op totals (mean x count) placed "
+                        "at the first step's fp_point without a step; op-type shares and dtypes are usable, the "
+                        "device timeline breakdown is not")
+            for name, (mean, count, _tt) in totals.items():
+                dur = int((mean * count * NS_PER_MS).to_integral_value(ROUND_HALF_UP))
+                self._device_op(name, at, dur, fw.get(name, {}), totals.get(name), None, None)
+            self.t.has("device_ops", "op_totals_only")
+        if fw and any(v.get("input_dtypes") for v in fw.values()):
+            self.t.has("dtypes")
+
+    def _device_op(self, name: str, start: int, dur: int, fw: dict[str, Any],
+                   total: tuple[Decimal, int, str | None] | None, stream: int | None, step: int | None) -> None:
+        op_type = fw.get("op_type") or (m.group(1) if (m := _OP_TYPE_RE.search(name)) else None)
+        task_type = (total[2] if total else None) or "AI_CORE"
+        self.t.add("device_ops", step=step, name=name, op_type=op_type, category="compute", task_type=task_type,
+                   stream_id=stream if stream is not None else fw.get("stream_id"), start_ns=start, dur_ns=dur,
+                   block_dim=fw.get("block_dim"), input_shapes=fw.get("input_shapes"),
+                   input_dtypes=fw.get("input_dtypes"), input_formats=fw.get("input_formats"),
+                   output_shapes=fw.get("output_shapes"), output_dtypes=fw.get("output_dtypes"))
+        self.seen(start)
+
+    # ---- communication cost and cluster files -----------------------------------------------------------
+    def _hccl_raw(self) -> None:
+        path = self.file("hccl_raw_{}.csv")
+        if path is None:
+            return
+        _, rows = _read_csv(path, self.t)
+        n = 0
+        for r in rows:
+            step = _int(r.get("step_num"))
+            if step is None:
+                continue
+            for col, phase in (("communication_cost", "communication"), ("wait_cost", "comm_wait")):
+                v = _dec_ns(r.get(col, ""), NS_PER_MS)
+                if v is not None:
+                    self.t.add("step_phases", step=step, phase=phase, dur_ns=v)
+                    n += 1
+        if n:
+            self.t.has("hccl_raw")
+
+    def _cluster(self) -> None:
+        """ascend_cluster_analyse_{mode}_{stages}_{size}_{r}.csv: per-step ms columns -> step_phases."""
+        for path in sorted(self.dir.glob(f"ascend_cluster_analyse_*_{self.r}.csv")):
+            m = _CLUSTER_RE.match(path.name)
+            if not m or int(m.group(4)) != self.r:
+                continue
+            header, rows = _read_csv(path, self.t)
+            body = rows[:-1] if len(rows) > 1 else rows     # last row = average
+            steps = [w[0] for w in self.windows]
+            for i, r in enumerate(body):
+                step = steps[i] if i < len(steps) else i + 1
+                for col in header:
+                    v = _dec_ns(r.get(col, ""), NS_PER_MS)
+                    if v is not None:
+                        self.t.add("step_phases", step=step, phase=col.strip().lower(), dur_ns=v)
+            self.t.has("cluster_analyse")
+            self.t.add("metadata", key="cluster_analyse", value_json=json.dumps(
+                {"file": path.name, "parallel_mode": m.group(1), "stage_num": int(m.group(2)),
+                 "rank_size": int(m.group(3))}))
