@@ -1,0 +1,1959 @@
+"""Reader for the Ascend text export of one rank: torch_npu `*_ascend_pt` and MindSpore ≥ 2.5 `*_ascend_ms`.
+
+Input (ascend-format-and-advisor-rules.md §2, mindspore-format-and-db.md §1.4/§2.3/§4.2), all optional but
+at least one of the first two:
+
+| file | -> tables |
+| --- | --- |
+| `ASCEND_PROFILER_OUTPUT/trace_view.json` | host_ops, device_ops (trace-only tasks, `hcom_*` ops), comm_tasks, steps, freq_samples, correlation ids |
+| `ASCEND_PROFILER_OUTPUT/kernel_details.csv` | device_ops (type, block dims, op state, shapes, dtypes, pipe ratios) |
+| `step_trace_time.csv` | vendor_step_trace (cross-check of the breakdown) |
+| `communication.json` | comm_ops, comm_bandwidth, comm_packets |
+| `communication_matrix.json` | links (group-local ranks mapped to global ranks) |
+| `memory_record.csv` | memory_records |
+| `op_statistic.csv`, `api_statistic.csv`, `operator_details.csv`, `operator_memory.csv` | cross-checks, metadata, host call stacks, a capability |
+| `profiler_info_{rank}.json`, `profiler_metadata.json`, `PROF_*/device_*/info.json.N` | ranks, env_vars, metadata |
+
+Units and exactness:
+* every time becomes integer ns; µs strings (`ts`, CSV `Start Time(us)`) are converted exactly, never through
+  float: trace strings by `parse_us_to_ns`, CSV columns by DuckDB `DECIMAL(38,3)` (round half away from zero);
+  `communication*.json` numbers are decoded as `Decimal`;
+* communication "MB" are 10^6 bytes: in cluster4 an HCCL Memcpy of `size(Byte)` 1,000,100 is the packet
+  bucket `"1.0001"` MB, and `Bandwidth(GB/s)` = `Transit Size(MB)` / `Transit Time(ms)` (3.0003 / 0.18 =
+  16.6683) is then bytes/ns = GB/s, the same unit as the trace's `bandwidth(GB/s)` (1,000,100 B / 60 µs = 16.67);
+  msprof's own docs show 16 MiB buffers as `16.777216` MB. Allocator files (memory_record.csv) use MiB.
+
+Steps: `ProfilerStep#N` gives the host window [ts, ts + dur). A device op belongs to the step given by
+kernel_details `Step Id`, else the step of the host op that launched it (the `async_npu` flow), else the
+step whose host window contains its start. The device window is [first device op start of the step, host
+step end], the definition torch_npu's step_trace_time.csv uses (Free then agrees within 0.5 % on cluster4).
+
+Joining trace and kernel_details: a device task in the trace and a kernel_details row are the same task when
+they share the start ns and the kernel name (MindSpore prefixes CSV names with `launch op/`, so the last
+`/` part is compared), else start ns + Stream ID + Task ID. Joined rows take the CSV's columns and the
+trace's correlation id and group; unmatched trace tasks stay as device ops of their own.
+
+Errors: no output folder, no device data (neither trace_view.json nor kernel_details.csv), an empty,
+truncated or invalid trace_view.json, and an empty kernel_details.csv or one without its required columns
+raise `ProfileError` naming the file. Every other problem (a missing or broken optional file, a missing
+optional column) is a warning naming the file, and the capability it would have given is not set, so the
+checks that need it report "not applicable" instead of a false finding. Nothing is written next to the input.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import msgspec
+import numpy as np
+import pandas as pd
+
+from .ascend_columns import (
+    API_STATISTIC,
+    ARITHMETIC_COLUMNS,
+    KERNEL_DETAILS,
+    MEMORY_RECORD,
+    OP_STATISTIC,
+    OPERATOR_DETAILS,
+    OPERATOR_MEMORY,
+    PIPE_RATIO_COLUMNS,
+    STEP_TRACE_TIME,
+    FileColumns,
+    Resolved,
+    normalize_header,
+)
+from .base import ProfileError, RankSource, RankTables, parse_us_to_ns
+
+OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
+COMM_MB_BYTES = 1_000_000       # communication.json / communication_matrix.json "MB" (see module docstring)
+MEM_MB_BYTES = 1 << 20          # allocator "MB" (memory_record.csv) are MiB
+MEM_KB_BYTES = 1 << 10
+INT32_MAX = 2**31 - 1           # INTEGER columns; msprof writes 4294967295 for "no value"
+ANALYSE_HINT = "re-run torch_npu.profiler.profiler.analyse() (or the MindSpore offline analyse) on the profile"
+
+# The 9 variables torch_npu records (profiler_metadata.json ENV_VARIABLES); '' means unset.
+ENV_VARIABLES = ("ASCEND_GLOBAL_LOG_LEVEL", "HCCL_RDMA_TC", "HCCL_RDMA_SL", "ACLNN_CACHE_LIMIT",
+                 "HOST_CACHE_CAPACITY", "ASCEND_ENHANCE_ENABLE", "PYTORCH_NPU_ALLOC_CONF",
+                 "ASCEND_LAUNCH_BLOCKING", "HCCL_ALGO")
+
+# Collective names, most specific first (allreduce before reduce, alltoallv before alltoall ...).
+_COLLECTIVES = ("batchsendrecv", "reducescatterv", "reducescatter", "allgatherv", "allgather", "allreduce",
+                "alltoallvc", "alltoallv", "alltoall", "broadcast", "reduce", "scatter", "gather", "receive",
+                "recv", "send", "barrier")
+_AGGREGATE_KEY_RE = re.compile(r"-(top\d+|middle|bottom|total)$", re.I)
+_LINK_RE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*$")
+_STEP_KEY_RE = re.compile(r"(\d+)\s*$")
+_GROUP_THREAD_RE = re.compile(r"^Group\s+(\S+)\s+Communication", re.I)
+_HCOM_SUFFIX_RE = re.compile(r"(_\d+)+$")
+_LEVEL_RE = re.compile(r"(Level\w+)", re.I)
+DTYPE_BYTES = {"INT8": 1, "UINT8": 1, "INT16": 2, "UINT16": 2, "FP16": 2, "BFP16": 2, "BF16": 2, "INT32": 4,
+               "UINT32": 4, "FP32": 4, "INT64": 8, "UINT64": 8, "FP64": 8, "INT128": 16}
+
+
+def collective_of(name: str | None) -> str | None:
+    """Normalized collective of an HCCL op name: `hcom_allReduce__100_0_1` -> `allreduce` (None if unknown)."""
+    if not name:
+        return None
+    s = re.sub(r"[^a-z]", "", name.lower()).removeprefix("hcom")
+    for c in _COLLECTIVES:
+        if c in s:
+            return "receive" if c == "recv" else c
+    return None
+
+
+def group_hash(group_name: str) -> str:
+    """The id torch_npu uses for an HCCL group in communication*.json keys and trace thread names.
+
+    Two 32-bit polynomial string hashes (multipliers 29 and 131) concatenated high/low into 64 bits, in
+    decimal (checked on cluster4: "10.0.0.1%enp0_60000_0_1700000000000000" -> 18294791067709168601).
+    """
+    if group_name.isdigit():
+        return group_name
+    h29 = h131 = 0
+    for ch in group_name.encode("utf-8"):
+        h29 = (h29 * 29 + ch) & 0xFFFFFFFF
+        h131 = (h131 * 131 + ch) & 0xFFFFFFFF
+    return str((h29 << 32) | h131)
+
+
+def task_category(task_type: str | None, name: str, default: str) -> str:
+    """device_ops.category of an Ascend task from its Task Type / Accelerator Core (name for hcom_ ops)."""
+    if name.startswith("hcom_"):
+        return "communication"
+    tt = (task_type or "").upper()
+    if not tt or tt == "N/A":
+        return default
+    if tt in ("HCCL", "COMMUNICATION") or tt.startswith("HCCL"):
+        return "communication"
+    if tt.startswith(("AI_CORE", "AI_VECTOR", "MIX_", "AI_CPU", "AIV", "AIC", "FFTS", "DSA", "C_CORE")):
+        return "compute"
+    if "DMA" in tt or "MEMCPY" in tt or "MEMSET" in tt:
+        return "memory"
+    if any(k in tt for k in ("EVENT", "NOTIFY", "WAIT", "WRITE_VALUE", "BARRIER", "SYNC")):
+        return "sync"
+    return default
+
+
+# --------------------------------------------------------------------------------------------------------
+# trace_view.json: streaming typed decode
+#
+# The file is read in blocks of BLOCK_BYTES; each block is cut after the last complete top-level event (a
+# `}` followed by `,` and `{`) and the piece is decoded by msgspec into typed `Event` structs. A cut that
+# falls inside a nested value or a string makes the piece invalid JSON, so the cut is retried on a larger
+# window: a piece is only accepted when msgspec decodes it, and a broken file is reported with the byte
+# offset where decoding failed. `args` stay raw (`msgspec.Raw`) unless the event kind needs them.
+
+BLOCK_BYTES = 32 << 20
+# A window that grows beyond this without a decodable piece means the file is corrupt.
+MAX_WINDOW_BYTES = 8 * BLOCK_BYTES
+
+# Event kinds, decided from the pid's process_name.
+SKIP, FRAMEWORK, CANN, HARDWARE, COMM, OVERLAP, FREQ = range(7)
+HOST_KINDS = (FRAMEWORK, CANN)
+
+_PROCESS_KINDS: dict[str, int] = {
+    "python": FRAMEWORK,        # torch_npu host ops
+    "pytorch": FRAMEWORK,
+    "mindspore": FRAMEWORK,     # MindSpore framework events
+    "cpu op": FRAMEWORK,        # MindSpore host CPU kernels
+    "cann": CANN,
+    "ascend hardware": HARDWARE,
+    "communication": COMM,      # torch_npu
+    "hccl": COMM,               # MindSpore, older torch_npu
+    "overlap analysis": OVERLAP,
+    "ai core freq": FREQ,
+}
+
+_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+_WS = b" \t\r\n"
+
+
+class Event(msgspec.Struct, gc=False):
+    """One trace event; unknown keys (`bp`, ...) are ignored, `args` is kept raw until needed."""
+
+    ph: str = ""
+    name: str = ""
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: Any = None          # a µs string normally; a JSON number is decoded as an exact Decimal
+    dur: float | str | None = None
+    cat: str | None = None
+    id: int | str | None = None
+    args: msgspec.Raw = msgspec.Raw(b"{}")
+
+
+class HostArgs(msgspec.Struct, gc=False):
+    call_stack: Any = msgspec.field(default=None, name="Call stack")
+    call_stack2: Any = msgspec.field(default=None, name="Call Stack")
+    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
+    connection_id: Any = None
+
+
+class HardwareArgs(msgspec.Struct, gc=False):
+    task_type: Any = msgspec.field(default=None, name="Task Type")
+    stream_id: Any = msgspec.field(default=None, name="Stream Id")
+    physic_stream_id: Any = msgspec.field(default=None, name="Physic Stream Id")
+    task_id: Any = msgspec.field(default=None, name="Task Id")
+    connection_id: Any = None
+
+
+class CommArgs(msgspec.Struct, gc=False):
+    size: Any = msgspec.field(default=None, name="size(Byte)")
+    transport: Any = msgspec.field(default=None, name="transport type")
+    link: Any = msgspec.field(default=None, name="link type")
+    src: Any = msgspec.field(default=None, name="src rank")
+    dst: Any = msgspec.field(default=None, name="dst rank")
+    bandwidth: Any = msgspec.field(default=None, name="bandwidth(GB/s)")
+    task_type: Any = msgspec.field(default=None, name="task type")
+    stream_id: Any = msgspec.field(default=None, name="stream id")
+    connection_id: Any = None
+    data_type: Any = None       # hcom_* ops: element type and count give the message size
+    count: Any = None
+
+
+_HOST_ARGS = msgspec.json.Decoder(HostArgs)
+_HW_ARGS = msgspec.json.Decoder(HardwareArgs)
+_COMM_ARGS = msgspec.json.Decoder(CommArgs)
+_ANY = msgspec.json.Decoder()
+
+
+def ts_ns(v: str | Decimal | float | int | None) -> int | None:
+    """Exact ns of a µs timestamp; fast path for the usual 3-decimal string (drop the dot)."""
+    if type(v) is str:
+        if len(v) > 4 and v[-4] == ".":
+            try:
+                return int(v.replace(".", "", 1))
+            except ValueError:
+                pass
+        try:
+            return parse_us_to_ns(v)
+        except ValueError:
+            return None
+    if v is None:
+        return None
+    return parse_us_to_ns(v)
+
+
+def dur_ns(v: float | str | int | None) -> int:
+    """ns of a µs duration (floats rounded to the nearest ns; missing -> 0)."""
+    if v is None:
+        return 0
+    if type(v) is float:
+        return round(v * 1000)
+    try:
+        return parse_us_to_ns(v)
+    except ValueError:
+        return 0
+
+
+def as_int(v: Any) -> int | None:
+    """Integer value of a JSON scalar (int, integral float, digit string), else None."""
+    if type(v) is int:
+        return v
+    if type(v) is float:
+        return int(v) if v.is_integer() else None
+    if type(v) is str:
+        s = v.strip()
+        if s.lstrip("-").isdigit():
+            return int(s)
+    return None
+
+
+def as_float(v: Any) -> float | None:
+    if type(v) in (int, float):
+        return float(v)
+    if type(v) is str:
+        try:
+            return float(v.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def _text(v: Any) -> str | None:
+    if v is None or v == "":
+        return None
+    return v if type(v) is str else str(v)
+
+
+_HOST_FIELDS = ("h_pid", "h_tid", "h_name", "h_cat", "h_start", "h_dur", "h_stack", "h_dims", "h_types",
+                "h_conn")
+_HW_FIELDS = ("d_pid", "d_tid", "d_name", "d_start", "d_dur", "d_task_type", "d_stream", "d_task_id", "d_conn")
+_COMM_FIELDS = ("c_pid", "c_tid", "c_name", "c_start", "c_dur", "c_size", "c_transport", "c_link", "c_src",
+                "c_dst", "c_bw", "c_task_type", "c_stream", "c_conn", "c_msg_bytes")
+_OVERLAP_FIELDS = ("o_name", "o_start", "o_dur")
+_FLOW_FIELDS = ("fl_cat", "fl_id", "fl_ph", "fl_pid", "fl_tid", "fl_ts")
+# Never-null integer columns: stored as int64 numpy arrays (8 bytes a value instead of a Python int object).
+_INT64_FIELDS = frozenset({"h_start", "h_dur", "d_start", "d_dur", "c_start", "c_dur", "o_start", "o_dur",
+                           "fl_ts"})
+
+
+@dataclass
+class TraceColumns:
+    """Everything kept from trace_view.json as parallel columns (sequences of equal length per group).
+
+    While parsing, each event is one tuple in `*_rows` (one append per event is much cheaper than one per
+    field); after each decoded piece the rows are transposed into compact column parts (int64 arrays,
+    lists of shared strings), which `TraceParser._finish` joins. Start/dur columns are int64 ns arrays.
+    """
+
+    # host events (Python/MindSpore framework + CANN APIs + GC): h_cat is host_ops.category
+    h_pid: Sequence[Any] = ()
+    h_tid: Sequence[Any] = ()
+    h_name: Sequence[str] = ()
+    h_cat: Sequence[str] = ()
+    h_start: Sequence[int] = ()
+    h_dur: Sequence[int] = ()
+    h_stack: Sequence[str | None] = ()
+    h_dims: Sequence[str | None] = ()
+    h_types: Sequence[str | None] = ()
+    h_conn: Sequence[int | None] = ()
+    # device tasks (Ascend Hardware)
+    d_pid: Sequence[Any] = ()
+    d_tid: Sequence[Any] = ()
+    d_name: Sequence[str] = ()
+    d_start: Sequence[int] = ()
+    d_dur: Sequence[int] = ()
+    d_task_type: Sequence[str | None] = ()
+    d_stream: Sequence[int | None] = ()
+    d_task_id: Sequence[int | None] = ()
+    d_conn: Sequence[int | None] = ()
+    # Communication / HCCL process: hcom_* ops and their tasks (split by thread name later)
+    c_pid: Sequence[Any] = ()
+    c_tid: Sequence[Any] = ()
+    c_name: Sequence[str] = ()
+    c_start: Sequence[int] = ()
+    c_dur: Sequence[int] = ()
+    c_size: Sequence[int | None] = ()
+    c_transport: Sequence[str | None] = ()
+    c_link: Sequence[str | None] = ()
+    c_src: Sequence[int | None] = ()
+    c_dst: Sequence[int | None] = ()
+    c_bw: Sequence[float | None] = ()
+    c_task_type: Sequence[str | None] = ()
+    c_stream: Sequence[int | None] = ()
+    c_conn: Sequence[int | None] = ()
+    c_msg_bytes: Sequence[int | None] = ()
+    # Overlap Analysis intervals (name = Computing / Communication / Communication(Not Overlapped) / Free)
+    o_name: Sequence[str] = ()
+    o_start: Sequence[int] = ()
+    o_dur: Sequence[int] = ()
+    # AI Core Freq counter samples
+    f_ts: list[int] = field(default_factory=list)
+    f_mhz: list[float] = field(default_factory=list)
+    # flow endpoints (s/f/t): a flow is identified by (cat or name, id)
+    fl_cat: Sequence[str] = ()
+    fl_id: Sequence[Any] = ()
+    fl_ph: Sequence[str] = ()
+    fl_pid: Sequence[Any] = ()
+    fl_tid: Sequence[Any] = ()
+    fl_ts: Sequence[int] = ()
+    # ProfilerStep#N -> (N, start_ns, dur_ns)
+    steps: list[tuple[int, int, int]] = field(default_factory=list)
+    # metadata
+    process_names: dict[Any, str] = field(default_factory=dict)
+    process_labels: dict[Any, str] = field(default_factory=dict)
+    thread_names: dict[tuple[Any, Any], str] = field(default_factory=dict)
+    kinds: dict[Any, int] = field(default_factory=dict)
+    n_events: int = 0
+    n_unclassified: int = 0          # X events on pids that never got a process_name
+    n_unsupported_phase: int = 0     # B/E pairs and other phases this reader does not use
+    n_bad_ts: int = 0
+    min_ts: int | None = None
+    with_stack: bool = False
+    # row buffers of the piece being classified (see TraceParser._flush)
+    host_rows: list[tuple[Any, ...]] = field(default_factory=list)
+    hw_rows: list[tuple[Any, ...]] = field(default_factory=list)
+    comm_rows: list[tuple[Any, ...]] = field(default_factory=list)
+    overlap_rows: list[tuple[Any, ...]] = field(default_factory=list)
+    flow_rows: list[tuple[Any, ...]] = field(default_factory=list)
+
+
+class TraceParser:
+    """Decode one trace_view.json into `TraceColumns` (algorithm in the comment above BLOCK_BYTES)."""
+
+    def __init__(self, path: Path, block_bytes: int = BLOCK_BYTES) -> None:
+        self.path = path
+        self.block = block_bytes
+        self.out = TraceColumns()
+        self._pending: list[Event] = []
+        # Names, categories, shapes repeat millions of times: keep one string object per distinct value.
+        self._names: dict[str, str] = {}
+        self._framework_cat: dict[tuple[str, str | None], str] = {}
+        self._blobs: dict[bytes, str] = {}
+        self._ids: dict[Any, Any] = {}     # pid / tid values
+        self._parts: dict[str, list[Any]] = {}
+
+    # -- decoding -------------------------------------------------------------------------------------
+
+    def parse(self) -> TraceColumns:
+        dec = msgspec.json.Decoder(list[Event], float_hook=Decimal)
+        with open(self.path, "rb") as f:
+            first = f.read(self.block)
+            if not first:
+                raise ProfileError(self.path, f"empty file (0 bytes); {ANALYSE_HINT}")
+            head = first.lstrip(b"\xef\xbb\xbf" + _WS)
+            if not head:
+                raise ProfileError(self.path, f"empty file (only whitespace); {ANALYSE_HINT}")
+            if head[:1] == b"{":
+                raise ProfileError(self.path, "is a JSON object, but the Ascend trace_view.json is a JSON array "
+                                              "of events (is this a Kineto trace?)")
+            if head[:1] != b"[":
+                raise ProfileError(self.path, "not JSON: expected '[' at the start of the event array")
+            offset = len(first) - len(head) + 1      # file offset of carry[0]
+            carry = bytearray(head[1:])
+            del first, head
+            eof = False
+            widen = False
+            while True:
+                if not eof and (len(carry) < self.block // 2 or widen):
+                    more = f.read(self.block)
+                    if more:
+                        carry += more
+                    else:
+                        eof = True
+                if eof:
+                    self._decode_tail(dec, carry, offset)
+                    break
+                cut = _last_boundary(carry)
+                if cut is None:
+                    widen = True
+                    if len(carry) > MAX_WINDOW_BYTES:
+                        raise ProfileError(self.path, f"invalid JSON near byte {offset}: no event boundary "
+                                                      f"in {len(carry)} bytes")
+                    continue
+                end, nxt = cut
+                # "[" + events + "]" in one copy
+                piece = bytearray(end + 2)
+                piece[0], piece[-1] = 0x5B, 0x5D
+                with memoryview(carry) as mv:
+                    piece[1:end + 1] = mv[:end]
+                try:
+                    events = dec.decode(piece)
+                except msgspec.DecodeError as e:
+                    # The cut fell inside a nested value/string (or the data is broken): widen the window.
+                    widen = True
+                    if len(carry) > MAX_WINDOW_BYTES:
+                        raise ProfileError(self.path, f"invalid JSON near byte {offset}: {e}") from None
+                    continue
+                widen = False
+                self._consume(events)
+                del events, piece
+                offset += nxt
+                del carry[:nxt]
+        self._finish()
+        return self.out
+
+    def _decode_tail(self, dec: msgspec.json.Decoder, carry: bytearray, offset: int) -> None:
+        tail = carry.rstrip(_WS)
+        if not tail.endswith(b"]"):
+            raise ProfileError(self.path, f"truncated: the file ends at byte {offset + len(carry)} inside the "
+                                          f"event array (no closing ']'); {ANALYSE_HINT}")
+        try:
+            events = dec.decode(b"[" + tail)
+        except msgspec.DecodeError as e:
+            msg = str(e)
+            if "truncated" in msg.lower():
+                raise ProfileError(self.path, f"truncated JSON after byte {offset} ({msg}); {ANALYSE_HINT}") \
+                    from None
+            raise ProfileError(self.path, f"invalid JSON after byte {offset}: {msg}") from None
+        self._consume(events)
+
+    # -- classification -------------------------------------------------------------------------------
+
+    def _consume(self, events: list[Event]) -> None:
+        """Route each event of one decoded piece. This is the hot loop: the common cases (X events of the
+        host, device and communication processes) are handled inline."""
+        out = self.out
+        kinds = out.kinds
+        names = self._names
+        host_rows = out.host_rows
+        ids = self._ids
+        min_ts = out.min_ts
+        out.n_events += len(events)
+        for ev in events:
+            ph = ev.ph
+            if ph != "X":
+                self._other(ev, ph)
+                continue
+            kind = kinds.get(ev.pid)
+            if kind is None:
+                # process_name not seen yet: keep the event (detached from the input buffer) for later.
+                ev.args = msgspec.Raw(bytes(ev.args))
+                self._pending.append(ev)
+                continue
+            if kind == SKIP and (ev.cat is None or ev.cat.lower() != "gc"):
+                continue
+            ts = ev.ts
+            # fast path for the usual "…250.125" string: dropping the dot gives exact ns
+            if type(ts) is str and len(ts) > 4 and ts[-4] == ".":
+                try:
+                    start = int(ts.replace(".", "", 1))
+                except ValueError:
+                    start = ts_ns(ts)
+            else:
+                start = ts_ns(ts)
+            if start is None:
+                out.n_bad_ts += 1
+                continue
+            if min_ts is None or start < min_ts:
+                min_ts = start
+            d = ev.dur
+            dur = round(d * 1000) if type(d) is float else dur_ns(d)
+            name = names.setdefault(ev.name, ev.name)
+            cat = ev.cat
+            if kind in (FRAMEWORK, CANN):
+                pid = ids.setdefault(ev.pid, ev.pid)
+                tid = ids.setdefault(ev.tid, ev.tid)
+                if cat is not None and cat.lower() == "gc":
+                    host_rows.append((pid, tid, name, "gc", start, dur, None, None, None, None))
+                    continue
+                if kind == CANN:
+                    category = "cann"
+                else:
+                    category = self._framework_cat.get((name, cat)) or self._categorize(name, cat)
+                    if category == "user_annotation" and name.startswith("ProfilerStep#"):
+                        m = _STEP_RE.match(name)
+                        if m:
+                            out.steps.append((int(m.group(1)), start, dur))
+                raw = ev.args
+                if len(raw) > 2:
+                    host_rows.append((pid, tid, name, category, start, dur, *self._host_args(raw)))
+                else:
+                    host_rows.append((pid, tid, name, category, start, dur, None, None, None, None))
+            elif kind == HARDWARE:
+                self._hardware(ev, name, start, dur)
+            elif kind == COMM:
+                self._comm(ev, name, start, dur)
+            elif kind == OVERLAP:
+                out.overlap_rows.append((name, start, dur))
+            elif cat is not None and cat.lower() == "gc":  # GC is recognised by cat, whatever the process
+                host_rows.append((ev.pid, ev.tid, name, "gc", start, dur, None, None, None, None))
+        out.min_ts = min_ts
+        self._flush()
+
+    def _flush(self) -> None:
+        """Move the row buffers of one piece into column parts (int64 arrays for start/dur)."""
+        out = self.out
+        parts = self._parts
+        for rows, names in ((out.host_rows, _HOST_FIELDS), (out.hw_rows, _HW_FIELDS),
+                            (out.comm_rows, _COMM_FIELDS), (out.overlap_rows, _OVERLAP_FIELDS),
+                            (out.flow_rows, _FLOW_FIELDS)):
+            if not rows:
+                continue
+            for fname, col in zip(names, zip(*rows, strict=True), strict=True):
+                parts.setdefault(fname, []).append(np.array(col, dtype=np.int64) if fname in _INT64_FIELDS
+                                                   else col)
+            rows.clear()
+
+    def _categorize(self, name: str, cat: str | None) -> str:
+        """host_ops.category of a framework event (cached per (name, cat))."""
+        if name.startswith("ProfilerStep#"):
+            category = "user_annotation"
+        elif "dataloader" in name.lower():
+            category = "dataloader"
+        elif cat is None or cat == "cpu_op":
+            category = "cpu_op"
+        elif cat in ("python_function", "user_annotation"):
+            category = cat
+        else:
+            category = "other"
+        self._framework_cat[(name, cat)] = category
+        return category
+
+    def _label(self, v: Any) -> str | None:
+        """A short repeated arg value (task type, transport ...) as one shared str."""
+        if type(v) is str:
+            return self._names.setdefault(v, v) if v else None
+        return _text(v)
+
+    def _blob(self, raw: msgspec.Raw) -> str | None:
+        """Raw JSON text of an arg (Input Dims ...) as one shared str per distinct value."""
+        if not len(raw):
+            return None
+        b = bytes(raw)
+        s = self._blobs.get(b)
+        if s is None:
+            s = self._blobs[b] = b.decode("utf-8", "replace")
+        return s
+
+    def _host_args(self, raw: msgspec.Raw) -> tuple[str | None, str | None, str | None, int | None]:
+        """(call stack, input dims JSON, input types JSON, connection id) of a host event."""
+        try:
+            a = _HOST_ARGS.decode(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None, None, None, None
+        stack = _text(a.call_stack if a.call_stack is not None else a.call_stack2)
+        if stack is not None:
+            self.out.with_stack = True
+        return stack, self._blob(a.input_dims), self._blob(a.input_type), as_int(a.connection_id)
+
+    def _other(self, ev: Event, ph: str) -> None:
+        out = self.out
+        if ph == "M":
+            self._on_meta(ev)
+        elif ph in ("s", "f", "t"):
+            t = ts_ns(ev.ts)
+            if t is not None and ev.id is not None:
+                names, ids = self._names, self._ids
+                cat = ev.cat or ev.name
+                out.flow_rows.append((names.setdefault(cat, cat), ev.id, ph, ids.setdefault(ev.pid, ev.pid),
+                                      ids.setdefault(ev.tid, ev.tid), t))
+        elif ph == "C":
+            if ev.name == "AI Core Freq":
+                self._on_freq(ev)
+        elif ph not in ("i", "I", "R"):
+            out.n_unsupported_phase += 1
+
+    def _on_meta(self, ev: Event) -> None:
+        out = self.out
+        try:
+            args = _ANY.decode(ev.args)
+        except msgspec.DecodeError:
+            return
+        if not isinstance(args, dict):
+            return
+        if ev.name == "process_name":
+            pname = str(args.get("name", ""))
+            out.process_names[ev.pid] = pname
+            out.kinds[ev.pid] = _PROCESS_KINDS.get(pname.strip().lower(), SKIP)
+        elif ev.name == "process_labels":
+            out.process_labels[ev.pid] = str(args.get("labels", ""))
+        elif ev.name == "thread_name":
+            out.thread_names[(ev.pid, ev.tid)] = str(args.get("name", ""))
+
+    def _on_freq(self, ev: Event) -> None:
+        t = ts_ns(ev.ts)
+        try:
+            args = _ANY.decode(ev.args)
+        except msgspec.DecodeError:
+            return
+        if t is None or not isinstance(args, dict):
+            return
+        mhz = as_float(args.get("MHz"))
+        if mhz is None:  # other spellings: take the first numeric value
+            mhz = next((x for x in map(as_float, args.values()) if x is not None), None)
+        if mhz is not None:
+            self.out.f_ts.append(t)
+            self.out.f_mhz.append(mhz)
+
+    def _hardware(self, ev: Event, name: str, start: int, dur: int) -> None:
+        try:
+            a = _HW_ARGS.decode(ev.args)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            a = HardwareArgs()
+        stream = as_int(a.stream_id)
+        if stream is None:
+            stream = as_int(a.physic_stream_id)
+        if stream is None:
+            stream = as_int(ev.tid)
+        tt = a.task_type
+        ids = self._ids
+        self.out.hw_rows.append((ids.setdefault(ev.pid, ev.pid), ids.setdefault(ev.tid, ev.tid), name, start, dur,
+                                 self._label(tt),
+                                 stream, as_int(a.task_id), as_int(a.connection_id)))
+
+    def _comm(self, ev: Event, name: str, start: int, dur: int) -> None:
+        try:
+            a = _COMM_ARGS.decode(ev.args)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            a = CommArgs()
+        count = as_int(a.count)
+        width = DTYPE_BYTES.get(str(a.data_type).upper()) if a.data_type is not None else None
+        ids = self._ids
+        self.out.comm_rows.append((
+            ids.setdefault(ev.pid, ev.pid), ids.setdefault(ev.tid, ev.tid), name, start, dur, as_int(a.size),
+            self._label(a.transport), self._label(a.link), as_int(a.src), as_int(a.dst), as_float(a.bandwidth),
+            self._label(a.task_type), as_int(a.stream_id),
+            as_int(a.connection_id), count * width if count is not None and width is not None else None))
+
+    def _finish(self) -> None:
+        """Classify events whose process_name came after them, then transpose the row buffers."""
+        pending, self._pending = self._pending, []
+        out = self.out
+        if pending:
+            unknown = {ev.pid for ev in pending if ev.pid not in out.kinds}
+            for pid in unknown:
+                out.kinds[pid] = SKIP  # no process_name at all: only GC events (by cat) are kept
+            out.n_unclassified += sum(1 for ev in pending if ev.pid in unknown
+                                      and (ev.cat is None or ev.cat.lower() != "gc"))
+            out.n_events -= len(pending)  # _consume counts them again
+            self._consume(pending)
+        for fname, parts in self._parts.items():
+            if fname in _INT64_FIELDS:
+                setattr(out, fname, parts[0] if len(parts) == 1 else np.concatenate(parts))
+            else:
+                setattr(out, fname, parts[0] if len(parts) == 1 else list(itertools.chain.from_iterable(parts)))
+        for names in (_HOST_FIELDS, _HW_FIELDS, _COMM_FIELDS, _OVERLAP_FIELDS, _FLOW_FIELDS):
+            for fname in names:
+                if fname not in self._parts:
+                    setattr(out, fname, np.empty(0, dtype=np.int64) if fname in _INT64_FIELDS else ())
+        self._parts = {}
+
+
+def _last_boundary(buf: bytes) -> tuple[int, int] | None:
+    """(end of the last complete top-level candidate element, start of the next) or None.
+
+    A candidate is `}` + whitespace + `,` + whitespace + `{`; whether it really is top level is decided by
+    decoding (see TraceParser.parse).
+    """
+    n = len(buf)
+    end = n
+    while True:
+        k = buf.rfind(b"}", 0, end)
+        if k < 0:
+            return None
+        j = k + 1
+        while j < n and buf[j] in _WS:
+            j += 1
+        if j < n and buf[j] == 0x2C:  # ','
+            j += 1
+            while j < n and buf[j] in _WS:
+                j += 1
+            if j < n and buf[j] == 0x7B:  # '{'
+                return k + 1, j
+        end = k
+
+
+# --------------------------------------------------------------------------------------------------------
+# small converters
+
+
+def _i64(values: Any) -> pd.arrays.IntegerArray:
+    return pd.array(values, dtype="Int64")
+
+
+def _int32(values: Any) -> pd.arrays.IntegerArray:
+    """Nullable ints for an INTEGER column; out-of-range values (msprof's 4294967295 = "none") become NULL."""
+    a = pd.array(values, dtype="Int64")
+    out_of_range = ((a < -INT32_MAX) | (a > INT32_MAX)).fillna(False).to_numpy(dtype=bool)
+    if out_of_range.any():
+        a[out_of_range] = pd.NA
+    return a
+
+
+def _dec(v: Any) -> Decimal | None:
+    """Decimal of a JSON number (decoded with float_hook=Decimal) or numeric string; None otherwise."""
+    if isinstance(v, bool) or v is None:
+        return None
+    if isinstance(v, Decimal):
+        return v
+    if isinstance(v, int):
+        return Decimal(v)
+    if isinstance(v, float):
+        return Decimal(repr(v))
+    if isinstance(v, str):
+        try:
+            d = Decimal(v.strip())
+        except InvalidOperation:
+            return None
+        return d if d.is_finite() else None
+    return None
+
+
+def _scaled(v: Any, scale: int) -> int | None:
+    """round(v * scale) for a Decimal-able value, exact (µs*1000 -> ns, ms*10^6 -> ns, MB*10^6 -> B)."""
+    d = _dec(v)
+    return None if d is None else int((d * scale).to_integral_value(ROUND_HALF_UP))
+
+
+def _jdump(v: Any) -> str:
+    return json.dumps(v, sort_keys=True, default=str)
+
+
+def _step_number(key: str) -> int | None:
+    """'step12' -> 12 (communication*.json step keys); None when the key carries no number."""
+    m = _STEP_KEY_RE.search(key)
+    return int(m.group(1)) if m else None
+
+
+def _level(v: Any) -> str | None:
+    """'ProfilerLevel.Level1' / 'Level1' -> 'Level1'."""
+    if v in (None, ""):
+        return None
+    m = _LEVEL_RE.search(str(v))
+    return m.group(1) if m else str(v)
+
+
+@dataclass
+class _Steps:
+    """ProfilerStep windows sorted by start: ids, host start/end (ns)."""
+
+    ids: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    start: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    end: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+
+    @property
+    def empty(self) -> bool:
+        return self.ids.size == 0
+
+    def of(self, t: np.ndarray) -> np.ndarray:
+        """Step whose host window [start, end) contains t, else -1."""
+        t = np.asarray(t, dtype=np.int64)
+        if self.empty or t.size == 0:
+            return np.full(t.shape, -1, dtype=np.int64)
+        i = np.searchsorted(self.start, t, side="right") - 1
+        ic = np.clip(i, 0, None)
+        return np.where((i >= 0) & (t < self.end[ic]), self.ids[ic], -1)
+
+    def of_device(self, t: np.ndarray) -> np.ndarray:
+        """Like `of`, but device work that starts after its host step ended and before the next step began
+        (the device lags the host) still belongs to the earlier step."""
+        t = np.asarray(t, dtype=np.int64)
+        if self.empty or t.size == 0:
+            return np.full(t.shape, -1, dtype=np.int64)
+        i = np.searchsorted(self.start, t, side="right") - 1
+        ic = np.clip(i, 0, None)
+        nxt = np.append(self.start[1:], self.end[-1])
+        limit = np.maximum(self.end[ic], nxt[ic])
+        return np.where((i >= 0) & (t < limit), self.ids[ic], -1)
+
+
+def _short_names(names: pd.Series) -> pd.Series:
+    """Kernel names without a MindSpore `launch op/` prefix (only split when some name has a '/')."""
+    s = names.astype(str)
+    if not any("/" in n for n in s.tolist()):
+        return s
+    return s.str.rsplit("/", n=1).str[-1]
+
+
+def _na_steps(a: np.ndarray) -> pd.arrays.IntegerArray:
+    return _int32(np.where(a < 0, None, a).tolist()) if a.size else _i64([])
+
+
+# --------------------------------------------------------------------------------------------------------
+# CSV through DuckDB: every column read as text, cleaned (trailing tabs, quotes, N/A) and converted in SQL
+
+_TRIM = "' ' || chr(9) || chr(13) || chr(10)"
+_CSV = ("read_csv(?, header=true, all_varchar=true, delim=',', quote='\"', escape='\"', null_padding=true, "
+        "auto_detect=true)")
+
+
+def _q(col: str) -> str:
+    return '"' + col.replace('"', '""') + '"'
+
+
+def _sql_text(col: str, quotes: bool = False) -> str:
+    chars = _TRIM + (" || '\"'" if quotes else "")
+    return f"NULLIF(NULLIF(trim({_q(col)}, {chars}), ''), 'N/A')"
+
+
+def _sql_int(col: str) -> str:
+    return f"TRY_CAST(round(TRY_CAST({_sql_text(col)} AS DOUBLE)) AS BIGINT)"
+
+
+def _sql_float(col: str) -> str:
+    return f"TRY_CAST({_sql_text(col)} AS DOUBLE)"
+
+
+def _sql_ns(col: str) -> str:
+    """Exact µs text -> ns: DECIMAL(38,3) keeps every digit of an absolute epoch µs value."""
+    return f"TRY_CAST(round(TRY_CAST({_sql_text(col)} AS DECIMAL(38,3)) * 1000) AS BIGINT)"
+
+
+def _sql_bytes(col: str, unit: int) -> str:
+    return f"TRY_CAST(round(TRY_CAST({_sql_text(col)} AS DOUBLE) * {unit}) AS BIGINT)"
+
+
+# --------------------------------------------------------------------------------------------------------
+# the rank reader
+
+
+def read_rank(src: RankSource) -> RankTables:
+    """Parse one `*_ascend_pt` / `*_ascend_ms` text-export directory into normalized tables."""
+    reader = _RankReader(src)
+    # The reader creates millions of small containers (row tuples, lists) that live until the end; the
+    # cyclic GC would rescan them over and over (1.5 s of 4 s on a 1M-event trace) without freeing any.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return reader.read()
+    finally:
+        reader.close()
+        if was_enabled:
+            gc.enable()
+
+
+class _RankReader:
+    """One rank directory -> RankTables; each method reads one file and fills its tables/capabilities."""
+
+    def __init__(self, src: RankSource) -> None:
+        self.src = src
+        self.root = Path(src.path)
+        self.out = self.root / OUTPUT_DIR
+        self.rank = src.rank if src.rank is not None else 0
+        self.t = RankTables(self.rank)
+        ms = src.format.startswith("ascend_ms") or self.root.name.endswith("_ascend_ms")
+        self.framework = "mindspore" if ms else "pytorch"
+        self.con = duckdb.connect()
+        self.framework_version: str | None = None
+        self.profiler_level: str | None = None
+        self.with_stack: bool | None = None
+        self.profile_memory: bool | None = None
+        self.gc_detect: bool = False
+        self.aic_metrics: str | None = None
+        self.world_size: int | None = None
+        self.device: dict[str, Any] = {}
+        self.groups: dict[str, dict[str, Any]] = {}      # group hash -> {group_name, pg_name, global_ranks}
+        self.time_origin: int | None = None
+        self.comm_task_frame: pd.DataFrame | None = None   # HCCL sub-tasks of the trace (Plane threads)
+
+    def close(self) -> None:
+        self.con.close()
+
+    # -- helpers --------------------------------------------------------------------------------------
+
+    def rel(self, path: Path) -> str:
+        try:
+            return str(path.relative_to(self.root))
+        except ValueError:
+            return str(path)
+
+    def warn(self, path: Path, message: str) -> None:
+        self.t.warn(f"{self.rel(path)}: {message}")
+
+    def load_json(self, path: Path, *, decimals: bool = False) -> Any:
+        """Decoded JSON, or None with a warning naming the file (empty / unreadable / invalid)."""
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            self.warn(path, f"unreadable ({e.strerror}); skipped")
+            return None
+        if not data.strip():
+            self.warn(path, "empty file; skipped")
+            return None
+        try:
+            if decimals:
+                return msgspec.json.Decoder(float_hook=Decimal).decode(data)
+            return msgspec.json.decode(data)
+        except msgspec.DecodeError as e:
+            self.warn(path, f"invalid JSON ({e}); skipped")
+            return None
+
+    def resolve_csv(self, path: Path, table: FileColumns, *, required: bool) -> Resolved | None:
+        """Match a CSV header against its column table.
+
+        A required file that is empty, unreadable or lacks required columns raises ProfileError; an optional
+        one is skipped with a warning (None).
+        """
+        def fail(problem: str) -> None:
+            if required:
+                raise ProfileError(path, problem)
+            self.warn(path, f"{problem}; skipped")
+
+        if path.stat().st_size == 0:
+            fail(f"empty file (0 bytes); {ANALYSE_HINT}")
+            return None
+        try:
+            cols = [r[0] for r in self.con.execute(f"DESCRIBE SELECT * FROM {_CSV}", [str(path)]).fetchall()]
+        except duckdb.Error as e:
+            fail(f"not a readable CSV ({str(e).splitlines()[0]})")
+            return None
+        res = table.resolve(cols)
+        if res.missing_required:
+            fail(f"missing required columns: {', '.join(res.missing_required)} "
+                 f"(header: {', '.join(normalize_header(c) for c in cols[:12])}{' ...' if len(cols) > 12 else ''})")
+            return None
+        return res
+
+    def query_csv(self, path: Path, select: list[str], *, required: bool = False) -> pd.DataFrame | None:
+        """Run the converting SELECT over a CSV; a parse failure raises (required file) or warns (None)."""
+        try:
+            return self.con.execute(f"SELECT {', '.join(select)} FROM {_CSV}", [str(path)]).df()
+        except duckdb.Error as e:
+            problem = f"cannot parse CSV: {str(e).splitlines()[0]}"
+            if required:
+                raise ProfileError(path, problem) from None
+            self.warn(path, f"{problem}; skipped")
+            return None
+
+    # -- driver ---------------------------------------------------------------------------------------
+
+    def read(self) -> RankTables:
+        if not self.root.is_dir():
+            raise ProfileError(self.root, "not a directory")
+        if not self.out.is_dir():
+            raise ProfileError(self.root, f"no {OUTPUT_DIR}/ folder: the raw profile was never parsed into "
+                                          f"deliverables; {ANALYSE_HINT}")
+        self.profiler_info()
+        self.profiler_metadata()
+        self.device_info()
+        kd = self.kernel_details()
+        tr = self.trace()
+        if kd is None and tr is None:
+            raise ProfileError(self.out, "no device data: neither trace_view.json nor kernel_details.csv is "
+                                         f"present; {ANALYSE_HINT}")
+        steps = self.steps(tr)
+        host = pairs = None
+        if tr is not None:
+            pairs = self.launch_flows(tr)
+            host = self.host_frame(tr, steps, pairs)
+        dev, comm_ops = self.device_ops(kd, tr, host, steps, pairs)
+        self.emit_steps(steps, dev)
+        if tr is not None:
+            self.comm_tasks(tr, comm_ops, steps)
+            self.freq(tr)
+            self.overlap(tr, steps)
+        self.step_trace_time()
+        self.communication()
+        self.communication_matrix()
+        self.memory_record()
+        self.op_statistic(kd)
+        self.api_statistic()
+        if host is not None:
+            self.operator_details(host)
+            self.emit_host(host)
+        self.operator_memory()
+        if self.framework == "mindspore":
+            # MindSpore-only deliverables (dataset pipeline, its step_trace_time Stage): same tables, no 2nd path
+            from .mindspore_extra import read_ms_extras
+
+            read_ms_extras(self.root, self.t)
+        self.ranks_row(dev)
+        return self.t
+
+    # -- rank directory metadata ----------------------------------------------------------------------
+
+    def profiler_info(self) -> None:
+        named = self.root / f"profiler_info_{self.rank}.json"
+        files = [named] if named.is_file() else sorted(self.root.glob("profiler_info*.json"))
+        if not files:
+            self.warn(self.root, "no profiler_info_{rank}.json: framework version, profiler level and "
+                                 "with_stack unknown")
+            return
+        info = self.load_json(files[0])
+        if not isinstance(info, dict):
+            return
+        if "ms_version" in info:
+            self.framework = "mindspore"
+        elif "torch_npu_version" in info:
+            self.framework = "pytorch"
+        self.framework_version = _text(info.get("torch_npu_version") or info.get("ms_version"))
+        cfg = info.get("config") if isinstance(info.get("config"), dict) else {}
+        exp = cfg.get("experimental_config") if isinstance(cfg.get("experimental_config"), dict) else {}
+        common = cfg.get("common_config") if isinstance(cfg.get("common_config"), dict) else {}
+        params = info.get("profiler_parameters") if isinstance(info.get("profiler_parameters"), dict) else {}
+        self.profiler_level = _level(exp.get("_profiler_level") or params.get("profiler_level"))
+        ws = common.get("with_stack", params.get("with_stack"))
+        self.with_stack = bool(ws) if ws is not None else None
+        pm = common.get("profile_memory", params.get("profile_memory"))
+        self.profile_memory = bool(pm) if pm is not None else None
+        # torch_npu records GC only when experimental_config._gc_detect_threshold is set: then "no GC
+        # event" is a measurement, otherwise it is unknown.
+        self.gc_detect = exp.get("_gc_detect_threshold") is not None
+        self.aic_metrics = _text(exp.get("_aic_metrics") or params.get("aic_metrics"))
+        if cfg:
+            self.t.add("metadata", key="config", value_json=_jdump(cfg))
+        if params:
+            self.t.add("metadata", key="profiler_parameters", value_json=_jdump(params))
+        for k in ("cann_version", "jit_level", "rank_size"):
+            if info.get(k) is not None:
+                self.t.add("metadata", key=k, value_json=_jdump(info[k]))
+        if self.world_size is None:
+            self.world_size = as_int(info.get("rank_size"))
+
+    def profiler_metadata(self) -> None:
+        path = self.root / "profiler_metadata.json"
+        if not path.is_file():
+            self.warn(self.root, "no profiler_metadata.json: environment variables, distributed args and "
+                                 "parallel groups unknown")
+            return
+        md = self.load_json(path)
+        if not isinstance(md, dict):
+            return
+        env = md.get("ENV_VARIABLES")
+        if isinstance(env, dict):
+            for name, value in env.items():
+                # '' is how torch_npu records "unset"; keep it, never turn it into NULL
+                self.t.add("env_vars", name=str(name), value="" if value is None else str(value))
+            self.t.has("env")
+        elif env is not None:
+            self.warn(path, "ENV_VARIABLES is not an object; environment variables unknown")
+        for k, v in md.items():
+            if k != "ENV_VARIABLES":
+                self.t.add("metadata", key=str(k), value_json=_jdump(v))
+        da = md.get("distributed_args")
+        if isinstance(da, dict) and as_int(da.get("world_size")) is not None:
+            self.world_size = as_int(da.get("world_size"))
+        pgi = md.get("parallel_group_info")
+        if isinstance(pgi, dict):
+            for gname, g in pgi.items():
+                if not isinstance(g, dict):
+                    continue
+                ranks = [r for r in (as_int(x) for x in g.get("global_ranks") or []) if r is not None]
+                self.groups[group_hash(str(gname))] = {"group_name": str(gname), "pg_name": g.get("group_name"),
+                                                       "global_ranks": ranks}
+            if self.groups:
+                self.t.add("metadata", key="comm_groups", value_json=_jdump(self.groups))
+
+    def device_info(self) -> None:
+        files = sorted(p for p in self.root.glob("PROF_*/device_*/info.json*") if not p.name.endswith(".done"))
+        if not files:
+            self.warn(self.root, "no PROF_*/device_*/info.json.*: AI core counts and rated frequency unknown "
+                                 "(block-dim and frequency checks not applicable)")
+            return
+        for f in files:
+            di = self.load_json(f)
+            if not isinstance(di, dict):
+                continue
+            devs = di.get("DeviceInfo") or [{}]
+            d0 = devs[0] if isinstance(devs, list) and devs and isinstance(devs[0], dict) else {}
+            dev_id = as_int(d0.get("id"))
+            if dev_id is None and (m := re.search(r"device_(\d+)", f.parent.name)):
+                dev_id = int(m.group(1))
+            self.device = {"device_name": _text(di.get("platform_version")), "device_id": dev_id,
+                           "ai_core_num": as_int(d0.get("ai_core_num")), "aiv_num": as_int(d0.get("aiv_num")),
+                           "rated_freq_mhz": as_float(d0.get("aic_frequency"))}
+            if self.device["ai_core_num"] is not None:
+                self.t.has("core_counts")
+            if self.device["rated_freq_mhz"]:
+                self.t.has("rated_freq")
+            return
+
+    # -- kernel_details.csv ---------------------------------------------------------------------------
+
+    def kernel_details(self) -> pd.DataFrame | None:
+        path = self.out / "kernel_details.csv"
+        if not path.is_file():
+            # msprof's op_summary carries the same columns under other names (ascend_columns.KERNEL_DETAILS)
+            alt = sorted(self.root.glob("PROF_*/mindstudio_profiler_output/op_summary_*.csv"))
+            if not alt:
+                self.warn(path, "missing: kernel types, block dims, op state, shapes and pipe ratios unknown")
+                return None
+            self.warn(path, f"missing; using {self.rel(alt[0])} instead")
+            path = alt[0]
+        res = self.resolve_csv(path, KERNEL_DETAILS, required=True)
+        if res is None:  # unreachable: a required file raises instead
+            return None
+        f = res.found
+        sel = [f"{_sql_text(f['name'])} AS name", f"{_sql_ns(f['start'])} AS start_ns",
+               f"{_sql_ns(f['dur'])} AS dur_ns"]
+        for c in ("step", "stream_id", "task_id", "block_dim", "mix_block_dim", "device_id"):
+            if c in f:
+                sel.append(f"{_sql_int(f[c])} AS {c}")
+        for c in ("op_type", "op_state", "task_type"):
+            if c in f:
+                sel.append(f"{_sql_text(f[c])} AS {c}")
+        for c in ("input_shapes", "input_dtypes", "input_formats", "output_shapes", "output_dtypes"):
+            if c in f:
+                sel.append(f"{_sql_text(f[c], quotes=True)} AS {c}")
+        ratios = [c for c in PIPE_RATIO_COLUMNS if c in f]
+        sel += [f"{_sql_float(f[c])} AS {c}" for c in ratios]
+        df = self.query_csv(path, sel, required=True)
+        if df is None or df.empty:
+            self.warn(path, "no rows (no kernels recorded)")
+            return None
+        bad = df["name"].isna() | df["start_ns"].isna() | df["dur_ns"].isna()
+        if bad.any():
+            self.warn(path, f"{int(bad.sum())} of {len(df)} rows without a name, start or duration skipped")
+            df = df[~bad].reset_index(drop=True)
+            if df.empty:
+                return None
+        for c in ("step", "stream_id", "task_id", "block_dim", "mix_block_dim", "device_id", "op_type",
+                  "op_state", "task_type", "input_shapes", "input_dtypes", "input_formats", "output_shapes",
+                  "output_dtypes", *PIPE_RATIO_COLUMNS):
+            if c not in df.columns:
+                df[c] = pd.NA
+        self.t.has("kernel_details")
+        self._kernel_capabilities(path, res, df, ratios)
+        if df["device_id"].notna().any() and self.device.get("device_id") is None:
+            self.device["device_id"] = int(df["device_id"].dropna().iloc[0])
+        return df
+
+    def _kernel_capabilities(self, path: Path, res: Resolved, df: pd.DataFrame, ratios: list[str]) -> None:
+        f = res.found
+        if "op_state" in f and df["op_state"].notna().any():
+            self.t.has("op_state")
+        elif "op_state" not in f:
+            self.warn(path, "no OP State column (older CANN): operator state unknown, the dynamic-shape check "
+                            "is not applicable")
+        if "block_dim" in f and df["block_dim"].notna().any():
+            self.t.has("block_dim")
+        elif "block_dim" not in f:
+            self.warn(path, "no Block Dim / Block Num column: the block-dim check is not applicable")
+        if "input_shapes" in f and df["input_shapes"].notna().any():
+            self.t.has("shapes")
+        if "input_dtypes" in f and df["input_dtypes"].notna().any():
+            self.t.has("dtypes")
+        if "input_shapes" not in f or "input_dtypes" not in f:
+            self.warn(path, "no Input Shapes / Input Data Types columns (Level0 or record_shapes off): "
+                            "shape and dtype checks are not applicable")
+        if ratios and df[ratios].notna().any().any():
+            self.t.has("pipe_ratios")
+            self.t.add("metadata", key="kernel_metrics", value_json=_jdump("PipeUtilization"))
+        else:
+            arith = {normalize_header(c) for c in res.unknown} & set(ARITHMETIC_COLUMNS)
+            if arith:
+                self.warn(path, "PMU metrics are ArithmeticUtilization (aic_metrics), not PipeUtilization: "
+                                "pipe ratios unknown, the no-bound check is not applicable")
+                self.t.add("metadata", key="kernel_metrics", value_json=_jdump("ArithmeticUtilization"))
+            else:
+                self.warn(path, "no PMU pipe-ratio columns (Level0 or aic_metrics off): the no-bound check is "
+                                "not applicable")
+
+    # -- trace_view.json ------------------------------------------------------------------------------
+
+    def trace(self) -> TraceColumns | None:
+        path = self.out / "trace_view.json"
+        if not path.is_file():
+            self.warn(path, "missing: no host ops, steps, launch links, communication tasks or frequency samples")
+            return None
+        tr = TraceParser(path).parse()
+        if tr.n_events == 0:
+            self.warn(path, "no events")
+        else:
+            self.t.has("trace")
+        if tr.n_unclassified:
+            self.warn(path, f"{tr.n_unclassified} events on processes without a process_name were ignored")
+        if tr.n_unsupported_phase:
+            self.warn(path, f"{tr.n_unsupported_phase} events of unsupported phases (B/E/...) were ignored")
+        if tr.n_bad_ts:
+            self.warn(path, f"{tr.n_bad_ts} events without a readable ts were ignored")
+        self.time_origin = tr.min_ts
+        if self.device.get("device_id") is None:
+            # without info.json the device index is in the hardware lane's label ("NPU 3")
+            for pid, kind in tr.kinds.items():
+                m = re.search(r"NPU\s*(\d+)", tr.process_labels.get(pid, "")) if kind == HARDWARE else None
+                if m:
+                    self.device["device_id"] = int(m.group(1))
+                    break
+        return tr
+
+    def steps(self, tr: TraceColumns | None) -> _Steps:
+        if tr is None:
+            return _Steps()
+        if not tr.steps:
+            if tr.n_events:
+                self.warn(self.out / "trace_view.json", "no ProfilerStep#N events (no profiler schedule): "
+                                                        "per-step tables (steps, breakdown) are empty")
+            return _Steps()
+        seen: dict[int, tuple[int, int]] = {}
+        for n, start, dur in tr.steps:
+            if n in seen:
+                self.warn(self.out / "trace_view.json", f"ProfilerStep#{n} appears twice; the first is kept")
+                continue
+            seen[n] = (start, start + dur)
+        items = sorted(seen.items(), key=lambda kv: kv[1][0])
+        return _Steps(np.array([k for k, _ in items], dtype=np.int64),
+                      np.array([v[0] for _, v in items], dtype=np.int64),
+                      np.array([v[1] for _, v in items], dtype=np.int64))
+
+    def launch_flows(self, tr: TraceColumns) -> pd.DataFrame:
+        """Host -> device flow pairs (async_npu, HostToDevice, ...): corr, s_tid, s_ts, f_pid, f_tid, f_ts.
+
+        A flow is a launch link when its start is on a host process and its end on a device one; host-only
+        flows (async_task_queue enqueue -> dequeue, fwdbwd) are left out.
+        """
+        cols = ["corr", "s_pid", "s_tid", "s_ts", "f_pid", "f_tid", "f_ts"]
+        if not len(tr.fl_ts):
+            return pd.DataFrame(columns=cols)
+        kinds = tr.kinds
+        fl = pd.DataFrame({"cat": pd.Series(tr.fl_cat, dtype=object), "id": pd.Series(tr.fl_id, dtype=object),
+                           "ph": pd.Series(tr.fl_ph, dtype=object), "pid": pd.Series(tr.fl_pid, dtype=object),
+                           "tid": pd.Series(tr.fl_tid, dtype=object), "ts": tr.fl_ts,
+                           "kind": [kinds.get(p, -1) for p in tr.fl_pid]})
+        s = fl[(fl["ph"] == "s") & fl["kind"].isin(HOST_KINDS)].drop_duplicates(["cat", "id"])
+        f = fl[(fl["ph"] == "f") & fl["kind"].isin((HARDWARE, COMM))].drop_duplicates(["cat", "id"])
+        pairs = s.merge(f, on=["cat", "id"], suffixes=("_s", "_f"))
+        pairs = pairs.rename(columns={f"{c}_{e}": f"{e}_{c}" for c in ("pid", "tid", "ts") for e in "sf"})
+        if pairs.empty:
+            return pd.DataFrame(columns=cols)
+        ids = [as_int(i) for i in pairs["id"]]
+        if any(i is None for i in ids):
+            # non-numeric flow ids: number them after the numeric ones, stably by first appearance
+            codes, _ = pd.factorize(pairs["cat"].astype(str) + "\0" + pairs["id"].astype(str))
+            base = max((i for i in ids if i is not None), default=0) + 1
+            ids = [i if i is not None else base + int(c) for i, c in zip(ids, codes, strict=True)]
+        pairs["corr"] = ids
+        self.t.has("correlation")
+        return pairs[cols].reset_index(drop=True)
+
+    def host_frame(self, tr: TraceColumns, steps: _Steps, pairs: pd.DataFrame) -> pd.DataFrame:
+        """Host ops with step, nesting depth and correlation id.
+
+        Depth and the launch binding come from one sweep per (pid, tid) track, ops sorted by (start, -dur)
+        with a stack of open ops: the depth is the stack height; a flow start at time t binds to the innermost
+        op open at t on every host track of the same OS thread (the torch op on the Python track and the
+        `Node@launch` on the CANN track). ProfilerStep annotations never take a correlation id.
+        """
+        n = len(tr.h_name)
+        start = np.array(tr.h_start, dtype=np.int64)
+        dur = np.array(tr.h_dur, dtype=np.int64)
+        end = start + dur
+        track, _ = pd.factorize(pd.Series(list(zip(tr.h_pid, tr.h_tid, strict=True)), dtype=object))
+        track_tid: dict[int, Any] = {}
+        for k, tid in zip(track.tolist(), tr.h_tid, strict=True):
+            track_tid.setdefault(k, tid)
+        points: dict[Any, list[tuple[int, int]]] = {}
+        for tid, ts, c in zip(pairs["s_tid"], pairs["s_ts"], pairs["corr"], strict=True):
+            points.setdefault(tid, []).append((int(ts), int(c)))
+        for v in points.values():
+            v.sort()
+        depth = [0] * n
+        corr: list[int | None] = [None] * n
+        ann = [c == "user_annotation" for c in tr.h_cat]
+        start_l, end_l, track_l = start.tolist(), end.tolist(), track.tolist()
+        stack: list[int] = []
+
+        def bind(ts: int, c: int) -> None:
+            while stack and end_l[stack[-1]] <= ts:
+                stack.pop()
+            if stack:
+                i = stack[-1]
+                if not ann[i] and corr[i] is None:
+                    corr[i] = c
+
+        cur = None
+        pts: list[tuple[int, int]] = []
+        pi = 0
+        for k in np.lexsort((-dur, start, track)).tolist():
+            tk = track_l[k]
+            if tk != cur:
+                while pi < len(pts):
+                    bind(*pts[pi])
+                    pi += 1
+                cur, stack, pi = tk, [], 0
+                pts = points.get(track_tid[tk], [])
+            s = start_l[k]
+            while pi < len(pts) and pts[pi][0] < s:
+                bind(*pts[pi])
+                pi += 1
+            while stack and end_l[stack[-1]] <= s:
+                stack.pop()
+            depth[k] = len(stack)
+            stack.append(k)
+        while pi < len(pts):
+            bind(*pts[pi])
+            pi += 1
+        if pairs.empty:
+            # Exports without launch flows: CANN events carry the launch id themselves (args.connection_id).
+            # With flows, the flows alone decide: connection ids of other APIs (HCCL launches) may reuse
+            # numbers of the flow id space.
+            corr = list(tr.h_conn)
+        df = pd.DataFrame({
+            "name": tr.h_name, "category": tr.h_cat, "tid": _i64([as_int(x) for x in tr.h_tid]),
+            "start_ns": start, "dur_ns": dur, "correlation_id": _i64(corr), "depth": _int32(depth),
+            "input_dims": tr.h_dims, "input_types": tr.h_types, "call_stack": tr.h_stack,
+        })
+        df["step"] = _na_steps(steps.of(start))
+        cats = set(tr.h_cat)
+        if n:
+            self.t.has("host_ops")
+        if cats & {"cpu_op", "python_function", "user_annotation", "dataloader", "other"}:
+            self.t.has("framework_ops")
+        if "cann" in cats:
+            self.t.has("cann_api")
+        if "dataloader" in cats:
+            self.t.has("dataloader")
+        if "gc" in cats or self.gc_detect:
+            self.t.has("gc")
+        if tr.with_stack:
+            self.t.has("with_stack", "call_stack")
+        return df
+
+    # -- device ops -----------------------------------------------------------------------------------
+
+    def device_ops(self, kd: pd.DataFrame | None, tr: TraceColumns | None, host: pd.DataFrame | None,
+                   steps: _Steps, pairs: pd.DataFrame | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """device_ops rows (kernel_details joined with the trace's device tasks) and the trace's hcom ops."""
+        cand, comm_ops = self._trace_device_tasks(tr, pairs)
+        if kd is not None and len(cand):
+            ki, ti = self._join(kd, cand)
+            if len(ki) < len(kd) and len(cand):
+                self.warn(self.out / "kernel_details.csv",
+                          f"{len(kd) - len(ki)} of {len(kd)} rows have no matching device task in "
+                          "trace_view.json (start time + name or stream/task id); they are kept without "
+                          "launch links")
+        else:
+            ki = ti = np.empty(0, dtype=np.int64)
+        parts: list[pd.DataFrame] = []
+        if kd is not None:
+            k = kd.copy()
+            k["correlation_id"] = _i64([None] * len(k))
+            k["group_name"] = pd.Series([None] * len(k), dtype=object)
+            if len(ki):
+                k.loc[ki, "correlation_id"] = cand["corr"].to_numpy(dtype=object)[ti]
+                k.loc[ki, "group_name"] = cand["group_name"].to_numpy(dtype=object)[ti]
+                fill = k.loc[ki, "stream_id"].isna().to_numpy()
+                k.loc[ki[fill], "stream_id"] = cand["stream_id"].to_numpy(dtype=object)[ti[fill]]
+            k["category"] = self._categories(k["task_type"], k["name"], "compute")
+            k["size_bytes"] = pd.NA
+            k["source_step"] = k["step"]
+            parts.append(k)
+        if len(cand):
+            rest = cand.drop(index=ti) if len(ti) else cand
+            r = pd.DataFrame({
+                "name": rest["name"], "start_ns": rest["start_ns"], "dur_ns": rest["dur_ns"],
+                "task_type": rest["task_type"], "stream_id": rest["stream_id"], "correlation_id": rest["corr"],
+                "group_name": rest["group_name"], "op_type": rest["op_type"], "size_bytes": rest["size_bytes"],
+            })
+            r["category"] = self._categories(r["task_type"], r["name"], "other")
+            r["source_step"] = pd.NA
+            parts.append(r.reset_index(drop=True))
+        if not parts:
+            return pd.DataFrame(), comm_ops
+        dev = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+        dev["step"] = self._device_steps(dev, host, steps)
+        dev["collective"] = [collective_of(str(n)) if c == "communication" else None
+                             for n, c in zip(dev["name"], dev["category"], strict=True)]
+        self.t.extend("device_ops", {
+            "step": _na_steps(dev["step"].to_numpy(np.int64)), "name": dev["name"].array, "op_type": dev["op_type"].array,
+            "category": dev["category"].array, "task_type": dev["task_type"].array,
+            "stream_id": _i64(dev["stream_id"]), "start_ns": _i64(dev["start_ns"]),
+            "dur_ns": _i64(dev["dur_ns"]), "correlation_id": _i64(dev["correlation_id"]),
+            **({"block_dim": _int32(dev["block_dim"]), "mix_block_dim": _int32(dev["mix_block_dim"]),
+                **{c: dev[c].array for c in ("op_state", "input_shapes", "input_dtypes", "input_formats",
+                                             "output_shapes", "output_dtypes")},
+                **{c: pd.array(dev[c], dtype="Float64") for c in PIPE_RATIO_COLUMNS}} if kd is not None else {}),
+            "size_bytes": _i64(dev["size_bytes"]), "collective": dev["collective"].array,
+            "group_name": dev["group_name"].array,
+        })
+        self.t.has("device_ops")
+        return dev, comm_ops
+
+    def _trace_device_tasks(self, tr: TraceColumns | None,
+                            pairs: pd.DataFrame | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """Device task candidates from the trace (Ascend Hardware tasks + hcom ops) and the hcom ops alone."""
+        if tr is None:
+            return pd.DataFrame(), pd.DataFrame()
+        hw = pd.DataFrame({
+            "pid": pd.Series(tr.d_pid, dtype=object), "tid": pd.Series(tr.d_tid, dtype=object),
+            "name": pd.Series(tr.d_name, dtype=object), "start_ns": np.array(tr.d_start, dtype=np.int64),
+            "dur_ns": np.array(tr.d_dur, dtype=np.int64), "task_type": pd.Series(tr.d_task_type, dtype=object),
+            "stream_id": _i64(tr.d_stream), "task_id": _i64(tr.d_task_id), "conn": _i64(tr.d_conn),
+            "group_name": pd.Series([None] * len(tr.d_name), dtype=object),
+            "op_type": pd.Series([None] * len(tr.d_name), dtype=object), "size_bytes": _i64([None] * len(tr.d_name)),
+        })
+        comm = pd.DataFrame({
+            "pid": pd.Series(tr.c_pid, dtype=object), "tid": pd.Series(tr.c_tid, dtype=object),
+            "name": pd.Series(tr.c_name, dtype=object), "start_ns": np.array(tr.c_start, dtype=np.int64),
+            "dur_ns": np.array(tr.c_dur, dtype=np.int64), "conn": _i64(tr.c_conn),
+            "size": _i64(tr.c_size), "transport": pd.Series(tr.c_transport, dtype=object),
+            "link": pd.Series(tr.c_link, dtype=object), "src": _i64(tr.c_src), "dst": _i64(tr.c_dst),
+            "bw": pd.array(tr.c_bw, dtype="Float64"), "msg_bytes": _i64(tr.c_msg_bytes),
+        })
+        # Which Communication threads carry the ops: "Group <hash> Communication"; the others are "Plane N".
+        names = tr.thread_names
+        group_of: list[str | None] = []
+        is_op: list[bool] = []
+        for pid, tid, name in zip(tr.c_pid, tr.c_tid, tr.c_name, strict=True):
+            tname = names.get((pid, tid))
+            m = _GROUP_THREAD_RE.match(tname) if tname else None
+            if tname is None:
+                is_op.append(name.startswith("hcom_"))
+                group_of.append(None)
+            else:
+                is_op.append(m is not None or ("communication" in tname.lower() and "plane" not in tname.lower()))
+                group_of.append(m.group(1) if m else None)
+        comm["group_name"] = group_of
+        # an explicit bool dtype: with no rows, an object column would select columns instead of rows
+        comm["is_op"] = pd.Series(is_op, index=comm.index, dtype=bool)
+        ops = comm[comm["is_op"]].copy()
+        ops["task_type"] = "HCCL"
+        ops["stream_id"] = _i64([None] * len(ops))
+        ops["task_id"] = _i64([None] * len(ops))
+        ops["op_type"] = [_HCOM_SUFFIX_RE.sub("", n) or n for n in ops["name"]]
+        ops["size_bytes"] = ops["msg_bytes"]
+        self.comm_task_frame = comm[~comm["is_op"]].reset_index(drop=True)
+        cols = ["pid", "tid", "name", "start_ns", "dur_ns", "task_type", "stream_id", "task_id", "conn",
+                "group_name", "op_type", "size_bytes"]
+        cand = pd.concat([ops[cols], hw[cols]], ignore_index=True)
+        # an op present both as a Communication op and an Ascend Hardware task is one op (keep the former)
+        cand = cand.drop_duplicates(subset=["name", "start_ns"], keep="first").reset_index(drop=True)
+        # launch links come from the flows; args.connection_id only when the export has no flows (see host_frame)
+        cand["corr"] = cand["conn"] if pairs is None or pairs.empty else _i64([None] * len(cand))
+        if pairs is not None and len(pairs) and len(cand):
+            link = pairs[["f_pid", "f_tid", "f_ts", "corr"]].drop_duplicates(["f_pid", "f_tid", "f_ts"])
+            m = cand[["pid", "tid", "start_ns"]].reset_index().merge(
+                link, left_on=["pid", "tid", "start_ns"], right_on=["f_pid", "f_tid", "f_ts"], how="inner")
+            if len(m):
+                cand.loc[m["index"].to_numpy(), "corr"] = m["corr"].to_numpy()
+        cand["corr"] = _i64(cand["corr"].tolist())
+        return cand, ops.reset_index(drop=True)
+
+    @staticmethod
+    def _join(kd: pd.DataFrame, cand: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """(kernel_details row index, trace candidate index) pairs of the same task, one-to-one."""
+        kshort = _short_names(kd["name"])
+        tshort = _short_names(cand["name"])
+        left = pd.DataFrame({"start_ns": kd["start_ns"].astype("int64").to_numpy(), "short": kshort.to_numpy(),
+                             "ki": np.arange(len(kd))}).drop_duplicates(["start_ns", "short"])
+        right = pd.DataFrame({"start_ns": cand["start_ns"].to_numpy(), "short": tshort.to_numpy(),
+                              "ti": np.arange(len(cand))}).drop_duplicates(["start_ns", "short"])
+        m = left.merge(right, on=["start_ns", "short"])
+        ki, ti = m["ki"].to_numpy(), m["ti"].to_numpy()
+        # second chance: same start on the same stream with the same task id (names differ)
+        k_rest = kd.index.difference(ki)
+        t_rest = cand.index.difference(ti)
+        if len(k_rest) and len(t_rest):
+            kk = kd.loc[k_rest, ["start_ns", "stream_id", "task_id"]].dropna()
+            tt = cand.loc[t_rest, ["start_ns", "stream_id", "task_id"]].dropna()
+            if len(kk) and len(tt):
+                kk = kk.astype("int64").reset_index(names="ki").drop_duplicates(["start_ns", "stream_id", "task_id"])
+                tt = tt.astype("int64").reset_index(names="ti").drop_duplicates(["start_ns", "stream_id", "task_id"])
+                m2 = kk.merge(tt, on=["start_ns", "stream_id", "task_id"])
+                ki = np.concatenate([ki, m2["ki"].to_numpy()])
+                ti = np.concatenate([ti, m2["ti"].to_numpy()])
+        return ki.astype(np.int64), ti.astype(np.int64)
+
+    @staticmethod
+    def _categories(task_type: pd.Series, name: pd.Series, default: str) -> list[str]:
+        cache: dict[tuple[Any, bool], str] = {}
+        out: list[str] = []
+        for tt, n in zip(task_type.tolist(), name.tolist(), strict=True):
+            key = (tt if isinstance(tt, str) else None, str(n).startswith("hcom_"))
+            c = cache.get(key)
+            if c is None:
+                c = cache[key] = task_category(key[0], "hcom_" if key[1] else "", default)
+            out.append(c)
+        return out
+
+    def _device_steps(self, dev: pd.DataFrame, host: pd.DataFrame | None, steps: _Steps) -> np.ndarray:
+        """Step of each device op (-1 = none): kernel_details Step Id, else the step of the host op that
+        launched it, else the step its start falls in (see `_Steps.of_device`)."""
+        out = steps.of_device(dev["start_ns"].astype("int64").to_numpy())
+        if host is not None and len(host):
+            h = host.loc[host["correlation_id"].notna() & host["step"].notna(),
+                         ["correlation_id", "step", "start_ns"]].drop_duplicates("correlation_id")
+            by_corr = dict(zip(h["correlation_id"].astype("int64").tolist(),
+                               zip(h["step"].astype("int64").tolist(), h["start_ns"].tolist(), strict=True),
+                               strict=True))
+            if by_corr:
+                starts = dev["start_ns"].astype("int64").tolist()
+                via = np.full(len(dev), -1, dtype=np.int64)
+                for i, c in enumerate(dev["correlation_id"].tolist()):
+                    hit = by_corr.get(c) if c is not pd.NA else None
+                    # a task cannot start before its launch: a link that says so is not trusted
+                    if hit is not None and hit[1] <= starts[i]:
+                        via[i] = hit[0]
+                out = np.where(via >= 0, via, out)
+        src = dev["source_step"]
+        if src.notna().any():
+            known = set(steps.ids.tolist())
+            vals = set(src.dropna().astype("int64").tolist())
+            if known and not vals <= known:
+                self.warn(self.out / "kernel_details.csv",
+                          f"Step Id values {sorted(vals - known)[:5]} are not ProfilerStep numbers of the trace; "
+                          "steps are taken from the trace instead")
+            else:
+                sv = pd.array(src, dtype="Int64").fillna(-1).to_numpy(dtype=np.int64)
+                out = np.where(sv >= 0, sv, out)
+        return out.astype(np.int64)
+
+    def emit_steps(self, steps: _Steps, dev: pd.DataFrame) -> None:
+        if steps.empty:
+            return
+        first: dict[int, int] = {}
+        if len(dev):
+            d = dev[dev["step"] >= 0]
+            first = {int(k): int(v) for k, v in d.groupby("step")["start_ns"].min().items()}
+        for sid, s0, s1 in zip(steps.ids.tolist(), steps.start.tolist(), steps.end.tolist(), strict=True):
+            d0 = first.get(sid)
+            self.t.add("steps", step=sid, start_ns=s0, end_ns=s1, device_start_ns=d0,
+                       device_end_ns=s1 if d0 is not None else None, kept=True)
+        self.t.has("steps")
+
+    # -- communication tasks, frequency, overlap ------------------------------------------------------
+
+    def map_rank(self, group: str | None, local: Any) -> int | None:
+        """Group-local rank -> global rank through parallel_group_info (unchanged when the group is unknown)."""
+        r = as_int(local)
+        if r is None or r < 0 or r > INT32_MAX:
+            return None
+        g = self.groups.get(group) if group else None
+        if g and 0 <= r < len(g["global_ranks"]):
+            return g["global_ranks"][r]
+        return r
+
+    def comm_tasks(self, tr: TraceColumns, ops: pd.DataFrame, steps: _Steps) -> None:
+        """HCCL sub-tasks (Plane threads) with the hcom op that encloses them on their group's op thread."""
+        tasks = self.comm_task_frame
+        if tasks is None or tasks.empty:
+            return
+        op_name: list[str | None] = [None] * len(tasks)
+        op_group: list[str | None] = [None] * len(tasks)
+        op_step: list[int | None] = [None] * len(tasks)
+        if len(ops):
+            op_steps = steps.of_device(ops["start_ns"].to_numpy(dtype=np.int64))  # as their device_ops rows
+            threads: dict[Any, list[Any]] = {}
+            for pid, tid in ops[["pid", "tid"]].drop_duplicates().itertuples(index=False):
+                threads.setdefault(pid, []).append(tid)
+            by_thread = {key: g.sort_values("start_ns") for key, g in
+                         ops.assign(_step=op_steps).groupby(["pid", "tid"], sort=False)}
+            for (pid, tid), g in tasks.groupby(["pid", "tid"], sort=False):
+                cands = threads.get(pid, [])
+                # a Plane thread follows its group's op thread in tid order
+                below = [t for t in cands if isinstance(t, int) and isinstance(tid, int) and t < tid]
+                gt = max(below) if below else (cands[0] if cands else None)
+                if gt is None:
+                    continue
+                o = by_thread[(pid, gt)]
+                os_, oe = o["start_ns"].to_numpy(np.int64), (o["start_ns"] + o["dur_ns"]).to_numpy(np.int64)
+                ts = g["start_ns"].to_numpy(np.int64)
+                i = np.searchsorted(os_, ts, side="right") - 1
+                ok = (i >= 0) & (ts < oe[np.clip(i, 0, None)])
+                names, groups, ss = o["name"].tolist(), o["group_name"].tolist(), o["_step"].tolist()
+                for row, j, good in zip(g.index.tolist(), i.tolist(), ok.tolist(), strict=True):
+                    if good:
+                        op_name[row], op_group[row] = names[j], groups[j]
+                        op_step[row] = ss[j] if ss[j] >= 0 else None
+        start = tasks["start_ns"].to_numpy(np.int64)
+        by_time = steps.of_device(start)
+        step = [s if s is not None else (int(b) if b >= 0 else None)
+                for s, b in zip(op_step, by_time.tolist(), strict=True)]
+        self.t.extend("comm_tasks", {
+            "step": _int32(step), "op_name": op_name, "name": tasks["name"].tolist(),
+            "start_ns": _i64(start), "dur_ns": _i64(tasks["dur_ns"]), "size_bytes": _i64(tasks["size"]),
+            "transport": tasks["transport"].tolist(), "link_type": tasks["link"].tolist(),
+            "src_rank": _int32([self.map_rank(g, x) for g, x in zip(op_group, tasks["src"].tolist(), strict=True)]),
+            "dst_rank": _int32([self.map_rank(g, x) for g, x in zip(op_group, tasks["dst"].tolist(), strict=True)]),
+            "bandwidth_gbps": pd.array(tasks["bw"], dtype="Float64"),
+        })
+        self.t.has("comm_tasks")
+
+    def freq(self, tr: TraceColumns) -> None:
+        if not tr.f_ts:
+            return
+        order = np.argsort(np.array(tr.f_ts, dtype=np.int64), kind="stable")
+        self.t.extend("freq_samples", {"ts_ns": _i64(np.array(tr.f_ts, dtype=np.int64)[order]),
+                                       "freq_mhz": np.array(tr.f_mhz, dtype=float)[order]})
+        self.t.has("freq")
+
+    def overlap(self, tr: TraceColumns, steps: _Steps) -> None:
+        """Per-step sums of the profiler's own Overlap Analysis lanes (metadata `overlap_analysis`, ns).
+
+        Kept for cross-checks only: the breakdown is recomputed from device ops, never copied from here.
+        """
+        if not tr.o_name or steps.empty:
+            return
+        df = pd.DataFrame({"name": tr.o_name, "dur": np.array(tr.o_dur, dtype=np.int64),
+                           "step": steps.of(np.array(tr.o_start, dtype=np.int64))})
+        sums = df[df["step"] >= 0].groupby(["step", "name"])["dur"].sum().unstack(fill_value=0)
+        rows = [{"step": int(step), **{str(k): int(v) for k, v in r.items()}} for step, r in sums.iterrows()]
+        self.t.add("metadata", key="overlap_analysis", value_json=_jdump(rows))
+
+    # -- other deliverables ---------------------------------------------------------------------------
+
+    def step_trace_time(self) -> None:
+        path = self.out / "step_trace_time.csv"
+        if not path.is_file():
+            self.warn(path, "missing: the vendor per-step breakdown (cross-check) is unavailable")
+            return
+        res = self.resolve_csv(path, STEP_TRACE_TIME, required=False)
+        if res is None:
+            return
+        f = res.found
+        names = ("computing", "comm_not_overlapped", "overlapped", "communication", "free", "stage", "bubble",
+                 "preparing")
+        sel = [f"{_sql_int(f['step'])} AS step", *(f"{_sql_ns(f[c])} AS {c}" for c in names if c in f)]
+        df = self.query_csv(path, sel)
+        if df is None:
+            return
+        if df.empty:
+            self.warn(path, "no rows")
+            return
+        cols = {"step": _int32(df["step"])}
+        for c, out in (("computing", "computing_ns"), ("comm_not_overlapped", "comm_not_overlapped_ns"),
+                       ("overlapped", "overlapped_ns"), ("communication", "communication_ns"),
+                       ("free", "free_ns"), ("stage", "stage_ns"), ("bubble", "bubble_ns"),
+                       ("preparing", "preparing_ns")):
+            if c in df.columns:
+                cols[out] = _i64(df[c])
+        self.t.extend("vendor_step_trace", cols)
+        self.t.has("vendor_step_trace")
+
+    def communication(self) -> None:
+        """communication.json -> comm_ops, comm_bandwidth, comm_packets ("Total Op Info" rows skipped)."""
+        path = self.out / "communication.json"
+        if not path.is_file():
+            if self.world_size not in (None, 1) or self.t.count("comm_tasks") or self.groups:
+                self.warn(path, "missing: per-op wait/transit times and bandwidth unknown")
+            return
+        data = self.load_json(path, decimals=True)
+        if data is None:
+            return
+        if not isinstance(data, dict):
+            self.warn(path, "not a JSON object; skipped")
+            return
+        ops: dict[str, list[Any]] = {k: [] for k in ("step", "name", "op_type", "group_name", "start_ns",
+                                                      "elapse_ns", "transit_ns", "wait_ns", "sync_ns", "idle_ns",
+                                                      "size_bytes")}
+        skipped = 0
+        for step_key, kinds in data.items():
+            step = _step_number(str(step_key))
+            if not isinstance(kinds, dict):
+                continue
+            for by_op in kinds.values():
+                if not isinstance(by_op, dict):
+                    continue
+                for op_key, info in by_op.items():
+                    if op_key == "Total Op Info" or not isinstance(info, dict):
+                        continue
+                    name, _, group = str(op_key).partition("@")
+                    ti = info.get("Communication Time Info") or {}
+                    bw = info.get("Communication Bandwidth Info") or {}
+                    start = _scaled(ti.get("Start Timestamp(us)"), 1000)
+                    elapse = _scaled(ti.get("Elapse Time(ms)"), 1_000_000)
+                    if start is None or elapse is None:
+                        skipped += 1
+                        continue
+                    size = self._comm_bandwidth(step, name, group or None, bw)
+                    for k, v in (("step", step), ("name", name), ("op_type", collective_of(name)),
+                                 ("group_name", group or None), ("start_ns", start), ("elapse_ns", elapse),
+                                 ("transit_ns", _scaled(ti.get("Transit Time(ms)"), 1_000_000)),
+                                 ("wait_ns", _scaled(ti.get("Wait Time(ms)"), 1_000_000)),
+                                 ("sync_ns", _scaled(ti.get("Synchronization Time(ms)"), 1_000_000)),
+                                 ("idle_ns", _scaled(ti.get("Idle Time(ms)"), 1_000_000)), ("size_bytes", size)):
+                        ops[k].append(v)
+        if skipped:
+            self.warn(path, f"{skipped} ops without Start Timestamp(us) / Elapse Time(ms) skipped")
+        if ops["name"]:
+            self.t.extend("comm_ops", {k: (_int32(v) if k == "step" else _i64(v) if k.endswith(("_ns", "_bytes"))
+                                           else v) for k, v in ops.items()})
+            self.t.has("comm_ops")
+        self.t.has("comm_json")
+
+    def _comm_bandwidth(self, step: int | None, name: str, group: str | None, bw: Any) -> int | None:
+        """Rows of comm_bandwidth / comm_packets for one op; returns the op's bytes moved.
+
+        Bytes moved = SDMA (the on-node total; else HCCS + PCIE + SIO) + RDMA. Transports with neither size
+        nor time are not written.
+        """
+        if not isinstance(bw, dict):
+            return None
+        sizes: dict[str, int] = {}
+        for transport, b in bw.items():
+            if not isinstance(b, dict):
+                continue
+            size = _scaled(b.get("Transit Size(MB)"), COMM_MB_BYTES)
+            transit = _scaled(b.get("Transit Time(ms)"), 1_000_000)
+            if not size and not transit:
+                continue
+            sizes[str(transport).upper()] = size or 0
+            bwv = _dec(b.get("Bandwidth(GB/s)"))
+            lpr = _dec(b.get("Large Packet Ratio"))
+            self.t.add("comm_bandwidth", step=step, op_name=name, group_name=group, transport=str(transport),
+                       size_bytes=size or 0, transit_ns=transit or 0,
+                       bandwidth_gbps=float(bwv) if bwv is not None else None,
+                       large_packet_ratio=float(lpr) if lpr is not None else None)
+            dist = b.get("Size Distribution")
+            if isinstance(dist, dict):
+                for packet, ct in dist.items():
+                    pb = _scaled(packet, COMM_MB_BYTES)
+                    if pb is None or not isinstance(ct, list) or len(ct) < 2:
+                        continue
+                    count = _scaled(ct[0], 1)
+                    total = _scaled(ct[1], 1_000_000)
+                    if count is None or total is None:
+                        continue
+                    self.t.add("comm_packets", step=step, op_name=name, transport=str(transport),
+                               packet_bytes=pb, count=count, total_ns=total)
+        if not sizes:
+            return None
+        onnode = sizes.get("SDMA")
+        if onnode is None:
+            onnode = sum(sizes.get(k, 0) for k in ("HCCS", "PCIE", "SIO"))
+        return onnode + sizes.get("RDMA", 0)
+
+    def communication_matrix(self) -> None:
+        """communication_matrix.json -> links; aggregate keys (-top1/-middle/-bottom/-total) are skipped."""
+        path = self.out / "communication_matrix.json"
+        if not path.is_file():
+            if self.world_size not in (None, 1) or self.groups:
+                self.warn(path, "missing: per-link bandwidth unknown")
+            return
+        data = self.load_json(path, decimals=True)
+        if data is None:
+            return
+        if not isinstance(data, dict):
+            self.warn(path, "not a JSON object; skipped")
+            return
+        unmapped: set[str] = set()
+        bad_keys = 0
+        for step_key, kinds in data.items():
+            step = _step_number(str(step_key))
+            if not isinstance(kinds, dict):
+                continue
+            for by_op in kinds.values():
+                if not isinstance(by_op, dict):
+                    continue
+                for op_key, links in by_op.items():
+                    name, _, group = str(op_key).partition("@")
+                    if op_key == "Total Op Info" or _AGGREGATE_KEY_RE.search(name) or not isinstance(links, dict):
+                        continue
+                    local = self._local_group(group, links)
+                    if local:
+                        unmapped.add(group)
+                    for lk, v in links.items():
+                        m = _LINK_RE.match(str(lk))
+                        if not m or not isinstance(v, dict):
+                            bad_keys += 1
+                            continue
+                        src, dst = self.map_rank(group, m.group(1)), self.map_rank(group, m.group(2))
+                        if src is None or dst is None:
+                            bad_keys += 1
+                            continue
+                        bwv = _dec(v.get("Bandwidth(GB/s)"))
+                        self.t.add("links", step=step, op_name=_text(v.get("Op Name")) or name,
+                                   group_name=group or None, src_rank=src, dst_rank=dst,
+                                   transport=_text(v.get("Transport Type")),
+                                   size_bytes=_scaled(v.get("Transit Size(MB)"), COMM_MB_BYTES),
+                                   transit_ns=_scaled(v.get("Transit Time(ms)"), 1_000_000),
+                                   bandwidth_gbps=float(bwv) if bwv is not None else None)
+        if unmapped:
+            self.warn(path, f"group(s) {', '.join(sorted(unmapped))[:120]} not in parallel_group_info: link ranks "
+                            "kept as written (they may be group-local)")
+        if bad_keys:
+            self.warn(path, f"{bad_keys} link entries without a 'src-dst' key skipped")
+        self.t.has("comm_matrix")
+
+    def _local_group(self, group: str, links: dict[str, Any]) -> bool:
+        """True when a group's link ranks cannot be mapped to global ranks (unknown group whose self link
+        `r-r` is not this rank's global id)."""
+        if not group or group in self.groups:
+            return False
+        for lk in links:
+            m = _LINK_RE.match(str(lk))
+            if m and m.group(1) == m.group(2):
+                return int(m.group(1)) != self.rank
+        return True
+
+    def memory_record(self) -> None:
+        path = self.out / "memory_record.csv"
+        if not path.is_file():
+            if self.profile_memory:
+                self.warn(path, "missing although profile_memory was on: memory checks not applicable")
+            return
+        res = self.resolve_csv(path, MEMORY_RECORD, required=False)
+        if res is None:
+            return
+        f = res.found
+        sel = [f"{_sql_ns(f['ts'])} AS ts_ns"]
+        sel.append(f"{_sql_text(f['component'])} AS component" if "component" in f else "NULL AS component")
+        for kind in ("allocated", "reserved", "active"):
+            if f"{kind}_mb" in f:
+                sel.append(f"{_sql_bytes(f[f'{kind}_mb'], MEM_MB_BYTES)} AS {kind}_bytes")
+            elif f"{kind}_kb" in f:
+                sel.append(f"{_sql_bytes(f[f'{kind}_kb'], MEM_KB_BYTES)} AS {kind}_bytes")
+            else:
+                sel.append(f"CAST(NULL AS BIGINT) AS {kind}_bytes")
+        df = self.query_csv(path, sel)
+        if df is None:
+            return
+        df = df[df["ts_ns"].notna()]
+        if df.empty:
+            self.warn(path, "no rows")
+            return
+        df = df.sort_values("ts_ns", kind="stable")
+        self.t.extend("memory_records", {"ts_ns": _i64(df["ts_ns"]), "component": df["component"].tolist(),
+                                         "allocated_bytes": _i64(df["allocated_bytes"]),
+                                         "reserved_bytes": _i64(df["reserved_bytes"]),
+                                         "active_bytes": _i64(df["active_bytes"])})
+        self.t.has("memory_record", "memory")
+
+    def op_statistic(self, kd: pd.DataFrame | None) -> None:
+        """Cross-check kernel_details against op_statistic.csv (same counts per OP Type) - a cheap way to
+        notice a truncated or filtered kernel_details.csv."""
+        path = self.out / "op_statistic.csv"
+        if not path.is_file() or kd is None:
+            return
+        res = self.resolve_csv(path, OP_STATISTIC, required=False)
+        if res is None or kd["op_type"].isna().all():
+            return
+        f = res.found
+        st = self.query_csv(path, [f"{_sql_text(f['op_type'])} AS op_type", f"{_sql_int(f['count'])} AS count"])
+        if st is None:
+            return
+        want = st.dropna().groupby("op_type")["count"].sum()
+        have = kd["op_type"].dropna().value_counts()
+        diff = [t for t in want.index if int(want[t]) != int(have.get(t, 0))]
+        if diff:
+            self.warn(path, f"op counts differ from kernel_details.csv for {len(diff)} op types "
+                            f"(e.g. {diff[0]}: {int(want[diff[0]])} vs {int(have.get(diff[0], 0))}); "
+                            "kernel_details.csv may be incomplete")
+
+    def api_statistic(self) -> None:
+        path = self.out / "api_statistic.csv"
+        if not path.is_file():
+            return
+        res = self.resolve_csv(path, API_STATISTIC, required=False)
+        if res is None:
+            return
+        f = res.found
+        sel = [f"{_sql_text(f['api_name'])} AS api", f"{_sql_ns(f['time_us'])} AS time_ns",
+               f"{_sql_int(f['count'])} AS count"]
+        if "level" in f:
+            sel.append(f"{_sql_text(f['level'])} AS level")
+        df = self.query_csv(path, sel)
+        if df is None:
+            return
+        rows = [{k: (None if pd.isna(v) else (int(v) if k in ("time_ns", "count") else v)) for k, v in r.items()}
+                for r in df.to_dict("records")]
+        self.t.add("metadata", key="api_statistic", value_json=_jdump(rows))
+        self.t.has("api_statistic")
+
+    def operator_details(self, host: pd.DataFrame) -> None:
+        """operator_details.csv `Call Stack` -> host_ops.call_stack for ops that have none, only where the op
+        name has exactly one distinct stack (the file is aggregated, so an ambiguous name is left alone)."""
+        path = self.out / "operator_details.csv"
+        if not path.is_file():
+            return
+        res = self.resolve_csv(path, OPERATOR_DETAILS, required=False)
+        if res is None:
+            return
+        self.t.has("operator_details")
+        if "call_stack" not in res.found:
+            return
+        df = self.query_csv(path, [f"{_sql_text(res.found['name'])} AS name",
+                                   f"{_sql_text(res.found['call_stack'], quotes=True)} AS stack"])
+        df = df.dropna() if df is not None else None
+        if df is None or df.empty:
+            return
+        uniq = df.groupby("name")["stack"].nunique()
+        stacks = df.drop_duplicates("name").set_index("name")["stack"][uniq[uniq == 1].index]
+        fill = host["call_stack"].isna() & host["name"].isin(stacks.index)
+        if fill.any():
+            host.loc[fill, "call_stack"] = host.loc[fill, "name"].map(stacks)
+            self.t.has("call_stack")
+
+    def operator_memory(self) -> None:
+        path = self.out / "operator_memory.csv"
+        if path.is_file() and self.resolve_csv(path, OPERATOR_MEMORY, required=False) is not None:
+            self.t.has("operator_memory")
+
+    def emit_host(self, host: pd.DataFrame) -> None:
+        if host.empty:
+            return
+        self.t.extend("host_ops", {
+            "step": _int32(host["step"]), "name": host["name"].tolist(), "category": host["category"].tolist(),
+            "tid": _i64(host["tid"]), "start_ns": _i64(host["start_ns"]), "dur_ns": _i64(host["dur_ns"]),
+            "correlation_id": _i64(host["correlation_id"]), "depth": _int32(host["depth"]),
+            "input_dims": host["input_dims"].tolist(), "input_types": host["input_types"].tolist(),
+            "call_stack": host["call_stack"].tolist(),
+        })
+
+    def ranks_row(self, dev: pd.DataFrame) -> None:
+        origin = self.time_origin
+        if origin is None and len(dev):
+            origin = int(dev["start_ns"].min())
+        stacks = "call_stack" in self.t.capabilities
+        with_stack = (bool(self.with_stack) or stacks) if self.with_stack is not None else (stacks or None)
+        d = self.device
+        self.t.add("ranks", source_path=str(self.root), format=self.src.format, vendor="ascend",
+                   framework=self.framework, framework_version=self.framework_version,
+                   device_name=d.get("device_name"), device_id=d.get("device_id"), world_size=self.world_size,
+                   ai_core_num=d.get("ai_core_num"), aiv_num=d.get("aiv_num"),
+                   rated_freq_mhz=d.get("rated_freq_mhz"), profiler_level=self.profiler_level,
+                   with_stack=with_stack, time_origin_ns=origin)
+        if with_stack:
+            self.t.has("with_stack")
