@@ -113,6 +113,33 @@ class _Table:
     exposed_tail_pct: Threshold = Threshold(
         3.0, "% of step", "stepdoctor; MindSpore perf guide case 3 (tail 6.15 ms of AllReduce)",
         "non-overlapped comm after the last compute, share of step")
+    # host / GPU conjectured GC
+    conjectured_gc_gpu_silence_ms: Threshold = Threshold(
+        10.0, "ms", "stepdoctor; a gen-2 CPython collection of a training heap takes tens of ms while a training "
+        "loop emits host events every few µs-ms", "host gap with no event on any thread, inside a step")
+    conjectured_gc_gpu_device_idle_ratio: Threshold = Threshold(
+        0.5, "ratio", "stepdoctor", "share of such a host gap the device must be idle")
+    host_bound_stall_share: Threshold = Threshold(
+        0.5, "ratio", "stepdoctor", "share of a late-launch gap covered by GC/alloc/compile/dataloader/silence "
+        "to charge it to those instead of launch overhead")
+    fp32_speedup: Threshold = Threshold(
+        2.0, "x", "stepdoctor, conservative (MindSpore perf guide case 2 measured 4.9x on the forward; bf16/fp16 "
+        "tensor-core / cube peak is 8-16x fp32)", "kernel speedup assumed when fp32 matmul/conv/attention "
+        "move to bf16/fp16")
+    dataloader_workers_headroom: Threshold = Threshold(
+        1.25, "ratio", "stepdoctor", "spare pipeline throughput in the proposed worker count")
+    tail_proposed_buckets: Threshold = Threshold(
+        4, "count", "stepdoctor (MindSpore perf guide case 3 split into 2 groups)",
+        "gradient buckets in the proposed fusion split")
+    minddata_worker_cpu_high_pct: Threshold = Threshold(
+        75.0, "% per worker", "MindSpore BottleneckAnalyzer (profiler/parser/minddata_analyzer.py)",
+        "a dataset op whose workers are saturated")
+    minddata_child_fuller: Threshold = Threshold(
+        0.1, "usage fraction", "MindInsight minddata_pipeline_analyser", "input queue fuller than output by")
+    minddata_leaf_queue_low: Threshold = Threshold(
+        0.6, "usage fraction", "MindInsight minddata_pipeline_analyser", "a slow reader (leaf op) queue usage")
+    minddata_host_queue_empty: Threshold = Threshold(
+        0.3, "ratio", "MindInsight DEVICE_QUEUE_EMPTY_WARNING_THRESHOLD", "host queue empty share: data bound")
     # GPU host side
     h2d_pageable_ms: Threshold = Threshold(1.0, "ms per step", "stepdoctor; PyTorch pin_memory guidance",
                                            "pageable host-to-device copy time")

@@ -32,7 +32,7 @@ import pandas as pd
 
 from ..models import Finding
 from ..thresholds import T
-from .aicpu_op import NS_PER_MS, in_kept_steps, kept_steps, n_steps, ranks_text, step_list, steps_text
+from ._common import NS_PER_MS, in_kept_steps, kept_steps, n_steps, ranks_text, step_list, steps_text
 from .base import Check, CheckContext, register
 
 

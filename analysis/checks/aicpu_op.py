@@ -33,10 +33,18 @@ import pandas as pd
 
 from ..models import Finding
 from ..thresholds import T
+from ._common import (
+    NS_PER_MS,
+    NS_PER_US,
+    in_kept_steps,
+    kept_steps,
+    n_steps,
+    ranks_text,
+    step_list,
+    steps_text,
+    worst_rank,
+)
 from .base import Check, CheckContext, register
-
-NS_PER_MS = 1e6
-NS_PER_US = 1e3
 
 # aicpu_rules.yaml ExampleGuideChecker: op types with a documented AI Core replacement (lower-case).
 _REPLACE_GUIDE = {"index", "indexput", "indexputv2", "nonzero"}
@@ -51,62 +59,18 @@ _DOUBLE_RE = re.compile(r"(^|[^A-Z0-9])(DT_)?(DOUBLE|FLOAT64)($|[^A-Z0-9])", re.
 # helpers shared by the compute / communication checks (imported by the sibling modules)
 
 
-def kept_steps(ctx: CheckContext) -> dict[int, list[int]]:
-    """Rank -> its kept steps (ProfilerStep numbers), for the ranks of the context."""
-    out: dict[int, list[int]] = {r: [] for r in ctx.all_ranks}
-    for rank, step in ctx.profile.rows("SELECT rank, step FROM steps WHERE kept ORDER BY rank, step"):
-        if rank in out:
-            out[rank].append(int(step))
-    return out
 
 
-def in_kept_steps(df: pd.DataFrame, steps: dict[int, list[int]]) -> pd.DataFrame:
-    """Rows of `df` (columns rank, step) inside a kept step of their rank; a rank without any step keeps
-    all its rows (its profile is then one unnamed step)."""
-    if df.empty:
-        return df
-    keep = pd.Series(False, index=df.index)
-    for rank, grp in df.groupby("rank"):
-        st = steps.get(int(rank), [])
-        keep.loc[grp.index] = grp["step"].isin(st) if st else True
-    return df[keep]
 
 
-def n_steps(steps: dict[int, list[int]], rank: int) -> int:
-    return max(len(steps.get(rank, [])), 1)
 
 
-def ranks_text(ranks: list[int] | set[int]) -> str:
-    """'rank 1', 'ranks 0-3', 'ranks 0, 2, 5'."""
-    rs = sorted(set(ranks))
-    if not rs:
-        return "no rank"
-    if len(rs) == 1:
-        return f"rank {rs[0]}"
-    if rs == list(range(rs[0], rs[-1] + 1)) and len(rs) > 2:
-        return f"ranks {rs[0]}-{rs[-1]}"
-    return "ranks " + ", ".join(map(str, rs))
 
 
-def steps_text(steps: list[int] | set[int]) -> str:
-    ss = sorted({int(s) for s in steps})
-    if not ss:
-        return "the profile (no steps recorded)"
-    return ("step " if len(ss) == 1 else "steps ") + ", ".join(map(str, ss))
 
 
-def step_list(values: Any) -> list[int]:
-    """Distinct non-null step numbers of a column / iterable, sorted."""
-    return sorted({int(s) for s in values if not pd.isna(s)})
 
 
-def worst_rank(per_rank_ms: dict[int, float]) -> tuple[int | None, float | None]:
-    """(rank, ms) with the largest per-step impact: in data-parallel training the slowest rank sets the
-    pace."""
-    if not per_rank_ms:
-        return None, None
-    rank = max(sorted(per_rank_ms), key=lambda r: per_rank_ms[r])
-    return rank, per_rank_ms[rank]
 
 
 # ----------------------------------------------------------------------------------------------------------

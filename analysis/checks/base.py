@@ -105,11 +105,20 @@ class Check:
     id: ClassVar[str]
     title: ClassVar[str]
     needs: ClassVar[tuple[str, ...]] = ()            # capabilities required on a rank
+    # per-vendor capabilities where they differ (a Kineto trace has runtime calls, Ascend a CANN API table)
+    needs_by_vendor: ClassVar[dict[str, tuple[str, ...]]] = {}
     vendors: ClassVar[tuple[str, ...]] = ("ascend", "cuda", "rocm")
     description: ClassVar[str] = ""                   # what it detects and how (generated docs)
 
+    def needs_for(self, vendor: str | None) -> tuple[str, ...]:
+        return self.needs_by_vendor.get(vendor or "", self.needs)
+
+    def missing(self, ctx: CheckContext, rank: int) -> set[str]:
+        """Capabilities this check needs on `rank` that the rank's data lacks."""
+        return set(self.needs_for(ctx.vendor(rank))) - ctx.caps(rank)
+
     def applicable_ranks(self, ctx: CheckContext) -> list[int]:
-        return [r for r in ctx.ranks_with(self.needs) if (ctx.vendor(r) or "") in self.vendors]
+        return [r for r in ctx.all_ranks if (ctx.vendor(r) or "") in self.vendors and not self.missing(ctx, r)]
 
     def run(self, ctx: CheckContext) -> list[Finding]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -169,7 +178,8 @@ def run_checks(ctx: CheckContext, only: Iterable[str] | None = None) -> CheckRun
             continue
         chk = cls()
         if not chk.applicable_ranks(ctx):
-            missing = sorted({n for r in ctx.all_ranks for n in chk.needs if n not in ctx.caps(r)})
+            missing = sorted({n for r in ctx.all_ranks if (ctx.vendor(r) or "") in chk.vendors
+                              for n in chk.missing(ctx, r)})
             vendor_ok = any((ctx.vendor(r) or "") in chk.vendors for r in ctx.all_ranks)
             why = (f"needs {', '.join(missing)}" if missing and vendor_ok
                    else f"applies to {'/'.join(chk.vendors)} profiles")

@@ -27,7 +27,7 @@ import math
 import pandas as pd
 
 from ..models import Finding
-from .aicpu_op import (
+from ._common import (
     NS_PER_MS,
     in_kept_steps,
     kept_steps,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..models import Finding
-from .aicpu_op import in_kept_steps, kept_steps, ranks_text, steps_text
+from ._common import in_kept_steps, kept_steps, ranks_text, steps_text
 from .base import Check, CheckContext, register
 
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..models import Finding
 from ..thresholds import T
-from .aicpu_op import (
+from ._common import (
     NS_PER_MS,
     in_kept_steps,
     kept_steps,

@@ -19,7 +19,7 @@ import pandas as pd
 
 from ..models import Finding
 from ..thresholds import T
-from .aicpu_op import NS_PER_MS, in_kept_steps, kept_steps, ranks_text, steps_text
+from ._common import NS_PER_MS, in_kept_steps, kept_steps, ranks_text, steps_text
 from .base import Check, CheckContext, register
 
 

@@ -28,7 +28,7 @@ import pandas as pd
 
 from ..models import Finding
 from ..thresholds import T
-from .aicpu_op import (
+from ._common import (
     NS_PER_MS,
     in_kept_steps,
     kept_steps,

@@ -1,0 +1,243 @@
+"""Helpers shared by the check modules: kept steps per rank, text for ranks/steps, the device timeline.
+
+Kept out of the check modules themselves so each check module holds one check.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..metrics.intervals import Coverage
+from ..thresholds import T
+from .base import CheckContext
+
+NS_PER_MS = 1e6
+NS_PER_US = 1e3
+
+# Host calls that launch device work (HTA get_cuda_kernel_launch_stats / queue length list, Ascend Node@launch).
+LAUNCH_RE = re.compile(
+    r"^(cudaLaunchKernel(ExC)?(_v\d+)?|cuLaunchKernel(Ex)?|cudaLaunchCooperativeKernel|cudaGraphLaunch|"
+    r"cudaMemcpyAsync|cudaMemsetAsync|cudaMemcpy2DAsync|hipLaunchKernel|hipExtLaunchKernel|"
+    r"hipExtModuleLaunchKernel|hipModuleLaunchKernel|hipGraphLaunch|hipMemcpyAsync|hipMemsetAsync|"
+    r"hipMemcpyWithStream|Node@launch|AscendCL@aclopExecute\w*|AscendCL@aclnn\w+)$")
+
+# Host calls that block until device work finishes.
+SYNC_RE = re.compile(
+    r"^(cudaStreamSynchronize|cudaDeviceSynchronize|cudaEventSynchronize|cudaThreadSynchronize|"
+    r"cuStreamSynchronize|cuCtxSynchronize|cuEventSynchronize|hipStreamSynchronize|hipDeviceSynchronize|"
+    r"hipEventSynchronize|AscendCL@aclrtSynchronizeStream(WithTimeout)?|AscendCL@aclrtSynchronizeDevice"
+    r"(WithTimeout)?|AscendCL@aclrtSynchronizeEvent)$")
+
+HOST_API_CATEGORIES = ("runtime", "driver", "cann")
+
+# Host calls that stall dispatch and have their own check (memory-ops, op-compile): late launches behind them
+# are theirs, not host-bound's.
+STALL_API_RE = re.compile(r"^(AscendCL@(aclMallocMemInner|aclrtFreePhysical|aclrtFree|aclopCompileAndExecute)|"
+                          r"cudaMalloc|cudaFree|hipMalloc|hipFree|cuMemAlloc(_v2)?|cuMemFree(_v2)?)$")
+
+# Host op categories that are the host doing work (not an enclosing annotation).
+WORK_CATEGORIES = ("cpu_op", "runtime", "driver", "cann", "dataloader", "gc")
+
+
+def kept_steps(ctx: CheckContext) -> dict[int, list[int]]:
+    """Rank -> its kept steps (ProfilerStep numbers), for the ranks of the context."""
+    out: dict[int, list[int]] = {r: [] for r in ctx.all_ranks}
+    for rank, step in ctx.profile.rows("SELECT rank, step FROM steps WHERE kept ORDER BY rank, step"):
+        if rank in out:
+            out[rank].append(int(step))
+    return out
+
+
+def in_kept_steps(df: pd.DataFrame, steps: dict[int, list[int]]) -> pd.DataFrame:
+    """Rows of `df` (columns rank, step) inside a kept step of their rank; a rank without any step keeps
+    all its rows (its profile is then one unnamed step)."""
+    if df.empty:
+        return df
+    keep = pd.Series(False, index=df.index)
+    for rank, grp in df.groupby("rank"):
+        st = steps.get(int(rank), [])
+        keep.loc[grp.index] = grp["step"].isin(st) if st else True
+    return df[keep]
+
+
+def n_steps(steps: dict[int, list[int]], rank: int) -> int:
+    return max(len(steps.get(rank, [])), 1)
+
+
+def ranks_text(ranks: list[int] | set[int]) -> str:
+    """'rank 1', 'ranks 0-3', 'ranks 0, 2, 5'."""
+    rs = sorted(set(ranks))
+    if not rs:
+        return "no rank"
+    if len(rs) == 1:
+        return f"rank {rs[0]}"
+    if rs == list(range(rs[0], rs[-1] + 1)) and len(rs) > 2:
+        return f"ranks {rs[0]}-{rs[-1]}"
+    return "ranks " + ", ".join(map(str, rs))
+
+
+def steps_text(steps: list[int] | set[int]) -> str:
+    ss = sorted({int(s) for s in steps})
+    if not ss:
+        return "the profile (no steps recorded)"
+    return ("step " if len(ss) == 1 else "steps ") + ", ".join(map(str, ss))
+
+
+def step_list(values: Any) -> list[int]:
+    """Distinct non-null step numbers of a column / iterable, sorted."""
+    return sorted({int(s) for s in values if not pd.isna(s)})
+
+
+def worst_rank(per_rank_ms: dict[int, float]) -> tuple[int | None, float | None]:
+    """(rank, ms) with the largest per-step impact: in data-parallel training the slowest rank sets the
+    pace."""
+    if not per_rank_ms:
+        return None, None
+    rank = max(sorted(per_rank_ms), key=lambda r: per_rank_ms[r])
+    return rank, per_rank_ms[rank]
+
+
+@dataclass
+class DeviceTimeline:
+    """Merged busy intervals of one rank's device ops (sorted, disjoint, integer ns)."""
+
+    cov: Coverage
+
+    @classmethod
+    def of(cls, ctx: CheckContext, rank: int, *, exclude_sync: bool = True) -> DeviceTimeline:
+        # cuda_sync markers (Stream Sync...) are the device waiting, not working
+        cond = "AND category <> 'sync'" if exclude_sync else ""
+        df = ctx.sql(f"SELECT start_ns, dur_ns FROM device_ops WHERE rank = ? {cond}", [int(rank)])
+        s = df["start_ns"].to_numpy(dtype=np.int64)
+        return cls(Coverage(s, s + df["dur_ns"].to_numpy(dtype=np.int64)))
+
+    @property
+    def starts(self) -> np.ndarray:
+        return self.cov.s
+
+    @property
+    def ends(self) -> np.ndarray:
+        return self.cov.e
+
+    @property
+    def empty(self) -> bool:
+        return self.starts.size == 0
+
+    def busy(self, w0: np.ndarray | int, w1: np.ndarray | int) -> np.ndarray:
+        """Busy ns inside each window [w0, w1)."""
+        a = np.atleast_1d(np.asarray(w0, dtype=np.int64))
+        b = np.atleast_1d(np.asarray(w1, dtype=np.int64))
+        return np.maximum(self.cov.within(a, b), 0)
+
+    def idle(self, w0: np.ndarray | int, w1: np.ndarray | int) -> np.ndarray:
+        """Idle ns inside each window [w0, w1)."""
+        a = np.atleast_1d(np.asarray(w0, dtype=np.int64))
+        b = np.atleast_1d(np.asarray(w1, dtype=np.int64))
+        return np.maximum(b - a, 0) - self.busy(a, b)
+
+    def idle_run_after(self, t: int, limit: int) -> tuple[int, int]:
+        """(idle ns from t until the device next starts work, capped at `limit`; that start or limit).
+
+        0 when the device is busy at t."""
+        if self.empty:
+            return max(limit - t, 0), limit
+        i = int(np.searchsorted(self.starts, t, side="right"))
+        if i > 0 and self.ends[i - 1] > t:
+            return 0, t
+        nxt = int(self.starts[i]) if i < self.starts.size else limit
+        end = min(nxt, limit)
+        return max(end - t, 0), end
+
+
+def host_stalls(ctx: CheckContext, rank: int) -> Coverage:
+    """Host intervals where a known stall held the host: GC, allocator and compile APIs, data loading, and
+    silences of >= T.conjectured_gc_gpu_silence_ms with no host event on any thread (what an unrecorded GC looks like)."""
+    ev = ctx.sql("SELECT name, category, start_ns, dur_ns FROM host_ops WHERE rank = ?", [int(rank)])
+    if ev.empty:
+        return Coverage(np.empty(0, np.int64), np.empty(0, np.int64))
+    s = ev["start_ns"].to_numpy(dtype=np.int64)
+    e = s + ev["dur_ns"].to_numpy(dtype=np.int64)
+    name = ev["name"].astype(str)
+    stall = ((ev["category"] == "gc") | (ev["category"] == "dataloader") | name.str.match(STALL_API_RE)
+             | name.str.lower().str.contains("dataloader", regex=False)).to_numpy()
+    q0, q1 = host_silences(ev, int(T.conjectured_gc_gpu_silence_ms.value * NS_PER_MS))
+    return Coverage(np.concatenate((s[stall], q0)), np.concatenate((e[stall], q1)))
+
+
+def host_silences(ev: pd.DataFrame, min_ns: int) -> tuple[np.ndarray, np.ndarray]:
+    """Intervals >= min_ns in which no host event of any thread starts or ends and no op that does work spans
+    them: only annotations (ProfilerStep#N, record_function ranges, Python functions) are open. A long aten
+    op, runtime call or dataloader fetch spanning a gap is the host working, not a silence."""
+    empty = np.empty(0, np.int64)
+    if ev.empty:
+        return empty, empty
+    s = ev["start_ns"].to_numpy(dtype=np.int64)
+    e = s + ev["dur_ns"].to_numpy(dtype=np.int64)
+    b = np.unique(np.concatenate((s, e)))
+    if b.size < 2:
+        return empty, empty
+    cand = np.flatnonzero(np.diff(b) >= min_ns)
+    if cand.size == 0:
+        return empty, empty
+    work = (ev["category"].isin(WORK_CATEGORIES)
+            | ev["name"].astype(str).str.lower().str.contains("dataloader", regex=False)).to_numpy()
+    ws, we = s[work], e[work]
+    keep = [i for i in cand.tolist() if not ((ws <= b[i]) & (we >= b[i + 1])).any()]
+    idx = np.asarray(keep, dtype=np.int64)
+    return b[idx], b[idx + 1]
+
+
+def step_windows(ctx: CheckContext, ranks: list[int]) -> pd.DataFrame:
+    """Kept steps of `ranks`: rank, step, host window (start_ns, end_ns) and device window (w0, w1).
+
+    The device window is the one the breakdown uses; a step without one falls back to its host window."""
+    if not ranks:
+        return pd.DataFrame(columns=["rank", "step", "start_ns", "end_ns", "w0", "w1"])
+    marks = ",".join("?" * len(ranks))
+    st = ctx.sql("SELECT rank, step, start_ns, end_ns, device_start_ns, device_end_ns FROM steps "
+                 f"WHERE kept AND rank IN ({marks}) ORDER BY rank, step", list(ranks))
+    st["w0"] = st["device_start_ns"].fillna(st["start_ns"]).astype("int64")
+    st["w1"] = st["device_end_ns"].fillna(st["end_ns"]).astype("int64")
+    st["start_ns"] = st["start_ns"].astype("int64")
+    st["end_ns"] = st["end_ns"].astype("int64")
+    return st[["rank", "step", "start_ns", "end_ns", "w0", "w1"]]
+
+
+def step_ms_of(ctx: CheckContext) -> dict[tuple[int, int], float]:
+    """(rank, step) -> host step time in ms, from the breakdown."""
+    return {(r.rank, int(r.step)): float(r.step_ms) for r in ctx.breakdown
+            if r.step is not None and r.step_ms is not None}
+
+
+def worst_share(ctx: CheckContext, per_rank_ms: dict[int, float]) -> tuple[int | None, float | None]:
+    """(rank, ms) whose per-step impact is the largest share of that rank's own mean step.
+
+    Ranks with the same ms differ in step time (a rank with an idle tail has longer steps); the share is
+    what the priority rule judges, so the rank where the problem weighs most is the one reported."""
+    if not per_rank_ms:
+        return None, None
+
+    def share(r: int) -> tuple[float, float]:
+        step = ctx.mean_step_ms(r)
+        return (per_rank_ms[r] / step if step else 0.0, per_rank_ms[r])
+
+    rank = max(sorted(per_rank_ms), key=share)
+    return rank, per_rank_ms[rank]
+
+
+def in_steps(df: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
+    """Rows of df (rank, step) whose step is a kept step of their rank."""
+    if df.empty:
+        return df
+    keys = set(zip(windows["rank"].astype(int), windows["step"].astype(int), strict=True))
+    mask = [False if pd.isna(s) else (int(r), int(s)) in keys for r, s in zip(df["rank"], df["step"], strict=True)]
+    return df[np.asarray(mask, dtype=bool)]
+
+
+def fmt_ms(x: float) -> str:
+    return f"{x:.3g}" if abs(x) < 10 else f"{x:.1f}"

@@ -1,0 +1,332 @@
+"""exposed-comm-tail: gradient communication after the end of backward is not overlapped, on every rank.
+
+Rule (stepdoctor; MindSpore perf guide case 3, mindspore doc §9.3: "tail 6.15 ms of AllReduce after
+backward", fixed by splitting the fusion into two buckets; DDP's bucketed overlap): per (rank, step), the
+communication that runs after the last compute op preceding the step's final block of collectives, and that
+no compute hides, delays the step by up to its length. It is an issue when that delay is
+>= T.exposed_tail_pct of the step.
+
+Only gradient collectives count (AllReduce, ReduceScatter, AllGather, Reduce): p2p sends and all-to-all are
+not bucketed gradients and bucket splitting does not help them.
+
+Algorithm, per rank and kept step, inside the step's device window:
+1. the final communication block = the last communication op and every earlier one with no compute op
+   starting between it and the block (the gradient AllReduces issued after backward, back to back);
+2. backward end B = the latest end of a compute op that starts before the block;
+3. tail = |communication ∩ [B, block end]| − the part of it overlapped by compute (exposed tail);
+4. idle after = device idle from the block end until the next device op (or the window end). If the device
+   then sits idle, what follows was waiting for the host, not for the collectives, and overlapping them
+   would not have moved it: effective tail = max(0, tail − idle after);
+5. critical path: the collectives end together on every rank of their group, so the step is paced by the
+   rank that reaches them last, whose tail is the shortest; every rank's effective tail is capped by the
+   smallest one of its step and group. On the other ranks the rest of the "tail" is waiting for that rank
+   (a slow rank, which the slow-rank check reports and buckets do not fix). (In the synthetic sample cluster4 the
+   device idles ~31 ms after its 5.2 ms AllReduce block, so nothing is reported there.)
+MindSpore profiles without a device timeline of collectives (old `profiler/` folder, CANN step trace) give the
+tail phase (`step_phases` tail = Iteration Refresh / bp end -> iteration end); it also holds the optimizer
+update, so the charged tail is min(tail, the step's collective time), and a rank without collectives has none.
+
+impact_ms = effective tail per step (mean over the rank's kept steps), the rank where it weighs most.
+Severity: the impact rule. Evidence names the tail's collectives, their sizes and the bucket proposal: with
+k buckets, the first k-1 can overlap the end of backward, so k = 4 hides about 3/4 of the tail; the
+proposed bucket size is min(the tail's bytes / 4, half the largest collective of the tail), so it is smaller
+than every bucket that ran late (DDP `bucket_cap_mb`; MindSpore `all_reduce_fusion_config` split points /
+`comm_fusion` size in MB).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..metrics.intervals import Coverage
+from ..models import Finding
+from ..thresholds import T
+from ._common import DeviceTimeline, fmt_ms, ranks_text, step_ms_of, step_windows, steps_text, worst_share
+from .base import Check, CheckContext, register
+
+NS_PER_MS = 1e6
+MB = 1e6
+PROPOSED_BUCKETS = int(T.tail_proposed_buckets.value)
+# Collectives that synchronise gradients (DDP / MindSpore AllReduce, ZeRO / FSDP reduce-scatter + all-gather).
+GRADIENT_RE = r"(?i)all_?reduce|reduce_?scatter|all_?gather|^reduce$|hcom_reduce"
+
+
+@register
+class ExposedCommTailCheck(Check):
+    id = "exposed-comm-tail"
+    title = "Exposed gradient communication tail"
+    vendors = ("ascend", "cuda", "rocm")
+    description = ("Per rank and step: communication after the last compute op before the step's final block of "
+                   "collectives, not hidden by compute and not followed by device idle, >= 3 % of the step "
+                   "(MindSpore guide case 3). Evidence names the collectives, their sizes and a bucket split.")
+
+    def applicable_ranks(self, ctx: CheckContext) -> list[int]:
+        ok = []
+        for r in ctx.all_ranks:
+            if (ctx.vendor(r) or "") not in self.vendors:
+                continue
+            caps = ctx.caps(r)
+            if ({"device_ops", "kernels"} & caps and "steps" in caps) or "step_phases" in caps:
+                ok.append(r)
+        self.needs = () if ok else ("steps", "device_ops")  # type: ignore[misc]  # message when nothing applies
+        return ok
+
+    def run(self, ctx: CheckContext) -> list[Finding]:
+        ranks = self.applicable_ranks(ctx)
+        if not ranks:
+            return []
+        windows = step_windows(ctx, ranks)
+        steps_ms = step_ms_of(ctx)
+        thr = T.exposed_tail_pct.value
+        per_rank: dict[int, dict[str, Any]] = {}
+        tails: dict[int, dict[int, dict[str, Any]]] = {}
+        for rank in ranks:
+            w = windows[windows["rank"] == rank]
+            dev = self._device(ctx, rank)
+            if not w.empty and (dev["category"] == "communication").any():
+                tails[rank] = self._device_tails(ctx, rank, w, dev)
+            elif "step_phases" in ctx.caps(rank):
+                st = self._phase_rank(ctx, rank, w, steps_ms, thr)
+                if st:
+                    per_rank[rank] = st
+        _critical_path_min(tails)
+        for rank, by_step in tails.items():
+            st = self._device_stats(ctx, rank, windows[windows["rank"] == rank], by_step, steps_ms, thr)
+            if st:
+                per_rank[rank] = st
+        if not per_rank:
+            return []
+        rank_w, ms_w = worst_share(ctx, {r: v["impact_ms_per_step"] for r, v in per_rank.items()})
+        rk = sorted(per_rank)
+        steps_seen = sorted({s for v in per_rank.values() for s in v["steps"]})
+        e = per_rank[rank_w] if rank_w is not None else {}
+        colls = e.get("collectives") or []
+        names = _collectives_text(colls)
+        subject = (e.get("collective_type") or "allreduce") if colls else "tail"
+        bucket = e.get("proposed_bucket_mb")
+        fix = (f"; use gradient buckets of ~{bucket:.3g} MB (DDP bucket_cap_mb; MindSpore all_reduce_fusion_config "
+               f"split points / comm_fusion size) so most of them start during backward"
+               if bucket else "; split the gradient fusion into several buckets so they start during backward")
+        return [self.finding(
+            ctx, title=f"Gradient communication after backward is exposed ({fmt_ms(ms_w or 0)} ms per step)",
+            subject=subject, ranks=rk, steps=steps_seen, impact_ms=ms_w, impact_rank=rank_w,
+            evidence={"threshold_pct_of_step": thr, "per_rank": {str(r): v for r, v in per_rank.items()},
+                      "proposed_buckets": PROPOSED_BUCKETS,
+                      "impact_method": "per step: non-overlapped gradient communication between the end of the last "
+                                       "compute op before the final block of collectives and the block's end, minus "
+                                       "the device idle right after it (the step waited on something else), capped "
+                                       "by the smallest such tail among the ranks of the step and group (the rank "
+                                       "that paces the collectives); mean over kept steps. MindSpore without a "
+                                       "device timeline: min(tail phase, collective time).",
+                      "source": "MindSpore performance guide case 3 (all_reduce_fusion_config); PyTorch DDP buckets"},
+            message=(f"On {ranks_text(rk)} ({steps_text(steps_seen)}) {fmt_ms(ms_w or 0)} ms per step of gradient "
+                     f"communication runs after backward with no compute to hide it on rank {rank_w} "
+                     f"({e.get('tail_pct_of_step', 0):.1f} % of the step, threshold {thr:g} %)"
+                     + (f": {names}" if names else "") + fix + "."))]
+
+    # ---- device timeline ----------------------------------------------------------------------------
+    @staticmethod
+    def _device(ctx: CheckContext, rank: int) -> pd.DataFrame:
+        """Compute ops and gradient collectives of a rank, by start (p2p sends and all-to-all are not bucketed
+        gradients and are left out)."""
+        dev = ctx.sql("SELECT name, category, start_ns, dur_ns, size_bytes, collective, group_name FROM device_ops "
+                      "WHERE rank = ? AND category IN ('compute', 'communication') ORDER BY start_ns", [int(rank)])
+        comm = dev["category"] == "communication"
+        grad = dev["collective"].fillna(dev["name"]).astype(str).str.contains(GRADIENT_RE)
+        return dev[~comm | grad].reset_index(drop=True)
+
+    def _device_tails(self, ctx: CheckContext, rank: int, w: pd.DataFrame, dev: pd.DataFrame
+                      ) -> dict[int, dict[str, Any]]:
+        """Per kept step: the exposed tail, the idle after it, the effective tail (ns) and its collectives."""
+        s_all = dev["start_ns"].to_numpy(dtype=np.int64)
+        e_all = s_all + dev["dur_ns"].to_numpy(dtype=np.int64)
+        is_comm = (dev["category"] == "communication").to_numpy()
+        timeline = DeviceTimeline.of(ctx, rank)
+        comm_sizes = self._comm_sizes(ctx, rank)
+        out: dict[int, dict[str, Any]] = {}
+        for step, w0, w1 in zip(w["step"], w["w0"], w["w1"], strict=True):
+            m = (s_all >= w0) & (s_all < w1)
+            comm_i = np.flatnonzero(m & is_comm)
+            comp_i = np.flatnonzero(m & ~is_comm)
+            if comm_i.size == 0 or comp_i.size == 0:
+                continue
+            comp_s = s_all[comp_i]
+            # final block: walk back from the last collective while no compute op starts in between
+            order = comm_i[np.argsort(s_all[comm_i], kind="stable")]
+            block = [order[-1]]
+            for j in order[-2::-1]:
+                if ((comp_s >= s_all[j]) & (comp_s < s_all[block[-1]])).any():
+                    break
+                block.append(j)
+            b_start = int(s_all[block[-1]])
+            before = comp_i[comp_s < b_start]
+            if before.size == 0:
+                continue   # no compute before the collectives: not a gradient tail
+            bwd_end = int(e_all[before].max())
+            blk_end = int(min(e_all[block].max(), w1))
+            tail = _exposed(s_all, e_all, is_comm, m, bwd_end, blk_end)
+            idle_after, _ = timeline.idle_run_after(blk_end, int(w1))
+            groups = {str(g) for g in dev.loc[block, "group_name"].dropna()} if "group_name" in dev else set()
+            out[int(step)] = {
+                "tail_ns": tail, "idle_after_ns": float(idle_after), "eff_ns": max(0.0, tail - idle_after),
+                "groups": frozenset(groups),
+                "colls": [self._coll(dev.iloc[j], int(s_all[j]), int(e_all[j]), bwd_end, comm_sizes)
+                          for j in sorted(block, key=lambda j: s_all[j])],
+            }
+        return out
+
+    def _device_stats(self, ctx: CheckContext, rank: int, w: pd.DataFrame, tails: dict[int, dict[str, Any]],
+                      steps_ms: dict[tuple[int, int], float], thr: float) -> dict[str, Any] | None:
+        impact: list[float] = []
+        fired: list[int] = []
+        by_step: dict[str, dict[str, float]] = {}
+        colls: list[dict[str, Any]] = []
+        for step, t in sorted(tails.items()):
+            eff = t["eff_ns"]
+            impact.append(eff)
+            by_step[str(step)] = {"tail_ms": round(t["tail_ns"] / NS_PER_MS, 4),
+                                  "idle_after_ms": round(t["idle_after_ns"] / NS_PER_MS, 4),
+                                  "critical_rank_ms": round(t.get("critical_ns", eff) / NS_PER_MS, 4),
+                                  "effective_ms": round(eff / NS_PER_MS, 4)}
+            sm = steps_ms.get((rank, step))
+            if sm and eff > 0 and eff / NS_PER_MS >= thr / 100.0 * sm:
+                fired.append(step)
+                colls = colls or t["colls"]
+        if not fired:
+            return None
+        return self._stats(ctx, rank, w, fired, impact, by_step, colls)
+
+    def _phase_rank(self, ctx: CheckContext, rank: int, w: pd.DataFrame, steps_ms: dict[tuple[int, int], float],
+                    thr: float) -> dict[str, Any] | None:
+        ph = ctx.sql("SELECT step, phase, dur_ns FROM step_phases WHERE rank = ? AND phase IN ('tail', "
+                     "'iteration_interval', 'fp_and_bp')", [int(rank)])
+        if ph.empty or not (ph["phase"] == "tail").any():
+            return None
+        piv = ph.pivot_table(index="step", columns="phase", values="dur_ns", aggfunc="sum") / NS_PER_MS
+        kept = set(w["step"].astype(int))
+        if kept and piv.index.isin(kept).any():
+            piv = piv[piv.index.isin(kept)]
+        # the tail phase (bp end -> iteration end) also holds the optimizer update: only the collectives'
+        # time in it is charged, and a rank without any collective (one card) has no communication tail
+        comm_all = ctx.sql("SELECT step, name, op_type, start_ns, elapse_ns, size_bytes FROM comm_ops WHERE rank = ? "
+                           "ORDER BY start_ns", [int(rank)])
+        comm_all = comm_all[comm_all["op_type"].fillna(comm_all["name"]).astype(str).str.contains(GRADIENT_RE)]
+        if comm_all.empty:
+            return None
+        comm_by_step = comm_all.groupby("step")["elapse_ns"].sum() / NS_PER_MS
+        impact: list[float] = []
+        fired: list[int] = []
+        by_step: dict[str, dict[str, float]] = {}
+        for step, row in piv.iterrows():
+            tail = min(float(row.get("tail", 0.0) or 0.0), float(comm_by_step.get(step, 0.0)))
+            sm = steps_ms.get((rank, int(step))) or float(np.nansum([row.get(c, np.nan) for c in
+                                                                       ("iteration_interval", "fp_and_bp", "tail")]))
+            impact.append(tail * NS_PER_MS)
+            by_step[str(int(step))] = {"tail_ms": round(float(row.get("tail", 0.0) or 0.0), 4),
+                                       "communication_ms": round(float(comm_by_step.get(step, 0.0)), 4),
+                                       "effective_ms": round(tail, 4), "step_ms": round(sm, 4)}
+            if sm and tail > 0 and tail >= thr / 100.0 * sm:
+                fired.append(int(step))
+        if not fired:
+            return None
+        comm = comm_all[comm_all["step"] == fired[0]]
+        colls = [{"name": str(r["name"]), "type": None if pd.isna(r["op_type"]) else str(r["op_type"]),
+                  "dur_ms": round(float(r["elapse_ns"]) / NS_PER_MS, 4),
+                  "size_mb": None if pd.isna(r["size_bytes"]) else round(float(r["size_bytes"]) / MB, 4)}
+                 for _, r in comm.iterrows()]
+        st = self._stats(ctx, rank, w, fired, impact, by_step, colls, n_steps=len(piv))
+        st["source"] = "step_phases tail (bp end -> iteration end)"
+        return st
+
+    # ---- helpers ----------------------------------------------------------------------------------------
+    @staticmethod
+    def _stats(ctx: CheckContext, rank: int, w: pd.DataFrame, fired: list[int], impact: list[float],
+               by_step: dict[str, dict[str, float]], colls: list[dict[str, Any]], n_steps: int | None = None
+               ) -> dict[str, Any]:
+        n = max(n_steps or len(w), 1)
+        ms = float(np.sum(impact)) / NS_PER_MS / n
+        step = ctx.mean_step_ms(rank)
+        if not step:
+            vals = [v.get("step_ms") for v in by_step.values() if v.get("step_ms")]
+            step = float(np.mean(vals)) if vals else None
+        sizes = [c["size_mb"] for c in colls if c.get("size_mb")]
+        total_mb = sum(sizes) or None
+        # smaller than every current bucket (they all ran after backward) and a quarter of the tail at most
+        bucket_mb = min(total_mb / PROPOSED_BUCKETS, max(sizes) / 2) if total_mb else None
+        types = [c["type"] for c in colls if c.get("type")]
+        return {
+            "steps": fired,
+            "impact_ms_per_step": round(ms, 4),
+            "tail_pct_of_step": round(100.0 * ms / step, 2) if step else None,
+            "by_step": by_step,
+            "collectives": colls[:20],
+            "collective_type": max(set(types), key=types.count) if types else None,
+            "tail_bytes_mb": None if total_mb is None else round(total_mb, 4),
+            "largest_collective_mb": max(sizes) if sizes else None,
+            "proposed_bucket_mb": None if bucket_mb is None else round(bucket_mb, 4),
+        }
+
+    @staticmethod
+    def _comm_sizes(ctx: CheckContext, rank: int) -> dict[tuple[str, int], tuple[int | None, str | None]]:
+        """(name, start ns) -> (bytes, op type) from comm_ops (communication.json / NCCL args)."""
+        df = ctx.sql("SELECT name, start_ns, size_bytes, op_type FROM comm_ops WHERE rank = ?", [int(rank)])
+        return {(str(n), int(s)): (None if pd.isna(b) else int(b), None if pd.isna(t) else str(t))
+                for n, s, b, t in zip(df["name"], df["start_ns"], df["size_bytes"], df["op_type"], strict=True)}
+
+    @staticmethod
+    def _coll(row: pd.Series, s: int, e: int, bwd_end: int, sizes: dict[tuple[str, int], tuple[int | None, str | None]]
+              ) -> dict[str, Any]:
+        name = str(row["name"])
+        size = None if pd.isna(row["size_bytes"]) else int(row["size_bytes"])
+        typ = None if pd.isna(row["collective"]) else str(row["collective"])
+        hit = sizes.get((name, s))
+        if hit is None:   # communication.json starts are µs: match within 1 µs
+            hit = next((v for (n, t), v in sizes.items() if n == name and abs(t - s) <= 1000), None)
+        if hit is not None:
+            size = size if size is not None else hit[0]
+            typ = typ or hit[1]
+        return {"name": name, "type": typ, "start_after_backward_ms": round((s - bwd_end) / NS_PER_MS, 4),
+                "dur_ms": round((e - s) / NS_PER_MS, 4), "size_mb": None if size is None else round(size / MB, 4)}
+
+
+def _exposed(s: np.ndarray, e: np.ndarray, is_comm: np.ndarray, m: np.ndarray, t0: int, t1: int) -> float:
+    """Communication time in [t0, t1) not covered by compute, from the ops selected by mask m."""
+    if t1 <= t0:
+        return 0.0
+    cs, ce = np.clip(s[m & is_comm], t0, t1), np.clip(e[m & is_comm], t0, t1)
+    ps, pe = np.clip(s[m & ~is_comm], t0, t1), np.clip(e[m & ~is_comm], t0, t1)
+    comm = Coverage(cs, ce).total
+    both = Coverage(np.concatenate((cs, ps)), np.concatenate((ce, pe))).total
+    comp = Coverage(ps, pe).total
+    return float(comm - (comm + comp - both))
+
+
+def _collectives_text(colls: list[dict[str, Any]]) -> str:
+    """'4 allreduce (268 MB, up to 67.1 MB each)' per collective type, in order of appearance."""
+    parts: list[str] = []
+    for typ in dict.fromkeys(c.get("type") or c["name"] for c in colls):
+        group = [c for c in colls if (c.get("type") or c["name"]) == typ]
+        sizes = [c["size_mb"] for c in group if c.get("size_mb")]
+        size = f" ({sum(sizes):.3g} MB, up to {max(sizes):.3g} MB each)" if sizes else ""
+        parts.append(f"{len(group)} {typ}{size}")
+    return ", ".join(parts)
+
+
+def _critical_path_min(tails: dict[int, dict[int, dict[str, Any]]]) -> None:
+    """Cap each rank's effective tail by the smallest one among the ranks sharing its step and group.
+
+    The collectives of a step end together on every rank of the group, so the step is paced by the rank
+    that reaches them last, whose tail is the shortest (the others wait in the collective: a slow rank, not
+    a bucketing problem). With one rank, or ranks that never share a step, nothing changes."""
+    by_key: dict[tuple[int, frozenset[str]], list[float]] = {}
+    for steps in tails.values():
+        for step, t in steps.items():
+            by_key.setdefault((step, t["groups"]), []).append(t["eff_ns"])
+    for steps in tails.values():
+        for step, t in steps.items():
+            crit = min(by_key[(step, t["groups"])])
+            t["critical_ns"] = crit
+            t["eff_ns"] = min(t["eff_ns"], crit)

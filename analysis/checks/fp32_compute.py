@@ -1,0 +1,253 @@
+"""fp32-compute: matmul / convolution / attention time is dominated by float32 where mixed precision applies.
+
+Rule (stepdoctor; MindSpore perf guide case 2, mindspore doc §9.2: a VGG16 forward of 82.45 ms dominated by
+fp32 MatMul dropped to 16.89 ms with fp16; tb-profiler's "TensorCore-eligible kernels with 0 % TensorCore
+use -> AMP", peers doc §1b): per rank, over its kept steps, the share of matmul / conv / attention device time
+spent in float32 kernels >= T.fp32_share_pct is an issue.
+
+Classifying an op:
+* Ascend (kernel_details / COMPUTE_TASK_INFO): the family comes from the op type or name (MatMul*,
+  BatchMatMul*, GroupedMatmul, Conv*, *FlashAttention*, *AttentionScore*); the precision from the input data
+  types of its operands (the first two inputs): DT_FLOAT / FLOAT / FLOAT32 / NUMBER_TYPE_FLOAT32 = fp32,
+  DT_FLOAT16 / DT_BF16 / ... = half. Outputs are ignored (attention kernels write fp32 softmax statistics
+  even in bf16 training).
+* CUDA / ROCm (Kineto): the family from the kernel name (gemm, gemv, conv, fprop/dgrad/wgrad, fmha, flash,
+  attention; cuDNN layout / batch-norm / split-K reduction helpers are not); the precision from the name:
+  `tf32` / `tfloat32` and CUTLASS `s1688gemm` (fp32 operands on the m16n8k8 TF32 tensor-core shape) -> tf32
+  (already tensor-core, not counted as fp32); bf16 / fp16 / f16 / h884 / s16816gemm (fp16/bf16 MMA shapes) /
+  flash_fwd -> half; sgemm / scudnn / f32 / fp32 / `<float` -> fp32; dgemm / f64 -> fp64 (counted with fp32:
+  full precision). A kernel the name leaves unknown takes the
+  precision of the aten op that launched it (cuda_runtime correlation -> External id -> cpu_op `Input type`:
+  `float` = fp32, `c10::Half` / `c10::BFloat16` = half) when record_shapes recorded it.
+
+impact_ms = fp32 family time per step × (1 − 1 / FP32_SPEEDUP), the rank where it weighs most. FP32_SPEEDUP
+= 2.0 is a deliberately conservative kernel speedup of bf16/fp16 over fp32: the measured end-to-end gain of
+the guide's case 2 was 4.9x on the forward, and tensor/cube unit peaks differ by 8-16x, but memory-bound
+kernels gain less. Severity: the impact rule.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar
+
+import pandas as pd
+
+from ..models import Finding
+from ..thresholds import T
+from ._common import fmt_ms, in_steps, ranks_text, step_windows, steps_text, worst_share
+from .base import Check, CheckContext, register
+
+NS_PER_MS = 1e6
+FP32_SPEEDUP = T.fp32_speedup.value
+SPEEDUP_SOURCE = ("stepdoctor conservative estimate (MindSpore perf guide case 2 measured 4.9x on an fp32 "
+                  "MatMul-bound forward; tensor-core / cube peaks are 8-16x fp32)")
+
+ASCEND_FAMILY = re.compile(r"matmul|gemm|conv|attention", re.I)
+GPU_FAMILY = re.compile(r"gemm|gemv|conv|fprop|dgrad|wgrad|fmha|flash|attention|attn|matmul|hmma|scudnn", re.I)
+# cuDNN / cuBLAS helpers that match the family words but are layout changes, norms or reductions
+_GPU_NOT_FAMILY = re.compile(r"nchwtonhwc|nhwctonchw|bn_fw|bn_bw|batch_?norm|splitkreduce|reduce_|fbgemm|"
+                             r"computeoffsets|transpose|im2col|col2im", re.I)
+_GPU_TF32 = re.compile(r"tf32|tfloat32", re.I)
+_GPU_HALF = re.compile(r"bf16|fp16|f16|half|bfloat|hgemm|hmma|h\d{3,5}(gemm|fprop|dgrad|wgrad)|"
+                       r"s(884|16816)(gemm|fprop|dgrad|wgrad)|i\d{3,5}gemm|flash_fwd|flash_bwd|flash_attn|int8|fp8|"
+                       r"e4m3|e5m2", re.I)
+# CUTLASS / cuBLAS "s1688" = fp32 operands on the m16n8k8 tensor-core shape, i.e. TF32 (fp16/bf16 use m16n8k16)
+_GPU_S1688 = re.compile(r"s1688(gemm|fprop|dgrad|wgrad)", re.I)
+_GPU_FP64 = re.compile(r"dgemm|f64|fp64|double", re.I)
+_GPU_FP32 = re.compile(r"sgemm|sgemv|scudnn|(?<![a-z])f32|fp32|float32|<float\b|\bfloat\b", re.I)
+_FP32_TOKENS = {"FLOAT", "FLOAT32", "DT_FLOAT", "DT_FLOAT32", "NUMBER_TYPE_FLOAT32", "FP32", "TORCH.FLOAT32"}
+_FP64_TOKENS = {"DOUBLE", "FLOAT64", "DT_DOUBLE", "NUMBER_TYPE_FLOAT64", "FP64"}
+_HALF_TOKENS = {"FLOAT16", "DT_FLOAT16", "BF16", "DT_BF16", "BFLOAT16", "DT_BFLOAT16", "NUMBER_TYPE_FLOAT16",
+                "NUMBER_TYPE_BFLOAT16", "FP16", "HALF", "C10::HALF", "C10::BFLOAT16"}
+_TOKEN_RE = re.compile(r"[A-Za-z0-9_:.]+")
+
+
+def ascend_precision(dtypes: Any) -> str:
+    """fp32 | half | fp64 | other | unknown from an Ascend input dtype list ('DT_BF16;DT_BF16')."""
+    if dtypes is None or (isinstance(dtypes, float) and dtypes != dtypes) or pd.isna(dtypes):
+        return "unknown"
+    toks = [t.strip().upper() for t in str(dtypes).split(";") if t.strip()][:2]
+    if not toks:
+        return "unknown"
+    if any(t in _FP32_TOKENS for t in toks):
+        return "fp32"
+    if any(t in _FP64_TOKENS for t in toks):
+        return "fp64"
+    if any(t in _HALF_TOKENS for t in toks):
+        return "half"
+    return "other"
+
+
+def gpu_precision(name: str) -> str:
+    """fp32 | half | tf32 | fp64 | unknown from a GPU kernel name."""
+    if _GPU_TF32.search(name):
+        return "tf32"
+    if _GPU_HALF.search(name):
+        return "half"
+    if _GPU_S1688.search(name):
+        return "tf32"
+    if _GPU_FP64.search(name):
+        return "fp64"
+    if _GPU_FP32.search(name):
+        return "fp32"
+    return "unknown"
+
+
+def input_types_precision(types: Any) -> str:
+    """Precision from a Kineto cpu_op `Input type` list (["float", "float", "Scalar"])."""
+    if types is None or pd.isna(types):
+        return "unknown"
+    toks = {t.upper() for t in _TOKEN_RE.findall(str(types))}
+    if toks & {"C10::HALF", "C10::BFLOAT16", "HALF", "BFLOAT16"}:
+        return "half"
+    if "FLOAT" in toks:
+        return "fp32"
+    if "DOUBLE" in toks:
+        return "fp64"
+    return "unknown"
+
+
+def gpu_family(name: str) -> str:
+    low = name.lower()
+    if re.search(r"fmha|flash|attention|attn", low):
+        return "attention"
+    if re.search(r"conv|cudnn|wgrad|dgrad|fprop|implicit", low):
+        return "conv"
+    return "matmul"
+
+
+@register
+class Fp32ComputeCheck(Check):
+    id = "fp32-compute"
+    title = "Float32 compute where mixed precision applies"
+    vendors = ("ascend", "cuda", "rocm")
+    needs_by_vendor: ClassVar[dict[str, tuple[str, ...]]] = {
+        "ascend": ("dtypes",),
+        "cuda": ("kernels",),
+        "rocm": ("kernels",),
+    }
+    description = ("Share of matmul / conv / attention device time in float32 kernels per rank (Ascend input "
+                   "dtypes; GPU kernel names, else the launching aten op's input types) >= 50 %. Impact: that "
+                   "time x (1 - 1/2), a conservative 2x bf16/fp16 speedup.")
+
+
+    def run(self, ctx: CheckContext) -> list[Finding]:
+        ranks = self.applicable_ranks(ctx)
+        if not ranks:
+            return []
+        windows = step_windows(ctx, ranks)
+        thr = T.fp32_share_pct.value
+        per_rank: dict[int, dict[str, Any]] = {}
+        for rank in ranks:
+            w = windows[windows["rank"] == rank]
+            ops = self._classified(ctx, rank)
+            if ops.empty:
+                continue
+            if not w.empty:
+                ops = in_steps(ops, w) if ops["step"].notna().any() else ops
+            # a kernel whose precision neither its name nor its launching op tells is left out of the share
+            fam = ops[ops["precision"] != "unknown"]
+            unknown_ns = float(ops.loc[ops["precision"] == "unknown", "dur_ns"].sum())
+            total = float(fam["dur_ns"].sum())
+            if total <= 0:
+                continue
+            full = fam[fam["precision"].isin(("fp32", "fp64"))]
+            fp32_ns = float(full["dur_ns"].sum())
+            share = 100.0 * fp32_ns / total
+            if share < thr or fp32_ns <= 0:
+                continue
+            n = max(len(w), 1)
+            by_type = full.groupby("label")["dur_ns"].agg(["count", "sum"]).sort_values("sum", ascending=False)
+            by_prec = fam.groupby("precision")["dur_ns"].sum()
+            fp32_ms = fp32_ns / NS_PER_MS / n
+            per_rank[rank] = {
+                "steps": sorted({int(s) for s in full["step"].dropna()}),
+                "fp32_share_pct": round(share, 2),
+                "fp32_ms_per_step": round(fp32_ms, 4),
+                "family_ms_per_step": round(total / NS_PER_MS / n, 4),
+                "unknown_precision_ms_per_step": round(unknown_ns / NS_PER_MS / n, 4),
+                "impact_ms_per_step": round(fp32_ms * (1.0 - 1.0 / FP32_SPEEDUP), 4),
+                "ms_per_step_by_precision": {str(k): round(float(v) / NS_PER_MS / n, 4) for k, v in by_prec.items()},
+                "top_fp32_ops": [{"op": str(k), "count_per_step": round(int(r["count"]) / n, 2),
+                                  "ms_per_step": round(float(r["sum"]) / NS_PER_MS / n, 4)}
+                                 for k, r in by_type.head(5).iterrows()],
+                **self._phases(ctx, rank),
+                "examples": sorted(set(full["name"].astype(str)))[:3],
+                "dtypes": sorted(set(full["dtypes"].dropna().astype(str)))[:3],
+            }
+        if not per_rank:
+            return []
+        rank_w, ms_w = worst_share(ctx, {r: v["impact_ms_per_step"] for r, v in per_rank.items()})
+        rk = sorted(per_rank)
+        steps_seen = sorted({s for v in per_rank.values() for s in v["steps"]})
+        e = per_rank[rank_w] if rank_w is not None else {}
+        top = e.get("top_fp32_ops") or [{"op": "matmul"}]
+        subject = str(top[0]["op"])
+        ascend = ctx.vendor(rank_w) == "ascend"
+        if ctx.framework(rank_w) == "mindspore":
+            fix = ("mixed precision (Model(..., amp_level='O2') for training, auto_mixed_precision(net, 'O2') or "
+                   "to_float(mstype.float16) for inference; check accuracy)")
+        elif ascend:
+            fix = "mixed precision (torch.autocast('npu', dtype=torch.bfloat16))"
+        else:
+            fix = ("mixed precision (torch.autocast('cuda', dtype=torch.bfloat16)), or at least TF32 "
+                   "(torch.backends.cuda.matmul.allow_tf32 = True)")
+        step = ctx.mean_step_ms(rank_w) if rank_w is not None else None
+        of_step = f" of the {step:.4g} ms step" if step else ""
+        phase = next((f" (forward{' + backward' if k == 'fp_and_bp' else ''} {v:.4g} ms{of_step})"
+                      for k, v in (e.get("phases_ms") or {}).items() if k in ("fp", "fp_and_bp")), "")
+        return [self.finding(
+            ctx, title=f"{e.get('fp32_share_pct', 0):.0f} % of matmul/conv/attention time runs in float32 "
+                       f"({subject})", subject=subject, ranks=rk, steps=steps_seen, impact_ms=ms_w,
+            impact_rank=rank_w,
+            evidence={"threshold_share_pct": thr, "assumed_speedup": FP32_SPEEDUP, "speedup_source": SPEEDUP_SOURCE,
+                      "per_rank": {str(r): v for r, v in per_rank.items()},
+                      "impact_method": "fp32 matmul/conv/attention time per step x (1 - 1/assumed_speedup), mean "
+                                       "over kept steps, the rank where it is the largest share of the step"},
+            message=(f"On {ranks_text(rk)} ({steps_text(steps_seen)}) {e.get('fp32_share_pct', 0):.1f} % of the "
+                     f"matmul/conv/attention time is float32 (>= {thr:g} %): {e.get('fp32_ms_per_step', 0):.3g} ms per "
+                     f"step on rank {rank_w}, mostly {subject}{phase}; {fix} would save about {fmt_ms(ms_w or 0)} ms per "
+                     f"step at an assumed {FP32_SPEEDUP:g}x speedup."))]
+
+    @staticmethod
+    def _phases(ctx: CheckContext, rank: int) -> dict[str, Any]:
+        """MindSpore step phases (fp / fp_and_bp / iteration_interval / tail), mean ms per step, when recorded."""
+        if "step_phases" not in ctx.caps(rank):
+            return {}
+        rows = ctx.profile.rows("SELECT phase, avg(dur_ns) FROM step_phases WHERE rank = ? AND phase IN ('fp', "
+                                "'fp_and_bp', 'iteration_interval', 'tail') GROUP BY phase ORDER BY phase", [int(rank)])
+        return {"phases_ms": {str(k): round(float(v) / NS_PER_MS, 4) for k, v in rows}} if rows else {}
+
+    @staticmethod
+    def _classified(ctx: CheckContext, rank: int) -> pd.DataFrame:
+        """Family ops of a rank with columns step, name, label, dur_ns, precision, dtypes."""
+        cols = ["rank", "step", "name", "label", "dur_ns", "precision", "dtypes"]
+        ascend = ctx.vendor(rank) == "ascend"
+        if ascend:
+            df = ctx.sql("SELECT rank, step, name, op_type, dur_ns, input_dtypes FROM device_ops WHERE rank = ? AND "
+                         "category = 'compute'", [int(rank)])
+            key = df["op_type"].fillna(df["name"]).astype(str)
+            df = df[key.str.contains(ASCEND_FAMILY) | df["name"].astype(str).str.contains(ASCEND_FAMILY)]
+            if df.empty:
+                return pd.DataFrame(columns=cols)
+            df = df.assign(label=df["op_type"].fillna(df["name"]).astype(str),
+                           precision=[ascend_precision(d) for d in df["input_dtypes"]],
+                           dtypes=df["input_dtypes"])
+            return df[cols]
+        df = ctx.sql("SELECT d.rank, d.step, d.name, d.dur_ns, h.input_types AS types FROM device_ops d LEFT JOIN ("
+                     "  SELECT r.correlation_id, any_value(c.input_types) AS input_types FROM host_ops r JOIN host_ops c"
+                     "  ON c.rank = r.rank AND c.external_id = r.external_id AND c.category = 'cpu_op' "
+                     "  AND c.input_types IS NOT NULL"
+                     "  WHERE r.rank = ? AND r.category IN ('runtime', 'driver') AND r.correlation_id IS NOT NULL "
+                     "  AND r.external_id IS NOT NULL GROUP BY r.correlation_id) h "
+                     "ON h.correlation_id = d.correlation_id "
+                     "WHERE d.rank = ? AND d.category = 'compute'", [int(rank), int(rank)])
+        names = df["name"].astype(str)
+        df = df[names.str.contains(GPU_FAMILY) & ~names.str.contains(_GPU_NOT_FAMILY)]
+        if df.empty:
+            return pd.DataFrame(columns=cols)
+        prec = [gpu_precision(str(n)) for n in df["name"]]
+        prec = [p if p != "unknown" else input_types_precision(t) for p, t in zip(prec, df["types"], strict=True)]
+        df = df.assign(label=[gpu_family(str(n)) for n in df["name"]], precision=prec, dtypes=df["types"])
+        return df[cols]

@@ -1,0 +1,247 @@
+"""gc-pause: Python garbage collection stalls the host, on every rank.
+
+Rules:
+1. Recorded GC (msprof-analyze 26.2.0 gc_analysis, gc.yaml; rules doc §5.2): every GC event (trace `cat`
+   GC, DB `GC_RECORD`; torch_npu records them when `gc_detect_threshold` is set) of at least T.gc_ms (1 ms)
+   counts. Priority fixed MEDIUM, as the advisor does.
+2. Conjectured GC, only on a rank without any recorded GC event (the advisor runs it only then) and whose
+   profiler was not recording GC (torch_npu `gc_detect_threshold` unset: with it set, no event means no GC):
+   * Ascend (conjectured_gc.yaml): a device-idle gap inside a step's device window longer than
+     T.conjectured_gc_free_ms (200 ms) during which the host made almost no CANN API calls: AscendCL time
+     overlapping the gap / gap < T.conjectured_gc_acl_time_ratio (0.01) and AscendCL calls / gap µs <
+     T.conjectured_gc_acl_count_per_us (0.0001). Nothing else stops the host for that long without a trace.
+   * CUDA / ROCm (stepdoctor; Kineto never records GC): a "host silence" of at least GPU_SILENCE_MS during
+     which no host event of any thread starts or ends and only annotations span it (ProfilerStep#N,
+     record_function ranges; a long aten op, runtime call or dataloader fetch spanning it is the host
+     working), while the device is idle for at least half of it: the Python threads were stopped and the GPU
+     drained its queue. Priority fixed MEDIUM, like the advisor's conjectured GC.
+
+impact_ms, per step (mean over the rank's kept steps), worst rank:
+* recorded GC: device idle time overlapping the GC events (a pause costs the step only while the device has
+  nothing queued); on a rank without device data, the GC time itself;
+* conjectured: the device idle time of the gaps.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+import pandas as pd
+
+from ..metrics.intervals import merge
+from ..models import Finding
+from ..thresholds import T
+from ._common import (
+    DeviceTimeline,
+    fmt_ms,
+    host_silences,
+    in_steps,
+    ranks_text,
+    step_windows,
+    steps_text,
+    worst_share,
+)
+from .base import Check, CheckContext, register
+
+NS_PER_MS = 1e6
+NS_PER_US = 1e3
+GPU_SILENCE_MS = T.conjectured_gc_gpu_silence_ms.value
+GPU_SILENCE_DEVICE_IDLE = T.conjectured_gc_gpu_device_idle_ratio.value
+
+
+@register
+class GcPauseCheck(Check):
+    id = "gc-pause"
+    title = "Python GC pauses"
+    vendors = ("ascend", "cuda", "rocm")
+    needs_by_vendor: ClassVar[dict[str, tuple[str, ...]]] = {
+        "ascend": ("steps", "host_ops"),
+        "cuda": ("steps", "kernels"),
+        "rocm": ("steps", "kernels"),
+    }
+    description = ("GC events >= 1 ms (msprof-analyze gc_analysis, fixed medium); without GC events, conjectured "
+                   "GC: Ascend device-idle gaps > 200 ms with almost no AscendCL calls, GPU host silences >= 10 ms "
+                   "with the device idle. Impact: device idle during the pauses, per step.")
+
+
+    def run(self, ctx: CheckContext) -> list[Finding]:
+        ranks = self.applicable_ranks(ctx)
+        if not ranks:
+            return []
+        windows = step_windows(ctx, ranks)
+        marks = ",".join("?" * len(ranks))
+        gc_all = ctx.sql(f"SELECT rank, step, start_ns, dur_ns FROM host_ops WHERE category = 'gc' AND rank IN "
+                         f"({marks})", ranks)
+        has_gc = set(gc_all["rank"].astype(int))
+        out: list[Finding] = []
+        recorded: dict[int, dict[str, Any]] = {}
+        conjectured: dict[int, dict[str, Any]] = {}
+        for rank in ranks:
+            w = windows[windows["rank"] == rank]
+            if w.empty:
+                continue
+            timeline = DeviceTimeline.of(ctx, rank)
+            if rank in has_gc:
+                st = self._recorded(gc_all[gc_all["rank"] == rank], w, timeline)
+                if st:
+                    recorded[rank] = st
+                continue
+            if "gc" in ctx.caps(rank):
+                continue   # GC recording was on and caught nothing: there is no GC to conjecture
+            elif ctx.vendor(rank) == "ascend":
+                # the advisor's rule weighs the gap against AscendCL calls: without the CANN API, no evidence
+                st = self._conjectured_ascend(ctx, rank, w, timeline) if "cann_api" in ctx.caps(rank) else None
+            else:
+                st = self._conjectured_gpu(ctx, rank, w, timeline)
+            if st:
+                conjectured[rank] = st
+        if recorded:
+            out.append(self._finding_recorded(ctx, recorded))
+        if conjectured:
+            out.append(self._finding_conjectured(ctx, conjectured))
+        return out
+
+    # ---- recorded GC events -----------------------------------------------------------------------------
+    @staticmethod
+    def _recorded(g: pd.DataFrame, w: pd.DataFrame, timeline: DeviceTimeline) -> dict[str, Any] | None:
+        thr_ns = T.gc_ms.value * NS_PER_MS
+        g = in_steps(g[g["dur_ns"] >= thr_ns], w)
+        if g.empty:
+            return None
+        n = max(len(w), 1)
+        s = g["start_ns"].to_numpy(dtype=np.int64)
+        e = s + g["dur_ns"].to_numpy(dtype=np.int64)
+        ms, me = merge(s, e)
+        idle = float(timeline.idle(ms, me).sum()) if not timeline.empty else float((me - ms).sum())
+        by_step = g.groupby("step")["dur_ns"].agg(["count", "sum", "max"])
+        return {
+            "steps": [int(x) for x in by_step.index],
+            "events_per_affected_step": round(float(by_step["count"].mean()), 2),
+            "gc_ms_per_affected_step": round(float(by_step["sum"].mean()) / NS_PER_MS, 4),
+            "gc_ms_per_step": round(float(g["dur_ns"].sum()) / NS_PER_MS / n, 4),
+            "steps_analysed": n,
+            "max_event_ms": round(float(g["dur_ns"].max()) / NS_PER_MS, 4),
+            "device_idle_during_gc_ms_per_step": round(idle / NS_PER_MS / n, 4),
+            "impact_ms_per_step": round(idle / NS_PER_MS / n, 4),
+            "device_data": not timeline.empty,
+            "by_step": {str(int(k)): {"events": int(r["count"]), "ms": round(float(r["sum"]) / NS_PER_MS, 4)}
+                        for k, r in by_step.iterrows()},
+        }
+
+    def _finding_recorded(self, ctx: CheckContext, per_rank: dict[int, dict[str, Any]]) -> Finding:
+        rank_w, ms_w = worst_share(ctx, {r: v["impact_ms_per_step"] for r, v in per_rank.items()})
+        rk = sorted(per_rank)
+        steps_seen = sorted({s for v in per_rank.values() for s in v["steps"]})
+        e = per_rank[rank_w] if rank_w is not None else {}
+        thr = T.gc_ms.value
+        return self.finding(
+            ctx, title=f"Python GC pauses the host ({e.get('events_per_affected_step', 0):g} collections >= {thr:g} ms per "
+                       "step)", subject="GC", ranks=rk, steps=steps_seen, impact_ms=ms_w, impact_rank=rank_w,
+            severity="medium",
+            evidence={"threshold_event_ms": thr, "per_rank": {str(r): v for r, v in per_rank.items()},
+                      "rule": "msprof-analyze gc_analysis (fixed medium priority)",
+                      "impact_method": "device idle time overlapping GC events >= the threshold, per step, mean "
+                                       "over kept steps, worst rank (the GC time itself without device data)"},
+            message=(f"On {ranks_text(rk)} ({steps_text(steps_seen)}) Python GC ran {e.get('events_per_affected_step', 0):g} "
+                     f"times per step for >= {thr:g} ms (longest {e.get('max_event_ms', 0):.3g} ms, "
+                     f"{e.get('gc_ms_per_affected_step', 0):.3g} ms per step on rank {rank_w}); GC stops every Python "
+                     f"thread, and the device idled meanwhile ({fmt_ms(ms_w or 0)} ms per step averaged over the "
+                     f"{e.get('steps_analysed', 0)} analysed steps). Use gc.freeze() after model setup, raise "
+                     "gc.set_threshold, or collect between steps."))
+
+    # ---- conjectured GC ---------------------------------------------------------------------------------
+    @staticmethod
+    def _conjectured_ascend(ctx: CheckContext, rank: int, w: pd.DataFrame, timeline: DeviceTimeline
+                            ) -> dict[str, Any] | None:
+        if timeline.empty:
+            return None
+        thr_ns = T.conjectured_gc_free_ms.value * NS_PER_MS
+        acl = ctx.sql("SELECT start_ns, dur_ns FROM host_ops WHERE rank = ? AND category = 'cann' AND name LIKE "
+                      "'AscendCL@%' ORDER BY start_ns", [int(rank)])
+        a0 = acl["start_ns"].to_numpy(dtype=np.int64)
+        a1 = a0 + acl["dur_ns"].to_numpy(dtype=np.int64)
+        gaps: list[dict[str, Any]] = []
+        for step, w0, w1 in zip(w["step"], w["w0"], w["w1"], strict=True):
+            for g0, g1 in _idle_gaps(timeline, int(w0), int(w1)):
+                if g1 - g0 <= thr_ns:
+                    continue
+                m = (a0 < g1) & (a1 > g0)
+                t_acl = float((np.minimum(a1[m], g1) - np.maximum(a0[m], g0)).sum())
+                n_acl = int(m.sum())
+                time_ratio = t_acl / (g1 - g0)
+                count_ratio = n_acl / ((g1 - g0) / NS_PER_US)
+                if time_ratio < T.conjectured_gc_acl_time_ratio.value and \
+                        count_ratio < T.conjectured_gc_acl_count_per_us.value:
+                    gaps.append({"step": int(step), "start_offset_ms": round((g0 - int(w0)) / NS_PER_MS, 3),
+                                 "gap_ms": round((g1 - g0) / NS_PER_MS, 3), "acl_time_ratio": round(time_ratio, 6),
+                                 "acl_calls": n_acl, "device_idle_ns": g1 - g0})
+        return _conjectured_stats(gaps, len(w), "device free gap with almost no AscendCL calls")
+
+    @staticmethod
+    def _conjectured_gpu(ctx: CheckContext, rank: int, w: pd.DataFrame, timeline: DeviceTimeline
+                         ) -> dict[str, Any] | None:
+        if timeline.empty:
+            return None
+        host = ctx.sql("SELECT name, category, start_ns, dur_ns FROM host_ops WHERE rank = ?", [int(rank)])
+        q0, q1 = host_silences(host, int(GPU_SILENCE_MS * NS_PER_MS))
+        gaps: list[dict[str, Any]] = []
+        if q0.size:
+            for g0, g1 in zip(q0.tolist(), q1.tolist(), strict=True):
+                hit = w[(w["start_ns"] <= g0) & (w["end_ns"] >= g1)]
+                if hit.empty:
+                    continue   # between steps: the profiler or the loop, not inside a training step
+                idle = int(timeline.idle(g0, g1)[0])
+                if idle < GPU_SILENCE_DEVICE_IDLE * (g1 - g0):
+                    continue   # the device still had work queued: a silent host costs nothing yet
+                step = int(hit["step"].iloc[0])
+                gaps.append({"step": step,
+                             "start_offset_ms": round((g0 - int(hit["start_ns"].iloc[0])) / NS_PER_MS, 3),
+                             "gap_ms": round((g1 - g0) / NS_PER_MS, 3),
+                             "device_idle_ms": round(idle / NS_PER_MS, 3), "device_idle_ns": idle})
+        return _conjectured_stats(gaps, len(w), "no host event on any thread while the device idles")
+
+    def _finding_conjectured(self, ctx: CheckContext, per_rank: dict[int, dict[str, Any]]) -> Finding:
+        rank_w, ms_w = worst_share(ctx, {r: v["impact_ms_per_step"] for r, v in per_rank.items()})
+        rk = sorted(per_rank)
+        steps_seen = sorted({s for v in per_rank.values() for s in v["steps"]})
+        e = per_rank[rank_w] if rank_w is not None else {}
+        ascend = ctx.vendor(rank_w) == "ascend"
+        rule = ({"threshold_free_ms": T.conjectured_gc_free_ms.value,
+                 "threshold_acl_time_ratio": T.conjectured_gc_acl_time_ratio.value,
+                 "threshold_acl_calls_per_us": T.conjectured_gc_acl_count_per_us.value,
+                 "rule": "msprof-analyze conjectured_analysis (fixed medium priority)"} if ascend else
+                {"threshold_silence_ms": GPU_SILENCE_MS, "threshold_device_idle_ratio": GPU_SILENCE_DEVICE_IDLE,
+                 "rule": "stepdoctor: host silence while the device idles (Kineto records no GC)"})
+        return self.finding(
+            ctx, title=f"Likely Python GC: {e.get('gaps', 0)} host stall(s) of up to {e.get('max_gap_ms', 0):.3g} ms "
+                       "with no host activity", subject="conjectured GC", ranks=rk, steps=steps_seen,
+            impact_ms=ms_w, impact_rank=rank_w, severity="medium",
+            evidence={**rule, "per_rank": {str(r): v for r, v in per_rank.items()},
+                      "impact_method": "device idle time of the gaps per step, mean over kept steps, worst rank"},
+            message=(f"On {ranks_text(rk)} ({steps_text(steps_seen)}) the host went silent for up to "
+                     f"{e.get('max_gap_ms', 0):.3g} ms ({e.get('gaps', 0)} gap(s) on rank {rank_w}, "
+                     f"{e.get('what', '')}) and the device idled {fmt_ms(ms_w or 0)} ms per step: this is what a "
+                     "Python GC pause looks like when GC is not recorded (untraced host work such as I/O or "
+                     "compilation, or events filtered out of the trace, look the same). Confirm by recording GC "
+                     "(torch_npu experimental_config gc_detect_threshold) or by running with gc.freeze() / "
+                     "gc.disable() around steps."))
+
+
+def _idle_gaps(timeline: DeviceTimeline, w0: int, w1: int) -> list[tuple[int, int]]:
+    """Device idle intervals inside [w0, w1) (including before the first and after the last op)."""
+    s, e = timeline.starts, timeline.ends
+    m = (e > w0) & (s < w1)
+    s, e = np.maximum(s[m], w0), np.minimum(e[m], w1)
+    bounds = np.concatenate(([w0], e)), np.concatenate((s, [w1]))
+    return [(int(a), int(b)) for a, b in zip(*bounds, strict=True) if b > a]
+
+
+def _conjectured_stats(gaps: list[dict[str, Any]], n_steps: int, what: str) -> dict[str, Any] | None:
+    if not gaps:
+        return None
+    idle = sum(g.pop("device_idle_ns") for g in gaps)
+    top = sorted(gaps, key=lambda g: -g["gap_ms"])[:10]
+    return {"steps": sorted({g["step"] for g in gaps}), "gaps": len(gaps),
+            "max_gap_ms": max(g["gap_ms"] for g in gaps),
+            "impact_ms_per_step": round(idle / NS_PER_MS / max(n_steps, 1), 4), "what": what, "top_gaps": top}

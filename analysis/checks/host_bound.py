@@ -1,0 +1,260 @@
+"""host-bound: the device waits for the host to launch work (launch overhead, slow dispatch, tiny kernels).
+
+Rule (HTA idle_time_breakdown `host_wait`, kineto-format-and-hta.md §1.2; XProf / tb-profiler device-idle
+rule, peers doc §1b): a (rank, step) is host-bound when
+  * the device is free for at least T.host_bound_free_pct of the step (breakdown free / step), and
+  * at least T.host_bound_late_launch_pct of the device's inter-op idle time is "late launch": gaps whose
+    next op was launched by the host only after the previous op had ended (the queue ran dry).
+
+Algorithm, per rank and kept step, inside the step's device window:
+1. merge the device ops (kernels, copies, collectives; synchronisation markers are not work) and take the
+   gaps between consecutive merged intervals (HTA counts only inter-op gaps, not time before the first or
+   after the last op);
+2. the op that ends a gap is linked to its host launch by correlation id (Kineto cudaLaunchKernel /
+   hipLaunchKernel, Ascend `Node@launch` via the `async_npu` flow). The gap is
+   - `late launch` when that launch started after the gap began (the host was late), unless
+   - `synchronize`: a stream/device synchronize call returned between the previous op's launch and this
+     launch (host clock only): the host waited for the device by itself, which sync-stream reports, or
+   - `host stall`: GC, allocator or compile calls, data loading or a silence with no host event at all
+     (T.conjectured_gc_gpu_silence_ms) cover at least half of the gap: gc-pause, memory-ops, op-compile and slow-dataloader
+     report those (neither is counted here: no double count);
+   - `other` otherwise (the op was queued in time and waited on something else: an event, another stream),
+   - `unknown` when the op has no launch in the trace (HCCL / NCCL ops launched by the runtime);
+3. late share = late-launch gap time / all inter-op gap time.
+
+impact_ms = the late-launch idle per step (mean over the rank's kept steps): the device time the host
+failed to fill. It is what a faster dispatch could at most win back. Severity: the impact rule (the advisor
+has no fixed priority for this; its "operator dispatch" rule is a time ratio).
+
+Evidence adds what makes a step host-bound in practice: kernels per step, their median duration, the
+median interval between consecutive launches and the launch call's median duration; "many tiny kernels"
+when the median kernel is shorter than the median launch interval (the host cannot keep the queue full).
+
+This module also holds the device-timeline helpers the host-side checks share (sync-stream, gc-pause,
+slow-dataloader, exposed-comm-tail).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+import pandas as pd
+
+from ..models import Finding
+from ..thresholds import T
+from ._common import (
+    HOST_API_CATEGORIES,
+    LAUNCH_RE,
+    NS_PER_MS,
+    NS_PER_US,
+    SYNC_RE,
+    fmt_ms,
+    host_stalls,
+    kept_steps,
+    ranks_text,
+    step_ms_of,
+    step_windows,
+    steps_text,
+    worst_share,
+)
+from .base import Check, CheckContext, register
+
+# A late-launch gap is charged to a stall when stalls cover at least this share of it.
+STALL_SHARE = T.host_bound_stall_share.value
+
+
+# ----------------------------------------------------------------------------------------------------------
+# helpers shared by the host-side checks (sync_stream, gc_pause, slow_dataloader, exposed_comm_tail)
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+# ----------------------------------------------------------------------------------------------------------
+
+@register
+class HostBoundCheck(Check):
+    id = "host-bound"
+    title = "Host-bound launch"
+    vendors = ("ascend", "cuda", "rocm")
+    needs_by_vendor: ClassVar[dict[str, tuple[str, ...]]] = {
+        "ascend": ("steps", "correlation"),
+        "cuda": ("steps", "kernels", "correlation"),
+        "rocm": ("steps", "kernels", "correlation"),
+    }
+    description = ("Per rank and step: device idle >= 10 % of the step, and >= 50 % of the idle between device "
+                   "ops is HTA 'host_wait' (the next op's launch started after the previous op ended). Impact is "
+                   "that late-launch idle per step; evidence names the launch gap and kernel sizes.")
+
+
+    def run(self, ctx: CheckContext) -> list[Finding]:
+        ranks = self.applicable_ranks(ctx)
+        if not ranks:
+            return []
+        windows = step_windows(ctx, ranks)
+        steps_ms = step_ms_of(ctx)
+        free_ms = {(r.rank, int(r.step)): r.free_ms for r in ctx.breakdown if r.step is not None}
+        thr_free = T.host_bound_free_pct.value
+        thr_late = T.host_bound_late_launch_pct.value
+        per_rank: dict[int, dict[str, Any]] = {}
+        per_rank_ms: dict[int, float] = {}
+        fired_steps: dict[int, list[int]] = {}
+        all_steps = kept_steps(ctx)
+        for rank in ranks:
+            w = windows[windows["rank"] == rank]
+            if w.empty:
+                continue
+            stats = self._rank_stats(ctx, rank, w)
+            fired: list[int] = []
+            for st in stats:
+                key = (rank, st["step"])
+                step_ms = steps_ms.get(key)
+                fm = free_ms.get(key)
+                if not step_ms or fm is None or st["gap_ns"] <= 0:
+                    continue
+                st["free_pct"] = 100.0 * fm / step_ms
+                st["late_share_pct"] = 100.0 * st["late_ns"] / st["gap_ns"]
+                if st["free_pct"] >= thr_free and st["late_share_pct"] >= thr_late:
+                    fired.append(st["step"])
+            if not fired:
+                continue
+            n = max(len(all_steps.get(rank, [])), 1)
+            hit = [s for s in stats if s["step"] in fired]
+            late_ms = sum(s["late_ns"] for s in stats) / NS_PER_MS / n
+            per_rank_ms[rank] = late_ms
+            fired_steps[rank] = fired
+            launch = self._launch_stats(ctx, rank, w)
+            kern_us = launch.pop("median_kernel_us")
+            gap_us = launch.get("median_launch_interval_us")
+            per_rank[rank] = {
+                "steps": fired,
+                "free_pct": round(float(np.mean([s["free_pct"] for s in hit])), 2),
+                "late_launch_share_pct": round(float(np.mean([s["late_share_pct"] for s in hit])), 2),
+                "late_launch_idle_ms_per_step": round(late_ms, 4),
+                "sync_blocked_idle_ms_per_step": round(sum(s["sync_ns"] for s in stats) / NS_PER_MS / n, 4),
+                "host_stall_idle_ms_per_step": round(sum(s["stall_ns"] for s in stats) / NS_PER_MS / n, 4),
+                "unknown_idle_ms_per_step": round(sum(s["unknown_ns"] for s in stats) / NS_PER_MS / n, 4),
+                "inter_op_idle_ms_per_step": round(sum(s["gap_ns"] for s in stats) / NS_PER_MS / n, 4),
+                "device_ops_per_step": round(sum(s["ops"] for s in stats) / n, 1),
+                "median_kernel_us": kern_us,
+                **launch,
+                "many_tiny_kernels": bool(kern_us is not None and gap_us is not None and kern_us < gap_us),
+            }
+        if not per_rank:
+            return []
+        rank_w, ms_w = worst_share(ctx, per_rank_ms)
+        rk = sorted(per_rank)
+        steps_seen = sorted({s for ss in fired_steps.values() for s in ss})
+        e = per_rank[rank_w] if rank_w is not None else {}
+        tiny = (f"; median kernel {e['median_kernel_us']:.1f} µs vs median launch interval "
+                f"{e['median_launch_interval_us']:.1f} µs: many tiny kernels" if e.get("many_tiny_kernels") else "")
+        gap_txt = (f", typical launch gap {e['median_launch_interval_us']:.1f} µs"
+                   if e.get("median_launch_interval_us") is not None else "")
+        return [self.finding(
+            ctx, title=f"Device waits for host launches ({fmt_ms(ms_w or 0)} ms per step on rank {rank_w})",
+            subject="launch", ranks=rk, steps=steps_seen, impact_ms=ms_w, impact_rank=rank_w,
+            evidence={"threshold_free_pct": thr_free, "threshold_late_launch_pct": thr_late,
+                      "per_rank": {str(r): v for r, v in per_rank.items()},
+                      "impact_method": "late-launch device idle per step (gaps whose next op was launched after "
+                                       "the previous op ended; gaps after a synchronize excluded), mean over the "
+                                       "rank's kept steps, worst rank",
+                      "source": "HTA idle_time_breakdown host_wait; XProf/tb-profiler device idle >= 10 %"},
+            message=(f"On {ranks_text(rk)} ({steps_text(steps_seen)}) the device is idle {e.get('free_pct', 0):.1f} % "
+                     f"of the step on rank {rank_w} and {e.get('late_launch_share_pct', 0):.1f} % of the idle "
+                     f"between ops waits for a late host launch ({fmt_ms(ms_w or 0)} ms per step, thresholds "
+                     f"{thr_free:g} % / {thr_late:g} %){gap_txt}{tiny}."))]
+
+    @staticmethod
+    def _rank_stats(ctx: CheckContext, rank: int, w: pd.DataFrame) -> list[dict[str, Any]]:
+        ops = ctx.sql("SELECT start_ns, dur_ns, correlation_id FROM device_ops WHERE rank = ? AND category <> "
+                      "'sync' ORDER BY start_ns", [int(rank)])
+        host = ctx.sql("SELECT name, start_ns, dur_ns, correlation_id FROM host_ops WHERE rank = ? AND "
+                       f"category IN {HOST_API_CATEGORIES}", [int(rank)])
+        launch_at: dict[int, int] = {}
+        lh = host[host["correlation_id"].notna()]
+        for c, s in zip(lh["correlation_id"].astype("int64"), lh["start_ns"].astype("int64"), strict=True):
+            c, s = int(c), int(s)
+            if c not in launch_at or s < launch_at[c]:
+                launch_at[c] = s
+        syncs = host[host["name"].astype(str).str.match(SYNC_RE)]
+        sync_end = np.sort((syncs["start_ns"].astype("int64") + syncs["dur_ns"].astype("int64")).to_numpy())
+        stalls = host_stalls(ctx, rank)
+        s_all = ops["start_ns"].to_numpy(dtype=np.int64)
+        e_all = s_all + ops["dur_ns"].to_numpy(dtype=np.int64)
+        corr = ops["correlation_id"].astype("Float64").fillna(-1).to_numpy(dtype=np.int64)
+        out: list[dict[str, Any]] = []
+        for step, w0, w1 in zip(w["step"], w["w0"], w["w1"], strict=True):
+            m = (s_all >= w0) & (s_all < w1)
+            idx = np.flatnonzero(m)
+            st = {"step": int(step), "ops": int(idx.size), "gap_ns": 0, "late_ns": 0, "sync_ns": 0,
+                  "stall_ns": 0, "unknown_ns": 0}
+            if idx.size < 2:
+                out.append(st)
+                continue
+            s, e, c = s_all[idx], np.minimum(e_all[idx], w1), corr[idx]
+            run_end = np.maximum.accumulate(e)
+            # index of the op that set the running end (the op the gap follows)
+            last = np.maximum.accumulate(np.where(e == run_end, np.arange(idx.size), 0))
+            for k in range(1, idx.size):
+                gap = int(s[k] - run_end[k - 1])
+                if gap <= 0:
+                    continue
+                st["gap_ns"] += gap
+                g0 = int(run_end[k - 1])
+                launch = launch_at.get(int(c[k])) if c[k] >= 0 else None
+                if launch is None:
+                    st["unknown_ns"] += gap
+                elif launch > g0:
+                    # A synchronize that returned between the previous op's launch and this launch means the host
+                    # waited for the previous op by itself (sync-stream's finding). Host clock only, so a skew
+                    # between the host and device clocks does not matter.
+                    p = c[last[k - 1]]
+                    since = launch_at.get(int(p), g0) if p >= 0 else g0
+                    j = np.searchsorted(sync_end, since, side="right")
+                    if j < sync_end.size and sync_end[j] <= launch:
+                        st["sync_ns"] += gap
+                    elif int(stalls.within(np.array([g0]), np.array([launch]))[0]) >= STALL_SHARE * gap:
+                        st["stall_ns"] += gap   # GC / allocator / compile / data loading held the host
+                    else:
+                        st["late_ns"] += gap
+            out.append(st)
+        return out
+
+    @staticmethod
+    def _launch_stats(ctx: CheckContext, rank: int, w: pd.DataFrame) -> dict[str, Any]:
+        """Median kernel duration, launch-to-launch interval and launch call duration in the rank's steps."""
+        steps = [int(s) for s in w["step"]]
+        marks = ",".join("?" * len(steps))
+        k = ctx.profile.rows(f"SELECT median(dur_ns) FROM device_ops WHERE rank = ? AND step IN ({marks}) "
+                     "AND category = 'compute'", [int(rank), *steps]) if steps else [(None,)]
+        host = ctx.sql(f"SELECT name, tid, start_ns, dur_ns FROM host_ops WHERE rank = ? AND step IN ({marks}) AND "
+                       f"category IN {HOST_API_CATEGORIES} ORDER BY tid, start_ns", [int(rank), *steps])
+        launches = host[host["name"].astype(str).str.match(LAUNCH_RE)]
+        gaps: list[np.ndarray] = []
+        for _, g in launches.groupby("tid", dropna=False):
+            if len(g) > 1:
+                gaps.append(np.diff(g["start_ns"].to_numpy(dtype=np.int64)))
+        gap = np.concatenate(gaps) if gaps else np.empty(0)
+        med_k = k[0][0]
+        return {
+            "median_kernel_us": None if med_k is None or med_k != med_k else round(float(med_k) / NS_PER_US, 3),
+            "launches_per_step": round(len(launches) / max(len(steps), 1), 1),
+            "median_launch_interval_us": round(float(np.median(gap)) / NS_PER_US, 3) if gap.size else None,
+            "median_launch_call_us": (round(float(launches["dur_ns"].median()) / NS_PER_US, 3)
+                                      if len(launches) else None),
+        }

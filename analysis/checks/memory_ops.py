@@ -1,0 +1,123 @@
+"""memory-ops: the allocator mallocs / frees device memory inside training steps, on every rank.
+
+Rule (msprof-analyze 26.2.0 memory analyzer, memory.yaml; rules doc §5.2 / §5.4): per allocator API, the total
+time of its host calls inside a step >= T.memory_api_total_ms (10 ms) is an issue. The advisor sums over the
+whole profile; here it is per step of every rank, one finding per API.
+* Ascend: `AscendCL@aclMallocMemInner` (the caching allocator grows: fragmentation or empty_cache ->
+  `PYTORCH_NPU_ALLOC_CONF=expandable_segments:True`), `AscendCL@aclrtFree` / `AscendCL@aclrtFreePhysical`
+  (memory handed back: HBM nearly full, or torch.npu.empty_cache() in the loop).
+* CUDA / ROCm (stepdoctor, same threshold and meaning): `cudaMalloc` / `cudaFree` (`hipMalloc` / `hipFree`,
+  driver `cuMemAlloc` / `cuMemFree`) runtime calls inside steps. In steady state PyTorch's caching allocator
+  never calls them; cudaFree also synchronizes the device.
+
+impact_ms = Σ time of that API per step (mean over the rank's kept steps), the rank where it weighs most;
+the host is blocked for that time. Severity: the advisor's time-ratio rule (API time / step: >= 5 % high,
+>= 3 % medium), i.e. the impact rule. The device idle time during the calls is in the evidence.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..metrics.intervals import merge
+from ..models import Finding
+from ..thresholds import T
+from ._common import DeviceTimeline, fmt_ms, in_steps, ranks_text, step_windows, steps_text, worst_share
+from .base import Check, CheckContext, register
+
+NS_PER_MS = 1e6
+NS_PER_US = 1e3
+API_RE = re.compile(r"^(AscendCL@(aclMallocMemInner|aclrtFreePhysical|aclrtFree)|cudaMalloc|cudaFree|"
+                    r"hipMalloc|hipFree|cuMemAlloc(_v2)?|cuMemFree(_v2)?)$")
+_ADVICE = {
+    "malloc": "the caching allocator keeps growing: set expandable_segments:True in PYTORCH_NPU_ALLOC_CONF / "
+              "PYTORCH_CUDA_ALLOC_CONF and remove empty_cache() calls from the loop",
+    "free": "memory is returned to the device inside steps: check device memory headroom (npu-smi / "
+            "nvidia-smi), reduce the (micro)batch, and remove empty_cache() calls from the loop",
+}
+
+
+def _kind(api: str) -> str:
+    return "malloc" if "alloc" in api.lower() else "free"
+
+
+@register
+class MemoryOpsCheck(Check):
+    id = "memory-ops"
+    title = "Allocator calls inside steps"
+    vendors = ("ascend", "cuda", "rocm")
+    needs_by_vendor: ClassVar[dict[str, tuple[str, ...]]] = {
+        "ascend": ("cann_api",),
+        "cuda": ("kernels",),
+        "rocm": ("kernels",),
+    }
+    description = ("Total time per step of each allocator API (aclMallocMemInner, aclrtFree, aclrtFreePhysical; "
+                   "cudaMalloc / cudaFree) on every rank; >= 10 ms per step is an issue (msprof-analyze memory "
+                   "analyzer). Impact: that time per step.")
+
+
+    def run(self, ctx: CheckContext) -> list[Finding]:
+        ranks = self.applicable_ranks(ctx)
+        if not ranks:
+            return []
+        windows = step_windows(ctx, ranks)
+        marks = ",".join("?" * len(ranks))
+        ev = ctx.sql(f"SELECT rank, step, name, start_ns, dur_ns FROM host_ops WHERE rank IN ({marks}) AND category "
+                     "IN ('cann', 'runtime', 'driver') AND (name LIKE 'AscendCL@acl%' OR name LIKE 'cu%' OR "
+                     "name LIKE 'hip%')", ranks)
+        ev = ev[ev["name"].astype(str).str.match(API_RE)]
+        ev = in_steps(ev, windows)
+        if ev.empty:
+            return []
+        thr_ms = T.memory_api_total_ms.value
+        out: list[Finding] = []
+        for api, grp in ev.groupby("name", sort=True):
+            per_rank: dict[int, dict[str, Any]] = {}
+            for rank, g in grp.groupby("rank", sort=True):
+                r = int(rank)
+                by_step = g.groupby("step")["dur_ns"].agg(["count", "sum"])
+                fired = [int(s) for s, row in by_step.iterrows() if row["sum"] / NS_PER_MS >= thr_ms]
+                if not fired:
+                    continue
+                n = max(int((windows["rank"] == r).sum()), 1)
+                s = g["start_ns"].to_numpy(dtype=np.int64)
+                ms, me = merge(s, s + g["dur_ns"].to_numpy(dtype=np.int64))
+                timeline = DeviceTimeline.of(ctx, r)
+                idle = float(timeline.idle(ms, me).sum()) if not timeline.empty else None
+                per_rank[r] = {
+                    "steps": fired,
+                    "calls_per_affected_step": round(float(by_step.loc[fired, "count"].mean()), 2),
+                    "ms_per_affected_step": round(float(by_step.loc[fired, "sum"].mean()) / NS_PER_MS, 4),
+                    "steps_analysed": n,
+                    "ms_per_step": round(float(g["dur_ns"].sum()) / NS_PER_MS / n, 4),
+                    "mean_call_ms": round(float(g["dur_ns"].mean()) / NS_PER_MS, 4),
+                    "device_idle_during_calls_ms_per_step": None if idle is None else round(idle / NS_PER_MS / n, 4),
+                    "by_step": {str(int(k)): {"calls": int(row["count"]), "ms": round(float(row["sum"]) / NS_PER_MS, 4)}
+                                for k, row in by_step.iterrows()},
+                }
+            if not per_rank:
+                continue
+            rank_w, ms_w = worst_share(ctx, {r: v["ms_per_step"] for r, v in per_rank.items()})
+            rk = sorted(per_rank)
+            steps_seen = sorted({s for v in per_rank.values() for s in v["steps"]})
+            e = per_rank[rank_w] if rank_w is not None else {}
+            short = str(api).split("@")[-1]
+            advice = _ADVICE[_kind(str(api))]
+            out.append(self.finding(
+                ctx, title=f"{short} inside steps ({e.get('calls_per_affected_step', 0):g} calls, "
+                           f"{fmt_ms(e.get('ms_per_affected_step', 0))} ms per "
+                           "step)", subject=str(api), ranks=rk, steps=steps_seen, impact_ms=ms_w, impact_rank=rank_w,
+                evidence={"threshold_ms_per_step": thr_ms, "per_rank": {str(r): v for r, v in per_rank.items()},
+                          "advice": advice,
+                          "rule": "msprof-analyze memory analyzer (per-API total), time-ratio priority",
+                          "impact_method": f"Σ {short} time per step, mean over the rank's kept steps, the rank where "
+                                           "it is the largest share of the step"},
+                message=(f"On {ranks_text(rk)} ({steps_text(steps_seen)}) {short} is called "
+                         f"{e.get('calls_per_affected_step', 0):g} times per step for "
+                         f"{fmt_ms(e.get('ms_per_affected_step', 0))} ms per step on rank "
+                         f"{rank_w} (threshold {thr_ms:g} ms, mean call {e.get('mean_call_ms', 0):.3g} ms): "
+                         f"{advice}.")))
+        return out

@@ -1,0 +1,84 @@
+"""op-compile: operators are compiled on the host during training steps (Ascend), on every rank.
+
+Rule (msprof-analyze 26.2.0 timeline_op_dispatch, rules doc §5.2, MAX_OP_COMPILE_NUM): a step with at least
+T.op_compile_count (20) `AscendCL@aclopCompileAndExecute` calls compiles operators online instead of
+running pre-built binaries. The advisor counts over the whole profile; here the count is per step of every
+rank, so a step that recompiles (a new shape) is named.
+
+impact_ms = Σ aclopCompileAndExecute time per step (mean over the rank's kept steps), the worst rank: the
+host spends that time compiling and dispatching instead of launching. Severity: the advisor's time-ratio rule
+(Σ compile time / step time: >= 5 % high, >= 3 % medium), i.e. the impact rule of `Check.finding`.
+The usual fix is `torch_npu.npu.set_compile_mode(jit_compile=False)` (binary kernels) with
+`torch_npu.npu.config.allow_internal_format = False`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..models import Finding
+from ..thresholds import T
+from ._common import fmt_ms, in_steps, ranks_text, step_windows, steps_text, worst_share
+from .base import Check, CheckContext, register
+
+NS_PER_MS = 1e6
+NS_PER_US = 1e3
+API = "aclopCompileAndExecute"
+
+
+@register
+class OpCompileCheck(Check):
+    id = "op-compile"
+    title = "Operator compilation inside steps"
+    needs = ("cann_api",)
+    vendors = ("ascend",)
+    description = ("Counts AscendCL@aclopCompileAndExecute per step on every rank; >= 20 in a step means online "
+                   "operator compilation (msprof-analyze MAX_OP_COMPILE_NUM). Impact is their host time per step.")
+
+    def run(self, ctx: CheckContext) -> list[Finding]:
+        ranks = self.applicable_ranks(ctx)
+        if not ranks:
+            return []
+        windows = step_windows(ctx, ranks)
+        marks = ",".join("?" * len(ranks))
+        ev = ctx.sql(f"SELECT rank, step, name, dur_ns FROM host_ops WHERE rank IN ({marks}) AND category = 'cann' "
+                     f"AND (name = 'AscendCL@{API}' OR name = '{API}')", ranks)
+        ev = in_steps(ev, windows)
+        if ev.empty:
+            return []
+        thr = T.op_compile_count.value
+        per_rank: dict[int, dict[str, Any]] = {}
+        for rank, g in ev.groupby("rank", sort=True):
+            r = int(rank)
+            by_step = g.groupby("step")["dur_ns"].agg(["count", "sum"])
+            fired = [int(s) for s, row in by_step.iterrows() if row["count"] >= thr]
+            if not fired:
+                continue
+            n = max(int((windows["rank"] == r).sum()), 1)
+            per_rank[r] = {
+                "steps": fired,
+                "calls_per_affected_step": round(float(by_step.loc[fired, "count"].mean()), 2),
+                "steps_analysed": n,
+                "max_calls_in_a_step": int(by_step["count"].max()),
+                "compile_ms_per_step": round(float(g["dur_ns"].sum()) / NS_PER_MS / n, 4),
+                "mean_call_us": round(float(g["dur_ns"].mean()) / NS_PER_US, 3),
+                "by_step": {str(int(s)): {"calls": int(row["count"]), "ms": round(float(row["sum"]) / NS_PER_MS, 4)}
+                            for s, row in by_step.iterrows()},
+            }
+        if not per_rank:
+            return []
+        rank_w, ms_w = worst_share(ctx, {r: v["compile_ms_per_step"] for r, v in per_rank.items()})
+        rk = sorted(per_rank)
+        steps_seen = sorted({s for v in per_rank.values() for s in v["steps"]})
+        e = per_rank[rank_w] if rank_w is not None else {}
+        return [self.finding(
+            ctx, title=f"Operators compiled during steps ({e.get('calls_per_affected_step', 0):g} {API} per step)",
+            subject=f"AscendCL@{API}", ranks=rk, steps=steps_seen, impact_ms=ms_w, impact_rank=rank_w,
+            evidence={"threshold_calls_per_step": thr, "per_rank": {str(r): v for r, v in per_rank.items()},
+                      "rule": "msprof-analyze timeline_op_dispatch (MAX_OP_COMPILE_NUM), time-ratio priority",
+                      "impact_method": "Σ aclopCompileAndExecute time per step, mean over the rank's kept steps, "
+                                       "worst rank"},
+            message=(f"On {ranks_text(rk)} ({steps_text(steps_seen)}) the host calls {API} "
+                     f"{e.get('calls_per_affected_step', 0):g} times per step (>= {thr:g}) on rank {rank_w}, "
+                     f"{fmt_ms(ms_w or 0)} ms per step of online operator compilation; set "
+                     f"jit_compile=False so binary kernels are used."))]

@@ -1,0 +1,410 @@
+"""slow-dataloader: the data loader holds the step, on every rank.
+
+Rules:
+1. PyTorch (torch_npu and Kineto; msprof-analyze 26.2.0 dataloader, dataloader.yaml, rules doc §5.2): a host
+   op whose name contains `dataloader` (case-insensitive, e.g.
+   `enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__`) lasting >= T.dataloader_ms (10 ms) is an
+   issue. Priority fixed HIGH, as the advisor does. Nested matches (the Python function inside the
+   annotation) count once: only the outermost dataloader op of a thread is measured. The iterator is named:
+   `_SingleProcessDataLoaderIter` means num_workers=0 (the main process loads every batch), a
+   `_MultiProcessingDataLoaderIter` that still waits means the workers cannot keep up.
+2. MindSpore (MindInsight step_trace / minddata proposers, mindspore doc §6.1 and §9.1 case 1): the iteration
+   interval (the time between the end of one step's device work and the start of the next, which the device
+   spends waiting for data in dataset-sink mode) averaged over the rank's steps >= T.dataloader_ms is an
+   issue, HIGH as above. The data pipeline op that holds it is named from `dataset_ops`:
+   a. saturated workers (MindSpore BottleneckAnalyzer's first rule): an op (not one of the ops without workers,
+      _NOT_MULTITHREADED, nor DeviceQueue) whose CPU per worker is > 75 %; the highest wins;
+   b. else MindInsight's queue rule: the op whose input queue (its child's output) is fuller than its own
+      output queue by more than 0.1 (it consumes slower than it is fed), the largest gap winning;
+   c. else the profiler's own `bottleneck_warning` (minddata_pipeline_summary) when recorded;
+   d. else a leaf (reader) whose output queue is < 60 % full.
+   MindSpore's analyzer also flags ops with < 20 % CPU per worker and a starved input queue, and lets the op
+   nearest the device win; that names the op *downstream* of the slow one (its input is starved because of
+   it), so stepdoctor ranks the saturated op and the queue gap first.
+   The proposed worker count keeps the pipeline ahead of the device:
+   N = ceil(num_workers x step_ms / (step_ms - interval_ms) x 1.25) (per-batch work divided over N workers,
+   25 % headroom for jitter), capped at the host's CPU count when the profile recorded it. The host / device
+   queue empty ratios (MindInsight: host empty > 30 % = slow processing, else chip-side empties = slow
+   transmission) are in the evidence.
+
+impact_ms per step (mean over the rank's kept steps), the rank where it weighs most:
+* PyTorch: device idle time during the slow dataloader ops (the step only loses the time the device had
+  nothing queued); the dataloader time itself on a rank without device data;
+* MindSpore: the iteration interval.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..models import Finding
+from ..thresholds import T
+from ._common import (
+    DeviceTimeline,
+    fmt_ms,
+    in_steps,
+    ranks_text,
+    step_ms_of,
+    step_windows,
+    steps_text,
+    worst_share,
+)
+from .base import Check, CheckContext, register
+
+NS_PER_MS = 1e6
+WORKER_HEADROOM = T.dataloader_workers_headroom.value
+# MindSpore BottleneckAnalyzer constant (mindspore profiler/parser/minddata_analyzer.py; mindspore doc §3.4)
+_CPU_HIGH_PCT = T.minddata_worker_cpu_high_pct.value
+# MindInsight minddata_pipeline_analyser (mindspore doc §6.1 item 3)
+_CHILD_FULLER = T.minddata_child_fuller.value
+_LEAF_LOW = T.minddata_leaf_queue_low.value
+_HOST_EMPTY = T.minddata_host_queue_empty.value
+_NOT_MULTITHREADED = {"BarrierOp", "ConcatOp", "EpochCtrlOp", "RenameOp", "RepeatOp", "ShuffleOp", "SkipOp",
+                      "TakeOp", "ZipOp"}
+
+
+def iterator_kind(name: str) -> str:
+    low = name.lower()
+    if "singleprocess" in low:
+        return "single-process"
+    if "multiprocess" in low:
+        return "multi-process"
+    return "unknown"
+
+
+@register
+class SlowDataloaderCheck(Check):
+    id = "slow-dataloader"
+    title = "Slow data loader"
+    vendors = ("ascend", "cuda", "rocm")
+    description = ("PyTorch: a dataloader host op >= 10 ms (msprof-analyze, fixed high), naming the single- or "
+                   "multi-process iterator; MindSpore: a mean iteration interval >= 10 ms, naming the dataset "
+                   "pipeline op that holds it and proposing num_parallel_workers. Impact: device idle per step.")
+
+    def applicable_ranks(self, ctx: CheckContext) -> list[int]:
+        # host framework ops (torch_npu trace / DB, any Kineto trace) or MindSpore's step phases
+        ok = []
+        for r in ctx.all_ranks:
+            v = ctx.vendor(r) or ""
+            if v not in self.vendors:
+                continue
+            caps = ctx.caps(r)
+            if v != "ascend" or {"framework_ops", "step_phases", "host_queue", "device_queue"} & caps:
+                ok.append(r)
+        self.needs = () if ok else ("framework_ops",)  # type: ignore[misc]  # message when nothing applies
+        return ok
+
+    def run(self, ctx: CheckContext) -> list[Finding]:
+        ranks = self.applicable_ranks(ctx)
+        if not ranks:
+            return []
+        windows = step_windows(ctx, ranks)
+        out: list[Finding] = []
+        torch_found = self._pytorch(ctx, ranks, windows)
+        if torch_found:
+            out.append(torch_found)
+        out.extend(self._mindspore(ctx, [r for r in ranks if {"step_phases", "host_queue", "device_queue"}
+                                         & ctx.caps(r)], windows))
+        return out
+
+    # ---- PyTorch DataLoader ops -------------------------------------------------------------------------
+    def _pytorch(self, ctx: CheckContext, ranks: list[int], windows: pd.DataFrame) -> Finding | None:
+        marks = ",".join("?" * len(ranks))
+        ev = ctx.sql(f"SELECT rank, step, name, tid, start_ns, dur_ns FROM host_ops WHERE rank IN ({marks}) AND "
+                     "lower(name) LIKE '%dataloader%' AND category IN ('dataloader', 'cpu_op', 'user_annotation', "
+                     "'python_function', 'other') ORDER BY rank, tid, start_ns, dur_ns DESC", ranks)
+        ev = in_steps(_outermost(ev), windows)
+        if ev.empty:
+            return None
+        thr_ns = T.dataloader_ms.value * NS_PER_MS
+        per_rank: dict[int, dict[str, Any]] = {}
+        for rank, g in ev.groupby("rank", sort=True):
+            r = int(rank)
+            slow = g[g["dur_ns"] >= thr_ns]
+            if slow.empty:
+                continue
+            n = max(int((windows["rank"] == r).sum()), 1)
+            timeline = DeviceTimeline.of(ctx, r)
+            s = slow["start_ns"].to_numpy(dtype=np.int64)
+            e = s + slow["dur_ns"].to_numpy(dtype=np.int64)
+            idle = float(timeline.idle(s, e).sum()) if not timeline.empty else float((e - s).sum())
+            name = str(slow["name"].value_counts().idxmax())
+            per_rank[r] = {
+                "steps": sorted({int(x) for x in slow["step"]}),
+                "iterator": name,
+                "iterator_kind": iterator_kind(name),
+                "slow_calls_per_step": round(len(slow) / n, 2),
+                "max_call_ms": round(float(slow["dur_ns"].max()) / NS_PER_MS, 4),
+                "dataloader_ms_per_step": round(float(g["dur_ns"].sum()) / NS_PER_MS / n, 4),
+                "device_idle_during_slow_calls_ms_per_step": round(idle / NS_PER_MS / n, 4),
+                "impact_ms_per_step": round(idle / NS_PER_MS / n, 4),
+                "device_data": not timeline.empty,
+            }
+        if not per_rank:
+            return None
+        rank_w, ms_w = worst_share(ctx, {r: v["impact_ms_per_step"] for r, v in per_rank.items()})
+        rk = sorted(per_rank)
+        steps_seen = sorted({s for v in per_rank.values() for s in v["steps"]})
+        e = per_rank[rank_w] if rank_w is not None else {}
+        kind = e.get("iterator_kind", "unknown")
+        advice = ("the DataLoader runs in the main process (num_workers=0): set num_workers > 0, pin_memory=True"
+                  if kind == "single-process" else
+                  "the DataLoader workers cannot keep up: raise num_workers / prefetch_factor, use "
+                  "persistent_workers and pin_memory=True, check disk I/O and avoid tar/zip datasets")
+        return self.finding(
+            ctx, title=f"Data loading holds the step ({e.get('max_call_ms', 0):.3g} ms, {kind} iterator)",
+            subject=str(e.get("iterator", "dataloader")), ranks=rk, steps=steps_seen, impact_ms=ms_w,
+            impact_rank=rank_w, severity="high",
+            evidence={"threshold_ms": T.dataloader_ms.value, "per_rank": {str(r): v for r, v in per_rank.items()},
+                      "iterator_kind": kind, "advice": advice,
+                      "rule": "msprof-analyze dataloader (fixed high priority)",
+                      "impact_method": "device idle time during dataloader ops >= the threshold, per step, mean "
+                                       "over kept steps (the dataloader time without device data)"},
+            message=(f"On {ranks_text(rk)} ({steps_text(steps_seen)}) fetching a batch takes "
+                     f"{e.get('max_call_ms', 0):.3g} ms (>= {T.dataloader_ms.value:g} ms) in "
+                     f"{e.get('iterator', 'the dataloader')} ({kind} iterator) and the device idles "
+                     f"{fmt_ms(ms_w or 0)} ms per step on rank {rank_w}: {advice}."))
+
+    # ---- MindSpore iteration interval + data pipeline ---------------------------------------------------
+    def _mindspore(self, ctx: CheckContext, ranks: list[int], windows: pd.DataFrame) -> list[Finding]:
+        if not ranks:
+            return []
+        marks = ",".join("?" * len(ranks))
+        ph = ctx.sql(f"SELECT rank, step, phase, dur_ns FROM step_phases WHERE rank IN ({marks}) AND phase IN "
+                     "('iteration_interval', 'fp_and_bp', 'fp', 'tail')", ranks)
+        steps_ms = step_ms_of(ctx)
+        thr = T.dataloader_ms.value
+        per_rank: dict[int, dict[str, Any]] = {}
+        for r in ranks:
+            kept = set(windows.loc[windows["rank"] == r, "step"].astype(int))
+            interval, step_ms, how = self._interval(ctx, r, ph[ph["rank"] == r], kept, steps_ms)
+            if interval is None or interval.empty or float(interval.mean()) < thr:
+                continue
+            mean_int = float(interval.mean())
+            mean_step = float(step_ms.dropna().mean()) if step_ms.notna().any() else None
+            pipe = self._pipeline(ctx, r, mean_int, mean_step)
+            if pipe.get("stage") == "not data":
+                continue   # both queues full: the device does not wait for data, the interval is host-side
+            if how == "device free" and pipe.get("stage") != "data processing":
+                continue   # free time alone is not a data wait: only with the host queue running empty
+            per_rank[r] = {
+                "steps": sorted(int(s) for s, v in interval.items() if v >= thr),
+                "iteration_interval_ms": round(mean_int, 4),
+                "measured_as": how,
+                "step_ms": None if mean_step is None else round(mean_step, 4),
+                "interval_share_pct": None if not mean_step else round(100.0 * mean_int / mean_step, 2),
+                **pipe,
+            }
+        if not per_rank:
+            return []
+        rank_w, ms_w = worst_share(ctx, {r: v["iteration_interval_ms"] for r, v in per_rank.items()})
+        rk = sorted(per_rank)
+        steps_seen = sorted({s for v in per_rank.values() for s in v["steps"]})
+        e = per_rank[rank_w] if rank_w is not None else {}
+        op = e.get("bottleneck_op")
+        share = f" ({e['interval_share_pct']:.1f} % of the {e['step_ms']:.3g} ms step)" if e.get("interval_share_pct") \
+            else ""
+        stage = f" (host queue empty in {100 * e['host_queue_empty_ratio']:.0f} % of batches)" \
+            if e.get("host_queue_empty_ratio") is not None else ""
+        if op and op.get("proposed_workers"):
+            call = "dataset.batch" if op["op_type"] == "BatchOp" else "dataset.map"
+            what = (f"the dataset op {op['label']} is the bottleneck ({op['why']}); raise its workers from "
+                    f"{op['num_workers']}: {call}(..., num_parallel_workers={op['proposed_workers']})")
+        elif op:
+            what = f"the dataset op {op['label']} is the bottleneck ({op['why']})"
+        elif e.get("stage") == "data transmission":
+            what = "batches are ready on the host but reach the device late (data transmission)"
+        else:
+            what = "the data pipeline cannot keep the device fed (no dataset pipeline profile to name the op)"
+        evidence: dict[str, Any] = {
+            "threshold_ms": thr, "per_rank": {str(r): v for r, v in per_rank.items()},
+            "rule": "MindInsight step_trace iteration interval + minddata queue / bottleneck analysis (fixed high, as "
+                    "msprof-analyze's slow dataloader); not reported when both data queues stay full",
+            "impact_method": "mean iteration interval per step (the device waits for the next batch), the rank "
+                             "where it is the largest share of the step",
+            "workers_formula": f"ceil(num_workers x step_ms / (step_ms - interval_ms) x {WORKER_HEADROOM}), capped "
+                               "at the host's CPU count",
+        }
+        if op:   # flat keys for the fix templates (dataset.map(..., num_parallel_workers=N))
+            evidence.update({"dataset_op": op["label"], "dataset_op_type": op["op_type"],
+                             "num_parallel_workers": op["num_workers"],
+                             "proposed_num_parallel_workers": op.get("proposed_workers")})
+        return [self.finding(
+            ctx, title=f"Data pipeline holds the step: iteration interval {e.get('iteration_interval_ms', 0):.3g} ms"
+                       + (f" ({op['label']} with {op['num_workers']} worker(s))" if op else ""),
+            subject=op["label"] if op else "iteration_interval", ranks=rk, steps=steps_seen, impact_ms=ms_w,
+            impact_rank=rank_w, severity="high", evidence=evidence,
+            message=(f"On {ranks_text(rk)} ({steps_text(steps_seen)}) the device waits "
+                     f"{e.get('iteration_interval_ms', 0):.3g} ms per step for data on rank {rank_w}{share}, >= "
+                     f"{thr:g} ms{stage}: {what}."))]
+
+    @staticmethod
+    def _interval(ctx: CheckContext, rank: int, ph: pd.DataFrame, kept: set[int],
+                  steps_ms: dict[tuple[int, int], float]) -> tuple[pd.Series | None, pd.Series, str]:
+        """(interval ms per step, step ms per step, how it was measured) of one MindSpore rank."""
+        if not ph.empty and (ph["phase"] == "iteration_interval").any():
+            piv = ph.pivot_table(index="step", columns="phase", values="dur_ns", aggfunc="sum") / NS_PER_MS
+            if kept and piv.index.isin(kept).any():
+                piv = piv[piv.index.isin(kept)]
+            interval = piv["iteration_interval"].dropna()
+            step_ms = pd.Series({s: steps_ms.get((rank, int(s))) for s in interval.index}, dtype="Float64")
+            if step_ms.isna().all():
+                parts = [c for c in ("iteration_interval", "fp_and_bp", "fp", "tail") if c in piv]
+                step_ms = piv.loc[interval.index, parts].sum(axis=1).astype("Float64")
+            return interval, step_ms, "iteration interval"
+        # no interval recorded (non-sink >= 2.5 text export): the device's idle time per step
+        rows = [b for b in ctx.breakdown if b.rank == rank and b.step is not None and b.free_ms is not None
+                and (not kept or b.step in kept)]
+        if not rows:
+            return None, pd.Series(dtype="Float64"), ""
+        interval = pd.Series({b.step: b.free_ms + (b.preparing_ms or 0.0) for b in rows}, dtype=float)
+        step_ms = pd.Series({b.step: b.step_ms for b in rows}, dtype="Float64")
+        return interval, step_ms, "device free"
+
+    def _pipeline(self, ctx: CheckContext, rank: int, interval_ms: float, step_ms: float | None) -> dict[str, Any]:
+        """Queue evidence and the bottleneck dataset op of one rank."""
+        out: dict[str, Any] = {}
+        meta = {k: v for k, v in ctx.profile.rows("SELECT key, value_json FROM metadata WHERE rank = ? AND key IN "
+                                                  "('host_queue', 'device_queue', 'minddata_summary', "
+                                                  "'minddata_cpu')", [int(rank)])}
+        parsed: dict[str, Any] = {}
+        for k, v in meta.items():
+            try:
+                parsed[k] = json.loads(v) if v else None
+            except json.JSONDecodeError:
+                parsed[k] = None
+        hq, dq = parsed.get("host_queue") or {}, parsed.get("device_queue") or {}
+        if hq.get("empty_ratio") is not None:
+            out["host_queue_empty_ratio"] = hq["empty_ratio"]
+        if dq.get("empty_ratio") is not None:
+            out["device_queue_empty_ratio"] = dq["empty_ratio"]
+        if hq.get("empty_ratio") is not None:
+            # MindInsight minddata proposer: host queue empty > 30 % = processing; else chip-side empties =
+            # transmission; else (with a chip-side record) the data is ready: the interval is not a data wait
+            if hq["empty_ratio"] > _HOST_EMPTY:
+                out["stage"] = "data processing"
+            elif (dq.get("empty_ratio") or 0) > 0:
+                out["stage"] = "data transmission"
+            elif dq.get("empty_ratio") is not None or hq["empty_ratio"] == 0:
+                out["stage"] = "not data"
+            else:
+                out["stage"] = "unknown"
+        if out.get("stage") in ("not data", "data transmission"):
+            return out   # no pipeline op to blame
+        ops = ctx.sql("SELECT op_id, op_type, num_workers, output_queue_size, output_queue_usage_rate, avg_cpu_pct, "
+                      "parent_id FROM dataset_ops WHERE rank = ? ORDER BY op_id", [int(rank)])
+        if ops.empty:
+            return out
+        cpus = (parsed.get("minddata_cpu") or {}).get("cpu_processor_num")
+        pick = (_bottleneck(ops) or _queue_rule(ops) or _from_summary(parsed.get("minddata_summary"), ops)
+                or _slow_leaf(ops))
+        if pick is None:
+            return out
+        row, why = pick
+        workers = int(row["num_workers"]) if pd.notna(row["num_workers"]) and row["num_workers"] else 1
+        proposed = None
+        if step_ms and step_ms > interval_ms:
+            proposed = math.ceil(workers * step_ms / (step_ms - interval_ms) * WORKER_HEADROOM)
+            if cpus:
+                proposed = min(proposed, int(cpus))
+            proposed = max(proposed, workers + 1)
+        label = f"{str(row['op_type']).removesuffix('Op')}(id={int(row['op_id'])})"
+        out["bottleneck_op"] = {
+            "label": label, "op_type": str(row["op_type"]), "op_id": int(row["op_id"]), "num_workers": workers,
+            "output_queue_usage": _f(row["output_queue_usage_rate"]),
+            "cpu_pct_per_worker": _f(row["avg_cpu_pct"]), "why": why, "proposed_workers": proposed,
+            "host_cpus": cpus,
+        }
+        return out
+
+
+def _f(x: Any) -> float | None:
+    return None if x is None or pd.isna(x) else round(float(x), 4)
+
+
+def _outermost(ev: pd.DataFrame) -> pd.DataFrame:
+    """Drop dataloader ops nested in another dataloader op of the same rank and thread (sorted input)."""
+    if ev.empty:
+        return ev
+    keep = np.ones(len(ev), dtype=bool)
+    end_prev: dict[tuple[int, int], int] = {}
+    s = ev["start_ns"].to_numpy(dtype=np.int64)
+    e = s + ev["dur_ns"].to_numpy(dtype=np.int64)
+    for i, key in enumerate(zip(ev["rank"].astype(int), ev["tid"].fillna(-1).astype("int64"), strict=True)):
+        if key in end_prev and s[i] < end_prev[key]:
+            keep[i] = False
+            continue
+        end_prev[key] = int(e[i])
+    return ev[keep]
+
+
+def _children(ops: pd.DataFrame, op_id: int) -> pd.DataFrame:
+    return ops[ops["parent_id"] == op_id]
+
+
+def _input_usage(ops: pd.DataFrame, op_id: int) -> float | None:
+    """Usage of the op's input queue = output queue of its first child that has one."""
+    for _, c in _children(ops, op_id).sort_values("op_id").iterrows():
+        if pd.notna(c["output_queue_usage_rate"]):
+            return float(c["output_queue_usage_rate"])
+    return None
+
+
+def _from_summary(summary: Any, ops: pd.DataFrame) -> tuple[pd.Series, str] | None:
+    """MindSpore's own bottleneck_warning (e.g. ["Map(id=3)"])."""
+    if not isinstance(summary, dict):
+        return None
+    warn = summary.get("bottleneck_warning") or []
+    for label in warn if isinstance(warn, list) else [warn]:
+        text = str(label)
+        if "id=" in text:
+            try:
+                oid = int(text.split("id=")[1].rstrip(") "))
+            except ValueError:
+                continue
+            hit = ops[ops["op_id"] == oid]
+            if not hit.empty:
+                sugg = summary.get("bottleneck_suggestion") or []
+                return hit.iloc[0], "MindSpore minddata bottleneck_warning" + (f": {sugg[0]}" if sugg else "")
+    return None
+
+
+def _bottleneck(ops: pd.DataFrame) -> tuple[pd.Series, str] | None:
+    """The op whose workers are saturated (CPU per worker > 75 %), the most loaded first."""
+    cand = ops[ops["avg_cpu_pct"].notna() & ~ops["op_type"].astype(str).isin(_NOT_MULTITHREADED)
+               & ~ops["op_type"].astype(str).str.startswith(("DeviceQueue", "DataQueue"))]
+    cand = cand[cand["avg_cpu_pct"].astype(float) > _CPU_HIGH_PCT]
+    if cand.empty:
+        return None
+    row = cand.sort_values(["avg_cpu_pct", "op_id"], ascending=[False, True]).iloc[0]
+    return row, (f"{float(row['avg_cpu_pct']):.0f} % CPU per worker (> {_CPU_HIGH_PCT:g} %): its "
+                 f"{int(row['num_workers']) if pd.notna(row['num_workers']) else 1} worker(s) are saturated")
+
+
+def _queue_rule(ops: pd.DataFrame) -> tuple[pd.Series, str] | None:
+    """MindInsight: the op fed faster than it produces (input fuller than output by > 0.1), largest gap first."""
+    best: tuple[float, pd.Series, str] | None = None
+    for _, row in ops.iterrows():
+        if pd.isna(row["parent_id"]) or pd.isna(row["output_queue_usage_rate"]):
+            continue   # the root has no output queue to compare
+        in_u = _input_usage(ops, int(row["op_id"]))
+        out_u = float(row["output_queue_usage_rate"])
+        if in_u is not None and in_u - out_u > _CHILD_FULLER and (best is None or in_u - out_u > best[0]):
+            best = (in_u - out_u, row, f"its input queue is {100 * in_u:.0f} % full but its output queue only "
+                                       f"{100 * out_u:.0f} %: it consumes slower than it is fed")
+    return (best[1], best[2]) if best is not None else None
+
+
+def _slow_leaf(ops: pd.DataFrame) -> tuple[pd.Series, str] | None:
+    """MindInsight: a leaf (reader) whose output queue is < 60 % full."""
+    leaves = ops[~ops["op_id"].isin(ops["parent_id"].dropna()) & ops["output_queue_usage_rate"].notna()]
+    leaves = leaves[leaves["output_queue_usage_rate"] < _LEAF_LOW]
+    if leaves.empty:
+        return None
+    row = leaves.sort_values("output_queue_usage_rate").iloc[0]
+    return row, f"the source op's output queue is only {100 * float(row['output_queue_usage_rate']):.0f} % full"

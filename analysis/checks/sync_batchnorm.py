@@ -1,0 +1,138 @@
+"""sync-batchnorm: SyncBatchNorm runs during training, on every rank.
+
+Rule (msprof-analyze 26.2.0 syncbn, rules doc §5.2 / sync_batchnorm.yaml): a step with at least
+T.syncbn_count (20) SyncBatchNorm calls is an issue; priority fixed HIGH, as the advisor does. Each call
+gathers the batch statistics of all ranks (an all_gather) in the forward and reduces the gradients in the
+backward, which serialises dispatch and adds small collectives.
+
+Counting SyncBatchNorm forward calls per step, per rank:
+* host ops named `SyncBatchNorm` (case-insensitive; torch_npu's Python event, the advisor's rule) or
+  `nn.Module: SyncBatchNorm...` (Kineto with_modules);
+* on CUDA / ROCm also `aten::batch_norm_gather_stats_with_counts`, the aten op only SyncBatchNorm's forward
+  calls (once per call), which Kineto records without with_modules.
+The markers nest (the module op contains the aten op), so the count of a step is the largest count of any
+one marker, never their sum.
+
+impact_ms = host time inside SyncBatchNorm calls per step + device time of the communication ops launched
+from inside them (their all_gathers, linked by correlation id), mean over the rank's kept steps, worst rank.
+That is what replacing SyncBatchNorm with BatchNorm (or a fused version) removes at most.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+import pandas as pd
+
+from ..metrics.intervals import merge
+from ..models import Finding
+from ..thresholds import T
+from ._common import fmt_ms, in_steps, ranks_text, step_windows, steps_text, worst_share
+from .base import Check, CheckContext, register
+
+NS_PER_MS = 1e6
+GATHER_STATS = "aten::batch_norm_gather_stats_with_counts"
+
+
+def marker_kind(name: str) -> str | None:
+    """Which SyncBatchNorm forward marker a host op name is, or None."""
+    low = name.strip().lower()
+    if low == "syncbatchnorm":
+        return "SyncBatchNorm"
+    if low.startswith("nn.module: syncbatchnorm"):
+        return "nn.Module: SyncBatchNorm"
+    if low == GATHER_STATS:
+        return GATHER_STATS
+    return None
+
+
+@register
+class SyncBatchNormCheck(Check):
+    id = "sync-batchnorm"
+    title = "SyncBatchNorm in training"
+    vendors = ("ascend", "cuda", "rocm")
+    # Ascend needs the framework (Python) ops the marker is one of; Kineto traces always carry their cpu ops
+    needs_by_vendor: ClassVar[dict[str, tuple[str, ...]]] = {
+        "ascend": ("steps", "framework_ops"),
+        "cuda": ("steps",),
+        "rocm": ("steps",),
+    }
+    description = ("Counts SyncBatchNorm calls per step on every rank (host ops named SyncBatchNorm, "
+                   "nn.Module: SyncBatchNorm*, or aten::batch_norm_gather_stats_with_counts); >= 20 per step is "
+                   "an issue (msprof-analyze syncbn, fixed high). Impact: their host time plus their collectives.")
+
+
+    def run(self, ctx: CheckContext) -> list[Finding]:
+        ranks = self.applicable_ranks(ctx)
+        if not ranks:
+            return []
+        windows = step_windows(ctx, ranks)
+        marks = ",".join("?" * len(ranks))
+        ev = ctx.sql(f"SELECT rank, step, name, tid, start_ns, dur_ns FROM host_ops WHERE rank IN ({marks}) AND "
+                     f"(lower(name) = 'syncbatchnorm' OR lower(name) LIKE 'nn.module: syncbatchnorm%' OR "
+                     f"name = '{GATHER_STATS}')", ranks)
+        ev = in_steps(ev, windows)
+        if ev.empty:
+            return []
+        ev["kind"] = [marker_kind(str(n)) for n in ev["name"]]
+        thr = T.syncbn_count.value
+        per_rank: dict[int, dict[str, Any]] = {}
+        for rank, g in ev.groupby("rank", sort=True):
+            r = int(rank)
+            counts = g.groupby(["step", "kind"]).size().unstack(fill_value=0)
+            per_step = counts.max(axis=1)          # nested markers: the largest count, never the sum
+            fired = [int(s) for s, c in per_step.items() if c >= thr]
+            if not fired:
+                continue
+            n = max(int((windows["rank"] == r).sum()), 1)
+            host_ns, comm_ns = self._cost(ctx, r, g)
+            per_rank[r] = {
+                "steps": fired,
+                "calls_per_affected_step": round(float(per_step.loc[fired].mean()), 2),
+                "steps_analysed": n,
+                "max_calls_in_a_step": int(per_step.max()),
+                "marker": str(counts.sum().idxmax()),
+                "host_ms_per_step": round(host_ns / NS_PER_MS / n, 4),
+                "collective_ms_per_step": round(comm_ns / NS_PER_MS / n, 4),
+                "impact_ms_per_step": round((host_ns + comm_ns) / NS_PER_MS / n, 4),
+                "by_step": {str(int(s)): int(c) for s, c in per_step.items()},
+            }
+        if not per_rank:
+            return []
+        rank_w, ms_w = worst_share(ctx, {r: v["impact_ms_per_step"] for r, v in per_rank.items()})
+        rk = sorted(per_rank)
+        steps_seen = sorted({s for v in per_rank.values() for s in v["steps"]})
+        e = per_rank[rank_w] if rank_w is not None else {}
+        return [self.finding(
+            ctx, title=f"SyncBatchNorm runs {e.get('calls_per_affected_step', 0):g} times per step", subject="SyncBatchNorm",
+            ranks=rk, steps=steps_seen, impact_ms=ms_w, impact_rank=rank_w, severity="high",
+            evidence={"threshold_calls_per_step": thr, "per_rank": {str(r): v for r, v in per_rank.items()},
+                      "rule": "msprof-analyze syncbn (fixed high priority)",
+                      "impact_method": "host time inside SyncBatchNorm calls + device time of the collectives "
+                                       "launched from them, per step, mean over kept steps, worst rank"},
+            message=(f"SyncBatchNorm runs {e.get('calls_per_affected_step', 0):g} times per step (>= {thr:g}) on "
+                     f"{ranks_text(rk)} ({steps_text(steps_seen)}); each call gathers statistics across ranks, "
+                     f"which slows dispatch and adds small collectives ({fmt_ms(ms_w or 0)} ms per step on rank "
+                     f"{rank_w}). Use BatchNorm unless cross-rank statistics are required."))]
+
+    @staticmethod
+    def _cost(ctx: CheckContext, rank: int, g: pd.DataFrame) -> tuple[float, float]:
+        """(host ns covered by SyncBatchNorm markers, device ns of comm ops launched inside them)."""
+        s = g["start_ns"].to_numpy(dtype=np.int64)
+        e = s + g["dur_ns"].to_numpy(dtype=np.int64)
+        ms, me = merge(s, e)
+        host_ns = float((me - ms).sum())
+        if ms.size == 0:
+            return host_ns, 0.0
+        # communication launched inside a SyncBatchNorm call: launch start within a merged marker interval
+        df = ctx.sql("SELECT h.start_ns AS launch_ns, d.dur_ns FROM device_ops d JOIN host_ops h ON h.rank = d.rank "
+                     "AND h.correlation_id = d.correlation_id AND h.category IN ('runtime', 'driver', 'cann') "
+                     "WHERE d.rank = ? AND d.category = 'communication' AND h.start_ns BETWEEN ? AND ?",
+                     [int(rank), int(ms[0]), int(me[-1])])
+        if df.empty:
+            return host_ns, 0.0
+        t = df["launch_ns"].to_numpy(dtype=np.int64)
+        i = np.searchsorted(ms, t, side="right") - 1
+        inside = (i >= 0) & (t < me[np.maximum(i, 0)])
+        return host_ns, float(df["dur_ns"].to_numpy(dtype=np.int64)[inside].sum())

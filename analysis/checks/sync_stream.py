@@ -1,0 +1,195 @@
+"""sync-stream: the host synchronizes the stream right after launching work, on every rank.
+
+Rules:
+* Ascend (msprof-analyze 26.2.0 synchronize_stream, rules doc §5.2): walk each host thread's CANN API calls in
+  start order; a `AscendCL@aclrtSynchronizeStream` whose previous CANN call is `Node@launch` is a
+  co-occurrence. co-occurrence ratio = co-occurrences / `Node@launch` calls; it is an issue when the ratio
+  > T.sync_co_occurrence (0.5). Priority fixed HIGH, as the advisor does. The usual cause is
+  ASCEND_LAUNCH_BLOCKING=1 (its recorded value is put in the evidence).
+* CUDA / ROCm (stepdoctor, HTA cuda_sync / critical-path sync edges): a `cudaStreamSynchronize`,
+  `cudaDeviceSynchronize`, `cudaEventSynchronize`, `hipStreamSynchronize`... runtime call that follows at
+  least one launch on its thread (since the previous sync) blocks the host until the device drains. It is an
+  issue in a step where the host time blocked in such calls is >= T.sync_call_ms. Severity: the impact rule
+  (the advisor's fixed priority belongs to its co-occurrence rule, not to this one).
+
+Impact, per step: min(host time blocked in synchronize calls that follow launches, device idle time inside
+the step's host window). Reasoning: without the synchronize the host would queue the next work and do its own
+work (Python, dispatch, data loading) while the device runs, so the step can shrink by at most the blocked
+time; and it can never shrink by more than the time the device was idle. This is an upper bound, stated as
+such in the evidence; the mean over the rank's kept steps is reported, for the worst rank.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+import pandas as pd
+
+from ..models import Finding
+from ..thresholds import T
+from ._common import (
+    HOST_API_CATEGORIES,
+    LAUNCH_RE,
+    SYNC_RE,
+    DeviceTimeline,
+    fmt_ms,
+    in_steps,
+    ranks_text,
+    step_windows,
+    steps_text,
+    worst_share,
+)
+from .base import Check, CheckContext, register
+
+NS_PER_MS = 1e6
+ASCEND_LAUNCH = "Node@launch"
+ASCEND_SYNC = "AscendCL@aclrtSynchronizeStream"
+BLOCKING_ENV = ("ASCEND_LAUNCH_BLOCKING", "CUDA_LAUNCH_BLOCKING", "HIP_LAUNCH_BLOCKING")
+
+
+@register
+class SyncStreamCheck(Check):
+    id = "sync-stream"
+    title = "Stream synchronization after launches"
+    vendors = ("ascend", "cuda", "rocm")
+    needs_by_vendor: ClassVar[dict[str, tuple[str, ...]]] = {
+        "ascend": ("cann_api",),
+        "cuda": ("kernels",),
+        "rocm": ("kernels",),
+    }
+    description = ("Ascend: aclrtSynchronizeStream immediately after Node@launch for more than half of the "
+                   "launches (msprof-analyze, fixed high). GPU: stream/device synchronize calls after launches "
+                   "blocking the host >= 1 ms per step. Impact: blocked time, capped by the device idle time.")
+
+
+    def run(self, ctx: CheckContext) -> list[Finding]:
+        ranks = self.applicable_ranks(ctx)
+        if not ranks:
+            return []
+        windows = step_windows(ctx, ranks)
+        env = self._blocking_env(ctx, ranks)
+        # subject (sync API) -> rank -> stats
+        found: dict[str, dict[int, dict[str, Any]]] = {}
+        for rank in ranks:
+            w = windows[windows["rank"] == rank]
+            if w.empty:
+                continue
+            ascend = ctx.vendor(rank) == "ascend"
+            stats = self._rank(ctx, rank, w, ascend)
+            if stats is None:
+                continue
+            subject, st = stats
+            if env.get(rank):
+                st["launch_blocking_env"] = env[rank]
+            found.setdefault(subject, {})[rank] = st
+        out: list[Finding] = []
+        for subject, per_rank in sorted(found.items()):
+            out.append(self._finding(ctx, subject, per_rank))
+        return out
+
+    def _rank(self, ctx: CheckContext, rank: int, w: pd.DataFrame, ascend: bool
+              ) -> tuple[str, dict[str, Any]] | None:
+        cats = ("cann",) if ascend else tuple(c for c in HOST_API_CATEGORIES if c != "cann")
+        marks = ",".join("?" * len(cats))
+        ev = ctx.sql(f"SELECT rank, step, name, tid, start_ns, dur_ns FROM host_ops WHERE rank = ? AND category IN "
+                     f"({marks}) ORDER BY tid, start_ns, dur_ns DESC", [int(rank), *cats])
+        ev = in_steps(ev, w)
+        if ev.empty:
+            return None
+        name = ev["name"].astype(str)
+        is_launch = (name == ASCEND_LAUNCH) if ascend else name.str.match(LAUNCH_RE)
+        is_sync = (name == ASCEND_SYNC) if ascend else name.str.match(SYNC_RE)
+        tid = ev["tid"].fillna(-1).astype("int64")
+        same_tid = tid.eq(tid.shift(1))
+        prev_launch = is_launch.shift(1, fill_value=False).astype(bool) & same_tid
+        pair = is_sync & prev_launch
+        if ascend:
+            after_launch = pair
+        else:
+            # GPU: at least one launch on this thread since its previous synchronize (else nothing to wait for)
+            n_launch_cum = is_launch.astype(int).groupby(tid).cumsum()
+            at_sync = n_launch_cum[is_sync]
+            since = at_sync - at_sync.groupby(tid[is_sync]).shift(1).fillna(0)
+            after_launch = pd.Series(False, index=ev.index)
+            after_launch.loc[since.index] = since > 0
+        n_launch, n_sync, n_pair = int(is_launch.sum()), int(is_sync.sum()), int(pair.sum())
+        ratio = n_pair / n_launch if n_launch else 0.0
+        blocked = ev.loc[after_launch].groupby("step")["dur_ns"].sum()
+        timeline = DeviceTimeline.of(ctx, rank)
+        per_step: dict[str, dict[str, float]] = {}
+        impact_ns: list[float] = []
+        fired: list[int] = []
+        thr_ms = T.sync_call_ms.value
+        for step, s0, s1 in zip(w["step"], w["start_ns"], w["end_ns"], strict=True):
+            b = float(blocked.get(step, 0.0))
+            idle = float(timeline.idle(int(s0), int(s1))[0])
+            impact_ns.append(min(b, idle))
+            if b > 0:
+                per_step[str(int(step))] = {"blocked_ms": round(b / NS_PER_MS, 4),
+                                            "device_idle_ms": round(idle / NS_PER_MS, 4)}
+            if b / NS_PER_MS >= thr_ms:
+                fired.append(int(step))
+        if ascend:
+            if not (n_launch and ratio > T.sync_co_occurrence.value):
+                return None
+            fired = sorted({int(s) for s in ev.loc[pair, "step"]})
+            subject = ASCEND_SYNC
+        else:
+            if not fired:
+                return None
+            sync_names = ev.loc[after_launch, "name"].astype(str)
+            subject = str(sync_names.value_counts().idxmax())
+        n = max(len(w), 1)
+        return subject, {
+            "steps": fired,
+            "launches": n_launch, "syncs": n_sync, "syncs_right_after_launch": n_pair,
+            "co_occurrence_ratio": round(ratio, 4),
+            "syncs_after_launch_per_step": round(float(after_launch.sum()) / n, 2),
+            "blocked_ms_per_step": round(float(blocked.sum()) / NS_PER_MS / n, 4),
+            "impact_ms_per_step": round(float(np.sum(impact_ns)) / NS_PER_MS / n, 4),
+            "by_step": per_step,
+        }
+
+    def _finding(self, ctx: CheckContext, subject: str, per_rank: dict[int, dict[str, Any]]) -> Finding:
+        ascend = subject == ASCEND_SYNC
+        rank_w, ms_w = worst_share(ctx, {r: v["impact_ms_per_step"] for r, v in per_rank.items()})
+        rk = sorted(per_rank)
+        steps_seen = sorted({s for v in per_rank.values() for s in v["steps"]})
+        e = per_rank[rank_w] if rank_w is not None else {}
+        env = sorted({f"{k}={v}" for st in per_rank.values() for k, v in (st.get("launch_blocking_env") or {}).items()})
+        cause = f" ({', '.join(env)} is set)" if env else ""
+        if ascend:
+            what = (f"{e['syncs_right_after_launch']} of {e['launches']} Node@launch calls are immediately followed "
+                    f"by aclrtSynchronizeStream on rank {rank_w} (co-occurrence {e['co_occurrence_ratio']:.2f} > "
+                    f"{T.sync_co_occurrence.value:g})")
+            rule = {"threshold_co_occurrence": T.sync_co_occurrence.value,
+                    "rule": "msprof-analyze synchronize_stream (fixed high priority)"}
+        else:
+            what = (f"{subject} after launches blocks the host {e['blocked_ms_per_step']:.3g} ms per step on rank "
+                    f"{rank_w} ({e['syncs_after_launch_per_step']:g} calls per step, threshold "
+                    f"{T.sync_call_ms.value:g} ms)")
+            rule = {"threshold_blocked_ms_per_step": T.sync_call_ms.value,
+                    "rule": "stepdoctor: host time blocked in synchronize calls that follow launches"}
+        return self.finding(
+            ctx, title=f"Host synchronizes the stream after launches on {ranks_text(rk)}", subject=subject,
+            ranks=rk, steps=steps_seen, impact_ms=ms_w, impact_rank=rank_w,
+            severity="high" if ascend else None,
+            evidence={**rule, "per_rank": {str(r): v for r, v in per_rank.items()},
+                      "impact_method": "per step min(host time blocked in synchronize calls that follow launches, "
+                                       "device idle time in the step): an upper bound of what asynchronous "
+                                       "launch saves; mean over kept steps, worst rank"},
+            message=(f"On {ranks_text(rk)} ({steps_text(steps_seen)}) {what}{cause}: the host waits for every "
+                     f"kernel and the device idles while the host prepares the next one; up to "
+                     f"{fmt_ms(ms_w or 0)} ms per step (host blocked {e.get('blocked_ms_per_step', 0):.3g} ms per "
+                     f"step)."))
+
+    @staticmethod
+    def _blocking_env(ctx: CheckContext, ranks: list[int]) -> dict[int, dict[str, str]]:
+        marks = ",".join("?" * len(BLOCKING_ENV))
+        rows = ctx.profile.rows(f"SELECT rank, name, value FROM env_vars WHERE name IN ({marks})", list(BLOCKING_ENV))
+        out: dict[int, dict[str, str]] = {}
+        for rank, name, value in rows:
+            if rank in ranks and value is not None and str(value).strip() == "1":
+                out.setdefault(int(rank), {})[str(name)] = "1"
+        return out
