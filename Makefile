@@ -23,13 +23,16 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 bench: $(STAMP)
-	$(BIN)/python -m stepdoctor.evals.bench.run_bench
+	$(BIN)/python -m stepdoctor.evals.bench.bench_ingest
+	$(BIN)/python -m stepdoctor.evals.bench.bench_issues
 
 evals: $(STAMP)
 	$(BIN)/python -m stepdoctor.evals.score
 
 docs: $(STAMP)
 	$(BIN)/python -m stepdoctor.tools.gendocs
+	$(BIN)/python -m stepdoctor.knowledge.render > docs/fixes.md
+	$(BIN)/python -m stepdoctor.server.gendocs > docs/tools.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -19,7 +19,7 @@ import pytest
 from conftest import CLUSTER4, need
 from stepdoctor.analysis.checks.affinity_api import compile_pattern, first_level, match_sequences
 from stepdoctor.analysis.checks.base import CheckContext, CheckRun, run_checks
-from stepdoctor.analysis.checks.block_dim import unused_share
+from stepdoctor.analysis.checks.block_dim_underuse import unused_share
 from stepdoctor.analysis.checks.freq_throttle import mean_freq
 from stepdoctor.analysis.checks.misaligned_shape import cube_misalignment, fa_misalignment
 from stepdoctor.analysis.models import Finding

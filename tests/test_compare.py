@@ -6,6 +6,7 @@ import json
 
 import pandas as pd
 import pytest
+
 from conftest import CLUSTER4, KINETO, SHARED, need
 from stepdoctor.analysis import compare as core
 from stepdoctor.tools import api

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from conftest import CLUSTER4, KINETO, need
 from stepdoctor.tools import api
 

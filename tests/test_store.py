@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import CLUSTER4, KINETO, need
 from stepdoctor.analysis import store
 from stepdoctor.analysis.ingest.base import ProfileError, parse_us_to_ns
 from stepdoctor.analysis.ingest.discover import discover
-
-from conftest import CLUSTER4, KINETO, need
 
 
 def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
