@@ -5,9 +5,10 @@ Algorithm:
 2. the fingerprint is a SHA-256 over every input file's relative path, size and mtime (ns), the schema
    text and the reader version: unchanged input -> same cache file -> no parsing at all;
 3. on a miss, each rank is parsed by its format's reader (in a process pool when there are several
-   ranks and enough bytes to pay for the workers), each worker writing its rows to a part database;
-4. the parts are merged into `<fp>.duckdb.tmp-<pid>`, which is renamed over the cache file only when
-   complete (os.replace is atomic), so a crash never leaves a cache that gets used.
+   ranks and enough bytes to pay for the workers), each worker sending its rows back as DataFrames;
+4. this process inserts each parsed rank into `<fp>.duckdb.tmp-<pid>` as it arrives, and renames it over
+   the cache file only when complete (os.replace is atomic), so a crash never leaves a cache that gets
+   used.
 
 Nothing is written next to the input: the cache lives under $STEPDOCTOR_CACHE_DIR, else
 $XDG_CACHE_HOME/stepdoctor, else ~/.cache/stepdoctor.
@@ -17,19 +18,18 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import itertools
 import multiprocessing as mp
 import os
-import shutil
-import tempfile
 import threading
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
 
-from .ingest.base import ProfileError, RankSource, RankTables, schema_sql, table_columns
+from .ingest.base import ProfileError, RankSource, RankTables, schema_sql
 from .ingest.discover import Discovery, discover
 from .models import ProfileInfo
 
@@ -105,31 +105,34 @@ def read_source(src: RankSource) -> RankTables:
         raise ProfileError(src.path, f"cannot parse: {type(e).__name__}: {e}") from None
 
 
-def _write_part(tables: RankTables, db_path: Path) -> None:
-    """Write one rank's frames into a part database (one table per schema table)."""
-    con = duckdb.connect(str(db_path))
-    try:
-        con.execute(schema_sql())
-        for name, df in tables.frames().items():
-            con.register("_df", df)
-            con.execute(f"INSERT INTO {name} SELECT * FROM _df")
-            con.unregister("_df")
-        for w in tables.warnings:
-            con.execute("INSERT INTO ingest_warnings VALUES (?, NULL, ?)", [tables.rank, w])
-        for c in sorted(tables.capabilities):
-            con.execute("INSERT INTO capabilities VALUES (?, ?)", [tables.rank, c])
-    finally:
-        con.close()
+@dataclass
+class ParsedRank:
+    """One rank's rows as DataFrames, ready to insert (what a worker sends back)."""
+
+    rank: int
+    frames: dict
+    warnings: list[str]
+    capabilities: list[str]
 
 
-def _ingest_worker(src: RankSource, part: str) -> tuple[int, str | None, str | None]:
-    """Process-pool entry: returns (rank, part path or None, error or None)."""
+def _parse_worker(src: RankSource) -> tuple[int, ParsedRank | None, str | None]:
+    """Process-pool entry: parse one rank; errors come back as text so one bad rank cannot kill the pool."""
     try:
-        tables = read_source(src)
-        _write_part(tables, Path(part))
-        return src.rank or 0, part, None
+        t = read_source(src)
+        return src.rank or 0, ParsedRank(t.rank, t.frames(), list(t.warnings), sorted(t.capabilities)), None
     except ProfileError as e:
         return src.rank or 0, None, str(e)
+
+
+def _insert(con: duckdb.DuckDBPyConnection, parsed: ParsedRank) -> None:
+    for name, df in parsed.frames.items():
+        con.register("_df", df)
+        con.execute(f"INSERT INTO {name} SELECT * FROM _df")
+        con.unregister("_df")
+    for w in parsed.warnings:
+        con.execute("INSERT INTO ingest_warnings VALUES (?, NULL, ?)", [parsed.rank, w])
+    for c in parsed.capabilities:
+        con.execute("INSERT INTO capabilities VALUES (?, ?)", [parsed.rank, c])
 
 
 @dataclass
@@ -175,67 +178,70 @@ class Profile:
         self.con.close()
 
 
-def _merge(parts: list[Path], out: Path) -> None:
-    con = duckdb.connect(str(out))
-    try:
-        con.execute(schema_sql())
-        for i, part in enumerate(parts):
-            alias = f"p{i}"
-            con.execute(f"ATTACH '{part}' AS {alias} (READ_ONLY)")
-            for name in table_columns():
-                con.execute(f"INSERT INTO {name} SELECT * FROM {alias}.{name}")
-            con.execute(f"DETACH {alias}")
-        con.execute("CHECKPOINT")
-    finally:
-        con.close()
+def _mp_context():
+    """fork when this process is single-threaded and holds no DuckDB connection, else forkserver.
+
+    forkserver (and spawn) re-run an unguarded `__main__` in every worker, which breaks user scripts that
+    call open_profile at top level; fork does not, and is safe when no other thread can hold a lock at fork
+    time. A threaded host (the MCP server) gets forkserver, whose entry points are guarded.
+    """
+    if threading.active_count() == 1 and not _OPEN and "fork" in mp.get_all_start_methods():
+        return mp.get_context("fork")
+    return mp.get_context("forkserver")
 
 
 def build_database(disc: Discovery, out: Path, *, workers: int | None = None,
                    progress: ProgressFn | None = None) -> list[str]:
     """Parse every rank of `disc` into a new database at `out`; returns ingest warnings.
 
-    A rank that fails is skipped with a warning when other ranks parse; if none parses, the first
+    Ranks are parsed in a process pool and inserted by this process as they arrive, each row written
+    once; at most `workers + 2` parsed ranks wait in memory, so a cluster of any size ingests in bounded
+    memory. A rank that fails is skipped with a warning when other ranks parse; if none parses, the first
     error is raised.
     """
     warnings = list(disc.warnings)
     n = len(disc.sources)
     total_bytes = sum(f.stat().st_size for s in disc.sources for f in _input_files(s))
     workers = workers if workers is not None else min(n, os.cpu_count() or 1)
-    tmpdir = Path(tempfile.mkdtemp(prefix=".parts-", dir=out.parent))
-    parts: list[Path] = []
     errors: list[str] = []
+    done = 0
+    con = duckdb.connect(str(out))
     try:
+        con.execute(schema_sql())
+
+        def take(rank: int, parsed: ParsedRank | None, err: str | None) -> None:
+            nonlocal done
+            if parsed is not None:
+                _insert(con, parsed)
+            else:
+                errors.append(err or "unknown error")
+            done += 1
+            if progress:
+                progress(done, n, f"rank {rank}")
+
         if n == 1 or workers <= 1 or total_bytes < PARALLEL_MIN_BYTES:
-            for i, src in enumerate(disc.sources):
-                part = tmpdir / f"rank{i}.duckdb"
-                _, ok, err = _ingest_worker(src, str(part))
-                (parts.append(Path(ok)) if ok else errors.append(err or "unknown error"))
-                if progress:
-                    progress(i + 1, n, f"rank {src.rank}")
+            for src in disc.sources:
+                take(*_parse_worker(src))
         else:
-            ctx = mp.get_context("forkserver")
-            with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-                futs = [pool.submit(_ingest_worker, src, str(tmpdir / f"rank{i}.duckdb"))
-                        for i, src in enumerate(disc.sources)]
-                for done, fut in enumerate(as_completed(futs), 1):
-                    rank, ok, err = fut.result()
-                    (parts.append(Path(ok)) if ok else errors.append(err or "unknown error"))
-                    if progress:
-                        progress(done, n, f"rank {rank}")
-        if not parts:
+            with ProcessPoolExecutor(max_workers=workers, mp_context=_mp_context()) as pool:
+                todo = iter(disc.sources)
+                pending = {pool.submit(_parse_worker, s) for s in itertools.islice(todo, workers + 2)}
+                while pending:
+                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                    for fut in finished:
+                        take(*fut.result())
+                        if (nxt := next(todo, None)) is not None:
+                            pending.add(pool.submit(_parse_worker, nxt))
+        if done - len(errors) == 0:
             raise ProfileError(None, errors[0] if errors else "no rank could be read")
-        warnings.extend(f"rank skipped: {e}" for e in errors)
-        _merge(sorted(parts), out)
-        if errors or disc.warnings:
-            con = duckdb.connect(str(out))
-            try:
-                for w in [*disc.warnings, *(f"rank skipped: {e}" for e in errors)]:
-                    con.execute("INSERT INTO ingest_warnings VALUES (NULL, NULL, ?)", [w])
-            finally:
-                con.close()
+        skipped = [f"rank skipped: {e}" for e in errors]
+        warnings.extend(skipped)
+        for w in [*disc.warnings, *skipped]:
+            con.execute("INSERT INTO ingest_warnings VALUES (NULL, NULL, ?)", [w])
+        con.execute("CHECKPOINT")
         return warnings
     finally:
-        shutil.rmtree(tmpdir, ignore_errors=True)
+        con.close()
 
 
 def _profile_info(con: duckdb.DuckDBPyConnection, path: Path) -> ProfileInfo:

@@ -30,7 +30,7 @@ PLANTS = ["env-var", "slow-rank", "slow-link", "sync-stream", "op-compile", "syn
 
 def child_stepdoctor(profile: Path, cache: Path) -> None:
     os.environ["STEPDOCTOR_CACHE_DIR"] = str(cache)
-    from ..tools import api
+    from ...tools import api
 
     rep = api.issues(api.load(profile))
     print(json.dumps({"findings": len(rep.findings), "high": sum(f.severity == "high" for f in rep.findings),
@@ -46,7 +46,7 @@ def _msprof() -> str | None:
 
 
 def build(out: Path, ranks: int, events: int) -> Path:
-    from ..generate import Plant, Scenario, write_ascend_profile
+    from ..generate import Plant, Scenario, write_ascend_profile  # noqa: I001
 
     plants = [Plant(p) for p in PLANTS]
     sc = Scenario(vendor="ascend", ranks=ranks, steps=2, seed=11, plants=plants)
