@@ -36,6 +36,7 @@ than every bucket that ran late (DDP `bucket_cap_mb`; MindSpore `all_reduce_fusi
 
 from __future__ import annotations
 
+import bisect
 from typing import Any
 
 import numpy as np
@@ -146,6 +147,8 @@ class ExposedCommTailCheck(Check):
         is_comm = (dev["category"] == "communication").to_numpy()
         timeline = DeviceTimeline.of(ctx, rank)
         comm_sizes = self._comm_sizes(ctx, rank)
+        # plain dicts per row: pandas row access per collective dominated this check's time
+        rows = dev[["name", "size_bytes", "collective"]].to_dict("records")
         out: dict[int, dict[str, Any]] = {}
         for step, w0, w1 in zip(w["step"], w["w0"], w["w1"], strict=True):
             m = (s_all >= w0) & (s_all < w1)
@@ -173,7 +176,7 @@ class ExposedCommTailCheck(Check):
             out[int(step)] = {
                 "tail_ns": tail, "idle_after_ns": float(idle_after), "eff_ns": max(0.0, tail - idle_after),
                 "groups": frozenset(groups),
-                "colls": [self._coll(dev.iloc[j], int(s_all[j]), int(e_all[j]), bwd_end, comm_sizes)
+                "colls": [self._coll(rows[j], int(s_all[j]), int(e_all[j]), bwd_end, comm_sizes)
                           for j in sorted(block, key=lambda j: s_all[j])],
             }
         return out
@@ -273,18 +276,30 @@ class ExposedCommTailCheck(Check):
     def _comm_sizes(ctx: CheckContext, rank: int) -> dict[tuple[str, int], tuple[int | None, str | None]]:
         """(name, start ns) -> (bytes, op type) from comm_ops (communication.json / NCCL args)."""
         df = ctx.sql("SELECT name, start_ns, size_bytes, op_type FROM comm_ops WHERE rank = ?", [int(rank)])
-        return {(str(n), int(s)): (None if pd.isna(b) else int(b), None if pd.isna(t) else str(t))
-                for n, s, b, t in zip(df["name"], df["start_ns"], df["size_bytes"], df["op_type"], strict=True)}
+        out: dict = {(str(n), int(s)): (None if pd.isna(b) else int(b), None if pd.isna(t) else str(t))
+                     for n, s, b, t in zip(df["name"], df["start_ns"], df["size_bytes"], df["op_type"], strict=True)}
+        by_name: dict[str, list[tuple[int, tuple[int | None, str | None]]]] = {}
+        for (n, st), v in out.items():
+            by_name.setdefault(n, []).append((st, v))
+        for n, items in by_name.items():
+            items.sort(key=lambda x: x[0])
+            out[("\0by_name", n)] = ([x[0] for x in items], [x[1] for x in items])
+        return out
 
     @staticmethod
-    def _coll(row: pd.Series, s: int, e: int, bwd_end: int, sizes: dict[tuple[str, int], tuple[int | None, str | None]]
+    def _coll(row: dict[str, Any], s: int, e: int, bwd_end: int, sizes: dict[tuple[str, int], tuple[int | None, str | None]]
               ) -> dict[str, Any]:
         name = str(row["name"])
         size = None if pd.isna(row["size_bytes"]) else int(row["size_bytes"])
         typ = None if pd.isna(row["collective"]) else str(row["collective"])
         hit = sizes.get((name, s))
-        if hit is None:   # communication.json starts are µs: match within 1 µs
-            hit = next((v for (n, t), v in sizes.items() if n == name and abs(t - s) <= 1000), None)
+        if hit is None:   # communication.json starts are µs: match within 1 µs (index by name, not a scan)
+            near = sizes.get(("\0by_name", name))
+            if near:
+                starts, vals = near  # type: ignore[misc]
+                i = bisect.bisect_left(starts, s - 1000)
+                if i < len(starts) and abs(starts[i] - s) <= 1000:
+                    hit = vals[i]
         if hit is not None:
             size = size if size is not None else hit[0]
             typ = typ or hit[1]

@@ -54,8 +54,13 @@ class RetransmissionCheck(Check):
         ops = in_kept_steps(ops, steps)
         if ops.empty:
             return []
+        # only op instances long on every rank and with a long RDMA transit somewhere can qualify
+        keys = ["group_name", "name", "step"]
+        agg = ops.groupby(keys, dropna=False).agg(min_e=("elapse_ns", "min"), max_r=("rdma_ns", "max")).reset_index()
+        cand = agg[(agg["min_e"] >= thr_ns) & (agg["max_r"] > thr_ns)][keys]
+        ops = ops.merge(cand, on=keys, how="inner")
         hits = []
-        for (group, name, step), g in ops.groupby(["group_name", "name", "step"], dropna=False, sort=True):
+        for (group, name, step), g in ops.groupby(keys, dropna=False, sort=True):
             min_elapse = float(g["elapse_ns"].min())
             slow = g[g["rdma_ns"] > thr_ns]
             if min_elapse < thr_ns or slow.empty:
