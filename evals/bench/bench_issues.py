@@ -85,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
             out = tmp / "msprof-out"
             out.mkdir()
             # msprof-analyze writes its outputs next to the input unless -o is given; keep the input pristine
-            sh = (f"'{msprof}' advisor all -d '{prof}' -o '{out}' -l en > '{tmp}/msprof.log' 2>&1; "
+            # it also drops operator_tuning_file_*.cfg into the working directory: run it from the temp dir
+            sh = (f"cd '{tmp}' && '{msprof}' advisor all -d '{prof}' -o '{out}' -l en > '{tmp}/msprof.log' 2>&1; "
                   "echo \"{\\\"rc\\\": $?}\"")
             peer = run_sampled(["sh", "-c", sh], env={**os.environ, "PYTHONWARNINGS": "ignore"})
             rows.append(("msprof-analyze 26.2.0 advisor all", peer))
