@@ -19,8 +19,10 @@ breakdown (idle = span − union, compute = union of computation kernels); the r
 format so that both agree (see each reader's docstring). Ops are not filtered by their `step` column:
 windows decide, so work spilling past a step boundary is charged to the window it runs in.
 
-`hta_compat=True` rounds op starts up and ends down to whole µs before the arithmetic, which is what
-HTA 0.5.0 does to float timestamps (kineto-format-and-hta.md §3).
+`hta_compat=True` reproduces HTA 0.5.0 exactly on Kineto ranks: only the device ops HTA keeps (those
+whose launch precedes the last ProfilerStep; launches from before profiling started are dropped, and
+their device time counts as idle), and op starts rounded up / ends down to whole µs, which HTA does to
+float timestamps (kineto-format-and-hta.md §3). Without it, all device work in the window counts.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel, Field
 
+from ..ingest.kineto import HTA_KEPT_DEVICE_OPS_SQL
 from ..store import Profile
 from .intervals import Coverage
 
@@ -71,9 +74,14 @@ def compute_breakdown(profile: Profile, *, hta_compat: bool = False, ranks: list
     if steps is not None:
         st = st[st["step"].isin(steps)]
     rows: list[BreakdownRow] = []
+    kineto_ranks = {int(r[0]) for r in profile.rows("SELECT rank FROM ranks WHERE format = 'kineto'")}
     recv = profile.sql("SELECT rank, start_ns, elapse_ns FROM comm_ops WHERE op_type IN ('receive', 'recv')")
     for rank, grp in st.groupby("rank", sort=True):
-        ops = profile.sql("SELECT start_ns, dur_ns, category FROM device_ops WHERE rank = ?", [int(rank)])
+        if hta_compat and int(rank) in kineto_ranks:
+            # HTA's kept-op set: ops whose launch precedes the last step (pre-profiling launches dropped)
+            ops = profile.sql(HTA_KEPT_DEVICE_OPS_SQL, [int(rank)])
+        else:
+            ops = profile.sql("SELECT start_ns, dur_ns, category FROM device_ops WHERE rank = ?", [int(rank)])
         starts = ops["start_ns"].to_numpy(dtype=np.int64)
         ends = starts + ops["dur_ns"].to_numpy(dtype=np.int64)
         if hta_compat:

@@ -1,0 +1,303 @@
+"""Kineto ingest benchmark: stepdoctor vs the parse floor vs HTA 0.5.0, on N ranks of ~M MB each.
+
+What one run measures (every measurement in a fresh child process, sampled by this process):
+
+1. traces: N copies of `trace_diff/control` enlarged by repeating its ProfilerSteps to ~M MB each
+   (`evals.generate.kineto.repeat_kineto_trace`), cached in --data between runs;
+2. parse floor, per file, one core: read the bytes (decompress if gz) + one typed msgspec decode of the
+   whole document keeping only the fields stepdoctor stores (`kineto.TraceDoc`). Nothing else;
+3. stepdoctor `read_rank` per file, one core: the reader alone (-> normalized columns in memory), and
+   the same plus `RankTables.frames()` and the DuckDB insert of those frames (the rest of ingest's
+   work for one rank: frames in the pool worker, the insert in the parent);
+4. stepdoctor ingest: `open_profile(dir)` into an empty cache (discovery, the process pool over ranks,
+   inserts into the profile database), then `compute_breakdown` (the analysis HTA's numbers are
+   compared with);
+5. HTA 0.5.0 (only when --hta-python points at an interpreter that imports `hta`):
+   `TraceAnalysis(trace_dir)` then temporal, idle (all ranks), kernel breakdown, comm/comp overlap and
+   launch stats (all ranks), visualize=False — the load + analyses of kineto-format-and-hta.md §6.
+
+RSS: the whole child process tree is sampled every 50 ms (psutil): the largest single process and the
+largest sum over the tree are reported. CPU: user+system seconds of every process of the tree.
+Wall times are what the child measured around the call (imports excluded), so a loaded machine shows
+as wall >> CPU; the ratios are printed for both.
+
+Run: .venv/bin/python -m stepdoctor.evals.bench.bench_ingest [--ranks 8] [--mb 90] [--gz]
+     [--hta-python /tmp/hta-venv/bin/python]   (HTA lives in its own venv, never a project dependency)
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import gzip
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_SRC = Path(__file__).resolve().parents[2].parent / "shared/data/kineto/trace_diff/control/control.json.gz"
+DEFAULT_HTA = Path("/tmp/hta-venv/bin/python")
+SAMPLE_S = 0.05
+
+HTA_SCRIPT = r"""
+import json, logging, sys, time, warnings
+warnings.filterwarnings("ignore")
+logging.disable(logging.CRITICAL)
+from hta.trace_analysis import TraceAnalysis
+t0 = time.perf_counter()
+ta = TraceAnalysis(trace_dir=sys.argv[1])
+t1 = time.perf_counter()
+ranks = ta.t.get_ranks()
+ta.get_temporal_breakdown(visualize=False)
+ta.get_idle_time_breakdown(ranks=ranks, visualize=False)
+ta.get_gpu_kernel_breakdown(visualize=False)
+ta.get_comm_comp_overlap(visualize=False)
+ta.get_cuda_kernel_launch_stats(ranks=ranks, visualize=False)
+t2 = time.perf_counter()
+print(json.dumps({"load_s": t1 - t0, "analyses_s": t2 - t1, "ranks": len(ranks)}))
+"""
+
+
+# --------------------------------------------------------------------------------------------------
+# children (run as `python -m stepdoctor.evals.bench.bench_ingest --child KIND ...`)
+# --------------------------------------------------------------------------------------------------
+
+def _read_bytes(path: Path) -> bytes:
+    with open(path, "rb") as f:
+        magic = f.read(2)
+        f.seek(0)
+        if magic == b"\x1f\x8b":
+            with gzip.GzipFile(fileobj=f) as g:
+                return g.read()
+        return f.read()
+
+
+def child_floor(path: Path) -> dict[str, Any]:
+    """Read + typed decode keeping only the stored fields; one core; the document is kept (not freed)."""
+    import msgspec
+
+    from stepdoctor.analysis.ingest.kineto import TraceDoc
+
+    decoder = msgspec.json.Decoder(TraceDoc)
+    gc.disable()
+    c0, t0 = time.process_time(), time.perf_counter()
+    data = _read_bytes(path)
+    doc = decoder.decode(data)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"wall_s": wall, "cpu_s": cpu, "events": len(doc.traceEvents), "bytes": len(data),
+            "maxrss_b": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
+def child_read(path: Path) -> dict[str, Any]:
+    """read_rank alone; then what the rest of ingest does with one rank: `frames()` (in the pool worker)
+    and the DuckDB insert of those frames (in the parent, store.build_database)."""
+    import duckdb
+
+    from stepdoctor.analysis.ingest.base import RankSource, schema_sql
+    from stepdoctor.analysis.ingest.kineto import read_rank
+
+    c0, t0 = time.process_time(), time.perf_counter()
+    tables = read_rank(RankSource(path=path, format="kineto", rank=0))
+    read_wall, read_cpu = time.perf_counter() - t0, time.process_time() - c0
+    rss_read = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    c1, t1 = time.process_time(), time.perf_counter()
+    frames = tables.frames()
+    with tempfile.TemporaryDirectory() as d:
+        con = duckdb.connect(str(Path(d) / "one.duckdb"))
+        con.execute(schema_sql())
+        for name, df in frames.items():  # as store.build_database inserts a rank's frames
+            con.register("_df", df)
+            con.execute(f"INSERT INTO {name} SELECT * FROM _df")
+            con.unregister("_df")
+        con.execute("CHECKPOINT")
+        con.close()
+    part_wall, part_cpu = time.perf_counter() - t1, time.process_time() - c1
+    return {"read_wall_s": read_wall, "read_cpu_s": read_cpu, "part_wall_s": part_wall, "part_cpu_s": part_cpu,
+            "host_ops": tables.count("host_ops"), "device_ops": tables.count("device_ops"),
+            "maxrss_read_b": rss_read, "maxrss_b": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
+def child_stepdoctor(trace_dir: Path, cache: Path) -> dict[str, Any]:
+    from stepdoctor.analysis.metrics.breakdown import compute_breakdown
+    from stepdoctor.analysis.store import open_profile
+
+    t0 = time.perf_counter()
+    prof = open_profile(trace_dir, cache_dir=cache)
+    t1 = time.perf_counter()
+    rows = compute_breakdown(prof)
+    t2 = time.perf_counter()
+    return {"ingest_s": t1 - t0, "analyses_s": t2 - t1, "ranks": len(prof.info.ranks), "rows": len(rows),
+            "steps": prof.info.steps}
+
+
+# --------------------------------------------------------------------------------------------------
+# the parent: build data, run children while sampling their process tree
+# --------------------------------------------------------------------------------------------------
+
+@dataclass
+class Sampled:
+    result: dict[str, Any]
+    wall_s: float                      # child's lifetime as seen from here (imports included)
+    peak_proc_b: int
+    peak_tree_b: int
+    cpu_s: float                       # user+system of every process of the tree
+    per_pid_cpu: dict[int, float] = field(default_factory=dict)
+
+
+def run_sampled(cmd: list[str], env: dict[str, str] | None = None) -> Sampled:
+    import psutil
+
+    t0 = time.perf_counter()
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    root = psutil.Process(proc.pid)
+    peak_proc = peak_tree = 0
+    cpu: dict[int, float] = {}
+    while proc.poll() is None:
+        try:
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            procs = []
+        total = 0
+        for p in procs:
+            try:
+                rss = p.memory_info().rss
+                ct = p.cpu_times()
+            except psutil.Error:
+                continue
+            total += rss
+            peak_proc = max(peak_proc, rss)
+            cpu[p.pid] = ct.user + ct.system
+        peak_tree = max(peak_tree, total)
+        time.sleep(SAMPLE_S)
+    out, err = proc.communicate()
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:4])} failed ({proc.returncode}):\n{err[-3000:]}")
+    # CPU: the sampled per-process totals miss up to one interval per process; the rusage of waited-for
+    # descendants misses processes nobody waited for. Take the larger.
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    waited = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+    result = json.loads(out.strip().splitlines()[-1])
+    return Sampled(result, wall, peak_proc, peak_tree, max(sum(cpu.values()), waited), cpu)
+
+
+def build_traces(src: Path, out: Path, ranks: int, mb: float, gz: bool) -> list[Path]:
+    """N rank files of ~mb MB (uncompressed), reused when a previous run made the same set."""
+    from stepdoctor.evals.generate.kineto import repeat_kineto_trace
+
+    manifest = out / "manifest.json"
+    want = {"src": str(src), "ranks": ranks, "mb": mb, "gz": gz}
+    suffix = ".json.gz" if gz else ".json"
+    files = [out / f"rank{r}{suffix}" for r in range(ranks)]
+    if manifest.exists() and json.loads(manifest.read_text()) == want and all(f.exists() for f in files):
+        return files
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    for r, f in enumerate(files):
+        repeat_kineto_trace(src, f, r, int(mb * 1e6), world_size=ranks)
+    manifest.write_text(json.dumps(want))
+    return files
+
+
+def _mb(b: float) -> str:
+    return f"{b / 1e6:,.0f} MB"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ranks", type=int, default=8)
+    ap.add_argument("--mb", type=float, default=90.0, help="uncompressed size of each rank file, MB")
+    ap.add_argument("--gz", action="store_true", help="write the rank files gzip-compressed")
+    ap.add_argument("--src", type=Path, default=DEFAULT_SRC, help="the Kineto trace whose steps are repeated")
+    ap.add_argument("--data", type=Path, default=None, help="where the rank files are built (kept)")
+    ap.add_argument("--hta-python", type=Path, default=DEFAULT_HTA,
+                    help="python of a venv with holistictraceanalysis==0.5.0 (skipped when absent)")
+    ap.add_argument("--no-hta", action="store_true")
+    ap.add_argument("--child", choices=["floor", "read", "stepdoctor"], help=argparse.SUPPRESS)
+    ap.add_argument("paths", nargs="*", type=Path, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+
+    if a.child:
+        fn = {"floor": lambda: child_floor(a.paths[0]), "read": lambda: child_read(a.paths[0]),
+              "stepdoctor": lambda: child_stepdoctor(a.paths[0], a.paths[1])}[a.child]
+        print(json.dumps(fn()))
+        return 0
+
+    data = a.data or Path(tempfile.gettempdir()) / f"stepdoctor-bench-kineto-{a.ranks}x{a.mb:g}MB{'-gz' if a.gz else ''}"
+    print(f"building {a.ranks} traces of ~{a.mb:g} MB from {a.src.name} in {data} ...", flush=True)
+    files = build_traces(a.src, data, a.ranks, a.mb, a.gz)
+    sizes = [f.stat().st_size for f in files]
+    raw_sizes = sizes if not a.gz else [len(_read_bytes(f)) for f in files]
+    me = [sys.executable, "-m", "stepdoctor.evals.bench.bench_ingest", "--child"]
+    env = dict(os.environ, PYTHONHASHSEED="0")
+
+    floor = [run_sampled([*me, "floor", str(f)], env) for f in files]
+    reads = [run_sampled([*me, "read", str(f)], env) for f in files]
+    with tempfile.TemporaryDirectory(prefix="stepdoctor-bench-cache-") as cache:
+        sd = run_sampled([*me, "stepdoctor", str(data), cache], env)
+    hta = None
+    if not a.no_hta and a.hta_python.exists():
+        with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as s:
+            s.write(HTA_SCRIPT)
+        try:
+            hta = run_sampled([str(a.hta_python), s.name, str(data)])
+        finally:
+            os.unlink(s.name)
+
+    largest = max(sizes)
+    floor_cpu = sum(x.result["cpu_s"] for x in floor)
+    floor_wall = sum(x.result["wall_s"] for x in floor)
+    read_cpu = sum(x.result["read_cpu_s"] for x in reads)
+    read_wall = sum(x.result["read_wall_s"] for x in reads)
+    part_cpu = sum(x.result["read_cpu_s"] + x.result["part_cpu_s"] for x in reads)
+    print()
+    print(f"{a.ranks} ranks, {_mb(sum(raw_sizes))} JSON ({_mb(sum(sizes))} on disk, largest file {_mb(largest)}), "
+          f"{sum(x.result['events'] for x in floor):,} events; {os.cpu_count()} CPUs; "
+          f"load average {os.getloadavg()[0]:.1f}")
+    print()
+    hdr = f"{'measurement':44s} {'wall s':>8s} {'CPU s':>8s} {'max proc':>10s} {'tree':>10s}"
+    print(hdr)
+    print("-" * len(hdr))
+
+    def row(name: str, wall: float, cpu: float, proc: int | None, tree: int | None) -> None:
+        print(f"{name:44s} {wall:8.2f} {cpu:8.2f} {_mb(proc) if proc else '':>10s} {_mb(tree) if tree else '':>10s}")
+
+    row("parse floor, Σ files, one core", floor_wall, floor_cpu, max(x.result["maxrss_b"] for x in floor), None)
+    row("read_rank, Σ files, one core", read_wall, read_cpu, max(x.result["maxrss_read_b"] for x in reads), None)
+    row("read_rank + frames + DuckDB insert, Σ files", sum(x.result["read_wall_s"] + x.result["part_wall_s"] for x in reads),
+        part_cpu, max(x.result["maxrss_b"] for x in reads), None)
+    row("stepdoctor ingest (open_profile)", sd.result["ingest_s"], sd.cpu_s, sd.peak_proc_b, sd.peak_tree_b)
+    row("stepdoctor breakdown", sd.result["analyses_s"], 0.0, None, None)
+    sd_total = sd.result["ingest_s"] + sd.result["analyses_s"]
+    if hta is not None:
+        row("HTA 0.5.0 load", hta.result["load_s"], hta.cpu_s, hta.peak_proc_b, hta.peak_tree_b)
+        row("HTA 0.5.0 analyses", hta.result["analyses_s"], 0.0, None, None)
+    print()
+    print("ratios")
+    print(f"  read_rank / floor (one core, CPU)              {read_cpu / floor_cpu:6.2f}   (wall {read_wall / floor_wall:.2f})")
+    print(f"  read+frames+insert / floor (CPU)               {part_cpu / floor_cpu:6.2f}")
+    print(f"  ingest wall / Σ floor wall (pool of {min(a.ranks, os.cpu_count() or 1)})        "
+          f"{sd.result['ingest_s'] / floor_wall:6.2f}   (ingest CPU / floor CPU {sd.cpu_s / floor_cpu:.2f})")
+    print(f"  peak RSS / largest file: read_rank process     {max(x.result['maxrss_read_b'] for x in reads) / largest:6.2f}")
+    print(f"  peak RSS / largest file: ingest, max process   {sd.peak_proc_b / largest:6.2f}   "
+          f"(tree {sd.peak_tree_b / largest:.2f})")
+    if hta is not None:
+        hta_total = hta.result["load_s"] + hta.result["analyses_s"]
+        print(f"  HTA / stepdoctor, load+analyses (wall)         {hta_total / sd_total:6.2f}   "
+              f"(load only {hta.result['load_s'] / sd.result['ingest_s']:.2f}, CPU {hta.cpu_s / sd.cpu_s:.2f})")
+        print(f"  HTA peak RSS: max process {_mb(hta.peak_proc_b)}, tree {_mb(hta.peak_tree_b)}")
+    else:
+        print("  HTA: not run (no interpreter with hta at --hta-python)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
