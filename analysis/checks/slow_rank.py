@@ -234,7 +234,7 @@ class SlowRankCheck(Check):
             for e in stats.slow:
                 if e.evidence.get("waiting_only"):
                     continue
-                out.append(self.finding(
+                f = self.finding(
                     ctx, title=f"rank {e.rank} is slower in {dim} (+{e.excess_ms:.2f} ms, +{e.excess_pct:.0f}%)",
                     subject=dim, ranks=[e.rank], steps=e.steps, impact_ms=e.impact_ms,
                     evidence={"dimension": dim, "value_ms": e.value_ms, "median_ms": e.median_ms,
@@ -246,5 +246,22 @@ class SlowRankCheck(Check):
                               **e.evidence},
                     message=f"Rank {e.rank} spends {e.value_ms:.2f} ms in {dim} in step(s) "
                             f"{', '.join(map(str, e.steps))} against a median of {e.median_ms:.2f} ms "
-                            f"(+{e.excess_ms:.2f} ms): {e.cause}."))
+                            f"(+{e.excess_ms:.2f} ms): {e.cause}.")
+                f.fixes = _cause_fixes(ctx, e, f.fixes)
+                out.append(f)
         return out
+
+
+def _cause_fixes(ctx: CheckContext, e: SlowEntry, fixes: list[str]) -> list[str]:
+    """Lead with the fixes of the cause found: an idle gap with no host activity looks like a GC pause, one
+    filled by the data loader is a data-loading problem; the generic slow-rank fixes follow."""
+    if ctx.fixes_for is None:
+        return fixes
+    host = e.evidence.get("host_activity")
+    lead: list[str] = []
+    if host == []:
+        lead = ctx.fixes_for("gc-pause", ctx.vendor(e.rank), ctx.framework(e.rank), None)
+    elif host and any(h.get("category") == "dataloader" or "dataloader" in str(h.get("name", "")).lower()
+                      for h in host[:1]):
+        lead = ctx.fixes_for("slow-dataloader", ctx.vendor(e.rank), ctx.framework(e.rank), None)
+    return list(dict.fromkeys([*lead[:2], *fixes]))
