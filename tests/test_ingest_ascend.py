@@ -26,13 +26,8 @@ import pytest
 
 from conftest import CLUSTER4, need
 from stepdoctor.analysis.ingest.ascend_columns import KERNEL_DETAILS, normalize_header
-from stepdoctor.analysis.ingest.ascend_text import (
-    TraceParser,
-    collective_of,
-    group_hash,
-    read_rank,
-    task_category,
-)
+from stepdoctor.analysis.ingest.ascend_common import collective_of, group_hash
+from stepdoctor.analysis.ingest.ascend_text import TraceParser, read_rank, task_category
 from stepdoctor.analysis.ingest.base import ProfileError, RankSource
 from stepdoctor.analysis.store import Profile, open_profile
 

@@ -131,7 +131,6 @@ class Fp32ComputeCheck(Check):
                    "dtypes; GPU kernel names, else the launching aten op's input types) >= 50 %. Impact: that "
                    "time x (1 - 1/2), a conservative 2x bf16/fp16 speedup.")
 
-
     def run(self, ctx: CheckContext) -> list[Finding]:
         ranks = self.applicable_ranks(ctx)
         if not ranks:

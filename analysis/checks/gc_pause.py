@@ -64,7 +64,6 @@ class GcPauseCheck(Check):
                    "GC: Ascend device-idle gaps > 200 ms with almost no AscendCL calls, GPU host silences >= 10 ms "
                    "with the device idle. Impact: device idle during the pauses, per step.")
 
-
     def run(self, ctx: CheckContext) -> list[Finding]:
         ranks = self.applicable_ranks(ctx)
         if not ranks:

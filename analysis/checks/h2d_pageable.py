@@ -42,7 +42,6 @@ class H2dPageableCheck(Check):
                    "(CUDA names the memory kind; ROCm / Ascend need a memcpy_kind capability). Impact: that copy "
                    "time per step, which pinned memory + non_blocking would overlap with compute.")
 
-
     def run(self, ctx: CheckContext) -> list[Finding]:
         ranks = self.applicable_ranks(ctx)
         if not ranks:

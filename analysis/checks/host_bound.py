@@ -101,7 +101,6 @@ class HostBoundCheck(Check):
                    "ops is HTA 'host_wait' (the next op's launch started after the previous op ended). Impact is "
                    "that late-launch idle per step; evidence names the launch gap and kernel sizes.")
 
-
     def run(self, ctx: CheckContext) -> list[Finding]:
         ranks = self.applicable_ranks(ctx)
         if not ranks:

@@ -58,7 +58,6 @@ class MemoryOpsCheck(Check):
                    "cudaMalloc / cudaFree) on every rank; >= 10 ms per step is an issue (msprof-analyze memory "
                    "analyzer). Impact: that time per step.")
 
-
     def run(self, ctx: CheckContext) -> list[Finding]:
         ranks = self.applicable_ranks(ctx)
         if not ranks:

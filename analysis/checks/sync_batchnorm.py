@@ -62,7 +62,6 @@ class SyncBatchNormCheck(Check):
                    "nn.Module: SyncBatchNorm*, or aten::batch_norm_gather_stats_with_counts); >= 20 per step is "
                    "an issue (msprof-analyze syncbn, fixed high). Impact: their host time plus their collectives.")
 
-
     def run(self, ctx: CheckContext) -> list[Finding]:
         ranks = self.applicable_ranks(ctx)
         if not ranks:

@@ -62,7 +62,6 @@ class SyncStreamCheck(Check):
                    "launches (msprof-analyze, fixed high). GPU: stream/device synchronize calls after launches "
                    "blocking the host >= 1 ms per step. Impact: blocked time, capped by the device idle time.")
 
-
     def run(self, ctx: CheckContext) -> list[Finding]:
         ranks = self.applicable_ranks(ctx)
         if not ranks:

@@ -69,6 +69,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .ascend_common import DTYPE_BYTES, collective_of, group_hash
 from .base import ProfileError, RankSource, RankTables
 
 DB_RE = re.compile(r"^ascend_(pytorch|mindspore)_profiler(?:_(\d+))?\.db$")
@@ -102,44 +103,15 @@ ENUM_DEFAULTS = {"ENUM_API_TYPE": ENUM_API_TYPE, "ENUM_HCCL_DATA_TYPE": ENUM_HCC
                  "ENUM_HCCL_RDMA_TYPE": ENUM_HCCL_RDMA_TYPE}
 # CANN API level -> the prefix the text export (trace_view "CANN" process) and msprof-analyze give the name.
 API_PREFIX = {"acl": "AscendCL@", "runtime": "Runtime@", "node": "Node@", "model": "Model@"}
-DTYPE_BYTES = {"INT8": 1, "UINT8": 1, "INT16": 2, "UINT16": 2, "FP16": 2, "BFP16": 2, "BF16": 2, "INT32": 4,
-               "UINT32": 4, "FP32": 4, "INT64": 8, "UINT64": 8, "FP64": 8, "INT128": 16}
 PIPE_RATIOS = ("aic_mac_ratio", "aic_scalar_ratio", "aic_mte1_ratio", "aic_mte2_ratio", "aic_fixpipe_ratio",
                "aiv_vec_ratio", "aiv_scalar_ratio", "aiv_mte2_ratio", "aiv_mte3_ratio")
-# Collective names, most specific first (allreduce before reduce, alltoallv before alltoall ...).
-_COLLECTIVES = ("batchsendrecv", "reducescatterv", "reducescatter", "allgatherv", "allgather", "allreduce",
-                "alltoallv", "alltoall", "broadcast", "reduce", "scatter", "gather", "receive", "recv", "send",
-                "barrier")
 _DATA_WAIT_RE = re.compile(r"getnext|dequeue", re.I)
 _INIT_DATA_RE = re.compile(r"initdata", re.I)
 _STEP_MSG_RE = re.compile(r"(?:ProfilerStep#|\bstep[\s_#:=-]*)(\d+)", re.I)
 
 
-def collective_of(name: str | None) -> str | None:
-    """Normalized collective of an HCCL op / op type name: `hcom_allReduce__100_0_1` -> `allreduce`."""
-    if not name:
-        return None
-    s = re.sub(r"[^a-z]", "", name.lower())
-    s = s.removeprefix("hcom")
-    for c in _COLLECTIVES:
-        if c in s:
-            return "receive" if c == "recv" else c
-    return None
 
 
-def group_hash(group_name: str) -> str:
-    """The id torch_npu / msprof use for an HCCL group in communication.json keys and trace thread names.
-
-    Two 32-bit polynomial string hashes (multipliers 29 and 131) concatenated high/low into 64 bits,
-    printed in decimal (ascend-format-and-advisor-rules.md §2.2). A name that already is that number stays.
-    """
-    if group_name.isdigit():
-        return group_name
-    h29 = h131 = 0
-    for ch in group_name.encode("utf-8"):
-        h29 = (h29 * 29 + ch) & 0xFFFFFFFF
-        h131 = (h131 * 131 + ch) & 0xFFFFFFFF
-    return str((h29 << 32) | h131)
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -71,6 +71,7 @@ from .ascend_columns import (
     Resolved,
     normalize_header,
 )
+from .ascend_common import DTYPE_BYTES, collective_of, group_hash
 from .base import ProfileError, RankSource, RankTables, parse_us_to_ns
 
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
@@ -85,44 +86,16 @@ ENV_VARIABLES = ("ASCEND_GLOBAL_LOG_LEVEL", "HCCL_RDMA_TC", "HCCL_RDMA_SL", "ACL
                  "HOST_CACHE_CAPACITY", "ASCEND_ENHANCE_ENABLE", "PYTORCH_NPU_ALLOC_CONF",
                  "ASCEND_LAUNCH_BLOCKING", "HCCL_ALGO")
 
-# Collective names, most specific first (allreduce before reduce, alltoallv before alltoall ...).
-_COLLECTIVES = ("batchsendrecv", "reducescatterv", "reducescatter", "allgatherv", "allgather", "allreduce",
-                "alltoallvc", "alltoallv", "alltoall", "broadcast", "reduce", "scatter", "gather", "receive",
-                "recv", "send", "barrier")
 _AGGREGATE_KEY_RE = re.compile(r"-(top\d+|middle|bottom|total)$", re.I)
 _LINK_RE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*$")
 _STEP_KEY_RE = re.compile(r"(\d+)\s*$")
 _GROUP_THREAD_RE = re.compile(r"^Group\s+(\S+)\s+Communication", re.I)
 _HCOM_SUFFIX_RE = re.compile(r"(_\d+)+$")
 _LEVEL_RE = re.compile(r"(Level\w+)", re.I)
-DTYPE_BYTES = {"INT8": 1, "UINT8": 1, "INT16": 2, "UINT16": 2, "FP16": 2, "BFP16": 2, "BF16": 2, "INT32": 4,
-               "UINT32": 4, "FP32": 4, "INT64": 8, "UINT64": 8, "FP64": 8, "INT128": 16}
 
 
-def collective_of(name: str | None) -> str | None:
-    """Normalized collective of an HCCL op name: `hcom_allReduce__100_0_1` -> `allreduce` (None if unknown)."""
-    if not name:
-        return None
-    s = re.sub(r"[^a-z]", "", name.lower()).removeprefix("hcom")
-    for c in _COLLECTIVES:
-        if c in s:
-            return "receive" if c == "recv" else c
-    return None
 
 
-def group_hash(group_name: str) -> str:
-    """The id torch_npu uses for an HCCL group in communication*.json keys and trace thread names.
-
-    Two 32-bit polynomial string hashes (multipliers 29 and 131) concatenated high/low into 64 bits, in
-    decimal (checked on cluster4: "10.0.0.1%enp0_60000_0_1700000000000000" -> 18294791067709168601).
-    """
-    if group_name.isdigit():
-        return group_name
-    h29 = h131 = 0
-    for ch in group_name.encode("utf-8"):
-        h29 = (h29 * 29 + ch) & 0xFFFFFFFF
-        h131 = (h131 * 131 + ch) & 0xFFFFFFFF
-    return str((h29 << 32) | h131)
 
 
 def task_category(task_type: str | None, name: str, default: str) -> str:

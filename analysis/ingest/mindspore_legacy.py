@@ -45,7 +45,7 @@ from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
-from .ascend_db import collective_of
+from .ascend_common import collective_of
 from .base import ProfileError, RankSource, RankTables
 from .mindspore_extra import read_minddata
 

@@ -38,12 +38,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ...analysis.ingest.ascend_common import group_hash
 from ...analysis.ingest.ascend_db import (
     ENUM_API_TYPE,
     ENUM_HCCL_DATA_TYPE,
     ENUM_HCCL_LINK_TYPE,
     ENUM_HCCL_TRANSPORT_TYPE,
-    group_hash,
 )
 from .to_db import ANALYSIS_TABLES, DB_TABLES, Strings, create_tables, insert
 

@@ -44,6 +44,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+from ...analysis.ingest.ascend_common import group_hash
 from ...analysis.ingest.ascend_db import (
     ENUM_API_TYPE,
     ENUM_HCCL_DATA_TYPE,
@@ -51,7 +52,6 @@ from ...analysis.ingest.ascend_db import (
     ENUM_HCCL_RDMA_TYPE,
     ENUM_HCCL_TRANSPORT_TYPE,
     INVALID_ID,
-    group_hash,
 )
 from ...analysis.ingest.base import parse_us_to_ns
 
