@@ -46,7 +46,7 @@ def _msprof() -> str | None:
 
 
 def build(out: Path, ranks: int, events: int) -> Path:
-    from ..generate import Plant, Scenario, write_ascend_profile  # noqa: I001
+    from ..generate import Plant, Scenario, write_ascend_profile
 
     plants = [Plant(p) for p in PLANTS]
     sc = Scenario(vendor="ascend", ranks=ranks, steps=2, seed=11, plants=plants)
