@@ -4,7 +4,10 @@ Algorithm:
 1. Match ranks: the same rank ids when both runs have them; a single rank against a single rank
    otherwise (with a note); for rank-vs-rank, rank A of a profile against rank B of the same profile.
 2. Step time and breakdown: per-step means over the matched ranks' kept steps (or one chosen step),
-   so runs with different step counts compare fairly; delta = target − base.
+   so runs with different step counts compare fairly; delta = target − base. Besides compute,
+   communication (not overlapped) and free, two remainders are kept so that the dimensions add up to
+   the step: memory (device busy with neither: copies, memsets, syncs) and host (step time outside the
+   device window: host-only lead-in and tail).
 3. Op deltas, per step and per matched rank:
      kernel — device ops grouped by name, or by (op type, input shapes) on Ascend (msprof-analyze's
               KernelCompare key), falling back to op type when the names do not match one to one;
@@ -14,12 +17,17 @@ Algorithm:
    ops present on one side only appear with 0 on the other. Counts and times are per step.
 4. Environment, configuration and findings: variables that differ, world size / device / versions,
    and the findings new in the target or gone from it.
-5. Verdict: the dimension (compute / communication / free) whose per-step delta is largest, and the
-   change of that dimension's kind that explains most of it, with a fix id when a new finding maps to
-   one. When the step time barely moved, configuration changes and new findings lead instead.
+5. Verdict: the dimension (compute / communication / free / memory / host) whose per-step delta is
+   largest, and the change of that dimension's kind that explains most of it, with a fix id when a new
+   finding maps to one. Collectives synchronise ranks: when one rank's own work (step minus
+   communication) grows, its peers wait for it inside the next collective, so the mean communication
+   time grows although no link got slower; the verdict then names that rank and its own dimension.
+   When the step time barely moved, configuration changes and new findings lead instead.
 
-Cross-vendor (Kineto GPU vs Ascend): names differ, so device ops are compared by category (matmul,
-attention, vector, communication, memory, other) and the result says so.
+Cross-vendor (Kineto GPU vs Ascend): names differ, so device ops are compared by family (matmul,
+attention, vector, communication, memory, other) and the result says so. Every device op of a step
+counts there, as in msprof-analyze's NPU-vs-GPU compare, not only those whose launch is in the step
+(HTA's rule, kept for same-vendor Kineto diffs).
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from .metrics.breakdown import compute_breakdown
+from .metrics.breakdown import BreakdownRow, compute_breakdown
 from .store import Profile
 
 HOST_OP_CATS = ("cpu_op", "user_annotation", "python_function", "dataloader", "gc", "other")
@@ -69,6 +77,8 @@ class Side:
     compute_ms: float | None = None
     comm_ms: float | None = None
     free_ms: float | None = None
+    memory_ms: float | None = None      # device busy with neither compute nor communication (copies, syncs)
+    host_ms: float | None = None        # step time outside the device window
     per_rank: dict[int, dict[str, float | None]] = field(default_factory=dict)
 
     @property
@@ -82,6 +92,24 @@ def _mean(xs: list[float | None]) -> float | None:
     return sum(v) / len(v) if v else None
 
 
+def _memory(r: BreakdownRow) -> float | None:
+    # non_compute = busy - compute = communication alone + everything else alone (copies, memsets)
+    if r.non_compute_ms is None or r.comm_not_overlapped_ms is None:
+        return None
+    return r.non_compute_ms - r.comm_not_overlapped_ms
+
+
+def _host(r: BreakdownRow) -> float | None:
+    return None if r.step_ms is None or r.device_ms is None else r.step_ms - r.device_ms
+
+
+def _dims(rows: list[BreakdownRow]) -> dict[str, float | None]:
+    return {"step_ms": _mean([r.step_ms for r in rows]), "compute_ms": _mean([r.compute_ms for r in rows]),
+            "communication_ms": _mean([r.comm_not_overlapped_ms for r in rows]),
+            "free_ms": _mean([r.free_ms for r in rows]), "memory_ms": _mean([_memory(r) for r in rows]),
+            "host_ms": _mean([_host(r) for r in rows])}
+
+
 def make_side(prof: Profile, ranks: list[int], step: int | None = None, first_step_only: bool = False) -> Side:
     rows = compute_breakdown(prof, ranks=ranks)
     steps = sorted({r.step for r in rows if r.step is not None})
@@ -90,25 +118,41 @@ def make_side(prof: Profile, ranks: list[int], step: int | None = None, first_st
     elif first_step_only and steps:
         steps = steps[:1]
     rows = [r for r in rows if r.step in steps]
-    side = Side(prof, ranks, steps, _mean([r.step_ms for r in rows]), _mean([r.compute_ms for r in rows]),
-                _mean([r.comm_not_overlapped_ms for r in rows]), _mean([r.free_ms for r in rows]))
+    d = _dims(rows)
+    side = Side(prof, ranks, steps, d["step_ms"], d["compute_ms"], d["communication_ms"], d["free_ms"],
+                d["memory_ms"], d["host_ms"])
     for rank in ranks:
-        rr = [r for r in rows if r.rank == rank]
-        side.per_rank[rank] = {"step_ms": _mean([r.step_ms for r in rr]), "compute_ms": _mean([r.compute_ms for r in rr]),
-                               "communication_ms": _mean([r.comm_not_overlapped_ms for r in rr]),
-                               "free_ms": _mean([r.free_ms for r in rr])}
+        side.per_rank[rank] = _dims([r for r in rows if r.rank == rank])
     return side
+
+
+def rank_side(side: Side, rank: int) -> Side:
+    """One rank of a side, over the same steps (for op tables of that rank alone)."""
+    return Side(side.profile, [rank], side.steps, per_rank={rank: side.per_rank.get(rank, {})})
 
 
 def _in(col: str, vals: list[int]) -> str:
     return f"{col} IN ({','.join(str(int(v)) for v in vals)})" if vals else "FALSE"
 
 
-def op_table(side: Side, kind: str, *, by_family: bool = False) -> pd.DataFrame:
-    """Per-step counts and times (ms) of one kind of op on one side: columns key, count, total_ms."""
+def op_type_of(key: str) -> str:
+    """The op type of an Ascend kernel key "OpType [shapes]" (the name itself for other keys)."""
+    return key.split(" [", 1)[0]
+
+
+def op_table(side: Side, kind: str, *, by_family: bool = False, by_launch: bool = True) -> pd.DataFrame:
+    """Per-step counts and times (ms) of one kind of op on one side: columns key, count, total_ms, and for
+    device ops `dim`, the breakdown dimension their time counts in (compute / communication / memory), so
+    a verdict about one dimension names only ops of that dimension.
+
+    `by_family` keys device ops by family: kernels by matmul / attention / vector / memory / other, and
+    communication as the one family "communication" (vendors name collectives differently).
+    `by_launch` (Kineto) applies HTA's iteration rule below; without it a GPU op belongs to the step the
+    store assigned it (by launch, else by time), which is what msprof-analyze's NPU-vs-GPU compare counts.
+    """
     p, where = side.profile, f"{_in('rank', side.ranks)} AND {_in('step', side.steps)}"
     dwhere = where
-    if "kineto" in p.info.format:
+    if by_launch and "kineto" in p.info.format:
         # HTA's rule: a GPU op belongs to the iteration of its correlated launch; ops whose launch is not
         # in the step (CUDA-graph replays, launches outside the trace) belong to no iteration
         dwhere = (f"{where} AND EXISTS (SELECT 1 FROM host_ops h WHERE h.rank = d.rank AND h.step = d.step "
@@ -118,6 +162,8 @@ def op_table(side: Side, kind: str, *, by_family: bool = False) -> pd.DataFrame:
                    "AND category <> 'communication'")
         if df.empty:
             return pd.DataFrame(columns=["key", "count", "total_ms"])
+        # the breakdown counts only category compute as compute; copies, memsets, syncs are busy-not-compute
+        df["dim"] = df["category"].map(lambda c: c if c in ("compute", "communication") else "memory")
         if by_family:
             df["key"] = [op_family(n, t, c) for n, t, c in zip(df["name"], df["op_type"], df["category"], strict=True)]
         else:
@@ -136,19 +182,31 @@ def op_table(side: Side, kind: str, *, by_family: bool = False) -> pd.DataFrame:
         if df.empty:
             df = p.sql(f"SELECT name AS key, dur_ns FROM device_ops d WHERE {dwhere} "
                        "AND category = 'communication'")
+        df["dim"] = "communication"
+        if by_family and not df.empty:
+            df["key"] = "communication"
     else:
         raise ValueError(kind)
+    cols = ["key", "count", "total_ms"] + (["dim"] if "dim" in df.columns else [])
     if df.empty:
-        return pd.DataFrame(columns=["key", "count", "total_ms"])
-    g = df.groupby("key", as_index=False).agg(count=("dur_ns", "size"), total_ns=("dur_ns", "sum"))
+        return pd.DataFrame(columns=cols)
+    agg = {"count": ("dur_ns", "size"), "total_ns": ("dur_ns", "sum")}
+    if "dim" in df.columns:
+        agg["dim"] = ("dim", "first")
+    g = df.groupby("key", as_index=False).agg(**agg)
     g["count"] = g["count"] / side.n
     g["total_ms"] = g["total_ns"] / 1e6 / side.n
-    return g[["key", "count", "total_ms"]]
+    return g[cols]
 
 
 def diff_tables(base: pd.DataFrame, target: pd.DataFrame, kind: str) -> pd.DataFrame:
     """Outer join of two op tables with deltas; sorted by |delta_ms| descending."""
-    m = base.merge(target, on="key", how="outer", suffixes=("_base", "_target")).fillna(0.0)
+    # host tables carry no dim; give both sides the column so the merge always suffixes it
+    base, target = (t if "dim" in t.columns else t.assign(dim=None) for t in (base, target))
+    m = base.merge(target, on="key", how="outer", suffixes=("_base", "_target"))
+    dim = m.pop("dim_target").combine_first(m.pop("dim_base"))
+    m = m.fillna(0.0)
+    m["dim"] = dim
     m["delta_ms"] = m["total_ms_target"] - m["total_ms_base"]
     m["kind"] = kind
     m = m.rename(columns={"key": "name", "total_ms_base": "base_ms", "total_ms_target": "target_ms",
@@ -156,7 +214,7 @@ def diff_tables(base: pd.DataFrame, target: pd.DataFrame, kind: str) -> pd.DataF
     m["change"] = ["added" if b == 0 and t > 0 else "removed" if t == 0 and b > 0 else "changed"
                    for b, t in zip(m["count_base"], m["count_target"], strict=True)]
     return m.reindex(m["delta_ms"].abs().sort_values(ascending=False).index)[
-        ["kind", "name", "base_ms", "target_ms", "delta_ms", "count_base", "count_target", "change"]]
+        ["kind", "name", "base_ms", "target_ms", "delta_ms", "count_base", "count_target", "change", "dim"]]
 
 
 def env_of(prof: Profile, ranks: list[int]) -> dict[str, str | None]:
@@ -173,7 +231,8 @@ def config_of(prof: Profile, ranks: list[int]) -> dict[str, str | None]:
         for k in ("world_size", "device_name", "vendor", "framework", "framework_version", "profiler_level",
                   "ai_core_num", "rated_freq_mhz"):
             v = r.get(k)
-            out[k] = None if v is None or v != v else str(v)
+            # pd.isna: nullable integer columns hold pd.NA, whose truth value raises (`v != v` does not work)
+            out[k] = None if v is None or pd.isna(v) else str(v)
     md = prof.sql(f"SELECT key, any_value(value_json) AS v FROM metadata WHERE {_in('rank', ranks)} "
                   "AND key = 'distributed_args' GROUP BY key")
     if not md.empty:

@@ -6,6 +6,9 @@ and writes the verdict sentence.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
 import pandas as pd
 
 from ..analysis import compare as core
@@ -15,7 +18,15 @@ from ..analysis.models import SEVERITY_ORDER, Finding
 from . import api
 from .models import BreakdownDelta, Change, Comparison, EnvChange, RankDelta, RunSide
 
-DIM_KINDS = {"compute": ("kernel", "family"), "communication": ("comm",), "free": ("api", "op")}
+# which change kinds can explain a dimension; device rows are further split by the dimension their time
+# counts in (op_table's `dim`, see _candidates)
+DIM_KINDS = {"compute": ("kernel", "family"), "communication": ("comm", "family"), "memory": ("kernel", "family"),
+             "free": ("api", "op"), "host": ("api", "op")}
+_ZERO_MS = 5e-4   # a per-step delta below this (and no count change) is no change at all
+# an op whose per-step time moved less than this share of the step (and whose count did not change) did not
+# move: a tenth of the step-level noise (core.NOISE_PCT); generated and real runs jitter by ~0.01-0.05%
+_OP_NOISE_SHARE = core.NOISE_PCT / 100 / 10
+_ALSO_SHARE = 0.25  # a second dimension is named when it moved by at least this share of the first
 
 
 def _r(x: float | None, nd: int = 3) -> float | None:
@@ -57,20 +68,38 @@ def _finding_key(f: Finding, by_rank: bool) -> tuple:
     return (f.check, f.subject, tuple(f.ranks)) if by_rank else (f.check, f.subject)
 
 
-def _changes(b: core.Side, t: core.Side, cross: bool) -> pd.DataFrame:
-    parts = []
-    kinds = ["family", "comm", "api", "op"] if cross else ["kernel", "comm", "api", "op"]
-    for kind in kinds:
-        k = "kernel" if kind == "family" else kind
-        parts.append(core.diff_tables(core.op_table(b, k, by_family=kind == "family"),
-                                      core.op_table(t, k, by_family=kind == "family"), kind))
-    df = pd.concat([p for p in parts if not p.empty], ignore_index=True) if any(not p.empty for p in parts) else \
-        pd.DataFrame(columns=["kind", "name", "base_ms", "target_ms", "delta_ms", "count_base", "count_target",
-                              "change"])
-    # host annotations nest (ProfilerStep, ## forward ##) so they would "explain" everything: rank them last
+_COLUMNS = ["kind", "name", "base_ms", "target_ms", "delta_ms", "count_base", "count_target", "change", "dim"]
+
+
+def noise_ms(b: core.Side) -> float:
+    """The per-step op delta below which an op did not move (see _OP_NOISE_SHARE)."""
+    return max(_ZERO_MS, _OP_NOISE_SHARE * (b.step_ms or 0.0))
+
+
+def _changes(b: core.Side, t: core.Side, cross: bool, noise: float = _ZERO_MS) -> pd.DataFrame:
+    # (op table, kind label, by family): across vendors device op names never match, so kernels and
+    # collectives are compared by family; host framework ops (aten::) and runtime APIs keep their names
+    tables = ([("kernel", "family", True), ("comm", "family", True), ("api", "api", False), ("op", "op", False)]
+              if cross else [("kernel", "kernel", False), ("comm", "comm", False), ("api", "api", False),
+                             ("op", "op", False)])
+    # HTA's iteration rule (a GPU op counts only with its launch in the step) is for parity with HTA's
+    # same-vendor trace diff; msprof-analyze's NPU-vs-GPU compare counts every device op, so cross-vendor
+    # tables do too (NCCL kernels launched before the trace started would otherwise vanish from the GPU side)
+    parts = [core.diff_tables(core.op_table(b, k, by_family=fam, by_launch=not cross),
+                              core.op_table(t, k, by_family=fam, by_launch=not cross), label)
+             for k, label, fam in tables]
+    parts = [p for p in parts if not p.empty]
+    df = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=_COLUMNS)
+    if cross and not df.empty:
+        # kernel and communication families come from two tables: one ranking for the family rows
+        fam = df[df["kind"].eq("family")]
+        fam = fam.reindex(fam["delta_ms"].abs().sort_values(ascending=False, kind="stable").index)
+        df = pd.concat([fam, df[~df["kind"].eq("family")]], ignore_index=True)
+    # host annotations nest (ProfilerStep, ## forward ##) so they would "explain" everything: rank them last,
+    # but before rows that did not move (jitter, or ops that only exist on both sides)
     nest = df["kind"].eq("op") & df["name"].str.match(r"^(ProfilerStep#|## |#)", na=False)
-    df = pd.concat([df[~nest], df[nest]])
-    return df.reindex(df.index)
+    same = (df["delta_ms"].abs() < noise) & (df["count_base"].round(3) == df["count_target"].round(3))
+    return pd.concat([df[~nest & ~same], df[nest & ~same], df[same]])
 
 
 def _to_change(r) -> Change:
@@ -79,52 +108,150 @@ def _to_change(r) -> Change:
                   count_target=round(float(r.count_target), 3), change=r.change)
 
 
-_NEST = r"^(ProfilerStep#|## |#|enumerate\(DataLoader\))"
+_NEST = r"^(ProfilerStep#|## |#)"
 
 
-def _top_of(changes: pd.DataFrame, dim: str, sign: int) -> str:
-    cand = changes[changes["kind"].isin(DIM_KINDS[dim])]
-    cand = cand[(cand["delta_ms"] * sign > 0) & ~(cand["kind"].eq("op") & cand["name"].str.match(_NEST, na=False))]
-    if cand.empty:
+def _candidates(changes: pd.DataFrame, dim: str, sign: int, noise: float) -> pd.DataFrame:
+    """The changes that can explain `dim` moving in direction `sign` by more than `noise` ms, largest first.
+
+    Ascend kernels are keyed by (op type, input shapes) for msprof-analyze parity; a cause is an op type,
+    so the shapes of one type are summed here (a ×1.4 MatMulV2 is one cause, not five shape rows).
+    """
+    c = changes[changes["kind"].isin(DIM_KINDS[dim])]
+    if dim in ("compute", "communication", "memory"):
+        c = c[c["dim"].eq(dim)]
+    c = c[~(c["kind"].eq("op") & c["name"].str.match(_NEST, na=False))]
+    if c.empty:
+        return c.assign(shapes=[])
+    kernel = c["kind"].eq("kernel")
+    c = c.assign(name=[core.op_type_of(str(n)) if k else str(n) for n, k in zip(c["name"], kernel, strict=True)],
+                 shapes=1)
+    c = c.groupby(["kind", "name"], as_index=False, sort=False).agg(
+        delta_ms=("delta_ms", "sum"), count_base=("count_base", "sum"), count_target=("count_target", "sum"),
+        shapes=("shapes", "sum"))
+    c = c[c["delta_ms"] * sign >= noise]
+    c = c.reindex((c["delta_ms"] * sign).sort_values(ascending=False).index)
+    if dim in ("free", "host") and not c.empty:
+        # host ops nest the runtime calls they make: aten::mm grows when a stream sync inside it waits, with
+        # the same call count. A call whose count changed (a new sync, compile, malloc) is the cause, so it
+        # leads when it explains at least a tenth of the largest growth.
+        counted = (c["count_base"].round(2) != c["count_target"].round(2)) & (
+            c["delta_ms"] * sign >= 0.1 * sign * c["delta_ms"].iloc[0])
+        c = pd.concat([c[counted], c[~counted]])
+    return c
+
+
+def _calls(count_base: float, count_target: float) -> str:
+    if round(count_base, 2) == round(count_target, 2):
         return ""
+    return f", {count_base:.0f} -> {count_target:.0f} calls/step"
+
+
+def _top_of(changes: pd.DataFrame, dim: str, sign: int, noise: float) -> str:
+    cand = _candidates(changes, dim, sign, noise)
+    # up to 3 compute causes, each at least a tenth of the first (a 1.2 ms AI-CPU op, not "+0.0 ms" riders)
+    cand = cand[(cand["delta_ms"] * sign) >= 0.1 * sign * cand["delta_ms"].iloc[0]] if not cand.empty else cand
     parts = []
     for _, top in cand.head(3 if dim == "compute" else 1).iterrows():
-        calls = ""
-        if round(top["count_base"], 2) != round(top["count_target"], 2):
-            calls = f", {top['count_base']:.0f} -> {top['count_target']:.0f} calls/step"
-        parts.append(f"{short_name(str(top['name']), 60)} {top['delta_ms']:+.1f} ms{calls}")
-    return ": " + ", ".join(parts)
+        shapes = f" ({int(top['shapes'])} shapes)" if top["shapes"] > 1 else ""
+        parts.append(f"{short_name(str(top['name']), 60)}{shapes} {top['delta_ms']:+.1f} ms"
+                     f"{_calls(top['count_base'], top['count_target'])}")
+    return ": " + ", ".join(parts) if parts else ""
 
 
-def _rank_verdict(bd: BreakdownDelta, changes: pd.DataFrame, a: int, b: int, new: list[Finding]) -> str:
+def _dim_deltas(b: core.Side, t: core.Side) -> dict[str, float]:
+    pairs = (("compute", b.compute_ms, t.compute_ms), ("communication", b.comm_ms, t.comm_ms),
+             ("free", b.free_ms, t.free_ms), ("memory", b.memory_ms, t.memory_ms), ("host", b.host_ms, t.host_ms))
+    return {k: v for k, x, y in pairs if (v := _d(x, y)) is not None}
+
+
+@dataclass
+class _Late:
+    """A rank whose own work grew, with the dimension that grew on it and how long its peers wait."""
+
+    base_rank: int
+    target_rank: int
+    dim: str
+    dim_ms: float
+    wait_ms: float
+
+
+def _late_rank(b: core.Side, t: core.Side) -> _Late | None:
+    """The rank that makes its peers wait, when waiting for it explains the communication growth.
+
+    Collectives end together on every rank, so a rank whose own work (step minus not-overlapped
+    communication) grows arrives late and its peers spend the difference waiting in the collective: their
+    communication grows, its own does not. Waiting explains the peers' growth when the late rank's extra
+    own work (beyond the peers' median) covers at least half of the peers' median communication growth.
+    A slower link instead grows communication on every rank with no rank's own work growing.
+    """
+    pairs = list(zip(b.ranks, t.ranks, strict=False))
+    if len(pairs) < 2:
+        return None
+    own: dict[tuple[int, int], float] = {}
+    comm: dict[tuple[int, int], float] = {}
+    for br, tr in pairs:
+        ds = _d(b.per_rank[br]["step_ms"], t.per_rank[tr]["step_ms"])
+        dc = _d(b.per_rank[br]["communication_ms"], t.per_rank[tr]["communication_ms"])
+        if ds is None or dc is None:
+            return None
+        own[(br, tr)], comm[(br, tr)] = ds - dc, dc
+    late = max(own, key=own.__getitem__)
+    peers = [p for p in pairs if p != late]
+    peer_own = float(np.median([own[p] for p in peers]))
+    peer_wait = float(np.median([comm[p] for p in peers]))
+    if peer_wait <= 0 or min(own[late] - peer_own, peer_wait) < 0.5 * peer_wait:
+        return None
+    br, tr = late
+    deltas = {k: v for k in ("compute", "free", "memory", "host")
+              if (v := _d(b.per_rank[br].get(f"{k}_ms"), t.per_rank[tr].get(f"{k}_ms"))) is not None}
+    if not deltas:
+        return None
+    dim = max(deltas, key=deltas.__getitem__)
+    return _Late(br, tr, dim, deltas[dim], peer_wait) if deltas[dim] > 0 else None
+
+
+def _rank_verdict(dims: dict[str, float], changes: pd.DataFrame, a: int, b: int, new: list[Finding],
+                  noise: float) -> str:
     """Rank B against rank A of one job: where B spends more time, then where A does."""
-    dims = {k: v for k, v in (("compute", bd.compute_ms), ("communication", bd.communication_ms),
-                              ("free", bd.free_ms)) if v is not None}
     if not dims:
         return f"rank {b} vs rank {a}: no device data to compare"
     worse = max(dims, key=lambda k: dims[k])
     if dims[worse] <= 0:
         return f"rank {b} spends no more time than rank {a} in any dimension"
-    text = f"rank {b} vs rank {a}: {worse} {dims[worse]:+.1f} ms per step{_top_of(changes, worse, 1)}"
+    text = f"rank {b} vs rank {a}: {worse} {dims[worse]:+.1f} ms per step{_top_of(changes, worse, 1, noise)}"
     better = min(dims, key=lambda k: dims[k])
     if dims[better] < 0:
         text += f"; rank {a} has {-dims[better]:.1f} ms more {better} per step"
-    related = [f for f in new if _dim_of(f.check) == worse]
+    related = _related(new, worse)
     if related:
         text += f"; finding: {related[0].title}"
     return text
 
 
-def _verdict(delta: float | None, pct: float | None, bd: BreakdownDelta, changes: pd.DataFrame,
-             env: list[EnvChange], new: list[Finding], cfg: list[EnvChange] | None = None) -> tuple[str, str | None]:
+def _finding_text(f: Finding, changes: pd.DataFrame) -> str:
+    """A new finding's title, with the dimension and the op change behind it when the subject is an op
+    (an API, a host op, or an Ascend op type whose shapes are summed)."""
+    rows = changes[changes["name"].map(lambda n: core.op_type_of(str(n))).eq(f.subject)]
+    if rows.empty:
+        return f.title
+    calls = _calls(rows["count_base"].sum(), rows["count_target"].sum()).lstrip(", ")
+    return (f"{f.title}, in {_dim_of(f.check)}: {short_name(f.subject, 60)} "
+            f"{calls + ', ' if calls else ''}{rows['delta_ms'].sum():+.1f} ms")
+
+
+def _verdict(delta: float | None, pct: float | None, dims: dict[str, float], changes: pd.DataFrame,
+             env: list[EnvChange], new: list[Finding], cfg: list[EnvChange] | None = None,
+             late: _Late | None = None, late_changes: pd.DataFrame | None = None,
+             noise: float = _ZERO_MS) -> tuple[str, str | None]:
     """One sentence naming the largest cause with numbers, and the next step."""
     if delta is None:
         return "step time unknown on one side (no ProfilerStep); see top_changes", None
     head = f"step time {delta:+.1f} ms ({pct:+.1f}%)" if pct is not None else f"step time {delta:+.1f} ms"
-    dims = {k: v for k, v in (("compute", bd.compute_ms), ("communication", bd.communication_ms),
-                              ("free", bd.free_ms)) if v is not None}
     fix = next((f.fixes[0] for f in sorted(new, key=lambda f: (SEVERITY_ORDER[f.severity], -(f.impact_ms or 0)))
                 if f.fixes), None)
+    hw = [c for c in (cfg or []) if c.name in ("device_name", "world_size", "vendor")]
+    setup = "different setup: " + ", ".join(f"{c.name} {c.base} -> {c.target}" for c in hw) if hw else ""
     small = pct is not None and abs(pct) < core.NOISE_PCT
     if small or not dims:
         lead = []
@@ -132,18 +259,33 @@ def _verdict(delta: float | None, pct: float | None, bd: BreakdownDelta, changes
             lead.append("environment changed: " + ", ".join(f"{e.name} {e.base or 'unset'} -> {e.target or 'unset'}"
                                                             for e in env[:3]))
         if new:
-            lead.append("new: " + "; ".join(f.title for f in new[:2]))
+            lead.append("new: " + "; ".join(_finding_text(f, changes) for f in new[:2]))
+        if setup:
+            lead.append(setup)
         top = changes.iloc[0] if not changes.empty else None
-        if top is not None and not lead:
+        if top is not None and not lead and (abs(top["delta_ms"]) >= noise or top["count_base"] != top["count_target"]):
             lead.append(f"largest op change {short_name(str(top['name']), 60)} {top['delta_ms']:+.2f} ms")
+        elif not lead:
+            lead.append("no op changed")
         return f"{head}, within noise" + (f"; {'; '.join(lead)}" if lead else ""), fix
     sign = 1 if delta >= 0 else -1
     dim = max(dims, key=lambda k: sign * dims[k])
-    text = f"{head}, mostly {dim} ({dims[dim]:+.1f} ms){_top_of(changes, dim, sign)}"
-    hw = [c for c in (cfg or []) if c.name in ("device_name", "world_size", "vendor")]
-    if hw:
-        text += "; different setup: " + ", ".join(f"{c.name} {c.base} -> {c.target}" for c in hw)
-    related = [f for f in new if _dim_of(f.check) == dim]
+    if dim == "communication" and sign > 0 and late is not None and late_changes is not None:
+        # the peers wait for one rank: name that rank and what grew on it, not the collective they wait in
+        text = (f"{head}, mostly rank {late.target_rank} {late.dim} ({late.dim_ms:+.1f} ms on that rank; "
+                f"its peers wait {late.wait_ms:+.1f} ms in communication){_top_of(late_changes, late.dim, 1, noise)}")
+        dim = late.dim
+    else:
+        text = f"{head}, mostly {dim} ({dims[dim]:+.1f} ms){_top_of(changes, dim, sign, noise)}"
+        # a second dimension that moved the same way by a good part of the first is a second cause: name it
+        # (e.g. a run that is slower in compute and also copies 250x more, each with its own fix)
+        rest = [k for k in dims if k != dim and sign * dims[k] > 0 and sign * dims[k] >= _ALSO_SHARE * abs(dims[dim])]
+        if rest:
+            also = max(rest, key=lambda k: sign * dims[k])
+            text += f"; also {also} ({dims[also]:+.1f} ms){_top_of(changes, also, sign, noise)}"
+    if setup:
+        text += "; " + setup
+    related = _related(new, dim)
     if related:
         text += f"; new finding: {related[0].title}"
     elif env:
@@ -154,7 +296,8 @@ def _verdict(delta: float | None, pct: float | None, bd: BreakdownDelta, changes
 _DIM_OF_CHECK = {
     "communication": {"slow-link", "small-packet", "bandwidth-contention", "retransmission", "byte-misalignment",
                       "exposed-comm-tail"},
-    "free": {"host-bound", "slow-dataloader", "gc-pause", "op-compile", "sync-stream", "memory-ops", "h2d-pageable",
+    "memory": {"h2d-pageable"},
+    "free": {"host-bound", "slow-dataloader", "gc-pause", "op-compile", "sync-stream", "memory-ops",
              "env-var", "sync-batchnorm"},
 }
 
@@ -166,17 +309,31 @@ def _dim_of(check: str) -> str:
     return "compute"
 
 
+def _related(new: list[Finding], dim: str) -> list[Finding]:
+    """New findings that explain `dim`; host-side checks explain both device idle (free) and host time.
+    A slow-rank finding explains the dimension it names."""
+    want = {"free", "host"} if dim in ("free", "host") else {dim}
+    return [f for f in new if (f.subject if f.check == "slow-rank" else _dim_of(f.check)) in want]
+
+
 def _build(b: core.Side, t: core.Side, *, top: int, notes: list[str], new: list[Finding], gone: list[Finding],
            env: list[EnvChange], cfg: list[EnvChange], cross: bool, warnings: list[str],
            rank_pair: tuple[int, int] | None = None) -> Comparison:
-    changes = _changes(b, t, cross)
+    noise = noise_ms(b)
+    changes = _changes(b, t, cross, noise)
     delta = _d(b.step_ms, t.step_ms)
     pct = round(100.0 * delta / b.step_ms, 2) if delta is not None and b.step_ms else None
     bd = BreakdownDelta(compute_ms=_d(b.compute_ms, t.compute_ms), communication_ms=_d(b.comm_ms, t.comm_ms),
                         free_ms=_d(b.free_ms, t.free_ms))
-    verdict, fix = _verdict(delta, pct, bd, changes, env, new, cfg)
+    dims = _dim_deltas(b, t)
     if rank_pair is not None:
-        verdict = _rank_verdict(bd, changes, rank_pair[0], rank_pair[1], new)
+        fix = _verdict(delta, pct, dims, changes, env, new, cfg, noise=noise)[1]
+        verdict = _rank_verdict(dims, changes, rank_pair[0], rank_pair[1], new, noise)
+    else:
+        late = _late_rank(b, t)
+        late_changes = (_changes(core.rank_side(b, late.base_rank), core.rank_side(t, late.target_rank), cross,
+                                 noise) if late is not None else None)
+        verdict, fix = _verdict(delta, pct, dims, changes, env, new, cfg, late, late_changes, noise)
     per_rank = [RankDelta(base_rank=br, target_rank=tr,
                           **{k: _d(b.per_rank[br].get(k), t.per_rank[tr].get(k))
                              for k in ("step_ms", "compute_ms", "communication_ms", "free_ms")})

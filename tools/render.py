@@ -81,6 +81,28 @@ def tables_for(model: BaseModel) -> list[Table]:
         return [Table(f"Top {len(model.kernels)} of {model.total} device ops by {model.by}",
                       ["name", "op_type", "core", "count", "total_ms", "mean_ms", "max_ms", "share_%", "ranks",
                        "input shapes"], rows)]
+    if isinstance(model, m.Comparison):
+        b, t, d = model.base, model.target, model.breakdown_delta
+        head = [["step_ms", _f(b.step_ms), _f(t.step_ms), _f(model.delta_ms)],
+                ["compute_ms", _f(b.compute_ms), _f(t.compute_ms), _f(d.compute_ms)],
+                ["comm_not_overlapped_ms", _f(b.communication_ms), _f(t.communication_ms), _f(d.communication_ms)],
+                ["free_ms", _f(b.free_ms), _f(t.free_ms), _f(d.free_ms)]]
+        out = [Table(f"Verdict: {model.verdict}", ["per step (ms)", "base", "target", "delta"], head)]
+        out.append(Table(f"Top changes ({len(model.top_changes)} of {model.total_changes})",
+                         ["kind", "name", "base_ms", "target_ms", "delta_ms", "calls base", "calls target", "change"],
+                         [[c.kind, c.name[:70], _f(c.base_ms, 3), _f(c.target_ms, 3), _f(c.delta_ms, 3),
+                           _f(c.count_base, 1), _f(c.count_target, 1), c.change] for c in model.top_changes]))
+        if model.env_changes or model.config_changes:
+            out.append(Table("Environment and setup changes", ["name", "base", "target"],
+                             [[e.name, e.base or "unset", e.target or "unset"]
+                              for e in [*model.env_changes, *model.config_changes]]))
+        if model.findings or model.gone_findings:
+            out.append(Table("Findings new in the target / gone", ["", "severity", "check", "ranks", "title"],
+                             [["new", f.severity, f.check, _f(f.ranks), f.title] for f in model.findings]
+                             + [["gone", f.severity, f.check, _f(f.ranks), f.title] for f in model.gone_findings]))
+        if model.notes:
+            out.append(Table("Notes", ["note"], [[n] for n in model.notes]))
+        return out
     if isinstance(model, m.EnvAudit):
         rows = []
         for v in model.variables:
@@ -99,6 +121,10 @@ def render_table(model: BaseModel) -> None:
     prof = getattr(model, "profile", None)
     if prof is not None:
         console.print(f"[bold]{_profile_line(prof)}[/bold]")
+    if isinstance(model, m.Comparison):
+        console.print(f"[bold]base[/bold] {model.base.path}  [bold]target[/bold] {model.target.path}")
+        if model.next_step:
+            console.print(f"next: {model.next_step}")
     for t in tables_for(model):
         rt = RichTable(title=t.title, title_justify="left", show_lines=False)
         for h in t.header:
