@@ -39,8 +39,8 @@ def _d(a: float | None, b: float | None) -> float | None:
 
 def _side_model(side: core.Side) -> RunSide:
     return RunSide(path=str(side.profile.path), step_ms=_r(side.step_ms), compute_ms=_r(side.compute_ms),
-                   communication_ms=_r(side.comm_ms), free_ms=_r(side.free_ms), ranks=side.ranks, steps=side.steps,
-                   format=side.profile.info.format)
+                   communication_ms=_r(side.comm_ms), free_ms=_r(side.free_ms), memory_ms=_r(side.memory_ms),
+                   host_ms=_r(side.host_ms), ranks=side.ranks, steps=side.steps, format=side.profile.info.format)
 
 
 def _match_ranks(bp, tp, rank: int | None) -> tuple[list[int], list[int], list[str]]:
@@ -324,7 +324,8 @@ def _build(b: core.Side, t: core.Side, *, top: int, notes: list[str], new: list[
     delta = _d(b.step_ms, t.step_ms)
     pct = round(100.0 * delta / b.step_ms, 2) if delta is not None and b.step_ms else None
     bd = BreakdownDelta(compute_ms=_d(b.compute_ms, t.compute_ms), communication_ms=_d(b.comm_ms, t.comm_ms),
-                        free_ms=_d(b.free_ms, t.free_ms))
+                        free_ms=_d(b.free_ms, t.free_ms), memory_ms=_d(b.memory_ms, t.memory_ms),
+                        host_ms=_d(b.host_ms, t.host_ms))
     dims = _dim_deltas(b, t)
     if rank_pair is not None:
         fix = _verdict(delta, pct, dims, changes, env, new, cfg, noise=noise)[1]

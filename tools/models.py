@@ -127,6 +127,9 @@ class RunSide(BaseModel):
     compute_ms: float | None = None
     communication_ms: float | None = None
     free_ms: float | None = None
+    memory_ms: float | None = Field(default=None, description="device busy with neither compute nor "
+                                                              "communication (copies, memsets, syncs), per step")
+    host_ms: float | None = Field(default=None, description="step time outside the device window, per step")
     ranks: list[int] = Field(default_factory=list)
     steps: list[int] = Field(default_factory=list)
     format: str | None = None
@@ -136,6 +139,8 @@ class BreakdownDelta(BaseModel):
     compute_ms: float | None
     communication_ms: float | None
     free_ms: float | None
+    memory_ms: float | None = None
+    host_ms: float | None = None
 
 
 class Change(BaseModel):
