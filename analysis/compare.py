@@ -199,6 +199,21 @@ def op_table(side: Side, kind: str, *, by_family: bool = False, by_launch: bool 
     return g[cols]
 
 
+def comm_bandwidth(side: Side) -> dict[str, float]:
+    """Achieved bandwidth (GB/s = bytes/ns) per comm key (op type @ group) over the side's ranks and steps:
+    Σ bytes / Σ transit time of the non-local transports in communication.json (the advisor's definition)."""
+    p = side.profile
+    if "kineto" in p.info.format:
+        return {}
+    df = p.sql(
+        "SELECT coalesce(o.op_type, o.name) || coalesce(' @' || o.group_name, '') AS key, "
+        "sum(b.size_bytes) / nullif(sum(b.transit_ns), 0) AS gbps FROM comm_bandwidth b JOIN comm_ops o "
+        "ON o.rank = b.rank AND o.name = b.op_name AND o.step IS NOT DISTINCT FROM b.step "
+        f"WHERE {_in('o.rank', side.ranks)} AND {_in('o.step', side.steps)} AND b.size_bytes > 0 "
+        "AND upper(b.transport) NOT IN ('LOCAL', 'ON_CHIP') AND upper(b.transport) IN ('SDMA', 'RDMA') GROUP BY 1")
+    return {str(k): float(v) for k, v in zip(df["key"], df["gbps"], strict=True) if v == v and v is not None}
+
+
 def diff_tables(base: pd.DataFrame, target: pd.DataFrame, kind: str) -> pd.DataFrame:
     """Outer join of two op tables with deltas; sorted by |delta_ms| descending."""
     # host tables carry no dim; give both sides the column so the merge always suffixes it

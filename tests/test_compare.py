@@ -69,3 +69,24 @@ def test_rank3_vs_rank0_attributes_compute_and_matches_msprof_kernel_compare():
         assert ch.target_ms / ch.base_ms == pytest.approx(ratio, rel=0.01)
     names = c.verdict.split("compute")[1]
     assert names.index("MatMulV2") < names.index("FlashAttentionScore")
+
+
+def test_comm_changes_carry_bandwidth(tmp_path):
+    from stepdoctor.evals.generate import Plant, Scenario, write_profile
+
+    write_profile(Scenario(vendor="ascend", ranks=4, steps=2, seed=3), tmp_path / "a")
+    write_profile(Scenario(vendor="ascend", ranks=4, steps=2, seed=3, plants=[Plant("slow-link")]), tmp_path / "b")
+    a = api.load(tmp_path / "a", cache_dir=tmp_path / "c")
+    b = api.load(tmp_path / "b", cache_dir=tmp_path / "c")
+    c = compare_runs(a, b)
+    comm = [ch for ch in c.top_changes if ch.kind == "comm"]
+    assert comm and comm[0].delta_ms > 0
+    # the reference: bytes / transit time of SDMA and RDMA in communication.json, all ranks and steps
+    ref = {}
+    for side, prof in (("base", a), ("target", b)):
+        row = prof.sql("SELECT sum(size_bytes) / sum(transit_ns) AS g FROM comm_bandwidth "
+                       "WHERE upper(transport) IN ('SDMA', 'RDMA') AND size_bytes > 0")
+        ref[side] = float(row.at[0, "g"])
+    assert comm[0].bandwidth_base_gbps == pytest.approx(ref["base"], rel=1e-3)
+    assert comm[0].bandwidth_target_gbps == pytest.approx(ref["target"], rel=1e-3)
+    assert comm[0].bandwidth_target_gbps < 0.8 * comm[0].bandwidth_base_gbps

@@ -102,10 +102,15 @@ def _changes(b: core.Side, t: core.Side, cross: bool, noise: float = _ZERO_MS) -
     return pd.concat([df[~nest & ~same], df[nest & ~same], df[same]])
 
 
-def _to_change(r) -> Change:
+def _to_change(r, bw: tuple[dict[str, float], dict[str, float]] | None = None) -> Change:
+    bb = bt = None
+    if bw is not None and r.kind == "comm":
+        bb, bt = bw[0].get(str(r.name)), bw[1].get(str(r.name))
     return Change(kind=r.kind, name=str(r.name), base_ms=round(float(r.base_ms), 4), target_ms=round(float(r.target_ms), 4),
                   delta_ms=round(float(r.delta_ms), 4), count_base=round(float(r.count_base), 3),
-                  count_target=round(float(r.count_target), 3), change=r.change)
+                  count_target=round(float(r.count_target), 3), change=r.change,
+                  bandwidth_base_gbps=None if bb is None else round(bb, 3),
+                  bandwidth_target_gbps=None if bt is None else round(bt, 3))
 
 
 _NEST = r"^(ProfilerStep#|## |#)"
@@ -342,8 +347,9 @@ def _build(b: core.Side, t: core.Side, *, top: int, notes: list[str], new: list[
     if cross:
         notes.append("different vendors: device ops compared by family (matmul, attention, vector, communication, "
                      "memory), names are not matched one to one")
+    bw = (core.comm_bandwidth(b), core.comm_bandwidth(t))
     return Comparison(base=_side_model(b), target=_side_model(t), delta_ms=delta, delta_pct=pct, breakdown_delta=bd,
-                      top_changes=[_to_change(r) for r in changes.head(top).itertuples(index=False)],
+                      top_changes=[_to_change(r, bw) for r in changes.head(top).itertuples(index=False)],
                       env_changes=env, config_changes=cfg, findings=new, gone_findings=gone, per_rank=per_rank,
                       verdict=verdict, next_step=(f"stepdoctor explain {fix}" if fix else None), cross_vendor=cross,
                       notes=notes, warnings=warnings, total_changes=len(changes), truncated=len(changes) > top)

@@ -152,6 +152,8 @@ class Change(BaseModel):
     count_base: float = Field(description="calls per step (per rank)")
     count_target: float
     change: Literal["added", "removed", "changed"] = "changed"
+    bandwidth_base_gbps: float | None = Field(default=None, description="comm only: achieved SDMA/RDMA GB/s")
+    bandwidth_target_gbps: float | None = None
 
 
 class EnvChange(BaseModel):
