@@ -4,34 +4,65 @@ Algorithm:
 1. discover(PATH) lists the ranks and their formats;
 2. the fingerprint is a SHA-256 over every input file's relative path, size and mtime (ns), the schema
    text and the reader version: unchanged input -> same cache file -> no parsing at all;
-3. on a miss, each rank is parsed by its format's reader (in a process pool when there are several
-   ranks and enough bytes to pay for the workers), each worker sending its rows back as DataFrames;
-4. this process inserts each parsed rank into `<fp>.duckdb.tmp-<pid>` as it arrives, and renames it over
-   the cache file only when complete (os.replace is atomic), so a crash never leaves a cache that gets
-   used.
+3. on a miss the database is built in `<fp>.duckdb.tmp-<pid>-<thread>` and renamed over the cache file
+   only when complete (os.replace is atomic), so a crash never leaves a cache that gets used;
+4. small inputs (one rank, or less than PARALLEL_MIN_BYTES) are parsed and inserted in this process.
+   Larger ones go to child processes (fresh interpreters, `python -c`: no fork of a threaded host, no
+   re-run of an unguarded `__main__`) so that no process holds much:
+   * one ingest process owns the database: it starts the parse workers, hands each one rank at a time,
+     and inserts what comes back as it arrives, a rank at a time;
+   * a parse worker imports only its reader (the Kineto reader: numpy + msgspec, no pandas, no DuckDB),
+     parses its rank into `RankTables` and sends the typed numpy columns (`RankTables.parts()`) in
+     chunks of half a row group, each a pickle framed on its stdout;
+   * this process only waits, passing progress on.
+5. inserting (`_Writer`): the database is attached with row groups of ROW_GROUP_ROWS rows and each
+   table has its own cursor whose transaction is committed exactly at a row-group boundary, so every
+   full row group is compressed and written straight to the file (DuckDB's optimistic write: no WAL
+   copy, no partial row group per rank) and at most about one uncompressed row group per table is in
+   memory, whatever the number or size of the ranks. Rows of several ranks may share a row group; a
+   rank id is claimed by the first rank that sends rows, so a rank that fails half-way (its worker died)
+   is removed with `DELETE ... WHERE rank = ?` and a duplicate rank id is refused before any of its rows
+   are written. A rank that fails is skipped with a warning when other ranks are stored; if none is, the
+   first error is raised.
 
 Nothing is written next to the input: the cache lives under $STEPDOCTOR_CACHE_DIR, else
 $XDG_CACHE_HOME/stepdoctor, else ~/.cache/stepdoctor.
+
+This module imports neither duckdb nor pydantic at the top, so a parse worker that imports it stays
+small; they are imported where they are used.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
+import gc
 import hashlib
 import importlib
-import itertools
-import multiprocessing as mp
 import os
+import pickle
+import selectors
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
 import threading
-from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-import duckdb
-
-from .ingest.base import ProfileError, RankSource, RankTables, schema_sql
+from .ingest.base import Coded, ProfileError, RankSource, RankTables, schema_sql
 from .ingest.discover import Discovery, discover
-from .models import ProfileInfo
+
+if TYPE_CHECKING:
+    import duckdb
+    import numpy as np
+
+    from .models import ProfileInfo
 
 READER_VERSION = "1"
 
@@ -45,8 +76,24 @@ READERS: dict[str, str] = {
     "mindspore_legacy": "stepdoctor.analysis.ingest.mindspore_legacy:read_rank",
 }
 
-# Below this many input bytes in total, worker start-up costs more than it saves.
-PARALLEL_MIN_BYTES = 16 << 20
+# Below this many input bytes in total, ingest runs in this process: starting the child processes (~0.1 s)
+# and inserting the last ranks after they are parsed cost more than parsing in parallel saves (measured on
+# 2 cores with Kineto ranks: 4 × 23 MB 1.0 s here vs 1.2 s in children, 2 × 93 MB 1.8 s either way,
+# 8 × 93 MB 5.3-7.0 s vs 3.8-4.2 s at load 2). Above it, the children also keep the host process small.
+PARALLEL_MIN_BYTES = 128 << 20
+
+# Row-group size of the database being built (set when attaching it; DuckDB's default is 122,880): a
+# transaction that appends exactly this many rows to a table has them compressed and written to the file
+# at once, and the ingest process holds at most about one uncompressed row group per table. 30,720 rows
+# keep that process ~20 MB smaller than the default for ~15 % more file and the same query speed
+# (evals/bench/README.md). Parse workers send chunks of half a row group.
+ROW_GROUP_ROWS = 30_720
+DEFAULT_ROW_GROUP_ROWS = 122_880  # DuckDB versions that cannot set it (< 1.2)
+CHUNK_ROWS = ROW_GROUP_ROWS // 2
+
+# The inserting connection: one thread (the parse workers have the cores), a small buffer pool (it only
+# caches blocks already written) and jemalloc handing freed memory back at once.
+WRITER_CONFIG = {"threads": 1, "memory_limit": "32MB", "allocator_flush_threshold": "1MB"}
 
 ProgressFn = Callable[[int, int, str], None]
 
@@ -105,34 +152,591 @@ def read_source(src: RankSource) -> RankTables:
         raise ProfileError(src.path, f"cannot parse: {type(e).__name__}: {e}") from None
 
 
-@dataclass
-class ParsedRank:
-    """One rank's rows as DataFrames, ready to insert (what a worker sends back)."""
-
-    rank: int
-    frames: dict
-    warnings: list[str]
-    capabilities: list[str]
+Parts = list[tuple[str, "dict[str, np.ndarray]"]]
 
 
-def _parse_worker(src: RankSource) -> tuple[int, ParsedRank | None, str | None]:
-    """Process-pool entry: parse one rank; errors come back as text so one bad rank cannot kill the pool."""
+def parse_rank(src: RankSource) -> tuple[RankTables, Parts]:
+    """Parse one rank and type its columns for the insert; every failure is a ProfileError naming the file."""
+    t = read_source(src)
     try:
-        t = read_source(src)
-        return src.rank or 0, ParsedRank(t.rank, t.frames(), list(t.warnings), sorted(t.capabilities)), None
-    except ProfileError as e:
-        return src.rank or 0, None, str(e)
+        return t, list(t.parts())
+    except MemoryError:
+        raise ProfileError(src.path, "out of memory while parsing") from None
+    except Exception as e:  # a value the schema cannot take: the rank is skipped
+        raise ProfileError(src.path, f"cannot store the parsed rows: {e}") from None
 
 
-def _insert(con: duckdb.DuckDBPyConnection, parsed: ParsedRank) -> None:
-    for name, df in parsed.frames.items():
-        con.register("_df", df)
-        con.execute(f"INSERT INTO {name} SELECT * FROM _df")
-        con.unregister("_df")
-    for w in parsed.warnings:
-        con.execute("INSERT INTO ingest_warnings VALUES (?, NULL, ?)", [parsed.rank, w])
-    for c in parsed.capabilities:
-        con.execute("INSERT INTO capabilities VALUES (?, ?)", [parsed.rank, c])
+# --------------------------------------------------------------------------------------------------
+# Inserting
+# --------------------------------------------------------------------------------------------------
+
+def _connect_for_writing(path: Path) -> tuple[duckdb.DuckDBPyConnection, int]:
+    """The database being built, attached as `profile`, and its row-group size (set when attaching)."""
+    import duckdb
+
+    con = duckdb.connect(config={**WRITER_CONFIG, "temp_directory": f"{path}.tmp"})
+    quoted = str(path).replace("'", "''")
+    try:
+        con.execute(f"ATTACH '{quoted}' AS profile (ROW_GROUP_SIZE {ROW_GROUP_ROWS})")
+        rows = ROW_GROUP_ROWS
+    except duckdb.Error:  # an older DuckDB without the option
+        con.execute(f"ATTACH '{quoted}' AS profile")
+        rows = DEFAULT_ROW_GROUP_ROWS
+    con.execute("USE profile")
+    con.execute(schema_sql())
+    return con, rows
+
+
+def _insert(cur: duckdb.DuckDBPyConnection, table: str, cols: dict[str, Any], rank: int) -> None:
+    """INSERT one block of typed columns (absent columns: NULL or DEFAULT; absent rank: `rank`)."""
+    names = ", ".join(f'"{c}"' for c in cols)
+    cols = {c: a.decode() if isinstance(a, Coded) else a for c, a in cols.items()}
+    cur.register("_part", cols)
+    try:
+        if "rank" in cols:
+            cur.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM _part")
+        else:
+            cur.execute(f"INSERT INTO {table} (rank, {names}) SELECT ?, {names} FROM _part", [rank])
+    finally:
+        cur.unregister("_part")
+
+
+def _rows(cols: dict[str, Any]) -> int:
+    return len(next(iter(cols.values()), ()))
+
+
+class _Writer:
+    """Inserts ranks' typed columns into the database being built (see the module docstring, step 5).
+
+    Per rank: `claim(rank)` before its first rows (False: the id is taken, send nothing), `data()` for
+    each block, then `done()` (its `ranks` row, warnings and capabilities; the rank is complete) or
+    `abort()` (its rows are deleted). `finish()` commits everything and checkpoints.
+    """
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, row_group_rows: int = ROW_GROUP_ROWS) -> None:
+        self.con = con
+        self.row_group_rows = row_group_rows
+        self._open: dict[str, list[Any]] = {}         # table -> [cursor, rows in its open transaction]
+        self._claimed: set[int] = set()
+        self._touched: dict[int, set[str]] = {}       # rank -> tables it has rows in (for abort)
+        self._held: dict[int, list[dict[str, Any]]] = {}  # rank -> its `ranks` rows, inserted by done()
+
+    def claim(self, rank: int) -> bool:
+        if rank in self._claimed:
+            return False
+        self._claimed.add(rank)
+        return True
+
+    def data(self, rank: int, table: str, cols: dict[str, Any]) -> None:
+        n = _rows(cols)
+        if not n:
+            return
+        if table == "ranks":  # the primary key: inserted once the rank is complete
+            self._held.setdefault(rank, []).append(cols)
+            return
+        self._touched.setdefault(rank, set()).add(table)
+        entry = self._open.get(table)
+        if entry is None:
+            cur = self.con.cursor()
+            cur.execute("USE profile")  # a cursor starts in the default (in-memory) catalog
+            cur.execute("BEGIN TRANSACTION")
+            entry = self._open[table] = [cur, 0]
+        cur, have = entry
+        i = 0
+        while i < n:
+            k = min(n - i, self.row_group_rows - have)
+            _insert(cur, table, cols if k == n else {c: a[i:i + k] for c, a in cols.items()}, rank)
+            i += k
+            have += k
+            if have >= self.row_group_rows:  # a full row group: commit, so DuckDB writes it compressed
+                cur.execute("COMMIT")
+                cur.execute("BEGIN TRANSACTION")
+                have = 0
+        entry[1] = have
+
+    def done(self, rank: int, warnings: list[str], capabilities: list[str]) -> str | None:
+        """Complete a rank; returns why it could not be stored (it is then removed), else None."""
+        import duckdb
+
+        try:
+            for cols in self._held.pop(rank, []):
+                _insert(self.con, "ranks", cols, rank)
+        except duckdb.Error as e:  # e.g. a reader that gave two rows for its rank
+            self.abort(rank, keep_claim=True)
+            return f"cannot store the ranks row: {e}"
+        if warnings:
+            self.con.executemany("INSERT INTO ingest_warnings VALUES (?, NULL, ?)",
+                                 [[rank, w] for w in warnings])
+        if capabilities:
+            self.con.executemany("INSERT INTO capabilities VALUES (?, ?)", [[rank, c] for c in capabilities])
+        self._touched.pop(rank, None)
+        return None
+
+    def abort(self, rank: int, keep_claim: bool = False) -> None:
+        """Remove a rank's rows (its id is unique among claimed ranks, so only its own rows go)."""
+        self._held.pop(rank, None)
+        for table in sorted(self._touched.pop(rank, ())):
+            self._open[table][0].execute(f"DELETE FROM {table} WHERE rank = ?", [rank])
+        if not keep_claim:
+            self._claimed.discard(rank)
+
+    def finish(self, warnings: list[str]) -> None:
+        for cur, _ in self._open.values():
+            cur.execute("COMMIT")
+            cur.close()
+        self._open.clear()
+        if warnings:
+            self.con.executemany("INSERT INTO ingest_warnings VALUES (NULL, NULL, ?)",
+                                 [[w] for w in warnings])
+        self.con.execute("CHECKPOINT profile")
+
+
+def _store_parsed(writer: _Writer, t: RankTables, parts: Parts, src: RankSource) -> str | None:
+    """Serial path: insert one parsed rank; returns the error that made it skipped, else None."""
+    if not writer.claim(t.rank):
+        return f"{src.path}: rank {t.rank} was already read from another source"
+    for table, cols in parts:
+        writer.data(t.rank, table, cols)
+    err = writer.done(t.rank, list(t.warnings), sorted(t.capabilities))
+    return f"{src.path}: {err}" if err else None
+
+
+# --------------------------------------------------------------------------------------------------
+# Child processes: framed pickles over pipes
+# --------------------------------------------------------------------------------------------------
+
+_HDR = struct.Struct("<cQ")  # kind, payload length
+
+
+def _send(f: BinaryIO, kind: bytes, obj: Any) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    _write_all(f, _HDR.pack(kind, len(data)))
+    _write_all(f, data)
+    f.flush()
+
+
+def _write_all(f: BinaryIO, data: bytes) -> None:
+    view = memoryview(data)
+    while view:  # a raw pipe may take part of a write
+        n = f.write(view)
+        view = view[n:]
+
+
+def _recv(f: BinaryIO) -> tuple[bytes, Any] | None:
+    """One frame, or None at end of file (also mid-frame: the sender died)."""
+    hdr = _read_exact(f, _HDR.size)
+    if hdr is None:
+        return None
+    kind, n = _HDR.unpack(hdr)
+    data = _read_exact(f, n)
+    return None if data is None else (kind, pickle.loads(data))
+
+
+def _read_exact(f: BinaryIO, n: int) -> bytearray | None:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = f.readinto(view[got:])  # type: ignore[attr-defined]
+        if not k:
+            return None
+        got += k
+    return buf
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env.setdefault(v, "1")  # numpy's BLAS is never used here: no thread pool per child
+    return env
+
+
+class _ForkedProcess:
+    """What _Child uses of subprocess.Popen, for a child made with os.fork()."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
+            time.sleep(0.005)
+        return self.returncode  # type: ignore[return-value]
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+
+
+# File descriptors a forked parse worker must not keep: the ingest process's pipe to its parent and the
+# other workers' pipes (a worker holding another's stdin would keep it from ever seeing its end).
+_NOT_FOR_FORKS: set[int] = set()
+
+
+def _may_fork() -> bool:
+    """True in a fresh ingest process before it loads DuckDB: one thread, nothing a fork could break.
+    A forked worker starts in milliseconds (numpy is already loaded) where a new interpreter takes
+    ~0.15 s; later workers (replacing one that died) are new interpreters."""
+    return (hasattr(os, "fork") and bool(_NOT_FOR_FORKS) and "duckdb" not in sys.modules
+            and threading.active_count() == 1)
+
+
+class _Child:
+    """A child running `_child_main(role)`: stdin/stdout carry frames, stderr goes to a file. A new
+    interpreter (`python -c`), or with fork=True a fork of this process (see _may_fork)."""
+
+    def __init__(self, role: str, fork: bool = False) -> None:
+        self.err = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
+        self.proc: Any
+        if fork:
+            self._fork(role)
+        else:
+            code = (f"import sys; sys.path[:] = {sys.path!r}; "
+                    f"from {__name__} import _child_main; _child_main({role!r})")
+            self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=self.err, bufsize=0,
+                                         env=_child_env(), close_fds=True)
+            self.inp: BinaryIO = self.proc.stdin
+            self.out: BinaryIO = self.proc.stdout
+        self.task: RankSource | None = None  # the rank it is parsing or sending
+        self.finished = 0                     # tasks completed
+
+    def _fork(self, role: str) -> None:
+        task_r, task_w = os.pipe()
+        out_r, out_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the worker: never returns into the ingest process's code
+            code = 1
+            try:
+                os.dup2(task_r, 0)
+                os.dup2(out_w, 1)
+                os.dup2(self.err.fileno(), 2)
+                for fd in {task_r, task_w, out_r, out_w, *_NOT_FOR_FORKS}:
+                    if fd > 2:
+                        with contextlib.suppress(OSError):
+                            os.close(fd)
+                _child_main(role, os.fdopen(0, "rb", buffering=0, closefd=False))
+                code = 0
+            except BaseException:  # reported on stderr, like a dying interpreter
+                import traceback
+
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        os.close(task_r)
+        os.close(out_w)
+        self.proc = _ForkedProcess(pid)
+        self.inp = os.fdopen(task_w, "wb", buffering=0)
+        self.out = os.fdopen(out_r, "rb", buffering=0)
+        _NOT_FOR_FORKS.update((task_w, out_r, self.err.fileno()))
+
+    def send(self, kind: bytes, obj: Any) -> bool:
+        try:
+            _send(self.inp, kind, obj)
+            return True
+        except (BrokenPipeError, OSError):
+            return False
+
+    def close_input(self) -> None:
+        with contextlib.suppress(OSError):
+            self.inp.close()
+
+    def death(self) -> str:
+        """Why the child ended: exit status and the last line it wrote to stderr."""
+        try:
+            rc = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait()
+        self.err.seek(0)
+        lines = [ln for ln in self.err.read()[-4000:].decode("utf-8", "replace").splitlines() if ln.strip()]
+        how = f"killed by signal {-rc}" if rc < 0 else f"exit code {rc}"
+        if rc == -9:
+            how += ", out of memory?"
+        return how + (f": {lines[-1].strip()}" if lines else "")
+
+    def close(self) -> None:
+        self.close_input()
+        if self.proc.poll() is None:
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for f in (self.out, self.err):
+            with contextlib.suppress(OSError, ValueError):
+                _NOT_FOR_FORKS.discard(f.fileno())
+            with contextlib.suppress(OSError):
+                f.close()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.close()
+
+
+def _child_main(role: str, inp: BinaryIO | None = None) -> None:
+    """Entry point of a child (see _Child)."""
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # a stray print goes to stderr, never into the frames
+    sys.stdout = sys.stderr
+    gc.freeze()  # the imported modules never need collecting
+    if role == "parse":
+        _parse_main(inp or sys.stdin.buffer, out)
+    elif role == "ingest":
+        _NOT_FOR_FORKS.add(out.fileno())  # its parse workers are forked from it: they must not hold this
+        _ingest_main(inp or sys.stdin.buffer, out)
+    else:
+        raise SystemExit(f"unknown role {role}")
+
+
+def _parse_main(inp: BinaryIO, out: BinaryIO) -> None:
+    """Parse worker: for each task (a RankSource), D frames (rank, table, columns) then one R frame
+    (rank, (warnings, capabilities) | None, error | None). Sending blocks until the ingest process has
+    taken the frames in; a thread sending one rank while the next is parsed was measured no faster on
+    two cores (the cores are busy either way) and holds one more rank."""
+    while (frame := _recv(inp)) is not None:
+        src: RankSource = frame[1]
+        try:
+            t, parts = parse_rank(src)
+        except ProfileError as e:
+            _send_rank(out, src.rank, [], None, str(e))
+            continue
+        _send_rank(out, t.rank, parts, (list(t.warnings), sorted(t.capabilities)), None)
+        del t, parts
+
+
+def _send_rank(out: BinaryIO, rank: int, parts: Parts, info: Any, err: str | None) -> None:
+    for table, cols in parts:
+        for chunk in _chunks(cols):
+            _send(out, b"D", (rank, table, chunk))
+    _send(out, b"R", (rank, info, err))
+
+
+def _chunks(cols: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """A block of columns in slices of CHUNK_ROWS rows; a slice of a coded column carries only its labels."""
+    n = _rows(cols)
+    if n <= CHUNK_ROWS:
+        yield cols
+        return
+    for i in range(0, n, CHUNK_ROWS):
+        chunk = {c: a[i:i + CHUNK_ROWS] for c, a in cols.items()}
+        yield {c: a.compact() if isinstance(a, Coded) and len(a.labels) > CHUNK_ROWS // 8 else a
+               for c, a in chunk.items()}
+
+
+def _ingest_main(inp: BinaryIO, out: BinaryIO) -> None:
+    """Ingest process: build the database described by the J frame. It answers H (started), then P
+    frames (progress), and last S (ranks stored, errors) or E (why the build failed)."""
+    frame = _recv(inp)
+    if frame is None:
+        return
+    job = frame[1]
+    _send(out, b"H", None)
+    cons: list[duckdb.DuckDBPyConnection] = []
+
+    def open_writer() -> _Writer:
+        con, rows = _connect_for_writing(Path(job["db"]))
+        cons.append(con)
+        return _Writer(con, rows)
+
+    try:
+        try:
+            writer, stored, errors = _run_workers(job["sources"], job["workers"], open_writer,
+                                                  lambda d, n, label: _send(out, b"P", (d, n, label)))
+            writer.finish([*job["warnings"], *(f"rank skipped: {e}" for e in errors)])
+        finally:
+            for con in cons:
+                con.close()
+    except Exception as e:  # reported to the parent, which raises it
+        _send(out, b"E", f"{type(e).__name__}: {e}")
+        raise SystemExit(1) from None
+    _send(out, b"S", (stored, errors))
+
+
+def _run_workers(sources: list[RankSource], workers: int, open_writer: Callable[[], _Writer],
+                 progress: Callable[[int, int, str], None]) -> tuple[_Writer, int, list[str]]:
+    """Hand the ranks to `workers` parse workers, one at a time each; insert each rank as it arrives, one
+    rank at a time (a worker that has started sending is read to the end of its rank, so a rank's rows
+    stay together in every table, which keeps the zone maps on rank and time selective). The database
+    is opened (`open_writer`) once the workers are started, while they parse their first ranks. A worker
+    that dies fails its rank (the rows it sent are removed) and is replaced.
+    """
+    n = len(sources)
+    todo = collections.deque(sources)
+    stored = done = 0
+    errors: list[str] = []
+    startup_failures = 0
+    sel = selectors.DefaultSelector()
+    children: list[_Child] = []
+
+    def start() -> None:
+        w = _Child("parse", fork=_may_fork())
+        children.append(w)
+        sel.register(w.out, selectors.EVENT_READ, w)
+        assign(w)
+
+    def assign(w: _Child) -> None:
+        w.task = todo.popleft() if todo else None
+        if w.task is None or not w.send(b"T", w.task):
+            w.close_input()  # no more work (or it is gone): it exits, its EOF is handled below
+
+    def finished(label: Any, err: str | None) -> None:
+        nonlocal stored, done
+        if err:
+            errors.append(err)
+        else:
+            stored += 1
+        done += 1
+        progress(done, n, f"rank {label}")
+
+    def receive(w: _Child, task: RankSource) -> bool:
+        """Read the frames of `w`'s task (its data, then R); False when `w` died first."""
+        rank: int | None = None
+        refused = False
+        while (frame := _recv(w.out)) is not None:
+            kind, obj = frame
+            if kind == b"D":
+                r, table, cols = obj
+                if rank is None:
+                    rank, refused = r, not writer.claim(r)
+                if not refused:
+                    writer.data(r, table, cols)
+                continue
+            r, info, err = obj  # R: the task is over
+            if err is None:
+                if rank is None:
+                    rank, refused = r, not writer.claim(r)
+                if refused:
+                    err = f"{task.path}: rank {r} was already read from another source"
+                elif (why := writer.done(r, *info)) is not None:
+                    err = f"{task.path}: {why}"
+            finished(r, err)
+            w.finished += 1
+            return True
+        if rank is not None and not refused:
+            writer.abort(rank)  # the rows it had sent
+        return False
+
+    try:
+        for _ in range(max(1, min(workers, n))):
+            start()
+        writer = open_writer()
+        while sel.get_map():
+            for key, _ in sel.select():
+                w: _Child = key.data
+                if w.task is not None and receive(w, w.task):
+                    assign(w)
+                    continue
+                sel.unregister(w.out)  # EOF: done with its tasks, or died
+                if w.task is None:
+                    w.close()
+                    continue
+                why = w.death()
+                w.close()
+                finished(w.task.rank, f"{w.task.path}: cannot parse: the parse worker died ({why})")
+                startup_failures += not w.finished
+                if startup_failures >= 3 and not stored:  # workers cannot even start: give up
+                    while todo:
+                        src = todo.popleft()
+                        finished(src.rank, f"{src.path}: cannot parse: the parse worker died ({why})")
+                elif todo:
+                    start()
+    finally:
+        for w in children:
+            w.kill()
+    return writer, stored, errors
+
+
+def build_database(disc: Discovery, out: Path, *, workers: int | None = None,
+                   progress: ProgressFn | None = None) -> list[str]:
+    """Parse every rank of `disc` into a new database at `out`; returns ingest warnings.
+
+    Small inputs are parsed and inserted here; larger ones by child processes (module docstring), in
+    memory bounded per process whatever the number of ranks. A rank that fails is skipped with a
+    warning when other ranks are stored; if none is, the first error is raised.
+    """
+    n = len(disc.sources)
+    total_bytes = sum(f.stat().st_size for s in disc.sources for f in _input_files(s))
+    workers = workers if workers is not None else min(n, os.cpu_count() or 1)
+    if n == 1 or workers <= 1 or total_bytes < PARALLEL_MIN_BYTES or os.name != "posix":
+        stored, errors = _build_here(disc, out, progress)
+    else:
+        stored, errors = _build_in_children(disc, out, workers, progress)
+    if stored == 0:
+        raise ProfileError(None, errors[0] if errors else "no rank could be read")
+    return [*disc.warnings, *(f"rank skipped: {e}" for e in errors)]
+
+
+def _build_here(disc: Discovery, out: Path, progress: ProgressFn | None) -> tuple[int, list[str]]:
+    n = len(disc.sources)
+    stored = 0
+    errors: list[str] = []
+    con, rows = _connect_for_writing(out)
+    try:
+        writer = _Writer(con, rows)
+        for i, src in enumerate(disc.sources):
+            try:
+                t, parts = parse_rank(src)
+                err = _store_parsed(writer, t, parts, src)
+                del t, parts
+            except ProfileError as e:
+                err = str(e)
+            if err:
+                errors.append(err)
+            else:
+                stored += 1
+            if progress:
+                progress(i + 1, n, f"rank {src.rank}")
+        writer.finish([*disc.warnings, *(f"rank skipped: {e}" for e in errors)])
+    finally:
+        con.close()
+    return stored, errors
+
+
+def _build_in_children(disc: Discovery, out: Path, workers: int,
+                       progress: ProgressFn | None) -> tuple[int, list[str]]:
+    child = _Child("ingest")
+    started = False
+    result = failure = None
+    try:
+        if child.send(b"J", {"db": str(out), "sources": disc.sources, "workers": workers,
+                             "warnings": list(disc.warnings)}):
+            child.close_input()
+            while (frame := _recv(child.out)) is not None:
+                kind, obj = frame
+                if kind == b"H":
+                    started = True
+                elif kind == b"P":
+                    if progress:
+                        progress(*obj)
+                elif kind == b"S":
+                    result = obj
+                elif kind == b"E":
+                    failure = obj
+        if result is None:
+            why = failure or f"the ingest process died ({child.death()})"
+            if not started:  # no child interpreter could run here (embedded Python, odd sys.executable...)
+                child.kill()
+                for p in (out, Path(f"{out}.wal")):
+                    p.unlink(missing_ok=True)
+                return _build_here(disc, out, progress)
+            raise RuntimeError(f"ingest failed: {why}")
+        child.close()
+    finally:
+        child.kill()
+    return result
 
 
 @dataclass
@@ -178,73 +782,9 @@ class Profile:
         self.con.close()
 
 
-def _mp_context():
-    """fork when this process is single-threaded and holds no DuckDB connection, else forkserver.
-
-    forkserver (and spawn) re-run an unguarded `__main__` in every worker, which breaks user scripts that
-    call open_profile at top level; fork does not, and is safe when no other thread can hold a lock at fork
-    time. A threaded host (the MCP server) gets forkserver, whose entry points are guarded.
-    """
-    if threading.active_count() == 1 and not _OPEN and "fork" in mp.get_all_start_methods():
-        return mp.get_context("fork")
-    return mp.get_context("forkserver")
-
-
-def build_database(disc: Discovery, out: Path, *, workers: int | None = None,
-                   progress: ProgressFn | None = None) -> list[str]:
-    """Parse every rank of `disc` into a new database at `out`; returns ingest warnings.
-
-    Ranks are parsed in a process pool and inserted by this process as they arrive, each row written
-    once; at most `workers + 2` parsed ranks wait in memory, so a cluster of any size ingests in bounded
-    memory. A rank that fails is skipped with a warning when other ranks parse; if none parses, the first
-    error is raised.
-    """
-    warnings = list(disc.warnings)
-    n = len(disc.sources)
-    total_bytes = sum(f.stat().st_size for s in disc.sources for f in _input_files(s))
-    workers = workers if workers is not None else min(n, os.cpu_count() or 1)
-    errors: list[str] = []
-    done = 0
-    con = duckdb.connect(str(out))
-    try:
-        con.execute(schema_sql())
-
-        def take(rank: int, parsed: ParsedRank | None, err: str | None) -> None:
-            nonlocal done
-            if parsed is not None:
-                _insert(con, parsed)
-            else:
-                errors.append(err or "unknown error")
-            done += 1
-            if progress:
-                progress(done, n, f"rank {rank}")
-
-        if n == 1 or workers <= 1 or total_bytes < PARALLEL_MIN_BYTES:
-            for src in disc.sources:
-                take(*_parse_worker(src))
-        else:
-            with ProcessPoolExecutor(max_workers=workers, mp_context=_mp_context()) as pool:
-                todo = iter(disc.sources)
-                pending = {pool.submit(_parse_worker, s) for s in itertools.islice(todo, workers + 2)}
-                while pending:
-                    finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                    for fut in finished:
-                        take(*fut.result())
-                        if (nxt := next(todo, None)) is not None:
-                            pending.add(pool.submit(_parse_worker, nxt))
-        if done - len(errors) == 0:
-            raise ProfileError(None, errors[0] if errors else "no rank could be read")
-        skipped = [f"rank skipped: {e}" for e in errors]
-        warnings.extend(skipped)
-        for w in [*disc.warnings, *skipped]:
-            con.execute("INSERT INTO ingest_warnings VALUES (NULL, NULL, ?)", [w])
-        con.execute("CHECKPOINT")
-        return warnings
-    finally:
-        con.close()
-
-
 def _profile_info(con: duckdb.DuckDBPyConnection, path: Path) -> ProfileInfo:
+    from .models import ProfileInfo
+
     ranks = [r[0] for r in con.execute("SELECT rank FROM ranks ORDER BY rank").fetchall()]
     fmts = sorted({r[0] for r in con.execute("SELECT DISTINCT format FROM ranks").fetchall()})
     steps = [r[0] for r in con.execute("SELECT DISTINCT step FROM steps WHERE kept ORDER BY step").fetchall()]
@@ -294,6 +834,9 @@ def open_profile(path: str | Path, *, cache_dir: Path | None = None, workers: in
             finally:
                 tmp.unlink(missing_ok=True)
                 Path(str(tmp) + ".wal").unlink(missing_ok=True)
+                shutil.rmtree(str(tmp) + ".tmp", ignore_errors=True)  # DuckDB's spill directory
+        import duckdb
+
         con = duckdb.connect(str(db), read_only=True)
         warnings = [r[0] for r in con.execute(
             "SELECT DISTINCT CASE WHEN rank IS NULL THEN message ELSE 'rank ' || rank || ': ' || message END "

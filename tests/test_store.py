@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CLUSTER4, KINETO, need
+from conftest import CLUSTER4, KINETO, SHARED, need
 from stepdoctor.analysis import store
 from stepdoctor.analysis.ingest.base import ProfileError, parse_us_to_ns
 from stepdoctor.analysis.ingest.discover import discover
@@ -105,3 +105,206 @@ def test_missing_and_unrecognized_paths(tmp_path):
     (tmp_path / "x.txt").write_text("hi")
     with pytest.raises(ProfileError, match="not a profile"):
         discover(tmp_path / "x.txt")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The ingest path (typed columns, child processes, row-group commits) against a reference
+# ---------------------------------------------------------------------------------------------------------
+
+def _reference_rows(disc) -> dict[str, list[tuple]]:
+    """Every table as the straightforward way builds it: each rank's `frames()` inserted with pandas."""
+    import duckdb
+
+    from stepdoctor.analysis.ingest.base import schema_sql, table_columns
+
+    con = duckdb.connect()
+    con.execute(schema_sql())
+    for src in disc.sources:
+        t = store.read_source(src)
+        for name, df in t.frames().items():
+            con.register("_df", df)
+            con.execute(f"INSERT INTO {name} SELECT * FROM _df")
+            con.unregister("_df")
+        for w in t.warnings:
+            con.execute("INSERT INTO ingest_warnings VALUES (?, NULL, ?)", [t.rank, w])
+        for c in t.capabilities:
+            con.execute("INSERT INTO capabilities VALUES (?, ?)", [t.rank, c])
+    for w in disc.warnings:
+        con.execute("INSERT INTO ingest_warnings VALUES (NULL, NULL, ?)", [w])
+    return {t: con.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in table_columns()}
+
+
+def _profile_rows(prof: store.Profile) -> dict[str, list[tuple]]:
+    from stepdoctor.analysis.ingest.base import table_columns
+
+    return {t: prof.rows(f"SELECT * FROM {t} ORDER BY ALL") for t in table_columns()}
+
+
+@pytest.mark.parametrize("data", ["kineto/trace_filter", "kineto/trace_diff", "kineto/nccl_parser_config",
+                                  "ascend/cluster4"])
+@pytest.mark.parametrize("path", ["children", "here"])
+def test_ingest_tables_equal_the_frames_reference(data, path, tmp_path, monkeypatch):
+    prof_dir = need(SHARED / data)
+    if path == "children":  # parse workers + ingest process, real row-group size and chunks
+        monkeypatch.setattr(store, "PARALLEL_MIN_BYTES", 0)
+        prof = store.open_profile(prof_dir, cache_dir=tmp_path, workers=2)
+    else:  # in this process, with tiny row groups: many commits, blocks split across them
+        monkeypatch.setattr(store, "PARALLEL_MIN_BYTES", 1 << 60)
+        monkeypatch.setattr(store, "ROW_GROUP_ROWS", 2048)
+        prof = store.open_profile(prof_dir, cache_dir=tmp_path, workers=1)
+    got, want = _profile_rows(prof), _reference_rows(discover(prof_dir))
+    assert sum(map(len, want.values())) > 1000
+    for t in want:
+        assert got[t] == want[t], t
+
+
+def test_parse_worker_imports_neither_pandas_nor_duckdb():
+    import subprocess
+    import sys
+
+    code = ("import sys; import stepdoctor.analysis.store, stepdoctor.analysis.ingest.kineto; "
+            "print(sorted(m for m in ('pandas', 'duckdb', 'pydantic') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_bad_rank_is_skipped_with_a_warning_in_child_processes(tmp_path, monkeypatch):
+    prof_dir = tmp_path / "prof"
+    shutil.copytree(need(KINETO / "trace_filter"), prof_dir)
+    (prof_dir / "sampled_rank-7.json").write_text('{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, ')
+    monkeypatch.setattr(store, "PARALLEL_MIN_BYTES", 0)
+    prof = store.open_profile(prof_dir, cache_dir=tmp_path / "cache", workers=2)
+    assert prof.info.ranks == [0, 1]
+    assert any(w.startswith("rank skipped:") and "sampled_rank-7.json" in w for w in prof.warnings)
+    store._OPEN.clear()
+    (prof_dir / "sampled_rank-0.json.gz").unlink()
+    (prof_dir / "sampled_rank-1.json.gz").unlink()
+    with pytest.raises(ProfileError, match=r"sampled_rank-7\.json"):
+        store.open_profile(prof_dir, cache_dir=tmp_path / "cache", workers=2)
+
+
+def test_writer_refuses_a_taken_rank_id_and_removes_an_aborted_rank(tmp_path):
+    import numpy as np
+
+    con, _ = store._connect_for_writing(tmp_path / "w.duckdb")
+    w = store._Writer(con, 1024)
+    ops = {"name": np.array(["k"] * 3000, dtype=object),
+           "category": np.array(["compute"] * 3000, dtype=object),
+           "start_ns": np.arange(3000), "dur_ns": np.ones(3000, dtype=np.int64)}
+    assert w.claim(0) and not w.claim(0) and w.claim(1)
+    w.data(0, "device_ops", ops)
+    w.data(1, "device_ops", ops)
+    w.data(0, "ranks", {"source_path": np.array(["a"], dtype=object),
+                        "format": np.array(["kineto"], dtype=object), "vendor": np.array(["cuda"], dtype=object)})
+    assert w.done(0, ["w0"], ["kernels"]) is None
+    w.abort(1)  # e.g. its worker died half-way: rows in committed row groups and in the open one go
+    assert w.claim(1)  # the id is free again
+    w.finish(["global"])
+    got = con.execute("SELECT rank, count(*) FROM device_ops GROUP BY rank").fetchall()
+    assert got == [(0, 3000)]
+    assert con.execute("SELECT * FROM ingest_warnings ORDER BY ALL").fetchall() == [(0, None, "w0"),
+                                                                                  (None, None, "global")]
+    con.close()
+
+
+def test_parse_worker_death_skips_its_rank(tmp_path):
+    import os
+    import threading
+
+    import psutil
+
+    from stepdoctor.analysis.ingest.base import RankSource
+
+    good = next(need(KINETO / "trace_filter").glob("*rank-0*"))
+    fifo = tmp_path / "rank1.json"
+    os.mkfifo(fifo)  # opening it blocks the worker until it is killed
+    con, rows = store._connect_for_writing(tmp_path / "w.duckdb")
+    writer = store._Writer(con, rows)
+    seen: list[tuple[int, int, str]] = []
+
+    def kill_when_blocked() -> None:
+        while len(seen) < 1:
+            threading.Event().wait(0.05)
+        for p in psutil.Process().children(recursive=True):
+            if "_child_main('parse')" in " ".join(p.cmdline()):
+                p.kill()
+
+    threading.Thread(target=kill_when_blocked, daemon=True).start()
+    sources = [RankSource(path=good, format="kineto", rank=0), RankSource(path=fifo, format="kineto", rank=1)]
+    _, stored, errors = store._run_workers(sources, 1, lambda: writer, lambda *a: seen.append(a))
+    writer.finish([])
+    assert stored == 1 and len(errors) == 1
+    assert "rank1.json: cannot parse: the parse worker died (killed by signal 9" in errors[0]
+    assert con.execute("SELECT DISTINCT rank FROM host_ops").fetchall() == [(0,)]
+    con.close()
+
+
+def test_no_child_interpreter_falls_back_to_ingest_here(tmp_path, monkeypatch):
+    import sys
+
+    prof_dir = need(KINETO / "trace_filter")
+    monkeypatch.setattr(store, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(sys, "executable", "/bin/false")  # e.g. an embedded Python: `-c` cannot run
+    prof = store.open_profile(prof_dir, cache_dir=tmp_path, workers=2)
+    assert prof.info.ranks == [0, 1]
+    store._OPEN.clear()
+    monkeypatch.undo()
+    ref = store.open_profile(prof_dir, cache_dir=tmp_path / "ref", workers=1)
+    assert _profile_rows(prof) == _profile_rows(ref)
+
+
+FORKED_DEATH = r"""
+import json, os, sys
+import psutil
+from stepdoctor.analysis import store
+from stepdoctor.analysis.ingest.base import RankSource
+
+store._NOT_FOR_FORKS.add(os.dup(1))  # as in an ingest process: parse workers are forked
+assert store._may_fork()
+
+
+class Writer:  # records what reaches the database
+    def __init__(self):
+        self.rows, self.aborted = {}, []
+    def claim(self, r):
+        return True
+    def data(self, r, table, cols):
+        self.rows[r] = self.rows.get(r, 0) + store._rows(cols)
+    def done(self, r, *info):
+        return None
+    def abort(self, r):
+        self.aborted.append(r)
+
+
+pids, forked = [], []
+def kill_workers(*progress):  # after rank 0 is stored: the worker now blocks opening rank 1 (a FIFO)
+    if pids:
+        return
+    me = psutil.Process()
+    for p in me.children():
+        pids.append(p.pid)
+        forked.append(p.cmdline() == me.cmdline())
+        p.kill()
+w = Writer()
+sources = [RankSource(path=__import__("pathlib").Path(sys.argv[1]), format="kineto", rank=0),
+           RankSource(path=__import__("pathlib").Path(sys.argv[2]), format="kineto", rank=1)]
+_, stored, errors = store._run_workers(sources, 1, lambda: w, kill_workers)
+print(json.dumps({"stored": stored, "errors": errors, "rows": w.rows, "killed": len(pids), "forked": forked}))
+"""
+
+
+def test_forked_parse_worker_death_skips_its_rank(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    good = next(need(KINETO / "trace_filter").glob("*rank-0*"))
+    fifo = tmp_path / "rank1.json"
+    os.mkfifo(fifo)  # opening it blocks the worker until it is killed
+    out = subprocess.run([sys.executable, "-c", FORKED_DEATH, str(good), str(fifo)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["stored"] == 1 and got["killed"] == 1 and got["forked"] == [True] and got["rows"]["0"] > 1000
+    assert "rank1.json: cannot parse: the parse worker died (killed by signal 9" in got["errors"][0]

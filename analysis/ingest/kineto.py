@@ -16,6 +16,8 @@ Parsing (fast, bounded memory):
   * each decoded piece is folded at once into compact per-column numpy arrays (names interned to ids),
     then dropped; ts/dur become integer ns. Pieces are small on purpose: the ~1,600 events of a piece
     stay in the CPU cache while a dozen column passes run over them (8 MiB pieces cost ~40 % more).
+    Interned texts (names, categories, call stacks) reach the store as `Coded` columns (ids + labels)
+    and nullable ints as numpy masked arrays: no Python object per row, and no pandas in a parse worker.
 
 Timestamps: Kineto `ts`/`dur` are µs, ints in older traces, floats with ns decimals in newer ones
 (`displayTimeUnit` only says how a viewer displays them). A float µs value x is converted as
@@ -81,9 +83,8 @@ from typing import Any, BinaryIO
 
 import msgspec
 import numpy as np
-import pandas as pd
 
-from .base import ProfileError, RankSource, RankTables
+from .base import Coded, ProfileError, RankSource, RankTables
 
 # --------------------------------------------------------------------------------------------------
 # Name tables
@@ -888,11 +889,22 @@ class _Folder:
 # Post-processing
 # --------------------------------------------------------------------------------------------------
 
-def _ints(a: np.ndarray, absent: np.ndarray | None = None) -> pd.arrays.IntegerArray:
-    """int64 column -> nullable Int64 array (absent = the _NONE sentinel, or the given mask), built
-    without a Python object per value so RankTables.frames() has nothing left to convert."""
+def _ints(a: np.ndarray, absent: np.ndarray | None = None) -> np.ndarray:
+    """int64 column -> nullable int column (absent = the _NONE sentinel, or the given mask): a numpy
+    masked array, which the store inserts as it is (no Python object per value, no pandas)."""
     mask = (a == _NONE) if absent is None else absent
-    return pd.arrays.IntegerArray(np.where(mask, 0, a).astype(np.int64), mask)
+    a = a.astype(np.int64, copy=False)
+    return np.ma.MaskedArray(a, mask=mask) if mask.any() else a
+
+
+def _sparse_text(n: int, values: dict[int, str | None]) -> Coded:
+    """n rows of text, NULL except at the given rows (call stacks, collective names)."""
+    codes = np.full(n, -1, dtype=np.int32)
+    labels: dict[str, int] = {}
+    for i, v in values.items():
+        if v is not None:
+            codes[i] = labels.setdefault(v, len(labels))
+    return Coded(codes, list(labels))
 
 
 def _nesting_depth(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -1165,27 +1177,27 @@ def _build(t: RankTables, src: RankSource, path: Path, doc: _Doc, f: _Folder) ->
                                               _DEVICE_TASKS[(k // 2) % len(_DEVICE_TASKS)], bool(k % 2))
                            for k in uniq.tolist()], dtype=object)
         category = labels[inverse]
-        d_name = names[d_nid]
         collective = np.full(nd, None, dtype=object)
         group = np.full(nd, None, dtype=object)
         size = d_bytes.copy()
         comm_rows = np.flatnonzero(category == "communication")
         for i in comm_rows.tolist():
             c = comm_info.get(i)
-            collective[i] = collective_op_type(c.collective if c else None, d_name[i])
+            collective[i] = collective_op_type(c.collective if c else None, names[d_nid[i]])
             if c is not None:
                 group[i] = c.group
                 if size[i] == _NONE and (b := c.size_bytes()) is not None:
                     size[i] = b
         t.extend("device_ops", {
-            "step": _ints(d_step), "name": d_name, "category": category,
-            "task_type": np.array(_DEVICE_TASKS, dtype=object)[d_task], "stream_id": _ints(d_stream),
+            "step": _ints(d_step), "name": Coded(d_nid, names), "category": Coded(inverse, labels),
+            "task_type": Coded(d_task, _DEVICE_TASKS), "stream_id": _ints(d_stream),
             "start_ns": _ints(d_start), "dur_ns": _ints(d_dur), "correlation_id": _ints(d_corr, d_corr < 0),
             "block_dim": _ints(d_grid), "size_bytes": _ints(size), "collective": collective, "group_name": group,
         })
         if comm_rows.size:
             t.extend("comm_ops", {
-                "step": _ints(d_step[comm_rows]), "name": d_name[comm_rows], "op_type": collective[comm_rows],
+                "step": _ints(d_step[comm_rows]), "name": Coded(d_nid[comm_rows], names),
+                "op_type": collective[comm_rows],
                 "group_name": group[comm_rows], "start_ns": _ints(d_start[comm_rows]),
                 "elapse_ns": _ints(d_dur[comm_rows]), "size_bytes": _ints(size[comm_rows]),
             })
@@ -1202,21 +1214,26 @@ def _build(t: RankTables, src: RankSource, path: Path, doc: _Doc, f: _Folder) ->
     # ---- host_ops
     if nh:
         depth = _nesting_depth(h_tid, h_start, h_start + h_dur)
-        stack: list[str | None] = [None] * nh
-        coll: list[str | None] = [None] * nh
-        msg: list[int | None] = [None] * nh
-        for i, v in f.h_stack.items():
-            stack[i] = v
-        for i, c in f.h_comm.items():
-            coll[i] = c.collective
-            msg[i] = c.in_bytes()
-        t.extend("host_ops", {
-            "step": _ints(h_step), "name": names[h_nid], "category": np.array(_HOST_CATEGORIES, dtype=object)[h_cat],
+        host = {
+            "step": _ints(h_step), "name": Coded(h_nid, names), "category": Coded(h_cat, _HOST_CATEGORIES),
             "tid": _ints(h_tid), "start_ns": _ints(h_start), "dur_ns": _ints(h_dur),
             "correlation_id": _ints(h_corr, h_corr < 0), "external_id": _ints(h_ext, h_ext < 0),
-            "depth": _ints(depth), "input_dims": h.column("dims", None), "input_types": h.column("types", None),
-            "call_stack": stack, "collective": coll, "msg_bytes": msg,
-        })
+            "depth": _ints(depth),
+        }
+        # sparse columns only when the trace has them (an absent column is NULL; a column of NULLs
+        # still costs the insert a pass over every row)
+        if f.has_shapes:
+            host["input_dims"], host["input_types"] = h.column("dims", None), h.column("types", None)
+        if f.h_stack:
+            host["call_stack"] = _sparse_text(nh, f.h_stack)
+        if f.h_comm:
+            msg = np.full(nh, _NONE, dtype=np.int64)
+            for i, c in f.h_comm.items():
+                if (b := c.in_bytes()) is not None and -(2**62) < b < 2**63:
+                    msg[i] = b
+            host["collective"] = _sparse_text(nh, {i: c.collective for i, c in f.h_comm.items()})
+            host["msg_bytes"] = _ints(msg)
+        t.extend("host_ops", host)
         if f.has_shapes:
             t.has("record_shapes")
     if with_stack:

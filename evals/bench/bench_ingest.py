@@ -3,23 +3,25 @@
 What one run measures (every measurement in a fresh child process, sampled by this process):
 
 1. traces: N copies of `trace_diff/control` enlarged by repeating its ProfilerSteps to ~M MB each
-   (`evals.generate.kineto.repeat_kineto_trace`), cached in --data between runs;
+   (`evals.generate.kineto.repeat_kineto_trace`), cached in --data between runs (the manifest that
+   says how they were built lives beside that directory, so it is not taken for a rank);
 2. parse floor, per file, one core: read the bytes (decompress if gz) + one typed msgspec decode of the
    whole document keeping only the fields stepdoctor stores (`kineto.TraceDoc`). Nothing else;
 3. stepdoctor `read_rank` per file, one core: the reader alone (-> normalized columns in memory), and
-   the same plus `RankTables.frames()` and the DuckDB insert of those frames (the rest of ingest's
-   work for one rank: frames in the pool worker, the insert in the parent);
-4. stepdoctor ingest: `open_profile(dir)` into an empty cache (discovery, the process pool over ranks,
-   inserts into the profile database), then `compute_breakdown` (the analysis HTA's numbers are
-   compared with);
+   the same plus the rest of ingest's work for one rank, as the ingest processes do it: typing the
+   columns (`RankTables.parts()`, in the parse worker) and inserting them (`store._Writer`, in the
+   ingest process) into a new database, checkpointed;
+4. stepdoctor ingest: `open_profile(dir)` into an empty cache (discovery, the parse workers and the
+   ingest process, the rename), then `compute_breakdown` (the analysis HTA's numbers are compared with);
 5. HTA 0.5.0 (only when --hta-python points at an interpreter that imports `hta`):
    `TraceAnalysis(trace_dir)` then temporal, idle (all ranks), kernel breakdown, comm/comp overlap and
    launch stats (all ranks), visualize=False — the load + analyses of kineto-format-and-hta.md §6.
 
-RSS: the whole child process tree is sampled every 50 ms (psutil): the largest single process and the
-largest sum over the tree are reported. CPU: user+system seconds of every process of the tree.
-Wall times are what the child measured around the call (imports excluded), so a loaded machine shows
-as wall >> CPU; the ratios are printed for both.
+RSS: the whole child process tree is sampled every 50 ms (psutil): the largest single process (and
+which one: the measuring process, stepdoctor's ingest process or a parse worker) and the largest sum
+over the tree are reported. CPU: user+system seconds of every process of the tree. Wall times are what
+the child measured around the call, imports excluded (pandas included: stepdoctor's store no longer
+imports it, the analyses do), so a loaded machine shows as wall >> CPU; the ratios are printed for both.
 
 Run: .venv/bin/python -m stepdoctor.evals.bench.bench_ingest [--ranks 8] [--mb 90] [--gz]
      [--hta-python /tmp/hta-venv/bin/python]   (HTA lives in its own venv, never a project dependency)
@@ -96,11 +98,10 @@ def child_floor(path: Path) -> dict[str, Any]:
 
 
 def child_read(path: Path) -> dict[str, Any]:
-    """read_rank alone; then what the rest of ingest does with one rank: `frames()` (in the pool worker)
-    and the DuckDB insert of those frames (in the parent, store.build_database)."""
-    import duckdb
-
-    from stepdoctor.analysis.ingest.base import RankSource, schema_sql
+    """read_rank alone; then what the rest of ingest does with one rank: `RankTables.parts()` (in the parse
+    worker) and the insert of those columns by `store._Writer` (in the ingest process), checkpointed."""
+    from stepdoctor.analysis import store
+    from stepdoctor.analysis.ingest.base import RankSource
     from stepdoctor.analysis.ingest.kineto import read_rank
 
     c0, t0 = time.process_time(), time.perf_counter()
@@ -108,15 +109,15 @@ def child_read(path: Path) -> dict[str, Any]:
     read_wall, read_cpu = time.perf_counter() - t0, time.process_time() - c0
     rss_read = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     c1, t1 = time.process_time(), time.perf_counter()
-    frames = tables.frames()
+    parts = list(tables.parts())
     with tempfile.TemporaryDirectory() as d:
-        con = duckdb.connect(str(Path(d) / "one.duckdb"))
-        con.execute(schema_sql())
-        for name, df in frames.items():  # as store.build_database inserts a rank's frames
-            con.register("_df", df)
-            con.execute(f"INSERT INTO {name} SELECT * FROM _df")
-            con.unregister("_df")
-        con.execute("CHECKPOINT")
+        con, rows = store._connect_for_writing(Path(d) / "one.duckdb")
+        writer = store._Writer(con, rows)
+        writer.claim(tables.rank)
+        for name, cols in parts:  # as the ingest process inserts a rank's columns
+            writer.data(tables.rank, name, cols)
+        writer.done(tables.rank, list(tables.warnings), sorted(tables.capabilities))
+        writer.finish([])
         con.close()
     part_wall, part_cpu = time.perf_counter() - t1, time.process_time() - c1
     return {"read_wall_s": read_wall, "read_cpu_s": read_cpu, "part_wall_s": part_wall, "part_cpu_s": part_cpu,
@@ -125,11 +126,19 @@ def child_read(path: Path) -> dict[str, Any]:
 
 
 def child_stepdoctor(trace_dir: Path, cache: Path) -> dict[str, Any]:
+    import pandas  # noqa: F401 - imported by the analyses (profile.sql); an import, not analysis time
+
     from stepdoctor.analysis.metrics.breakdown import compute_breakdown
     from stepdoctor.analysis.store import open_profile
 
+    phase_file = os.environ.get("BENCH_PHASE_FILE")
+
+    def progress(done: int, n: int, _label: str) -> None:
+        if done == n and phase_file:  # every rank stored: what follows is finishing and opening the database
+            Path(phase_file).write_text("open")
+
     t0 = time.perf_counter()
-    prof = open_profile(trace_dir, cache_dir=cache)
+    prof = open_profile(trace_dir, cache_dir=cache, progress=progress)
     t1 = time.perf_counter()
     rows = compute_breakdown(prof)
     t2 = time.perf_counter()
@@ -149,9 +158,30 @@ class Sampled:
     peak_tree_b: int
     cpu_s: float                       # user+system of every process of the tree
     per_pid_cpu: dict[int, float] = field(default_factory=dict)
+    peak_by_role: dict[str, int] = field(default_factory=dict)  # largest RSS of each kind of process
+    cpu_by_role: dict[str, float] = field(default_factory=dict)  # CPU s of each kind of process (sampled)
 
 
-def run_sampled(cmd: list[str], env: dict[str, str] | None = None) -> Sampled:
+def _role(p: Any, root_pid: int) -> str:
+    """What a sampled process is: the measured child itself, or one of stepdoctor's children (the ingest
+    process is a child of the measured one; parse workers are its children, forked or new interpreters)."""
+    if p.pid == root_pid:
+        return "measuring process"
+    try:
+        cmd = " ".join(p.cmdline())
+        ppid = p.ppid()
+    except Exception:  # gone meanwhile
+        return "other"
+    if "_child_main('parse')" in cmd or ("_child_main('ingest')" in cmd and ppid != root_pid):
+        return "parse worker"
+    if "_child_main('ingest')" in cmd:
+        return "ingest process"
+    return "other child"
+
+
+def run_sampled(cmd: list[str], env: dict[str, str] | None = None, phase_file: Path | None = None) -> Sampled:
+    """Run `cmd`, sampling its process tree. With `phase_file` (which the child writes when its ranks are
+    all stored), the measuring process's peak is split into before and after that point."""
     import psutil
 
     t0 = time.perf_counter()
@@ -160,6 +190,8 @@ def run_sampled(cmd: list[str], env: dict[str, str] | None = None) -> Sampled:
     root = psutil.Process(proc.pid)
     peak_proc = peak_tree = 0
     cpu: dict[int, float] = {}
+    roles: dict[int, str] = {}
+    by_role: dict[str, int] = {}
     while proc.poll() is None:
         try:
             procs = [root, *root.children(recursive=True)]
@@ -175,6 +207,11 @@ def run_sampled(cmd: list[str], env: dict[str, str] | None = None) -> Sampled:
             total += rss
             peak_proc = max(peak_proc, rss)
             cpu[p.pid] = ct.user + ct.system
+            role = roles.setdefault(p.pid, _role(p, proc.pid))
+            key = role
+            if role == "measuring process" and phase_file is not None:
+                key += " after ingest (open, breakdown)" if phase_file.exists() else " during ingest"
+            by_role[key] = max(by_role.get(key, 0), rss)
         peak_tree = max(peak_tree, total)
         time.sleep(SAMPLE_S)
     out, err = proc.communicate()
@@ -186,20 +223,27 @@ def run_sampled(cmd: list[str], env: dict[str, str] | None = None) -> Sampled:
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     waited = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
     result = json.loads(out.strip().splitlines()[-1])
-    return Sampled(result, wall, peak_proc, peak_tree, max(sum(cpu.values()), waited), cpu)
+    cpu_by_role: dict[str, float] = {}
+    for pid, c in cpu.items():
+        cpu_by_role[roles.get(pid, "other")] = cpu_by_role.get(roles.get(pid, "other"), 0.0) + c
+    return Sampled(result, wall, peak_proc, peak_tree, max(sum(cpu.values()), waited), cpu, by_role, cpu_by_role)
 
 
 def build_traces(src: Path, out: Path, ranks: int, mb: float, gz: bool) -> list[Path]:
     """N rank files of ~mb MB (uncompressed), reused when a previous run made the same set."""
     from stepdoctor.evals.generate.kineto import repeat_kineto_trace
 
-    manifest = out / "manifest.json"
+    manifest = out.parent / f"{out.name}.manifest.json"  # beside the traces: discovery would take it for a rank
     want = {"src": str(src), "ranks": ranks, "mb": mb, "gz": gz}
     suffix = ".json.gz" if gz else ".json"
     files = [out / f"rank{r}{suffix}" for r in range(ranks)]
+    old_manifest = out / "manifest.json"  # where earlier versions of this script kept it
+    if old_manifest.exists() and not manifest.exists():
+        old_manifest.replace(manifest)
     if manifest.exists() and json.loads(manifest.read_text()) == want and all(f.exists() for f in files):
         return files
     shutil.rmtree(out, ignore_errors=True)
+    manifest.unlink(missing_ok=True)
     out.mkdir(parents=True)
     for r, f in enumerate(files):
         repeat_kineto_trace(src, f, r, int(mb * 1e6), world_size=ranks)
@@ -242,7 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     floor = [run_sampled([*me, "floor", str(f)], env) for f in files]
     reads = [run_sampled([*me, "read", str(f)], env) for f in files]
     with tempfile.TemporaryDirectory(prefix="stepdoctor-bench-cache-") as cache:
-        sd = run_sampled([*me, "stepdoctor", str(data), cache], env)
+        phase = Path(cache) / "phase"
+        sd = run_sampled([*me, "stepdoctor", str(data), str(Path(cache) / "db")],
+                         dict(env, BENCH_PHASE_FILE=str(phase)), phase)
     hta = None
     if not a.no_hta and a.hta_python.exists():
         with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as s:
@@ -272,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
 
     row("parse floor, Σ files, one core", floor_wall, floor_cpu, max(x.result["maxrss_b"] for x in floor), None)
     row("read_rank, Σ files, one core", read_wall, read_cpu, max(x.result["maxrss_read_b"] for x in reads), None)
-    row("read_rank + frames + DuckDB insert, Σ files", sum(x.result["read_wall_s"] + x.result["part_wall_s"] for x in reads),
+    row("read_rank + parts + DuckDB insert, Σ files", sum(x.result["read_wall_s"] + x.result["part_wall_s"] for x in reads),
         part_cpu, max(x.result["maxrss_b"] for x in reads), None)
     row("stepdoctor ingest (open_profile)", sd.result["ingest_s"], sd.cpu_s, sd.peak_proc_b, sd.peak_tree_b)
     row("stepdoctor breakdown", sd.result["analyses_s"], 0.0, None, None)
@@ -283,12 +329,14 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print("ratios")
     print(f"  read_rank / floor (one core, CPU)              {read_cpu / floor_cpu:6.2f}   (wall {read_wall / floor_wall:.2f})")
-    print(f"  read+frames+insert / floor (CPU)               {part_cpu / floor_cpu:6.2f}")
-    print(f"  ingest wall / Σ floor wall (pool of {min(a.ranks, os.cpu_count() or 1)})        "
+    print(f"  read+parts+insert / floor (CPU)                {part_cpu / floor_cpu:6.2f}")
+    print(f"  ingest wall / Σ floor wall ({min(a.ranks, os.cpu_count() or 1)} parse workers)  "
           f"{sd.result['ingest_s'] / floor_wall:6.2f}   (ingest CPU / floor CPU {sd.cpu_s / floor_cpu:.2f})")
     print(f"  peak RSS / largest file: read_rank process     {max(x.result['maxrss_read_b'] for x in reads) / largest:6.2f}")
     print(f"  peak RSS / largest file: ingest, max process   {sd.peak_proc_b / largest:6.2f}   "
           f"(tree {sd.peak_tree_b / largest:.2f})")
+    print("    by process: " + ", ".join(f"{k} {_mb(v)} ({v / largest:.2f})" for k, v in
+                                      sorted(sd.peak_by_role.items(), key=lambda kv: -kv[1])))
     if hta is not None:
         hta_total = hta.result["load_s"] + hta.result["analyses_s"]
         print(f"  HTA / stepdoctor, load+analyses (wall)         {hta_total / sd_total:6.2f}   "
