@@ -102,6 +102,28 @@ def worst_rank(per_rank_ms: dict[int, float]) -> tuple[int | None, float | None]
     return rank, per_rank_ms[rank]
 
 
+def per_rank_ms(g: pd.DataFrame, col: str, steps: dict[int, list[int]]) -> dict[int, float]:
+    """Σ g[col] (ns) per rank divided by that rank's kept steps, in ms per step."""
+    return {int(rk): float(gr[col].sum()) / NS_PER_MS / n_steps(steps, int(rk)) for rk, gr in g.groupby("rank")}
+
+
+def worst_op_types(ctx: CheckContext, bad: pd.DataFrame, steps: dict[int, list[int]], limit: int,
+                   note: str) -> list[tuple[Any, pd.DataFrame, dict[int, float], tuple[int | None, float | None]]]:
+    """Op types of `bad` ranked by the per-step `lost_ns` of their worst rank, top `limit` of them.
+
+    Each entry is (op type, its rows, ms per step by rank, (worst rank, its ms)). When more op types
+    qualify, `note` (formatted with `more` and `limit`) goes to the context's notes.
+    """
+    results = []
+    for op_type, g in bad.groupby("op_type", sort=True):
+        by_rank = per_rank_ms(g, "lost_ns", steps)
+        results.append((op_type, g, by_rank, worst_rank(by_rank)))
+    results.sort(key=lambda x: (-(x[3][1] or 0.0), x[0]))
+    if len(results) > limit:
+        ctx.notes.append(note.format(more=len(results) - limit, limit=limit))
+    return results[:limit]
+
+
 @dataclass
 class DeviceTimeline:
     """Merged busy intervals of one rank's device ops (sorted, disjoint, integer ns)."""

@@ -35,7 +35,7 @@ from ._common import (
     ranks_text,
     step_list,
     steps_text,
-    worst_rank,
+    worst_op_types,
 )
 from .base import Check, CheckContext, register
 
@@ -118,21 +118,12 @@ class BlockDimCheck(Check):
         if not rows:
             return []
         bad = pd.DataFrame(rows)
-        results = []
-        for op_type, g in bad.groupby("op_type", sort=True):
-            per_rank_ms = {
-                int(rk): float(gr["lost_ns"].sum()) / NS_PER_MS / n_steps(steps, int(rk))
-                for rk, gr in g.groupby("rank")
-            }
-            results.append((op_type, g, per_rank_ms, worst_rank(per_rank_ms)))
-        results.sort(key=lambda x: (-(x[3][1] or 0.0), x[0]))
-        if len(results) > MAX_OP_TYPES:
-            ctx.notes.append(
-                f"block-dim-underuse: {len(results) - MAX_OP_TYPES} more op types with a block dim "
-                f"that is not a multiple of the core count are not listed (top {MAX_OP_TYPES} shown)"
-            )
+        results = worst_op_types(
+            ctx, bad, steps, MAX_OP_TYPES,
+            "block-dim-underuse: {more} more op types with a block dim that is not a multiple of the core "
+            "count are not listed (top {limit} shown)")
         out: list[Finding] = []
-        for op_type, g, per_rank_ms, (rank_w, ms_w) in results[:MAX_OP_TYPES]:
+        for op_type, g, per_rank_ms, (rank_w, ms_w) in results:
             gw = g[g["rank"] == rank_w]
             k = n_steps(steps, int(rank_w)) if rank_w is not None else 1
             dims = (

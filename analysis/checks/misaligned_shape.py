@@ -33,10 +33,10 @@ import pandas as pd
 from ..models import Finding
 from ..thresholds import T
 from ._common import (
-    NS_PER_MS,
     in_kept_steps,
     kept_steps,
     n_steps,
+    per_rank_ms,
     ranks_text,
     step_list,
     steps_text,
@@ -250,15 +250,9 @@ class MisalignedShapeCheck(Check):
         out: list[Finding] = []
         for op_type, g in bad.groupby("op_type", sort=True):
             estimated = bool(g["lost_ns"].notna().any())
-            per_rank_ms = {
-                int(rk): float(gr["lost_ns"].sum()) / NS_PER_MS / n_steps(steps, int(rk))
-                for rk, gr in g.groupby("rank")
-            }
-            per_rank_time = {
-                int(rk): float(gr["dur_ns"].sum()) / NS_PER_MS / n_steps(steps, int(rk))
-                for rk, gr in g.groupby("rank")
-            }
-            rank_w, ms_w = worst_rank(per_rank_ms if estimated else per_rank_time)
+            per_rank_loss = per_rank_ms(g, "lost_ns", steps)
+            per_rank_time = per_rank_ms(g, "dur_ns", steps)
+            rank_w, ms_w = worst_rank(per_rank_loss if estimated else per_rank_time)
             gw = g[g["rank"] == rank_w]
             shapes = []
             for (shp, reasons), gs in gw.groupby(["input_shapes", "reasons"], sort=True):
@@ -273,7 +267,7 @@ class MisalignedShapeCheck(Check):
                         "optimization_space": None if pd.isna(space) else round(float(space), 4),
                     }
                 )
-            rk = sorted(per_rank_ms)
+            rk = sorted(per_rank_loss)
             st = step_list(g["step"])
             align = int(T.fa_align.value if op_type in FA_TYPES else T.cube_align.value)
             first = shapes[0]
@@ -296,7 +290,7 @@ class MisalignedShapeCheck(Check):
                             str(r): round(v, 4) for r, v in sorted(per_rank_time.items())
                         },
                         "lost_ms_per_step_by_rank": (
-                            {str(r): round(v, 4) for r, v in sorted(per_rank_ms.items())}
+                            {str(r): round(v, 4) for r, v in sorted(per_rank_loss.items())}
                             if estimated
                             else None
                         ),

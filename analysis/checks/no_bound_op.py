@@ -35,7 +35,7 @@ from ._common import (
     ranks_text,
     step_list,
     steps_text,
-    worst_rank,
+    worst_op_types,
 )
 from .base import Check, CheckContext, register
 
@@ -107,21 +107,10 @@ class NoBoundOpCheck(Check):
         if bad.empty:
             return []
         bad["lost_ns"] = bad["dur_ns"].astype("float64") * bound_headroom(bad["max_ratio"], thr)
-        results = []
-        for op_type, g in bad.groupby("op_type", sort=True):
-            per_rank_ms = {
-                int(rk): float(gr["lost_ns"].sum()) / NS_PER_MS / n_steps(steps, int(rk))
-                for rk, gr in g.groupby("rank")
-            }
-            results.append((op_type, g, per_rank_ms, worst_rank(per_rank_ms)))
-        results.sort(key=lambda x: (-(x[3][1] or 0.0), x[0]))
-        if len(results) > MAX_OP_TYPES:
-            ctx.notes.append(
-                f"no-bound-op: {len(results) - MAX_OP_TYPES} more unbound op types are not listed "
-                f"(top {MAX_OP_TYPES} shown)"
-            )
+        results = worst_op_types(ctx, bad, steps, MAX_OP_TYPES,
+                                 "no-bound-op: {more} more unbound op types are not listed (top {limit} shown)")
         out: list[Finding] = []
-        for op_type, g, per_rank_ms, (rank_w, ms_w) in results[:MAX_OP_TYPES]:
+        for op_type, g, per_rank_ms, (rank_w, ms_w) in results:
             gw = g[g["rank"] == rank_w]
             k = n_steps(steps, int(rank_w)) if rank_w is not None else 1
             time_ms = float(gw["dur_ns"].sum()) / NS_PER_MS / k
