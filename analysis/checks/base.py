@@ -37,6 +37,13 @@ class CheckContext:
     fixes_for: FixLookup | None = None
     ranks: list[int] | None = None   # restrict to these ranks (None = all)
     notes: list[str] = field(default_factory=list)
+    _memo: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def memo(self, key: str, compute: Callable[[], Any]) -> Any:
+        """Compute once per context what both a check and a tool view need (e.g. slow-rank statistics)."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
 
     @cached_property
     def breakdown(self) -> list[BreakdownRow]:

@@ -40,7 +40,11 @@ class LinkStat:
 
 
 def link_stats(ctx: CheckContext) -> list[LinkStat]:
-    """Every src->dst link with its bandwidth and the median of its transport, slowest first."""
+    """Every src->dst link with its bandwidth and the median of its transport, slowest first (once per context)."""
+    return ctx.memo("slow-link.link_stats", lambda: _link_stats(ctx))
+
+
+def _link_stats(ctx: CheckContext) -> list[LinkStat]:
     df = ctx.sql("SELECT src_rank, dst_rank, transport, sum(size_bytes) AS b, sum(transit_ns) AS t, "
                  "list(DISTINCT step ORDER BY step) AS steps FROM links WHERE src_rank <> dst_rank "
                  "GROUP BY ALL HAVING sum(transit_ns) > 0")

@@ -82,7 +82,11 @@ def _robust_outliers(values: dict[int, float], step_ms: float, high: bool) -> di
 
 
 def analyse(ctx: CheckContext) -> dict[str, DimensionStats]:
-    """Per-dimension statistics and slow ranks (shared by the check and the slow-ranks tool)."""
+    """Per-dimension statistics and slow ranks (shared by the check and the slow-ranks tool), once per context."""
+    return ctx.memo("slow-rank.analyse", lambda: _analyse(ctx))
+
+
+def _analyse(ctx: CheckContext) -> dict[str, DimensionStats]:
     rows = [r for r in ctx.breakdown if r.step is not None]
     by_step: dict[int, list] = defaultdict(list)
     for r in rows:
