@@ -65,31 +65,40 @@ def _ms(ns: float | int | None) -> float | None:
 
 def compute_breakdown(profile: Profile, *, hta_compat: bool = False, ranks: list[int] | None = None,
                       steps: list[int] | None = None, include_dropped: bool = False) -> list[BreakdownRow]:
-    """Breakdown rows for every (rank, step), ordered by rank then step."""
-    cond = "" if include_dropped else "WHERE kept"
-    st = profile.sql(f"SELECT rank, step, start_ns, end_ns, device_start_ns, device_end_ns FROM steps {cond} "
-                     "ORDER BY rank, step")
-    if ranks is not None:
-        st = st[st["rank"].isin(ranks)]
-    if steps is not None:
-        st = st[st["step"].isin(steps)]
+    """Breakdown rows for every (rank, step), ordered by rank then step.
+
+    Columns come straight from DuckDB as numpy arrays (no pandas: opening a profile and printing its
+    breakdown stays within ~1.1x the largest input file of memory, see evals/bench/README.md).
+    """
+    cond = ["kept"] if not include_dropped else []
+    params: list[object] = []
+    for col, vals in (("rank", ranks), ("step", steps)):
+        if vals is not None:
+            cond.append(f"{col} IN (SELECT unnest(?::BIGINT[]))")
+            params.append([int(v) for v in vals])
+    where = f"WHERE {' AND '.join(cond)}" if cond else ""
+    st = profile.arrays("SELECT rank, step, start_ns, end_ns, device_start_ns IS NOT NULL AS d0_known, "
+                        "device_end_ns IS NOT NULL AS d1_known, coalesce(device_start_ns, 0) AS d0, "
+                        f"coalesce(device_end_ns, 0) AS d1 FROM steps {where} ORDER BY rank, step", params)
     rows: list[BreakdownRow] = []
     kineto_ranks = {int(r[0]) for r in profile.rows("SELECT rank FROM ranks WHERE format = 'kineto'")}
-    recv = profile.sql("SELECT rank, start_ns, elapse_ns FROM comm_ops WHERE op_type IN ('receive', 'recv')")
-    for rank, grp in st.groupby("rank", sort=True):
-        if hta_compat and int(rank) in kineto_ranks:
-            # HTA's kept-op set: ops whose launch precedes the last step (pre-profiling launches dropped)
-            ops = profile.sql(HTA_KEPT_DEVICE_OPS_SQL, [int(rank)])
-        else:
-            ops = profile.sql("SELECT start_ns, dur_ns, category FROM device_ops WHERE rank = ?", [int(rank)])
-        starts = ops["start_ns"].to_numpy(dtype=np.int64)
-        ends = starts + ops["dur_ns"].to_numpy(dtype=np.int64)
+    recv = profile.arrays("SELECT rank, start_ns, elapse_ns FROM comm_ops WHERE op_type IN ('receive', 'recv')")
+    recv_rank = np.asarray(recv["rank"], dtype=np.int64)
+    st_rank = np.asarray(st["rank"], dtype=np.int64)
+    for rank in np.unique(st_rank).tolist():
+        sel = st_rank == rank
+        base = HTA_KEPT_DEVICE_OPS_SQL if hta_compat and rank in kineto_ranks else \
+            "SELECT start_ns, dur_ns, category FROM device_ops WHERE rank = $1"
+        # HTA's kept-op set (hta_compat on Kineto): ops whose launch precedes the last step
+        ops = profile.arrays("SELECT start_ns, dur_ns, category = 'compute' AS comp, "
+                             f"category = 'communication' AS comm FROM ({base})", [rank])
+        starts = np.asarray(ops["start_ns"], dtype=np.int64)
+        ends = starts + np.asarray(ops["dur_ns"], dtype=np.int64)
         if hta_compat:
             starts = -((-starts) // 1000) * 1000
             ends = (ends // 1000) * 1000
-        cat = ops["category"].to_numpy(dtype=object)
-        is_comp = cat == "compute"
-        is_comm = cat == "communication"
+        is_comp = np.asarray(ops["comp"], dtype=bool)
+        is_comm = np.asarray(ops["comm"], dtype=bool)
         all_cov = Coverage(starts, ends)
         comp_cov = Coverage(starts[is_comp], ends[is_comp])
         comm_cov = Coverage(starts[is_comm], ends[is_comm])
@@ -97,27 +106,27 @@ def compute_breakdown(profile: Profile, *, hta_compat: bool = False, ranks: list
         cc_cov = Coverage(starts[both], ends[both])
         has_device = starts.size > 0
 
-        h0 = grp["start_ns"].to_numpy(dtype=np.int64)
-        h1 = grp["end_ns"].to_numpy(dtype=np.int64)
         # integer ns throughout: epoch ns do not survive a float64 round trip (~256 ns steps at 1.7e18)
-        d0_known = grp["device_start_ns"].notna().to_numpy()
-        d1_known = grp["device_end_ns"].notna().to_numpy()
-        d0 = grp["device_start_ns"].astype("Int64").fillna(0).to_numpy(dtype=np.int64)
-        d1 = grp["device_end_ns"].astype("Int64").fillna(0).to_numpy(dtype=np.int64)
+        h0 = np.asarray(st["start_ns"], dtype=np.int64)[sel]
+        h1 = np.asarray(st["end_ns"], dtype=np.int64)[sel]
+        d0_known = np.asarray(st["d0_known"], dtype=bool)[sel]
+        d1_known = np.asarray(st["d1_known"], dtype=bool)[sel]
         # a step whose device window is unknown but whose rank has device data: the host window
-        w0 = np.where(d0_known, d0, h0).astype(np.int64)
-        w1 = np.where(d1_known, d1, h1).astype(np.int64)
+        w0 = np.where(d0_known, np.asarray(st["d0"], dtype=np.int64)[sel], h0)
+        w1 = np.where(d1_known, np.asarray(st["d1"], dtype=np.int64)[sel], h1)
         busy = all_cov.within(w0, w1)
         comp = comp_cov.within(w0, w1)
         comm = comm_cov.within(w0, w1)
         union_cc = cc_cov.within(w0, w1)
         overl = comp + comm - union_cc
-        r_recv = recv[recv["rank"] == rank]
-        for i, step in enumerate(grp["step"].tolist()):
+        r_sel = recv_rank == rank
+        r_start = np.asarray(recv["start_ns"], dtype=np.int64)[r_sel]
+        r_elapse = np.asarray(recv["elapse_ns"], dtype=np.int64)[r_sel]
+        for i, step in enumerate(np.asarray(st["step"])[sel].tolist()):
             bubble = None
-            if not r_recv.empty:
-                m = (r_recv["start_ns"] >= h0[i]) & (r_recv["start_ns"] < h1[i])
-                bubble = int(r_recv.loc[m, "elapse_ns"].sum())
+            if r_start.size:
+                m = (r_start >= h0[i]) & (r_start < h1[i])
+                bubble = int(r_elapse[m].sum())
             dev = has_device
             rows.append(BreakdownRow(
                 rank=int(rank), step=int(step), step_ms=_ms(h1[i] - h0[i]),
