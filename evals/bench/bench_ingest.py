@@ -1,21 +1,29 @@
-"""Kineto ingest benchmark: stepdoctor vs the parse floor vs HTA 0.5.0, on N ranks of ~M MB each.
+"""Ingest benchmark: stepdoctor vs the parse floor vs HTA 0.5.0, on N ranks of ~M MB each, per vendor.
 
 What one run measures (every measurement in a fresh child process, sampled by this process):
 
-1. traces: N copies of `trace_diff/control` enlarged by repeating its ProfilerSteps to ~M MB each
-   (`evals.generate.kineto.repeat_kineto_trace`), cached in --data between runs (the manifest that
-   says how they were built lives beside that directory, so it is not taken for a rank);
-2. parse floor, per file, one core: read the bytes (decompress if gz) + one typed msgspec decode of the
-   whole document keeping only the fields stepdoctor stores (`kineto.TraceDoc`). Nothing else;
+1. input, `--vendor kineto` (default): N copies of `trace_diff/control` enlarged by repeating its
+   ProfilerSteps to ~M MB each (`evals.generate.kineto.repeat_kineto_trace`); `--vendor ascend`: an
+   N-rank torch_npu text export from the scenario generator (`evals.generate.write_ascend_profile`, the
+   sample's problems planted) with ~`--events` trace events per rank. Cached in --data between runs
+   (the manifest that says how they were built lives beside that directory, so it is not taken for a
+   rank);
+2. parse floor, per rank, one core: read the bytes (decompress if gz) + one typed msgspec decode of the
+   whole document keeping only the fields stepdoctor stores (Kineto: `kineto.TraceDoc`; Ascend: every
+   file of the rank read, trace_view.json decoded into events whose args keep only the fields the
+   reader stores, the communication JSON files decoded plainly, the CSVs parsed by DuckDB). Nothing
+   else;
 3. stepdoctor `read_rank` per file, one core: the reader alone (-> normalized columns in memory), and
    the same plus the rest of ingest's work for one rank, as the ingest processes do it: typing the
    columns (`RankTables.parts()`, in the parse worker) and inserting them (`store._Writer`, in the
    ingest process) into a new database, checkpointed;
 4. stepdoctor ingest: `open_profile(dir)` into an empty cache (discovery, the parse workers and the
    ingest process, the rename), then `compute_breakdown` (the analysis HTA's numbers are compared with);
-5. HTA 0.5.0 (only when --hta-python points at an interpreter that imports `hta`):
-   `TraceAnalysis(trace_dir)` then temporal, idle (all ranks), kernel breakdown, comm/comp overlap and
-   launch stats (all ranks), visualize=False — the load + analyses of kineto-format-and-hta.md §6.
+5. HTA 0.5.0 (Kineto only, when --hta-python points at an interpreter that imports `hta`):
+   `TraceAnalysis(trace_dir)`, then the temporal breakdown (timed alone: load + temporal breakdown is
+   what stepdoctor's ingest + breakdown is compared with), then idle (all ranks), kernel breakdown,
+   comm/comp overlap and launch stats (all ranks), visualize=False — the analyses of
+   kineto-format-and-hta.md §6.
 
 RSS: the whole child process tree is sampled every 50 ms (psutil): the largest single process (and
 which one: the measuring process, stepdoctor's ingest process or a parse worker) and the largest sum
@@ -25,6 +33,7 @@ imports it, the analyses do), so a loaded machine shows as wall >> CPU; the rati
 
 Run: .venv/bin/python -m stepdoctor.evals.bench.bench_ingest [--ranks 8] [--mb 90] [--gz]
      [--hta-python /tmp/hta-venv/bin/python]   (HTA lives in its own venv, never a project dependency)
+     .venv/bin/python -m stepdoctor.evals.bench.bench_ingest --vendor ascend [--ranks 8] [--events 100000]
 """
 
 from __future__ import annotations
@@ -58,12 +67,13 @@ ta = TraceAnalysis(trace_dir=sys.argv[1])
 t1 = time.perf_counter()
 ranks = ta.t.get_ranks()
 ta.get_temporal_breakdown(visualize=False)
+t_temporal = time.perf_counter()
 ta.get_idle_time_breakdown(ranks=ranks, visualize=False)
 ta.get_gpu_kernel_breakdown(visualize=False)
 ta.get_comm_comp_overlap(visualize=False)
 ta.get_cuda_kernel_launch_stats(ranks=ranks, visualize=False)
 t2 = time.perf_counter()
-print(json.dumps({"load_s": t1 - t0, "analyses_s": t2 - t1, "ranks": len(ranks)}))
+print(json.dumps({"load_s": t1 - t0, "temporal_s": t_temporal - t1, "analyses_s": t2 - t1, "ranks": len(ranks)}))
 """
 
 
@@ -81,19 +91,62 @@ def _read_bytes(path: Path) -> bytes:
         return f.read()
 
 
+def _ascend_floor_event() -> type:
+    """The trace event struct of the Ascend floor: `ascend_text.Event` with `args` decoded into one struct
+    holding every args field the reader stores (the union of its HostArgs, HardwareArgs and CommArgs), so
+    the floor decodes what the reader must decode, and nothing more."""
+    import msgspec
+
+    from stepdoctor.analysis.ingest import ascend_text as at
+
+    seen: dict[str, Any] = {}
+    for st in (at.HostArgs, at.HardwareArgs, at.CommArgs):
+        for f in msgspec.structs.fields(st):
+            seen.setdefault(f.encode_name, (f"f{len(seen)}", Any, msgspec.field(default=None, name=f.encode_name)))
+    args = msgspec.defstruct("FloorArgs", list(seen.values()), gc=False)
+    ev = [(f.name, f.type, msgspec.field(default=f.default, name=f.encode_name))
+          for f in msgspec.structs.fields(at.Event) if f.name != "args"]
+    return msgspec.defstruct("FloorEvent", [*ev, ("args", args, msgspec.field(default_factory=args))], gc=False)
+
+
 def child_floor(path: Path) -> dict[str, Any]:
-    """Read + typed decode keeping only the stored fields; one core; the document is kept (not freed)."""
+    """Read + typed decode keeping only the stored fields; one core; the documents are kept (not freed).
+
+    A Kineto file: the whole trace into `kineto.TraceDoc`. An Ascend rank directory: every file read;
+    trace_view.json into events whose args hold only the fields the reader stores
+    (`_ascend_floor_event`), communication*.json decoded plainly, each CSV parsed by DuckDB into numpy
+    columns (the reader reads them with DuckDB too).
+    """
+    import duckdb
     import msgspec
 
     from stepdoctor.analysis.ingest.kineto import TraceDoc
 
-    decoder = msgspec.json.Decoder(TraceDoc)
+    ascend_events = msgspec.json.Decoder(list[_ascend_floor_event()])
+    con = duckdb.connect()
     gc.disable()
+    keep: list[Any] = []
     c0, t0 = time.process_time(), time.perf_counter()
-    data = _read_bytes(path)
-    doc = decoder.decode(data)
+    if path.is_dir():
+        n_bytes = events = 0
+        for f in _files(path):
+            data = f.read_bytes()
+            n_bytes += len(data)
+            if f.name == "trace_view.json":
+                keep.append(ascend_events.decode(data))
+                events += len(keep[-1])
+            elif f.suffix == ".json":
+                keep.append(msgspec.json.decode(data))
+            elif f.suffix == ".csv":
+                keep.append(con.execute("SELECT * FROM read_csv(?, header = true, all_varchar = true)",
+                                        [str(f)]).fetchnumpy())
+    else:
+        data = _read_bytes(path)
+        n_bytes = len(data)
+        keep.append(msgspec.json.Decoder(TraceDoc).decode(data))
+        events = len(keep[-1].traceEvents)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    return {"wall_s": wall, "cpu_s": cpu, "events": len(doc.traceEvents), "bytes": len(data),
+    return {"wall_s": wall, "cpu_s": cpu, "events": events, "bytes": n_bytes,
             "maxrss_b": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 
 
@@ -102,10 +155,11 @@ def child_read(path: Path) -> dict[str, Any]:
     worker) and the insert of those columns by `store._Writer` (in the ingest process), checkpointed."""
     from stepdoctor.analysis import store
     from stepdoctor.analysis.ingest.base import RankSource
-    from stepdoctor.analysis.ingest.kineto import read_rank
 
+    fmt = "ascend_pt_text" if path.is_dir() else "kineto"
+    read_rank = store._reader(fmt)
     c0, t0 = time.process_time(), time.perf_counter()
-    tables = read_rank(RankSource(path=path, format="kineto", rank=0))
+    tables = read_rank(RankSource(path=path, format=fmt, rank=0))
     read_wall, read_cpu = time.perf_counter() - t0, time.process_time() - c0
     rss_read = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     c1, t1 = time.process_time(), time.perf_counter()
@@ -126,8 +180,6 @@ def child_read(path: Path) -> dict[str, Any]:
 
 
 def child_stepdoctor(trace_dir: Path, cache: Path) -> dict[str, Any]:
-    import pandas  # noqa: F401 - imported by the analyses (profile.sql); an import, not analysis time
-
     from stepdoctor.analysis.metrics.breakdown import compute_breakdown
     from stepdoctor.analysis.store import open_profile
 
@@ -251,15 +303,37 @@ def build_traces(src: Path, out: Path, ranks: int, mb: float, gz: bool) -> list[
     return files
 
 
+def build_ascend(out: Path, ranks: int, events: int) -> list[Path]:
+    """An N-rank torch_npu text export with ~`events` trace events per rank (the generator's planted
+    problems of bench_issues), reused when a previous run made the same set; returns the rank dirs."""
+    from stepdoctor.evals.bench.bench_issues import build
+
+    manifest = out.parent / f"{out.name}.manifest.json"
+    want = {"vendor": "ascend", "ranks": ranks, "events": events}
+    if manifest.exists() and json.loads(manifest.read_text()) == want and out.is_dir():
+        return sorted(out.glob("*_ascend_pt"))
+    shutil.rmtree(out, ignore_errors=True)
+    manifest.unlink(missing_ok=True)
+    build(out, ranks, events)
+    manifest.write_text(json.dumps(want))
+    return sorted(out.glob("*_ascend_pt"))
+
+
+def _files(path: Path) -> list[Path]:
+    return sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+
+
 def _mb(b: float) -> str:
     return f"{b / 1e6:,.0f} MB"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--vendor", choices=["kineto", "ascend"], default="kineto")
     ap.add_argument("--ranks", type=int, default=8)
-    ap.add_argument("--mb", type=float, default=90.0, help="uncompressed size of each rank file, MB")
-    ap.add_argument("--gz", action="store_true", help="write the rank files gzip-compressed")
+    ap.add_argument("--mb", type=float, default=90.0, help="Kineto: uncompressed size of each rank file, MB")
+    ap.add_argument("--events", type=int, default=100_000, help="Ascend: trace events per rank")
+    ap.add_argument("--gz", action="store_true", help="Kineto: write the rank files gzip-compressed")
     ap.add_argument("--src", type=Path, default=DEFAULT_SRC, help="the Kineto trace whose steps are repeated")
     ap.add_argument("--data", type=Path, default=None, help="where the rank files are built (kept)")
     ap.add_argument("--hta-python", type=Path, default=DEFAULT_HTA,
@@ -275,11 +349,22 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(fn()))
         return 0
 
-    data = a.data or Path(tempfile.gettempdir()) / f"stepdoctor-bench-kineto-{a.ranks}x{a.mb:g}MB{'-gz' if a.gz else ''}"
-    print(f"building {a.ranks} traces of ~{a.mb:g} MB from {a.src.name} in {data} ...", flush=True)
-    files = build_traces(a.src, data, a.ranks, a.mb, a.gz)
-    sizes = [f.stat().st_size for f in files]
-    raw_sizes = sizes if not a.gz else [len(_read_bytes(f)) for f in files]
+    tmp = Path(tempfile.gettempdir())
+    if a.vendor == "ascend":
+        data = a.data or tmp / f"stepdoctor-bench-ascend-{a.ranks}x{a.events}ev"
+        print(f"building a {a.ranks}-rank Ascend text export, ~{a.events:,} trace events per rank, in {data} ...",
+              flush=True)
+        files = build_ascend(data, a.ranks, a.events)
+        sizes = [sum(f.stat().st_size for f in _files(d)) for d in files]
+        raw_sizes = sizes
+        largest = max(f.stat().st_size for d in files for f in _files(d))
+    else:
+        data = a.data or tmp / f"stepdoctor-bench-kineto-{a.ranks}x{a.mb:g}MB{'-gz' if a.gz else ''}"
+        print(f"building {a.ranks} traces of ~{a.mb:g} MB from {a.src.name} in {data} ...", flush=True)
+        files = build_traces(a.src, data, a.ranks, a.mb, a.gz)
+        sizes = [f.stat().st_size for f in files]
+        raw_sizes = sizes if not a.gz else [len(_read_bytes(f)) for f in files]
+        largest = max(sizes)
     me = [sys.executable, "-m", "stepdoctor.evals.bench.bench_ingest", "--child"]
     env = dict(os.environ, PYTHONHASHSEED="0")
 
@@ -290,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
         sd = run_sampled([*me, "stepdoctor", str(data), str(Path(cache) / "db")],
                          dict(env, BENCH_PHASE_FILE=str(phase)), phase)
     hta = None
-    if not a.no_hta and a.hta_python.exists():
+    if a.vendor == "kineto" and not a.no_hta and a.hta_python.exists():
         with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as s:
             s.write(HTA_SCRIPT)
         try:
@@ -298,14 +383,13 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             os.unlink(s.name)
 
-    largest = max(sizes)
     floor_cpu = sum(x.result["cpu_s"] for x in floor)
     floor_wall = sum(x.result["wall_s"] for x in floor)
     read_cpu = sum(x.result["read_cpu_s"] for x in reads)
     read_wall = sum(x.result["read_wall_s"] for x in reads)
     part_cpu = sum(x.result["read_cpu_s"] + x.result["part_cpu_s"] for x in reads)
     print()
-    print(f"{a.ranks} ranks, {_mb(sum(raw_sizes))} JSON ({_mb(sum(sizes))} on disk, largest file {_mb(largest)}), "
+    print(f"{a.ranks} {a.vendor} ranks, {_mb(sum(raw_sizes))} ({_mb(sum(sizes))} on disk, largest file {_mb(largest)}), "
           f"{sum(x.result['events'] for x in floor):,} events; {os.cpu_count()} CPUs; "
           f"load average {os.getloadavg()[0]:.1f}")
     print()
@@ -325,7 +409,8 @@ def main(argv: list[str] | None = None) -> int:
     sd_total = sd.result["ingest_s"] + sd.result["analyses_s"]
     if hta is not None:
         row("HTA 0.5.0 load", hta.result["load_s"], hta.cpu_s, hta.peak_proc_b, hta.peak_tree_b)
-        row("HTA 0.5.0 analyses", hta.result["analyses_s"], 0.0, None, None)
+        row("HTA 0.5.0 temporal breakdown", hta.result["temporal_s"], 0.0, None, None)
+        row("HTA 0.5.0 all analyses (temporal included)", hta.result["analyses_s"], 0.0, None, None)
     print()
     print("ratios")
     print(f"  read_rank / floor (one core, CPU)              {read_cpu / floor_cpu:6.2f}   (wall {read_wall / floor_wall:.2f})")
@@ -338,11 +423,13 @@ def main(argv: list[str] | None = None) -> int:
     print("    by process: " + ", ".join(f"{k} {_mb(v)} ({v / largest:.2f})" for k, v in
                                       sorted(sd.peak_by_role.items(), key=lambda kv: -kv[1])))
     if hta is not None:
+        hta_lt = hta.result["load_s"] + hta.result["temporal_s"]
         hta_total = hta.result["load_s"] + hta.result["analyses_s"]
-        print(f"  HTA / stepdoctor, load+analyses (wall)         {hta_total / sd_total:6.2f}   "
-              f"(load only {hta.result['load_s'] / sd.result['ingest_s']:.2f}, CPU {hta.cpu_s / sd.cpu_s:.2f})")
+        print(f"  HTA / stepdoctor, load + temporal breakdown    {hta_lt / sd_total:6.2f}   "
+              f"(with all five analyses {hta_total / sd_total:.2f}; load only "
+              f"{hta.result['load_s'] / sd.result['ingest_s']:.2f}; CPU {hta.cpu_s / sd.cpu_s:.2f})")
         print(f"  HTA peak RSS: max process {_mb(hta.peak_proc_b)}, tree {_mb(hta.peak_tree_b)}")
-    else:
+    elif a.vendor == "kineto":
         print("  HTA: not run (no interpreter with hta at --hta-python)")
     return 0
 
