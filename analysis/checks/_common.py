@@ -6,6 +6,7 @@ Kept out of the check modules themselves so each check module holds one check.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,12 +46,42 @@ WORK_CATEGORIES = ("cpu_op", "runtime", "driver", "cann", "dataloader", "gc")
 
 
 def kept_steps(ctx: CheckContext) -> dict[int, list[int]]:
-    """Rank -> its kept steps (ProfilerStep numbers), for the ranks of the context."""
-    out: dict[int, list[int]] = {r: [] for r in ctx.all_ranks}
-    for rank, step in ctx.profile.rows("SELECT rank, step FROM steps WHERE kept ORDER BY rank, step"):
-        if rank in out:
-            out[rank].append(int(step))
-    return out
+    """Rank -> its kept steps (ProfilerStep numbers), for the ranks of the context.
+
+    Computed once per context and shared by the checks: callers must not modify it."""
+    def compute() -> dict[int, list[int]]:
+        out: dict[int, list[int]] = {r: [] for r in ctx.all_ranks}
+        for rank, step in ctx.profile.rows("SELECT rank, step FROM steps WHERE kept ORDER BY rank, step"):
+            if rank in out:
+                out[rank].append(int(step))
+        return out
+
+    return ctx.memo("common.kept_steps", compute)
+
+
+# (rank, step) pairs are matched as one int64 code: rank in the high 32 bits, step in the low ones
+_STEP_BITS = 32
+
+
+def _step_codes(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 code of each row's (rank, step), whether its step is known) for a frame with rank, step."""
+    step = pd.to_numeric(df["step"], errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
+    known = ~np.isnan(step)
+    rank = df["rank"].to_numpy(dtype=np.int64)
+    return (rank << _STEP_BITS) + np.where(known, step, 0).astype(np.int64), known
+
+
+def _pair_codes(pairs: Any) -> np.ndarray:
+    return np.fromiter(((int(r) << _STEP_BITS) + int(s) for r, s in pairs), dtype=np.int64)
+
+
+def kept_mask(rank: Any, step: Any, steps: dict[int, list[int]]) -> np.ndarray:
+    """Per row (rank, step): inside a kept step of its rank, or its rank has no step at all (its profile is
+    then one unnamed step). One membership test of (rank, step) codes instead of a pass per rank."""
+    code, known = _step_codes(pd.DataFrame({"rank": rank, "step": step}))
+    kept = _pair_codes((r, s) for r, ss in steps.items() for s in ss)
+    with_steps = np.fromiter((r for r, ss in steps.items() if ss), dtype=np.int64)
+    return ~np.isin(np.asarray(rank, dtype=np.int64), with_steps) | (known & np.isin(code, kept))
 
 
 def in_kept_steps(df: pd.DataFrame, steps: dict[int, list[int]]) -> pd.DataFrame:
@@ -58,11 +89,7 @@ def in_kept_steps(df: pd.DataFrame, steps: dict[int, list[int]]) -> pd.DataFrame
     all its rows (its profile is then one unnamed step)."""
     if df.empty:
         return df
-    keep = pd.Series(False, index=df.index)
-    for rank, grp in df.groupby("rank"):
-        st = steps.get(int(rank), [])
-        keep.loc[grp.index] = grp["step"].isin(st) if st else True
-    return df[keep]
+    return df[kept_mask(df["rank"].to_numpy(), df["step"].to_numpy(), steps)]
 
 
 def n_steps(steps: dict[int, list[int]], rank: int) -> int:
@@ -89,8 +116,8 @@ def steps_text(steps: list[int] | set[int]) -> str:
 
 
 def step_list(values: Any) -> list[int]:
-    """Distinct non-null step numbers of a column / iterable, sorted."""
-    return sorted({int(s) for s in values if not pd.isna(s)})
+    """Distinct non-null step numbers of a column / iterable, sorted (judged once per distinct value)."""
+    return sorted({int(s) for s in pd.unique(np.asarray(values, dtype=object)) if not pd.isna(s)})
 
 
 def worst_rank(per_rank_ms: dict[int, float]) -> tuple[int | None, float | None]:
@@ -102,9 +129,24 @@ def worst_rank(per_rank_ms: dict[int, float]) -> tuple[int | None, float | None]
     return rank, per_rank_ms[rank]
 
 
+def series_sum(values: np.ndarray) -> Any:
+    """What pandas' Series.sum() gives for these values, without building a Series: NaN counts as 0 and the
+    rest is numpy's (pairwise) sum over the values in their order, so the float result is the same bits."""
+    v = np.asarray(values)
+    if v.dtype.kind == "f":
+        nan = np.isnan(v)
+        if nan.any():
+            v = np.where(nan, 0.0, v)
+    return v.sum()
+
+
 def per_rank_ms(g: pd.DataFrame, col: str, steps: dict[int, list[int]]) -> dict[int, float]:
-    """Σ g[col] (ns) per rank divided by that rank's kept steps, in ms per step."""
-    return {int(rk): float(gr[col].sum()) / NS_PER_MS / n_steps(steps, int(rk)) for rk, gr in g.groupby("rank")}
+    """Σ g[col] (ns) per rank divided by that rank's kept steps, in ms per step (ranks ascending; each rank's
+    values summed in row order, as a pandas sum per rank does)."""
+    rank = g["rank"].to_numpy()
+    vals = g[col].to_numpy()
+    return {int(rk): float(series_sum(vals[rank == rk])) / NS_PER_MS / n_steps(steps, int(rk))
+            for rk in np.unique(rank)}
 
 
 def worst_op_types(ctx: CheckContext, bad: pd.DataFrame, steps: dict[int, list[int]], limit: int,
@@ -132,11 +174,24 @@ class DeviceTimeline:
 
     @classmethod
     def of(cls, ctx: CheckContext, rank: int, *, exclude_sync: bool = True) -> DeviceTimeline:
+        """The rank's timeline, built once per context for all ranks (several checks need it; one query
+        grouped by rank is cheaper than one per rank)."""
+        by_rank = ctx.memo(f"common.timelines.{exclude_sync}", lambda: cls._all(ctx, exclude_sync))
+        tl = by_rank.get(int(rank))
+        return tl if tl is not None else cls(Coverage(np.empty(0, np.int64), np.empty(0, np.int64)))
+
+    @classmethod
+    def _all(cls, ctx: CheckContext, exclude_sync: bool) -> dict[int, DeviceTimeline]:
         # cuda_sync markers (Stream Sync...) are the device waiting, not working
-        cond = "AND category <> 'sync'" if exclude_sync else ""
-        df = ctx.sql(f"SELECT start_ns, dur_ns FROM device_ops WHERE rank = ? {cond}", [int(rank)])
-        s = df["start_ns"].to_numpy(dtype=np.int64)
-        return cls(Coverage(s, s + df["dur_ns"].to_numpy(dtype=np.int64)))
+        cond = "WHERE category <> 'sync'" if exclude_sync else ""
+        a = ctx.profile.arrays(f"SELECT rank, start_ns, dur_ns FROM device_ops {cond} ORDER BY rank")
+        rank = np.asarray(a["rank"], dtype=np.int64)
+        s = np.asarray(a["start_ns"], dtype=np.int64)
+        e = s + np.asarray(a["dur_ns"], dtype=np.int64)
+        out: dict[int, DeviceTimeline] = {}
+        for r, i, j in rank_slices(rank):
+            out[r] = cls(Coverage(s[i:j], e[i:j]))
+        return out
 
     @property
     def starts(self) -> np.ndarray:
@@ -178,15 +233,20 @@ class DeviceTimeline:
 
 def host_stalls(ctx: CheckContext, rank: int) -> Coverage:
     """Host intervals where a known stall held the host: GC, allocator and compile APIs, data loading, and
-    silences of >= T.conjectured_gc_gpu_silence_ms with no host event on any thread (what an unrecorded GC looks like)."""
+    silences of >= T.conjectured_gc_gpu_silence_ms with no host event on any thread (what an unrecorded GC
+    looks like). Once per rank and context."""
+    return ctx.memo(f"common.host_stalls.{int(rank)}", lambda: _host_stalls(ctx, rank))
+
+
+def _host_stalls(ctx: CheckContext, rank: int) -> Coverage:
     ev = ctx.sql("SELECT name, category, start_ns, dur_ns FROM host_ops WHERE rank = ?", [int(rank)])
     if ev.empty:
         return Coverage(np.empty(0, np.int64), np.empty(0, np.int64))
     s = ev["start_ns"].to_numpy(dtype=np.int64)
     e = s + ev["dur_ns"].to_numpy(dtype=np.int64)
-    name = ev["name"].astype(str)
-    stall = ((ev["category"] == "gc") | (ev["category"] == "dataloader") | name.str.match(STALL_API_RE)
-             | name.str.lower().str.contains("dataloader", regex=False)).to_numpy()
+    cat = ev["category"].to_numpy(dtype=object)
+    stall = ((cat == "gc") | (cat == "dataloader")
+             | by_value(ev["name"], lambda n: STALL_API_RE.match(str(n)) or "dataloader" in str(n).lower()))
     q0, q1 = host_silences(ev, int(T.conjectured_gc_gpu_silence_ms.value * NS_PER_MS))
     return Coverage(np.concatenate((s[stall], q0)), np.concatenate((e[stall], q1)))
 
@@ -206,8 +266,8 @@ def host_silences(ev: pd.DataFrame, min_ns: int) -> tuple[np.ndarray, np.ndarray
     cand = np.flatnonzero(np.diff(b) >= min_ns)
     if cand.size == 0:
         return empty, empty
-    work = (ev["category"].isin(WORK_CATEGORIES)
-            | ev["name"].astype(str).str.lower().str.contains("dataloader", regex=False)).to_numpy()
+    work = (ev["category"].isin(WORK_CATEGORIES).to_numpy()
+            | by_value(ev["name"], lambda n: "dataloader" in str(n).lower()))
     ws, we = s[work], e[work]
     keep = [i for i in cand.tolist() if not ((ws <= b[i]) & (we >= b[i + 1])).any()]
     idx = np.asarray(keep, dtype=np.int64)
@@ -217,7 +277,12 @@ def host_silences(ev: pd.DataFrame, min_ns: int) -> tuple[np.ndarray, np.ndarray
 def step_windows(ctx: CheckContext, ranks: list[int]) -> pd.DataFrame:
     """Kept steps of `ranks`: rank, step, host window (start_ns, end_ns) and device window (w0, w1).
 
-    The device window is the one the breakdown uses; a step without one falls back to its host window."""
+    The device window is the one the breakdown uses; a step without one falls back to its host window.
+    Once per context and rank list: callers must not modify the frame."""
+    return ctx.memo(f"common.step_windows.{tuple(int(r) for r in ranks)}", lambda: _step_windows(ctx, ranks))
+
+
+def _step_windows(ctx: CheckContext, ranks: list[int]) -> pd.DataFrame:
     if not ranks:
         return pd.DataFrame(columns=["rank", "step", "start_ns", "end_ns", "w0", "w1"])
     marks = ",".join("?" * len(ranks))
@@ -231,9 +296,9 @@ def step_windows(ctx: CheckContext, ranks: list[int]) -> pd.DataFrame:
 
 
 def step_ms_of(ctx: CheckContext) -> dict[tuple[int, int], float]:
-    """(rank, step) -> host step time in ms, from the breakdown."""
-    return {(r.rank, int(r.step)): float(r.step_ms) for r in ctx.breakdown
-            if r.step is not None and r.step_ms is not None}
+    """(rank, step) -> host step time in ms, from the breakdown (once per context; do not modify)."""
+    return ctx.memo("common.step_ms", lambda: {(r.rank, int(r.step)): float(r.step_ms) for r in ctx.breakdown
+                                               if r.step is not None and r.step_ms is not None})
 
 
 def worst_share(ctx: CheckContext, per_rank_ms: dict[int, float]) -> tuple[int | None, float | None]:
@@ -252,13 +317,127 @@ def worst_share(ctx: CheckContext, per_rank_ms: dict[int, float]) -> tuple[int |
     return rank, per_rank_ms[rank]
 
 
+def in_steps_mask(rank: Any, step: Any, windows: pd.DataFrame) -> np.ndarray:
+    """Per row (rank, step): is its step a kept step of its rank (one vectorised membership test)."""
+    code, known = _step_codes(pd.DataFrame({"rank": rank, "step": step}))
+    keys = _pair_codes(zip(windows["rank"].astype(int), windows["step"].astype(int), strict=True))
+    return known & np.isin(code, keys)
+
+
 def in_steps(df: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     """Rows of df (rank, step) whose step is a kept step of their rank."""
     if df.empty:
         return df
-    keys = set(zip(windows["rank"].astype(int), windows["step"].astype(int), strict=True))
-    mask = [False if pd.isna(s) else (int(r), int(s)) in keys for r, s in zip(df["rank"], df["step"], strict=True)]
-    return df[np.asarray(mask, dtype=bool)]
+    return df[in_steps_mask(df["rank"].to_numpy(), df["step"].to_numpy(), windows)]
+
+
+def group_cumsum(keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Running sum of `values` within each group of equal `keys`, in row order (pandas groupby().cumsum())."""
+    order = np.argsort(keys, kind="stable")
+    k, v = keys[order], values[order]
+    cs = np.cumsum(v)
+    start = np.ones(k.size, dtype=bool)
+    start[1:] = k[1:] != k[:-1]
+    base = np.maximum.accumulate(np.where(start, np.arange(k.size), 0))
+    out = np.empty_like(cs)
+    out[order] = cs - (cs[base] - v[base])
+    return out
+
+
+def group_shift(keys: np.ndarray, values: np.ndarray, fill: Any) -> np.ndarray:
+    """The previous row's value within each group of equal `keys` (row order), `fill` for a group's first row
+    (pandas groupby().shift(1))."""
+    order = np.argsort(keys, kind="stable")
+    k, v = keys[order], values[order]
+    prev = np.empty(v.size, dtype=np.result_type(v.dtype, np.asarray(fill).dtype))
+    prev[:] = fill
+    same = np.zeros(k.size, dtype=bool)
+    same[1:] = k[1:] == k[:-1]
+    prev[1:][same[1:]] = v[:-1][same[1:]]
+    out = np.empty_like(prev)
+    out[order] = prev
+    return out
+
+
+def by_value(values: Any, pred: Callable[[Any], Any]) -> np.ndarray:
+    """bool(pred(v)) for each element of `values`, evaluated once per distinct value: names repeat (a few
+    hundred distinct among tens of thousands of ops), so regex tests per row cost far more than per name."""
+    vals = np.asarray(values, dtype=object)
+    codes, uniques = pd.factorize(vals, use_na_sentinel=True)
+    res = np.fromiter((bool(pred(u)) for u in uniques), dtype=bool, count=len(uniques))
+    out = res[codes] if len(uniques) else np.zeros(len(vals), dtype=bool)
+    na = codes < 0
+    if na.any():   # None / NaN: judged one by one, exactly as given
+        out[na] = [bool(pred(v)) for v in vals[na]]
+    return out
+
+
+def map_by_value(values: Any, fn: Callable[[Any], Any]) -> np.ndarray:
+    """fn(v) for each element of `values` as an object array, computed once per distinct value (None / NaN
+    one by one, exactly as given)."""
+    vals = np.asarray(values, dtype=object)
+    codes, uniques = pd.factorize(vals, use_na_sentinel=True)
+    res = np.empty(len(uniques) + 1, dtype=object)
+    res[:-1] = [fn(u) for u in uniques]
+    out = res[codes]
+    na = codes < 0
+    if na.any():
+        out[na] = [fn(v) for v in vals[na]]
+    return out
+
+
+def columns(ctx: CheckContext, query: str, params: list | None = None) -> dict[str, np.ndarray]:
+    """Query result as plain numpy columns, without pandas: NULL becomes None in text (object) columns and
+    NaN in numeric ones (then float64). Row-wise pandas access dominated several checks' time."""
+    out: dict[str, np.ndarray] = {}
+    for name, col in ctx.profile.arrays(query, params).items():
+        if isinstance(col, np.ma.MaskedArray):
+            col = col.filled(None) if col.dtype == object else col.astype("float64").filled(np.nan)
+        out[name] = np.asarray(col)
+    return out
+
+
+def rank_ordered(ctx: CheckContext, ranks: list[int], one_query: str, all_query: str, keys: tuple[str, ...],
+                 extra: list | None = None) -> dict[int, dict[str, np.ndarray]]:
+    """Per rank, the columns of `one_query` (a per-rank query: `rank = ?` first, then `extra` parameters,
+    ORDER BY `keys`), fetched for all ranks at once by `all_query` (the same rows for `rank IN (...)`, ranks
+    first in its parameters, ORDER BY rank and then `keys`; it selects rank and the keys).
+
+    Where a rank's keys are all distinct, the sort leaves one possible order, so its slice of the common
+    result is exactly what its own query returns. DuckDB does not order rows with equal keys the same way in
+    both queries, so a rank with equal keys is fetched by its own query (rare: equal start times)."""
+    extra = list(extra or [])
+    a = columns(ctx, all_query, [*(int(r) for r in ranks), *extra])
+    rank = a["rank"].astype(np.int64)
+    tie = np.zeros(rank.size, dtype=bool)
+    if rank.size > 1:
+        same = rank[1:] == rank[:-1]
+        for k in keys:
+            v = a[k]
+            eq = v[1:] == v[:-1]
+            if v.dtype.kind == "f":
+                eq |= np.isnan(v[1:]) & np.isnan(v[:-1])   # NULLs sort together
+            same &= eq
+        tie[1:] = same
+    slices = {r: (i, j) for r, i, j in rank_slices(rank)}
+    out: dict[int, dict[str, np.ndarray]] = {}
+    for r in ranks:
+        i, j = slices.get(int(r), (0, 0))
+        if tie[i:j].any():
+            out[int(r)] = columns(ctx, one_query, [int(r), *extra])
+        else:
+            out[int(r)] = {k: v[i:j] for k, v in a.items()}
+    return out
+
+
+def rank_slices(rank: np.ndarray) -> list[tuple[int, int, int]]:
+    """(rank, first row, end row) of each run of equal ranks in a rank column sorted by rank."""
+    if rank.size == 0:
+        return []
+    cut = np.flatnonzero(np.diff(rank)) + 1
+    starts = np.concatenate(([0], cut))
+    ends = np.concatenate((cut, [rank.size]))
+    return [(int(rank[i]), int(i), int(j)) for i, j in zip(starts, ends, strict=True)]
 
 
 def fmt_ms(x: float) -> str:

@@ -150,13 +150,28 @@ def first_level(ops: pd.DataFrame) -> pd.DataFrame:
 
     `ops` is sorted by (rank, tid, start, longest first). Ops on one thread nest properly, so an op is
     inside an earlier one exactly when it starts before the latest end seen so far on its thread.
+    Per thread (rows in their order): the running maximum of the ends, and an op is first-level when it is
+    the thread's first or starts at or after the running maximum before it (numpy, one slice per thread).
     """
     if ops.empty:
         return ops
-    end = (ops["start_ns"] + ops["dur_ns"]).astype("int64")
-    key = ops["rank"].astype("int64").astype(str) + ":" + ops["tid"].astype("string").fillna("")
-    prev_end = end.groupby(key, sort=False).cummax().groupby(key, sort=False).shift(1)
-    return ops[prev_end.isna() | (ops["start_ns"] >= prev_end)]
+    start = ops["start_ns"].to_numpy(dtype="int64")
+    end = start + ops["dur_ns"].to_numpy(dtype="int64")
+    rank = ops["rank"].to_numpy(dtype="int64")
+    no_tid = ops["tid"].isna().to_numpy()
+    tid = ops["tid"].to_numpy(dtype="int64", na_value=0)
+    # threads = equal (rank, tid) with a missing tid its own thread; stable, so each keeps its row order
+    order = np.lexsort((tid, no_tid, rank))
+    r, n, t = rank[order], no_tid[order], tid[order]
+    new = np.ones(order.size, dtype=bool)
+    new[1:] = (r[1:] != r[:-1]) | (n[1:] != n[:-1]) | (t[1:] != t[:-1])
+    cuts = np.flatnonzero(new)
+    keep = np.ones(order.size, dtype=bool)
+    for a, b in zip(cuts, np.append(cuts[1:], order.size), strict=True):
+        idx = order[a:b]
+        run = np.maximum.accumulate(end[idx])
+        keep[idx[1:]] = start[idx[1:]] >= run[:-1]
+    return ops[keep]
 
 
 def _tokens(names: list[str]) -> tuple[str, list[int]]:
@@ -181,6 +196,44 @@ def _find(text: str, starts: list[int], pattern: re.Pattern[str]) -> list[tuple[
         j = bisect.bisect_left(starts, m.end())
         out.append((i, j - i))
     return out
+
+
+class _TokenMatcher:
+    """The rules compiled over op-name sequences written one character per distinct op name.
+
+    Every element of a rule matches whole op names, so writing each name as one character and each element
+    as a character class finds the same matches as the 'name;name;...' text (`compile_pattern`), on a text
+    as long as the sequence instead of its characters. Not usable when a name contains the ';' separator
+    (then the 'name;' text is ambiguous and the text form is used)."""
+
+    def __init__(self, names: set[str]) -> None:
+        self.usable = len(names) < 0xFFFE and not any(";" in n for n in names)
+        self.code = {n: chr(0xF0000 + i) for i, n in enumerate(sorted(names))} if self.usable else {}
+        self.patterns = {(api, text): self._compile(text) for api, texts in _PATTERN_TEXTS.items()
+                         for text in texts} if self.usable else {}
+
+    def _compile(self, rule: str) -> re.Pattern[str]:
+        parts = []
+        for elem in rule.split("-"):
+            m = _ELEM_RE.match(elem.strip())
+            if not m:
+                raise ValueError(f"bad affinity rule element {elem!r} in {rule!r}")
+            alts = m["alts"].split("|") if m["alts"] else [m["name"]]
+            chars = "".join(self.code[a] for a in alts if a in self.code)
+            # an element none of whose names occur can only match zero times: an always-failing group
+            parts.append("(?:" + (f"[{chars}]" if chars else "(?!)") + ")" + (m["q"] or ""))
+        return re.compile("".join(parts))
+
+    def text(self, names: list[str]) -> str:
+        return "".join(self.code[n] for n in names)
+
+    def find(self, text: str, api: str, rule: str) -> list[tuple[int, int]]:
+        """(first index, length) of each non-empty, non-overlapping match, as `_find` gives them."""
+        return [(m.start(), m.end() - m.start()) for m in self.patterns[(api, rule)].finditer(text)
+                if m.end() != m.start()]
+
+
+_PATTERN_TEXTS: dict[str, tuple[str, ...]] = {r.api: r.patterns for r in ATEN_RULES}
 
 
 def user_frame(stack: object) -> str | None:
@@ -237,9 +290,14 @@ class AffinityApiCheck(Check):
                     }
                 )
         aten = first_level(host[~is_opt])
+        short = {n: str(n).removeprefix("aten::") for n in pd.unique(aten["name"].to_numpy(dtype=object))}
+        matcher = _TokenMatcher(set(short.values()))
         for (rank, _tid), g in aten.groupby(["rank", "tid"], dropna=False, sort=True):
-            names = [n.removeprefix("aten::") for n in g["name"].astype(str)]
-            text, starts = _tokens(names)
+            names = [short[n] for n in g["name"].to_numpy(dtype=object)]
+            if matcher.usable:
+                ctext = matcher.text(names)
+            else:
+                text, starts = _tokens(names)
             step = g["step"].to_numpy(dtype=object)
             stack = g["call_stack"].to_numpy(dtype=object)
             dur = np.concatenate([[0.0], np.cumsum(g["dur_ns"].to_numpy(dtype="float64"))])
@@ -247,7 +305,9 @@ class AffinityApiCheck(Check):
                 if not rule.default:
                     continue
                 for pat_text, pat in zip(rule.patterns, _COMPILED[rule.api], strict=True):
-                    for i, n in _find(text, starts, pat):
+                    found = (matcher.find(ctext, rule.api, pat_text) if matcher.usable
+                             else _find(text, starts, pat))
+                    for i, n in found:
                         hits.append(
                             {
                                 "api": rule.api,

@@ -20,8 +20,8 @@ Algorithm:
 Severity: the advisor rates AICPU by a time ratio, so the impact rule of `Check.finding` applies (share of
 the mean step). The advisor's own ratio (AI_CPU time / all device task time) is kept in the evidence.
 
-This module also holds the few helpers the compute / communication checks share (rank and step text,
-kept steps per rank).
+The few helpers the compute / communication checks share (rank and step text, kept steps per rank) are in
+_common.
 """
 
 from __future__ import annotations
@@ -53,27 +53,6 @@ _UPGRADE_GUIDE = {"argmin": "upgrade CANN to >= 7.0.RC1, which has an AI Core Ar
 # by design: their time is the device waiting for input data (the data loader's problem), not an op to port.
 DATA_QUEUE_RE = "getnext|dequeue|initdatasetqueue"
 _DOUBLE_RE = re.compile(r"(^|[^A-Z0-9])(DT_)?(DOUBLE|FLOAT64)($|[^A-Z0-9])", re.I)
-
-
-# ----------------------------------------------------------------------------------------------------------
-# helpers shared by the compute / communication checks (imported by the sibling modules)
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-# ----------------------------------------------------------------------------------------------------------
 
 
 def has_double(*dtypes: Any) -> bool:
@@ -203,6 +182,12 @@ class AicpuOpCheck(Check):
     def _stacks(ctx: CheckContext, grp: pd.DataFrame) -> list[str]:
         """Call stacks of the host ops that launched these tasks, when with_stack recorded them."""
         out: list[str] = []
+        # without a single launch with a call stack (with_stack off: the usual case) every query below is
+        # empty
+        any_stack = ctx.memo("aicpu-op.any_launch_stack", lambda: bool(ctx.profile.rows(
+            "SELECT 1 FROM host_ops WHERE call_stack IS NOT NULL AND correlation_id IS NOT NULL LIMIT 1")))
+        if not any_stack:
+            return out
         for rank, g in grp.groupby("rank", sort=True):
             ids = [int(c) for c in g["correlation_id"].dropna().unique()[:200]]
             if not ids:

@@ -28,15 +28,20 @@ from ..models import Finding
 from ..thresholds import T
 from ._common import (
     NS_PER_MS,
-    in_kept_steps,
+    columns,
+    kept_mask,
     kept_steps,
     n_steps,
+    rank_slices,
     ranks_text,
     step_list,
     steps_text,
     worst_rank,
 )
 from .base import Check, CheckContext, register
+
+# (start ns, end ns, is a matmul) of a rank's compute kernels
+_Kernels = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 def overlaps(starts: np.ndarray, ends: np.ndarray, k_starts: np.ndarray, k_ends: np.ndarray) -> np.ndarray:
@@ -69,15 +74,20 @@ class BandwidthContentionCheck(Check):
             return []
         thr = T.contention_sdma_gbps.value
         steps = kept_steps(ctx)
-        by_rank = {r: ops for r in ranks if (ops := self._sdma_ops(ctx, r, steps)) is not None}
-        overlapped_gbps = {r: _gbps(ops[ops["overlap"]]) for r, ops in by_rank.items()}
+        if not self._any_slow(ctx, ranks, steps, thr):
+            return []   # no SDMA op below the threshold at all: nothing can be contended
+        comp = self._compute_ops(ctx, ranks)
+        # every rank's SDMA ops from one query, in no particular order: enough for counts and integer sums
+        # (which rank is named); a named rank's ops are then fetched in the per-rank query's order
+        by_rank = self._sdma_all(ctx, ranks, steps, comp)
+        overlapped_gbps = {r: _gbps_of(ops["size_bytes"][ops["overlap"]], ops["transit_ns"][ops["overlap"]])
+                           for r, ops in by_rank.items()}
         per_rank: dict[int, dict] = {}
         lost: dict[int, float] = {}
-        for rank, ops in by_rank.items():
-            bad = ops[ops["overlap"] & (ops["gbps"] < thr)]
-            if bad.empty:
+        for rank, cols in by_rank.items():
+            if not (cols["overlap"] & (cols["gbps"] < thr)).any():
                 continue
-            alone = _gbps(ops[ops["alone"]])
+            alone = _gbps_of(cols["size_bytes"][cols["alone"]], cols["transit_ns"][cols["alone"]])
             peers_fast = sorted(
                 r for r, g in overlapped_gbps.items() if r != rank and g is not None and g >= thr
             )
@@ -85,6 +95,12 @@ class BandwidthContentionCheck(Check):
                 continue  # slow without overlap too: the link is slow (slow-link), not contended
             if alone is None and peers_fast:
                 continue  # peers overlap the same way at full speed: this rank's link is slow
+            # the float sums and the sort below follow the row order of the rank's own query
+            exact = self._sdma_ops(ctx, rank, steps, comp.get(rank))
+            if exact is None:   # the same rows as above: cannot happen
+                continue
+            ops = pd.DataFrame(exact)
+            bad = ops[exact["overlap"] & (exact["gbps"] < thr)]
             k = n_steps(steps, rank)
             extra = (bad["transit_ns"].astype("float64") - bad["size_bytes"].astype("float64") / thr).clip(
                 lower=0
@@ -95,7 +111,7 @@ class BandwidthContentionCheck(Check):
                 "contended_ops": len(bad),
                 "contended_ops_per_step": round(len(bad) / k, 2),
                 "sdma_ops": len(ops),
-                "overlapping_ops": int(ops["overlap"].sum()),
+                "overlapping_ops": int(exact["overlap"].sum()),
                 "min_gbps": round(float(bad["gbps"].min()), 4),
                 "mean_gbps_contended": _gbps(bad),
                 "mean_gbps_without_compute": alone,
@@ -151,53 +167,106 @@ class BandwidthContentionCheck(Check):
         ]
 
     @staticmethod
-    def _sdma_ops(ctx: CheckContext, rank: int, steps: dict[int, list[int]]) -> pd.DataFrame | None:
-        """The rank's SDMA op instances (span from comm_ops, traffic from comm_bandwidth) in kept steps, with
-        their bandwidth and whether they overlap a matmul kernel; None without SDMA ops or matmuls."""
-        ops = ctx.sql(
-            "SELECT o.rank, o.step, o.name, o.start_ns, o.elapse_ns, b.size_bytes, b.transit_ns, "
-            "b.bandwidth_gbps FROM comm_ops o JOIN comm_bandwidth b "
+    def _any_slow(ctx: CheckContext, ranks: list[int], steps: dict[int, list[int]], thr: float) -> bool:
+        """Whether some SDMA op of a kept step runs below `thr` GB/s: the slowest op per (rank, step) from one
+        aggregate query, with the bandwidth worked out as `_sdma_ops` does (reported, else bytes / transit).
+        Most profiles have none, and then the per-rank op lists are not needed."""
+        marks = ",".join("?" * len(ranks))
+        rows = ctx.profile.rows(
+            "SELECT o.rank, o.step, min(CASE WHEN b.bandwidth_gbps > 0 THEN b.bandwidth_gbps "
+            "ELSE b.size_bytes::DOUBLE / b.transit_ns::DOUBLE END) FROM comm_ops o JOIN comm_bandwidth b "
             "ON b.rank = o.rank AND b.op_name = o.name "
             "AND b.step IS NOT DISTINCT FROM o.step AND upper(b.transport) = 'SDMA' "
-            "WHERE o.rank = ? AND b.size_bytes > 0 AND b.transit_ns > 0",
-            [rank],
+            f"WHERE o.rank IN ({marks}) AND b.size_bytes > 0 AND b.transit_ns > 0 GROUP BY ALL",
+            [int(r) for r in ranks],
         )
-        ops = in_kept_steps(ops, steps)
-        if ops.empty:
+        for rank, step, gbps in rows:
+            kept = steps.get(int(rank), [])
+            if kept and (step is None or int(step) not in kept):
+                continue   # outside the kept steps (a rank without steps keeps everything)
+            if gbps is not None and gbps < thr:
+                return True
+        return False
+
+    @staticmethod
+    def _compute_ops(ctx: CheckContext, ranks: list[int]) -> dict[int, _Kernels]:
+        """Per rank: (start ns, end ns, is a matmul) of its compute kernels, from one query (overlap tests do
+        not depend on the kernels' order)."""
+        marks = ",".join("?" * len(ranks))
+        a = columns(ctx, "SELECT rank, start_ns, dur_ns, (lower(name) LIKE '%matmul%' OR "
+                         "lower(coalesce(op_type, '')) LIKE '%matmul%') AS mm FROM device_ops "
+                         f"WHERE rank IN ({marks}) AND category = 'compute' ORDER BY rank",
+                    [int(r) for r in ranks])
+        rank = a["rank"].astype(np.int64)
+        s = a["start_ns"].astype(np.int64)
+        e = s + a["dur_ns"].astype(np.int64)
+        mm = a["mm"].astype(bool)
+        return {r: (s[i:j], e[i:j], mm[i:j]) for r, i, j in rank_slices(rank)}
+
+    @staticmethod
+    def _sdma_all(ctx: CheckContext, ranks: list[int], steps: dict[int, list[int]],
+                  comp: dict[int, _Kernels]) -> dict[int, dict[str, np.ndarray]]:
+        """`_sdma_ops` of every rank (ranks in the given order, those with SDMA ops and matmuls) from one
+        query; the rows of a rank are the same, their order is not."""
+        marks = ",".join("?" * len(ranks))
+        a = columns(ctx, _SDMA_QUERY.format(where=f"o.rank IN ({marks})") + " ORDER BY o.rank",
+                    [int(r) for r in ranks])
+        rank = a["rank"].astype(np.int64)
+        sliced = {r: {k: v[i:j] for k, v in a.items()} for r, i, j in rank_slices(rank)}
+        out: dict[int, dict[str, np.ndarray]] = {}
+        for r in ranks:
+            ops = BandwidthContentionCheck._judge(sliced.get(r), steps, comp.get(r))
+            if ops is not None:
+                out[r] = ops
+        return out
+
+    @staticmethod
+    def _sdma_ops(ctx: CheckContext, rank: int, steps: dict[int, list[int]],
+                  comp: _Kernels | None) -> dict[str, np.ndarray] | None:
+        """The rank's SDMA op instances (span from comm_ops, traffic from comm_bandwidth) in kept steps, with
+        their bandwidth and whether they overlap a matmul kernel, as numpy columns; None without SDMA ops or
+        matmuls. The query is the one per rank it always was: its row order (a join's) orders the sums."""
+        a = columns(ctx, _SDMA_QUERY.format(where="o.rank = ?"), [rank])
+        return BandwidthContentionCheck._judge(a, steps, comp)
+
+    @staticmethod
+    def _judge(a: dict[str, np.ndarray] | None, steps: dict[int, list[int]],
+               comp: _Kernels | None) -> dict[str, np.ndarray] | None:
+        """Kept-step SDMA ops with their bandwidth and overlaps (see `_sdma_ops`)."""
+        if a is None or a["rank"].size == 0:
             return None
-        comp = ctx.sql(
-            "SELECT start_ns, dur_ns, (lower(name) LIKE '%matmul%' OR lower(coalesce(op_type, '')) "
-            "LIKE '%matmul%') AS mm FROM device_ops WHERE rank = ? AND category = 'compute'",
-            [rank],
-        )
-        mm = comp[comp["mm"].astype(bool)]
-        if mm.empty:
+        keep = kept_mask(a["rank"], a["step"], steps)
+        ops = {k: v[keep] for k, v in a.items()}
+        if ops["rank"].size == 0 or comp is None or not comp[2].any():
             return None
-        ops = ops.copy()
+        cs, ce, mm = comp
         # bandwidth as reported, else bytes / transit time (GB/s = bytes/ns)
         bw = ops["bandwidth_gbps"].astype("float64")
-        ops["gbps"] = bw.where(
-            bw > 0, ops["size_bytes"].astype("float64") / ops["transit_ns"].astype("float64")
-        )
-        s = ops["start_ns"].to_numpy(dtype="int64")
-        e = s + ops["elapse_ns"].to_numpy(dtype="int64")
-        ops["overlap"] = overlaps(
-            s,
-            e,
-            mm["start_ns"].to_numpy(dtype="int64"),
-            (mm["start_ns"] + mm["dur_ns"]).to_numpy(dtype="int64"),
-        )
+        with np.errstate(invalid="ignore"):
+            ratio = ops["size_bytes"].astype("float64") / ops["transit_ns"].astype("float64")
+            ops["gbps"] = np.where(bw > 0, bw, ratio)
+        s = ops["start_ns"].astype("int64")
+        e = s + ops["elapse_ns"].astype("int64")
+        ops["overlap"] = overlaps(s, e, cs[mm], ce[mm])
         # the control group: SDMA ops that overlap no compute kernel at all (any kernel competes for HBM)
-        ops["alone"] = ~overlaps(
-            s,
-            e,
-            comp["start_ns"].to_numpy(dtype="int64"),
-            (comp["start_ns"] + comp["dur_ns"]).to_numpy(dtype="int64"),
-        )
+        ops["alone"] = ~overlaps(s, e, cs, ce)
         return ops
+
+
+_SDMA_QUERY = ("SELECT o.rank, o.step, o.name, o.start_ns, o.elapse_ns, b.size_bytes, b.transit_ns, "
+               "b.bandwidth_gbps FROM comm_ops o JOIN comm_bandwidth b "
+               "ON b.rank = o.rank AND b.op_name = o.name "
+               "AND b.step IS NOT DISTINCT FROM o.step AND upper(b.transport) = 'SDMA' "
+               "WHERE {where} AND b.size_bytes > 0 AND b.transit_ns > 0")
+
+
+def _gbps_of(size_bytes: np.ndarray, transit_ns: np.ndarray) -> float | None:
+    """Σ bytes / Σ transit time of a set of ops (GB/s), None when empty (integer sums: exact in any
+    order)."""
+    t = float(transit_ns.astype("int64").sum()) if transit_ns.size else 0.0
+    return round(float(size_bytes.astype("int64").sum()) / t, 4) if t > 0 else None
 
 
 def _gbps(ops: pd.DataFrame) -> float | None:
     """Σ bytes / Σ transit time of a set of ops (GB/s), None when empty."""
-    t = float(ops["transit_ns"].sum()) if not ops.empty else 0.0
-    return round(float(ops["size_bytes"].sum()) / t, 4) if t > 0 else None
+    return _gbps_of(ops["size_bytes"].to_numpy(), ops["transit_ns"].to_numpy())

@@ -58,19 +58,38 @@ class CheckContext:
     def rank_info(self) -> pd.DataFrame:
         return self.profile.sql("SELECT * FROM ranks ORDER BY rank")
 
-    def vendor(self, rank: int | None = None) -> str | None:
+    @cached_property
+    def _vendor_framework(self) -> dict[int | None, tuple[str | None, str | None]]:
+        """rank (None = the whole profile) -> (vendor, framework). Every check asks this per rank and per
+        finding, so it is worked out once here instead of filtering `rank_info` each time."""
         df = self.rank_info
-        if rank is not None:
-            df = df[df["rank"] == rank]
-        vs = sorted(set(df["vendor"].dropna()))
-        return vs[0] if len(vs) == 1 else ("ascend" if "ascend" in vs else (vs[0] if vs else None))
+
+        def pick(vendors: set[str], frameworks: set[str]) -> tuple[str | None, str | None]:
+            vs, fs = sorted(vendors), sorted(frameworks)
+            v = vs[0] if len(vs) == 1 else ("ascend" if "ascend" in vs else (vs[0] if vs else None))
+            return v, (fs[0] if fs else None)
+
+        out: dict[int | None, tuple[str | None, str | None]] = {}
+        by_rank: dict[int, tuple[set[str], set[str]]] = {}
+        for rank, v, f in zip(df["rank"], df["vendor"], df["framework"], strict=True):
+            vs, fs = by_rank.setdefault(int(rank), (set(), set()))
+            if not pd.isna(v):
+                vs.add(v)
+            if not pd.isna(f):
+                fs.add(f)
+        for rank, (vs, fs) in by_rank.items():
+            out[rank] = pick(vs, fs)
+        out[None] = pick({v for vs, _ in by_rank.values() for v in vs},
+                         {f for _, fs in by_rank.values() for f in fs})
+        return out
+
+    def vendor(self, rank: int | None = None) -> str | None:
+        vf = self._vendor_framework.get(rank)
+        return vf[0] if vf is not None else None
 
     def framework(self, rank: int | None = None) -> str | None:
-        df = self.rank_info
-        if rank is not None:
-            df = df[df["rank"] == rank]
-        fs = sorted(set(df["framework"].dropna()))
-        return fs[0] if fs else None
+        vf = self._vendor_framework.get(rank)
+        return vf[1] if vf is not None else None
 
     @cached_property
     def _caps(self) -> dict[int, set[str]]:
@@ -87,9 +106,18 @@ class CheckContext:
         need = set(needs)
         return [r for r in self.all_ranks if need <= self.caps(r)]
 
+    @cached_property
+    def _mean_step(self) -> dict[int | None, float | None]:
+        """rank (None = all ranks) -> mean step ms over the breakdown rows, summed in row order."""
+        xs: dict[int | None, list[float]] = {None: []}
+        for r in self.breakdown:
+            if r.step_ms is not None:
+                xs[None].append(r.step_ms)
+                xs.setdefault(r.rank, []).append(r.step_ms)
+        return {k: (sum(v) / len(v) if v else None) for k, v in xs.items()}
+
     def mean_step_ms(self, rank: int | None = None) -> float | None:
-        xs = [r.step_ms for r in self.breakdown if r.step_ms is not None and (rank is None or r.rank == rank)]
-        return sum(xs) / len(xs) if xs else None
+        return self._mean_step.get(rank)
 
     def steps_of(self, rank: int | None = None) -> list[int]:
         return sorted({r.step for r in self.breakdown if r.step is not None and (rank is None or r.rank == rank)})

@@ -37,6 +37,8 @@ than every bucket that ran late (DDP `bucket_cap_mb`; MindSpore `all_reduce_fusi
 from __future__ import annotations
 
 import bisect
+import re
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -45,7 +47,16 @@ import pandas as pd
 from ..metrics.intervals import Coverage
 from ..models import Finding
 from ..thresholds import T
-from ._common import DeviceTimeline, fmt_ms, ranks_text, step_ms_of, step_windows, steps_text, worst_share
+from ._common import (
+    DeviceTimeline,
+    fmt_ms,
+    rank_ordered,
+    ranks_text,
+    step_ms_of,
+    step_windows,
+    steps_text,
+    worst_share,
+)
 from .base import Check, CheckContext, register
 
 NS_PER_MS = 1e6
@@ -53,6 +64,20 @@ MB = 1e6
 PROPOSED_BUCKETS = int(T.tail_proposed_buckets.value)
 # Collectives that synchronise gradients (DDP / MindSpore AllReduce, ZeRO / FSDP reduce-scatter + all-gather).
 GRADIENT_RE = r"(?i)all_?reduce|reduce_?scatter|all_?gather|^reduce$|hcom_reduce"
+_GRADIENT = re.compile(GRADIENT_RE)
+
+
+@dataclass
+class _RankOps:
+    """One rank's compute ops and gradient collectives as numpy columns, sorted by start."""
+
+    name: np.ndarray         # object
+    is_comm: np.ndarray      # bool: a collective (else a compute op)
+    start: np.ndarray        # int64 ns
+    end: np.ndarray          # int64 ns
+    size: np.ndarray         # bytes, NaN / None when unknown
+    collective: np.ndarray   # object, None when unknown
+    group: np.ndarray        # object, None when unknown
 
 
 @register
@@ -84,10 +109,13 @@ class ExposedCommTailCheck(Check):
         thr = T.exposed_tail_pct.value
         per_rank: dict[int, dict[str, Any]] = {}
         tails: dict[int, dict[int, dict[str, Any]]] = {}
+        devs = self._device(ctx, ranks)
+        w_of = {int(r): g for r, g in windows.groupby("rank", sort=False)}
+        empty_w = windows.iloc[:0]
         for rank in ranks:
-            w = windows[windows["rank"] == rank]
-            dev = self._device(ctx, rank)
-            if not w.empty and (dev["category"] == "communication").any():
+            w = w_of.get(rank, empty_w)
+            dev = devs.get(rank)
+            if not w.empty and dev is not None and dev.is_comm.any():
                 tails[rank] = self._device_tails(ctx, rank, w, dev)
             elif "step_phases" in ctx.caps(rank):
                 st = self._phase_rank(ctx, rank, w, steps_ms, thr)
@@ -95,7 +123,7 @@ class ExposedCommTailCheck(Check):
                     per_rank[rank] = st
         _critical_path_min(tails)
         for rank, by_step in tails.items():
-            st = self._device_stats(ctx, rank, windows[windows["rank"] == rank], by_step, steps_ms, thr)
+            st = self._device_stats(ctx, rank, w_of.get(rank, empty_w), by_step, steps_ms, thr, devs[rank])
             if st:
                 per_rank[rank] = st
         if not per_rank:
@@ -130,25 +158,44 @@ class ExposedCommTailCheck(Check):
 
     # ---- device timeline ----------------------------------------------------------------------------
     @staticmethod
-    def _device(ctx: CheckContext, rank: int) -> pd.DataFrame:
-        """Compute ops and gradient collectives of a rank, by start (p2p sends and all-to-all are not bucketed
-        gradients and are left out)."""
-        dev = ctx.sql("SELECT name, category, start_ns, dur_ns, size_bytes, collective, group_name FROM device_ops "
-                      "WHERE rank = ? AND category IN ('compute', 'communication') ORDER BY start_ns", [int(rank)])
-        comm = dev["category"] == "communication"
-        grad = dev["collective"].fillna(dev["name"]).astype(str).str.contains(GRADIENT_RE)
-        return dev[~comm | grad].reset_index(drop=True)
+    def _device(ctx: CheckContext, ranks: list[int]) -> dict[int, _RankOps]:
+        """Per rank: compute ops and gradient collectives, by start (p2p sends and all-to-all are not
+        bucketed gradients and are left out). Plain numpy columns; the gradient test runs once per distinct
+        collective / name (there are few) instead of once per op. One query for all ranks; a rank with ops
+        that start together gets its own query as before (their order shows in the evidence, see
+        `rank_ordered`)."""
+        out: dict[int, _RankOps] = {}
+        grad_of: dict[Any, bool] = {}
+        marks = ",".join("?" * len(ranks))
+        cols = "name, category, start_ns, dur_ns, size_bytes, collective, group_name"
+        by_rank = rank_ordered(
+            ctx, ranks, f"SELECT {cols} FROM device_ops WHERE rank = ? AND category IN ('compute', "
+                        "'communication') ORDER BY start_ns",
+            f"SELECT rank, {cols} FROM device_ops WHERE rank IN ({marks}) AND category IN ('compute', "
+            "'communication') ORDER BY rank, start_ns", ("start_ns",))
+        for rank in ranks:
+            a = by_rank[int(rank)]
+            if a["name"].size == 0:
+                continue
+            comm = a["category"] == "communication"
+            label = np.where(pd.isna(a["collective"]), a["name"], a["collective"])
+            for v in set(label[comm].tolist()) - grad_of.keys():
+                grad_of[v] = bool(_GRADIENT.search(str(v)))
+            grad = np.fromiter((c and grad_of[v] for c, v in zip(comm.tolist(), label.tolist(), strict=True)),
+                               dtype=bool, count=comm.size)
+            keep = ~comm | grad
+            s_all = a["start_ns"][keep].astype(np.int64)
+            e_all = s_all + a["dur_ns"][keep].astype(np.int64)
+            out[int(rank)] = _RankOps(a["name"][keep], comm[keep], s_all, e_all, a["size_bytes"][keep],
+                                      a["collective"][keep], a["group_name"][keep])
+        return out
 
-    def _device_tails(self, ctx: CheckContext, rank: int, w: pd.DataFrame, dev: pd.DataFrame
+    def _device_tails(self, ctx: CheckContext, rank: int, w: pd.DataFrame, dev: _RankOps
                       ) -> dict[int, dict[str, Any]]:
-        """Per kept step: the exposed tail, the idle after it, the effective tail (ns) and its collectives."""
-        s_all = dev["start_ns"].to_numpy(dtype=np.int64)
-        e_all = s_all + dev["dur_ns"].to_numpy(dtype=np.int64)
-        is_comm = (dev["category"] == "communication").to_numpy()
+        """Per kept step: the exposed tail, the idle after it, the effective tail (ns) and its final block of
+        collectives (row indices; `_colls` describes them when a step fires)."""
+        s_all, e_all, is_comm = dev.start, dev.end, dev.is_comm
         timeline = DeviceTimeline.of(ctx, rank)
-        comm_sizes = self._comm_sizes(ctx, rank)
-        # plain dicts per row: pandas row access per collective dominated this check's time
-        rows = dev[["name", "size_bytes", "collective"]].to_dict("records")
         out: dict[int, dict[str, Any]] = {}
         for step, w0, w1 in zip(w["step"], w["w0"], w["w1"], strict=True):
             m = (s_all >= w0) & (s_all < w1)
@@ -157,13 +204,16 @@ class ExposedCommTailCheck(Check):
             if comm_i.size == 0 or comp_i.size == 0:
                 continue
             comp_s = s_all[comp_i]
-            # final block: walk back from the last collective while no compute op starts in between
+            # final block: walk back from the last collective while no compute op starts in between, i.e. cut
+            # after the last pair of consecutive collectives with a compute start in [start, next start)
             order = comm_i[np.argsort(s_all[comm_i], kind="stable")]
-            block = [order[-1]]
-            for j in order[-2::-1]:
-                if ((comp_s >= s_all[j]) & (comp_s < s_all[block[-1]])).any():
-                    break
-                block.append(j)
+            ord_s = s_all[order]
+            comp_sorted = np.sort(comp_s)
+            between = (np.searchsorted(comp_sorted, ord_s[1:], side="left")
+                       - np.searchsorted(comp_sorted, ord_s[:-1], side="left"))
+            cut = np.flatnonzero(between > 0)
+            first = int(cut[-1]) + 1 if cut.size else 0
+            block = order[first:][::-1].tolist()   # latest first, as the walk collects them
             b_start = int(s_all[block[-1]])
             before = comp_i[comp_s < b_start]
             if before.size == 0:
@@ -172,17 +222,25 @@ class ExposedCommTailCheck(Check):
             blk_end = int(min(e_all[block].max(), w1))
             tail = _exposed(s_all, e_all, is_comm, m, bwd_end, blk_end)
             idle_after, _ = timeline.idle_run_after(blk_end, int(w1))
-            groups = {str(g) for g in dev.loc[block, "group_name"].dropna()} if "group_name" in dev else set()
+            groups = {str(g) for g in dev.group[block] if g is not None}   # NULL is None in `columns`
             out[int(step)] = {
                 "tail_ns": tail, "idle_after_ns": float(idle_after), "eff_ns": max(0.0, tail - idle_after),
-                "groups": frozenset(groups),
-                "colls": [self._coll(rows[j], int(s_all[j]), int(e_all[j]), bwd_end, comm_sizes)
-                          for j in sorted(block, key=lambda j: s_all[j])],
+                "groups": frozenset(groups), "block": block, "bwd_end": bwd_end,
             }
         return out
 
+    def _colls(self, ctx: CheckContext, rank: int, dev: _RankOps, block: list[int], bwd_end: int
+               ) -> list[dict[str, Any]]:
+        """The collectives of a final block, in start order, with their sizes and types."""
+        comm_sizes = self._comm_sizes(ctx, rank)
+        s_all, e_all = dev.start, dev.end
+        return [self._coll(dev.name[j], dev.size[j], dev.collective[j], int(s_all[j]), int(e_all[j]), bwd_end,
+                           comm_sizes)
+                for j in sorted(block, key=lambda j: s_all[j])]
+
     def _device_stats(self, ctx: CheckContext, rank: int, w: pd.DataFrame, tails: dict[int, dict[str, Any]],
-                      steps_ms: dict[tuple[int, int], float], thr: float) -> dict[str, Any] | None:
+                      steps_ms: dict[tuple[int, int], float], thr: float, dev: _RankOps
+                      ) -> dict[str, Any] | None:
         impact: list[float] = []
         fired: list[int] = []
         by_step: dict[str, dict[str, float]] = {}
@@ -197,7 +255,8 @@ class ExposedCommTailCheck(Check):
             sm = steps_ms.get((rank, step))
             if sm and eff > 0 and eff / NS_PER_MS >= thr / 100.0 * sm:
                 fired.append(step)
-                colls = colls or t["colls"]
+                # only the first firing step's collectives are described: build them for that step alone
+                colls = colls or self._colls(ctx, rank, dev, t["block"], t["bwd_end"])
         if not fired:
             return None
         return self._stats(ctx, rank, w, fired, impact, by_step, colls)
@@ -275,9 +334,10 @@ class ExposedCommTailCheck(Check):
     @staticmethod
     def _comm_sizes(ctx: CheckContext, rank: int) -> dict[tuple[str, int], tuple[int | None, str | None]]:
         """(name, start ns) -> (bytes, op type) from comm_ops (communication.json / NCCL args)."""
-        df = ctx.sql("SELECT name, start_ns, size_bytes, op_type FROM comm_ops WHERE rank = ?", [int(rank)])
-        out: dict = {(str(n), int(s)): (None if pd.isna(b) else int(b), None if pd.isna(t) else str(t))
-                     for n, s, b, t in zip(df["name"], df["start_ns"], df["size_bytes"], df["op_type"], strict=True)}
+        rows = ctx.profile.rows("SELECT name, start_ns, size_bytes, op_type FROM comm_ops WHERE rank = ?",
+                                [int(rank)])
+        out: dict = {(str(n), int(s)): (None if b is None else int(b), None if t is None else str(t))
+                     for n, s, b, t in rows}
         by_name: dict[str, list[tuple[int, tuple[int | None, str | None]]]] = {}
         for (n, st), v in out.items():
             by_name.setdefault(n, []).append((st, v))
@@ -287,11 +347,11 @@ class ExposedCommTailCheck(Check):
         return out
 
     @staticmethod
-    def _coll(row: dict[str, Any], s: int, e: int, bwd_end: int, sizes: dict[tuple[str, int], tuple[int | None, str | None]]
-              ) -> dict[str, Any]:
-        name = str(row["name"])
-        size = None if pd.isna(row["size_bytes"]) else int(row["size_bytes"])
-        typ = None if pd.isna(row["collective"]) else str(row["collective"])
+    def _coll(name: Any, size_bytes: Any, collective: Any, s: int, e: int, bwd_end: int,
+              sizes: dict[tuple[str, int], tuple[int | None, str | None]]) -> dict[str, Any]:
+        name = str(name)
+        size = None if pd.isna(size_bytes) else int(size_bytes)
+        typ = None if pd.isna(collective) else str(collective)
         hit = sizes.get((name, s))
         if hit is None:   # communication.json starts are µs: match within 1 µs (index by name, not a scan)
             near = sizes.get(("\0by_name", name))

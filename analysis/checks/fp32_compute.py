@@ -31,11 +31,21 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar
 
+import numpy as np
 import pandas as pd
 
 from ..models import Finding
 from ..thresholds import T
-from ._common import fmt_ms, in_steps, ranks_text, step_windows, steps_text, worst_share
+from ._common import (
+    by_value,
+    fmt_ms,
+    in_steps,
+    map_by_value,
+    ranks_text,
+    step_windows,
+    steps_text,
+    worst_share,
+)
 from .base import Check, CheckContext, register
 
 NS_PER_MS = 1e6
@@ -108,6 +118,10 @@ def input_types_precision(types: Any) -> str:
     return "unknown"
 
 
+_COLS = ["rank", "step", "name", "label", "dur_ns", "precision", "dtypes"]
+_EMPTY = pd.DataFrame(columns=_COLS)
+
+
 def gpu_family(name: str) -> str:
     low = name.lower()
     if re.search(r"fmha|flash|attention|attn", low):
@@ -138,9 +152,11 @@ class Fp32ComputeCheck(Check):
         windows = step_windows(ctx, ranks)
         thr = T.fp32_share_pct.value
         per_rank: dict[int, dict[str, Any]] = {}
+        ascend_ops = self._ascend_classified(ctx, [r for r in ranks if ctx.vendor(r) == "ascend"])
         for rank in ranks:
             w = windows[windows["rank"] == rank]
-            ops = self._classified(ctx, rank)
+            ascend = ctx.vendor(rank) == "ascend"
+            ops = ascend_ops.get(rank, _EMPTY) if ascend else self._classified(ctx, rank)
             if ops.empty:
                 continue
             if not w.empty:
@@ -219,21 +235,31 @@ class Fp32ComputeCheck(Check):
         return {"phases_ms": {str(k): round(float(v) / NS_PER_MS, 4) for k, v in rows}} if rows else {}
 
     @staticmethod
+    def _ascend_classified(ctx: CheckContext, ranks: list[int]) -> dict[int, pd.DataFrame]:
+        """Family ops of Ascend ranks, by rank, with columns step, name, label, dur_ns, precision, dtypes.
+
+        One query for the ranks (no ORDER BY: each rank's rows keep their table order, as the query per rank
+        had them); family and precision are judged once per distinct op type / name / dtype list."""
+        if not ranks:
+            return {}
+        marks = ",".join("?" * len(ranks))
+        df = ctx.sql("SELECT rank, step, name, op_type, dur_ns, input_dtypes FROM device_ops WHERE rank IN "
+                     f"({marks}) AND category = 'compute'", [int(r) for r in ranks])
+        key = df["op_type"].fillna(df["name"]).astype(str)
+        fam = (by_value(key, lambda k: ASCEND_FAMILY.search(k))
+               | by_value(df["name"].astype(str), lambda n: ASCEND_FAMILY.search(n)))
+        df = df[fam]
+        if df.empty:
+            return {}
+        prec = map_by_value(df["input_dtypes"], ascend_precision)
+        df = df.assign(label=df["op_type"].fillna(df["name"]).astype(str), precision=prec,
+                       dtypes=df["input_dtypes"])
+        return {int(r): g.reset_index(drop=True) for r, g in df[_COLS].groupby("rank", sort=False)}
+
+    @staticmethod
     def _classified(ctx: CheckContext, rank: int) -> pd.DataFrame:
-        """Family ops of a rank with columns step, name, label, dur_ns, precision, dtypes."""
-        cols = ["rank", "step", "name", "label", "dur_ns", "precision", "dtypes"]
-        ascend = ctx.vendor(rank) == "ascend"
-        if ascend:
-            df = ctx.sql("SELECT rank, step, name, op_type, dur_ns, input_dtypes FROM device_ops WHERE rank = ? AND "
-                         "category = 'compute'", [int(rank)])
-            key = df["op_type"].fillna(df["name"]).astype(str)
-            df = df[key.str.contains(ASCEND_FAMILY) | df["name"].astype(str).str.contains(ASCEND_FAMILY)]
-            if df.empty:
-                return pd.DataFrame(columns=cols)
-            df = df.assign(label=df["op_type"].fillna(df["name"]).astype(str),
-                           precision=[ascend_precision(d) for d in df["input_dtypes"]],
-                           dtypes=df["input_dtypes"])
-            return df[cols]
+        """Family ops of a GPU rank with columns step, name, label, dur_ns, precision, dtypes."""
+        cols = _COLS
         df = ctx.sql("SELECT d.rank, d.step, d.name, d.dur_ns, h.input_types AS types FROM device_ops d LEFT JOIN ("
                      "  SELECT r.correlation_id, any_value(c.input_types) AS input_types FROM host_ops r JOIN host_ops c"
                      "  ON c.rank = r.rank AND c.external_id = r.external_id AND c.category = 'cpu_op' "
@@ -243,10 +269,12 @@ class Fp32ComputeCheck(Check):
                      "ON h.correlation_id = d.correlation_id "
                      "WHERE d.rank = ? AND d.category = 'compute'", [int(rank), int(rank)])
         names = df["name"].astype(str)
-        df = df[names.str.contains(GPU_FAMILY) & ~names.str.contains(_GPU_NOT_FAMILY)]
+        df = df[by_value(names, lambda n: GPU_FAMILY.search(n) and not _GPU_NOT_FAMILY.search(n))]
         if df.empty:
             return pd.DataFrame(columns=cols)
-        prec = [gpu_precision(str(n)) for n in df["name"]]
-        prec = [p if p != "unknown" else input_types_precision(t) for p, t in zip(prec, df["types"], strict=True)]
-        df = df.assign(label=[gpu_family(str(n)) for n in df["name"]], precision=prec, dtypes=df["types"])
+        prec = map_by_value(df["name"], lambda n: gpu_precision(str(n)))
+        types_prec = map_by_value(df["types"], input_types_precision)
+        prec = np.where(prec != "unknown", prec, types_prec)
+        df = df.assign(label=map_by_value(df["name"], lambda n: gpu_family(str(n))), precision=prec,
+                       dtypes=df["types"])
         return df[cols]

@@ -22,6 +22,7 @@ Severity: the advisor's fixed HIGH. Subject: `AI Core frequency`.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from ..models import Finding
 from ..thresholds import T
@@ -95,24 +96,35 @@ class FreqThrottleCheck(Check):
         per_rank: dict[int, dict] = {}
         lost_ms: dict[int, float] = {}
         all_steps: set[int] = set()
+        # the AI Core tasks of every checked rank from one query (no ORDER BY: each rank's rows keep their
+        # table order, as the query per rank had them)
+        checked_ranks = [r for r in ranks if rated_by_rank.get(r)]
+        by_rank: dict[int, pd.DataFrame] = {}
+        if checked_ranks:
+            marks = ",".join("?" * len(checked_ranks))
+            all_ops = ctx.sql(
+                f"SELECT rank, step, name, start_ns, dur_ns FROM device_ops WHERE rank IN ({marks}) "
+                f"AND task_type IN ({types})",
+                checked_ranks,
+            )
+            by_rank = {int(r): g for r, g in in_kept_steps(all_ops, steps).groupby("rank", sort=False)}
         for rank in ranks:
             rated = rated_by_rank.get(rank)
-            fs = ctx.sql("SELECT ts_ns, freq_mhz FROM freq_samples WHERE rank = ? ORDER BY ts_ns", [rank])
-            if not rated or fs.empty:
+            if not rated:
                 continue
-            ops = ctx.sql(
-                f"SELECT rank, step, name, start_ns, dur_ns FROM device_ops WHERE rank = ? "
-                f"AND task_type IN ({types})",
-                [rank],
-            )
-            ops = in_kept_steps(ops, steps)
-            if ops.empty:
+            # per rank, as before: ORDER BY decides the order of samples with equal timestamps
+            fs = ctx.profile.arrays("SELECT ts_ns, freq_mhz FROM freq_samples WHERE rank = ? ORDER BY ts_ns",
+                                    [rank])
+            if fs["ts_ns"].size == 0:
                 continue
-            ops = ops.copy()
+            ops = by_rank.get(rank)
+            if ops is None or ops.empty:
+                continue
+            ops = ops.reset_index(drop=True)
             start = ops["start_ns"].to_numpy(dtype="int64")
             ops["mhz"] = mean_freq(
-                fs["ts_ns"].to_numpy(dtype="int64"),
-                fs["freq_mhz"].to_numpy(dtype="float64"),
+                np.asarray(fs["ts_ns"], dtype="int64"),
+                np.ma.filled(np.ma.asarray(fs["freq_mhz"], dtype="float64"), np.nan),
                 start,
                 start + ops["dur_ns"].to_numpy(dtype="int64"),
             )

@@ -30,8 +30,8 @@ Evidence adds what makes a step host-bound in practice: kernels per step, their 
 median interval between consecutive launches and the launch call's median duration; "many tiny kernels"
 when the median kernel is shorter than the median launch interval (the host cannot keep the queue full).
 
-This module also holds the device-timeline helpers the host-side checks share (sync-stream, gc-pause,
-slow-dataloader, exposed-comm-tail).
+The device-timeline helpers the host-side checks share (sync-stream, gc-pause, slow-dataloader,
+exposed-comm-tail) are in _common.
 """
 
 from __future__ import annotations
@@ -49,9 +49,13 @@ from ._common import (
     NS_PER_MS,
     NS_PER_US,
     SYNC_RE,
+    by_value,
+    columns,
     fmt_ms,
     host_stalls,
     kept_steps,
+    rank_ordered,
+    rank_slices,
     ranks_text,
     step_ms_of,
     step_windows,
@@ -62,30 +66,9 @@ from .base import Check, CheckContext, register
 
 # A late-launch gap is charged to a stall when stalls cover at least this share of it.
 STALL_SHARE = T.host_bound_stall_share.value
+_DEVICE_QUERY = ("SELECT start_ns, dur_ns, correlation_id FROM device_ops WHERE rank = ? AND category <> "
+                 "'sync' ORDER BY start_ns")
 
-
-# ----------------------------------------------------------------------------------------------------------
-# helpers shared by the host-side checks (sync_stream, gc_pause, slow_dataloader, exposed_comm_tail)
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-# ----------------------------------------------------------------------------------------------------------
 
 @register
 class HostBoundCheck(Check):
@@ -114,11 +97,16 @@ class HostBoundCheck(Check):
         per_rank_ms: dict[int, float] = {}
         fired_steps: dict[int, list[int]] = {}
         all_steps = kept_steps(ctx)
+        host = self._host_calls(ctx, ranks)
+        marks = ",".join("?" * len(ranks))
+        dev = rank_ordered(ctx, ranks, _DEVICE_QUERY,
+                           "SELECT rank, start_ns, dur_ns, correlation_id FROM device_ops WHERE rank IN "
+                           f"({marks}) AND category <> 'sync' ORDER BY rank, start_ns", ("start_ns",))
         for rank in ranks:
             w = windows[windows["rank"] == rank]
             if w.empty:
                 continue
-            stats = self._rank_stats(ctx, rank, w)
+            stats = self._rank_stats(ctx, rank, w, host.get(rank) or self._no_calls(), dev[rank])
             fired: list[int] = []
             for st in stats:
                 key = (rank, st["step"])
@@ -179,23 +167,34 @@ class HostBoundCheck(Check):
                      f"{thr_free:g} % / {thr_late:g} %){gap_txt}{tiny}."))]
 
     @staticmethod
-    def _rank_stats(ctx: CheckContext, rank: int, w: pd.DataFrame) -> list[dict[str, Any]]:
-        ops = ctx.sql("SELECT start_ns, dur_ns, correlation_id FROM device_ops WHERE rank = ? AND category <> "
-                      "'sync' ORDER BY start_ns", [int(rank)])
-        host = ctx.sql("SELECT name, start_ns, dur_ns, correlation_id FROM host_ops WHERE rank = ? AND "
-                       f"category IN {HOST_API_CATEGORIES}", [int(rank)])
-        launch_at: dict[int, int] = {}
-        lh = host[host["correlation_id"].notna()]
-        for c, s in zip(lh["correlation_id"].astype("int64"), lh["start_ns"].astype("int64"), strict=True):
-            c, s = int(c), int(s)
-            if c not in launch_at or s < launch_at[c]:
-                launch_at[c] = s
-        syncs = host[host["name"].astype(str).str.match(SYNC_RE)]
-        sync_end = np.sort((syncs["start_ns"].astype("int64") + syncs["dur_ns"].astype("int64")).to_numpy())
-        stalls = host_stalls(ctx, rank)
-        s_all = ops["start_ns"].to_numpy(dtype=np.int64)
-        e_all = s_all + ops["dur_ns"].to_numpy(dtype=np.int64)
-        corr = ops["correlation_id"].astype("Float64").fillna(-1).to_numpy(dtype=np.int64)
+    def _rank_stats(ctx: CheckContext, rank: int, w: pd.DataFrame, host: dict[str, np.ndarray],
+                    ops: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+        """Per kept step: device ops, inter-op gap ns and its split into late / sync / stall / unknown ns.
+        Vectorised over the gaps of a step (a Python pass per device op dominated this check's time). `ops`:
+        the rank's device ops by start (`_DEVICE_QUERY`; which op comes first when two start together decides
+        which launch a gap is charged to)."""
+        # each correlation id's earliest host launch, as sorted keys / values for a vectorised lookup
+        hc, hs = host["correlation_id"], host["start_ns"]
+        ok = ~np.isnan(hc) if hc.dtype.kind == "f" else np.ones(hc.size, dtype=bool)
+        lc, ls = hc[ok].astype(np.int64), hs[ok].astype(np.int64)
+        order = np.lexsort((ls, lc))
+        launch_ids, first = np.unique(lc[order], return_index=True)
+        launch_first = ls[order][first]
+
+        def launch_of(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            """(has a launch, its start) per correlation id; ids < 0 (none recorded) have no launch."""
+            if launch_ids.size == 0:
+                return np.zeros(c.size, dtype=bool), np.zeros(c.size, dtype=np.int64)
+            i = np.minimum(np.searchsorted(launch_ids, c), launch_ids.size - 1)
+            has = (c >= 0) & (launch_ids[i] == c)
+            return has, np.where(has, launch_first[i], 0)
+
+        is_sync = by_value(host["name"], lambda n: SYNC_RE.match(str(n)))
+        sync_end = np.sort(hs[is_sync].astype(np.int64) + host["dur_ns"][is_sync].astype(np.int64))
+        s_all = ops["start_ns"].astype(np.int64)
+        e_all = s_all + ops["dur_ns"].astype(np.int64)
+        cid = ops["correlation_id"]
+        corr = (np.where(np.isnan(cid), -1, cid) if cid.dtype.kind == "f" else cid).astype(np.int64)
         out: list[dict[str, Any]] = []
         for step, w0, w1 in zip(w["step"], w["w0"], w["w1"], strict=True):
             m = (s_all >= w0) & (s_all < w1)
@@ -209,30 +208,51 @@ class HostBoundCheck(Check):
             run_end = np.maximum.accumulate(e)
             # index of the op that set the running end (the op the gap follows)
             last = np.maximum.accumulate(np.where(e == run_end, np.arange(idx.size), 0))
-            for k in range(1, idx.size):
-                gap = int(s[k] - run_end[k - 1])
-                if gap <= 0:
-                    continue
-                st["gap_ns"] += gap
-                g0 = int(run_end[k - 1])
-                launch = launch_at.get(int(c[k])) if c[k] >= 0 else None
-                if launch is None:
-                    st["unknown_ns"] += gap
-                elif launch > g0:
-                    # A synchronize that returned between the previous op's launch and this launch means the host
-                    # waited for the previous op by itself (sync-stream's finding). Host clock only, so a skew
-                    # between the host and device clocks does not matter.
-                    p = c[last[k - 1]]
-                    since = launch_at.get(int(p), g0) if p >= 0 else g0
-                    j = np.searchsorted(sync_end, since, side="right")
-                    if j < sync_end.size and sync_end[j] <= launch:
-                        st["sync_ns"] += gap
-                    elif int(stalls.within(np.array([g0]), np.array([launch]))[0]) >= STALL_SHARE * gap:
-                        st["stall_ns"] += gap   # GC / allocator / compile / data loading held the host
-                    else:
-                        st["late_ns"] += gap
+            gap_all = s[1:] - run_end[:-1]
+            k = np.flatnonzero(gap_all > 0) + 1          # the ops that end a gap
+            gap = gap_all[k - 1]
+            g0 = run_end[k - 1]
+            has, launch = launch_of(c[k])
+            late = has & (launch > g0)
+            # A synchronize that returned between the previous op's launch and this launch means the host
+            # waited for the previous op by itself (sync-stream's finding). Host clock only, so a skew between
+            # the host and device clocks does not matter.
+            p = c[last[k - 1]]
+            p_has, p_launch = launch_of(p)
+            since = np.where(p_has, p_launch, g0)
+            if sync_end.size:
+                j = np.searchsorted(sync_end, since, side="right")
+                synced = late & (j < sync_end.size) & (sync_end[np.minimum(j, sync_end.size - 1)] <= launch)
+            else:
+                synced = np.zeros(k.size, dtype=bool)
+            rest = late & ~synced
+            stalled = np.zeros(k.size, dtype=bool)
+            if rest.any():   # GC / allocator / compile / data loading held the host
+                stalls = host_stalls(ctx, rank)
+                stalled[rest] = stalls.within(g0[rest], launch[rest]) >= STALL_SHARE * gap[rest]
+            st["gap_ns"] = int(gap.sum())
+            st["unknown_ns"] = int(gap[~has].sum())
+            st["sync_ns"] = int(gap[synced].sum())
+            st["stall_ns"] = int(gap[stalled].sum())
+            st["late_ns"] = int(gap[rest & ~stalled].sum())
             out.append(st)
         return out
+
+    @staticmethod
+    def _host_calls(ctx: CheckContext, ranks: list[int]) -> dict[int, dict[str, np.ndarray]]:
+        """Runtime / CANN API calls (name, start, duration, correlation id) of the ranks, by rank, from one
+        query (their order does not matter: only the earliest launch per id and sorted sync ends are used)."""
+        marks = ",".join("?" * len(ranks))
+        a = columns(ctx, "SELECT rank, name, start_ns, dur_ns, correlation_id FROM host_ops WHERE rank IN "
+                         f"({marks}) AND category IN {HOST_API_CATEGORIES}", [int(r) for r in ranks])
+        rank = a.pop("rank").astype(np.int64)
+        order = np.argsort(rank, kind="stable")
+        return {r: {k: v[order[i:j]] for k, v in a.items()} for r, i, j in rank_slices(rank[order])}
+
+    @staticmethod
+    def _no_calls() -> dict[str, np.ndarray]:
+        return {"name": np.empty(0, dtype=object), "start_ns": np.empty(0, np.int64),
+                "dur_ns": np.empty(0, np.int64), "correlation_id": np.empty(0, np.int64)}
 
     @staticmethod
     def _launch_stats(ctx: CheckContext, rank: int, w: pd.DataFrame) -> dict[str, Any]:
@@ -243,7 +263,7 @@ class HostBoundCheck(Check):
                      "AND category = 'compute'", [int(rank), *steps]) if steps else [(None,)]
         host = ctx.sql(f"SELECT name, tid, start_ns, dur_ns FROM host_ops WHERE rank = ? AND step IN ({marks}) AND "
                        f"category IN {HOST_API_CATEGORIES} ORDER BY tid, start_ns", [int(rank), *steps])
-        launches = host[host["name"].astype(str).str.match(LAUNCH_RE)]
+        launches = host[by_value(host["name"], lambda n: LAUNCH_RE.match(str(n)))]
         gaps: list[np.ndarray] = []
         for _, g in launches.groupby("tid", dropna=False):
             if len(g) > 1:

@@ -49,6 +49,8 @@ CUBE_BOUND = {"aic_mac_ratio": T.cube_bound_mac.value, "aic_mte2_ratio": T.cube_
 FA_FWD_BOUND = {"aic_mte2_ratio": T.fa_bound_mte2.value, "aiv_vec_ratio": T.fa_bound_vec.value}
 FA_GRAD_BOUND = {"aic_mte2_ratio": T.fa_bound_mte2.value, "aic_fixpipe_ratio": T.fa_grad_bound_fixpipe.value}
 
+_BOUNDS = {"cube": CUBE_BOUND, "fa_fwd": FA_FWD_BOUND, "fa_grad": FA_GRAD_BOUND}
+
 FA_TYPES = ("FlashAttentionScore", "FlashAttentionScoreGrad")
 # kernels with the same name, shapes, dtypes and formats are judged together
 _KERNEL_KEY = (
@@ -221,32 +223,48 @@ class MisalignedShapeCheck(Check):
         ops = in_kept_steps(ops, steps)
         if ops.empty:
             return []
-        rows: list[pd.DataFrame] = []
-        for (rank, op_type, name, shp, dts, fmts, oshp, odts), g in ops.groupby(
-            list(_KERNEL_KEY), dropna=False, sort=True
-        ):
+        # the pipe headroom is per task: worked out once per bound set over all tasks, then picked per kernel
+        spaces = {kind: optimization_space(ops, bounds).to_numpy() for kind, bounds in _BOUNDS.items()}
+        # kernels (rows with the same _KERNEL_KEY) in key order, each with its rows in table order, as the
+        # groupby iteration had them; numpy slices instead of a sub-frame per kernel
+        gid = ops.groupby(list(_KERNEL_KEY), dropna=False, sort=True).ngroup().to_numpy()
+        order = np.argsort(gid, kind="stable")
+        cuts = np.flatnonzero(np.diff(gid[order])) + 1
+        keycols = {k: ops[k].to_numpy(dtype=object) for k in _KERNEL_KEY}
+        sel: list[np.ndarray] = []
+        kinds: list[str] = []
+        found: list[Misalignment] = []
+        for rows in np.split(order, cuts):
+            i = rows[0]
+            rank, op_type, name = keycols["rank"][i], keycols["op_type"][i], keycols["name"][i]
+            shp, dts = keycols["input_shapes"][i], keycols["input_dtypes"][i]
+            fmts = keycols["input_formats"][i]
+            oshp, odts = keycols["output_shapes"][i], keycols["output_dtypes"][i]
             if op_type in FA_TYPES:
                 mis = fa_misalignment(str(name), shp, oshp)
-                bounds = FA_GRAD_BOUND if op_type.endswith("Grad") else FA_FWD_BOUND
+                kind = "fa_grad" if op_type.endswith("Grad") else "fa_fwd"
             else:
-                per_step = len(g) / n_steps(steps, int(rank))
+                per_step = len(rows) / n_steps(steps, int(rank))
                 mib = (tensor_bytes(shp, dts) + tensor_bytes(oshp, odts)) * per_step / 2**20
                 if mib < CUBE_MIN_MIB:
                     continue  # small matmuls: the advisor only judges large ones
                 mis = cube_misalignment(shp, fmts)
-                bounds = CUBE_BOUND
+                kind = "cube"
             if mis is None:
                 continue
-            g = g.copy()
-            g["space"] = optimization_space(g, bounds)
-            g["lost_ns"] = g["dur_ns"].astype("float64") * g["space"]
-            g["reasons"] = "; ".join(mis.reasons)
-            g["dims"] = [mis.dims] * len(g)
-            g["bounds"] = [bounds] * len(g)
-            rows.append(g)
-        if not rows:
+            sel.append(rows)
+            kinds.append(kind)
+            found.append(mis)
+        if not sel:
             return []
-        bad = pd.concat(rows, ignore_index=True)
+        idx = np.concatenate(sel)
+        bad = ops.iloc[idx].reset_index(drop=True)
+        bad["space"] = np.concatenate([spaces[k][r] for k, r in zip(kinds, sel, strict=True)])
+        bad["lost_ns"] = bad["dur_ns"].astype("float64") * bad["space"]
+        bad["reasons"] = np.concatenate([np.full(len(r), "; ".join(m.reasons), dtype=object)
+                                         for m, r in zip(found, sel, strict=True)])
+        bad["dims"] = [m.dims for m, r in zip(found, sel, strict=True) for _ in range(len(r))]
+        bad["bounds"] = [_BOUNDS[k] for k, r in zip(kinds, sel, strict=True) for _ in range(len(r))]
         out: list[Finding] = []
         for op_type, g in bad.groupby("op_type", sort=True):
             estimated = bool(g["lost_ns"].notna().any())

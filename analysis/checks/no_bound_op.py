@@ -33,6 +33,7 @@ from ._common import (
     kept_steps,
     n_steps,
     ranks_text,
+    series_sum,
     step_list,
     steps_text,
     worst_op_types,
@@ -115,12 +116,13 @@ class NoBoundOpCheck(Check):
             k = n_steps(steps, int(rank_w)) if rank_w is not None else 1
             time_ms = float(gw["dur_ns"].sum()) / NS_PER_MS / k
             # ratio means weighted by task time: what the unit did over the kernel's time
-            w = gw["dur_ns"].astype("float64")
-            means = {
-                c: round(float((gw[c].astype("float64") * w).sum() / w.sum()), 4)
-                for c in PIPE_COLUMNS
-                if gw[c].notna().any()
-            }
+            w = gw["dur_ns"].to_numpy(dtype="float64")
+            w_sum = series_sum(w)
+            means = {}
+            for c in PIPE_COLUMNS:
+                x = gw[c].to_numpy(dtype="float64")
+                if not np.isnan(x).all():
+                    means[c] = round(float(series_sum(x * w) / w_sum), 4)
             top_pipe = max(means, key=lambda c: means[c]) if means else None
             mx = means.get(top_pipe, 0.0) if top_pipe else 0.0
             rk = sorted(per_rank_ms)

@@ -40,6 +40,13 @@ class RetransmissionCheck(Check):
             return []
         thr_ns = T.retransmission_ms.value * NS_PER_MS
         marks = ",".join("?" * len(ranks))
+        # an instance qualifies only with some rank's RDMA transit (Σ per rank, step and op) above the
+        # threshold: without one anywhere, the per-instance join below cannot find anything
+        longest = ctx.profile.rows(
+            "SELECT max(t) FROM (SELECT sum(transit_ns) AS t FROM comm_bandwidth WHERE "
+            f"upper(transport) = 'RDMA' AND rank IN ({marks}) GROUP BY rank, step, op_name)", ranks)[0][0]
+        if longest is None or not float(longest) > thr_ns:
+            return []
         ops = ctx.sql(
             "SELECT o.rank, o.step, o.name, o.group_name, o.elapse_ns, "
             "coalesce(b.transit_ns, 0) AS rdma_ns, coalesce(b.size_bytes, 0) AS rdma_bytes "

@@ -28,7 +28,17 @@ import pandas as pd
 from ..metrics.intervals import merge
 from ..models import Finding
 from ..thresholds import T
-from ._common import fmt_ms, in_steps, ranks_text, step_windows, steps_text, worst_share
+from ._common import (
+    columns,
+    fmt_ms,
+    in_steps,
+    map_by_value,
+    rank_slices,
+    ranks_text,
+    step_windows,
+    steps_text,
+    worst_share,
+)
 from .base import Check, CheckContext, register
 
 NS_PER_MS = 1e6
@@ -74,9 +84,10 @@ class SyncBatchNormCheck(Check):
         ev = in_steps(ev, windows)
         if ev.empty:
             return []
-        ev["kind"] = [marker_kind(str(n)) for n in ev["name"]]
+        ev["kind"] = list(map_by_value(ev["name"], lambda n: marker_kind(str(n))))
         thr = T.syncbn_count.value
         per_rank: dict[int, dict[str, Any]] = {}
+        launches: dict[int, tuple[np.ndarray, np.ndarray]] | None = None
         for rank, g in ev.groupby("rank", sort=True):
             r = int(rank)
             counts = g.groupby(["step", "kind"]).size().unstack(fill_value=0)
@@ -85,7 +96,9 @@ class SyncBatchNormCheck(Check):
             if not fired:
                 continue
             n = max(int((windows["rank"] == r).sum()), 1)
-            host_ns, comm_ns = self._cost(ctx, r, g)
+            if launches is None:
+                launches = self._comm_launches(ctx, sorted(int(x) for x in ev["rank"].unique()))
+            host_ns, comm_ns = self._cost(g, launches.get(r))
             per_rank[r] = {
                 "steps": fired,
                 "calls_per_affected_step": round(float(per_step.loc[fired].mean()), 2),
@@ -116,22 +129,29 @@ class SyncBatchNormCheck(Check):
                      f"{rank_w}). Use BatchNorm unless cross-rank statistics are required."))]
 
     @staticmethod
-    def _cost(ctx: CheckContext, rank: int, g: pd.DataFrame) -> tuple[float, float]:
+    def _comm_launches(ctx: CheckContext, ranks: list[int]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """Per rank: (host launch start ns, device ns) of its communication ops, from one query. Only their
+        integer sum inside the markers is used, so the rows' order does not matter."""
+        marks = ",".join("?" * len(ranks))
+        a = columns(ctx, "SELECT d.rank, h.start_ns AS launch_ns, d.dur_ns FROM device_ops d JOIN host_ops h "
+                         "ON h.rank = d.rank AND h.correlation_id = d.correlation_id "
+                         "AND h.category IN ('runtime', 'driver', 'cann') "
+                         f"WHERE d.rank IN ({marks}) AND d.category = 'communication' ORDER BY d.rank", ranks)
+        rank = a["rank"].astype(np.int64)
+        t, d = a["launch_ns"].astype(np.int64), a["dur_ns"].astype(np.int64)
+        return {r: (t[i:j], d[i:j]) for r, i, j in rank_slices(rank)}
+
+    @staticmethod
+    def _cost(g: pd.DataFrame, launches: tuple[np.ndarray, np.ndarray] | None) -> tuple[float, float]:
         """(host ns covered by SyncBatchNorm markers, device ns of comm ops launched inside them)."""
         s = g["start_ns"].to_numpy(dtype=np.int64)
         e = s + g["dur_ns"].to_numpy(dtype=np.int64)
         ms, me = merge(s, e)
         host_ns = float((me - ms).sum())
-        if ms.size == 0:
+        if ms.size == 0 or launches is None or launches[0].size == 0:
             return host_ns, 0.0
         # communication launched inside a SyncBatchNorm call: launch start within a merged marker interval
-        df = ctx.sql("SELECT h.start_ns AS launch_ns, d.dur_ns FROM device_ops d JOIN host_ops h ON h.rank = d.rank "
-                     "AND h.correlation_id = d.correlation_id AND h.category IN ('runtime', 'driver', 'cann') "
-                     "WHERE d.rank = ? AND d.category = 'communication' AND h.start_ns BETWEEN ? AND ?",
-                     [int(rank), int(ms[0]), int(me[-1])])
-        if df.empty:
-            return host_ns, 0.0
-        t = df["launch_ns"].to_numpy(dtype=np.int64)
+        t, dur = launches
         i = np.searchsorted(ms, t, side="right") - 1
         inside = (i >= 0) & (t < me[np.maximum(i, 0)])
-        return host_ns, float(df["dur_ns"].to_numpy(dtype=np.int64)[inside].sum())
+        return host_ns, float(dur[inside].sum())

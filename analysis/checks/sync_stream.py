@@ -33,8 +33,12 @@ from ._common import (
     LAUNCH_RE,
     SYNC_RE,
     DeviceTimeline,
+    by_value,
     fmt_ms,
-    in_steps,
+    group_cumsum,
+    group_shift,
+    in_steps_mask,
+    rank_ordered,
     ranks_text,
     step_windows,
     steps_text,
@@ -70,12 +74,13 @@ class SyncStreamCheck(Check):
         env = self._blocking_env(ctx, ranks)
         # subject (sync API) -> rank -> stats
         found: dict[str, dict[int, dict[str, Any]]] = {}
+        calls = self._api_calls(ctx, ranks)
         for rank in ranks:
             w = windows[windows["rank"] == rank]
             if w.empty:
                 continue
             ascend = ctx.vendor(rank) == "ascend"
-            stats = self._rank(ctx, rank, w, ascend)
+            stats = self._rank(ctx, rank, w, ascend, calls[rank])
             if stats is None:
                 continue
             subject, st = stats
@@ -87,41 +92,71 @@ class SyncStreamCheck(Check):
             out.append(self._finding(ctx, subject, per_rank))
         return out
 
-    def _rank(self, ctx: CheckContext, rank: int, w: pd.DataFrame, ascend: bool
+    @staticmethod
+    def _api_calls(ctx: CheckContext, ranks: list[int]) -> dict[int, dict[str, np.ndarray]]:
+        """Per rank: its runtime API calls (CANN on Ascend, CUDA / HIP runtime and driver otherwise) by thread
+        and start, longest first, as numpy columns. One query per kind of rank (`rank_ordered`: the ORDER BY
+        decides which call precedes which, so a rank with calls that tie gets the query of its own)."""
+        out: dict[int, dict[str, np.ndarray]] = {}
+        for ascend in (True, False):
+            rs = [r for r in ranks if (ctx.vendor(r) == "ascend") == ascend]
+            if not rs:
+                continue
+            cats = ("cann",) if ascend else tuple(c for c in HOST_API_CATEGORIES if c != "cann")
+            marks = ",".join("?" * len(cats))
+            sel = "SELECT rank, step, name, tid, start_ns, dur_ns FROM host_ops WHERE"
+            out.update(rank_ordered(
+                ctx, rs, f"{sel} rank = ? AND category IN ({marks}) ORDER BY tid, start_ns, dur_ns DESC",
+                f"{sel} rank IN ({','.join('?' * len(rs))}) AND category IN ({marks}) "
+                "ORDER BY rank, tid, start_ns, dur_ns DESC", ("tid", "start_ns", "dur_ns"), list(cats)))
+        return out
+
+    def _rank(self, ctx: CheckContext, rank: int, w: pd.DataFrame, ascend: bool, ev: dict[str, np.ndarray]
               ) -> tuple[str, dict[str, Any]] | None:
-        cats = ("cann",) if ascend else tuple(c for c in HOST_API_CATEGORIES if c != "cann")
-        marks = ",".join("?" * len(cats))
-        ev = ctx.sql(f"SELECT rank, step, name, tid, start_ns, dur_ns FROM host_ops WHERE rank = ? AND category IN "
-                     f"({marks}) ORDER BY tid, start_ns, dur_ns DESC", [int(rank), *cats])
-        ev = in_steps(ev, w)
-        if ev.empty:
+        # numpy columns instead of a frame, and the name tests once per distinct name
+        if ev["rank"].size == 0:
             return None
-        name = ev["name"].astype(str)
-        is_launch = (name == ASCEND_LAUNCH) if ascend else name.str.match(LAUNCH_RE)
-        is_sync = (name == ASCEND_SYNC) if ascend else name.str.match(SYNC_RE)
-        tid = ev["tid"].fillna(-1).astype("int64")
-        same_tid = tid.eq(tid.shift(1))
-        prev_launch = is_launch.shift(1, fill_value=False).astype(bool) & same_tid
-        pair = is_sync & prev_launch
+        keep = in_steps_mask(ev["rank"], ev["step"], w)
+        ev = {k: v[keep] for k, v in ev.items()}
+        if ev["rank"].size == 0:
+            return None
+        name = ev["name"]
+        if ascend:
+            is_launch = by_value(name, lambda n: str(n) == ASCEND_LAUNCH)
+            is_sync = by_value(name, lambda n: str(n) == ASCEND_SYNC)
+        else:
+            is_launch = by_value(name, lambda n: LAUNCH_RE.match(str(n)))
+            is_sync = by_value(name, lambda n: SYNC_RE.match(str(n)))
+        t = ev["tid"]
+        tid = (np.where(np.isnan(t), -1, t) if t.dtype.kind == "f" else t).astype(np.int64)
+        same_tid = np.zeros(tid.size, dtype=bool)
+        same_tid[1:] = tid[1:] == tid[:-1]
+        prev_launch = np.zeros(tid.size, dtype=bool)
+        prev_launch[1:] = is_launch[:-1]
+        pair = is_sync & prev_launch & same_tid
         if ascend:
             after_launch = pair
         else:
             # GPU: at least one launch on this thread since its previous synchronize (else nothing to wait for)
-            n_launch_cum = is_launch.astype(int).groupby(tid).cumsum()
+            n_launch_cum = group_cumsum(tid, is_launch.astype(np.int64))
             at_sync = n_launch_cum[is_sync]
-            since = at_sync - at_sync.groupby(tid[is_sync]).shift(1).fillna(0)
-            after_launch = pd.Series(False, index=ev.index)
-            after_launch.loc[since.index] = since > 0
+            since = at_sync - group_shift(tid[is_sync], at_sync, 0)
+            after_launch = np.zeros(tid.size, dtype=bool)
+            after_launch[is_sync] = since > 0
         n_launch, n_sync, n_pair = int(is_launch.sum()), int(is_sync.sum()), int(pair.sum())
         ratio = n_pair / n_launch if n_launch else 0.0
-        blocked = ev.loc[after_launch].groupby("step")["dur_ns"].sum()
+        # host ns blocked per step: integer sums, exact in any order
+        step_col, dur = ev["step"][after_launch], ev["dur_ns"][after_launch].astype(np.int64)
+        blocked: dict[int, int] = {}
+        for st, d in zip(step_col.tolist(), dur.tolist(), strict=True):
+            blocked[int(st)] = blocked.get(int(st), 0) + d
         timeline = DeviceTimeline.of(ctx, rank)
         per_step: dict[str, dict[str, float]] = {}
         impact_ns: list[float] = []
         fired: list[int] = []
         thr_ms = T.sync_call_ms.value
         for step, s0, s1 in zip(w["step"], w["start_ns"], w["end_ns"], strict=True):
-            b = float(blocked.get(step, 0.0))
+            b = float(blocked.get(int(step), 0.0))
             idle = float(timeline.idle(int(s0), int(s1))[0])
             impact_ns.append(min(b, idle))
             if b > 0:
@@ -132,12 +167,12 @@ class SyncStreamCheck(Check):
         if ascend:
             if not (n_launch and ratio > T.sync_co_occurrence.value):
                 return None
-            fired = sorted({int(s) for s in ev.loc[pair, "step"]})
+            fired = sorted({int(s) for s in ev["step"][pair]})
             subject = ASCEND_SYNC
         else:
             if not fired:
                 return None
-            sync_names = ev.loc[after_launch, "name"].astype(str)
+            sync_names = pd.Series(name[after_launch]).astype(str)
             subject = str(sync_names.value_counts().idxmax())
         n = max(len(w), 1)
         return subject, {
@@ -145,7 +180,7 @@ class SyncStreamCheck(Check):
             "launches": n_launch, "syncs": n_sync, "syncs_right_after_launch": n_pair,
             "co_occurrence_ratio": round(ratio, 4),
             "syncs_after_launch_per_step": round(float(after_launch.sum()) / n, 2),
-            "blocked_ms_per_step": round(float(blocked.sum()) / NS_PER_MS / n, 4),
+            "blocked_ms_per_step": round(float(sum(blocked.values())) / NS_PER_MS / n, 4),
             "impact_ms_per_step": round(float(np.sum(impact_ns)) / NS_PER_MS / n, 4),
             "by_step": per_step,
         }
