@@ -18,6 +18,10 @@ from pydantic import ValidationError
 from .check_ids import CHECK_IDS, SUBJECT_KEYED_CHECKS
 from .schema import Fix
 
+# libyaml's C loader when PyYAML was built with it: the 62 files parse in ~0.01 s instead of ~0.11 s, a
+# cost every `stepdoctor issues` pays on its first finding. Same safe subset of YAML either way.
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 __all__ = ["FixLoadError", "fixes_dir", "fixes_for", "get_fix", "load_fixes", "subject_matches"]
 
 
@@ -33,7 +37,7 @@ def fixes_dir() -> Traversable:
 def _load_one(entry: Traversable) -> Fix:
     stem = entry.name.removesuffix(".yaml")
     try:
-        data = yaml.safe_load(entry.read_text(encoding="utf-8"))
+        data = yaml.load(entry.read_text(encoding="utf-8"), Loader=_SafeLoader)
     except yaml.YAMLError as exc:
         raise FixLoadError(f"{entry.name}: not valid YAML: {exc}") from None
     if not isinstance(data, dict):
