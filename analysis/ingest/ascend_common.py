@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 # Collective names, most specific first (allreduce before reduce, alltoallv before alltoall ...).
 COLLECTIVES = ("batchsendrecv", "reducescatterv", "reducescatter", "allgatherv", "allgather", "allreduce",
@@ -18,7 +19,17 @@ def collective_of(name: str | None) -> str | None:
     """Normalized collective of an HCCL op / op type name: `hcom_allReduce__100_0_1` -> `allreduce`."""
     if not name:
         return None
-    s = re.sub(r"[^a-z]", "", name.lower()).removeprefix("hcom")
+    # Only letters count, so the op counter suffix (`__100_0_1`) can go before the cached lookup: op names
+    # are unique per call, their stems are few.
+    return _collective_of_stem(name.rstrip("0123456789_"))
+
+
+_NOT_LETTER_RE = re.compile(r"[^a-z]")
+
+
+@lru_cache(maxsize=4096)
+def _collective_of_stem(name: str) -> str | None:
+    s = _NOT_LETTER_RE.sub("", name.lower()).removeprefix("hcom")
     for c in COLLECTIVES:
         if c in s:
             return "receive" if c == "recv" else c

@@ -45,8 +45,11 @@ from __future__ import annotations
 import gc
 import itertools
 import json
+import operator
+import os
 import re
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from pathlib import Path
@@ -128,6 +131,12 @@ def task_category(task_type: str | None, name: str, default: str) -> str:
 BLOCK_BYTES = 32 << 20
 # A window that grows beyond this without a decodable piece means the file is corrupt.
 MAX_WINDOW_BYTES = 8 * BLOCK_BYTES
+# By default the file is read in pieces of PIECE_BYTES first: the events of a piece and their rows stay in
+# the CPU caches (a sixth less time than whole 32 MB blocks on bench8). The pieces give the same events in the
+# same order (a cut is only accepted where the piece decodes); a file this cannot read (broken JSON, an event
+# larger than 8 pieces, a value that fails) is read again in blocks of BLOCK_BYTES, which fails as it always
+# did (an early piece must not fail first on what the whole-file read never reaches).
+PIECE_BYTES = 256 << 10
 
 # Event kinds, decided from the pid's process_name.
 SKIP, FRAMEWORK, CANN, HARDWARE, COMM, OVERLAP, FREQ = range(7)
@@ -198,6 +207,99 @@ _HOST_ARGS = msgspec.json.Decoder(HostArgs)
 _HW_ARGS = msgspec.json.Decoder(HardwareArgs)
 _COMM_ARGS = msgspec.json.Decoder(CommArgs)
 _ANY = msgspec.json.Decoder()
+_NO_HOST_ARGS = HostArgs()
+# the same, for the args of many events at once (see _decode_args)
+_ARGS_LISTS = {id(d): msgspec.json.Decoder(list[t]) for d, t in ((_HOST_ARGS, HostArgs), (_HW_ARGS, HardwareArgs),
+                                                                 (_COMM_ARGS, CommArgs))}
+_FOURTH_LAST = operator.itemgetter(-4)
+_DROP_DOT = operator.methodcaller("replace", ".", "", 1)
+_STR_ONLY = frozenset({str})
+_FLOAT_ONLY = frozenset({float})
+_INT_OR_NONE = frozenset({int, type(None)})
+_STR_OR_NONE = frozenset({str, type(None)})
+_FLOAT_OR_NONE = frozenset({float, type(None)})
+_NUMBER_OR_NONE = frozenset({int, float, type(None)})
+
+
+ARGS_BATCH = 4096  # events whose args are decoded in one call (a few MB of text at most)
+
+
+def _decode_args(dec: msgspec.json.Decoder, raws: Sequence[msgspec.Raw], default: Any) -> list[Any]:
+    """The raw args objects of many events decoded by `dec`, ARGS_BATCH at a time as one JSON array
+    `[a,b,...]` (the per-call overhead is most of the cost of a small object); a batch that fails is
+    decoded one by one, `default` where invalid."""
+    out: list[Any] = []
+    for i in range(0, len(raws), ARGS_BATCH):
+        batch = raws[i:i + ARGS_BATCH]
+        try:
+            out += _ARGS_LISTS[id(dec)].decode(b"[%b]" % b",".join(batch))
+            continue
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            pass
+        for r in batch:
+            try:
+                out.append(dec.decode(r))
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                out.append(default)
+    return out
+
+
+def _start_ns(ts: Any) -> int | None:
+    """Exact ns of an event's ts (None when unreadable); fast path for the usual "…250.125" string: dropping
+    the dot gives exact ns."""
+    if type(ts) is str and len(ts) > 4 and ts[-4] == ".":
+        try:
+            return int(ts.replace(".", "", 1))
+        except ValueError:
+            return ts_ns(ts)
+    return ts_ns(ts)
+
+
+def _starts_ns(ts: Sequence[Any]) -> list[int | None]:
+    """[_start_ns(t) for t in ts], the fast path for all at once (C-level maps) when every ts takes it."""
+    if ts and _STR_ONLY.issuperset(map(type, ts)) and min(map(len, ts)) > 4 \
+            and set(map(_FOURTH_LAST, ts)) == {"."}:
+        try:
+            return list(map(int, map(_DROP_DOT, ts)))
+        except ValueError:
+            pass
+    return [_start_ns(t) for t in ts]
+
+
+def _durs_ns(durs: Sequence[Any]) -> Any:
+    """ns of µs durations: round(d * 1000) of a float (half to even), `dur_ns` of anything else; an int64
+    array when all are finite floats (np.rint of the same product)."""
+    if durs and _FLOAT_ONLY.issuperset(map(type, durs)):
+        x = np.array(durs, dtype=np.float64) * 1000
+        if np.isfinite(x).all() and np.abs(x).max() < 2.0**62:
+            return np.rint(x).astype(np.int64)
+    return [round(d * 1000) if type(d) is float else dur_ns(d) for d in durs]
+
+
+def _ints(values: list[Any]) -> list[int | None]:
+    """[as_int(v) for v in values]; a column of ints and None is returned as it is."""
+    if _INT_OR_NONE.issuperset(map(type, values)):
+        return values
+    return [as_int(v) for v in values]
+
+
+def _floats(values: list[Any]) -> list[float | None]:
+    """[as_float(v) for v in values] (a float column as it is)."""
+    types = set(map(type, values))
+    if types <= _FLOAT_OR_NONE:
+        return values
+    if types <= _NUMBER_OR_NONE:
+        obj = np.array(values, dtype=object)
+        nulls = np.equal(obj, None)
+        obj[nulls] = 0.0
+        try:
+            out: list[float | None] = obj.astype(np.float64).tolist()  # float() of each value
+        except OverflowError:
+            return [as_float(v) for v in values]
+        for i in np.flatnonzero(nulls).tolist():
+            out[i] = None
+        return out
+    return [as_float(v) for v in values]
 
 
 def ts_ns(v: str | Decimal | float | int | None) -> int | None:
@@ -269,6 +371,7 @@ _FLOW_FIELDS = ("fl_cat", "fl_id", "fl_ph", "fl_pid", "fl_tid", "fl_ts")
 # Never-null integer columns: stored as int64 numpy arrays (8 bytes a value instead of a Python int object).
 _INT64_FIELDS = frozenset({"h_start", "h_dur", "d_start", "d_dur", "c_start", "c_dur", "o_start", "o_dur",
                            "fl_ts"})
+_START_FIELDS = frozenset({"h_start", "d_start", "c_start", "o_start"})  # the X events min_ts is taken from
 
 
 @dataclass
@@ -370,6 +473,16 @@ class TraceParser:
     # -- decoding -------------------------------------------------------------------------------------
 
     def parse(self) -> TraceColumns:
+        """The trace as columns; with the default block size, read in pieces first (see PIECE_BYTES)."""
+        if self.block == BLOCK_BYTES:
+            try:
+                self.out = TraceParser(self.path, PIECE_BYTES)._parse(8 * PIECE_BYTES)
+                return self.out
+            except Exception:  # the block-size read below fails as the reader always did
+                pass
+        return self._parse(MAX_WINDOW_BYTES)
+
+    def _parse(self, max_window: int) -> TraceColumns:
         dec = msgspec.json.Decoder(list[Event], float_hook=Decimal)
         with open(self.path, "rb") as f:
             first = f.read(self.block)
@@ -384,24 +497,38 @@ class TraceParser:
             if head[:1] != b"[":
                 raise ProfileError(self.path, "not JSON: expected '[' at the start of the event array")
             offset = len(first) - len(head) + 1      # file offset of carry[0]
-            carry = bytearray(head[1:])
-            del first, head
+            del head
+            more = f.read(self.block) if len(first) - offset < self.block // 2 else None
+            if more == b"":
+                # The whole file is one piece: decoded where it was read ('[' included), without copies of
+                # the file (each costs as much as reading it).
+                self._decode_tail(dec, first, offset, offset)
+                self._finish()
+                return self.out
+            carry = bytearray(first)
+            del carry[:offset], first
+            read_done = more is not None  # the first round's read (below) was done above
+            if more:
+                carry += more
+            del more
             eof = False
             widen = False
             while True:
-                if not eof and (len(carry) < self.block // 2 or widen):
+                if read_done:
+                    read_done = False
+                elif not eof and (len(carry) < self.block // 2 or widen):
                     more = f.read(self.block)
                     if more:
                         carry += more
                     else:
                         eof = True
                 if eof:
-                    self._decode_tail(dec, carry, offset)
+                    self._decode_tail(dec, carry, 0, offset)
                     break
                 cut = _last_boundary(carry)
                 if cut is None:
                     widen = True
-                    if len(carry) > MAX_WINDOW_BYTES:
+                    if len(carry) > max_window:
                         raise ProfileError(self.path, f"invalid JSON near byte {offset}: no event boundary "
                                                       f"in {len(carry)} bytes")
                     continue
@@ -416,7 +543,7 @@ class TraceParser:
                 except msgspec.DecodeError as e:
                     # The cut fell inside a nested value/string (or the data is broken): widen the window.
                     widen = True
-                    if len(carry) > MAX_WINDOW_BYTES:
+                    if len(carry) > max_window:
                         raise ProfileError(self.path, f"invalid JSON near byte {offset}: {e}") from None
                     continue
                 widen = False
@@ -427,13 +554,26 @@ class TraceParser:
         self._finish()
         return self.out
 
-    def _decode_tail(self, dec: msgspec.json.Decoder, carry: bytearray, offset: int) -> None:
-        tail = carry.rstrip(_WS)
-        if not tail.endswith(b"]"):
-            raise ProfileError(self.path, f"truncated: the file ends at byte {offset + len(carry)} inside the "
-                                          f"event array (no closing ']'); {ANALYSE_HINT}")
+    def _decode_tail(self, dec: msgspec.json.Decoder, buf: bytes | bytearray, start: int, offset: int) -> None:
+        """Decode the rest of the event array, buf[start:] (file offset `offset`): '[' + the events + ']'.
+
+        When buf[start - 1] is the array's '[' (a file read in one piece) the text is decoded in place,
+        else from one copy.
+        """
+        end = len(buf)
+        while end > start and buf[end - 1] in _WS:
+            end -= 1
+        if end == start or buf[end - 1] != 0x5D:  # ']'
+            raise ProfileError(self.path, f"truncated: the file ends at byte {offset + len(buf) - start} inside "
+                                          f"the event array (no closing ']'); {ANALYSE_HINT}")
+        if start and buf[start - 1] == 0x5B:  # '['
+            text: Any = memoryview(buf)[start - 1:end]
+        else:
+            text = bytearray(end - start + 1)
+            text[0] = 0x5B
+            text[1:] = memoryview(buf)[start:end]
         try:
-            events = dec.decode(b"[" + tail)
+            events = dec.decode(text)
         except msgspec.DecodeError as e:
             msg = str(e)
             if "truncated" in msg.lower():
@@ -446,20 +586,32 @@ class TraceParser:
 
     def _consume(self, events: list[Event]) -> None:
         """Route each event of one decoded piece. This is the hot loop: the common cases (X events of the
-        host, device and communication processes) are handled inline."""
+        communication, device and host processes) are handled inline. Communication and device tasks are
+        only collected: their ts, dur, args and shared strings are converted a column at a time in `_flush`
+        (as is the earliest start, min_ts). Reading the event attributes stays here: Python 3.11's
+        specialized attribute reads cost less than C-level getters mapped over the events."""
         out = self.out
         kinds = out.kinds
         names = self._names
         host_rows = out.host_rows
+        hw_rows = out.hw_rows
+        comm_rows = out.comm_rows
         ids = self._ids
-        min_ts = out.min_ts
+        dropped_min = None   # earliest start of the X events that count for min_ts but are not kept
         out.n_events += len(events)
         for ev in events:
             ph = ev.ph
             if ph != "X":
                 self._other(ev, ph)
                 continue
-            kind = kinds.get(ev.pid)
+            pid = ev.pid
+            kind = kinds.get(pid)
+            if kind == COMM:
+                comm_rows.append((pid, ev.tid, ev.name, ev.ts, ev.dur, ev.args))
+                continue
+            if kind == HARDWARE:
+                hw_rows.append((pid, ev.tid, ev.name, ev.ts, ev.dur, ev.args))
+                continue
             if kind is None:
                 # process_name not seen yet: keep the event (detached from the input buffer) for later.
                 ev.args = msgspec.Raw(bytes(ev.args))
@@ -479,17 +631,16 @@ class TraceParser:
             if start is None:
                 out.n_bad_ts += 1
                 continue
-            if min_ts is None or start < min_ts:
-                min_ts = start
             d = ev.dur
             dur = round(d * 1000) if type(d) is float else dur_ns(d)
-            name = names.setdefault(ev.name, ev.name)
+            name = ev.name
+            name = names.setdefault(name, name)
             cat = ev.cat
-            if kind in (FRAMEWORK, CANN):
-                pid = ids.setdefault(ev.pid, ev.pid)
+            if kind in HOST_KINDS:
+                pid = ids.setdefault(pid, pid)
                 tid = ids.setdefault(ev.tid, ev.tid)
                 if cat is not None and cat.lower() == "gc":
-                    host_rows.append((pid, tid, name, "gc", start, dur, None, None, None, None))
+                    host_rows.append((pid, tid, name, "gc", start, dur, None))
                     continue
                 if kind == CANN:
                     category = "cann"
@@ -500,34 +651,68 @@ class TraceParser:
                         if m:
                             out.steps.append((int(m.group(1)), start, dur))
                 raw = ev.args
-                if len(raw) > 2:
-                    host_rows.append((pid, tid, name, category, start, dur, *self._host_args(raw)))
-                else:
-                    host_rows.append((pid, tid, name, category, start, dur, None, None, None, None))
-            elif kind == HARDWARE:
-                self._hardware(ev, name, start, dur)
-            elif kind == COMM:
-                self._comm(ev, name, start, dur)
+                host_rows.append((pid, tid, name, category, start, dur, raw if len(raw) > 2 else None))
             elif kind == OVERLAP:
                 out.overlap_rows.append((name, start, dur))
             elif cat is not None and cat.lower() == "gc":  # GC is recognised by cat, whatever the process
-                host_rows.append((ev.pid, ev.tid, name, "gc", start, dur, None, None, None, None))
-        out.min_ts = min_ts
-        self._flush()
+                host_rows.append((ev.pid, ev.tid, name, "gc", start, dur, None))
+            elif dropped_min is None or start < dropped_min:
+                dropped_min = start
+        self._flush(dropped_min)
 
-    def _flush(self) -> None:
-        """Move the row buffers of one piece into column parts (int64 arrays for start/dur)."""
+    def _lower_min_ts(self, t: int | None) -> None:
+        if t is not None and (self.out.min_ts is None or t < self.out.min_ts):
+            self.out.min_ts = t
+
+    def _flush(self, min_ts: int | None = None) -> None:
+        """Move the row buffers of one piece into column parts (int64 arrays for start/dur) and lower
+        out.min_ts to the piece's earliest start (`min_ts`: that of the events not kept).
+
+        Host, device and communication rows end with their raw `args`: those of a piece are decoded in one
+        call (`_decode_args`) and turned into their columns here, a column at a time.
+        """
         out = self.out
         parts = self._parts
-        for rows, names in ((out.host_rows, _HOST_FIELDS), (out.hw_rows, _HW_FIELDS),
-                            (out.comm_rows, _COMM_FIELDS), (out.overlap_rows, _OVERLAP_FIELDS),
-                            (out.flow_rows, _FLOW_FIELDS)):
+        for rows, names, args in ((out.host_rows, _HOST_FIELDS, self._host_arg_columns),
+                                  (out.hw_rows, _HW_FIELDS, self._hw_arg_columns),
+                                  (out.comm_rows, _COMM_FIELDS, self._comm_arg_columns),
+                                  (out.overlap_rows, _OVERLAP_FIELDS, None), (out.flow_rows, _FLOW_FIELDS, None)):
             if not rows:
                 continue
-            for fname, col in zip(names, zip(*rows, strict=True), strict=True):
-                parts.setdefault(fname, []).append(np.array(col, dtype=np.int64) if fname in _INT64_FIELDS
-                                                   else col)
+            cols: list[Sequence[Any]] = list(zip(*rows, strict=True))
             rows.clear()
+            if names is not _HOST_FIELDS and args is not None:
+                cols = self._task_columns(cols)
+                if not cols:
+                    continue
+            if args is not None:
+                cols = cols[:-1] + args(cols[-1], cols[1])
+            for fname, col in zip(names, cols, strict=True):
+                if fname in _INT64_FIELDS:
+                    col = np.array(col, dtype=np.int64)
+                    if fname in _START_FIELDS:
+                        first = int(col.min())
+                        if min_ts is None or first < min_ts:
+                            min_ts = first
+                parts.setdefault(fname, []).append(col)
+        self._lower_min_ts(min_ts)
+
+    def _task_columns(self, cols: list[Sequence[Any]]) -> list[Sequence[Any]]:
+        """(pid, tid, name, start ns, dur ns, raw args) columns of collected device / communication tasks from
+        (pid, tid, name, ts, dur, args): what `_consume` does per event for the others (ts and dur to ns,
+        events without a readable ts dropped, shared pid / tid / name objects). [] when none is left."""
+        pid, tid, name, ts, dur, args = cols
+        start = _starts_ns(ts)
+        if None in start:
+            keep = [s is not None for s in start]
+            self.out.n_bad_ts += len(keep) - sum(keep)
+            pid, tid, name, dur, args, start = (list(itertools.compress(c, keep))
+                                                for c in (pid, tid, name, dur, args, start))
+            if not start:
+                return []
+        ids, names = self._ids, self._names
+        return [list(map(ids.setdefault, pid, pid)), list(map(ids.setdefault, tid, tid)),
+                list(map(names.setdefault, name, name)), start, _durs_ns(dur), args]
 
     def _categorize(self, name: str, cat: str | None) -> str:
         """host_ops.category of a framework event (cached per (name, cat))."""
@@ -560,16 +745,67 @@ class TraceParser:
             s = self._blobs[b] = b.decode("utf-8", "replace")
         return s
 
-    def _host_args(self, raw: msgspec.Raw) -> tuple[str | None, str | None, str | None, int | None]:
-        """(call stack, input dims JSON, input types JSON, connection id) of a host event."""
-        try:
-            a = _HOST_ARGS.decode(raw)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            return None, None, None, None
-        stack = _text(a.call_stack if a.call_stack is not None else a.call_stack2)
-        if stack is not None:
-            self.out.with_stack = True
-        return stack, self._blob(a.input_dims), self._blob(a.input_type), as_int(a.connection_id)
+    def _labels(self, values: Sequence[Any]) -> list[str | None]:
+        """`_label` of every value of a column."""
+        if _STR_OR_NONE.issuperset(map(type, values)):
+            share = self._names.setdefault
+            table = {v: share(v, v) if v else None for v in set(values)}
+            return list(map(table.__getitem__, values))
+        return [self._label(v) for v in values]
+
+    def _host_arg_columns(self, raws: Sequence[Any], tids: Sequence[Any]) -> list[Sequence[Any]]:
+        """(call stack, input dims JSON, input types JSON, connection id) columns from the raw args (None
+        where the event has no args)."""
+        n = len(raws)
+        stack: list[str | None] = [None] * n
+        dims: list[str | None] = [None] * n
+        types: list[str | None] = [None] * n
+        conn: list[int | None] = [None] * n
+        idx = [i for i, r in enumerate(raws) if r is not None]
+        if idx:
+            blob = self._blob
+            for i, a in zip(idx, _decode_args(_HOST_ARGS, [raws[i] for i in idx], _NO_HOST_ARGS), strict=True):
+                s = _text(a.call_stack if a.call_stack is not None else a.call_stack2)
+                if s is not None:
+                    self.out.with_stack = True
+                stack[i], dims[i], types[i], conn[i] = s, blob(a.input_dims), blob(a.input_type), \
+                    as_int(a.connection_id)
+        return [stack, dims, types, conn]
+
+    def _hw_arg_columns(self, raws: Sequence[Any], tids: Sequence[Any]) -> list[Sequence[Any]]:
+        """(task type, stream, task id, connection id) columns of Ascend Hardware tasks; the stream is Stream
+        Id, else Physic Stream Id, else the tid."""
+        args = _decode_args(_HW_ARGS, raws, HardwareArgs())
+        # one comprehension per field: attribute reads in bytecode beat C-level getters / astuple here
+        task_type, stream_id, physic = [a.task_type for a in args], [a.stream_id for a in args], \
+            [a.physic_stream_id for a in args]
+        task_id, conn = [a.task_id for a in args], [a.connection_id for a in args]
+        stream = _ints(stream_id)
+        if None in stream:
+            phys = _ints(physic)
+            stream = [s if s is not None else p if p is not None else as_int(t)
+                      for s, p, t in zip(stream, phys, tids, strict=True)]
+        return [self._labels(task_type), stream, _ints(task_id), _ints(conn)]
+
+    def _comm_arg_columns(self, raws: Sequence[Any], tids: Sequence[Any]) -> list[Sequence[Any]]:
+        """(size, transport, link, src, dst, bandwidth, task type, stream, connection id, message bytes)
+        columns of Communication events; message bytes = count x element size (hcom_* ops)."""
+        args = _decode_args(_COMM_ARGS, raws, CommArgs())
+        size, transport, link = [a.size for a in args], [a.transport for a in args], [a.link for a in args]
+        src, dst, bw = [a.src for a in args], [a.dst for a in args], [a.bandwidth for a in args]
+        task_type, stream = [a.task_type for a in args], [a.stream_id for a in args]
+        conn, data_type, count = [a.connection_id for a in args], [a.data_type for a in args], \
+            [a.count for a in args]
+        counts = _ints(count)
+        msg: list[int | None] = [None] * len(counts)
+        for i in np.flatnonzero(np.not_equal(np.array(counts, dtype=object), None)).tolist():
+            c = counts[i]
+            if data_type[i] is not None:
+                width = DTYPE_BYTES.get(str(data_type[i]).upper())
+                if width is not None:
+                    msg[i] = c * width
+        return [_ints(size), self._labels(transport), self._labels(link), _ints(src), _ints(dst), _floats(bw),
+                self._labels(task_type), _ints(stream), _ints(conn), msg]
 
     def _other(self, ev: Event, ph: str) -> None:
         out = self.out
@@ -703,12 +939,35 @@ def _last_boundary(buf: bytes) -> tuple[int, int] | None:
 
 
 def _i64(values: Any) -> pd.arrays.IntegerArray:
+    """pd.array(values, dtype="Int64"); a list of ints and None is converted directly (pandas infers the type
+    of every element first)."""
+    if isinstance(values, (list, tuple)) and _INT_OR_NONE.issuperset(map(type, values)):
+        a = _int_array(values)
+        if a is not None:
+            return a
     return pd.array(values, dtype="Int64")
+
+
+def _int_array(values: Sequence[int | None]) -> pd.arrays.IntegerArray | None:
+    """Ints and None as an Int64 array (with the data pandas puts under the mask, 1); None when a value is
+    beyond int64."""
+    try:
+        if None in values:
+            obj = np.array(values, dtype=object)
+            mask = np.equal(obj, None)
+            obj[mask] = 1
+            data = obj.astype(np.int64)
+        else:
+            data = np.array(values, dtype=np.int64)
+            mask = np.zeros(len(values), dtype=bool)
+    except OverflowError:
+        return None
+    return pd.arrays.IntegerArray(data, mask)
 
 
 def _int32(values: Any) -> pd.arrays.IntegerArray:
     """Nullable ints for an INTEGER column; out-of-range values (msprof's 4294967295 = "none") become NULL."""
-    a = pd.array(values, dtype="Int64")
+    a = _i64(values)
     out_of_range = ((a < -INT32_MAX) | (a > INT32_MAX)).fillna(False).to_numpy(dtype=bool)
     if out_of_range.any():
         a[out_of_range] = pd.NA
@@ -738,6 +997,306 @@ def _scaled(v: Any, scale: int) -> int | None:
     """round(v * scale) for a Decimal-able value, exact (µs*1000 -> ns, ms*10^6 -> ns, MB*10^6 -> B)."""
     d = _dec(v)
     return None if d is None else int((d * scale).to_integral_value(ROUND_HALF_UP))
+
+
+# communication*.json numbers are decoded as their JSON text (float_hook=str: a third of the cost of Decimal)
+# and converted by the helpers below, which give exactly what `_scaled` / `_dec` give for that text.
+_F40 = float(1 << 40)
+_INT_EXACT = 10**18                     # |int| * scale (<= 10^6) stays within Decimal's 28 digits
+_PLAIN_TYPES = frozenset({str, int})    # what float() reads the same way _dec does (bool is not int here)
+_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
+_JSON_NUMBER_RE = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+
+
+class _NumbersAsText(Exception):
+    """A communication*.json value whose meaning depends on how numbers are decoded (a number where text or an
+    object is expected): the file is read again with numbers as Decimal."""
+
+
+def _scaled_text(s: str, digits: int) -> int | None:
+    """Exact s * 10**digits of a plain decimal numeral with at most `digits` decimals (the integer arithmetic
+    Decimal does for it within its 28 digits), else None."""
+    whole, dot, frac = s.partition(".")
+    neg = whole[:1] == "-"
+    if neg:
+        whole = whole[1:]
+    if not (whole.isascii() and whole.isdigit()) or (dot and not (frac.isascii() and frac.isdigit())) \
+            or len(frac) > digits or len(whole) + digits > 28:
+        return None
+    n = int(whole) * 10**digits + (int(frac) * 10**(digits - len(frac)) if frac else 0)
+    return -n if neg else n
+
+
+def _scaled_fast(v: Any, scale: int, digits: int) -> int | None:
+    """`_scaled(v, scale)` for scale = 10**digits, without Decimal for the usual values.
+
+    float(text) is the correctly rounded double x' of the text's value x (|x' - x| <= |x|·2^-53), and
+    p = fl(x'·scale) differs from x·scale by at most 2·|p|·2^-53 < 2^-12 while |p| < 2^40. So when p lies
+    within 1e-3 of an integer N, x·scale lies within 1e-3 + 2^-12 of N and ROUND_HALF_UP(x·scale) = N: the
+    float step is exact for every value with at most `digits` decimals below 2^40 / scale (all msprof
+    writes: ms and MB with up to 6 decimals). Longer plain numerals (epoch µs) are scaled as integers; the
+    rest (more decimals, exponents, text) goes through Decimal.
+    """
+    t = type(v)
+    if t is str:
+        try:
+            p = float(v) * scale
+        except ValueError:
+            return _scaled(v, scale)
+        if -_F40 < p < _F40:
+            n = round(p)
+            if abs(p - n) <= 1e-3:
+                return n
+        n = _scaled_text(v, digits)
+        return n if n is not None else _scaled(v, scale)
+    if t is int and -_INT_EXACT < v < _INT_EXACT:
+        return v * scale
+    return _scaled(v, scale)
+
+
+def _plain_floats(values: list[Any]) -> np.ndarray | None:
+    """float() of every value as float64 when all are str / int and parse, else None."""
+    if not _PLAIN_TYPES.issuperset(map(type, values)):
+        return None
+    try:
+        return np.fromiter(map(float, values), dtype=np.float64, count=len(values))
+    except (ValueError, OverflowError):
+        return None
+
+
+def _scaled_ints(values: list[Any], scale: int, digits: int) -> list[int | None]:
+    """[_scaled_fast(v, scale, digits) for v in values] with the float step (and its exactness test, see
+    `_scaled_fast`) done for the whole column at once; values that fail it are converted one by one."""
+    a = _plain_floats(values) if values else None
+    if a is None:
+        return [_scaled_fast(v, scale, digits) for v in values]
+    with np.errstate(over="ignore", invalid="ignore"):  # inf / nan: not ok, converted one by one
+        p = a * scale
+        r = np.rint(p)
+        ok = (np.abs(p - r) <= 1e-3) & (np.abs(p) < _F40)
+    out: list[int | None] = np.where(ok, r, 0).astype(np.int64).tolist()
+    if not ok.all():
+        for i in np.flatnonzero(~ok).tolist():
+            v = values[i]
+            n = _scaled_text(v, digits) if type(v) is str else None  # epoch µs: too large for the float step
+            out[i] = n if n is not None else _scaled_fast(v, scale, digits)
+    return out
+
+
+def _scaled_floats(values: list[float | None], scale: int, digits: int) -> list[int | None]:
+    """`_scaled_ints` of numbers decoded as floats (None stays None), when the float step is exact for every
+    one of them (see `_scaled_fast`); else raises `_NumbersAsText`: the file is read again with numbers as text."""
+    a = np.array(values, dtype=np.float64)  # None -> NaN (a JSON number is never NaN)
+    with np.errstate(over="ignore", invalid="ignore"):
+        p = a * scale
+        r = np.rint(p)
+        ok = (np.abs(p - r) <= 1e-3) & (np.abs(p) < _F40)
+    nulls = np.isnan(a)
+    if not (ok | nulls).all():
+        raise _NumbersAsText
+    out: list[int | None] = np.where(ok, r, 0).astype(np.int64).tolist()
+    for i in np.flatnonzero(nulls).tolist():
+        out[i] = None
+    return out
+
+
+def _dec_float(v: Any) -> float | None:
+    d = _dec(v)
+    return float(d) if d is not None else None
+
+
+def _dec_floats(values: list[Any]) -> list[float | None]:
+    """[float(_dec(v)) or None for v in values]: float(text) is what float(Decimal(text)) gives (both round
+    the same exact value correctly) whenever it is finite; other values go through `_dec`."""
+    a = _plain_floats(values) if values else None
+    if a is None:
+        return [_dec_float(v) for v in values]
+    out: list[float | None] = a.tolist()
+    fin = np.isfinite(a)
+    if not fin.all():
+        for i in np.flatnonzero(~fin).tolist():
+            out[i] = _dec_float(values[i])
+    return out
+
+
+# communication*.json entries, decoded into structs with only the keys this reader uses (see `_comm_json`).
+# The typed decoding reads ms / MB / GB/s numbers as floats: msgspec rounds correctly, as float(text) and
+# float(Decimal(text)) do (checked on 4 million random numbers, long mantissas and halfway cases included),
+# and `_scaled_floats` checks that the integers it makes are exact. The start timestamp stays text: 19
+# digits do not fit a float. The generic decoding fills the same structs with text (structs do not check
+# their field types when built).
+
+
+class _TimeInfo(msgspec.Struct, gc=False):
+    start: Any = msgspec.field(default=None, name="Start Timestamp(us)")
+    elapse: float | None = msgspec.field(default=None, name="Elapse Time(ms)")
+    transit: float | None = msgspec.field(default=None, name="Transit Time(ms)")
+    wait: float | None = msgspec.field(default=None, name="Wait Time(ms)")
+    sync: float | None = msgspec.field(default=None, name="Synchronization Time(ms)")
+    idle: float | None = msgspec.field(default=None, name="Idle Time(ms)")
+
+
+class _Band(msgspec.Struct, gc=False):
+    size: float | None = msgspec.field(default=None, name="Transit Size(MB)")
+    transit: float | None = msgspec.field(default=None, name="Transit Time(ms)")
+    bandwidth: float | None = msgspec.field(default=None, name="Bandwidth(GB/s)")
+    large_packet_ratio: float | None = msgspec.field(default=None, name="Large Packet Ratio")
+    distribution: Any = msgspec.field(default=None, name="Size Distribution")
+
+
+class _OpInfo(msgspec.Struct, gc=False):
+    time: _TimeInfo | None = msgspec.field(default=None, name="Communication Time Info")
+    bands: dict[str, _Band] | None = msgspec.field(default=None, name="Communication Bandwidth Info")
+
+
+class _Link(msgspec.Struct, gc=False):
+    op_name: Any = msgspec.field(default=None, name="Op Name")
+    transport: Any = msgspec.field(default=None, name="Transport Type")
+    size: float | None = msgspec.field(default=None, name="Transit Size(MB)")
+    transit: float | None = msgspec.field(default=None, name="Transit Time(ms)")
+    bandwidth: float | None = msgspec.field(default=None, name="Bandwidth(GB/s)")
+
+
+_NO_TIME_INFO = _TimeInfo()
+# step -> kind -> op -> entry
+_COMM_TYPED = msgspec.json.Decoder(dict[str, dict[str, dict[str, _OpInfo]]], float_hook=str)
+_MATRIX_TYPED = msgspec.json.Decoder(dict[str, dict[str, dict[str, dict[str, _Link]]]], float_hook=str)
+
+
+def _comm_json_columns(data: dict[str, Any], exact: bool, typed: bool) -> tuple[
+        dict[str, Any] | None, dict[str, Any] | None, dict[str, Any] | None, int]:
+    """(comm_ops, comm_bandwidth, comm_packets columns or None, ops skipped) of communication.json, decoded
+    into `_OpInfo` structs (`typed`) or dicts.
+
+    An op needs Start Timestamp(us) and Elapse Time(ms); its bandwidth rows are the transports with a size
+    or a time, and its bytes moved = SDMA (the on-node total; else HCCS + PCIE + SIO) + RDMA of those.
+    `exact=False` (numbers decoded as text) raises `_NumbersAsText` where the Decimal decoding could
+    differ: a number as "Communication Time Info" (Decimal zero is falsy, its text is not).
+    """
+    ops: list[tuple[Any, ...]] = []
+    bands: list[tuple[Any, ...]] = []  # every transport of every op, with its op's index in ops
+    for step_key, kinds in data.items():
+        step = _step_number(str(step_key))
+        if not isinstance(kinds, dict):
+            continue
+        for by_op in kinds.values():
+            if not isinstance(by_op, dict):
+                continue
+            for op_key, info in by_op.items():
+                if op_key == "Total Op Info":
+                    continue
+                name, _, group = str(op_key).partition("@")
+                if typed:
+                    ti = info.time if info.time is not None else _NO_TIME_INFO
+                    bw = info.bands
+                elif not isinstance(info, dict):
+                    continue
+                else:
+                    t = info.get("Communication Time Info")
+                    if type(t) is not dict:
+                        if type(t) is str and not exact:
+                            raise _NumbersAsText
+                        t = t or {}
+                    ti = _TimeInfo(t.get("Start Timestamp(us)"), t.get("Elapse Time(ms)"), t.get("Transit Time(ms)"),
+                                   t.get("Wait Time(ms)"), t.get("Synchronization Time(ms)"), t.get("Idle Time(ms)"))
+                    bw = info.get("Communication Bandwidth Info") or {}
+                    if isinstance(bw, dict):
+                        bw = {str(k): _Band(b.get("Transit Size(MB)"), b.get("Transit Time(ms)"),
+                                            b.get("Bandwidth(GB/s)"), b.get("Large Packet Ratio"),
+                                            b.get("Size Distribution"))
+                              for k, b in bw.items() if isinstance(b, dict)}
+                if isinstance(bw, dict):
+                    i = len(ops)
+                    for transport, b in bw.items():
+                        bands.append((i, step, name, transport, b))
+                ops.append((step, name, group or None, ti.start, ti.elapse, ti.transit, ti.wait, ti.sync, ti.idle))
+    if not ops:
+        return None, None, None, 0
+    step, name, group, start, elapse, transit, wait, sync, idle = map(list, zip(*ops, strict=True))
+    scaled = _scaled_floats if typed else _scaled_ints
+    start = _scaled_ints(start, 1000, 3)
+    elapse = scaled(elapse, 1_000_000, 6)
+    valid = [s is not None and e is not None for s, e in zip(start, elapse, strict=True)]
+    skipped = valid.count(False)
+
+    # bandwidth rows and packet buckets of the valid ops
+    moved: list[int | None] = [None] * len(ops)
+    rows: list[tuple[Any, ...]] = []
+    pk: list[tuple[Any, ...]] = []
+    if bands:
+        sizes_mb = [b[4].size for b in bands]
+        times_ms = [b[4].transit for b in bands]
+        by_op: dict[int, dict[str, int]] = {}
+        for (i, st, nm, tname, b), size, tt in zip(bands, scaled(sizes_mb, COMM_MB_BYTES, 6),
+                                                   scaled(times_ms, 1_000_000, 6), strict=True):
+            if not valid[i] or (not size and not tt):
+                continue
+            by_op.setdefault(i, {})[tname.upper()] = size or 0
+            rows.append((st, nm, group[i], tname, size or 0, tt or 0, b.bandwidth, b.large_packet_ratio))
+            dist = b.distribution
+            if isinstance(dist, dict):
+                for packet, ct in dist.items():
+                    if isinstance(ct, list) and len(ct) >= 2:
+                        pk.append((st, nm, tname, packet, ct[0], ct[1]))
+        for i, sizes in by_op.items():
+            onnode = sizes.get("SDMA")
+            if onnode is None:
+                onnode = sum(sizes.get(k, 0) for k in ("HCCS", "PCIE", "SIO"))
+            moved[i] = onnode + sizes.get("RDMA", 0)
+    bands_out = None
+    if rows:
+        cols = list(map(list, zip(*rows, strict=True)))
+        bands_out = dict(zip(("step", "op_name", "group_name", "transport"), cols[:4], strict=True))
+        bw, lpr = (cols[6], cols[7]) if typed else (_dec_floats(cols[6]), _dec_floats(cols[7]))
+        bands_out.update(step=_int_column(cols[0], known=True), size_bytes=_int_column(cols[4], known=True),
+                         transit_ns=_int_column(cols[5], known=True), bandwidth_gbps=_float_column(bw, known=True),
+                         large_packet_ratio=_float_column(lpr, known=True))
+    packets_out = None
+    if pk:
+        p_step, p_name, p_tr, packet, count, total = map(list, zip(*pk, strict=True))
+        cols = (p_step, p_name, p_tr, _scaled_ints(packet, COMM_MB_BYTES, 6), _scaled_ints(count, 1, 0),
+                _scaled_ints(total, 1_000_000, 6))
+        keep = [j for j, (a, b, c) in enumerate(zip(*cols[3:], strict=True))
+                if a is not None and b is not None and c is not None]
+        if keep:
+            if len(keep) < len(p_step):
+                cols = tuple([c[j] for j in keep] for c in cols)
+            packets_out = {"step": _int_column(cols[0], known=True), "op_name": cols[1], "transport": cols[2],
+                           "packet_bytes": _int_column(cols[3], known=True),
+                           "count": _int_column(cols[4], known=True), "total_ns": _int_column(cols[5], known=True)}
+    ops_out = None
+    if skipped < len(ops):
+        keep = [j for j, ok in enumerate(valid) if ok]
+
+        def pick(col: list[Any]) -> list[Any]:
+            return col if skipped == 0 else [col[j] for j in keep]
+
+        names = pick(name)
+        ops_out = {"step": _int32(pick(step)), "name": names, "op_type": [collective_of(n) for n in names],
+                   "group_name": pick(group), "start_ns": _i64(pick(start)), "elapse_ns": _i64(pick(elapse)),
+                   "transit_ns": _i64(scaled(pick(transit), 1_000_000, 6)),
+                   "wait_ns": _i64(scaled(pick(wait), 1_000_000, 6)),
+                   "sync_ns": _i64(scaled(pick(sync), 1_000_000, 6)),
+                   "idle_ns": _i64(scaled(pick(idle), 1_000_000, 6)), "size_bytes": _i64(pick(moved))}
+    return ops_out, bands_out, packets_out, skipped
+
+
+def _int_column(values: list[int | None], known: bool = False) -> Any:
+    """A list of ints / None (`known`: no need to check) as the nullable int64 array `RankTables` reads
+    directly; the list itself when a value does not fit (RankTables then decides, as for any list)."""
+    if known or _INT_OR_NONE.issuperset(map(type, values)):
+        a = _int_array(values)
+        if a is not None:
+            return a
+    return values
+
+
+def _float_column(values: list[float | None], known: bool = False) -> Any:
+    """A list of floats / None (`known`: no need to check) as a float64 array (None -> NaN, which RankTables
+    stores as NULL, as it does None and NaN in a list)."""
+    if known or _FLOAT_OR_NONE.issuperset(map(type, values)):
+        return np.array(values, dtype=np.float64)
+    return values
 
 
 def _jdump(v: Any) -> str:
@@ -800,8 +1359,29 @@ def _short_names(names: pd.Series) -> pd.Series:
     return s.str.rsplit("/", n=1).str[-1]
 
 
+def _float64(values: list[float | None]) -> pd.arrays.FloatingArray:
+    """pd.array(values, dtype="Float64") of floats and None (NULL where None or NaN, as pandas does)."""
+    if _FLOAT_OR_NONE.issuperset(map(type, values)):
+        a = np.array(values, dtype=np.float64)
+        return pd.arrays.FloatingArray(a, np.isnan(a))
+    return pd.array(values, dtype="Float64")
+
+
+def _take(col: Sequence[Any], rows: np.ndarray) -> list[Any]:
+    """col[rows] as a list."""
+    if len(rows) == len(col):
+        return list(col)
+    return list(map(col.__getitem__, rows.tolist()))
+
+
 def _na_steps(a: np.ndarray) -> pd.arrays.IntegerArray:
-    return _int32(np.where(a < 0, None, a).tolist()) if a.size else _i64([])
+    """Step ids (-1 = none) as an INTEGER column: negative and out-of-range ids are NULL."""
+    if not a.size:
+        return _i64([])
+    data = np.array(a, dtype=np.int64)
+    mask = (data < 0) | (data > INT32_MAX)
+    data[mask] = 1
+    return pd.arrays.IntegerArray(data, mask)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -842,6 +1422,27 @@ def _sql_bytes(col: str, unit: int) -> str:
 # the rank reader
 
 
+_DUCK = threading.local()   # .con, .pid: this thread's in-memory DuckDB (see _csv_cursor)
+_ABANDONED: list[Any] = []  # databases inherited through fork(): never closed in the child
+
+
+def _csv_cursor() -> duckdb.DuckDBPyConnection:
+    """A new cursor on this thread's in-memory DuckDB, which runs the CSV reads of every rank.
+
+    Creating a database costs ~20 ms, about as much as reading a rank's CSVs; a cursor costs nothing. Only
+    read_csv queries run on it and nothing is stored in it, so ranks cannot see each other. The database
+    lives as long as its thread; a process forked from this one makes its own (one copied by fork is left
+    alone: its threads did not come along).
+    """
+    con = getattr(_DUCK, "con", None)
+    if con is None or _DUCK.pid != os.getpid():
+        if con is not None:
+            _ABANDONED.append(con)
+        con = _DUCK.con = duckdb.connect()
+        _DUCK.pid = os.getpid()
+    return con.cursor()
+
+
 def read_rank(src: RankSource) -> RankTables:
     """Parse one `*_ascend_pt` / `*_ascend_ms` text-export directory into normalized tables."""
     reader = _RankReader(src)
@@ -868,7 +1469,7 @@ class _RankReader:
         self.t = RankTables(self.rank)
         ms = src.format.startswith("ascend_ms") or self.root.name.endswith("_ascend_ms")
         self.framework = "mindspore" if ms else "pytorch"
-        self.con = duckdb.connect()
+        self.con = _csv_cursor()
         self.framework_version: str | None = None
         self.profiler_level: str | None = None
         self.with_stack: bool | None = None
@@ -895,19 +1496,32 @@ class _RankReader:
     def warn(self, path: Path, message: str) -> None:
         self.t.warn(f"{self.rel(path)}: {message}")
 
-    def load_json(self, path: Path, *, decimals: bool = False) -> Any:
-        """Decoded JSON, or None with a warning naming the file (empty / unreadable / invalid)."""
+    def load_json(self, path: Path, *, numbers: Callable[[str], Any] | None = None) -> Any:
+        """Decoded JSON, or None with a warning naming the file (empty / unreadable / invalid).
+
+        `numbers` gets the text of every non-integer JSON number (msgspec float_hook: `Decimal` for exact
+        values, `str` to convert them later); by default they are floats.
+        """
+        data = self._json_bytes(path)
+        return None if data is None else self._decode_json(path, data, numbers)
+
+    def _json_bytes(self, path: Path) -> bytes | None:
+        """The bytes of a JSON file, or None with a warning (unreadable / empty)."""
         try:
             data = path.read_bytes()
         except OSError as e:
             self.warn(path, f"unreadable ({e.strerror}); skipped")
             return None
-        if not data.strip():
+        if not data or data.isspace():
             self.warn(path, "empty file; skipped")
             return None
+        return data
+
+    def _decode_json(self, path: Path, data: bytes, numbers: Callable[[str], Any] | None) -> Any:
+        """`load_json`'s decoding of the bytes of `path`."""
         try:
-            if decimals:
-                return msgspec.json.Decoder(float_hook=Decimal).decode(data)
+            if numbers is not None:
+                return msgspec.json.Decoder(float_hook=numbers).decode(data)
             return msgspec.json.decode(data)
         except msgspec.DecodeError as e:
             self.warn(path, f"invalid JSON ({e}); skipped")
@@ -1378,7 +1992,7 @@ class _RankReader:
         dev = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
         dev["step"] = self._device_steps(dev, host, steps)
         dev["collective"] = [collective_of(str(n)) if c == "communication" else None
-                             for n, c in zip(dev["name"], dev["category"], strict=True)]
+                             for n, c in zip(dev["name"].tolist(), dev["category"].tolist(), strict=True)]
         self.t.extend("device_ops", {
             "step": _na_steps(dev["step"].to_numpy(np.int64)), "name": dev["name"].array, "op_type": dev["op_type"].array,
             "category": dev["category"].array, "task_type": dev["task_type"].array,
@@ -1407,37 +2021,50 @@ class _RankReader:
             "group_name": pd.Series([None] * len(tr.d_name), dtype=object),
             "op_type": pd.Series([None] * len(tr.d_name), dtype=object), "size_bytes": _i64([None] * len(tr.d_name)),
         })
-        comm = pd.DataFrame({
-            "pid": pd.Series(tr.c_pid, dtype=object), "tid": pd.Series(tr.c_tid, dtype=object),
-            "name": pd.Series(tr.c_name, dtype=object), "start_ns": np.array(tr.c_start, dtype=np.int64),
-            "dur_ns": np.array(tr.c_dur, dtype=np.int64), "conn": _i64(tr.c_conn),
-            "size": _i64(tr.c_size), "transport": pd.Series(tr.c_transport, dtype=object),
-            "link": pd.Series(tr.c_link, dtype=object), "src": _i64(tr.c_src), "dst": _i64(tr.c_dst),
-            "bw": pd.array(tr.c_bw, dtype="Float64"), "msg_bytes": _i64(tr.c_msg_bytes),
-        })
         # Which Communication threads carry the ops: "Group <hash> Communication"; the others are "Plane N".
+        # Decided once per thread (None: no thread name, then by the event name).
         names = tr.thread_names
-        group_of: list[str | None] = []
-        is_op: list[bool] = []
-        for pid, tid, name in zip(tr.c_pid, tr.c_tid, tr.c_name, strict=True):
-            tname = names.get((pid, tid))
-            m = _GROUP_THREAD_RE.match(tname) if tname else None
+        lanes: dict[tuple[Any, Any], tuple[bool | None, str | None]] = {}
+        threads = list(zip(tr.c_pid, tr.c_tid, strict=True))
+        for key in set(threads):
+            tname = names.get(key)
             if tname is None:
-                is_op.append(name.startswith("hcom_"))
-                group_of.append(None)
+                lanes[key] = (None, None)
             else:
-                is_op.append(m is not None or ("communication" in tname.lower() and "plane" not in tname.lower()))
-                group_of.append(m.group(1) if m else None)
-        comm["group_name"] = group_of
-        # an explicit bool dtype: with no rows, an object column would select columns instead of rows
-        comm["is_op"] = pd.Series(is_op, index=comm.index, dtype=bool)
-        ops = comm[comm["is_op"]].copy()
+                m = _GROUP_THREAD_RE.match(tname) if tname else None
+                lanes[key] = (m is not None or ("communication" in tname.lower() and "plane" not in tname.lower()),
+                              m.group(1) if m else None)
+        row_lanes = list(map(lanes.__getitem__, threads))
+        group_of = list(map(_SECOND, row_lanes))
+        is_op: list[bool | None] = list(map(_FIRST, row_lanes))
+        if any(lane[0] is None for lane in lanes.values()):
+            is_op = [name.startswith("hcom_") if op is None else op for op, name in zip(is_op, tr.c_name, strict=True)]
+        # the ops and the tasks (Plane threads), each built from its own rows
+        op_mask = np.array(is_op, dtype=bool) if is_op else np.zeros(0, dtype=bool)
+        op_rows, task_rows = np.flatnonzero(op_mask), np.flatnonzero(~op_mask)
+        c_start, c_dur = np.asarray(tr.c_start, dtype=np.int64), np.asarray(tr.c_dur, dtype=np.int64)
+        ops = pd.DataFrame({
+            "pid": pd.Series(_take(tr.c_pid, op_rows), dtype=object),
+            "tid": pd.Series(_take(tr.c_tid, op_rows), dtype=object),
+            "name": pd.Series(_take(tr.c_name, op_rows), dtype=object), "start_ns": c_start[op_rows],
+            "dur_ns": c_dur[op_rows], "conn": _i64(_take(tr.c_conn, op_rows)),
+            "msg_bytes": _i64(_take(tr.c_msg_bytes, op_rows)),
+        })
+        ops["group_name"] = _take(group_of, op_rows)
         ops["task_type"] = "HCCL"
         ops["stream_id"] = _i64([None] * len(ops))
         ops["task_id"] = _i64([None] * len(ops))
         ops["op_type"] = [_HCOM_SUFFIX_RE.sub("", n) or n for n in ops["name"]]
         ops["size_bytes"] = ops["msg_bytes"]
-        self.comm_task_frame = comm[~comm["is_op"]].reset_index(drop=True)
+        self.comm_task_frame = pd.DataFrame({
+            "pid": pd.Series(_take(tr.c_pid, task_rows), dtype=object),
+            "tid": pd.Series(_take(tr.c_tid, task_rows), dtype=object),
+            "name": pd.Series(_take(tr.c_name, task_rows), dtype=object), "start_ns": c_start[task_rows],
+            "dur_ns": c_dur[task_rows], "size": _i64(_take(tr.c_size, task_rows)),
+            "transport": pd.Series(_take(tr.c_transport, task_rows), dtype=object),
+            "link": pd.Series(_take(tr.c_link, task_rows), dtype=object), "src": _i64(_take(tr.c_src, task_rows)),
+            "dst": _i64(_take(tr.c_dst, task_rows)), "bw": _float64(_take(tr.c_bw, task_rows)),
+        })
         cols = ["pid", "tid", "name", "start_ns", "dur_ns", "task_type", "stream_id", "task_id", "conn",
                 "group_name", "op_type", "size_bytes"]
         cand = pd.concat([ops[cols], hw[cols]], ignore_index=True)
@@ -1553,9 +2180,10 @@ class _RankReader:
         tasks = self.comm_task_frame
         if tasks is None or tasks.empty:
             return
-        op_name: list[str | None] = [None] * len(tasks)
-        op_group: list[str | None] = [None] * len(tasks)
-        op_step: list[int | None] = [None] * len(tasks)
+        n = len(tasks)
+        op_name = np.full(n, None, dtype=object)
+        op_group = np.full(n, None, dtype=object)
+        op_step = np.full(n, -1, dtype=np.int64)   # step of the enclosing op, -1 = none
         if len(ops):
             op_steps = steps.of_device(ops["start_ns"].to_numpy(dtype=np.int64))  # as their device_ops rows
             threads: dict[Any, list[Any]] = {}
@@ -1575,24 +2203,40 @@ class _RankReader:
                 ts = g["start_ns"].to_numpy(np.int64)
                 i = np.searchsorted(os_, ts, side="right") - 1
                 ok = (i >= 0) & (ts < oe[np.clip(i, 0, None)])
-                names, groups, ss = o["name"].tolist(), o["group_name"].tolist(), o["_step"].tolist()
-                for row, j, good in zip(g.index.tolist(), i.tolist(), ok.tolist(), strict=True):
-                    if good:
-                        op_name[row], op_group[row] = names[j], groups[j]
-                        op_step[row] = ss[j] if ss[j] >= 0 else None
+                rows, j = g.index.to_numpy()[ok], i[ok]
+                op_name[rows] = o["name"].to_numpy(dtype=object)[j]
+                op_group[rows] = o["group_name"].to_numpy(dtype=object)[j]
+                op_step[rows] = o["_step"].to_numpy(dtype=np.int64)[j]
         start = tasks["start_ns"].to_numpy(np.int64)
-        by_time = steps.of_device(start)
-        step = [s if s is not None else (int(b) if b >= 0 else None)
-                for s, b in zip(op_step, by_time.tolist(), strict=True)]
+        step = np.where(op_step >= 0, op_step, steps.of_device(start))
         self.t.extend("comm_tasks", {
-            "step": _int32(step), "op_name": op_name, "name": tasks["name"].tolist(),
+            "step": _na_steps(step), "op_name": op_name.tolist(), "name": tasks["name"].tolist(),
             "start_ns": _i64(start), "dur_ns": _i64(tasks["dur_ns"]), "size_bytes": _i64(tasks["size"]),
             "transport": tasks["transport"].tolist(), "link_type": tasks["link"].tolist(),
-            "src_rank": _int32([self.map_rank(g, x) for g, x in zip(op_group, tasks["src"].tolist(), strict=True)]),
-            "dst_rank": _int32([self.map_rank(g, x) for g, x in zip(op_group, tasks["dst"].tolist(), strict=True)]),
+            "src_rank": self._global_ranks(op_group, tasks["src"].array),
+            "dst_rank": self._global_ranks(op_group, tasks["dst"].array),
             "bandwidth_gbps": pd.array(tasks["bw"], dtype="Float64"),
         })
         self.t.has("comm_tasks")
+
+    def _global_ranks(self, groups: np.ndarray, local: pd.arrays.IntegerArray) -> pd.arrays.IntegerArray:
+        """`map_rank(group, local)` of every row as an INTEGER column (`_int32` of it), a group at a time."""
+        data = np.array(local._data, dtype=np.int64)
+        mask = np.array(local._mask, dtype=bool) | (data < 0) | (data > INT32_MAX)
+        for g in set(groups.tolist()):
+            info = self.groups.get(g) if g else None
+            ranks = info["global_ranks"] if info else None
+            if not ranks:
+                continue
+            try:
+                table = np.array(ranks, dtype=np.int64)
+            except OverflowError:  # a global rank beyond int64: one row at a time
+                return _int32([self.map_rank(g, x) for g, x in zip(groups.tolist(), local.tolist(), strict=True)])
+            sel = (groups == g) & ~mask & (data < len(table))
+            data[sel] = table[data[sel]]
+        mask |= (data < -INT32_MAX) | (data > INT32_MAX)
+        data[mask] = 1
+        return pd.arrays.IntegerArray(data, mask)
 
     def freq(self, tr: TraceColumns) -> None:
         if not tr.f_ts:
@@ -1646,149 +2290,171 @@ class _RankReader:
         self.t.has("vendor_step_trace")
 
     def communication(self) -> None:
-        """communication.json -> comm_ops, comm_bandwidth, comm_packets ("Total Op Info" rows skipped)."""
+        """communication.json -> comm_ops, comm_bandwidth, comm_packets ("Total Op Info" rows skipped).
+
+        Decoded and converted as `_comm_json` describes, the rows added with one `extend` per table.
+        """
         path = self.out / "communication.json"
         if not path.is_file():
             if self.world_size not in (None, 1) or self.t.count("comm_tasks") or self.groups:
                 self.warn(path, "missing: per-op wait/transit times and bandwidth unknown")
             return
-        data = self.load_json(path, decimals=True)
-        if data is None:
+        res = self._comm_json(path, _COMM_TYPED, _comm_json_columns)
+        if res is None:
             return
-        if not isinstance(data, dict):
-            self.warn(path, "not a JSON object; skipped")
-            return
-        ops: dict[str, list[Any]] = {k: [] for k in ("step", "name", "op_type", "group_name", "start_ns",
-                                                      "elapse_ns", "transit_ns", "wait_ns", "sync_ns", "idle_ns",
-                                                      "size_bytes")}
-        skipped = 0
-        for step_key, kinds in data.items():
-            step = _step_number(str(step_key))
-            if not isinstance(kinds, dict):
-                continue
-            for by_op in kinds.values():
-                if not isinstance(by_op, dict):
-                    continue
-                for op_key, info in by_op.items():
-                    if op_key == "Total Op Info" or not isinstance(info, dict):
-                        continue
-                    name, _, group = str(op_key).partition("@")
-                    ti = info.get("Communication Time Info") or {}
-                    bw = info.get("Communication Bandwidth Info") or {}
-                    start = _scaled(ti.get("Start Timestamp(us)"), 1000)
-                    elapse = _scaled(ti.get("Elapse Time(ms)"), 1_000_000)
-                    if start is None or elapse is None:
-                        skipped += 1
-                        continue
-                    size = self._comm_bandwidth(step, name, group or None, bw)
-                    for k, v in (("step", step), ("name", name), ("op_type", collective_of(name)),
-                                 ("group_name", group or None), ("start_ns", start), ("elapse_ns", elapse),
-                                 ("transit_ns", _scaled(ti.get("Transit Time(ms)"), 1_000_000)),
-                                 ("wait_ns", _scaled(ti.get("Wait Time(ms)"), 1_000_000)),
-                                 ("sync_ns", _scaled(ti.get("Synchronization Time(ms)"), 1_000_000)),
-                                 ("idle_ns", _scaled(ti.get("Idle Time(ms)"), 1_000_000)), ("size_bytes", size)):
-                        ops[k].append(v)
+        ops, bands, packets, skipped = res
         if skipped:
             self.warn(path, f"{skipped} ops without Start Timestamp(us) / Elapse Time(ms) skipped")
-        if ops["name"]:
-            self.t.extend("comm_ops", {k: (_int32(v) if k == "step" else _i64(v) if k.endswith(("_ns", "_bytes"))
-                                           else v) for k, v in ops.items()})
+        if bands:
+            self.t.extend("comm_bandwidth", bands)
+        if packets:
+            self.t.extend("comm_packets", packets)
+        if ops:
+            self.t.extend("comm_ops", ops)
             self.t.has("comm_ops")
         self.t.has("comm_json")
 
-    def _comm_bandwidth(self, step: int | None, name: str, group: str | None, bw: Any) -> int | None:
-        """Rows of comm_bandwidth / comm_packets for one op; returns the op's bytes moved.
+    def _comm_json(self, path: Path, typed: msgspec.json.Decoder, columns: Callable[..., Any]) -> Any:
+        """`columns(data, exact, typed)` of a communication*.json, or None with the warning `load_json` gives.
 
-        Bytes moved = SDMA (the on-node total; else HCCS + PCIE + SIO) + RDMA. Transports with neither size
-        nor time are not written.
+        Numbers are decoded as their JSON text (float_hook=str: a third of the cost of Decimal) and converted
+        a column at a time by the exact helpers (`_scaled_ints` ...). The file is decoded into `typed`'s
+        structs (only the keys this reader uses, no dict per entry); a file of another shape is decoded
+        generically (dicts), and one whose meaning depends on how numbers decode (`_NumbersAsText`) again
+        with numbers as Decimal, as the original reader did.
         """
-        if not isinstance(bw, dict):
+        data = self._json_bytes(path)
+        if data is None:
             return None
-        sizes: dict[str, int] = {}
-        for transport, b in bw.items():
-            if not isinstance(b, dict):
-                continue
-            size = _scaled(b.get("Transit Size(MB)"), COMM_MB_BYTES)
-            transit = _scaled(b.get("Transit Time(ms)"), 1_000_000)
-            if not size and not transit:
-                continue
-            sizes[str(transport).upper()] = size or 0
-            bwv = _dec(b.get("Bandwidth(GB/s)"))
-            lpr = _dec(b.get("Large Packet Ratio"))
-            self.t.add("comm_bandwidth", step=step, op_name=name, group_name=group, transport=str(transport),
-                       size_bytes=size or 0, transit_ns=transit or 0,
-                       bandwidth_gbps=float(bwv) if bwv is not None else None,
-                       large_packet_ratio=float(lpr) if lpr is not None else None)
-            dist = b.get("Size Distribution")
-            if isinstance(dist, dict):
-                for packet, ct in dist.items():
-                    pb = _scaled(packet, COMM_MB_BYTES)
-                    if pb is None or not isinstance(ct, list) or len(ct) < 2:
-                        continue
-                    count = _scaled(ct[0], 1)
-                    total = _scaled(ct[1], 1_000_000)
-                    if count is None or total is None:
-                        continue
-                    self.t.add("comm_packets", step=step, op_name=name, transport=str(transport),
-                               packet_bytes=pb, count=count, total_ns=total)
-        if not sizes:
+        try:
+            return columns(typed.decode(data), False, True)
+        except (msgspec.DecodeError, msgspec.ValidationError, _NumbersAsText):
+            pass  # the generic decoding below reports an invalid file
+        generic = self._decode_json(path, data, str)
+        if generic is None:
             return None
-        onnode = sizes.get("SDMA")
-        if onnode is None:
-            onnode = sum(sizes.get(k, 0) for k in ("HCCS", "PCIE", "SIO"))
-        return onnode + sizes.get("RDMA", 0)
+        if not isinstance(generic, dict):
+            self.warn(path, "not a JSON object; skipped")
+            return None
+        try:
+            return columns(generic, False, False)
+        except _NumbersAsText:
+            return columns(self._decode_json(path, data, Decimal), True, False)
 
     def communication_matrix(self) -> None:
-        """communication_matrix.json -> links; aggregate keys (-top1/-middle/-bottom/-total) are skipped."""
+        """communication_matrix.json -> links; aggregate keys (-top1/-middle/-bottom/-total) are skipped.
+
+        Decoded and converted as `_comm_json` describes; link keys are mapped to global ranks once per group
+        and key.
+        """
         path = self.out / "communication_matrix.json"
         if not path.is_file():
             if self.world_size not in (None, 1) or self.groups:
                 self.warn(path, "missing: per-link bandwidth unknown")
             return
-        data = self.load_json(path, decimals=True)
-        if data is None:
+        res = self._comm_json(path, _MATRIX_TYPED, self._matrix_columns)
+        if res is None:
             return
-        if not isinstance(data, dict):
-            self.warn(path, "not a JSON object; skipped")
-            return
-        unmapped: set[str] = set()
-        bad_keys = 0
-        for step_key, kinds in data.items():
-            step = _step_number(str(step_key))
-            if not isinstance(kinds, dict):
-                continue
-            for by_op in kinds.values():
-                if not isinstance(by_op, dict):
-                    continue
-                for op_key, links in by_op.items():
-                    name, _, group = str(op_key).partition("@")
-                    if op_key == "Total Op Info" or _AGGREGATE_KEY_RE.search(name) or not isinstance(links, dict):
-                        continue
-                    local = self._local_group(group, links)
-                    if local:
-                        unmapped.add(group)
-                    for lk, v in links.items():
-                        m = _LINK_RE.match(str(lk))
-                        if not m or not isinstance(v, dict):
-                            bad_keys += 1
-                            continue
-                        src, dst = self.map_rank(group, m.group(1)), self.map_rank(group, m.group(2))
-                        if src is None or dst is None:
-                            bad_keys += 1
-                            continue
-                        bwv = _dec(v.get("Bandwidth(GB/s)"))
-                        self.t.add("links", step=step, op_name=_text(v.get("Op Name")) or name,
-                                   group_name=group or None, src_rank=src, dst_rank=dst,
-                                   transport=_text(v.get("Transport Type")),
-                                   size_bytes=_scaled(v.get("Transit Size(MB)"), COMM_MB_BYTES),
-                                   transit_ns=_scaled(v.get("Transit Time(ms)"), 1_000_000),
-                                   bandwidth_gbps=float(bwv) if bwv is not None else None)
+        cols, unmapped, bad_keys = res
+        if cols is not None:
+            self.t.extend("links", cols)
         if unmapped:
             self.warn(path, f"group(s) {', '.join(sorted(unmapped))[:120]} not in parallel_group_info: link ranks "
                             "kept as written (they may be group-local)")
         if bad_keys:
             self.warn(path, f"{bad_keys} link entries without a 'src-dst' key skipped")
         self.t.has("comm_matrix")
+
+    def _matrix_columns(self, data: dict[str, Any], exact: bool,
+                        typed: bool) -> tuple[dict[str, Any] | None, set[str], int]:
+        """(links columns or None, unmapped groups, bad link keys) of communication_matrix.json, decoded into
+        `_Link` structs (`typed`) or dicts.
+
+        `exact=False` (numbers decoded as text) raises `_NumbersAsText` where the Decimal decoding could
+        differ: a number as `Op Name` / `Transport Type` whose Decimal text is not its JSON text, or a list or
+        object there.
+        """
+        links: list[_Link] = []
+        ranks: list[tuple[int, int]] = []
+        steps: list[int | None] = []
+        names: list[str] = []
+        groups: list[str | None] = []
+        unmapped: set[str] = set()
+        bad_keys = 0
+        pairs_of: dict[str, dict[str, tuple[int, int] | None]] = {}  # group -> link key -> (src, dst) global
+        for step_key, kinds in data.items():
+            step = _step_number(str(step_key))
+            if not isinstance(kinds, dict):
+                continue
+            for by_op in kinds.values():
+                if not isinstance(by_op, dict):
+                    continue
+                for op_key, by_link in by_op.items():
+                    name, _, group = str(op_key).partition("@")
+                    if op_key == "Total Op Info" or _AGGREGATE_KEY_RE.search(name) or not isinstance(by_link, dict):
+                        continue
+                    if self._local_group(group, by_link):
+                        unmapped.add(group)
+                    pairs = pairs_of.get(group)
+                    if pairs is None:
+                        pairs = pairs_of[group] = {}
+                    for lk in by_link.keys() - pairs.keys():
+                        pairs[lk] = self._link_ranks(group, lk)
+                    sds = list(map(pairs.__getitem__, by_link))
+                    vals = list(by_link.values())
+                    if not typed:
+                        ok = [isinstance(v, dict) for v in vals]
+                        sds = [sd if good else None for sd, good in zip(sds, ok, strict=True)]
+                        vals = [_Link(v.get("Op Name"), v.get("Transport Type"), v.get("Transit Size(MB)"),
+                                      v.get("Transit Time(ms)"), v.get("Bandwidth(GB/s)")) if good else None
+                                for v, good in zip(vals, ok, strict=True)]
+                    if None in sds:
+                        keep = [sd is not None for sd in sds]
+                        bad_keys += len(sds) - sum(keep)
+                        sds, vals = list(itertools.compress(sds, keep)), list(itertools.compress(vals, keep))
+                    n = len(vals)
+                    links += vals
+                    ranks += sds
+                    steps += [step] * n
+                    names += [name] * n
+                    groups += [group or None] * n
+        if not links:
+            return None, unmapped, bad_keys
+        scaled = _scaled_floats if typed else _scaled_ints
+        op_name, transport = [v.op_name for v in links], [v.transport for v in links]
+        size, transit, bw = [v.size for v in links], [v.transit for v in links], [v.bandwidth for v in links]
+
+        def text(v: Any) -> str | None:
+            """_text of a value as the Decimal decoding gives it."""
+            if not exact and (isinstance(v, (list, dict)) or (
+                    type(v) is str and _JSON_NUMBER_RE.fullmatch(v) and str(Decimal(v)) != v)):
+                raise _NumbersAsText
+            return _text(v)
+
+        def texts(values: list[Any]) -> list[str | None]:
+            """`text` of each value, once per distinct value when all are str / None (names repeat)."""
+            if _STR_OR_NONE.issuperset(map(type, values)):
+                table = {v: text(v) for v in set(values)}
+                return list(map(table.__getitem__, values))
+            return list(map(text, values))
+
+        return {
+            "step": _int_column(steps, known=True),
+            "op_name": [o or n for o, n in zip(texts(op_name), names, strict=True)], "group_name": groups,
+            "src_rank": _int_column([r[0] for r in ranks], known=True),
+            "dst_rank": _int_column([r[1] for r in ranks], known=True), "transport": texts(transport),
+            "size_bytes": _int_column(scaled(size, COMM_MB_BYTES, 6), known=True),
+            "transit_ns": _int_column(scaled(transit, 1_000_000, 6), known=True),
+            "bandwidth_gbps": _float_column(bw if typed else _dec_floats(bw), known=True),
+        }, unmapped, bad_keys
+
+    def _link_ranks(self, group: str, key: str) -> tuple[int, int] | None:
+        """(src, dst) global ranks of a `src-dst` link key of a group, None for a bad key."""
+        m = _LINK_RE.match(str(key))
+        if not m:
+            return None
+        src, dst = self.map_rank(group, m.group(1)), self.map_rank(group, m.group(2))
+        return None if src is None or dst is None else (src, dst)
 
     def _local_group(self, group: str, links: dict[str, Any]) -> bool:
         """True when a group's link ranks cannot be mapped to global ranks (unknown group whose self link
