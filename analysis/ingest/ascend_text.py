@@ -17,7 +17,8 @@ at least one of the first two:
 Units and exactness:
 * every time becomes integer ns; µs strings (`ts`, CSV `Start Time(us)`) are converted exactly, never through
   float: trace strings by `parse_us_to_ns`, CSV columns by DuckDB `DECIMAL(38,3)` (round half away from zero);
-  `communication*.json` numbers are decoded as `Decimal`;
+  `communication*.json` numbers give the integers the exact decimal gives (ROUND_HALF_UP of value x scale):
+  floats only where that is shown exact, the text otherwise (see `_scaled_fast`, `_comm_json`);
 * communication "MB" are 10^6 bytes: in cluster4 an HCCL Memcpy of `size(Byte)` 1,000,100 is the packet
   bucket `"1.0001"` MB, and `Bandwidth(GB/s)` = `Transit Size(MB)` / `Transit Time(ms)` (3.0003 / 0.18 =
   16.6683) is then bytes/ns = GB/s, the same unit as the trace's `bandwidth(GB/s)` (1,000,100 B / 60 µs = 16.67);
@@ -209,10 +210,11 @@ _COMM_ARGS = msgspec.json.Decoder(CommArgs)
 _ANY = msgspec.json.Decoder()
 _NO_HOST_ARGS = HostArgs()
 # the same, for the args of many events at once (see _decode_args)
-_ARGS_LISTS = {id(d): msgspec.json.Decoder(list[t]) for d, t in ((_HOST_ARGS, HostArgs), (_HW_ARGS, HardwareArgs),
-                                                                 (_COMM_ARGS, CommArgs))}
+_ARGS_LISTS = {id(d): msgspec.json.Decoder(list[t])
+               for d, t in ((_HOST_ARGS, HostArgs), (_HW_ARGS, HardwareArgs), (_COMM_ARGS, CommArgs))}
 _FOURTH_LAST = operator.itemgetter(-4)
 _DROP_DOT = operator.methodcaller("replace", ".", "", 1)
+_FLOW_PHASES = frozenset({"s", "f", "t"})
 _STR_ONLY = frozenset({str})
 _FLOAT_ONLY = frozenset({float})
 _INT_OR_NONE = frozenset({int, type(None)})
@@ -379,7 +381,8 @@ class TraceColumns:
     """Everything kept from trace_view.json as parallel columns (sequences of equal length per group).
 
     While parsing, each event is one tuple in `*_rows` (one append per event is much cheaper than one per
-    field); after each decoded piece the rows are transposed into compact column parts (int64 arrays,
+    field; device, communication and overlap events and flows as decoded, host events converted); after
+    each decoded piece the rows are transposed and converted into compact column parts (int64 arrays,
     lists of shared strings), which `TraceParser._finish` joins. Start/dur columns are int64 ns arrays.
     """
 
@@ -554,7 +557,8 @@ class TraceParser:
         self._finish()
         return self.out
 
-    def _decode_tail(self, dec: msgspec.json.Decoder, buf: bytes | bytearray, start: int, offset: int) -> None:
+    def _decode_tail(self, dec: msgspec.json.Decoder, buf: bytes | bytearray, start: int,
+                     offset: int) -> None:
         """Decode the rest of the event array, buf[start:] (file offset `offset`): '[' + the events + ']'.
 
         When buf[start - 1] is the array's '[' (a file read in one piece) the text is decoded in place,
@@ -564,8 +568,8 @@ class TraceParser:
         while end > start and buf[end - 1] in _WS:
             end -= 1
         if end == start or buf[end - 1] != 0x5D:  # ']'
-            raise ProfileError(self.path, f"truncated: the file ends at byte {offset + len(buf) - start} inside "
-                                          f"the event array (no closing ']'); {ANALYSE_HINT}")
+            raise ProfileError(self.path, f"truncated: the file ends at byte {offset + len(buf) - start} "
+                                          f"inside the event array (no closing ']'); {ANALYSE_HINT}")
         if start and buf[start - 1] == 0x5B:  # '['
             text: Any = memoryview(buf)[start - 1:end]
         else:
@@ -596,13 +600,19 @@ class TraceParser:
         host_rows = out.host_rows
         hw_rows = out.hw_rows
         comm_rows = out.comm_rows
+        overlap_rows = out.overlap_rows
+        flow_rows = out.flow_rows
         ids = self._ids
         dropped_min = None   # earliest start of the X events that count for min_ts but are not kept
         out.n_events += len(events)
         for ev in events:
             ph = ev.ph
             if ph != "X":
-                self._other(ev, ph)
+                if ph in _FLOW_PHASES:  # a flow is identified by (cat or name, id)
+                    if ev.id is not None:
+                        flow_rows.append((ev.cat or ev.name, ev.id, ph, ev.pid, ev.tid, ev.ts))
+                else:
+                    self._other(ev, ph)
                 continue
             pid = ev.pid
             kind = kinds.get(pid)
@@ -611,6 +621,9 @@ class TraceParser:
                 continue
             if kind == HARDWARE:
                 hw_rows.append((pid, ev.tid, ev.name, ev.ts, ev.dur, ev.args))
+                continue
+            if kind == OVERLAP:
+                overlap_rows.append((ev.name, ev.ts, ev.dur))
                 continue
             if kind is None:
                 # process_name not seen yet: keep the event (detached from the input buffer) for later.
@@ -652,8 +665,6 @@ class TraceParser:
                             out.steps.append((int(m.group(1)), start, dur))
                 raw = ev.args
                 host_rows.append((pid, tid, name, category, start, dur, raw if len(raw) > 2 else None))
-            elif kind == OVERLAP:
-                out.overlap_rows.append((name, start, dur))
             elif cat is not None and cat.lower() == "gc":  # GC is recognised by cat, whatever the process
                 host_rows.append((ev.pid, ev.tid, name, "gc", start, dur, None))
             elif dropped_min is None or start < dropped_min:
@@ -668,23 +679,27 @@ class TraceParser:
         """Move the row buffers of one piece into column parts (int64 arrays for start/dur) and lower
         out.min_ts to the piece's earliest start (`min_ts`: that of the events not kept).
 
-        Host, device and communication rows end with their raw `args`: those of a piece are decoded in one
-        call (`_decode_args`) and turned into their columns here, a column at a time.
+        Device, communication and overlap rows and flows come raw from `_consume` (ts, dur, args as
+        decoded), converted here a column at a time; host, device and communication rows end with their raw
+        `args`, decoded in one call per batch (`_decode_args`).
         """
         out = self.out
         parts = self._parts
         for rows, names, args in ((out.host_rows, _HOST_FIELDS, self._host_arg_columns),
                                   (out.hw_rows, _HW_FIELDS, self._hw_arg_columns),
                                   (out.comm_rows, _COMM_FIELDS, self._comm_arg_columns),
-                                  (out.overlap_rows, _OVERLAP_FIELDS, None), (out.flow_rows, _FLOW_FIELDS, None)):
+                                  (out.overlap_rows, _OVERLAP_FIELDS, None),
+                                  (out.flow_rows, _FLOW_FIELDS, None)):
             if not rows:
                 continue
             cols: list[Sequence[Any]] = list(zip(*rows, strict=True))
             rows.clear()
-            if names is not _HOST_FIELDS and args is not None:
-                cols = self._task_columns(cols)
-                if not cols:
-                    continue
+            if names is _FLOW_FIELDS:
+                cols = self._flow_columns(cols)
+            elif names is not _HOST_FIELDS:
+                cols = self._timed_columns(cols)
+            if not cols:
+                continue
             if args is not None:
                 cols = cols[:-1] + args(cols[-1], cols[1])
             for fname, col in zip(names, cols, strict=True):
@@ -697,22 +712,42 @@ class TraceParser:
                 parts.setdefault(fname, []).append(col)
         self._lower_min_ts(min_ts)
 
-    def _task_columns(self, cols: list[Sequence[Any]]) -> list[Sequence[Any]]:
-        """(pid, tid, name, start ns, dur ns, raw args) columns of collected device / communication tasks from
-        (pid, tid, name, ts, dur, args): what `_consume` does per event for the others (ts and dur to ns,
-        events without a readable ts dropped, shared pid / tid / name objects). [] when none is left."""
-        pid, tid, name, ts, dur, args = cols
-        start = _starts_ns(ts)
+    def _timed_columns(self, cols: list[Sequence[Any]]) -> list[Sequence[Any]]:
+        """The columns of collected device / communication tasks, (pid, tid, name, ts, dur, args), or overlap
+        intervals, (name, ts, dur), with ts and dur in ns: what `_consume` does per event for host events
+        (events without a readable ts dropped and counted, shared pid / tid / name objects). [] when none
+        is left."""
+        i_ts = 3 if len(cols) == 6 else 1   # tasks: (pid, tid, name, ts, dur, args); overlap: (name, ts, dur)
+        start = _starts_ns(cols[i_ts])
         if None in start:
             keep = [s is not None for s in start]
             self.out.n_bad_ts += len(keep) - sum(keep)
-            pid, tid, name, dur, args, start = (list(itertools.compress(c, keep))
-                                                for c in (pid, tid, name, dur, args, start))
+            cols = [list(itertools.compress(c, keep)) for c in cols]
+            start = list(itertools.compress(start, keep))
             if not start:
                 return []
         ids, names = self._ids, self._names
+        dur = _durs_ns(cols[i_ts + 1])
+        if i_ts == 1:
+            return [list(map(names.setdefault, cols[0], cols[0])), start, dur]
+        pid, tid, name, _, _, args = cols
         return [list(map(ids.setdefault, pid, pid)), list(map(ids.setdefault, tid, tid)),
-                list(map(names.setdefault, name, name)), start, _durs_ns(dur), args]
+                list(map(names.setdefault, name, name)), start, dur, args]
+
+    def _flow_columns(self, cols: list[Sequence[Any]]) -> list[Sequence[Any]]:
+        """(cat, id, ph, pid, tid, ts ns) columns of collected flow events (cat, id, ph, pid, tid, ts):
+        flows without a readable ts are dropped (`ts_ns`); shared cat / pid / tid objects. [] when none."""
+        cat, flow_id, ph, pid, tid, ts = cols
+        start = _starts_ns(ts)  # ts_ns of each (the same fast path, then the same parse)
+        if None in start:
+            keep = [s is not None for s in start]
+            cat, flow_id, ph, pid, tid, start = (list(itertools.compress(c, keep))
+                                                 for c in (cat, flow_id, ph, pid, tid, start))
+            if not start:
+                return []
+        ids, names = self._ids, self._names
+        return [list(map(names.setdefault, cat, cat)), flow_id, ph, list(map(ids.setdefault, pid, pid)),
+                list(map(ids.setdefault, tid, tid)), start]
 
     def _categorize(self, name: str, cat: str | None) -> str:
         """host_ops.category of a framework event (cached per (name, cat))."""
@@ -755,7 +790,7 @@ class TraceParser:
 
     def _host_arg_columns(self, raws: Sequence[Any], tids: Sequence[Any]) -> list[Sequence[Any]]:
         """(call stack, input dims JSON, input types JSON, connection id) columns from the raw args (None
-        where the event has no args)."""
+        where the event has no args); `tids` is unused (the signature of the other `_*_arg_columns`)."""
         n = len(raws)
         stack: list[str | None] = [None] * n
         dims: list[str | None] = [None] * n
@@ -764,7 +799,8 @@ class TraceParser:
         idx = [i for i, r in enumerate(raws) if r is not None]
         if idx:
             blob = self._blob
-            for i, a in zip(idx, _decode_args(_HOST_ARGS, [raws[i] for i in idx], _NO_HOST_ARGS), strict=True):
+            args = _decode_args(_HOST_ARGS, [raws[i] for i in idx], _NO_HOST_ARGS)
+            for i, a in zip(idx, args, strict=True):
                 s = _text(a.call_stack if a.call_stack is not None else a.call_stack2)
                 if s is not None:
                     self.out.with_stack = True
@@ -811,13 +847,10 @@ class TraceParser:
         out = self.out
         if ph == "M":
             self._on_meta(ev)
-        elif ph in ("s", "f", "t"):
-            t = ts_ns(ev.ts)
-            if t is not None and ev.id is not None:
-                names, ids = self._names, self._ids
+        elif ph in _FLOW_PHASES:  # (taken inline by `_consume`)
+            if ev.id is not None:
                 cat = ev.cat or ev.name
-                out.flow_rows.append((names.setdefault(cat, cat), ev.id, ph, ids.setdefault(ev.pid, ev.pid),
-                                      ids.setdefault(ev.tid, ev.tid), t))
+                out.flow_rows.append((cat, ev.id, ph, ev.pid, ev.tid, ev.ts))
         elif ph == "C":
             if ev.name == "AI Core Freq":
                 self._on_freq(ev)
@@ -855,36 +888,6 @@ class TraceParser:
         if mhz is not None:
             self.out.f_ts.append(t)
             self.out.f_mhz.append(mhz)
-
-    def _hardware(self, ev: Event, name: str, start: int, dur: int) -> None:
-        try:
-            a = _HW_ARGS.decode(ev.args)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            a = HardwareArgs()
-        stream = as_int(a.stream_id)
-        if stream is None:
-            stream = as_int(a.physic_stream_id)
-        if stream is None:
-            stream = as_int(ev.tid)
-        tt = a.task_type
-        ids = self._ids
-        self.out.hw_rows.append((ids.setdefault(ev.pid, ev.pid), ids.setdefault(ev.tid, ev.tid), name, start, dur,
-                                 self._label(tt),
-                                 stream, as_int(a.task_id), as_int(a.connection_id)))
-
-    def _comm(self, ev: Event, name: str, start: int, dur: int) -> None:
-        try:
-            a = _COMM_ARGS.decode(ev.args)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            a = CommArgs()
-        count = as_int(a.count)
-        width = DTYPE_BYTES.get(str(a.data_type).upper()) if a.data_type is not None else None
-        ids = self._ids
-        self.out.comm_rows.append((
-            ids.setdefault(ev.pid, ev.pid), ids.setdefault(ev.tid, ev.tid), name, start, dur, as_int(a.size),
-            self._label(a.transport), self._label(a.link), as_int(a.src), as_int(a.dst), as_float(a.bandwidth),
-            self._label(a.task_type), as_int(a.stream_id),
-            as_int(a.connection_id), count * width if count is not None and width is not None else None))
 
     def _finish(self) -> None:
         """Classify events whose process_name came after them, then transpose the row buffers."""
@@ -999,8 +1002,8 @@ def _scaled(v: Any, scale: int) -> int | None:
     return None if d is None else int((d * scale).to_integral_value(ROUND_HALF_UP))
 
 
-# communication*.json numbers are decoded as their JSON text (float_hook=str: a third of the cost of Decimal)
-# and converted by the helpers below, which give exactly what `_scaled` / `_dec` give for that text.
+# communication*.json numbers: the helpers below give exactly what `_scaled` / `_dec` (the exact Decimal
+# conversion) give, from the number's JSON text (float_hook=str) or from its float (`_scaled_floats`).
 _F40 = float(1 << 40)
 _INT_EXACT = 10**18                     # |int| * scale (<= 10^6) stays within Decimal's 28 digits
 _PLAIN_TYPES = frozenset({str, int})    # what float() reads the same way _dec does (bool is not int here)
@@ -1009,8 +1012,9 @@ _JSON_NUMBER_RE = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]
 
 
 class _NumbersAsText(Exception):
-    """A communication*.json value whose meaning depends on how numbers are decoded (a number where text or an
-    object is expected): the file is read again with numbers as Decimal."""
+    """A communication*.json value that needs the numbers' text: a float that `_scaled_floats` cannot show
+    exact (the file is read again with numbers as text), or a value whose meaning depends on how numbers are
+    decoded, a number where text or an object is expected (read again with numbers as Decimal)."""
 
 
 def _scaled_text(s: str, digits: int) -> int | None:
@@ -1085,7 +1089,8 @@ def _scaled_ints(values: list[Any], scale: int, digits: int) -> list[int | None]
 
 def _scaled_floats(values: list[float | None], scale: int, digits: int) -> list[int | None]:
     """`_scaled_ints` of numbers decoded as floats (None stays None), when the float step is exact for every
-    one of them (see `_scaled_fast`); else raises `_NumbersAsText`: the file is read again with numbers as text."""
+    one of them (see `_scaled_fast`); else raises `_NumbersAsText`: the file is read again with numbers as
+    text."""
     a = np.array(values, dtype=np.float64)  # None -> NaN (a JSON number is never NaN)
     with np.errstate(over="ignore", invalid="ignore"):
         p = a * scale
@@ -1197,8 +1202,9 @@ def _comm_json_columns(data: dict[str, Any], exact: bool, typed: bool) -> tuple[
                         if type(t) is str and not exact:
                             raise _NumbersAsText
                         t = t or {}
-                    ti = _TimeInfo(t.get("Start Timestamp(us)"), t.get("Elapse Time(ms)"), t.get("Transit Time(ms)"),
-                                   t.get("Wait Time(ms)"), t.get("Synchronization Time(ms)"), t.get("Idle Time(ms)"))
+                    ti = _TimeInfo(t.get("Start Timestamp(us)"), t.get("Elapse Time(ms)"),
+                                   t.get("Transit Time(ms)"), t.get("Wait Time(ms)"),
+                                   t.get("Synchronization Time(ms)"), t.get("Idle Time(ms)"))
                     bw = info.get("Communication Bandwidth Info") or {}
                     if isinstance(bw, dict):
                         bw = {str(k): _Band(b.get("Transit Size(MB)"), b.get("Transit Time(ms)"),
@@ -1209,7 +1215,8 @@ def _comm_json_columns(data: dict[str, Any], exact: bool, typed: bool) -> tuple[
                     i = len(ops)
                     for transport, b in bw.items():
                         bands.append((i, step, name, transport, b))
-                ops.append((step, name, group or None, ti.start, ti.elapse, ti.transit, ti.wait, ti.sync, ti.idle))
+                ops.append((step, name, group or None, ti.start, ti.elapse, ti.transit, ti.wait, ti.sync,
+                            ti.idle))
     if not ops:
         return None, None, None, 0
     step, name, group, start, elapse, transit, wait, sync, idle = map(list, zip(*ops, strict=True))
@@ -1249,7 +1256,8 @@ def _comm_json_columns(data: dict[str, Any], exact: bool, typed: bool) -> tuple[
         bands_out = dict(zip(("step", "op_name", "group_name", "transport"), cols[:4], strict=True))
         bw, lpr = (cols[6], cols[7]) if typed else (_dec_floats(cols[6]), _dec_floats(cols[7]))
         bands_out.update(step=_int_column(cols[0], known=True), size_bytes=_int_column(cols[4], known=True),
-                         transit_ns=_int_column(cols[5], known=True), bandwidth_gbps=_float_column(bw, known=True),
+                         transit_ns=_int_column(cols[5], known=True),
+                         bandwidth_gbps=_float_column(bw, known=True),
                          large_packet_ratio=_float_column(lpr, known=True))
     packets_out = None
     if pk:
@@ -1263,7 +1271,8 @@ def _comm_json_columns(data: dict[str, Any], exact: bool, typed: bool) -> tuple[
                 cols = tuple([c[j] for j in keep] for c in cols)
             packets_out = {"step": _int_column(cols[0], known=True), "op_name": cols[1], "transport": cols[2],
                            "packet_bytes": _int_column(cols[3], known=True),
-                           "count": _int_column(cols[4], known=True), "total_ns": _int_column(cols[5], known=True)}
+                           "count": _int_column(cols[4], known=True),
+                           "total_ns": _int_column(cols[5], known=True)}
     ops_out = None
     if skipped < len(ops):
         keep = [j for j, ok in enumerate(valid) if ok]
@@ -1289,6 +1298,16 @@ def _int_column(values: list[int | None], known: bool = False) -> Any:
         if a is not None:
             return a
     return values
+
+
+def _int_pairs(pairs: list[tuple[int, int]]) -> tuple[pd.arrays.IntegerArray, pd.arrays.IntegerArray] | None:
+    """The two int64 columns of (a, b) pairs of ints; None when a value is beyond int64."""
+    try:
+        a = np.fromiter(itertools.chain.from_iterable(pairs), dtype=np.int64, count=2 * len(pairs)).reshape(-1, 2)
+    except OverflowError:
+        return None
+    no_null = np.zeros(len(a), dtype=bool)
+    return pd.arrays.IntegerArray(a[:, 0].copy(), no_null), pd.arrays.IntegerArray(a[:, 1].copy(), no_null.copy())
 
 
 def _float_column(values: list[float | None], known: bool = False) -> Any:
@@ -1367,11 +1386,11 @@ def _float64(values: list[float | None]) -> pd.arrays.FloatingArray:
     return pd.array(values, dtype="Float64")
 
 
-def _take(col: Sequence[Any], rows: np.ndarray) -> list[Any]:
-    """col[rows] as a list."""
-    if len(rows) == len(col):
-        return list(col)
-    return list(map(col.__getitem__, rows.tolist()))
+def _objects(col: Sequence[Any]) -> np.ndarray:
+    """A column of scalars (str, int, None ...) as an object array (rows are then taken by index in C)."""
+    a = np.empty(len(col), dtype=object)
+    a[:] = col
+    return a
 
 
 def _na_steps(a: np.ndarray) -> pd.arrays.IntegerArray:
@@ -2032,38 +2051,39 @@ class _RankReader:
                 lanes[key] = (None, None)
             else:
                 m = _GROUP_THREAD_RE.match(tname) if tname else None
-                lanes[key] = (m is not None or ("communication" in tname.lower() and "plane" not in tname.lower()),
+                lanes[key] = (m is not None
+                              or ("communication" in tname.lower() and "plane" not in tname.lower()),
                               m.group(1) if m else None)
         row_lanes = list(map(lanes.__getitem__, threads))
         group_of = list(map(_SECOND, row_lanes))
         is_op: list[bool | None] = list(map(_FIRST, row_lanes))
         if any(lane[0] is None for lane in lanes.values()):
-            is_op = [name.startswith("hcom_") if op is None else op for op, name in zip(is_op, tr.c_name, strict=True)]
-        # the ops and the tasks (Plane threads), each built from its own rows
+            is_op = [name.startswith("hcom_") if op is None else op
+                     for op, name in zip(is_op, tr.c_name, strict=True)]
+        # the ops and the tasks (Plane threads), each built from its own rows of the trace's columns
         op_mask = np.array(is_op, dtype=bool) if is_op else np.zeros(0, dtype=bool)
         op_rows, task_rows = np.flatnonzero(op_mask), np.flatnonzero(~op_mask)
         c_start, c_dur = np.asarray(tr.c_start, dtype=np.int64), np.asarray(tr.c_dur, dtype=np.int64)
+        pid, tid, name = _objects(tr.c_pid), _objects(tr.c_tid), _objects(tr.c_name)
+        op_names = name[op_rows].tolist()
         ops = pd.DataFrame({
-            "pid": pd.Series(_take(tr.c_pid, op_rows), dtype=object),
-            "tid": pd.Series(_take(tr.c_tid, op_rows), dtype=object),
-            "name": pd.Series(_take(tr.c_name, op_rows), dtype=object), "start_ns": c_start[op_rows],
-            "dur_ns": c_dur[op_rows], "conn": _i64(_take(tr.c_conn, op_rows)),
-            "msg_bytes": _i64(_take(tr.c_msg_bytes, op_rows)),
+            "pid": pd.Series(pid[op_rows], dtype=object), "tid": pd.Series(tid[op_rows], dtype=object),
+            "name": pd.Series(op_names, dtype=object), "start_ns": c_start[op_rows], "dur_ns": c_dur[op_rows],
+            "conn": _i64(tr.c_conn)[op_rows], "msg_bytes": _i64(tr.c_msg_bytes)[op_rows],
         })
-        ops["group_name"] = _take(group_of, op_rows)
+        ops["group_name"] = _objects(group_of)[op_rows].tolist()
         ops["task_type"] = "HCCL"
         ops["stream_id"] = _i64([None] * len(ops))
         ops["task_id"] = _i64([None] * len(ops))
-        ops["op_type"] = [_HCOM_SUFFIX_RE.sub("", n) or n for n in ops["name"]]
+        ops["op_type"] = [_HCOM_SUFFIX_RE.sub("", n) or n for n in op_names]
         ops["size_bytes"] = ops["msg_bytes"]
         self.comm_task_frame = pd.DataFrame({
-            "pid": pd.Series(_take(tr.c_pid, task_rows), dtype=object),
-            "tid": pd.Series(_take(tr.c_tid, task_rows), dtype=object),
-            "name": pd.Series(_take(tr.c_name, task_rows), dtype=object), "start_ns": c_start[task_rows],
-            "dur_ns": c_dur[task_rows], "size": _i64(_take(tr.c_size, task_rows)),
-            "transport": pd.Series(_take(tr.c_transport, task_rows), dtype=object),
-            "link": pd.Series(_take(tr.c_link, task_rows), dtype=object), "src": _i64(_take(tr.c_src, task_rows)),
-            "dst": _i64(_take(tr.c_dst, task_rows)), "bw": _float64(_take(tr.c_bw, task_rows)),
+            "pid": pd.Series(pid[task_rows], dtype=object), "tid": pd.Series(tid[task_rows], dtype=object),
+            "name": pd.Series(name[task_rows], dtype=object), "start_ns": c_start[task_rows],
+            "dur_ns": c_dur[task_rows], "size": _i64(tr.c_size)[task_rows],
+            "transport": pd.Series(_objects(tr.c_transport)[task_rows], dtype=object),
+            "link": pd.Series(_objects(tr.c_link)[task_rows], dtype=object), "src": _i64(tr.c_src)[task_rows],
+            "dst": _i64(tr.c_dst)[task_rows], "bw": _float64(tr.c_bw)[task_rows],
         })
         cols = ["pid", "tid", "name", "start_ns", "dur_ns", "task_type", "stream_id", "task_id", "conn",
                 "group_name", "op_type", "size_bytes"]
@@ -2071,14 +2091,15 @@ class _RankReader:
         # an op present both as a Communication op and an Ascend Hardware task is one op (keep the former)
         cand = cand.drop_duplicates(subset=["name", "start_ns"], keep="first").reset_index(drop=True)
         # launch links come from the flows; args.connection_id only when the export has no flows (see host_frame)
-        cand["corr"] = cand["conn"] if pairs is None or pairs.empty else _i64([None] * len(cand))
-        if pairs is not None and len(pairs) and len(cand):
+        if pairs is None or pairs.empty:
+            cand["corr"] = _i64(cand["conn"].tolist())
+        else:
+            # the task a flow ends on: same pid, tid and start (the first flow of a place wins)
             link = pairs[["f_pid", "f_tid", "f_ts", "corr"]].drop_duplicates(["f_pid", "f_tid", "f_ts"])
-            m = cand[["pid", "tid", "start_ns"]].reset_index().merge(
-                link, left_on=["pid", "tid", "start_ns"], right_on=["f_pid", "f_tid", "f_ts"], how="inner")
-            if len(m):
-                cand.loc[m["index"].to_numpy(), "corr"] = m["corr"].to_numpy()
-        cand["corr"] = _i64(cand["corr"].tolist())
+            places = zip(link["f_pid"].tolist(), link["f_tid"].tolist(), link["f_ts"].tolist(), strict=True)
+            corr_at = dict(zip(places, link["corr"].tolist(), strict=True))
+            cand["corr"] = _i64([corr_at.get(key) for key in zip(cand["pid"].tolist(), cand["tid"].tolist(),
+                                                                  cand["start_ns"].tolist(), strict=True)])
         return cand, ops.reset_index(drop=True)
 
     @staticmethod
@@ -2231,7 +2252,8 @@ class _RankReader:
             try:
                 table = np.array(ranks, dtype=np.int64)
             except OverflowError:  # a global rank beyond int64: one row at a time
-                return _int32([self.map_rank(g, x) for g, x in zip(groups.tolist(), local.tolist(), strict=True)])
+                return _int32([self.map_rank(g, x)
+                               for g, x in zip(groups.tolist(), local.tolist(), strict=True)])
             sel = (groups == g) & ~mask & (data < len(table))
             data[sel] = table[data[sel]]
         mask |= (data < -INT32_MAX) | (data > INT32_MAX)
@@ -2317,11 +2339,12 @@ class _RankReader:
     def _comm_json(self, path: Path, typed: msgspec.json.Decoder, columns: Callable[..., Any]) -> Any:
         """`columns(data, exact, typed)` of a communication*.json, or None with the warning `load_json` gives.
 
-        Numbers are decoded as their JSON text (float_hook=str: a third of the cost of Decimal) and converted
-        a column at a time by the exact helpers (`_scaled_ints` ...). The file is decoded into `typed`'s
-        structs (only the keys this reader uses, no dict per entry); a file of another shape is decoded
-        generically (dicts), and one whose meaning depends on how numbers decode (`_NumbersAsText`) again
-        with numbers as Decimal, as the original reader did.
+        Three decodings, the first that works: (1) into `typed`'s structs (only the keys this reader uses, no
+        dict per entry; ms / MB / GB/s numbers as floats, the rest as text), (2) generically into dicts with
+        numbers as their text (float_hook=str: a third of the cost of Decimal), for a file of another shape or
+        a float that cannot be shown exact, (3) with numbers as Decimal, as this reader always did, for a file
+        whose meaning depends on how numbers decode (`_NumbersAsText`). Columns are converted a column at a
+        time by the exact helpers (`_scaled_floats`, `_scaled_ints` ...).
         """
         data = self._json_bytes(path)
         if data is None:
@@ -2376,7 +2399,8 @@ class _RankReader:
         """
         links: list[_Link] = []
         ranks: list[tuple[int, int]] = []
-        steps: list[int | None] = []
+        op_steps: list[int | None] = []    # per op, with its number of links
+        op_links: list[int] = []
         names: list[str] = []
         groups: list[str | None] = []
         unmapped: set[str] = set()
@@ -2391,7 +2415,8 @@ class _RankReader:
                     continue
                 for op_key, by_link in by_op.items():
                     name, _, group = str(op_key).partition("@")
-                    if op_key == "Total Op Info" or _AGGREGATE_KEY_RE.search(name) or not isinstance(by_link, dict):
+                    if op_key == "Total Op Info" or _AGGREGATE_KEY_RE.search(name) \
+                            or not isinstance(by_link, dict):
                         continue
                     if self._local_group(group, by_link):
                         unmapped.add(group)
@@ -2415,7 +2440,8 @@ class _RankReader:
                     n = len(vals)
                     links += vals
                     ranks += sds
-                    steps += [step] * n
+                    op_steps.append(step)
+                    op_links.append(n)
                     names += [name] * n
                     groups += [group or None] * n
         if not links:
@@ -2438,11 +2464,22 @@ class _RankReader:
                 return list(map(table.__getitem__, values))
             return list(map(text, values))
 
+        # `Op Name` is nearly always the op key's name: then text(name) or name is the name itself
+        same = list(map(operator.eq, op_name, names))
+        if all(same) and _STR_ONLY.issuperset(map(type, op_name)):
+            for n in set(names):
+                text(n)  # raises where the Decimal decoding could differ
+            op_col = names
+        else:
+            op_col = [o or n for o, n in zip(texts(op_name), names, strict=True)]
+        step = _int_array(op_steps)
+        rank = _int_pairs(ranks)
         return {
-            "step": _int_column(steps, known=True),
-            "op_name": [o or n for o, n in zip(texts(op_name), names, strict=True)], "group_name": groups,
-            "src_rank": _int_column([r[0] for r in ranks], known=True),
-            "dst_rank": _int_column([r[1] for r in ranks], known=True), "transport": texts(transport),
+            "step": pd.arrays.IntegerArray(np.repeat(step._data, op_links), np.repeat(step._mask, op_links))
+            if step is not None else [s for s, n in zip(op_steps, op_links, strict=True) for _ in range(n)],
+            "op_name": op_col, "group_name": groups,
+            "src_rank": rank[0] if rank else [r[0] for r in ranks],
+            "dst_rank": rank[1] if rank else [r[1] for r in ranks], "transport": texts(transport),
             "size_bytes": _int_column(scaled(size, COMM_MB_BYTES, 6), known=True),
             "transit_ns": _int_column(scaled(transit, 1_000_000, 6), known=True),
             "bandwidth_gbps": _float_column(bw if typed else _dec_floats(bw), known=True),
