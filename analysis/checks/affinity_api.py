@@ -128,15 +128,20 @@ _FRAMEWORK_FRAMES = (
 )
 
 
-def compile_pattern(rule: str) -> re.Pattern[str]:
-    """`(a|b){0,1}-c` -> a regex over 'name;name;...' strings that only matches whole op names."""
-    parts = []
+def rule_elements(rule: str) -> list[tuple[list[str], str]]:
+    """`(a|b){0,1}-c` -> [(['a', 'b'], '{0,1}'), (['c'], '')]: each element's op names and quantifier."""
+    out = []
     for elem in rule.split("-"):
         m = _ELEM_RE.match(elem.strip())
         if not m:
             raise ValueError(f"bad affinity rule element {elem!r} in {rule!r}")
-        alts = m["alts"].split("|") if m["alts"] else [m["name"]]
-        parts.append("(?:" + "|".join(re.escape(a) + ";" for a in alts) + ")" + (m["q"] or ""))
+        out.append((m["alts"].split("|") if m["alts"] else [m["name"]], m["q"] or ""))
+    return out
+
+
+def compile_pattern(rule: str) -> re.Pattern[str]:
+    """`(a|b){0,1}-c` -> a regex over 'name;name;...' strings that only matches whole op names."""
+    parts = ["(?:" + "|".join(re.escape(a) + ";" for a in alts) + ")" + q for alts, q in rule_elements(rule)]
     return re.compile(r"(?<![^;])" + "".join(parts))
 
 
@@ -214,14 +219,10 @@ class _TokenMatcher:
 
     def _compile(self, rule: str) -> re.Pattern[str]:
         parts = []
-        for elem in rule.split("-"):
-            m = _ELEM_RE.match(elem.strip())
-            if not m:
-                raise ValueError(f"bad affinity rule element {elem!r} in {rule!r}")
-            alts = m["alts"].split("|") if m["alts"] else [m["name"]]
+        for alts, q in rule_elements(rule):
             chars = "".join(self.code[a] for a in alts if a in self.code)
             # an element none of whose names occur can only match zero times: an always-failing group
-            parts.append("(?:" + (f"[{chars}]" if chars else "(?!)") + ")" + (m["q"] or ""))
+            parts.append("(?:" + (f"[{chars}]" if chars else "(?!)") + ")" + q)
         return re.compile("".join(parts))
 
     def text(self, names: list[str]) -> str:

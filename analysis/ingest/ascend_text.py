@@ -50,7 +50,7 @@ import operator
 import os
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from pathlib import Path
@@ -1180,43 +1180,36 @@ def _comm_json_columns(data: dict[str, Any], exact: bool, typed: bool) -> tuple[
     """
     ops: list[tuple[Any, ...]] = []
     bands: list[tuple[Any, ...]] = []  # every transport of every op, with its op's index in ops
-    for step_key, kinds in data.items():
-        step = _step_number(str(step_key))
-        if not isinstance(kinds, dict):
+    for step, op_key, info in _step_ops(data):
+        if op_key == "Total Op Info":
             continue
-        for by_op in kinds.values():
-            if not isinstance(by_op, dict):
-                continue
-            for op_key, info in by_op.items():
-                if op_key == "Total Op Info":
-                    continue
-                name, _, group = str(op_key).partition("@")
-                if typed:
-                    ti = info.time if info.time is not None else _NO_TIME_INFO
-                    bw = info.bands
-                elif not isinstance(info, dict):
-                    continue
-                else:
-                    t = info.get("Communication Time Info")
-                    if type(t) is not dict:
-                        if type(t) is str and not exact:
-                            raise _NumbersAsText
-                        t = t or {}
-                    ti = _TimeInfo(t.get("Start Timestamp(us)"), t.get("Elapse Time(ms)"),
-                                   t.get("Transit Time(ms)"), t.get("Wait Time(ms)"),
-                                   t.get("Synchronization Time(ms)"), t.get("Idle Time(ms)"))
-                    bw = info.get("Communication Bandwidth Info") or {}
-                    if isinstance(bw, dict):
-                        bw = {str(k): _Band(b.get("Transit Size(MB)"), b.get("Transit Time(ms)"),
-                                            b.get("Bandwidth(GB/s)"), b.get("Large Packet Ratio"),
-                                            b.get("Size Distribution"))
-                              for k, b in bw.items() if isinstance(b, dict)}
-                if isinstance(bw, dict):
-                    i = len(ops)
-                    for transport, b in bw.items():
-                        bands.append((i, step, name, transport, b))
-                ops.append((step, name, group or None, ti.start, ti.elapse, ti.transit, ti.wait, ti.sync,
-                            ti.idle))
+        name, _, group = str(op_key).partition("@")
+        if typed:
+            ti = info.time if info.time is not None else _NO_TIME_INFO
+            bw = info.bands
+        elif not isinstance(info, dict):
+            continue
+        else:
+            t = info.get("Communication Time Info")
+            if type(t) is not dict:
+                if type(t) is str and not exact:
+                    raise _NumbersAsText
+                t = t or {}
+            ti = _TimeInfo(t.get("Start Timestamp(us)"), t.get("Elapse Time(ms)"),
+                           t.get("Transit Time(ms)"), t.get("Wait Time(ms)"),
+                           t.get("Synchronization Time(ms)"), t.get("Idle Time(ms)"))
+            bw = info.get("Communication Bandwidth Info") or {}
+            if isinstance(bw, dict):
+                bw = {str(k): _Band(b.get("Transit Size(MB)"), b.get("Transit Time(ms)"),
+                                    b.get("Bandwidth(GB/s)"), b.get("Large Packet Ratio"),
+                                    b.get("Size Distribution"))
+                      for k, b in bw.items() if isinstance(b, dict)}
+        if isinstance(bw, dict):
+            i = len(ops)
+            for transport, b in bw.items():
+                bands.append((i, step, name, transport, b))
+        ops.append((step, name, group or None, ti.start, ti.elapse, ti.transit, ti.wait, ti.sync,
+                    ti.idle))
     if not ops:
         return None, None, None, 0
     step, name, group, start, elapse, transit, wait, sync, idle = map(list, zip(*ops, strict=True))
@@ -1320,6 +1313,19 @@ def _float_column(values: list[float | None], known: bool = False) -> Any:
 
 def _jdump(v: Any) -> str:
     return json.dumps(v, sort_keys=True, default=str)
+
+
+def _step_ops(data: dict[Any, Any]) -> Iterator[tuple[int | None, Any, Any]]:
+    """(step number, op key, value) of a communication*.json document `{step: {kind: {op key: value}}}`;
+    levels that are not objects are skipped."""
+    for step_key, kinds in data.items():
+        if not isinstance(kinds, dict):
+            continue
+        step = _step_number(str(step_key))
+        for by_op in kinds.values():
+            if isinstance(by_op, dict):
+                for op_key, value in by_op.items():
+                    yield step, op_key, value
 
 
 def _step_number(key: str) -> int | None:
@@ -2406,44 +2412,37 @@ class _RankReader:
         unmapped: set[str] = set()
         bad_keys = 0
         pairs_of: dict[str, dict[str, tuple[int, int] | None]] = {}  # group -> link key -> (src, dst) global
-        for step_key, kinds in data.items():
-            step = _step_number(str(step_key))
-            if not isinstance(kinds, dict):
+        for step, op_key, by_link in _step_ops(data):
+            name, _, group = str(op_key).partition("@")
+            if op_key == "Total Op Info" or _AGGREGATE_KEY_RE.search(name) \
+                    or not isinstance(by_link, dict):
                 continue
-            for by_op in kinds.values():
-                if not isinstance(by_op, dict):
-                    continue
-                for op_key, by_link in by_op.items():
-                    name, _, group = str(op_key).partition("@")
-                    if op_key == "Total Op Info" or _AGGREGATE_KEY_RE.search(name) \
-                            or not isinstance(by_link, dict):
-                        continue
-                    if self._local_group(group, by_link):
-                        unmapped.add(group)
-                    pairs = pairs_of.get(group)
-                    if pairs is None:
-                        pairs = pairs_of[group] = {}
-                    for lk in by_link.keys() - pairs.keys():
-                        pairs[lk] = self._link_ranks(group, lk)
-                    sds = list(map(pairs.__getitem__, by_link))
-                    vals = list(by_link.values())
-                    if not typed:
-                        ok = [isinstance(v, dict) for v in vals]
-                        sds = [sd if good else None for sd, good in zip(sds, ok, strict=True)]
-                        vals = [_Link(v.get("Op Name"), v.get("Transport Type"), v.get("Transit Size(MB)"),
-                                      v.get("Transit Time(ms)"), v.get("Bandwidth(GB/s)")) if good else None
-                                for v, good in zip(vals, ok, strict=True)]
-                    if None in sds:
-                        keep = [sd is not None for sd in sds]
-                        bad_keys += len(sds) - sum(keep)
-                        sds, vals = list(itertools.compress(sds, keep)), list(itertools.compress(vals, keep))
-                    n = len(vals)
-                    links += vals
-                    ranks += sds
-                    op_steps.append(step)
-                    op_links.append(n)
-                    names += [name] * n
-                    groups += [group or None] * n
+            if self._local_group(group, by_link):
+                unmapped.add(group)
+            pairs = pairs_of.get(group)
+            if pairs is None:
+                pairs = pairs_of[group] = {}
+            for lk in by_link.keys() - pairs.keys():
+                pairs[lk] = self._link_ranks(group, lk)
+            sds = list(map(pairs.__getitem__, by_link))
+            vals = list(by_link.values())
+            if not typed:
+                ok = [isinstance(v, dict) for v in vals]
+                sds = [sd if good else None for sd, good in zip(sds, ok, strict=True)]
+                vals = [_Link(v.get("Op Name"), v.get("Transport Type"), v.get("Transit Size(MB)"),
+                              v.get("Transit Time(ms)"), v.get("Bandwidth(GB/s)")) if good else None
+                        for v, good in zip(vals, ok, strict=True)]
+            if None in sds:
+                keep = [sd is not None for sd in sds]
+                bad_keys += len(sds) - sum(keep)
+                sds, vals = list(itertools.compress(sds, keep)), list(itertools.compress(vals, keep))
+            n = len(vals)
+            links += vals
+            ranks += sds
+            op_steps.append(step)
+            op_links.append(n)
+            names += [name] * n
+            groups += [group or None] * n
         if not links:
             return None, unmapped, bad_keys
         scaled = _scaled_floats if typed else _scaled_ints
