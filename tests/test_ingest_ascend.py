@@ -771,3 +771,20 @@ def test_many_steps_chunked(tmp_path: Path) -> None:
     assert len(tr.d_name) == 96 * 40 and len(tr.h_name) == 416 * 40 and len(tr.c_name) == 56 * 40
     assert int(np.asarray(tr.h_start).max()) == max(int(e["ts"].replace(".", "")) for e in out
                                                     if e["ph"] == "X" and e["pid"] == 40000)
+
+
+def test_csv_header_names_columns_as_duckdbs_sniffer_does(tmp_path):
+    """The reader declares the CSV columns itself (no sniffing); the names must be DuckDB's own for the
+    same header: BOM dropped, empty cells `column<i>`, repeats suffixed, trailing tabs kept."""
+    import duckdb
+
+    from stepdoctor.analysis.ingest import ascend_text as at
+
+    p = tmp_path / "k.csv"
+    p.write_bytes(b'\xef\xbb\xbfName,Name,,Start Time(us)\t,"Dur, (us)"\r\nop,op2,x,"1,5",2\r\n')
+    sniffed = [r[0] for r in duckdb.sql(
+        f"DESCRIBE SELECT * FROM read_csv('{p}', header=true, all_varchar=true)").fetchall()]
+    assert at._csv_header(p) == sniffed == ["Name", "Name_1", "column2", "Start Time(us)\t", "Dur, (us)"]
+    con = duckdb.connect()
+    rows = con.execute(f"SELECT * FROM {at._csv_source(at._csv_header(p))}", [str(p)]).fetchall()
+    assert rows == [("op", "op2", "x", "1,5", "2")]

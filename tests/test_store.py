@@ -308,3 +308,55 @@ def test_forked_parse_worker_death_skips_its_rank(tmp_path):
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["stored"] == 1 and got["killed"] == 1 and got["forked"] == [True] and got["rows"]["0"] > 1000
     assert "rank1.json: cannot parse: the parse worker died (killed by signal 9" in got["errors"][0]
+
+
+def test_frames_carry_columns_out_of_band_and_intact():
+    """A frame's arrays cross the pipe as raw buffers (not inside the pickle) and come back equal and
+    writable: masked arrays keep their mask, coded text its labels, object text its values."""
+    import io
+    import pickle
+
+    import numpy as np
+
+    from stepdoctor.analysis.ingest.base import Coded
+
+    cols = {"i": np.arange(40_000, dtype=np.int64),
+            "m": np.ma.MaskedArray(np.arange(5, dtype=np.int64), mask=[0, 1, 0, 0, 1]),
+            "c": Coded(np.array([0, -1, 1], dtype=np.int32), ["a", "b"]),
+            "o": np.array(["x", None, "zz"], dtype=object)}
+    buf = io.BytesIO()
+    store._send(buf, b"D", (3, "host_ops", cols))
+    assert buf.tell() < 40_000 * 8 + 2_000  # the int64 column is sent once, as its 320 kB of bytes
+    inline = pickle.dumps(cols["i"], protocol=5)
+    assert inline not in buf.getvalue()     # ... and not also inside the pickle
+    buf.seek(0)
+    kind, (rank, table, got) = store._recv(buf)
+    assert (kind, rank, table) == (b"D", 3, "host_ops")
+    assert np.array_equal(got["i"], cols["i"]) and got["i"].flags.writeable
+    assert isinstance(got["m"], np.ma.MaskedArray)
+    assert got["m"].mask.tolist() == [False, True, False, False, True] and got["m"].data.tolist() == [0, 1, 2, 3, 4]
+    assert got["c"].decode().tolist() == ["a", None, "b"]
+    assert got["o"].tolist() == ["x", None, "zz"]
+    assert store._recv(buf) is None  # end of file
+    buf = io.BytesIO()
+    store._send(buf, b"D", cols)
+    cut = io.BytesIO(buf.getvalue()[:-10])  # a sender that died mid-buffer: no frame
+    assert store._recv(cut) is None
+
+
+def test_finished_workers_are_released_not_waited_for(tmp_path):
+    """Workers with nothing left to do are let go (their exit is reaped later, by _reap_exiting)."""
+    from stepdoctor.analysis.ingest.base import RankSource
+
+    files = sorted(need(KINETO / "trace_filter").glob("*.json*"))
+    con, rows = store._connect_for_writing(tmp_path / "w.duckdb")
+    writer = store._Writer(con, rows)
+    sources = [RankSource(path=f, format="kineto", rank=i) for i, f in enumerate(files)]
+    _, stored, errors = store._run_workers(sources, 2, lambda: writer, lambda *a: None)
+    writer.finish([])
+    assert (stored, errors) == (len(files), [])
+    assert len(store._EXITING) == 2
+    store._reap_exiting()
+    assert store._EXITING == []
+    assert con.execute("SELECT count(DISTINCT rank) FROM host_ops").fetchone()[0] == len(files)
+    con.close()
