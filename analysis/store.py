@@ -11,10 +11,14 @@ Algorithm:
    re-run of an unguarded `__main__`) so that no process holds much:
    * one ingest process owns the database: it starts the parse workers, hands each one rank at a time,
      and inserts what comes back as it arrives, a rank at a time;
-   * a parse worker imports only its reader (the Kineto reader: numpy + msgspec, no pandas, no DuckDB),
-     parses its rank into `RankTables` and sends the typed numpy columns (`RankTables.parts()`) in
-     chunks of half a row group, each a pickle framed on its stdout;
-   * this process only waits, passing progress on.
+   * a parse worker is forked from the ingest process after it has imported the readers the input needs
+     (Kineto: numpy + msgspec; Ascend: also pandas and DuckDB) and before it opens the database, so it
+     starts in milliseconds with them loaded; it parses its rank into `RankTables` and sends the typed
+     numpy columns (`RankTables.parts()`) in chunks of half a row group, each a framed pickle whose
+     arrays follow as raw out-of-band buffers on its stdout;
+   * this process only waits, passing progress on, and meanwhile imports what it needs to open the
+     database. Children whose results are in are not waited for: they exit on their own and are reaped
+     later (a process with ~150 MB mapped takes ~0.1 s to exit here).
 5. inserting (`_Writer`): the database is attached with row groups of ROW_GROUP_ROWS rows and each
    table has its own cursor whose transaction is committed exactly at a row-group boundary, so every
    full row group is compressed and written straight to the file (DuckDB's optimistic write: no WAL
@@ -176,6 +180,8 @@ def _connect_for_writing(path: Path) -> tuple[duckdb.DuckDBPyConnection, int]:
     """The database being built, attached as `profile`, and its row-group size (set when attaching)."""
     import duckdb
 
+    global _DB_OPENED
+    _DB_OPENED = True
     con = duckdb.connect(config={**WRITER_CONFIG, "temp_directory": f"{path}.tmp"})
     quoted = str(path).replace("'", "''")
     try:
@@ -452,12 +458,24 @@ def _reap_exiting() -> None:
 _NOT_FOR_FORKS: set[int] = set()
 
 
+_DB_OPENED = False  # set once this process opens a DuckDB database (see _may_fork)
+
+
+def _single_threaded() -> bool:
+    """One OS thread in this process (C threads included, where /proc tells), else one Python thread."""
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        return threading.active_count() == 1
+
+
 def _may_fork() -> bool:
-    """True in a fresh ingest process before it loads DuckDB: one thread, nothing a fork could break.
-    A forked worker starts in milliseconds (numpy is already loaded) where a new interpreter takes
-    ~0.15 s; later workers (replacing one that died) are new interpreters."""
-    return (hasattr(os, "fork") and bool(_NOT_FOR_FORKS) and "duckdb" not in sys.modules
-            and threading.active_count() == 1)
+    """True in an ingest process that has not opened its database yet and runs one thread: nothing a fork
+    could break (DuckDB may be imported: the Ascend reader needs it; an open database has threads and
+    locks that a fork would copy mid-use). A forked worker starts in milliseconds with the readers loaded,
+    where a new interpreter takes ~0.15 s (Kineto) to ~0.45 s (Ascend: pandas and DuckDB); later workers
+    (replacing one that died) are new interpreters."""
+    return hasattr(os, "fork") and bool(_NOT_FOR_FORKS) and not _DB_OPENED and _single_threaded()
 
 
 class _Child:
@@ -803,12 +821,18 @@ def _build_here(disc: Discovery, out: Path, progress: ProgressFn | None) -> tupl
     return stored, errors
 
 
+def _preload() -> None:
+    with contextlib.suppress(Exception):  # a failing import fails again where it is used, with its message
+        importlib.import_module("duckdb")
+        importlib.import_module(f"{__package__}.models")
+
+
 def _build_in_children(disc: Discovery, out: Path, workers: int,
                        progress: ProgressFn | None) -> tuple[int, list[str]]:
     child = _Child("ingest")
-    if "duckdb" not in sys.modules:
-        # this process opens the database next: load DuckDB (~0.1 s) while it only waits for the child
-        threading.Thread(target=importlib.import_module, args=("duckdb",), daemon=True).start()
+    # this process opens the database next, with DuckDB and the pydantic header model (~0.2 s of imports):
+    # load them while it only waits for the child
+    threading.Thread(target=_preload, daemon=True).start()
     started = False
     result = failure = None
     try:

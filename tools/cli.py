@@ -6,8 +6,11 @@ Errors are one line on stderr naming the file and the problem; no traceback unle
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
 import os
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -55,10 +58,19 @@ def _progress():
     return cb
 
 
-def _load(path: str):
-    from . import api
+def _import_api() -> None:
+    with contextlib.suppress(Exception):  # a failing import fails again, with its message, where it is used
+        importlib.import_module(f"{__package__}.api")
 
-    return api.load(path, progress=_progress())
+
+def _load(path: str):
+    """Open PATH. The analysis modules (pandas, the checks, the pydantic models: ~0.3 s) are imported in a
+    thread meanwhile: a cold ingest runs in child processes and its start-up leaves a core free."""
+    if f"{__package__}.api" not in sys.modules:
+        threading.Thread(target=_import_api, name="import-api", daemon=True).start()
+    from ..analysis.store import open_profile
+
+    return open_profile(path, progress=_progress())
 
 
 def _ints(text: str | None) -> list[int] | None:
@@ -71,9 +83,10 @@ def _ints(text: str | None) -> list[int] | None:
 
 
 def cmd_issues(a: argparse.Namespace) -> int:
+    prof = _load(a.path)
     from . import api
 
-    rep = api.issues(_load(a.path), min_severity=a.min_severity, checks=a.check, ranks=_ints(a.rank))
+    rep = api.issues(prof, min_severity=a.min_severity, checks=a.check, ranks=_ints(a.rank))
     _emit(rep, a.format)
     if a.fail_on and any(SEVERITY_ORDER[f.severity] <= SEVERITY_ORDER[a.fail_on] for f in rep.findings):
         return 1
@@ -81,49 +94,54 @@ def cmd_issues(a: argparse.Namespace) -> int:
 
 
 def cmd_breakdown(a: argparse.Namespace) -> int:
+    prof = _load(a.path)
     from . import api
 
-    _emit(api.breakdown(_load(a.path), ranks=_ints(a.rank), steps=_ints(a.step)), a.format)
+    _emit(api.breakdown(prof, ranks=_ints(a.rank), steps=_ints(a.step)), a.format)
     return 0
 
 
 def cmd_slow_ranks(a: argparse.Namespace) -> int:
+    prof = _load(a.path)
     from . import api
 
-    _emit(api.slow_ranks(_load(a.path)), a.format)
+    _emit(api.slow_ranks(prof), a.format)
     return 0
 
 
 def cmd_slow_links(a: argparse.Namespace) -> int:
+    prof = _load(a.path)
     from . import api
 
-    _emit(api.slow_links(_load(a.path), limit=a.top), a.format)
+    _emit(api.slow_links(prof, limit=a.top), a.format)
     return 0
 
 
 def cmd_kernels(a: argparse.Namespace) -> int:
+    prof = _load(a.path)
     from . import api
 
-    _emit(api.top_kernels(_load(a.path), rank=a.rank, step=a.step, top=a.top, by=a.by), a.format)
+    _emit(api.top_kernels(prof, rank=a.rank, step=a.step, top=a.top, by=a.by), a.format)
     return 0
 
 
 def cmd_env(a: argparse.Namespace) -> int:
+    prof = _load(a.path)
     from . import api
 
-    _emit(api.env_audit(_load(a.path)), a.format)
+    _emit(api.env_audit(prof), a.format)
     return 0
 
 
 def cmd_demo(a: argparse.Namespace) -> int:
-    from . import api
-
     root = Path(__file__).resolve().parent.parent / "examples"
     ex = root / "cluster4"
     if not ex.exists():
         raise ProfileError(ex, "bundled example profile missing from this installation")
     print(f"stepdoctor demo on the bundled example {ex}\n")
     prof = _load(str(ex))
+    from . import api
+
     _emit(api.breakdown(prof), "table")
     print()
     _emit(api.issues(prof), "table")
