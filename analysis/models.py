@@ -6,12 +6,12 @@ field name says otherwise.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Severity = Literal["high", "medium", "low"]
-SEVERITY_ORDER: dict[str, int] = {"high": 0, "medium": 1, "low": 2}
+from .severity import SEVERITY_ORDER as SEVERITY_ORDER  # re-exported: the front ends import them from here
+from .severity import Severity as Severity
 
 
 class ProfileInfo(BaseModel):

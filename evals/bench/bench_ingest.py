@@ -120,6 +120,7 @@ def child_floor(path: Path) -> dict[str, Any]:
     import duckdb
     import msgspec
 
+    from stepdoctor.analysis.ingest import ascend_text as at
     from stepdoctor.analysis.ingest.kineto import TraceDoc
 
     ascend_events = msgspec.json.Decoder(list[_ascend_floor_event()])
@@ -137,8 +138,8 @@ def child_floor(path: Path) -> dict[str, Any]:
                 events += len(keep[-1])
             elif f.suffix == ".json":
                 keep.append(msgspec.json.decode(data))
-            elif f.suffix == ".csv":
-                keep.append(con.execute("SELECT * FROM read_csv(?, header = true, all_varchar = true)",
+            elif f.suffix == ".csv":  # as text columns, declared from the header (no sniffing), like the reader
+                keep.append(con.execute(f"SELECT * FROM {at._csv_source(at._csv_header(f))}",
                                         [str(f)]).fetchnumpy())
     else:
         data = _read_bytes(path)
