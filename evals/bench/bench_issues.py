@@ -3,7 +3,8 @@
 Both tools run as child processes in one run, one after the other, on the same input (a generated
 torch_npu text export with ~40k trace events per rank and the sample's planted problems); wall time,
 peak RSS of the largest process and of the whole process tree, and CPU time are sampled from here.
-stepdoctor runs twice: cold (empty cache: parse + checks) and warm (cache hit: checks only).
+stepdoctor runs as a user runs it, `stepdoctor issues PATH --format json` (python -m stepdoctor.tools.cli),
+twice: cold (empty cache: parse + checks) and warm (cache hit: checks only).
 
 msprof-analyze is not a dependency: point MSPROF_ANALYZE at its executable (e.g. a venv made with
 `pip install msprof-analyze==26.2.0`), or it is looked up on PATH; without it only stepdoctor runs.
@@ -28,13 +29,18 @@ PLANTS = ["env-var", "slow-rank", "slow-link", "sync-stream", "op-compile", "syn
           "freq-throttle", "small-packet", "affinity-api"]
 
 
-def child_stepdoctor(profile: Path, cache: Path) -> None:
-    os.environ["STEPDOCTOR_CACHE_DIR"] = str(cache)
-    from ...tools import api
+def _summary(report: Path) -> dict:
+    try:
+        findings = json.loads(report.read_text())["findings"]
+    except (OSError, ValueError, KeyError) as e:
+        return {"error": f"no report: {e}"}
+    return {"findings": len(findings), "high": sum(f["severity"] == "high" for f in findings),
+            "checks": sorted({f["check"] for f in findings})}
 
-    rep = api.issues(api.load(profile))
-    print(json.dumps({"findings": len(rep.findings), "high": sum(f.severity == "high" for f in rep.findings),
-                      "checks": sorted({f.check for f in rep.findings})}))
+
+def _median(runs: list[Sampled]) -> Sampled:
+    """The run of median wall time (the lower middle one for an even count)."""
+    return sorted(runs, key=lambda s: s.wall_s)[(len(runs) - 1) // 2]
 
 
 def _msprof() -> str | None:
@@ -64,20 +70,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ranks", type=int, default=8)
     ap.add_argument("--events", type=int, default=40000, help="trace events per rank")
     ap.add_argument("--keep", help="build the profile here and keep it")
-    ap.add_argument("--child", nargs=2, metavar=("PROFILE", "CACHE"), help=argparse.SUPPRESS)
+    ap.add_argument("--repeat", type=int, default=3, help="stepdoctor runs of each kind (the median is shown)")
     a = ap.parse_args(argv)
-    if a.child:
-        child_stepdoctor(Path(a.child[0]), Path(a.child[1]))
-        return 0
     tmp = Path(tempfile.mkdtemp(prefix="stepdoctor-bench-issues-"))
     try:
         prof = build(Path(a.keep) if a.keep else tmp / "profile", a.ranks, a.events)
         size = sum(f.stat().st_size for f in prof.rglob("*") if f.is_file())
         n_events = sum(len(json.loads(f.read_bytes())) for f in prof.rglob("trace_view.json"))
         print(f"profile: {a.ranks} ranks, {n_events / a.ranks:,.0f} trace events per rank, {size / 2**20:.1f} MB")
-        cmd = [sys.executable, "-m", "stepdoctor.evals.bench.bench_issues", "--child", str(prof), str(tmp / "cache")]
-        cold = run_sampled(cmd)
-        warm = run_sampled(cmd)
+        # the command a user runs (`stepdoctor issues PATH --format json`), its output kept for the summary
+        report = tmp / "issues.json"
+        cli = (f"STEPDOCTOR_CACHE_DIR='{tmp / 'cache'}' '{sys.executable}' -m stepdoctor.tools.cli issues '{prof}' "
+               f"--format json > '{report}'; echo \"{{\\\"rc\\\": $?}}\"")
+        colds, warms = [], []
+        for _ in range(a.repeat):  # this machine's wall times vary by ±15 % from one minute to the next
+            shutil.rmtree(tmp / "cache", ignore_errors=True)
+            colds.append(run_sampled(["sh", "-c", cli]))
+            colds[-1].result = {"rc": colds[-1].result["rc"], **_summary(report)}
+            warms.append(run_sampled(["sh", "-c", cli]))
+        cold, warm = _median(colds), _median(warms)
+        if a.repeat > 1:
+            print(f"cold runs: {', '.join(f'{s.wall_s:.2f}' for s in colds)} s; "
+                  f"warm runs: {', '.join(f'{s.wall_s:.2f}' for s in warms)} s (the medians are shown)")
         rows = [("stepdoctor issues (cold: parse+checks)", cold), ("stepdoctor issues (warm: cache hit)", warm)]
         msprof = _msprof()
         peer = None
