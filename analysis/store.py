@@ -447,10 +447,17 @@ class _ForkedProcess:
 _EXITING: list[Any] = []
 
 
-def _reap_exiting() -> None:
+def _reap_exiting(timeout: float = 30.0) -> None:
+    """Wait for the released children; one still alive after `timeout` seconds is killed (it can only be
+    stuck: its input is closed and its results were received)."""
     while _EXITING:
+        proc = _EXITING.pop()
         with contextlib.suppress(ChildProcessError, OSError):
-            _EXITING.pop().wait()
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 # File descriptors a forked parse worker must not keep: the ingest process's pipe to its parent and the

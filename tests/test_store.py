@@ -384,3 +384,14 @@ def test_ingest_process_forks_workers_with_duckdb_loaded_but_not_after_opening_a
     out = subprocess.run([sys.executable, "-c", FORK_RULE], capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [True, False]
+
+
+def test_a_released_child_that_does_not_exit_is_killed_when_reaped():
+    import subprocess
+    import time
+
+    stuck = subprocess.Popen(["sleep", "60"])
+    store._EXITING.append(stuck)
+    t = time.monotonic()
+    store._reap_exiting(timeout=0.2)
+    assert time.monotonic() - t < 5 and stuck.returncode == -9 and store._EXITING == []
