@@ -484,3 +484,25 @@ def test_unexpected_value_types_fall_back_to_loose_decoding(tmp_path):
     mm = host[host["name"] == "aten::mm"]
     assert mm["external_id"].iloc[0] == 0 and pd.isna(mm["external_id"].iloc[1])
     assert pd.isna(mm["input_dims"].iloc[0]) and mm["input_dims"].iloc[1] == "8,16;16,4"
+
+
+def test_flow_and_other_phases_are_skipped_unknown_phases_fall_back(tmp_path):
+    """The typed decode reads only X and i events (a union keyed by "ph"); flows, metadata and counters
+    are skipped unread, and a phase the union does not know (or no "ph") sends the piece to the loose
+    decode: the stored rows are the same either way."""
+    doc = _small_trace(2)
+    evs = doc["traceEvents"]
+    extra = [{"ph": "s", "id": 1, "pid": 1, "tid": 1, "ts": 1.0, "cat": "ac2g", "name": "ac2g"},
+             {"ph": "f", "id": 1, "pid": 1, "tid": 1, "ts": 2.0, "cat": "ac2g", "name": "ac2g", "bp": "e"},
+             {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "python"}},
+             {"ph": "C", "name": "counter", "pid": 1, "ts": 3.0, "args": {"v": 1}}]
+    known = tmp_path / "known.json"
+    known.write_text(json.dumps({**doc, "traceEvents": evs + extra}))
+    odd = tmp_path / "odd.json"
+    odd.write_text(json.dumps({**doc, "traceEvents": evs + extra + [{"ph": "Q", "name": "x"}, {"name": "no ph"}]}))
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps(doc))
+    frames = [_frame(_read(p), "host_ops").sort_values("start_ns").reset_index(drop=True) for p in (plain, known, odd)]
+    assert len(frames[0]) > 0
+    pd.testing.assert_frame_equal(frames[0], frames[1])
+    pd.testing.assert_frame_equal(frames[0], frames[2])
