@@ -44,6 +44,7 @@ checks that need it report "not applicable" instead of a false finding. Nothing 
 from __future__ import annotations
 
 import csv
+import functools
 import gc
 import itertools
 import json
@@ -969,6 +970,18 @@ def _int_array(values: Sequence[int | None]) -> pd.arrays.IntegerArray | None:
     return pd.arrays.IntegerArray(data, mask)
 
 
+def _i64_rows(values: Sequence[int | None], keep: list[bool], rest: list[bool]) -> pd.arrays.IntegerArray:
+    """`_i64(values)` of the rows where `keep` (`rest` is its negation) for a column of ints and None (as
+    `_ints` makes), converting only those rows. The other rows are converted too when one is not None: a
+    value beyond int64 anywhere makes `_i64` of the whole column raise, and it still does."""
+    a = _int_array(list(itertools.compress(values, keep)))
+    if a is not None:
+        others = list(itertools.compress(values, rest))
+        if others.count(None) == len(others) or _int_array(others) is not None:
+            return a
+    return _i64(values)[np.flatnonzero(keep)]
+
+
 def _int32(values: Any) -> pd.arrays.IntegerArray:
     """Nullable ints for an INTEGER column; out-of-range values (msprof's 4294967295 = "none") become NULL."""
     a = _i64(values)
@@ -1071,7 +1084,15 @@ def _plain_floats(values: list[Any]) -> np.ndarray | None:
 
 def _scaled_ints(values: list[Any], scale: int, digits: int) -> list[int | None]:
     """[_scaled_fast(v, scale, digits) for v in values] with the float step (and its exactness test, see
-    `_scaled_fast`) done for the whole column at once; values that fail it are converted one by one."""
+    `_scaled_fast`) done for the whole column at once; None stays None (as `_scaled_fast` gives) and the
+    others are converted together; plain numerals too large for the float step (epoch µs) are scaled as
+    integers together (`_scaled_texts`); the rest is converted one by one."""
+    if None in values:
+        at = [i for i, v in enumerate(values) if v is not None]
+        out: list[int | None] = [None] * len(values)
+        for i, n in zip(at, _scaled_ints([values[i] for i in at], scale, digits), strict=True):
+            out[i] = n
+        return out
     a = _plain_floats(values) if values else None
     if a is None:
         return [_scaled_fast(v, scale, digits) for v in values]
@@ -1079,13 +1100,32 @@ def _scaled_ints(values: list[Any], scale: int, digits: int) -> list[int | None]
         p = a * scale
         r = np.rint(p)
         ok = (np.abs(p - r) <= 1e-3) & (np.abs(p) < _F40)
-    out: list[int | None] = np.where(ok, r, 0).astype(np.int64).tolist()
+    out = np.where(ok, r, 0).astype(np.int64).tolist()
     if not ok.all():
-        for i in np.flatnonzero(~ok).tolist():
-            v = values[i]
-            n = _scaled_text(v, digits) if type(v) is str else None  # epoch µs: too large for the float step
-            out[i] = n if n is not None else _scaled_fast(v, scale, digits)
+        bad = np.flatnonzero(~ok).tolist()
+        for i, n in zip(bad, _scaled_texts([values[i] for i in bad], digits), strict=True):
+            out[i] = n if n is not None else _scaled_fast(values[i], scale, digits)
     return out
+
+
+@functools.cache
+def _plain_numerals(digits: int, whole: int = 0) -> re.Pattern[str]:
+    """Lines of plain decimal numerals that `_scaled_text(s, digits)` converts: an optional '-', 1 to
+    `whole` (default 28 - digits) ASCII digits, and 1 to `digits` decimals after a '.'."""
+    one = f"-?[0-9]{{1,{whole or 28 - digits}}}" + (f"(?:\\.[0-9]{{1,{digits}}})?" if digits else "")
+    return re.compile(f"{one}(?:\n{one})*")
+
+
+def _scaled_texts(values: list[Any], digits: int) -> list[int | None]:
+    """[_scaled_text(v, digits) if type(v) is str else None for v in values]; when every value is such a
+    numeral (one regex match of all the lines), the integer arithmetic for all at once: the digits
+    without the dot, times 10 ** (digits - decimals)."""
+    if _STR_ONLY.issuperset(map(type, values)):
+        text = "\n".join(values)
+        if text.count("\n") == len(values) - 1 and _plain_numerals(digits).fullmatch(text):
+            return [int(v.replace(".", "", 1)) * 10 ** (digits + 1 + v.index(".") - len(v)) if "." in v
+                    else int(v) * 10 ** digits for v in values]
+    return [_scaled_text(v, digits) if type(v) is str else None for v in values]
 
 
 def _scaled_floats(values: list[float | None], scale: int, digits: int) -> list[int | None]:
@@ -1180,7 +1220,8 @@ def _comm_json_columns(data: dict[str, Any], exact: bool, typed: bool) -> tuple[
     differ: a number as "Communication Time Info" (Decimal zero is falsy, its text is not).
     """
     ops: list[tuple[Any, ...]] = []
-    bands: list[tuple[Any, ...]] = []  # every transport of every op, with its op's index in ops
+    band_ops: list[int] = []                   # the ops (index in ops) with a bandwidth object, and it
+    band_infos: list[dict[str, _Band]] = []
     for step, op_key, info in _step_ops(data):
         if op_key == "Total Op Info":
             continue
@@ -1206,9 +1247,8 @@ def _comm_json_columns(data: dict[str, Any], exact: bool, typed: bool) -> tuple[
                                     b.get("Size Distribution"))
                       for k, b in bw.items() if isinstance(b, dict)}
         if isinstance(bw, dict):
-            i = len(ops)
-            for transport, b in bw.items():
-                bands.append((i, step, name, transport, b))
+            band_ops.append(len(ops))
+            band_infos.append(bw)
         ops.append((step, name, group or None, ti.start, ti.elapse, ti.transit, ti.wait, ti.sync,
                     ti.idle))
     if not ops:
@@ -1220,39 +1260,46 @@ def _comm_json_columns(data: dict[str, Any], exact: bool, typed: bool) -> tuple[
     valid = [s is not None and e is not None for s, e in zip(start, elapse, strict=True)]
     skipped = valid.count(False)
 
-    # bandwidth rows and packet buckets of the valid ops
+    # bandwidth rows and packet buckets of the valid ops: every transport of every op flattened in C, the
+    # rows kept (valid op, a size or a time) picked by numpy
     moved: list[int | None] = [None] * len(ops)
-    rows: list[tuple[Any, ...]] = []
     pk: list[tuple[Any, ...]] = []
-    if bands:
-        sizes_mb = [b[4].size for b in bands]
-        times_ms = [b[4].transit for b in bands]
-        by_op: dict[int, dict[str, int]] = {}
-        for (i, st, nm, tname, b), size, tt in zip(bands, scaled(sizes_mb, COMM_MB_BYTES, 6),
-                                                   scaled(times_ms, 1_000_000, 6), strict=True):
-            if not valid[i] or (not size and not tt):
-                continue
-            by_op.setdefault(i, {})[tname.upper()] = size or 0
-            rows.append((st, nm, group[i], tname, size or 0, tt or 0, b.bandwidth, b.large_packet_ratio))
-            dist = b.distribution
-            if isinstance(dist, dict):
-                for packet, ct in dist.items():
-                    if isinstance(ct, list) and len(ct) >= 2:
-                        pk.append((st, nm, tname, packet, ct[0], ct[1]))
-        for i, sizes in by_op.items():
-            onnode = sizes.get("SDMA")
-            if onnode is None:
-                onnode = sum(sizes.get(k, 0) for k in ("HCCS", "PCIE", "SIO"))
-            moved[i] = onnode + sizes.get("RDMA", 0)
     bands_out = None
-    if rows:
-        cols = list(map(list, zip(*rows, strict=True)))
-        bands_out = dict(zip(("step", "op_name", "group_name", "transport"), cols[:4], strict=True))
-        bw, lpr = (cols[6], cols[7]) if typed else (_dec_floats(cols[6]), _dec_floats(cols[7]))
-        bands_out.update(step=_int_column(cols[0], known=True), size_bytes=_int_column(cols[4], known=True),
-                         transit_ns=_int_column(cols[5], known=True),
-                         bandwidth_gbps=_float_column(bw, known=True),
-                         large_packet_ratio=_float_column(lpr, known=True))
+    transports = list(itertools.chain.from_iterable(band_infos))
+    if transports:
+        infos = list(itertools.chain.from_iterable(map(dict.values, band_infos)))
+        of_op = np.repeat(np.array(band_ops, dtype=np.int64), list(map(len, band_infos)))
+        sizes = scaled([b.size for b in infos], COMM_MB_BYTES, 6)
+        times = scaled([b.transit for b in infos], 1_000_000, 6)
+        n = len(infos)
+        kept = np.array(valid, dtype=bool)[of_op] & (np.fromiter(map(bool, sizes), dtype=bool, count=n)
+                                                     | np.fromiter(map(bool, times), dtype=bool, count=n))
+        rows = np.flatnonzero(kept).tolist()
+        if rows:
+            ops_of, k_infos = of_op[kept].tolist(), [infos[j] for j in rows]
+            k_names, k_sizes = [transports[j] for j in rows], [sizes[j] or 0 for j in rows]
+            by_op: dict[int, dict[str, int]] = {}
+            for i, tname, size, b in zip(ops_of, k_names, k_sizes, k_infos, strict=True):
+                by_op.setdefault(i, {})[tname.upper()] = size
+                dist = b.distribution
+                if isinstance(dist, dict):
+                    for packet, ct in dist.items():
+                        if isinstance(ct, list) and len(ct) >= 2:
+                            pk.append((step[i], name[i], tname, packet, ct[0], ct[1]))
+            for i, by_name in by_op.items():
+                onnode = by_name.get("SDMA")
+                if onnode is None:
+                    onnode = sum(by_name.get(k, 0) for k in ("HCCS", "PCIE", "SIO"))
+                moved[i] = onnode + by_name.get("RDMA", 0)
+            bw, lpr = [b.bandwidth for b in k_infos], [b.large_packet_ratio for b in k_infos]
+            if not typed:
+                bw, lpr = _dec_floats(bw), _dec_floats(lpr)
+            bands_out = {"step": _int_column([step[i] for i in ops_of], known=True),
+                         "op_name": [name[i] for i in ops_of], "group_name": [group[i] for i in ops_of],
+                         "transport": k_names, "size_bytes": _int_column(k_sizes, known=True),
+                         "transit_ns": _int_column([times[j] or 0 for j in rows], known=True),
+                         "bandwidth_gbps": _float_column(bw, known=True),
+                         "large_packet_ratio": _float_column(lpr, known=True)}
     packets_out = None
     if pk:
         p_step, p_name, p_tr, packet, count, total = map(list, zip(*pk, strict=True))
@@ -1624,6 +1671,34 @@ class _RankReader:
                 raise ProfileError(path, problem) from None
             self.warn(path, f"{problem}; skipped")
             return None
+
+    def query_plain_csv(self, path: Path, ints: dict[str, str], ns: dict[str, str]) -> pd.DataFrame | None:
+        """The frame `query_csv` gives for the `_sql_int` columns `ints` and the `_sql_ns` columns `ns` (alias
+        -> CSV column), converted here when every cell (trimmed as `_sql_text` does) is a plain numeral of
+        at most 15 integer digits: DuckDB then gives exactly these int64 values (integers, and decimals of
+        at most 3 places scaled exactly), and binding its conversions costs ~0.5 ms per column, most of the
+        read of a 2-row file. None (the SQL conversion decides) when DuckDB fails, there are no rows, or a
+        cell is NULL, empty, N/A or anything else."""
+        aliases, columns = [*ints, *ns], [*ints.values(), *ns.values()]
+        try:
+            source = _csv_source(self._csv_columns[path])
+            rows = self.con.execute(f"SELECT {', '.join(map(_q, columns))} FROM {source}", [str(path)]).fetchall()
+        except duckdb.Error:
+            return None
+        if not rows:
+            return None
+        out: dict[str, np.ndarray] = {}
+        for j, alias in enumerate(aliases):
+            cells = [r[j] for r in rows]
+            if not _STR_ONLY.issuperset(map(type, cells)):
+                return None
+            texts = [c.strip(_TRIM) for c in cells]
+            digits = 0 if j < len(ints) else 3
+            text = "\n".join(texts)
+            if text.count("\n") != len(texts) - 1 or not _plain_numerals(digits, 15).fullmatch(text):
+                return None
+            out[alias] = np.array(_scaled_texts(texts, digits), dtype=np.int64)
+        return pd.DataFrame(out)
 
     # -- driver ---------------------------------------------------------------------------------------
 
@@ -2102,30 +2177,38 @@ class _RankReader:
         if any(lane[0] is None for lane in lanes.values()):
             is_op = [name.startswith("hcom_") if op is None else op
                      for op, name in zip(is_op, tr.c_name, strict=True)]
-        # the ops and the tasks (Plane threads), each built from its own rows of the trace's columns
+        # the ops and the tasks (Plane threads), each built from its own rows of the trace's columns (split
+        # in C by itertools.compress; only the rows a frame keeps are converted)
+        is_task = list(map(operator.not_, is_op))
         op_mask = np.array(is_op, dtype=bool) if is_op else np.zeros(0, dtype=bool)
-        op_rows, task_rows = np.flatnonzero(op_mask), np.flatnonzero(~op_mask)
+
+        def of_ops(col: Sequence[Any]) -> list[Any]:
+            return list(itertools.compress(col, is_op))
+
+        def of_tasks(col: Sequence[Any]) -> list[Any]:
+            return list(itertools.compress(col, is_task))
+
         c_start, c_dur = np.asarray(tr.c_start, dtype=np.int64), np.asarray(tr.c_dur, dtype=np.int64)
-        pid, tid, name = _objects(tr.c_pid), _objects(tr.c_tid), _objects(tr.c_name)
-        op_names = name[op_rows].tolist()
+        op_names = of_ops(tr.c_name)
         ops = pd.DataFrame({
-            "pid": pd.Series(pid[op_rows], dtype=object), "tid": pd.Series(tid[op_rows], dtype=object),
-            "name": pd.Series(op_names, dtype=object), "start_ns": c_start[op_rows], "dur_ns": c_dur[op_rows],
-            "conn": _i64(tr.c_conn)[op_rows], "msg_bytes": _i64(tr.c_msg_bytes)[op_rows],
+            "pid": pd.Series(of_ops(tr.c_pid), dtype=object), "tid": pd.Series(of_ops(tr.c_tid), dtype=object),
+            "name": pd.Series(op_names, dtype=object), "start_ns": c_start[op_mask], "dur_ns": c_dur[op_mask],
+            "conn": _i64_rows(tr.c_conn, is_op, is_task), "msg_bytes": _i64_rows(tr.c_msg_bytes, is_op, is_task),
         })
-        ops["group_name"] = _objects(group_of)[op_rows].tolist()
+        ops["group_name"] = of_ops(group_of)
         ops["task_type"] = "HCCL"
         ops["stream_id"] = _i64([None] * len(ops))
         ops["task_id"] = _i64([None] * len(ops))
         ops["op_type"] = [_HCOM_SUFFIX_RE.sub("", n) or n for n in op_names]
         ops["size_bytes"] = ops["msg_bytes"]
+        task_mask = ~op_mask
         self.comm_task_frame = pd.DataFrame({
-            "pid": pd.Series(pid[task_rows], dtype=object), "tid": pd.Series(tid[task_rows], dtype=object),
-            "name": pd.Series(name[task_rows], dtype=object), "start_ns": c_start[task_rows],
-            "dur_ns": c_dur[task_rows], "size": _i64(tr.c_size)[task_rows],
-            "transport": pd.Series(_objects(tr.c_transport)[task_rows], dtype=object),
-            "link": pd.Series(_objects(tr.c_link)[task_rows], dtype=object), "src": _i64(tr.c_src)[task_rows],
-            "dst": _i64(tr.c_dst)[task_rows], "bw": _float64(tr.c_bw)[task_rows],
+            "pid": pd.Series(of_tasks(tr.c_pid), dtype=object), "tid": pd.Series(of_tasks(tr.c_tid), dtype=object),
+            "name": pd.Series(of_tasks(tr.c_name), dtype=object), "start_ns": c_start[task_mask],
+            "dur_ns": c_dur[task_mask], "size": _i64_rows(tr.c_size, is_task, is_op),
+            "transport": pd.Series(of_tasks(tr.c_transport), dtype=object),
+            "link": pd.Series(of_tasks(tr.c_link), dtype=object), "src": _i64_rows(tr.c_src, is_task, is_op),
+            "dst": _i64_rows(tr.c_dst, is_task, is_op), "bw": _float64(of_tasks(tr.c_bw)),
         })
         cols = ["pid", "tid", "name", "start_ns", "dur_ns", "task_type", "stream_id", "task_id", "conn",
                 "group_name", "op_type", "size_bytes"]
@@ -2171,15 +2254,11 @@ class _RankReader:
 
     @staticmethod
     def _categories(task_type: pd.Series, name: pd.Series, default: str) -> list[str]:
-        cache: dict[tuple[Any, bool], str] = {}
-        out: list[str] = []
-        for tt, n in zip(task_type.tolist(), name.tolist(), strict=True):
-            key = (tt if isinstance(tt, str) else None, str(n).startswith("hcom_"))
-            c = cache.get(key)
-            if c is None:
-                c = cache[key] = task_category(key[0], "hcom_" if key[1] else "", default)
-            out.append(c)
-        return out
+        """`task_category` of each row, computed once per distinct (task type, hcom_ name) pair."""
+        keys = list(zip([tt if isinstance(tt, str) else None for tt in task_type.tolist()],
+                        [str(n).startswith("hcom_") for n in name.tolist()], strict=True))
+        table = {key: task_category(key[0], "hcom_" if key[1] else "", default) for key in set(keys)}
+        return list(map(table.__getitem__, keys))
 
     def _device_steps(self, dev: pd.DataFrame, host: pd.DataFrame | None, steps: _Steps) -> np.ndarray:
         """Step of each device op (-1 = none): kernel_details Step Id, else the step of the host op that
@@ -2336,8 +2415,10 @@ class _RankReader:
         f = res.found
         names = ("computing", "comm_not_overlapped", "overlapped", "communication", "free", "stage", "bubble",
                  "preparing")
-        sel = [f"{_sql_int(f['step'])} AS step", *(f"{_sql_ns(f[c])} AS {c}" for c in names if c in f)]
-        df = self.query_csv(path, sel)
+        df = self.query_plain_csv(path, {"step": f["step"]}, {c: f[c] for c in names if c in f})
+        if df is None:
+            sel = [f"{_sql_int(f['step'])} AS step", *(f"{_sql_ns(f[c])} AS {c}" for c in names if c in f)]
+            df = self.query_csv(path, sel)
         if df is None:
             return
         if df.empty:
@@ -2448,18 +2529,21 @@ class _RankReader:
         unmapped: set[str] = set()
         bad_keys = 0
         pairs_of: dict[str, dict[str, tuple[int, int] | None]] = {}  # group -> link key -> (src, dst) global
+        known = self.groups
         for step, op_key, by_link in _step_ops(data):
             name, _, group = str(op_key).partition("@")
-            if op_key == "Total Op Info" or _AGGREGATE_KEY_RE.search(name) \
+            # (an aggregate key has a '-': the regex only runs on those names)
+            if op_key == "Total Op Info" or ("-" in name and _AGGREGATE_KEY_RE.search(name)) \
                     or not isinstance(by_link, dict):
                 continue
-            if self._local_group(group, by_link):
+            if group and group not in known and self._local_group(group, by_link):
                 unmapped.add(group)
             pairs = pairs_of.get(group)
             if pairs is None:
                 pairs = pairs_of[group] = {}
-            for lk in by_link.keys() - pairs.keys():
-                pairs[lk] = self._link_ranks(group, lk)
+            if not by_link.keys() <= pairs.keys():  # (compared in C, without building a set)
+                for lk in by_link.keys() - pairs.keys():
+                    pairs[lk] = self._link_ranks(group, lk)
             sds = list(map(pairs.__getitem__, by_link))
             vals = list(by_link.values())
             if not typed:
@@ -2493,15 +2577,20 @@ class _RankReader:
             return _text(v)
 
         def texts(values: list[Any]) -> list[str | None]:
-            """`text` of each value, once per distinct value when all are str / None (names repeat)."""
-            if _STR_OR_NONE.issuperset(map(type, values)):
-                table = {v: text(v) for v in set(values)}
+            """`text` of each value, once per distinct value when all are str / None (names repeat; the types
+            are checked on the distinct values)."""
+            try:
+                distinct = set(values)
+            except TypeError:  # a list or an object: text() raises on it
+                return list(map(text, values))
+            if _STR_OR_NONE.issuperset(map(type, distinct)):
+                table = {v: text(v) for v in distinct}
                 return list(map(table.__getitem__, values))
             return list(map(text, values))
 
-        # `Op Name` is nearly always the op key's name: then text(name) or name is the name itself
-        same = list(map(operator.eq, op_name, names))
-        if all(same) and _STR_ONLY.issuperset(map(type, op_name)):
+        # `Op Name` is nearly always the op key's name: then text(name) or name is the name itself (a value
+        # equal to a str is a str: JSON gives no other type that compares equal to one)
+        if op_name == names:
             for n in set(names):
                 text(n)  # raises where the Decimal decoding could differ
             op_col = names
