@@ -1523,6 +1523,65 @@ def _sql_bytes(col: str, unit: int) -> str:
     return f"TRY_CAST(round(TRY_CAST({_sql_text(col)} AS DOUBLE) * {unit}) AS BIGINT)"
 
 
+# A converted CSV column: (alias, CSV column, kind); the kind names its `_sql_*` conversion (`_sql_of`), which
+# `_plain_column` reproduces in Python for plain cells.
+_TEXT, _QTEXT, _INT, _NS, _FLOAT = "text", "qtext", "int", "ns", "float"
+_I64_MIN, _I64_MAX = -(2 ** 63), 2 ** 63 - 1
+Converted = tuple[str, str, str]
+
+
+def _sql_of(alias: str, col: str, kind: str) -> str:
+    conv = {_TEXT: _sql_text, _QTEXT: functools.partial(_sql_text, quotes=True), _INT: _sql_int, _NS: _sql_ns,
+            _FLOAT: _sql_float}[kind]
+    return f"{conv(col)} AS {alias}"
+
+
+# Lines of plain float numerals: '-', up to 15 integer digits, up to 15 decimals. DuckDB's VARCHAR -> DOUBLE
+# cast (fast_float) and Python's float() both round these correctly, to the same nearest double.
+_PLAIN_FLOATS = re.compile(r"-?[0-9]{1,15}(?:\.[0-9]{1,15})?(?:\n-?[0-9]{1,15}(?:\.[0-9]{1,15})?)*")
+# Lines of µs numerals with exactly 3 decimals (a subset of `_plain_numerals(3, 18)`).
+_MILLI_NUMERALS = re.compile(r"-?[0-9]{1,18}\.[0-9]{3}(?:\n-?[0-9]{1,18}\.[0-9]{3})*")
+
+
+def _plain_column(cells: list[str | None], kind: str, nulls: bool) -> Any:
+    """The column DuckDB's `.df()` gives for the `_sql_of` conversion `kind` of VARCHAR `cells` (None: NULL),
+    or None when a non-NULL cell (after trim and NULLIF) is not a plain numeral that both convert alike.
+    `nulls`: whether `cells` may hold None.
+
+    Text: a list (pandas infers the `str` dtype, or object when all cells are NULL, as it does for
+    DuckDB's VARCHAR result). Numbers: int64 / float64 arrays, Int64 when an integer column has NULLs
+    (NaN marks them in a float column). int: at most 15 digits, no decimals (exact as DOUBLE, so round()
+    keeps it); ns: at most 18 integer digits (absolute epoch µs have 16) and 3 decimals, scaled exactly as
+    DECIMAL(38,3) does, when all fit BIGINT (DuckDB's TRY_CAST gives NULL for the others)."""
+    chars = _TRIM + '"' if kind == _QTEXT else _TRIM
+    texts = ([c if c is None else c.strip(chars) for c in cells] if nulls
+             else list(map(str.strip, cells, itertools.repeat(chars))))  # type: ignore[arg-type]
+    if "" in texts or "N/A" in texts:
+        texts = [None if t == "" or t == "N/A" else t for t in texts]
+    if kind in (_TEXT, _QTEXT):
+        return texts
+    present = [t for t in texts if t is not None]
+    text = "\n".join(present)
+    plain = {_INT: _plain_numerals(0, 15), _NS: _plain_numerals(3, 18), _FLOAT: _PLAIN_FLOATS}[kind]
+    if present and (text.count("\n") != len(present) - 1 or not plain.fullmatch(text)):
+        return None
+    if kind == _NS and _MILLI_NUMERALS.fullmatch(text):
+        # the usual export: 3 decimals everywhere, so the digits without the dot are the ns
+        values: list[Any] = list(map(int, text.replace(".", "").split("\n")))
+    else:
+        values = (list(map(int, present)) if kind == _INT else _scaled_texts(present, 3) if kind == _NS
+                  else list(map(float, present)))
+    if kind == _NS and values and not (min(values) >= _I64_MIN and max(values) <= _I64_MAX):
+        return None
+    dtype = np.float64 if kind == _FLOAT else np.int64
+    if len(present) == len(texts):
+        return np.array(values, dtype=dtype)
+    mask = np.array([t is None for t in texts], dtype=bool)
+    data = np.full(len(texts), np.nan if kind == _FLOAT else 0, dtype=dtype)
+    data[~mask] = values
+    return data if kind == _FLOAT else pd.arrays.IntegerArray(data, mask)
+
+
 # --------------------------------------------------------------------------------------------------------
 # the rank reader
 
@@ -1672,33 +1731,32 @@ class _RankReader:
             self.warn(path, f"{problem}; skipped")
             return None
 
-    def query_plain_csv(self, path: Path, ints: dict[str, str], ns: dict[str, str]) -> pd.DataFrame | None:
-        """The frame `query_csv` gives for the `_sql_int` columns `ints` and the `_sql_ns` columns `ns` (alias
-        -> CSV column), converted here when every cell (trimmed as `_sql_text` does) is a plain numeral of
-        at most 15 integer digits: DuckDB then gives exactly these int64 values (integers, and decimals of
-        at most 3 places scaled exactly), and binding its conversions costs ~0.5 ms per column, most of the
-        read of a 2-row file. None (the SQL conversion decides) when DuckDB fails, there are no rows, or a
-        cell is NULL, empty, N/A or anything else."""
-        aliases, columns = [*ints, *ns], [*ints.values(), *ns.values()]
+    def query_converted(self, path: Path, cols: list[Converted], *, required: bool = False) -> pd.DataFrame | None:
+        """`query_csv` of the `_sql_of` conversions `cols`, converted in Python (`_plain_column`) when every
+        cell allows it: DuckDB evaluating the ~25 conversions of a 1,600-row kernel_details.csv costs ~3x
+        the plain read of its columns (~23 vs ~7 ms). Any other file (no rows, a cell that is not plain, a
+        DuckDB error) goes through `query_csv`, which decides."""
+        frame = None
+        names = list(dict.fromkeys(col for _, col, _ in cols))
         try:
             source = _csv_source(self._csv_columns[path])
-            rows = self.con.execute(f"SELECT {', '.join(map(_q, columns))} FROM {source}", [str(path)]).fetchall()
+            got = self.con.execute(f"SELECT {', '.join(map(_q, names))} FROM {source}", [str(path)]).fetchnumpy()
         except duckdb.Error:
-            return None
-        if not rows:
-            return None
-        out: dict[str, np.ndarray] = {}
-        for j, alias in enumerate(aliases):
-            cells = [r[j] for r in rows]
-            if not _STR_ONLY.issuperset(map(type, cells)):
-                return None
-            texts = [c.strip(_TRIM) for c in cells]
-            digits = 0 if j < len(ints) else 3
-            text = "\n".join(texts)
-            if text.count("\n") != len(texts) - 1 or not _plain_numerals(digits, 15).fullmatch(text):
-                return None
-            out[alias] = np.array(_scaled_texts(texts, digits), dtype=np.int64)
-        return pd.DataFrame(out)
+            got = {}
+        # by position: DuckDB may rename result columns (its names are case-insensitive)
+        if len(got) == len(names) and len(got[next(iter(got))]):
+            arrays = dict(zip(names, got.values(), strict=True))
+            cells = {name: a.tolist() for name, a in arrays.items()}  # masked (NULL) -> None
+            out = {}
+            for alias, col, kind in cols:
+                out[alias] = _plain_column(cells[col], kind, isinstance(arrays[col], np.ma.MaskedArray))
+                if out[alias] is None:
+                    break
+            else:
+                frame = pd.DataFrame(out)
+        if frame is None:
+            return self.query_csv(path, [_sql_of(*c) for c in cols], required=required)
+        return frame
 
     # -- driver ---------------------------------------------------------------------------------------
 
@@ -1859,20 +1917,15 @@ class _RankReader:
         if res is None:  # unreachable: a required file raises instead
             return None
         f = res.found
-        sel = [f"{_sql_text(f['name'])} AS name", f"{_sql_ns(f['start'])} AS start_ns",
-               f"{_sql_ns(f['dur'])} AS dur_ns"]
-        for c in ("step", "stream_id", "task_id", "block_dim", "mix_block_dim", "device_id"):
-            if c in f:
-                sel.append(f"{_sql_int(f[c])} AS {c}")
-        for c in ("op_type", "op_state", "task_type"):
-            if c in f:
-                sel.append(f"{_sql_text(f[c])} AS {c}")
-        for c in ("input_shapes", "input_dtypes", "input_formats", "output_shapes", "output_dtypes"):
-            if c in f:
-                sel.append(f"{_sql_text(f[c], quotes=True)} AS {c}")
+        sel: list[Converted] = [("name", f["name"], _TEXT), ("start_ns", f["start"], _NS), ("dur_ns", f["dur"], _NS)]
+        sel += [(c, f[c], _INT) for c in ("step", "stream_id", "task_id", "block_dim", "mix_block_dim", "device_id")
+                if c in f]
+        sel += [(c, f[c], _TEXT) for c in ("op_type", "op_state", "task_type") if c in f]
+        sel += [(c, f[c], _QTEXT) for c in ("input_shapes", "input_dtypes", "input_formats", "output_shapes",
+                                              "output_dtypes") if c in f]
         ratios = [c for c in PIPE_RATIO_COLUMNS if c in f]
-        sel += [f"{_sql_float(f[c])} AS {c}" for c in ratios]
-        df = self.query_csv(path, sel, required=True)
+        sel += [(c, f[c], _FLOAT) for c in ratios]
+        df = self.query_converted(path, sel, required=True)
         if df is None or df.empty:
             self.warn(path, "no rows (no kernels recorded)")
             return None
@@ -2230,14 +2283,25 @@ class _RankReader:
     @staticmethod
     def _join(kd: pd.DataFrame, cand: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         """(kernel_details row index, trace candidate index) pairs of the same task, one-to-one."""
-        kshort = _short_names(kd["name"])
-        tshort = _short_names(cand["name"])
-        left = pd.DataFrame({"start_ns": kd["start_ns"].astype("int64").to_numpy(), "short": kshort.to_numpy(),
-                             "ki": np.arange(len(kd))}).drop_duplicates(["start_ns", "short"])
-        right = pd.DataFrame({"start_ns": cand["start_ns"].to_numpy(), "short": tshort.to_numpy(),
-                              "ti": np.arange(len(cand))}).drop_duplicates(["start_ns", "short"])
-        m = left.merge(right, on=["start_ns", "short"])
-        ki, ti = m["ki"].to_numpy(), m["ti"].to_numpy()
+        # first: same start and short name, the first row of each (start, short) on either side: a dict join
+        # in left order, the pairs merging the deduplicated frames gave (pandas' merge cost ~1.3 ms more per
+        # rank). kernel_details names are never null here (rows without one are dropped), so a null key of
+        # the trace never matches, as in the merge.
+        first: dict[tuple[int, Any], int] = {}
+        for j, key in enumerate(zip(cand["start_ns"].tolist(), _short_names(cand["name"]).tolist(), strict=True)):
+            first.setdefault(key, j)
+        seen: set[tuple[int, Any]] = set()
+        ki_l: list[int] = []
+        ti_l: list[int] = []
+        for i, key in enumerate(zip(kd["start_ns"].astype("int64").tolist(), _short_names(kd["name"]).tolist(),
+                                    strict=True)):
+            if key not in seen:
+                seen.add(key)
+                j = first.get(key)
+                if j is not None:
+                    ki_l.append(i)
+                    ti_l.append(j)
+        ki, ti = np.array(ki_l, dtype=np.int64), np.array(ti_l, dtype=np.int64)
         # second chance: same start on the same stream with the same task id (names differ)
         k_rest = kd.index.difference(ki)
         t_rest = cand.index.difference(ti)
@@ -2415,10 +2479,7 @@ class _RankReader:
         f = res.found
         names = ("computing", "comm_not_overlapped", "overlapped", "communication", "free", "stage", "bubble",
                  "preparing")
-        df = self.query_plain_csv(path, {"step": f["step"]}, {c: f[c] for c in names if c in f})
-        if df is None:
-            sel = [f"{_sql_int(f['step'])} AS step", *(f"{_sql_ns(f[c])} AS {c}" for c in names if c in f)]
-            df = self.query_csv(path, sel)
+        df = self.query_converted(path, [("step", f["step"], _INT), *((c, f[c], _NS) for c in names if c in f)])
         if df is None:
             return
         if df.empty:
@@ -2671,7 +2732,7 @@ class _RankReader:
         if res is None or kd["op_type"].isna().all():
             return
         f = res.found
-        st = self.query_csv(path, [f"{_sql_text(f['op_type'])} AS op_type", f"{_sql_int(f['count'])} AS count"])
+        st = self.query_converted(path, [("op_type", f["op_type"], _TEXT), ("count", f["count"], _INT)])
         if st is None:
             return
         want = st.dropna().groupby("op_type")["count"].sum()
