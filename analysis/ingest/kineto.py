@@ -239,8 +239,9 @@ class _Args(msgspec.Struct, gc=False, frozen=True):
 _NO_ARGS = _Args()
 
 
-class _Event(msgspec.Struct, gc=False):
-    ph: str = ""
+class _Fields(msgspec.Struct, gc=False):
+    """The stored fields of an event."""
+
     cat: str | None = None
     name: str = ""
     pid: int | str | None = None
@@ -248,6 +249,12 @@ class _Event(msgspec.Struct, gc=False):
     ts: float | None = None        # µs; JSON ints arrive as floats (exact below 2^53)
     dur: float | None = None
     args: _Args = _NO_ARGS
+
+
+class _Event(_Fields):
+    """An event of any phase (what the loose decode gives, see `_coerce_event`)."""
+
+    ph: str = ""
 
 
 # The typed decode picks a struct by the event's "ph" (a msgspec tagged union): complete ("X") and instant
@@ -258,14 +265,7 @@ class _Event(msgspec.Struct, gc=False):
 _PHASES = "BbCcDEefIMNnOPRstVv()"
 
 
-class _Complete(msgspec.Struct, tag_field="ph", tag="X", gc=False):
-    cat: str | None = None
-    name: str = ""
-    pid: int | str | None = None
-    tid: int | str | None = None
-    ts: float | None = None        # µs; JSON ints arrive as floats (exact below 2^53)
-    dur: float | None = None
-    args: _Args = _NO_ARGS
+class _Complete(_Fields, tag_field="ph", tag="X"):
     ph: ClassVar[str] = "X"
 
 
