@@ -572,6 +572,10 @@ class _Child:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self._close_files()
+
+    def _close_files(self) -> None:
+        """Our ends of its output and error files (no longer kept out of later forks)."""
         for f in (self.out, self.err):
             with contextlib.suppress(OSError, ValueError):
                 _NOT_FOR_FORKS.discard(f.fileno())
@@ -591,11 +595,7 @@ class _Child:
             return
         self.released = True
         self.close_input()
-        for f in (self.out, self.err):
-            with contextlib.suppress(OSError, ValueError):
-                _NOT_FOR_FORKS.discard(f.fileno())
-            with contextlib.suppress(OSError):
-                f.close()
+        self._close_files()
         _EXITING.append(self.proc)
 
 

@@ -38,6 +38,11 @@ def _summary(report: Path) -> dict:
             "checks": sorted({f["check"] for f in findings})}
 
 
+def _sh_rc(command: str) -> list[str]:
+    """`command` in a shell that prints its exit status as the JSON line `run_sampled` reads."""
+    return ["sh", "-c", command + '; echo "{\\"rc\\": $?}"']
+
+
 def _median(runs: list[Sampled]) -> Sampled:
     """The run of median wall time (the lower middle one for an even count)."""
     return sorted(runs, key=lambda s: s.wall_s)[(len(runs) - 1) // 2]
@@ -80,14 +85,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"profile: {a.ranks} ranks, {n_events / a.ranks:,.0f} trace events per rank, {size / 2**20:.1f} MB")
         # the command a user runs (`stepdoctor issues PATH --format json`), its output kept for the summary
         report = tmp / "issues.json"
-        cli = (f"STEPDOCTOR_CACHE_DIR='{tmp / 'cache'}' '{sys.executable}' -m stepdoctor.tools.cli issues '{prof}' "
-               f"--format json > '{report}'; echo \"{{\\\"rc\\\": $?}}\"")
+        cli = _sh_rc(f"STEPDOCTOR_CACHE_DIR='{tmp / 'cache'}' '{sys.executable}' -m stepdoctor.tools.cli issues "
+                     f"'{prof}' --format json > '{report}'")
         colds, warms = [], []
         for _ in range(a.repeat):  # this machine's wall times vary by ±15 % from one minute to the next
             shutil.rmtree(tmp / "cache", ignore_errors=True)
-            colds.append(run_sampled(["sh", "-c", cli]))
+            colds.append(run_sampled(cli))
             colds[-1].result = {"rc": colds[-1].result["rc"], **_summary(report)}
-            warms.append(run_sampled(["sh", "-c", cli]))
+            warms.append(run_sampled(cli))
         cold, warm = _median(colds), _median(warms)
         if a.repeat > 1:
             print(f"cold runs: {', '.join(f'{s.wall_s:.2f}' for s in colds)} s; "
@@ -100,9 +105,9 @@ def main(argv: list[str] | None = None) -> int:
             out.mkdir()
             # msprof-analyze writes its outputs next to the input unless -o is given; keep the input pristine
             # it also drops operator_tuning_file_*.cfg into the working directory: run it from the temp dir
-            sh = (f"cd '{tmp}' && '{msprof}' advisor all -d '{prof}' -o '{out}' -l en > '{tmp}/msprof.log' 2>&1; "
-                  "echo \"{\\\"rc\\\": $?}\"")
-            peer = run_sampled(["sh", "-c", sh], env={**os.environ, "PYTHONWARNINGS": "ignore"})
+            peer = run_sampled(_sh_rc(f"cd '{tmp}' && '{msprof}' advisor all -d '{prof}' -o '{out}' -l en "
+                                      f"> '{tmp}/msprof.log' 2>&1"),
+                               env={**os.environ, "PYTHONWARNINGS": "ignore"})
             rows.append(("msprof-analyze 26.2.0 advisor all", peer))
         print(f"\n{'':34s} {'wall':>10s} {'cpu':>10s} {'peak proc':>11s} {'peak tree':>11s} {'vs cold':>7s}")
         for name, s in rows:
