@@ -61,6 +61,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from . import one_blas_thread
 from .ingest.base import Coded, ProfileError, RankSource, RankTables, schema_sql
 from .ingest.discover import Discovery, discover
 
@@ -407,10 +408,7 @@ def _read_exact(f: BinaryIO, n: int) -> bytearray | None:
 
 
 def _child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        env.setdefault(v, "1")  # numpy's BLAS is never used here: no thread pool per child
-    return env
+    return dict(one_blas_thread(dict(os.environ)))
 
 
 class _ForkedProcess:
@@ -474,6 +472,13 @@ def _single_threaded() -> bool:
         return len(os.listdir("/proc/self/task")) == 1
     except OSError:
         return threading.active_count() == 1
+
+
+def _host_may_fork() -> bool:
+    """True in a process whose whole state its program controls (the CLI asks with `fork=True`) while it
+    runs one thread and has no database open: it may be forked for the ingest process, which then starts
+    with everything this process has imported instead of importing it again in a new interpreter."""
+    return hasattr(os, "fork") and not _NOT_FOR_FORKS and not _DB_OPENED and _single_threaded()
 
 
 def _may_fork() -> bool:
@@ -783,20 +788,23 @@ def _run_workers(sources: list[RankSource], workers: int, open_writer: Callable[
 
 
 def build_database(disc: Discovery, out: Path, *, workers: int | None = None,
-                   progress: ProgressFn | None = None) -> list[str]:
+                   progress: ProgressFn | None = None, fork: bool = False,
+                   background: Callable[[], None] | None = None) -> list[str]:
     """Parse every rank of `disc` into a new database at `out`; returns ingest warnings.
 
     Small inputs are parsed and inserted here; larger ones by child processes (module docstring), in
     memory bounded per process whatever the number of ranks. A rank that fails is skipped with a
-    warning when other ranks are stored; if none is, the first error is raised.
+    warning when other ranks are stored; if none is, the first error is raised. `fork` and `background`:
+    see `open_profile`.
     """
     n = len(disc.sources)
     total_bytes = sum(f.stat().st_size for s in disc.sources for f in _input_files(s))
     workers = workers if workers is not None else min(n, os.cpu_count() or 1)
     if n == 1 or workers <= 1 or total_bytes < PARALLEL_MIN_BYTES or os.name != "posix":
+        _start(background)
         stored, errors = _build_here(disc, out, progress)
     else:
-        stored, errors = _build_in_children(disc, out, workers, progress)
+        stored, errors = _build_in_children(disc, out, workers, progress, fork, background)
     if stored == 0:
         raise ProfileError(None, errors[0] if errors else "no rank could be read")
     return [*disc.warnings, *(f"rank skipped: {e}" for e in errors)]
@@ -828,15 +836,32 @@ def _build_here(disc: Discovery, out: Path, progress: ProgressFn | None) -> tupl
     return stored, errors
 
 
+def _start(work: Callable[[], None] | None) -> None:
+    if work is not None:
+        threading.Thread(target=work, name="background", daemon=True).start()
+
+
 def _preload() -> None:
     with contextlib.suppress(Exception):  # a failing import fails again where it is used, with its message
         importlib.import_module("duckdb")
         importlib.import_module(f"{__package__}.models")
 
 
-def _build_in_children(disc: Discovery, out: Path, workers: int,
-                       progress: ProgressFn | None) -> tuple[int, list[str]]:
-    child = _Child("ingest")
+def _build_in_children(disc: Discovery, out: Path, workers: int, progress: ProgressFn | None,
+                       fork: bool = False, background: Callable[[], None] | None = None
+                       ) -> tuple[int, list[str]]:
+    if fork and _host_may_fork():
+        # the readers are imported here, so the forked ingest process and its forked workers have them
+        # (the Ascend reader: pandas and DuckDB, ~0.45 s CPU an interpreter) and this process, which
+        # imports pandas and DuckDB for the analyses anyway, does not pay for them twice
+        for fmt in sorted({s.format for s in disc.sources}):
+            with contextlib.suppress(ProfileError):
+                _reader(fmt)
+        fork = _host_may_fork()  # an import may have started a thread
+    else:
+        fork = False
+    child = _Child("ingest", fork=fork)
+    _start(background)
     # this process opens the database next, with DuckDB and the pydantic header model (~0.2 s of imports):
     # load them while it only waits for the child
     threading.Thread(target=_preload, daemon=True).start()
@@ -948,11 +973,18 @@ _OPEN_LOCK = threading.Lock()
 
 
 def open_profile(path: str | Path, *, cache_dir: Path | None = None, workers: int | None = None,
-                 progress: ProgressFn | None = None, refresh: bool = False) -> Profile:
+                 progress: ProgressFn | None = None, refresh: bool = False, fork: bool = False,
+                 background: Callable[[], None] | None = None) -> Profile:
     """Discover, ingest (or reuse the cache) and open PATH read-only.
 
     Profiles opened in this process are memoised by database path, so concurrent tool calls share one
     read-only connection and take a cursor each.
+
+    `fork=True` lets a program that controls its whole state (the CLI) have this process forked for the
+    ingest process when it runs one thread and has no database open; any other caller gets a new
+    interpreter (a fork copies whatever a host holds: locks, threads' state, open connections).
+    `background` is work to run in a thread beside the ingest (the CLI's imports): started once no fork
+    can come any more, or at once when the cache has the profile.
     """
     p = Path(path).expanduser().resolve()
     disc = discover(p)
@@ -965,13 +997,16 @@ def open_profile(path: str | Path, *, cache_dir: Path | None = None, workers: in
     db = root / f"{fp}.duckdb"
     with _OPEN_LOCK:
         if not refresh and db in _OPEN:
+            _start(background)
             return _OPEN[db]
         from_cache = db.exists() and not refresh
-        if not from_cache:
+        if from_cache:
+            _start(background)
+        else:
             tmp = root / f"{fp}.duckdb.tmp-{os.getpid()}-{threading.get_ident()}"
             tmp.unlink(missing_ok=True)
             try:
-                build_database(disc, tmp, workers=workers, progress=progress)
+                build_database(disc, tmp, workers=workers, progress=progress, fork=fork, background=background)
                 os.replace(tmp, db)
             finally:
                 tmp.unlink(missing_ok=True)

@@ -386,6 +386,49 @@ def test_ingest_process_forks_workers_with_duckdb_loaded_but_not_after_opening_a
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [True, False]
 
 
+HOST_FORK = r"""
+import json, os, sys, threading
+from pathlib import Path
+from stepdoctor.analysis import store
+
+store.PARALLEL_MIN_BYTES = 0
+roles, ran = [], []
+init = store._Child.__init__
+def spy(self, role, fork=False):
+    roles.append([role, fork])
+    init(self, role, fork)
+store._Child.__init__ = spy
+if sys.argv[2] == "thread":  # a host running a second thread is never forked
+    threading.Thread(target=threading.Event().wait, daemon=True).start()
+prof = store.open_profile(sys.argv[1], cache_dir=Path(sys.argv[3]), workers=2, fork=True,
+                          background=lambda: ran.append([r for r, _ in roles]))
+rows = prof.rows("SELECT rank, count(*) FROM host_ops GROUP BY rank ORDER BY rank")
+store._reap_exiting()
+print(json.dumps({"roles": roles, "background": ran, "rows": rows}))
+"""
+
+
+@pytest.mark.parametrize("host", ["alone", "thread"])
+def test_cli_host_is_forked_for_the_ingest_process_only_when_it_runs_one_thread(tmp_path, host):
+    """`open_profile(fork=True)` (the CLI): a one-thread host is forked for the ingest process, which
+    forks its workers; its background work starts once the ingest process runs; same rows either way."""
+    import json
+    import subprocess
+    import sys
+
+    prof_dir = need(KINETO / "trace_filter")
+    out = subprocess.run([sys.executable, "-c", HOST_FORK, str(prof_dir), host, str(tmp_path / "c")],
+                         capture_output=True, text=True, timeout=300, env=store._child_env())
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["roles"] == [["ingest", host == "alone"]], "the host's own record: workers are the child's"
+    assert got["background"] == [["ingest"]]
+    ref = store.open_profile(prof_dir, cache_dir=tmp_path / "ref", workers=1)
+    assert got["rows"] == [list(r) for r in ref.rows(
+        "SELECT rank, count(*) FROM host_ops GROUP BY rank ORDER BY rank")]
+    assert got["rows"] and all(n > 0 for _, n in got["rows"])
+
+
 def test_a_released_child_that_does_not_exit_is_killed_when_reaped():
     import subprocess
     import time

@@ -10,13 +10,16 @@ import contextlib
 import importlib
 import os
 import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..analysis.ingest.base import ProfileError
-from ..analysis.severity import SEVERITY_ORDER
+from ..analysis import one_blas_thread
+
+one_blas_thread(os.environ)  # before numpy is imported (next line): see store.open_profile(fork=True)
+
+from ..analysis.ingest.base import ProfileError  # noqa: E402
+from ..analysis.severity import SEVERITY_ORDER  # noqa: E402
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -75,13 +78,13 @@ def _import_api() -> None:
 
 def _load(path: str):
     """Open PATH. The analysis modules (pandas, the checks, the pydantic models, the fix files: ~0.4 s) are
-    loaded in a thread meanwhile: a cold ingest runs in child processes and its start-up leaves a core
-    free."""
-    if f"{__package__}.api" not in sys.modules:
-        threading.Thread(target=_import_api, name="import-api", daemon=True).start()
+    loaded in a thread meanwhile, started once the ingest process runs: this process is forked for it
+    (it controls its whole state and runs one thread until then), so the ingest process starts with the
+    readers this process imported."""
     from ..analysis.store import open_profile
 
-    return open_profile(path, progress=_progress())
+    background = None if f"{__package__}.api" in sys.modules else _import_api
+    return open_profile(path, progress=_progress(), fork=True, background=background)
 
 
 def _ints(text: str | None) -> list[int] | None:

@@ -17,8 +17,9 @@ What one run measures (every measurement in a fresh child process, sampled by th
    the same plus the rest of ingest's work for one rank, as the ingest processes do it: typing the
    columns (`RankTables.parts()`, in the parse worker) and inserting them (`store._Writer`, in the
    ingest process) into a new database, checkpointed;
-4. stepdoctor ingest: `open_profile(dir)` into an empty cache (discovery, the parse workers and the
-   ingest process, the rename), then `compute_breakdown` (the analysis HTA's numbers are compared with);
+4. stepdoctor ingest: `open_profile(dir, fork=True)` into an empty cache, as the CLI runs it (the
+   measuring process, with one BLAS thread like the CLI, is forked for the ingest process; discovery,
+   the parse workers, the rename), then `compute_breakdown` (the analysis HTA's numbers are compared with);
 5. HTA 0.5.0 (Kineto only, when --hta-python points at an interpreter that imports `hta`):
    `TraceAnalysis(trace_dir)`, then the temporal breakdown (timed alone: load + temporal breakdown is
    what stepdoctor's ingest + breakdown is compared with), then idle (all ranks), kernel breakdown,
@@ -52,6 +53,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from stepdoctor.analysis import one_blas_thread
 
 DEFAULT_SRC = Path(__file__).resolve().parents[2].parent / "shared/data/kineto/trace_diff/control/control.json.gz"
 DEFAULT_HTA = Path("/tmp/hta-venv/bin/python")
@@ -191,7 +194,7 @@ def child_stepdoctor(trace_dir: Path, cache: Path) -> dict[str, Any]:
             Path(phase_file).write_text("open")
 
     t0 = time.perf_counter()
-    prof = open_profile(trace_dir, cache_dir=cache, progress=progress)
+    prof = open_profile(trace_dir, cache_dir=cache, progress=progress, fork=True)  # as the CLI does
     t1 = time.perf_counter()
     rows = compute_breakdown(prof)
     t2 = time.perf_counter()
@@ -216,19 +219,19 @@ class Sampled:
 
 
 def _role(p: Any, root_pid: int) -> str:
-    """What a sampled process is: the measured child itself, or one of stepdoctor's children (the ingest
-    process is a child of the measured one; parse workers are its children, forked or new interpreters)."""
+    """What a sampled process is: the measured child itself, or one of stepdoctor's children (its one child
+    is the ingest process, a fork of it as in the CLI or a new interpreter; parse workers are the ingest
+    process's children)."""
     if p.pid == root_pid:
         return "measuring process"
     try:
-        cmd = " ".join(p.cmdline())
         ppid = p.ppid()
+        if ppid == root_pid:
+            return "ingest process"
+        if p.parent().ppid() == root_pid:
+            return "parse worker"
     except Exception:  # gone meanwhile
         return "other"
-    if "_child_main('parse')" in cmd or ("_child_main('ingest')" in cmd and ppid != root_pid):
-        return "parse worker"
-    if "_child_main('ingest')" in cmd:
-        return "ingest process"
     return "other child"
 
 
@@ -374,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="stepdoctor-bench-cache-") as cache:
         phase = Path(cache) / "phase"
         sd = run_sampled([*me, "stepdoctor", str(data), str(Path(cache) / "db")],
-                         dict(env, BENCH_PHASE_FILE=str(phase)), phase)
+                         dict(one_blas_thread(dict(env)), BENCH_PHASE_FILE=str(phase)), phase)
     hta = None
     if a.vendor == "kineto" and not a.no_hta and a.hta_python.exists():
         with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as s:
