@@ -23,8 +23,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
 
 from conftest import CLUSTER4, need
+from stepdoctor.analysis.ingest import ascend_text as at
 from stepdoctor.analysis.ingest.ascend_columns import KERNEL_DETAILS, normalize_header
 from stepdoctor.analysis.ingest.ascend_common import collective_of, group_hash
 from stepdoctor.analysis.ingest.ascend_text import TraceParser, read_rank, task_category
@@ -788,3 +791,33 @@ def test_csv_header_names_columns_as_duckdbs_sniffer_does(tmp_path):
     con = duckdb.connect()
     rows = con.execute(f"SELECT * FROM {at._csv_source(at._csv_header(p))}", [str(p)]).fetchall()
     assert rows == [("op", "op2", "x", "1,5", "2")]
+
+
+_TS_TEXT = hs.one_of(
+    # the export's "<µs>.<3 digits>", any width, up to past the int64 limit
+    hs.integers(min_value=0, max_value=10**20).map(lambda v: f"{v // 1000}.{v % 1000:03d}"),
+    hs.from_regex(r"\A[0-9+\- _٣]{1,6}\.[0-9]{3}\Z"),  # signs, spaces, underscores, a non-ASCII digit
+    hs.text(alphabet="0123456789.", min_size=0, max_size=21),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(hs.lists(_TS_TEXT, min_size=1, max_size=40), hs.booleans())
+def test_trace_start_strings_vectorized_equal_the_per_string_parse(ts, same_width):
+    """`_starts_ns` reads a piece's µs strings in one numpy pass when they allow it; every value (and every
+    None) must be what the per-string `_start_ns` gives."""
+    if same_width:  # the vectorized path needs one width: pad the plain ones to the longest
+        w = max(map(len, ts))
+        ts = [t.rjust(w, "0") if t.replace(".", "", 1).isdigit() else t for t in ts]
+    got = at._starts_ns(ts)
+    assert [None if v is None else int(v) for v in got] == [at._start_ns(t) for t in ts]
+
+
+def test_trace_start_strings_vectorized_path_is_taken_and_exact_at_int64_limits():
+    top = str(2**63 - 1)
+    ts = [f"{top[:-3]}.{top[-3:]}", "0000000000000001.000", "1700000000000000.125"]
+    ts = [t.rjust(20, "0") for t in ts]
+    got = at._starts_ns(ts)
+    assert isinstance(got, np.ndarray) and got.tolist() == [2**63 - 1, 1_000, 1_700_000_000_000_000_125]
+    over = str(2**63)
+    assert at._starts_ns([f"{over[:-3]}.{over[-3:]}"]) == [at._start_ns(f"{over[:-3]}.{over[-3:]}")]
