@@ -7,8 +7,11 @@ Algorithm:
 3. on a miss the database is built in `<fp>.duckdb.tmp-<pid>-<thread>` and renamed over the cache file
    only when complete (os.replace is atomic), so a crash never leaves a cache that gets used;
 4. small inputs (one rank, or less than PARALLEL_MIN_BYTES) are parsed and inserted in this process.
-   Larger ones go to child processes (fresh interpreters, `python -c`: no fork of a threaded host, no
-   re-run of an unguarded `__main__`) so that no process holds much:
+   Larger ones go to child processes so that no process holds much. The ingest process is a fresh
+   interpreter (`python -c`: no fork of a threaded host, no re-run of an unguarded `__main__`), except
+   for a caller that controls its whole state and asks for `fork=True` (the CLI): while it runs one
+   thread and has no database open, it imports the readers and is forked, so the readers are imported
+   once for it, the ingest process and the workers:
    * one ingest process owns the database: it starts the parse workers, hands each one rank at a time,
      and inserts what comes back as it arrives, a rank at a time;
    * a parse worker is forked from the ingest process after it has imported the readers the input needs
