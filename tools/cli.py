@@ -79,8 +79,8 @@ def _import_api() -> None:
 def _load(path: str):
     """Open PATH. The analysis modules (pandas, the checks, the pydantic models, the fix files: ~0.4 s) are
     loaded in a thread meanwhile, started once the ingest process runs: this process is forked for it
-    (it controls its whole state and runs one thread until then), so the ingest process starts with the
-    readers this process imported."""
+    (it controls its whole state and runs one thread until then), so no new interpreter starts, and the
+    ingest process imports the readers on one core while this thread imports on the other."""
     from ..analysis.store import open_profile
 
     background = None if f"{__package__}.api" in sys.modules else _import_api
