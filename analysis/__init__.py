@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import MutableMapping
 
-# numpy's BLAS thread pool: nothing here multiplies matrices, and its threads would only spin (measured:
-# 0.2-0.4 s CPU in a warm `stepdoctor issues`) and keep a process from being safely forked
+# numpy's BLAS thread pool: nothing here multiplies matrices, and its threads make a process unsafe to fork
+# (they also spin at times: 0.2-0.4 s CPU in 3 warm `stepdoctor issues` runs, no difference beyond noise
+# in 8 interleaved ones)
 BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
