@@ -477,20 +477,25 @@ def _single_threaded() -> bool:
         return threading.active_count() == 1
 
 
+def _fork_safe() -> bool:
+    """One thread and no database opened: nothing a fork could break (DuckDB may be imported: the Ascend
+    reader needs it; an open database has threads and locks that a fork would copy mid-use)."""
+    return hasattr(os, "fork") and not _DB_OPENED and _single_threaded()
+
+
 def _host_may_fork() -> bool:
-    """True in a process whose whole state its program controls (the CLI asks with `fork=True`) while it
-    runs one thread and has no database open: it may be forked for the ingest process, which then starts
-    with everything this process has imported instead of importing it again in a new interpreter."""
-    return hasattr(os, "fork") and not _NOT_FOR_FORKS and not _DB_OPENED and _single_threaded()
+    """In a process whose whole state its program controls (the CLI asks with `fork=True`), not itself an
+    ingest process: it may be forked for the ingest process, which then starts with everything this
+    process has imported instead of importing it again in a new interpreter."""
+    return not _NOT_FOR_FORKS and _fork_safe()
 
 
 def _may_fork() -> bool:
-    """True in an ingest process that has not opened its database yet and runs one thread: nothing a fork
-    could break (DuckDB may be imported: the Ascend reader needs it; an open database has threads and
-    locks that a fork would copy mid-use). A forked worker starts in milliseconds with the readers loaded,
-    where a new interpreter takes ~0.15 s (Kineto) to ~0.45 s (Ascend: pandas and DuckDB); later workers
-    (replacing one that died) are new interpreters."""
-    return hasattr(os, "fork") and bool(_NOT_FOR_FORKS) and not _DB_OPENED and _single_threaded()
+    """In an ingest process (it holds pipes kept out of forks) that has not opened its database yet: its
+    parse workers are forked. A forked worker starts in milliseconds with the readers loaded, where a new
+    interpreter takes ~0.15 s (Kineto) to ~0.45 s (Ascend: pandas and DuckDB); later workers (replacing
+    one that died) are new interpreters."""
+    return bool(_NOT_FOR_FORKS) and _fork_safe()
 
 
 class _Child:
