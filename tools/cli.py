@@ -263,5 +263,26 @@ def main(argv: list[str] | None = None) -> int:
     return rc
 
 
+def run() -> None:
+    """The console entry point: `main()`, then the process ends without the interpreter's teardown.
+
+    Tearing down what a command has loaded (pandas, DuckDB, pydantic, the checks: ~100k objects freed one
+    by one, extension modules finalised) took 0.14-0.16 s after the output was written, 15 % of a warm
+    `issues` (1.0 s) and 6 % of a cold one; `os._exit` takes 0.01 s. Nothing is left to do at that point:
+    the output streams and logging handlers are flushed here, a profile's cache database was renamed into
+    place before the command used it (the read-only connection has nothing to write), and no command
+    leaves a thread with work in progress. An exception (`--debug`) or SystemExit (argparse) leaves the
+    normal way, with its traceback or message.
+    """
+    import logging
+
+    rc = main()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe: the output is lost either way
+            stream.flush()
+    logging.shutdown()
+    os._exit(rc)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
