@@ -444,7 +444,8 @@ class _ForkedProcess:
 
 # Children whose work is done and whose results are in, left to exit on their own: a process with
 # ~150 MB mapped takes ~0.1 s to exit on these machines, and nothing waits for that any more (the ingest
-# process reaps its workers after it has reported; the host reaps the ingest process in a thread).
+# process reaps its workers after it has reported; a host reaps the ingest process in a thread, or, when
+# it asked for fork=True, in `settle()` or not at all: a zombie until a short-lived program exits).
 _EXITING: list[Any] = []
 
 
@@ -477,9 +478,10 @@ def _single_threaded() -> bool:
         return threading.active_count() == 1
 
 
-def _fork_safe() -> bool:
-    """One thread and no database opened: nothing a fork could break (DuckDB may be imported: the Ascend
-    reader needs it; an open database has threads and locks that a fork would copy mid-use)."""
+def fork_safe() -> bool:
+    """One thread and no database written here: nothing a fork could break (DuckDB may be imported: the
+    Ascend reader needs it; an open database has threads and locks that a fork would copy mid-use, and a
+    read-only one opened by `open_profile` must be closed first: see `Profile.reopen`)."""
     return hasattr(os, "fork") and not _DB_OPENED and _single_threaded()
 
 
@@ -487,7 +489,7 @@ def _host_may_fork() -> bool:
     """In a process whose whole state its program controls (the CLI asks with `fork=True`), not itself an
     ingest process: it may be forked for the ingest process, which then starts with everything this
     process has imported instead of importing it again in a new interpreter."""
-    return not _NOT_FOR_FORKS and _fork_safe()
+    return not _NOT_FOR_FORKS and fork_safe()
 
 
 def _may_fork() -> bool:
@@ -495,7 +497,7 @@ def _may_fork() -> bool:
     parse workers are forked. A forked worker starts in milliseconds with the readers loaded, where a new
     interpreter takes ~0.15 s (Kineto) to ~0.45 s (Ascend: pandas and DuckDB); later workers (replacing
     one that died) are new interpreters."""
-    return bool(_NOT_FOR_FORKS) and _fork_safe()
+    return bool(_NOT_FOR_FORKS) and fork_safe()
 
 
 class _Child:
@@ -844,9 +846,37 @@ def _build_here(disc: Discovery, out: Path, progress: ProgressFn | None) -> tupl
     return stored, errors
 
 
+_THREADS: list[threading.Thread] = []  # started by _start / _background: joined by settle()
+
+
 def _start(work: Callable[[], None] | None) -> None:
     if work is not None:
-        threading.Thread(target=work, name="background", daemon=True).start()
+        _background(work, "background")
+
+
+def _background(work: Callable[[], None], name: str) -> None:
+    t = threading.Thread(target=work, name=name, daemon=True)
+    _THREADS.append(t)
+    t.start()
+
+
+def settle() -> None:
+    """Wait for the threads `open_profile` started here (the caller's `background` work, imports) and reap
+    the children released since that have exited, without waiting for the others. A host that asked for
+    `fork=True` calls it before forking again (the checks' helper: analysis/checks/_split.py); the work
+    joined is what it needs next anyway."""
+    while _THREADS:
+        _THREADS.pop().join()
+    for proc in list(_EXITING):
+        with contextlib.suppress(ChildProcessError, OSError):
+            if proc.poll() is None:
+                continue
+        _EXITING.remove(proc)
+
+
+def release_forked(pid: int) -> None:
+    """A forked child whose results are in: reaped by `settle()` or `_reap_exiting()` once it has exited."""
+    _EXITING.append(_ForkedProcess(pid))
 
 
 def _preload() -> None:
@@ -866,7 +896,7 @@ def _build_in_children(disc: Discovery, out: Path, workers: int, progress: Progr
     _start(background)
     # this process opens the database next, with DuckDB and the pydantic header model (~0.2 s of imports):
     # load them while it only waits for the child
-    threading.Thread(target=_preload, daemon=True).start()
+    _background(_preload, "preload")
     started = False
     result = failure = None
     try:
@@ -894,7 +924,8 @@ def _build_in_children(disc: Discovery, out: Path, workers: int, progress: Progr
                 return _build_here(disc, out, progress)
             raise RuntimeError(f"ingest failed: {why}")
         child.release()
-        threading.Thread(target=_reap_exiting, daemon=True).start()
+        if not fork:  # a host that asked for fork=True may fork again (settle() reaps then)
+            threading.Thread(target=_reap_exiting, daemon=True).start()
     finally:
         child.kill()
     return result
@@ -949,6 +980,17 @@ class Profile:
 
     def close(self) -> None:
         self.con.close()
+
+    def reopen(self) -> None:
+        """Close this connection and open a new one on the same database (read-only). Closing the last
+        connection ends the database instance and DuckDB's threads with it, so a single-threaded host
+        may fork in between (`fork_safe()`) and both processes reopen, each with its own instance;
+        cursors taken from the old connection are closed with it."""
+        import duckdb
+
+        with self._lock:
+            self.con.close()
+            self.con = duckdb.connect(str(self.db_path), read_only=True)
 
 
 def _profile_info(con: duckdb.DuckDBPyConnection, path: Path) -> ProfileInfo:

@@ -75,11 +75,13 @@ def _ranks_text(ranks: list[int]) -> str:
 
 
 def issues(ref: ProfileRef, *, min_severity: str = "low", checks: list[str] | None = None,
-           ranks: list[int] | None = None, limit: int | None = None) -> IssueReport:
-    """Every applicable check on every rank; findings sorted by severity then impact."""
+           ranks: list[int] | None = None, limit: int | None = None, fork: bool = False) -> IssueReport:
+    """Every applicable check on every rank; findings sorted by severity then impact. `fork=True`: the
+    caller (the CLI) controls its whole state and lets a forked helper take half of the checks
+    (`run_checks`)."""
     prof = load(ref)
     ctx = context(prof, ranks)
-    run = run_checks(ctx, only=checks)
+    run = run_checks(ctx, only=checks, fork=fork)
     cut = SEVERITY_ORDER[min_severity]
     fs = [f for f in run.findings if SEVERITY_ORDER[f.severity] <= cut]
     total = len(fs)

@@ -100,7 +100,7 @@ def cmd_issues(a: argparse.Namespace) -> int:
     prof = _load(a.path)
     from . import api
 
-    rep = api.issues(prof, min_severity=a.min_severity, checks=a.check, ranks=_ints(a.rank))
+    rep = api.issues(prof, min_severity=a.min_severity, checks=a.check, ranks=_ints(a.rank), fork=True)
     _emit(rep, a.format)
     if a.fail_on and any(SEVERITY_ORDER[f.severity] <= SEVERITY_ORDER[a.fail_on] for f in rep.findings):
         return 1

@@ -202,27 +202,61 @@ class CheckRun:
     warnings: list[str]
 
 
-def run_checks(ctx: CheckContext, only: Iterable[str] | None = None) -> CheckRun:
-    """Run every registered check (or `only`) and collect findings, non-applicability and warnings."""
+@dataclass
+class _Outcome:
+    """What running one check gave (pickled when a forked helper ran it: see _split.py)."""
+
+    findings: list[Finding] = field(default_factory=list)
+    not_applicable: str | None = None   # why the check does not apply
+    failure: str | None = None          # the warning when it raised
+    notes: list[str] = field(default_factory=list)  # what it added to ctx.notes
+
+
+def _run_one(ctx: CheckContext, cid: str, cls: type[Check]) -> _Outcome:
+    chk = cls()
+    if not chk.applicable_ranks(ctx):
+        missing = sorted({n for r in ctx.all_ranks if (ctx.vendor(r) or "") in chk.vendors
+                          for n in chk.missing(ctx, r)})
+        vendor_ok = any((ctx.vendor(r) or "") in chk.vendors for r in ctx.all_ranks)
+        return _Outcome(not_applicable=f"needs {', '.join(missing)}" if missing and vendor_ok
+                        else f"applies to {'/'.join(chk.vendors)} profiles")
+    before = len(ctx.notes)
+    out = _Outcome()
+    try:
+        out.findings = chk.run(ctx)
+    except Exception as e:  # one broken check must not hide the others' findings
+        out.failure = f"check {cid} failed: {type(e).__name__}: {e}"
+    out.notes = ctx.notes[before:]
+    del ctx.notes[before:]
+    return out
+
+
+def run_checks(ctx: CheckContext, only: Iterable[str] | None = None, *, fork: bool = False) -> CheckRun:
+    """Run every registered check (or `only`) and collect findings, non-applicability and warnings.
+
+    `fork=True` (only for a program that controls its whole state: the CLI) runs them in this process
+    and a forked helper when this process may fork (`_split.run_split`); the result is the same either
+    way: outcomes are merged in registry order, as a serial run produces them.
+    """
+    wanted = set(only) if only is not None else None
+    checks = {cid: cls for cid, cls in registry().items() if wanted is None or cid in wanted}
+    outcomes: dict[str, _Outcome] | None = None
+    if fork:
+        from ._split import run_split
+
+        outcomes = run_split(ctx, list(checks), lambda cid: _run_one(ctx, cid, checks[cid]))
+    if outcomes is None:
+        outcomes = {cid: _run_one(ctx, cid, cls) for cid, cls in checks.items()}
     findings: list[Finding] = []
     na: dict[str, str] = {}
     warnings: list[str] = []
-    wanted = set(only) if only is not None else None
-    for cid, cls in registry().items():
-        if wanted is not None and cid not in wanted:
-            continue
-        chk = cls()
-        if not chk.applicable_ranks(ctx):
-            missing = sorted({n for r in ctx.all_ranks if (ctx.vendor(r) or "") in chk.vendors
-                              for n in chk.missing(ctx, r)})
-            vendor_ok = any((ctx.vendor(r) or "") in chk.vendors for r in ctx.all_ranks)
-            why = (f"needs {', '.join(missing)}" if missing and vendor_ok
-                   else f"applies to {'/'.join(chk.vendors)} profiles")
-            na[cid] = why
-            continue
-        try:
-            findings.extend(chk.run(ctx))
-        except Exception as e:  # one broken check must not hide the others' findings
-            warnings.append(f"check {cid} failed: {type(e).__name__}: {e}")
+    for cid in checks:
+        o = outcomes[cid]
+        if o.not_applicable is not None:
+            na[cid] = o.not_applicable
+        findings.extend(o.findings)
+        if o.failure:
+            warnings.append(o.failure)
+        ctx.notes.extend(o.notes)
     warnings.extend(ctx.notes)
     return CheckRun(sort_findings(findings), na, warnings)
