@@ -35,10 +35,14 @@ run_one = base._run_one
 def logged(ctx, cid, cls):
     if mode == "helper-dies" and os.getpid() != parent:
         os._exit(3)  # the helper dies on the first check it takes, before reporting anything
+    if mode == "helper-hangs" and os.getpid() != parent:
+        import time
+        time.sleep(3600)
     with open(log, "a") as f:
         f.write(f"{os.getpid()} {cid}\n")
     return run_one(ctx, cid, cls)
 base._run_one = logged
+_split.HELPER_PATIENCE_S = 0.5
 if mode == "threaded":  # a second thread: this process may not fork
     stop = threading.Event()
     threading.Thread(target=stop.wait, daemon=True).start()
@@ -78,8 +82,9 @@ def test_split_checks_run_once_each_in_two_processes_and_report_what_a_serial_ru
     assert len(pids) == 2 and got["parent"] in pids, "the helper took checks too"
 
 
-def test_checks_a_dead_helper_took_are_run_by_the_caller(tmp_path):
-    got, ran = _run(need(CLUSTER4), tmp_path, "helper-dies")
+@pytest.mark.parametrize("mode", ["helper-dies", "helper-hangs"])
+def test_checks_a_dead_or_stuck_helper_took_are_run_by_the_caller(tmp_path, mode):
+    got, ran = _run(need(CLUSTER4), tmp_path, mode)
     assert got["forked"] == [True] and got["same"]
     assert sorted(cid for _, cid in ran) == sorted({cid for _, cid in ran}) and len(ran) == 24
     assert {pid for pid, _ in ran} == {got["parent"]}

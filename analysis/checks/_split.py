@@ -24,11 +24,15 @@ import contextlib
 import os
 import pickle
 import select
+import signal
+import time
 from collections.abc import Callable
 from typing import Any
 
 from .. import store
 
+# How long the caller waits for the helper once its own share is done (at least; else 4x that share)
+HELPER_PATIENCE_S = 30.0
 _INDEX_BYTES = 2  # one check index in the task pipe (all of them are written at once: at most PIPE_BUF)
 
 
@@ -54,6 +58,8 @@ def run_split(ctx: Any, ids: list[str], run_one: Callable[[str], Any]) -> dict[s
             if pid == 0:
                 _helper(prof, ids, run_one, tasks_r, res_r, res_w)  # never returns
         if pid < 0:
+            os.close(tasks_r)
+            os.close(res_r)
             return None
         os.close(res_w)
         res_w = -1
@@ -64,8 +70,13 @@ def run_split(ctx: Any, ids: list[str], run_one: Callable[[str], Any]) -> dict[s
         if pid != 0:
             prof.reopen()
     try:
+        t0 = time.monotonic()
         done = {ids[i]: run_one(ids[i]) for i in _claims(tasks_r)}
-        theirs = _receive(res_r)
+        theirs = _receive(res_r, patience=max(HELPER_PATIENCE_S, 4 * (time.monotonic() - t0)))
+        if theirs is None:  # stuck: what it holds is run here
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+            theirs = {}
     finally:
         os.close(tasks_r)
         os.close(res_r)
@@ -84,10 +95,16 @@ def _claims(fd: int) -> Any:
         yield int.from_bytes(b, "little")
 
 
-def _receive(fd: int) -> dict[int, Any]:
-    """The helper's outcomes by check index; {} when its pickle is missing or broken (it died)."""
+def _receive(fd: int, patience: float) -> dict[int, Any] | None:
+    """The helper's outcomes by check index; {} when its pickle is missing or broken (it died), None when
+    it has sent nothing for `patience` seconds (it can only be stuck: it runs what this process runs)."""
     chunks = []
-    while b := os.read(fd, 1 << 20):
+    while True:
+        ready, _, _ = select.select([fd], [], [], patience)
+        if not ready:
+            return None
+        if not (b := os.read(fd, 1 << 20)):
+            break
         chunks.append(b)
     try:
         got = pickle.loads(b"".join(chunks))
