@@ -50,6 +50,7 @@ import importlib
 import io
 import os
 import pickle
+import selectors
 import shutil
 import signal
 import struct
@@ -222,44 +223,36 @@ class _Writer:
     Per rank: `claim(rank)` before its first rows (False: the id is taken, send nothing), `data()` for
     each block, then `done()` (its `ranks` row, warnings and capabilities; the rank is complete) or
     `abort()` (its rows are deleted). `finish()` commits everything and checkpoints.
-
-    Ranks may be inserted concurrently, one thread per `lane`: each lane has its own cursor (its own
-    transaction) per table, and DuckDB appends of concurrent transactions do not conflict; a rank's rows
-    all go through one lane. What the lanes share (claims, the connection itself) is taken under a lock.
     """
 
     def __init__(self, con: duckdb.DuckDBPyConnection, row_group_rows: int = ROW_GROUP_ROWS) -> None:
         self.con = con
         self.row_group_rows = row_group_rows
-        self._open: dict[tuple[int, str], list[Any]] = {}  # (lane, table) -> [cursor, rows in its transaction]
+        self._open: dict[str, list[Any]] = {}         # table -> [cursor, rows in its open transaction]
         self._claimed: set[int] = set()
-        self._touched: dict[int, set[tuple[int, str]]] = {}  # rank -> (lane, table) it has rows in (abort)
+        self._touched: dict[int, set[str]] = {}       # rank -> tables it has rows in (for abort)
         self._held: dict[int, list[dict[str, Any]]] = {}  # rank -> its `ranks` rows, inserted by done()
-        self._lock = threading.Lock()
 
     def claim(self, rank: int) -> bool:
-        with self._lock:
-            if rank in self._claimed:
-                return False
-            self._claimed.add(rank)
-            return True
+        if rank in self._claimed:
+            return False
+        self._claimed.add(rank)
+        return True
 
-    def data(self, rank: int, table: str, cols: dict[str, Any], lane: int = 0) -> None:
+    def data(self, rank: int, table: str, cols: dict[str, Any]) -> None:
         n = _rows(cols)
         if not n:
             return
         if table == "ranks":  # the primary key: inserted once the rank is complete
-            with self._lock:
-                self._held.setdefault(rank, []).append(cols)
+            self._held.setdefault(rank, []).append(cols)
             return
-        self._touched.setdefault(rank, set()).add((lane, table))
-        entry = self._open.get((lane, table))
+        self._touched.setdefault(rank, set()).add(table)
+        entry = self._open.get(table)
         if entry is None:
-            with self._lock:
-                cur = self.con.cursor()
+            cur = self.con.cursor()
             cur.execute("USE profile")  # a cursor starts in the default (in-memory) catalog
             cur.execute("BEGIN TRANSACTION")
-            entry = self._open[(lane, table)] = [cur, 0]
+            entry = self._open[table] = [cur, 0]
         cur, have = entry
         i = 0
         while i < n:
@@ -277,34 +270,27 @@ class _Writer:
         """Complete a rank; returns why it could not be stored (it is then removed), else None."""
         import duckdb
 
-        with self._lock:
-            try:
-                for cols in self._held.pop(rank, []):
-                    _insert(self.con, "ranks", cols, rank)
-            except duckdb.Error as e:  # e.g. a reader that gave two rows for its rank
-                err = f"cannot store the ranks row: {e}"
-            else:
-                if warnings:
-                    self.con.executemany("INSERT INTO ingest_warnings VALUES (?, NULL, ?)",
-                                         [[rank, w] for w in warnings])
-                if capabilities:
-                    self.con.executemany("INSERT INTO capabilities VALUES (?, ?)",
-                                         [[rank, c] for c in capabilities])
-                self._touched.pop(rank, None)
-                return None
-        self.abort(rank, keep_claim=True)
-        return err
+        try:
+            for cols in self._held.pop(rank, []):
+                _insert(self.con, "ranks", cols, rank)
+        except duckdb.Error as e:  # e.g. a reader that gave two rows for its rank
+            self.abort(rank, keep_claim=True)
+            return f"cannot store the ranks row: {e}"
+        if warnings:
+            self.con.executemany("INSERT INTO ingest_warnings VALUES (?, NULL, ?)",
+                                 [[rank, w] for w in warnings])
+        if capabilities:
+            self.con.executemany("INSERT INTO capabilities VALUES (?, ?)", [[rank, c] for c in capabilities])
+        self._touched.pop(rank, None)
+        return None
 
     def abort(self, rank: int, keep_claim: bool = False) -> None:
-        """Remove a rank's rows (its id is unique among claimed ranks, so only its own rows go); from the
-        lane that inserted them."""
-        with self._lock:
-            self._held.pop(rank, None)
-        for key in sorted(self._touched.pop(rank, ())):
-            self._open[key][0].execute(f"DELETE FROM {key[1]} WHERE rank = ?", [rank])
+        """Remove a rank's rows (its id is unique among claimed ranks, so only its own rows go)."""
+        self._held.pop(rank, None)
+        for table in sorted(self._touched.pop(rank, ())):
+            self._open[table][0].execute(f"DELETE FROM {table} WHERE rank = ?", [rank])
         if not keep_claim:
-            with self._lock:
-                self._claimed.discard(rank)
+            self._claimed.discard(rank)
 
     def finish(self, warnings: list[str]) -> None:
         for cur, _ in self._open.values():
@@ -716,46 +702,41 @@ def _ingest_main(inp: BinaryIO, out: BinaryIO) -> None:
 
 def _run_workers(sources: list[RankSource], workers: int, open_writer: Callable[[], _Writer],
                  progress: Callable[[int, int, str], None]) -> tuple[_Writer, int, list[str]]:
-    """Hand the ranks to `workers` parse workers, one at a time each, and insert each rank as it arrives.
-
-    Each worker has a lane: a thread that reads its worker's rank to the end and inserts it with its own
-    cursors (`_Writer` lanes), so a rank's rows stay together in every table (which keeps the zone maps on
-    rank and time selective) and two ranks are inserted at once. DuckDB runs an insert without the GIL
-    for the most part, so the second core does the other lane's insert at the end of an ingest, when
-    parsing is over, and meanwhile a worker whose rank is done no longer waits, blocked on its full pipe,
-    for the other worker's rank to be inserted. The database is opened (`open_writer`) once the workers
-    are started, while they parse their first ranks. A worker that dies fails its rank (the rows it sent
-    are removed) and is replaced (by a new interpreter: this process has threads by then).
+    """Hand the ranks to `workers` parse workers, one at a time each; insert each rank as it arrives, one
+    rank at a time (a worker that has started sending is read to the end of its rank, so a rank's rows
+    stay together in every table, which keeps the zone maps on rank and time selective). The database
+    is opened (`open_writer`) once the workers are started, while they parse their first ranks. A worker
+    that dies fails its rank (the rows it sent are removed) and is replaced.
     """
     n = len(sources)
     todo = collections.deque(sources)
-    lock = threading.Lock()  # the queue, the counts, progress frames, starting workers
-    counts = {"stored": 0, "done": 0, "startup_failures": 0}
+    stored = done = 0
     errors: list[str] = []
+    startup_failures = 0
+    sel = selectors.DefaultSelector()
     children: list[_Child] = []
-    failures: list[BaseException] = []
 
-    def start() -> _Child:
+    def start() -> None:
         w = _Child("parse", fork=_may_fork())
         children.append(w)
-        return w
+        sel.register(w.out, selectors.EVENT_READ, w)
+        assign(w)
 
     def assign(w: _Child) -> None:
-        with lock:
-            w.task = todo.popleft() if todo else None
+        w.task = todo.popleft() if todo else None
         if w.task is None or not w.send(b"T", w.task):
-            w.close_input()  # no more work (or it is gone): it exits, its EOF is handled by its lane
+            w.close_input()  # no more work (or it is gone): it exits, its EOF is handled below
 
     def finished(label: Any, err: str | None) -> None:
-        with lock:
-            if err:
-                errors.append(err)
-            else:
-                counts["stored"] += 1
-            counts["done"] += 1
-            progress(counts["done"], n, f"rank {label}")
+        nonlocal stored, done
+        if err:
+            errors.append(err)
+        else:
+            stored += 1
+        done += 1
+        progress(done, n, f"rank {label}")
 
-    def receive(w: _Child, task: RankSource, lane: int) -> bool:
+    def receive(w: _Child, task: RankSource) -> bool:
         """Read the frames of `w`'s task (its data, then R); False when `w` died first."""
         rank: int | None = None
         refused = False
@@ -766,7 +747,7 @@ def _run_workers(sources: list[RankSource], workers: int, open_writer: Callable[
                 if rank is None:
                     rank, refused = r, not writer.claim(r)
                 if not refused:
-                    writer.data(r, table, cols, lane)
+                    writer.data(r, table, cols)
                 continue
             r, info, err = obj  # R: the task is over
             if err is None:
@@ -783,52 +764,37 @@ def _run_workers(sources: list[RankSource], workers: int, open_writer: Callable[
             writer.abort(rank)  # the rows it had sent
         return False
 
-    def run_lane(lane: int, w: _Child) -> None:
-        try:
-            while True:
-                if w.task is not None and receive(w, w.task, lane):
+    try:
+        for _ in range(max(1, min(workers, n))):
+            start()
+        writer = open_writer()
+        while sel.get_map():
+            for key, _ in sel.select():
+                w: _Child = key.data
+                if w.task is not None and receive(w, w.task):
                     assign(w)
                     if w.task is None:  # nothing left for it: its exit is not waited for
+                        sel.unregister(w.out)
                         w.release()
-                        return
                     continue
-                if w.task is None:  # EOF after its input was closed
+                sel.unregister(w.out)  # EOF: done with its tasks, or died
+                if w.task is None:
                     w.close()
-                    return
-                why = w.death()  # it died
+                    continue
+                why = w.death()
                 w.close()
                 finished(w.task.rank, f"{w.task.path}: cannot parse: the parse worker died ({why})")
-                with lock:
-                    counts["startup_failures"] += not w.finished
-                    given_up = [] if counts["startup_failures"] < 3 or counts["stored"] else list(todo)
-                    if given_up:  # workers cannot even start: give up
-                        todo.clear()
-                    w = start() if todo else None
-                for src in given_up:
-                    finished(src.rank, f"{src.path}: cannot parse: the parse worker died ({why})")
-                if w is None:
-                    return
-                assign(w)
-        except BaseException as e:  # re-raised by the caller
-            failures.append(e)
-
-    try:
-        first = [start() for _ in range(max(1, min(workers, n)))]  # forked: no thread of ours runs yet
-        for w in first:
-            assign(w)
-        writer = open_writer()
-        lanes = [threading.Thread(target=run_lane, args=(i, w), name=f"lane-{i}", daemon=True)
-                 for i, w in enumerate(first)]
-        for t in lanes:
-            t.start()
-        for t in lanes:
-            t.join()
-        if failures:
-            raise failures[0]
+                startup_failures += not w.finished
+                if startup_failures >= 3 and not stored:  # workers cannot even start: give up
+                    while todo:
+                        src = todo.popleft()
+                        finished(src.rank, f"{src.path}: cannot parse: the parse worker died ({why})")
+                elif todo:
+                    start()
     finally:
         for w in children:
             w.kill()
-    return writer, counts["stored"], errors
+    return writer, stored, errors
 
 
 def build_database(disc: Discovery, out: Path, *, workers: int | None = None,

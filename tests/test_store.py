@@ -207,46 +207,6 @@ def test_writer_refuses_a_taken_rank_id_and_removes_an_aborted_rank(tmp_path):
     con.close()
 
 
-def test_writer_lanes_insert_ranks_concurrently_and_abort_only_their_own_rows(tmp_path):
-    """Two threads, one lane each, append to the same tables at once (row groups of 1,024 rows: many
-    commits each); a rank aborted in one lane leaves the other lane's rows whole."""
-    import threading
-
-    import numpy as np
-
-    con, _ = store._connect_for_writing(tmp_path / "w.duckdb")
-    w = store._Writer(con, 1024)
-    n = 20_000
-
-    def lane(i: int) -> None:
-        for rank in (i, i + 2):
-            assert w.claim(rank)
-            for k in range(0, n, 1500):
-                m = min(1500, n - k)
-                w.data(rank, "device_ops", {"name": np.array([f"k{rank}"] * m, dtype=object),
-                                            "category": np.array(["compute"] * m, dtype=object),
-                                            "start_ns": np.arange(k, k + m), "dur_ns": np.full(m, rank)}, i)
-            w.data(rank, "ranks", {"source_path": np.array([f"r{rank}"], dtype=object),
-                                   "format": np.array(["kineto"], dtype=object),
-                                   "vendor": np.array(["cuda"], dtype=object)}, i)
-            if rank == 3:
-                w.abort(rank)
-            else:
-                assert w.done(rank, [f"w{rank}"], []) is None
-
-    threads = [threading.Thread(target=lane, args=(i,)) for i in (0, 1)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    w.finish([])
-    got = con.execute("SELECT rank, count(*), count(DISTINCT start_ns), min(dur_ns), max(dur_ns), "
-                      "count(DISTINCT name) FROM device_ops GROUP BY rank ORDER BY rank").fetchall()
-    assert got == [(0, n, n, 0, 0, 1), (1, n, n, 1, 1, 1), (2, n, n, 2, 2, 1)]
-    assert con.execute("SELECT rank FROM ranks ORDER BY rank").fetchall() == [(0,), (1,), (2,)]
-    con.close()
-
-
 def test_parse_worker_death_skips_its_rank(tmp_path):
     import os
     import threading
@@ -308,7 +268,7 @@ class Writer:  # records what reaches the database
         self.rows, self.aborted = {}, []
     def claim(self, r):
         return True
-    def data(self, r, table, cols, lane=0):
+    def data(self, r, table, cols):
         self.rows[r] = self.rows.get(r, 0) + store._rows(cols)
     def done(self, r, *info):
         return None
