@@ -61,7 +61,6 @@ from typing import Any
 import duckdb
 import msgspec
 import numpy as np
-import pandas as pd
 
 from .ascend_columns import (
     API_STATISTIC,
@@ -220,6 +219,7 @@ _FLOW_PHASES = frozenset({"s", "f", "t"})
 _STR_ONLY = frozenset({str})
 _FLOAT_ONLY = frozenset({float})
 _INT_OR_NONE = frozenset({int, type(None)})
+_INT_ONLY = frozenset({int})
 _STR_OR_NONE = frozenset({str, type(None)})
 _FLOAT_OR_NONE = frozenset({float, type(None)})
 _NUMBER_OR_NONE = frozenset({int, float, type(None)})
@@ -978,19 +978,35 @@ def _last_boundary(buf: bytes) -> tuple[int, int] | None:
 # small converters
 
 
-def _i64(values: Any) -> pd.arrays.IntegerArray:
-    """pd.array(values, dtype="Int64"); a list of ints and None is converted directly (pandas infers the type
-    of every element first)."""
-    if isinstance(values, (list, tuple)) and _INT_OR_NONE.issuperset(map(type, values)):
-        a = _int_array(values)
-        if a is not None:
-            return a
-    return pd.array(values, dtype="Int64")
+def _ma(data: np.ndarray, mask: np.ndarray) -> np.ma.MaskedArray:
+    """A nullable int64 column: its data and its full NULL mask (both kept, not copied), which `RankTables`
+    reads directly; `._data` / `._mask` give them back."""
+    return np.ma.MaskedArray(data, mask=mask)
 
 
-def _int_array(values: Sequence[int | None]) -> pd.arrays.IntegerArray | None:
-    """Ints and None as an Int64 array (with the data pandas puts under the mask, 1); None when a value is
-    beyond int64."""
+def _i64(values: Any) -> np.ma.MaskedArray:
+    """pd.array(values, dtype="Int64") as a masked int64 array (a copy); lists of ints and None and integer
+    arrays are converted here, anything else by pandas (imported only then: odd values, ints beyond int64,
+    which raise pandas' own error)."""
+    if isinstance(values, (list, tuple)):
+        if _INT_OR_NONE.issuperset(map(type, values)):
+            a = _int_array(values)
+            if a is not None:
+                return a
+    elif isinstance(values, np.ndarray) and values.ndim == 1 and values.dtype.kind == "i":
+        data = np.array(np.ma.getdata(values), dtype=np.int64)
+        mask = np.array(np.ma.getmaskarray(values), dtype=bool) if isinstance(values, np.ma.MaskedArray) \
+            else np.zeros(len(data), dtype=bool)
+        return _ma(data, mask)
+    import pandas as pd
+
+    a = pd.array(values, dtype="Int64")
+    return _ma(np.array(a._data, dtype=np.int64), np.array(a._mask, dtype=bool))
+
+
+def _int_array(values: Sequence[int | None]) -> np.ma.MaskedArray | None:
+    """Ints and None as a masked int64 array (with the data pandas puts under the mask, 1); None when a
+    value is beyond int64."""
     try:
         if None in values:
             obj = np.array(values, dtype=object)
@@ -1002,10 +1018,10 @@ def _int_array(values: Sequence[int | None]) -> pd.arrays.IntegerArray | None:
             mask = np.zeros(len(values), dtype=bool)
     except OverflowError:
         return None
-    return pd.arrays.IntegerArray(data, mask)
+    return _ma(data, mask)
 
 
-def _i64_rows(values: Sequence[int | None], keep: list[bool], rest: list[bool]) -> pd.arrays.IntegerArray:
+def _i64_rows(values: Sequence[int | None], keep: list[bool], rest: list[bool]) -> np.ma.MaskedArray:
     """`_i64(values)` of the rows where `keep` (`rest` is its negation) for a column of ints and None (as
     `_ints` makes), converting only those rows. The other rows are converted too when one is not None: a
     value beyond int64 anywhere makes `_i64` of the whole column raise, and it still does."""
@@ -1017,12 +1033,13 @@ def _i64_rows(values: Sequence[int | None], keep: list[bool], rest: list[bool]) 
     return _i64(values)[np.flatnonzero(keep)]
 
 
-def _int32(values: Any) -> pd.arrays.IntegerArray:
+def _int32(values: Any) -> np.ma.MaskedArray:
     """Nullable ints for an INTEGER column; out-of-range values (msprof's 4294967295 = "none") become NULL."""
     a = _i64(values)
-    out_of_range = ((a < -INT32_MAX) | (a > INT32_MAX)).fillna(False).to_numpy(dtype=bool)
+    data, mask = a._data, a._mask
+    out_of_range = ((data < -INT32_MAX) | (data > INT32_MAX)) & ~mask
     if out_of_range.any():
-        a[out_of_range] = pd.NA
+        mask[out_of_range] = True
     return a
 
 
@@ -1219,11 +1236,11 @@ def _scaled_floats(values: list[float | None], scale: int, digits: int) -> list[
     return out
 
 
-def _scaled_column(values: list[Any], scale: int, digits: int, typed: bool) -> pd.arrays.IntegerArray:
+def _scaled_column(values: list[Any], scale: int, digits: int, typed: bool) -> np.ma.MaskedArray:
     """`_i64` of `_scaled_floats` (`typed`: numbers decoded as floats) or of `_scaled_ints` (as text); the
     floats without a list of ints in between."""
     if typed:
-        return pd.arrays.IntegerArray(*_scaled_exact(values, scale))
+        return _ma(*_scaled_exact(values, scale))
     return _i64(_scaled_ints(values, scale, digits))
 
 
@@ -1422,14 +1439,14 @@ def _int_column(values: list[int | None], known: bool = False) -> Any:
     return values
 
 
-def _int_pairs(pairs: list[tuple[int, int]]) -> tuple[pd.arrays.IntegerArray, pd.arrays.IntegerArray] | None:
+def _int_pairs(pairs: list[tuple[int, int]]) -> tuple[np.ma.MaskedArray, np.ma.MaskedArray] | None:
     """The two int64 columns of (a, b) pairs of ints; None when a value is beyond int64."""
     try:
         a = np.fromiter(itertools.chain.from_iterable(pairs), dtype=np.int64, count=2 * len(pairs)).reshape(-1, 2)
     except OverflowError:
         return None
     no_null = np.zeros(len(a), dtype=bool)
-    return pd.arrays.IntegerArray(a[:, 0].copy(), no_null), pd.arrays.IntegerArray(a[:, 1].copy(), no_null.copy())
+    return _ma(a[:, 0].copy(), no_null), _ma(a[:, 1].copy(), no_null.copy())
 
 
 def _float_column(values: list[float | None], known: bool = False) -> Any:
@@ -1557,14 +1574,40 @@ def _first_matches(keys: Iterable[Any], first: dict[Any, int], rows: Sequence[in
     return left, right
 
 
+def _factorize(values: Sequence[Any]) -> tuple[np.ndarray, list[Any]]:
+    """pd.factorize(values, use_na_sentinel=False) of a column of ints and str (None ...): (code of each row,
+    the distinct values by code), codes in order of first appearance. A column of int64 ints goes through
+    numpy (np.unique, then the codes renumbered by first row); any other through a dict (pandas' hash table
+    groups ints and str as a dict does: by ==, the first row's value kept)."""
+    n = len(values)
+    if isinstance(values, np.ndarray) and values.dtype == np.int64:
+        arr = values
+    elif n and _INT_ONLY.issuperset(map(type, values)):
+        try:
+            arr = np.array(values, dtype=np.int64)
+        except OverflowError:
+            arr = None
+    else:
+        arr = None
+    if arr is not None:
+        uniq, first, inv = np.unique(arr, return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")
+        renum = np.empty(len(order), dtype=np.intp)
+        renum[order] = np.arange(len(order), dtype=np.intp)
+        return renum[inv.reshape(-1)], uniq[order].tolist()
+    index: dict[Any, int] = {}
+    codes = np.fromiter((index.setdefault(v, len(index)) for v in values), dtype=np.intp, count=n)
+    return codes, list(index)
+
+
 def _pair_codes(a: Sequence[Any], b: Sequence[Any]) -> tuple[np.ndarray, list[tuple[Any, Any]]]:
-    """(code of each row, the distinct (a, b) pairs by code) of two columns: each column factorized in C,
-    then the two codes combined into one (no tuple per row)."""
-    ca, ua = pd.factorize(_objects(a), use_na_sentinel=False)
-    cb, ub = pd.factorize(_objects(b), use_na_sentinel=False)
+    """(code of each row, the distinct (a, b) pairs by code) of two columns: each column factorized, then the
+    two codes combined into one (no tuple per row)."""
+    ca, ua = _factorize(a)
+    cb, ub = _factorize(b)
     nb = max(len(ub), 1)
-    codes, pairs = pd.factorize(ca.astype(np.int64) * nb + cb)
-    return codes, [(ua[k // nb], ub[k % nb]) for k in pairs.tolist()]
+    codes, pairs = _factorize(ca.astype(np.int64) * nb + cb)
+    return codes, [(ua[k // nb], ub[k % nb]) for k in pairs]
 
 
 def _groups(codes: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
@@ -1585,36 +1628,44 @@ def _comm_lane(tname: str | None) -> tuple[bool | None, str | None]:
             m.group(1) if m else None)
 
 
-def _texts(col: pd.Series) -> np.ndarray:
-    """A text column of a frame as an object array of str / None (NaN, NA -> None)."""
-    return col.to_numpy(dtype=object, na_value=None)
+def _texts(col: np.ndarray) -> np.ndarray:
+    """A text column of a `_Frame` as an object array of str / None (it is one already)."""
+    return col
 
 
-def _nulls(n: int) -> pd.arrays.IntegerArray:
-    """n NULLs as an Int64 array."""
-    return pd.arrays.IntegerArray(np.ones(n, dtype=np.int64), np.ones(n, dtype=bool))
+def _nulls(n: int) -> np.ma.MaskedArray:
+    """n NULLs as a masked int64 array."""
+    return _ma(np.ones(n, dtype=np.int64), np.ones(n, dtype=bool))
 
 
-def _put(a: pd.arrays.IntegerArray, rows: np.ndarray, values: pd.arrays.IntegerArray) -> pd.arrays.IntegerArray:
+def _put(a: np.ma.MaskedArray, rows: np.ndarray, values: np.ma.MaskedArray) -> np.ma.MaskedArray:
     """A copy of `a` with `values` at `rows`."""
     data, mask = a._data.copy(), a._mask.copy()
     data[rows], mask[rows] = values._data, values._mask
-    return pd.arrays.IntegerArray(data, mask)
+    return _ma(data, mask)
 
 
 def _concat(a: Any, b: Any) -> Any:
-    """Two columns of one kind (numpy arrays or Int64 arrays) one after the other."""
-    if isinstance(a, pd.arrays.IntegerArray):
-        return pd.arrays.IntegerArray(np.concatenate([a._data, b._data]), np.concatenate([a._mask, b._mask]))
+    """Two columns of one kind (numpy arrays or masked int64 arrays) one after the other."""
+    if isinstance(a, np.ma.MaskedArray):
+        return _ma(np.concatenate([a._data, b._data]), np.concatenate([a._mask, b._mask]))
     return np.concatenate([a, b])
 
 
-def _float64(values: list[float | None]) -> pd.arrays.FloatingArray:
-    """pd.array(values, dtype="Float64") of floats and None (NULL where None or NaN, as pandas does)."""
+def _float64(values: list[float | None]) -> Any:
+    """pd.array(values, dtype="Float64") of floats and None as a float64 array (None -> NaN: `RankTables`
+    stores NaN as NULL, as pandas does); other values through pandas (imported only then)."""
     if _FLOAT_OR_NONE.issuperset(map(type, values)):
-        a = np.array(values, dtype=np.float64)
-        return pd.arrays.FloatingArray(a, np.isnan(a))
-    return pd.array(values, dtype="Float64")
+        return np.array(values, dtype=np.float64)
+    import pandas as pd
+
+    a = pd.array(values, dtype="Float64")
+    return np.ma.MaskedArray(np.array(a._data, dtype=np.float64), mask=np.array(a._mask, dtype=bool))
+
+
+def _int64s(col: np.ndarray) -> np.ndarray:
+    """An int column of a `_Frame` without NULLs as int64."""
+    return np.array(np.ma.getdata(col), dtype=np.int64)
 
 
 def _objects(col: Sequence[Any]) -> np.ndarray:
@@ -1624,14 +1675,14 @@ def _objects(col: Sequence[Any]) -> np.ndarray:
     return a
 
 
-def _na_steps(a: np.ndarray) -> pd.arrays.IntegerArray:
+def _na_steps(a: np.ndarray) -> np.ma.MaskedArray:
     """Step ids (-1 = none) as an INTEGER column: negative and out-of-range ids are NULL."""
     if not a.size:
         return _i64([])
     data = np.array(a, dtype=np.int64)
     mask = (data < 0) | (data > INT32_MAX)
     data[mask] = 1
-    return pd.arrays.IntegerArray(data, mask)
+    return _ma(data, mask)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -1721,12 +1772,11 @@ _MILLI_NUMERALS = re.compile(r"-?[0-9]{1,18}\.[0-9]{3}(?:\n-?[0-9]{1,18}\.[0-9]{
 
 
 def _plain_column(cells: list[str | None], kind: str, nulls: bool) -> Any:
-    """The column DuckDB's `.df()` gives for the `_sql_of` conversion `kind` of VARCHAR `cells` (None: NULL),
+    """The `_Frame` column DuckDB gives for the `_sql_of` conversion `kind` of VARCHAR `cells` (None: NULL),
     or None when a non-NULL cell (after trim and NULLIF) is not a plain numeral that both convert alike.
     `nulls`: whether `cells` may hold None.
 
-    Text: a list (pandas infers the `str` dtype, or object when all cells are NULL, as it does for
-    DuckDB's VARCHAR result). Numbers: int64 / float64 arrays, Int64 when an integer column has NULLs
+    Text: a list. Numbers: int64 / float64 arrays, a masked int64 array when an integer column has NULLs
     (NaN marks them in a float column). int: at most 15 digits, no decimals (exact as DOUBLE, so round()
     keeps it); ns: at most 18 integer digits (absolute epoch µs have 16) and 3 decimals, scaled exactly as
     DECIMAL(38,3) does, when all fit BIGINT (DuckDB's TRY_CAST gives NULL for the others)."""
@@ -1756,7 +1806,64 @@ def _plain_column(cells: list[str | None], kind: str, nulls: bool) -> Any:
     mask = np.array([t is None for t in texts], dtype=bool)
     data = np.full(len(texts), np.nan if kind == _FLOAT else 0, dtype=dtype)
     data[~mask] = values
-    return data if kind == _FLOAT else pd.arrays.IntegerArray(data, mask)
+    return data if kind == _FLOAT else _ma(data, mask)
+
+
+class _Frame:
+    """The columns of a CSV read, all of one length (what the reader took from a DataFrame): int64 arrays
+    (masked, with a full mask, when a column has NULLs), float64 arrays (NaN: NULL), object arrays of
+    str / None."""
+
+    __slots__ = ("cols", "n")
+
+    def __init__(self, cols: dict[str, np.ndarray], n: int) -> None:
+        self.cols = cols
+        self.n = n
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.cols[name]
+
+    def __setitem__(self, name: str, col: np.ndarray) -> None:
+        self.cols[name] = col
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.cols
+
+    def __len__(self) -> int:
+        return self.n
+
+    def take(self, rows: np.ndarray) -> _Frame:
+        return _Frame({c: v[rows] for c, v in self.cols.items()}, len(rows))
+
+
+def _isna(col: np.ndarray) -> np.ndarray:
+    """NULL mask of a `_Frame` column."""
+    if isinstance(col, np.ma.MaskedArray):
+        return np.ma.getmaskarray(col)
+    if col.dtype.kind == "f":
+        return np.isnan(col)
+    if col.dtype == object:
+        return np.equal(col, None)
+    return np.zeros(len(col), dtype=bool)
+
+
+def _frame_column(a: np.ndarray) -> np.ndarray:
+    """A column of DuckDB's `fetchnumpy()` as a `_Frame` column (the values `.df()` gives)."""
+    if a.dtype.kind in "iu":
+        if isinstance(a, np.ma.MaskedArray):
+            mask = np.array(np.ma.getmaskarray(a), dtype=bool)
+            return _ma(np.array(np.ma.getdata(a), dtype=np.int64), mask) if mask.any() else \
+                np.array(np.ma.getdata(a), dtype=np.int64)
+        return a.astype(np.int64, copy=False)
+    if a.dtype.kind == "f":
+        data = np.array(np.ma.getdata(a), dtype=np.float64)
+        if isinstance(a, np.ma.MaskedArray):
+            data[np.ma.getmaskarray(a)] = np.nan
+        return data
+    data = np.array(np.ma.getdata(a), dtype=object)
+    if isinstance(a, np.ma.MaskedArray):
+        data[np.ma.getmaskarray(a)] = None
+    return data
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -1896,11 +2003,13 @@ class _RankReader:
             return None
         return res
 
-    def query_csv(self, path: Path, select: list[str], *, required: bool = False) -> pd.DataFrame | None:
+    def query_csv(self, path: Path, select: list[str], *, required: bool = False) -> _Frame | None:
         """Run the converting SELECT over a CSV; a parse failure raises (required file) or warns (None)."""
         try:
             source = _csv_source(self._csv_columns[path])
-            return self.con.execute(f"SELECT {', '.join(select)} FROM {source}", [str(path)]).df()
+            got = self.con.execute(f"SELECT {', '.join(select)} FROM {source}", [str(path)]).fetchnumpy()
+            cols = {name: _frame_column(a) for name, a in got.items()}
+            return _Frame(cols, len(next(iter(cols.values()))) if cols else 0)
         except duckdb.Error as e:
             problem = f"cannot parse CSV: {str(e).splitlines()[0]}"
             if required:
@@ -1908,7 +2017,7 @@ class _RankReader:
             self.warn(path, f"{problem}; skipped")
             return None
 
-    def query_converted(self, path: Path, cols: list[Converted], *, required: bool = False) -> pd.DataFrame | None:
+    def query_converted(self, path: Path, cols: list[Converted], *, required: bool = False) -> _Frame | None:
         """`query_csv` of the `_sql_of` conversions `cols`, converted in Python (`_plain_column`) when every
         cell allows it: DuckDB evaluating the ~25 conversions of a 1,600-row kernel_details.csv costs ~3x
         the plain read of its columns (~23 vs ~7 ms). Any other file (no rows, a cell that is not plain, a
@@ -1929,8 +2038,10 @@ class _RankReader:
                 out[alias] = _plain_column(cells[col], kind, isinstance(arrays[col], np.ma.MaskedArray))
                 if out[alias] is None:
                     break
+                if type(out[alias]) is list:
+                    out[alias] = _objects(out[alias])
             else:
-                frame = pd.DataFrame(out)
+                frame = _Frame(out, len(out[cols[0][0]]))
         if frame is None:
             return self.query_csv(path, [_sql_of(*c) for c in cols], required=required)
         return frame
@@ -2080,7 +2191,7 @@ class _RankReader:
 
     # -- kernel_details.csv ---------------------------------------------------------------------------
 
-    def kernel_details(self) -> pd.DataFrame | None:
+    def kernel_details(self) -> _Frame | None:
         path = self.out / "kernel_details.csv"
         if not path.is_file():
             # msprof's op_summary carries the same columns under other names (ascend_columns.KERNEL_DETAILS)
@@ -2103,45 +2214,57 @@ class _RankReader:
         ratios = [c for c in PIPE_RATIO_COLUMNS if c in f]
         sel += [(c, f[c], _FLOAT) for c in ratios]
         df = self.query_converted(path, sel, required=True)
-        if df is None or df.empty:
+        if df is None or not len(df):
             self.warn(path, "no rows (no kernels recorded)")
             return None
-        bad = df["name"].isna() | df["start_ns"].isna() | df["dur_ns"].isna()
+        bad = _isna(df["name"]) | _isna(df["start_ns"]) | _isna(df["dur_ns"])
         if bad.any():
             self.warn(path, f"{int(bad.sum())} of {len(df)} rows without a name, start or duration skipped")
-            df = df[~bad].reset_index(drop=True)
-            if df.empty:
+            df = df.take(np.flatnonzero(~bad))
+            if not len(df):
                 return None
-        for c in ("step", "stream_id", "task_id", "block_dim", "mix_block_dim", "device_id", "op_type",
-                  "op_state", "task_type", "input_shapes", "input_dtypes", "input_formats", "output_shapes",
-                  "output_dtypes", *PIPE_RATIO_COLUMNS):
-            if c not in df.columns:
-                df[c] = pd.NA
+        n = len(df)
+        # absent columns: all NULL
+        for c in ("step", "stream_id", "task_id", "block_dim", "mix_block_dim", "device_id"):
+            if c not in df:
+                df[c] = _nulls(n)
+        for c in ("op_type", "op_state", "task_type", "input_shapes", "input_dtypes", "input_formats",
+                  "output_shapes", "output_dtypes"):
+            if c not in df:
+                df[c] = np.full(n, None, dtype=object)
+        for c in PIPE_RATIO_COLUMNS:
+            if c not in df:
+                df[c] = np.full(n, np.nan)
         self.t.has("kernel_details")
         self._kernel_capabilities(path, res, df, ratios)
-        if df["device_id"].notna().any() and self.device.get("device_id") is None:
-            self.device["device_id"] = int(df["device_id"].dropna().iloc[0])
+        dev_id = ~_isna(df["device_id"])
+        if dev_id.any() and self.device.get("device_id") is None:
+            self.device["device_id"] = int(np.ma.getdata(df["device_id"])[np.argmax(dev_id)])
         return df
 
-    def _kernel_capabilities(self, path: Path, res: Resolved, df: pd.DataFrame, ratios: list[str]) -> None:
+    def _kernel_capabilities(self, path: Path, res: Resolved, df: _Frame, ratios: list[str]) -> None:
         f = res.found
-        if "op_state" in f and df["op_state"].notna().any():
+
+        def any_value(c: str) -> bool:
+            return not _isna(df[c]).all()
+
+        if "op_state" in f and any_value("op_state"):
             self.t.has("op_state")
         elif "op_state" not in f:
             self.warn(path, "no OP State column (older CANN): operator state unknown, the dynamic-shape check "
                             "is not applicable")
-        if "block_dim" in f and df["block_dim"].notna().any():
+        if "block_dim" in f and any_value("block_dim"):
             self.t.has("block_dim")
         elif "block_dim" not in f:
             self.warn(path, "no Block Dim / Block Num column: the block-dim check is not applicable")
-        if "input_shapes" in f and df["input_shapes"].notna().any():
+        if "input_shapes" in f and any_value("input_shapes"):
             self.t.has("shapes")
-        if "input_dtypes" in f and df["input_dtypes"].notna().any():
+        if "input_dtypes" in f and any_value("input_dtypes"):
             self.t.has("dtypes")
         if "input_shapes" not in f or "input_dtypes" not in f:
             self.warn(path, "no Input Shapes / Input Data Types columns (Level0 or record_shapes off): "
                             "shape and dtype checks are not applicable")
-        if ratios and df[ratios].notna().any().any():
+        if ratios and any(map(any_value, ratios)):
             self.t.has("pipe_ratios")
             self.t.add("metadata", key="kernel_metrics", value_json=_jdump("PipeUtilization"))
         else:
@@ -2247,7 +2370,7 @@ class _RankReader:
 
     def host_frame(self, tr: TraceColumns, steps: _Steps, pairs: _Launches) -> dict[str, Any]:
         """Host ops with step, nesting depth and correlation id, as the host_ops columns (lists, int64 and
-        Int64 arrays; a DataFrame's text inference cost more than the rest of the columns).
+        masked int64 arrays; a DataFrame's text inference cost more than the rest of the columns).
 
         Depth and the launch binding come from one sweep per (pid, tid) track, ops sorted by (start, -dur)
         with a stack of open ops: the depth is the stack height; a flow start at time t binds to the innermost
@@ -2331,7 +2454,7 @@ class _RankReader:
 
     # -- device ops -----------------------------------------------------------------------------------
 
-    def device_ops(self, kd: pd.DataFrame | None, tr: TraceColumns | None, host: dict[str, Any] | None,
+    def device_ops(self, kd: _Frame | None, tr: TraceColumns | None, host: dict[str, Any] | None,
                    steps: _Steps, pairs: _Launches | None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """device_ops rows (kernel_details joined with the trace's device tasks) and the trace's hcom ops.
 
@@ -2371,7 +2494,7 @@ class _RankReader:
             k_name, k_type = _texts(kd["name"]), _texts(kd["task_type"])
             cols = {"name": k_name, "op_type": _texts(kd["op_type"]), "task_type": k_type,
                     "category": self._categories(k_type, k_name, "compute"), "stream_id": k_stream,
-                    "start_ns": kd["start_ns"].to_numpy(dtype=np.int64), "dur_ns": kd["dur_ns"].to_numpy(dtype=np.int64),
+                    "start_ns": _int64s(kd["start_ns"]), "dur_ns": _int64s(kd["dur_ns"]),
                     "correlation_id": k_corr, "group_name": k_group, "size_bytes": _nulls(n_kd)}
         if n_rest:
             r_name, r_type = cand["name"][rest], cand["task_type"][rest]
@@ -2395,7 +2518,7 @@ class _RankReader:
                       "output_dtypes"):
                 out[c] = _concat(_texts(kd[c]), np.full(n_rest, None, dtype=object))
             for c in PIPE_RATIO_COLUMNS:
-                out[c] = _concat(kd[c].to_numpy(dtype=np.float64, na_value=np.nan), np.full(n_rest, np.nan))
+                out[c] = _concat(np.array(kd[c], dtype=np.float64), np.full(n_rest, np.nan))
         self.t.extend("device_ops", out)
         self.t.has("device_ops")
         return {"step": step, "start_ns": cols["start_ns"]}, comm_ops
@@ -2404,7 +2527,7 @@ class _RankReader:
                             pairs: _Launches | None) -> tuple[dict[str, Any], dict[str, Any]]:
         """Device task candidates from the trace (hcom ops, then Ascend Hardware tasks; a task with the name
         and start of an earlier one is dropped) and the hcom ops alone, as columns (object / int64 arrays,
-        Int64 arrays); the HCCL sub-tasks (Plane threads) go to `comm_task_cols`."""
+        masked int64 arrays); the HCCL sub-tasks (Plane threads) go to `comm_task_cols`."""
         if tr is None:
             return {}, {}
         # (converted first, as the frame-based reader did: a value beyond int64 raises before any other)
@@ -2476,12 +2599,12 @@ class _RankReader:
         return cand, ops
 
     @staticmethod
-    def _join(kd: pd.DataFrame, cand: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    def _join(kd: _Frame, cand: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
         """(kernel_details row, trace candidate) index pairs of the same task, one-to-one: the first row of
         each key on either side, in kernel_details order (what merging the deduplicated sides gives)."""
         # first: same start and short name. kernel_details names are never null here (rows without one are
         # dropped), so a null key of the trace never matches.
-        t_start, k_start = cand["start_ns"], kd["start_ns"].to_numpy(dtype=np.int64)
+        t_start, k_start = cand["start_ns"], _int64s(kd["start_ns"])
         first = _first_rows(zip(t_start.tolist(), _short_names(cand["name"].tolist()), strict=True))
         ki, ti = _first_matches(zip(k_start.tolist(), _short_names(_texts(kd["name"]).tolist()), strict=True),
                                 first, range(len(kd)))
@@ -2513,7 +2636,7 @@ class _RankReader:
         table = {key: task_category(key[0], "hcom_" if key[1] else "", default) for key in set(keys)}
         return _objects(list(map(table.__getitem__, keys)))
 
-    def _device_steps(self, start: np.ndarray, corr: pd.arrays.IntegerArray, source: pd.arrays.IntegerArray,
+    def _device_steps(self, start: np.ndarray, corr: np.ma.MaskedArray, source: np.ma.MaskedArray,
                       host: dict[str, Any] | None, steps: _Steps) -> np.ndarray:
         """Step of each device op (-1 = none): kernel_details Step Id (`source`), else the step of the host
         op that launched it (`corr`), else the step its start falls in (see `_Steps.of_device`)."""
@@ -2527,7 +2650,7 @@ class _RankReader:
                                    host["start_ns"][ok].tolist(), strict=True):
                     by_corr.setdefault(c, (s, t))
             if by_corr:
-                linked = np.flatnonzero(~corr.isna())
+                linked = np.flatnonzero(~corr._mask)
                 via = np.full(len(start), -1, dtype=np.int64)
                 for i, c, t in zip(linked.tolist(), corr._data[linked].tolist(), start[linked].tolist(),
                                    strict=True):
@@ -2536,7 +2659,7 @@ class _RankReader:
                     if hit is not None and hit[1] <= t:
                         via[i] = hit[0]
                 out = np.where(via >= 0, via, out)
-        if not source.isna().all():
+        if not source._mask.all():
             known = set(steps.ids.tolist())
             vals = set(source._data[~source._mask].tolist())
             if known and not vals <= known:
@@ -2631,7 +2754,7 @@ class _RankReader:
         })
         self.t.has("comm_tasks")
 
-    def _global_ranks(self, groups: np.ndarray, local: pd.arrays.IntegerArray) -> pd.arrays.IntegerArray:
+    def _global_ranks(self, groups: np.ndarray, local: np.ma.MaskedArray) -> np.ma.MaskedArray:
         """`map_rank(group, local)` of every row as an INTEGER column (`_int32` of it), a group at a time."""
         data = np.array(local._data, dtype=np.int64)
         mask = np.array(local._mask, dtype=bool) | (data < 0) | (data > INT32_MAX)
@@ -2649,7 +2772,7 @@ class _RankReader:
             data[sel] = table[data[sel]]
         mask |= (data < -INT32_MAX) | (data > INT32_MAX)
         data[mask] = 1
-        return pd.arrays.IntegerArray(data, mask)
+        return _ma(data, mask)
 
     def freq(self, tr: TraceColumns) -> None:
         if not tr.f_ts:
@@ -2695,7 +2818,7 @@ class _RankReader:
         df = self.query_converted(path, [("step", f["step"], _INT), *((c, f[c], _NS) for c in names if c in f)])
         if df is None:
             return
-        if df.empty:
+        if not len(df):
             self.warn(path, "no rows")
             return
         cols = {"step": _int32(df["step"])}
@@ -2703,7 +2826,7 @@ class _RankReader:
                        ("overlapped", "overlapped_ns"), ("communication", "communication_ns"),
                        ("free", "free_ns"), ("stage", "stage_ns"), ("bubble", "bubble_ns"),
                        ("preparing", "preparing_ns")):
-            if c in df.columns:
+            if c in df:
                 cols[out] = _i64(df[c])
         self.t.extend("vendor_step_trace", cols)
         self.t.has("vendor_step_trace")
@@ -2872,7 +2995,7 @@ class _RankReader:
         step = _int_array(op_steps)
         rank = _int_pairs(ranks)
         return {
-            "step": pd.arrays.IntegerArray(np.repeat(step._data, op_links), np.repeat(step._mask, op_links))
+            "step": _ma(np.repeat(step._data, op_links), np.repeat(step._mask, op_links))
             if step is not None else [s for s, n in zip(op_steps, op_links, strict=True) for _ in range(n)],
             "op_name": op_col, "group_name": groups,
             "src_rank": rank[0] if rank else [r[0] for r in ranks],
@@ -2926,33 +3049,42 @@ class _RankReader:
         df = self.query_csv(path, sel)
         if df is None:
             return
-        df = df[df["ts_ns"].notna()]
-        if df.empty:
+        rows = np.flatnonzero(~_isna(df["ts_ns"]))
+        if not len(rows):
             self.warn(path, "no rows")
             return
-        df = df.sort_values("ts_ns", kind="stable")
-        self.t.extend("memory_records", {"ts_ns": _i64(df["ts_ns"]), "component": df["component"].tolist(),
+        rows = rows[np.argsort(np.ma.getdata(df["ts_ns"])[rows], kind="stable")]
+        df = df.take(rows)
+        self.t.extend("memory_records", {"ts_ns": _i64(df["ts_ns"]), "component": df["component"],
                                          "allocated_bytes": _i64(df["allocated_bytes"]),
                                          "reserved_bytes": _i64(df["reserved_bytes"]),
                                          "active_bytes": _i64(df["active_bytes"])})
         self.t.has("memory_record", "memory")
 
-    def op_statistic(self, kd: pd.DataFrame | None) -> None:
+    def op_statistic(self, kd: _Frame | None) -> None:
         """Cross-check kernel_details against op_statistic.csv (same counts per OP Type) - a cheap way to
         notice a truncated or filtered kernel_details.csv."""
         path = self.out / "op_statistic.csv"
         if not path.is_file() or kd is None:
             return
         res = self.resolve_csv(path, OP_STATISTIC, required=False)
-        if res is None or kd["op_type"].isna().all():
+        if res is None or _isna(kd["op_type"]).all():
             return
         f = res.found
         st = self.query_converted(path, [("op_type", f["op_type"], _TEXT), ("count", f["count"], _INT)])
         if st is None:
             return
-        want = st.dropna().groupby("op_type")["count"].sum()
-        have = kd["op_type"].dropna().value_counts()
-        diff = [t for t in want.index if int(want[t]) != int(have.get(t, 0))]
+        # per op type (sorted) the sum of its counts, wrapping at int64 as pandas' groupby sum does
+        want: dict[str, int] = {}
+        full = ~(_isna(st["op_type"]) | _isna(st["count"]))
+        for t, c in zip(st["op_type"][full].tolist(), np.ma.getdata(st["count"])[full].tolist(), strict=True):
+            want[t] = want.get(t, 0) + c
+        want = {t: (want[t] + 2 ** 63) % 2 ** 64 - 2 ** 63 for t in sorted(want)}
+        have: dict[str, int] = {}
+        for t in kd["op_type"].tolist():
+            if t is not None:
+                have[t] = have.get(t, 0) + 1
+        diff = [t for t in want if int(want[t]) != int(have.get(t, 0))]
         if diff:
             self.warn(path, f"op counts differ from kernel_details.csv for {len(diff)} op types "
                             f"(e.g. {diff[0]}: {int(want[diff[0]])} vs {int(have.get(diff[0], 0))}); "
@@ -2973,8 +3105,10 @@ class _RankReader:
         df = self.query_csv(path, sel)
         if df is None:
             return
-        rows = [{k: (None if pd.isna(v) else (int(v) if k in ("time_ns", "count") else v)) for k, v in r.items()}
-                for r in df.to_dict("records")]
+        values = {k: np.ma.getdata(v).tolist() for k, v in df.cols.items()}
+        nulls = {k: _isna(v).tolist() for k, v in df.cols.items()}
+        rows = [{k: (None if nulls[k][i] else (int(values[k][i]) if k in ("time_ns", "count") else values[k][i]))
+                 for k in values} for i in range(len(df))]
         self.t.add("metadata", key="api_statistic", value_json=_jdump(rows))
         self.t.has("api_statistic")
 
@@ -2992,12 +3126,18 @@ class _RankReader:
             return
         df = self.query_csv(path, [f"{_sql_text(res.found['name'])} AS name",
                                    f"{_sql_text(res.found['call_stack'], quotes=True)} AS stack"])
-        df = df.dropna() if df is not None else None
-        if df is None or df.empty:
+        if df is None:
             return
-        uniq = df.groupby("name")["stack"].nunique()
-        stacks = df.drop_duplicates("name").set_index("name")["stack"][uniq[uniq == 1].index]
-        one = dict(zip(stacks.index.tolist(), stacks.tolist(), strict=True))
+        # the names with one distinct stack (rows with both), and that stack
+        first: dict[str, str] = {}
+        distinct: dict[str, set[str]] = {}
+        for name, stack in zip(df["name"].tolist(), df["stack"].tolist(), strict=True):
+            if name is not None and stack is not None:
+                first.setdefault(name, stack)
+                distinct.setdefault(name, set()).add(stack)
+        if not first:
+            return
+        one = {name: first[name] for name, s in distinct.items() if len(s) == 1}
         filled = False
         call_stack = host["call_stack"]
         for i, (stack, name) in enumerate(zip(call_stack, host["name"], strict=True)):
