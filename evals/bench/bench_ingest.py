@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from stepdoctor.analysis import one_blas_thread
+from stepdoctor.evals.bench import compile_bytecode
 
 DEFAULT_SRC = Path(__file__).resolve().parents[2].parent / "shared/data/kineto/trace_diff/control/control.json.gz"
 DEFAULT_HTA = Path("/tmp/hta-venv/bin/python")
@@ -353,6 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(fn()))
         return 0
 
+    compile_bytecode()  # stepdoctor as installed, like the pip-installed peer
     tmp = Path(tempfile.gettempdir())
     if a.vendor == "ascend":
         data = a.data or tmp / f"stepdoctor-bench-ascend-{a.ranks}x{a.events}ev"

@@ -22,6 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from . import compile_bytecode
 from .bench_ingest import Sampled, run_sampled
 
 PLANTS = ["env-var", "slow-rank", "slow-link", "sync-stream", "op-compile", "sync-batchnorm", "slow-dataloader",
@@ -77,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", help="build the profile here and keep it")
     ap.add_argument("--repeat", type=int, default=3, help="stepdoctor runs of each kind (the median is shown)")
     a = ap.parse_args(argv)
+    compile_bytecode()  # stepdoctor as installed, like the pip-installed peer
     tmp = Path(tempfile.mkdtemp(prefix="stepdoctor-bench-issues-"))
     try:
         prof = build(Path(a.keep) if a.keep else tmp / "profile", a.ranks, a.events)
