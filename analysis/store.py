@@ -979,7 +979,8 @@ class Profile:
         return {r[0] for r in self.rows(q, [rank] if rank is not None else [])}
 
     def close(self) -> None:
-        self.con.close()
+        with self._lock:
+            self.con.close()
 
     def reopen(self) -> None:
         """Close this connection and open a new one on the same database (read-only). Closing the last

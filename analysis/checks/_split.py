@@ -50,8 +50,7 @@ def run_split(ctx: Any, ids: list[str], run_one: Callable[[str], Any]) -> dict[s
         os.write(tasks_w, b"".join(i.to_bytes(_INDEX_BYTES, "little") for i in range(len(ids))))
         os.close(tasks_w)
         tasks_w = -1
-        with prof._lock:
-            prof.con.close()
+        prof.close()
         if store.fork_safe():  # else another thread runs here: the connection is reopened at once
             with contextlib.suppress(OSError):  # no process to spare: run serially
                 pid = os.fork()
