@@ -1628,11 +1628,6 @@ def _comm_lane(tname: str | None) -> tuple[bool | None, str | None]:
             m.group(1) if m else None)
 
 
-def _texts(col: np.ndarray) -> np.ndarray:
-    """A text column of a `_Frame` as an object array of str / None (it is one already)."""
-    return col
-
-
 def _nulls(n: int) -> np.ma.MaskedArray:
     """n NULLs as a masked int64 array."""
     return _ma(np.ones(n, dtype=np.int64), np.ones(n, dtype=bool))
@@ -2491,8 +2486,8 @@ class _RankReader:
                 k_group[ki] = cand["group_name"][ti]
                 fill = k_stream._mask[ki]
                 k_stream = _put(k_stream, ki[fill], cand["stream_id"][ti[fill]])
-            k_name, k_type = _texts(kd["name"]), _texts(kd["task_type"])
-            cols = {"name": k_name, "op_type": _texts(kd["op_type"]), "task_type": k_type,
+            k_name, k_type = kd["name"], kd["task_type"]
+            cols = {"name": k_name, "op_type": kd["op_type"], "task_type": k_type,
                     "category": self._categories(k_type, k_name, "compute"), "stream_id": k_stream,
                     "start_ns": _int64s(kd["start_ns"]), "dur_ns": _int64s(kd["dur_ns"]),
                     "correlation_id": k_corr, "group_name": k_group, "size_bytes": _nulls(n_kd)}
@@ -2516,7 +2511,7 @@ class _RankReader:
                 out[c] = _int32(_concat(_i64(kd[c]), _nulls(n_rest)))
             for c in ("op_state", "input_shapes", "input_dtypes", "input_formats", "output_shapes",
                       "output_dtypes"):
-                out[c] = _concat(_texts(kd[c]), np.full(n_rest, None, dtype=object))
+                out[c] = _concat(kd[c], np.full(n_rest, None, dtype=object))
             for c in PIPE_RATIO_COLUMNS:
                 out[c] = _concat(np.array(kd[c], dtype=np.float64), np.full(n_rest, np.nan))
         self.t.extend("device_ops", out)
@@ -2606,7 +2601,7 @@ class _RankReader:
         # dropped), so a null key of the trace never matches.
         t_start, k_start = cand["start_ns"], _int64s(kd["start_ns"])
         first = _first_rows(zip(t_start.tolist(), _short_names(cand["name"].tolist()), strict=True))
-        ki, ti = _first_matches(zip(k_start.tolist(), _short_names(_texts(kd["name"]).tolist()), strict=True),
+        ki, ti = _first_matches(zip(k_start.tolist(), _short_names(kd["name"].tolist()), strict=True),
                                 first, range(len(kd)))
         # second chance: same start on the same stream with the same task id (names differ), among the rows
         # left with both ids
