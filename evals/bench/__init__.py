@@ -5,9 +5,6 @@ from __future__ import annotations
 import compileall
 from pathlib import Path
 
-# stepdoctor's top-level packages (pyproject's package-dir mapping: the repository root is the package)
-PACKAGES = ("analysis", "knowledge", "tools", "server", "evals")
-
 
 def compile_bytecode() -> bool:
     """Compile stepdoctor's modules to bytecode, as installing a wheel does (pip compiles at install, as it
@@ -17,9 +14,10 @@ def compile_bytecode() -> bool:
     `__pycache__` folders of stepdoctor's own sources; True when every module compiled."""
     import stepdoctor
 
+    # the repository root is the package (pyproject's package-dir mapping); its subpackages are the
+    # folders with an __init__.py (not .venv, tests, examples)
     root = Path(stepdoctor.__file__).resolve().parent
     ok = bool(compileall.compile_file(root / "__init__.py", quiet=1))
-    for name in PACKAGES:
-        if (root / name).is_dir():
-            ok = bool(compileall.compile_dir(root / name, quiet=1)) and ok
+    for sub in sorted(d for d in root.iterdir() if (d / "__init__.py").is_file()):
+        ok = bool(compileall.compile_dir(sub, quiet=1)) and ok
     return ok
