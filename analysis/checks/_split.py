@@ -36,12 +36,12 @@ HELPER_PATIENCE_S = 30.0
 _INDEX_BYTES = 2  # one check index in the task pipe (all of them are written at once: at most PIPE_BUF)
 
 
-def run_split(ctx: Any, ids: list[str], run_one: Callable[[str], Any]) -> dict[str, Any] | None:
-    """`{id: run_one(id)}` for every id, computed by this process and one forked helper; None (nothing
-    run) when this process may not fork. `run_one`'s result must pickle."""
+def run_split(prof: store.Profile, ids: list[str], run_one: Callable[[str], Any]) -> dict[str, Any] | None:
+    """`{id: run_one(id)}` for every id, computed by this process and one forked helper, each on its own
+    connection to `prof` (the profile `run_one` reads); None (nothing run) when this process may not
+    fork. `run_one`'s result must pickle."""
     if len(ids) < 2 or len(ids) * _INDEX_BYTES > select.PIPE_BUF or not hasattr(os, "fork"):
         return None
-    prof = ctx.profile
     store.settle()
     tasks_r, tasks_w = os.pipe()
     res_r, res_w = os.pipe()
@@ -112,7 +112,7 @@ def _receive(fd: int, patience: float) -> dict[int, Any] | None:
     return got if isinstance(got, dict) else {}
 
 
-def _helper(prof: Any, ids: list[str], run_one: Callable[[str], Any], tasks_r: int, res_r: int,
+def _helper(prof: store.Profile, ids: list[str], run_one: Callable[[str], Any], tasks_r: int, res_r: int,
             res_w: int) -> None:
     """The forked helper: run the checks it claims, send the outcomes, exit without the interpreter's
     teardown (nothing of its own to flush; its copies of the parent's objects need no freeing)."""

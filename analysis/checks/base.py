@@ -244,7 +244,7 @@ def run_checks(ctx: CheckContext, only: Iterable[str] | None = None, *, fork: bo
     if fork:
         from ._split import run_split
 
-        outcomes = run_split(ctx, list(checks), lambda cid: _run_one(ctx, cid, checks[cid]))
+        outcomes = run_split(ctx.profile, list(checks), lambda cid: _run_one(ctx, cid, checks[cid]))
     if outcomes is None:
         outcomes = {cid: _run_one(ctx, cid, cls) for cid, cls in checks.items()}
     findings: list[Finding] = []
