@@ -32,7 +32,12 @@ over the tree are reported. CPU: user+system seconds of every process of the tre
 the child measured around the call, imports excluded (pandas included: stepdoctor's store no longer
 imports it, the analyses do), so a loaded machine shows as wall >> CPU; the ratios are printed for both.
 
-Run: .venv/bin/python -m stepdoctor.evals.bench.bench_ingest [--ranks 8] [--mb 90] [--gz]
+`--repeat R` runs R rounds of (2, 4, 5) in a row; 3 runs once. Wall times on these machines drift by
+±15-40 % from one minute to the next, so a ratio is taken within a round, where the tools ran side by
+side, and the median of the rounds' ratios is printed with each round's; the table shows the round whose
+stepdoctor time is the median.
+
+Run: .venv/bin/python -m stepdoctor.evals.bench.bench_ingest [--ranks 8] [--mb 90] [--gz] [--repeat 3]
      [--hta-python /tmp/hta-venv/bin/python]   (HTA lives in its own venv, never a project dependency)
      .venv/bin/python -m stepdoctor.evals.bench.bench_ingest --vendor ascend [--ranks 8] [--events 100000]
 """
@@ -46,6 +51,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -324,6 +330,31 @@ def build_ascend(out: Path, ranks: int, events: int) -> list[Path]:
     return sorted(out.glob("*_ascend_pt"))
 
 
+@dataclass
+class Round:
+    """One round of --repeat: the floor of every file, stepdoctor, HTA (Kineto, when installed), run in a row."""
+    floor: list[Sampled]
+    sd: Sampled
+    hta: Sampled | None
+
+    @property
+    def sd_total(self) -> float:
+        return self.sd.result["ingest_s"] + self.sd.result["analyses_s"]
+
+    @property
+    def floor_ratio(self) -> float:
+        return self.sd.result["ingest_s"] / sum(x.result["wall_s"] for x in self.floor)
+
+    @property
+    def hta_ratio(self) -> float:
+        assert self.hta is not None
+        return (self.hta.result["load_s"] + self.hta.result["temporal_s"]) / self.sd_total
+
+
+def _each(xs: Any) -> str:
+    return ", ".join(f"{x:.2f}" for x in xs)
+
+
 def _files(path: Path) -> list[Path]:
     return sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
 
@@ -344,6 +375,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hta-python", type=Path, default=DEFAULT_HTA,
                     help="python of a venv with holistictraceanalysis==0.5.0 (skipped when absent)")
     ap.add_argument("--no-hta", action="store_true")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="rounds of (floor, stepdoctor, HTA); the table shows the round of median stepdoctor "
+                         "time, the ratios each round's and their median")
     ap.add_argument("--child", choices=["floor", "read", "stepdoctor"], help=argparse.SUPPRESS)
     ap.add_argument("paths", nargs="*", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -374,20 +408,27 @@ def main(argv: list[str] | None = None) -> int:
     me = [sys.executable, "-m", "stepdoctor.evals.bench.bench_ingest", "--child"]
     env = dict(os.environ, PYTHONHASHSEED="0")
 
-    floor = [run_sampled([*me, "floor", str(f)], env) for f in files]
-    reads = [run_sampled([*me, "read", str(f)], env) for f in files]
-    with tempfile.TemporaryDirectory(prefix="stepdoctor-bench-cache-") as cache:
-        phase = Path(cache) / "phase"
-        sd = run_sampled([*me, "stepdoctor", str(data), str(Path(cache) / "db")],
-                         dict(one_blas_thread(dict(env)), BENCH_PHASE_FILE=str(phase)), phase)
-    hta = None
+    hta_script = None
     if a.vendor == "kineto" and not a.no_hta and a.hta_python.exists():
         with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as s:
             s.write(HTA_SCRIPT)
-        try:
-            hta = run_sampled([str(a.hta_python), s.name, str(data)])
-        finally:
-            os.unlink(s.name)
+        hta_script = s.name
+    reads = [run_sampled([*me, "read", str(f)], env) for f in files]
+    rounds: list[Round] = []
+    try:
+        for _ in range(a.repeat):  # the floor, stepdoctor and HTA side by side (see --repeat)
+            floor = [run_sampled([*me, "floor", str(f)], env) for f in files]
+            with tempfile.TemporaryDirectory(prefix="stepdoctor-bench-cache-") as cache:
+                phase = Path(cache) / "phase"
+                sd = run_sampled([*me, "stepdoctor", str(data), str(Path(cache) / "db")],
+                                 dict(one_blas_thread(dict(env)), BENCH_PHASE_FILE=str(phase)), phase)
+            hta = run_sampled([str(a.hta_python), hta_script, str(data)]) if hta_script else None
+            rounds.append(Round(floor, sd, hta))
+    finally:
+        if hta_script:
+            os.unlink(hta_script)
+    mid = sorted(rounds, key=lambda r: r.sd_total)[(len(rounds) - 1) // 2]  # the round of median stepdoctor time
+    floor, sd, hta = mid.floor, mid.sd, mid.hta
 
     floor_cpu = sum(x.result["cpu_s"] for x in floor)
     floor_wall = sum(x.result["wall_s"] for x in floor)
@@ -423,6 +464,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  read+parts+insert / floor (CPU)                {part_cpu / floor_cpu:6.2f}")
     print(f"  ingest wall / Σ floor wall ({min(a.ranks, os.cpu_count() or 1)} parse workers)  "
           f"{sd.result['ingest_s'] / floor_wall:6.2f}   (ingest CPU / floor CPU {sd.cpu_s / floor_cpu:.2f})")
+    if len(rounds) > 1:
+        print(f"    per round: {_each(r.floor_ratio for r in rounds)}; "
+              f"median {statistics.median(r.floor_ratio for r in rounds):.2f}")
     print(f"  peak RSS / largest file: read_rank process     {max(x.result['maxrss_read_b'] for x in reads) / largest:6.2f}")
     print(f"  peak RSS / largest file: ingest, max process   {sd.peak_proc_b / largest:6.2f}   "
           f"(tree {sd.peak_tree_b / largest:.2f})")
@@ -434,6 +478,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  HTA / stepdoctor, load + temporal breakdown    {hta_lt / sd_total:6.2f}   "
               f"(with all five analyses {hta_total / sd_total:.2f}; load only "
               f"{hta.result['load_s'] / sd.result['ingest_s']:.2f}; CPU {hta.cpu_s / sd.cpu_s:.2f})")
+        if len(rounds) > 1:
+            print(f"    per round: {_each(r.hta_ratio for r in rounds)}; "
+                  f"median {statistics.median(r.hta_ratio for r in rounds):.2f}")
         print(f"  HTA peak RSS: max process {_mb(hta.peak_proc_b)}, tree {_mb(hta.peak_tree_b)}")
     elif a.vendor == "kineto":
         print("  HTA: not run (no interpreter with hta at --hta-python)")

@@ -1,15 +1,20 @@
 """Benchmark: `stepdoctor issues` against `msprof-analyze advisor all` on the same 8-rank Ascend profile.
 
-Both tools run as child processes in one run, one after the other, on the same input (a generated
-torch_npu text export with ~40k trace events per rank and the sample's planted problems); wall time,
-peak RSS of the largest process and of the whole process tree, and CPU time are sampled from here.
-stepdoctor runs as a user runs it, `stepdoctor issues PATH --format json` (python -m stepdoctor.tools.cli),
-twice: cold (empty cache: parse + checks) and warm (cache hit: checks only).
+Both tools run as child processes in one run on the same input (a generated torch_npu text export with
+~40k trace events per rank and the sample's planted problems); wall time, peak RSS of the largest process
+and of the whole process tree, and CPU time are sampled from here. stepdoctor runs as a user runs it,
+`stepdoctor issues PATH --format json` (python -m stepdoctor.tools.cli), twice: cold (empty cache: parse
++ checks) and warm (cache hit: checks only).
+
+`--repeat R` rounds, each one stepdoctor cold, stepdoctor warm and msprof-analyze back to back. The wall
+times of this machine drift by ±15-40 % from one minute to the next, so the ratio that counts is taken
+within a round (the tools measured side by side), and the median over the rounds is reported with each
+round's ratio; the table shows each tool's median run.
 
 msprof-analyze is not a dependency: point MSPROF_ANALYZE at its executable (e.g. a venv made with
 `pip install msprof-analyze==26.2.0`), or it is looked up on PATH; without it only stepdoctor runs.
 
-Usage: python -m stepdoctor.evals.bench.bench_issues [--ranks 8] [--events 40000] [--keep DIR]
+Usage: python -m stepdoctor.evals.bench.bench_issues [--ranks 8] [--events 40000] [--repeat 3] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -76,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ranks", type=int, default=8)
     ap.add_argument("--events", type=int, default=40000, help="trace events per rank")
     ap.add_argument("--keep", help="build the profile here and keep it")
-    ap.add_argument("--repeat", type=int, default=3, help="stepdoctor runs of each kind (the median is shown)")
+    ap.add_argument("--repeat", type=int, default=3, help="rounds of stepdoctor cold, warm and the peer")
     a = ap.parse_args(argv)
     compile_bytecode()  # stepdoctor as installed, like the pip-installed peer
     tmp = Path(tempfile.mkdtemp(prefix="stepdoctor-bench-issues-"))
@@ -89,35 +95,43 @@ def main(argv: list[str] | None = None) -> int:
         report = tmp / "issues.json"
         cli = _sh_rc(f"STEPDOCTOR_CACHE_DIR='{tmp / 'cache'}' '{sys.executable}' -m stepdoctor.tools.cli issues "
                      f"'{prof}' --format json > '{report}'")
-        colds, warms = [], []
-        for _ in range(a.repeat):  # this machine's wall times vary by ±15 % from one minute to the next
+        msprof = _msprof()
+        colds: list[Sampled] = []
+        warms: list[Sampled] = []
+        peers: list[Sampled] = []
+        for i in range(a.repeat):
             shutil.rmtree(tmp / "cache", ignore_errors=True)
             colds.append(run_sampled(cli))
             colds[-1].result = {"rc": colds[-1].result["rc"], **_summary(report)}
             warms.append(run_sampled(cli))
+            if msprof:
+                out = tmp / f"msprof-out-{i}"
+                out.mkdir()
+                # msprof-analyze writes its outputs next to the input unless -o is given; keep the input
+                # pristine. It also drops operator_tuning_file_*.cfg into the working directory: run it
+                # from the temp dir
+                peers.append(run_sampled(_sh_rc(f"cd '{tmp}' && '{msprof}' advisor all -d '{prof}' -o '{out}' "
+                                                f"-l en > '{tmp}/msprof.log' 2>&1"),
+                                         env={**os.environ, "PYTHONWARNINGS": "ignore"}))
         cold, warm = _median(colds), _median(warms)
-        if a.repeat > 1:
-            print(f"cold runs: {', '.join(f'{s.wall_s:.2f}' for s in colds)} s; "
-                  f"warm runs: {', '.join(f'{s.wall_s:.2f}' for s in warms)} s (the medians are shown)")
         rows = [("stepdoctor issues (cold: parse+checks)", cold), ("stepdoctor issues (warm: cache hit)", warm)]
-        msprof = _msprof()
-        peer = None
-        if msprof:
-            out = tmp / "msprof-out"
-            out.mkdir()
-            # msprof-analyze writes its outputs next to the input unless -o is given; keep the input pristine
-            # it also drops operator_tuning_file_*.cfg into the working directory: run it from the temp dir
-            peer = run_sampled(_sh_rc(f"cd '{tmp}' && '{msprof}' advisor all -d '{prof}' -o '{out}' -l en "
-                                      f"> '{tmp}/msprof.log' 2>&1"),
-                               env={**os.environ, "PYTHONWARNINGS": "ignore"})
+        peer = _median(peers) if peers else None
+        if peer:
             rows.append(("msprof-analyze 26.2.0 advisor all", peer))
         print(f"\n{'':34s} {'wall':>10s} {'cpu':>10s} {'peak proc':>11s} {'peak tree':>11s} {'vs cold':>7s}")
         for name, s in rows:
             print(_row(name, s, cold))
         print(f"\nstepdoctor: {cold.result}")
+        print("rounds (wall s): " + "; ".join(
+            f"cold {c.wall_s:.2f}, warm {w.wall_s:.2f}" + (f", msprof-analyze {p.wall_s:.2f}" if peers else "")
+            for c, w, p in zip(colds, warms, peers or colds, strict=True)))
         if peer:
-            print(f"msprof-analyze exit: {peer.result}; stepdoctor cold is {peer.wall_s / cold.wall_s:.1f}x faster, "
-                  f"warm {peer.wall_s / warm.wall_s:.1f}x")
+            cold_x = [p.wall_s / c.wall_s for p, c in zip(peers, colds, strict=True)]
+            warm_x = [p.wall_s / w.wall_s for p, w in zip(peers, warms, strict=True)]
+            print(f"msprof-analyze exit: {peer.result}; stepdoctor is faster by, per round: cold "
+                  f"{', '.join(f'{x:.1f}x' for x in cold_x)}; warm {', '.join(f'{x:.1f}x' for x in warm_x)}")
+            print(f"median of the rounds: cold {statistics.median(cold_x):.1f}x, "
+                  f"warm {statistics.median(warm_x):.1f}x faster than msprof-analyze")
         else:
             print("msprof-analyze not found (set MSPROF_ANALYZE): peer not measured")
         return 0
