@@ -100,6 +100,9 @@ PARALLEL_MIN_BYTES = 128 << 20
 ROW_GROUP_ROWS = 30_720
 DEFAULT_ROW_GROUP_ROWS = 122_880  # DuckDB versions that cannot set it (< 1.2)
 CHUNK_ROWS = ROW_GROUP_ROWS // 2
+# A block of fewer rows waits in its table's pool, shared by the ranks, and is inserted with the others
+# (see _Writer.data): an INSERT costs ~1 ms whatever its size, as much as ~15,000 rows of a column.
+POOL_BELOW_ROWS = 2_048
 
 # The inserting connection: one thread (the parse workers have the cores), a small buffer pool (it only
 # caches blocks already written) and jemalloc handing freed memory back at once.
@@ -223,6 +226,12 @@ class _Writer:
     Per rank: `claim(rank)` before its first rows (False: the id is taken, send nothing), `data()` for
     each block, then `done()` (its `ranks` row, warnings and capabilities; the rank is complete) or
     `abort()` (its rows are deleted). `finish()` commits everything and checkpoints.
+
+    Small blocks (fewer than POOL_BELOW_ROWS rows: a rank's steps, env vars, metadata, the last rows of
+    a table) are pooled per table with their rank and inserted together once CHUNK_ROWS rows wait, or at
+    `finish()`; warnings and capabilities are inserted at `finish()`. On a profile of many small ranks
+    this removes most statements: 16 ranks of 5k events took 0.82 s to insert, 13.6 ms per rank of it
+    in the warnings' and capabilities' `executemany` alone.
     """
 
     def __init__(self, con: duckdb.DuckDBPyConnection, row_group_rows: int = ROW_GROUP_ROWS) -> None:
@@ -232,6 +241,10 @@ class _Writer:
         self._claimed: set[int] = set()
         self._touched: dict[int, set[str]] = {}       # rank -> tables it has rows in (for abort)
         self._held: dict[int, list[dict[str, Any]]] = {}  # rank -> its `ranks` rows, inserted by done()
+        self._pool: dict[str, list[tuple[int, dict[str, Any]]]] = {}  # table -> (rank, small block)
+        self._pooled: dict[str, int] = {}             # table -> rows in its pool
+        self._notes: list[tuple[int | None, str]] = []  # (rank, warning) of the completed ranks
+        self._caps: list[tuple[int, str]] = []          # (rank, capability) of the completed ranks
 
     def claim(self, rank: int) -> bool:
         if rank in self._claimed:
@@ -247,6 +260,17 @@ class _Writer:
             self._held.setdefault(rank, []).append(cols)
             return
         self._touched.setdefault(rank, set()).add(table)
+        if n < POOL_BELOW_ROWS:
+            self._pool.setdefault(table, []).append((rank, cols))
+            self._pooled[table] = self._pooled.get(table, 0) + n
+            if self._pooled[table] >= CHUNK_ROWS:
+                self._flush(table)
+            return
+        self._append(table, cols, rank)
+
+    def _append(self, table: str, cols: dict[str, Any], rank: int) -> None:
+        """Insert a block through the table's own transaction, committed at each row-group boundary."""
+        n = _rows(cols)
         entry = self._open.get(table)
         if entry is None:
             cur = self.con.cursor()
@@ -266,6 +290,12 @@ class _Writer:
                 have = 0
         entry[1] = have
 
+    def _flush(self, table: str) -> None:
+        blocks = self._pool.pop(table, [])
+        self._pooled.pop(table, None)
+        for cols in _merged(blocks):
+            self._append(table, cols, -1)  # (every merged block has its rank column)
+
     def done(self, rank: int, warnings: list[str], capabilities: list[str]) -> str | None:
         """Complete a rank; returns why it could not be stored (it is then removed), else None."""
         import duckdb
@@ -276,11 +306,8 @@ class _Writer:
         except duckdb.Error as e:  # e.g. a reader that gave two rows for its rank
             self.abort(rank, keep_claim=True)
             return f"cannot store the ranks row: {e}"
-        if warnings:
-            self.con.executemany("INSERT INTO ingest_warnings VALUES (?, NULL, ?)",
-                                 [[rank, w] for w in warnings])
-        if capabilities:
-            self.con.executemany("INSERT INTO capabilities VALUES (?, ?)", [[rank, c] for c in capabilities])
+        self._notes += [(rank, w) for w in warnings]
+        self._caps += [(rank, c) for c in capabilities]
         self._touched.pop(rank, None)
         return None
 
@@ -288,19 +315,59 @@ class _Writer:
         """Remove a rank's rows (its id is unique among claimed ranks, so only its own rows go)."""
         self._held.pop(rank, None)
         for table in sorted(self._touched.pop(rank, ())):
-            self._open[table][0].execute(f"DELETE FROM {table} WHERE rank = ?", [rank])
+            if pool := self._pool.get(table):
+                self._pool[table] = [(r, cols) for r, cols in pool if r != rank]
+                self._pooled[table] = sum(_rows(cols) for _, cols in self._pool[table])
+            if table in self._open:  # rows already inserted (its own blocks or a flushed pool)
+                self._open[table][0].execute(f"DELETE FROM {table} WHERE rank = ?", [rank])
         if not keep_claim:
             self._claimed.discard(rank)
 
     def finish(self, warnings: list[str]) -> None:
+        import numpy as np
+
+        for table in list(self._pool):
+            self._flush(table)
         for cur, _ in self._open.values():
             cur.execute("COMMIT")
             cur.close()
         self._open.clear()
-        if warnings:
-            self.con.executemany("INSERT INTO ingest_warnings VALUES (NULL, NULL, ?)",
-                                 [[w] for w in warnings])
+        notes = [*self._notes, *((None, w) for w in warnings)]
+        if notes:
+            ranks = [r for r, _ in notes]
+            _insert(self.con, "ingest_warnings",
+                    {"rank": np.ma.MaskedArray([r or 0 for r in ranks], mask=[r is None for r in ranks],
+                                               dtype=np.int64),
+                     "message": np.array([w for _, w in notes], dtype=object)}, -1)
+        if self._caps:
+            _insert(self.con, "capabilities", {"rank": np.array([r for r, _ in self._caps], dtype=np.int64),
+                                               "name": np.array([c for _, c in self._caps], dtype=object)}, -1)
         self.con.execute("CHECKPOINT profile")
+
+
+def _merged(blocks: list[tuple[int, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Pooled blocks of one table as one block per set of columns (readers give a table the same columns,
+    so usually one), each with its rows' rank as a column; coded text decoded."""
+    import numpy as np
+
+    groups: dict[tuple[str, ...], list[tuple[int, dict[str, Any]]]] = {}
+    for rank, cols in blocks:
+        groups.setdefault(tuple(cols), []).append((rank, cols))
+    out = []
+    for names, group in groups.items():
+        merged: dict[str, Any] = {}
+        if "rank" not in names:
+            merged["rank"] = np.concatenate([np.full(_rows(cols), r, dtype=np.int64) for r, cols in group])
+        for name in names:
+            parts = [cols[name].decode() if isinstance(cols[name], Coded) else cols[name] for _, cols in group]
+            if len(parts) == 1:
+                merged[name] = parts[0]
+            elif any(isinstance(a, np.ma.MaskedArray) for a in parts):
+                merged[name] = np.ma.concatenate(parts)
+            else:
+                merged[name] = np.concatenate(parts)
+        out.append(merged)
+    return out
 
 
 def _store_parsed(writer: _Writer, t: RankTables, parts: Parts, src: RankSource) -> str | None:

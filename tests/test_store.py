@@ -207,6 +207,56 @@ def test_writer_refuses_a_taken_rank_id_and_removes_an_aborted_rank(tmp_path):
     con.close()
 
 
+def test_writer_pools_small_blocks_across_ranks_and_aborts_pooled_rows(tmp_path, monkeypatch):
+    """Blocks below POOL_BELOW_ROWS wait in a pool per table and go in together (one INSERT for several
+    ranks); an aborted rank's rows leave whether they still wait in the pool or were already flushed."""
+    import numpy as np
+
+    from stepdoctor.analysis.ingest.base import Coded
+
+    monkeypatch.setattr(store, "CHUNK_ROWS", 50)  # the pool is flushed after 3 blocks of 20 rows
+    inserts: list[tuple[str, int]] = []
+    real_insert = store._insert
+
+    def counting(cur, table, cols, rank):
+        inserts.append((table, store._rows(cols)))
+        real_insert(cur, table, cols, rank)
+
+    monkeypatch.setattr(store, "_insert", counting)
+    con, _ = store._connect_for_writing(tmp_path / "w.duckdb")
+    w = store._Writer(con, 1024)
+
+    def block(r: int) -> dict:
+        names = ["mm", "add"] * 10
+        cols = {"name": Coded(np.array([i % 2 for i in range(20)], dtype=np.int32), names[:2]) if r % 2
+                else np.array(names, dtype=object),
+                "category": np.array(["compute"] * 20, dtype=object),
+                "start_ns": np.arange(20, dtype=np.int64) + 1000 * r, "dur_ns": np.full(20, r + 1, dtype=np.int64)}
+        if r in (2, 3):  # another column set, with NULLs
+            cols["step"] = np.ma.MaskedArray(np.arange(20, dtype=np.int64), mask=[i % 3 == 0 for i in range(20)])
+        return cols
+
+    for r in range(5):
+        assert w.claim(r)
+        w.data(r, "device_ops", block(r))
+        if r == 2:
+            w.abort(2)  # its block filled the pool (60 rows >= 50), which was flushed: deleted from the table
+        elif r == 4:
+            w.abort(4)  # still in the pool: dropped from it
+        else:
+            assert w.done(r, [f"w{r}"], ["kernels"]) is None
+    w.finish(["global"])
+    got = con.execute("SELECT rank, count(*), min(start_ns), max(dur_ns), count(step), "
+                      "string_agg(DISTINCT name, ',' ORDER BY name) FROM device_ops GROUP BY rank ORDER BY rank").fetchall()
+    assert got == [(0, 20, 0, 1, 0, "add,mm"), (1, 20, 1000, 2, 0, "add,mm"), (3, 20, 3000, 4, 13, "add,mm")]
+    # ranks 0 and 1 in one INSERT and rank 2 (other columns) in another when the pool filled; rank 3 at finish
+    assert sorted(n for t, n in inserts if t == "device_ops") == [20, 20, 40]
+    assert con.execute("SELECT * FROM ingest_warnings ORDER BY ALL").fetchall() == [
+        (0, None, "w0"), (1, None, "w1"), (3, None, "w3"), (None, None, "global")]
+    assert con.execute("SELECT rank FROM capabilities ORDER BY rank").fetchall() == [(0,), (1,), (3,)]
+    con.close()
+
+
 def test_parse_worker_death_skips_its_rank(tmp_path):
     import os
     import threading
