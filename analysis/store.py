@@ -26,7 +26,10 @@ Algorithm:
    table has its own cursor whose transaction is committed exactly at a row-group boundary, so every
    full row group is compressed and written straight to the file (DuckDB's optimistic write: no WAL
    copy, no partial row group per rank) and at most about one uncompressed row group per table is in
-   memory, whatever the number or size of the ranks. Rows of several ranks may share a row group; a
+   memory, whatever the number or size of the ranks. Blocks of fewer than POOL_BELOW_ROWS rows (a
+   rank's steps, env vars, metadata, the tail of a table) wait in a pool per table and are inserted
+   together, warnings and capabilities at the end: an INSERT costs ~1 ms whatever its size, which on
+   many small ranks made the single inserter the bottleneck. Rows of several ranks may share a row group; a
    rank id is claimed by the first rank that sends rows, so a rank that fails half-way (its worker died)
    is removed with `DELETE ... WHERE rank = ?` and a duplicate rank id is refused before any of its rows
    are written. A rank that fails is skipped with a warning when other ranks are stored; if none is, the
