@@ -162,17 +162,9 @@ def first_level(ops: pd.DataFrame) -> pd.DataFrame:
         return ops
     start = ops["start_ns"].to_numpy(dtype="int64")
     end = start + ops["dur_ns"].to_numpy(dtype="int64")
-    rank = ops["rank"].to_numpy(dtype="int64")
-    no_tid = ops["tid"].isna().to_numpy()
-    tid = ops["tid"].to_numpy(dtype="int64", na_value=0)
-    # threads = equal (rank, tid) with a missing tid its own thread; stable, so each keeps its row order
-    order = np.lexsort((tid, no_tid, rank))
-    r, n, t = rank[order], no_tid[order], tid[order]
-    new = np.ones(order.size, dtype=bool)
-    new[1:] = (r[1:] != r[:-1]) | (n[1:] != n[:-1]) | (t[1:] != t[:-1])
-    cuts = np.flatnonzero(new)
+    order = _thread_order(ops)
     keep = np.ones(order.size, dtype=bool)
-    for a, b in zip(cuts, np.append(cuts[1:], order.size), strict=True):
+    for a, b in _thread_bounds(ops, order):
         idx = order[a:b]
         run = np.maximum.accumulate(end[idx])
         keep[idx[1:]] = start[idx[1:]] >= run[:-1]
@@ -247,6 +239,63 @@ def user_frame(stack: object) -> str | None:
     )
 
 
+def _thread_keys(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rank, missing tid, tid) per row: a thread is equal keys, so a rank's rows without a tid are one
+    thread apart from tid 0."""
+    rank = ops["rank"].to_numpy(dtype="int64")
+    no_tid = ops["tid"].isna().to_numpy()
+    tid = ops["tid"].to_numpy(dtype="int64", na_value=0)
+    return rank, no_tid, tid
+
+
+def _thread_order(ops: pd.DataFrame) -> np.ndarray:
+    """Row order grouping `ops` by thread, threads as `groupby(["rank", "tid"], dropna=False, sort=True)`
+    orders them (missing tid last in its rank); stable, so each thread keeps its row order."""
+    rank, no_tid, tid = _thread_keys(ops)
+    return np.lexsort((tid, no_tid, rank))
+
+
+def _thread_bounds(ops: pd.DataFrame, order: np.ndarray) -> list[tuple[int, int]]:
+    """[start, end) of each thread in `order`."""
+    if order.size == 0:
+        return []
+    r, n, t = (k[order] for k in _thread_keys(ops))
+    new = np.ones(order.size, dtype=bool)
+    new[1:] = (r[1:] != r[:-1]) | (n[1:] != n[:-1]) | (t[1:] != t[:-1])
+    cuts = np.flatnonzero(new)
+    return list(zip(cuts.tolist(), np.append(cuts[1:], order.size).tolist(), strict=True))
+
+
+def _per_rank(g: pd.DataFrame, steps: dict[int, list[int]]) -> dict[str, dict]:
+    """Rank -> occurrences and matched host time per step and occurrences by step, for one API's hits.
+
+    numpy over sorted ranks rather than a pandas groupby per rank, whose fixed cost dominated on many-rank
+    profiles; sums are taken over each rank's rows in their order, as `Series.sum` does, so the rounded
+    values do not move."""
+    rank = g["rank"].to_numpy(dtype="int64")
+    host = g["host_ns"].to_numpy(dtype="float64")
+    step = pd.to_numeric(g["step"], errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
+    order = np.argsort(rank, kind="stable")
+    rs = rank[order]
+    new = np.ones(rs.size, dtype=bool)
+    new[1:] = rs[1:] != rs[:-1]
+    cuts = np.flatnonzero(new)
+    out: dict[str, dict] = {}
+    for a, b in zip(cuts.tolist(), np.append(cuts[1:], rs.size).tolist(), strict=True):
+        idx = order[a:b]
+        r = int(rs[a])
+        k = n_steps(steps, r)
+        st = step[idx]
+        # groupby("step") leaves out rows without a step
+        vals, counts = np.unique(st[~np.isnan(st)], return_counts=True)
+        out[str(r)] = {
+            "occurrences_per_step": round((b - a) / k, 2),
+            "matched_host_ms_per_step": round(float(np.nansum(host[idx])) / NS_PER_MS / k, 4),
+            "by_step": {str(int(s)): int(n) for s, n in zip(vals.tolist(), counts.tolist(), strict=True)},
+        }
+    return out
+
+
 @register
 class AffinityApiCheck(Check):
     id = "affinity-api"
@@ -293,15 +342,25 @@ class AffinityApiCheck(Check):
         aten = first_level(host[~is_opt])
         short = {n: str(n).removeprefix("aten::") for n in pd.unique(aten["name"].to_numpy(dtype=object))}
         matcher = _TokenMatcher(set(short.values()))
-        for (rank, _tid), g in aten.groupby(["rank", "tid"], dropna=False, sort=True):
-            names = [short[n] for n in g["name"].to_numpy(dtype=object)]
+        # one pass over all ranks' rows instead of a pandas group per thread: on many-rank profiles the
+        # per-group pandas overhead, not the matching, was the cost
+        order = _thread_order(aten)
+        names_all = [short[n] for n in aten["name"].to_numpy(dtype=object)[order]]
+        rank_all = aten["rank"].to_numpy(dtype="int64")[order]
+        step_all = aten["step"].to_numpy(dtype=object)[order]
+        stack_all = aten["call_stack"].to_numpy(dtype=object)[order]
+        dur_all = aten["dur_ns"].to_numpy(dtype="float64")[order]
+        for a, b in _thread_bounds(aten, order):
+            names = names_all[a:b]
             if matcher.usable:
                 ctext = matcher.text(names)
             else:
                 text, starts = _tokens(names)
-            step = g["step"].to_numpy(dtype=object)
-            stack = g["call_stack"].to_numpy(dtype=object)
-            dur = np.concatenate([[0.0], np.cumsum(g["dur_ns"].to_numpy(dtype="float64"))])
+            rank = int(rank_all[a])
+            step = step_all[a:b]
+            stack = stack_all[a:b]
+            # per thread, so a match's host time is a difference of its own thread's running sums
+            dur = np.concatenate([[0.0], np.cumsum(dur_all[a:b])])
             for rule in ATEN_RULES:
                 if not rule.default:
                     continue
@@ -313,7 +372,7 @@ class AffinityApiCheck(Check):
                             {
                                 "api": rule.api,
                                 "pattern": pat_text,
-                                "rank": int(rank),
+                                "rank": rank,
                                 "step": step[i],
                                 "sequence": "-".join(names[i : i + n]),
                                 "host_ns": float(dur[i + n] - dur[i]),
@@ -335,14 +394,7 @@ class AffinityApiCheck(Check):
                 continue
             rk = sorted(int(r) for r in g["rank"].unique())
             st = step_list(g["step"])
-            per_rank = {}
-            for rank, gr in g.groupby("rank", sort=True):
-                k = n_steps(steps, int(rank))
-                per_rank[str(int(rank))] = {
-                    "occurrences_per_step": round(len(gr) / k, 2),
-                    "matched_host_ms_per_step": round(float(gr["host_ns"].sum()) / NS_PER_MS / k, 4),
-                    "by_step": {str(int(s)): int(n) for s, n in gr.groupby("step").size().items()},
-                }
+            per_rank = _per_rank(g, steps)
             frames = sorted({f for f in (user_frame(s) for s in g["stack"]) if f})[:5]
             seqs = g["sequence"].value_counts().head(3)
             first = g.iloc[0]
