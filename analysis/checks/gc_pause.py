@@ -34,9 +34,11 @@ from ..models import Finding
 from ..thresholds import T
 from ._common import (
     DeviceTimeline,
+    columns,
     fmt_ms,
     host_silences,
-    in_steps,
+    in_steps_mask,
+    rank_slices,
     ranks_text,
     step_windows,
     steps_text,
@@ -68,33 +70,50 @@ class GcPauseCheck(Check):
         ranks = self.applicable_ranks(ctx)
         if not ranks:
             return []
-        windows = step_windows(ctx, ranks)
+        windows = _Windows(step_windows(ctx, ranks))
         marks = ",".join("?" * len(ranks))
-        gc_all = ctx.sql(f"SELECT rank, step, start_ns, dur_ns FROM host_ops WHERE category = 'gc' AND rank IN "
-                         f"({marks})", ranks)
-        has_gc = set(gc_all["rank"].astype(int))
-        out: list[Finding] = []
+        gc_all = columns(ctx, f"SELECT rank, step, start_ns, dur_ns FROM host_ops WHERE category = 'gc' AND rank "
+                              f"IN ({marks})", ranks)
+        has_gc = {int(r) for r in np.unique(gc_all["rank"])}
+        gc_by_rank = _gc_by_rank(gc_all, windows.frame)
         recorded: dict[int, dict[str, Any]] = {}
-        conjectured: dict[int, dict[str, Any]] = {}
+        acl_ranks: list[int] = []
+        gpu_ranks: list[int] = []
         for rank in ranks:
-            w = windows[windows["rank"] == rank]
-            if w.empty:
+            if windows.n(rank) == 0:
                 continue
             timeline = DeviceTimeline.of(ctx, rank)
             if rank in has_gc:
-                st = self._recorded(gc_all[gc_all["rank"] == rank], w, timeline)
-                if st:
-                    recorded[rank] = st
+                if rank in gc_by_rank:
+                    recorded[rank] = self._recorded(*gc_by_rank[rank], windows.n(rank), timeline)
                 continue
             if "gc" in ctx.caps(rank):
                 continue   # GC recording was on and caught nothing: there is no GC to conjecture
-            elif ctx.vendor(rank) == "ascend":
+            if timeline.empty:
+                continue   # both conjectures weigh a gap against the device's idle time
+            if ctx.vendor(rank) != "ascend":
+                gpu_ranks.append(rank)
+            elif "cann_api" in ctx.caps(rank):
                 # the advisor's rule weighs the gap against AscendCL calls: without the CANN API, no evidence
-                st = self._conjectured_ascend(ctx, rank, w, timeline) if "cann_api" in ctx.caps(rank) else None
+                acl_ranks.append(rank)
+        # the conjectured rules read each rank's host ops: one query for all those ranks, not one per rank
+        acl = _by_rank(ctx, acl_ranks, "SELECT rank, start_ns, dur_ns FROM host_ops WHERE category = 'cann' AND "
+                                       "name LIKE 'AscendCL@%' AND rank IN ({marks}) ORDER BY rank")
+        host = _by_rank(ctx, gpu_ranks, "SELECT rank, name, category, start_ns, dur_ns FROM host_ops WHERE rank IN "
+                                        "({marks}) ORDER BY rank")
+        conjectured: dict[int, dict[str, Any]] = {}
+        for rank in ranks:
+            if rank in acl:
+                a = acl[rank]
+                st = self._conjectured_ascend(a["start_ns"], a["dur_ns"], windows.of(rank),
+                                              DeviceTimeline.of(ctx, rank))
+            elif rank in host:
+                st = self._conjectured_gpu(host[rank], windows.of(rank), DeviceTimeline.of(ctx, rank))
             else:
-                st = self._conjectured_gpu(ctx, rank, w, timeline)
+                continue
             if st:
                 conjectured[rank] = st
+        out: list[Finding] = []
         if recorded:
             out.append(self._finding_recorded(ctx, recorded))
         if conjectured:
@@ -103,29 +122,29 @@ class GcPauseCheck(Check):
 
     # ---- recorded GC events -----------------------------------------------------------------------------
     @staticmethod
-    def _recorded(g: pd.DataFrame, w: pd.DataFrame, timeline: DeviceTimeline) -> dict[str, Any] | None:
-        thr_ns = T.gc_ms.value * NS_PER_MS
-        g = in_steps(g[g["dur_ns"] >= thr_ns], w)
-        if g.empty:
-            return None
-        n = max(len(w), 1)
-        s = g["start_ns"].to_numpy(dtype=np.int64)
-        e = s + g["dur_ns"].to_numpy(dtype=np.int64)
-        ms, me = merge(s, e)
+    def _recorded(step: np.ndarray, s: np.ndarray, dur: np.ndarray, n_steps: int, timeline: DeviceTimeline
+                  ) -> dict[str, Any]:
+        """One rank's GC events (>= the threshold, in kept steps; at least one). Every column is an integer,
+        so the sums and means are exact and equal pandas' groupby/mean whatever the row order."""
+        n = max(n_steps, 1)
+        ms, me = merge(s, s + dur)
         idle = float(timeline.idle(ms, me).sum()) if not timeline.empty else float((me - ms).sum())
-        by_step = g.groupby("step")["dur_ns"].agg(["count", "sum", "max"])
+        steps, inv = np.unique(step, return_inverse=True)
+        count = np.bincount(inv, minlength=steps.size)
+        total = np.zeros(steps.size, dtype=np.int64)
+        np.add.at(total, inv, dur)
         return {
-            "steps": [int(x) for x in by_step.index],
-            "events_per_affected_step": round(float(by_step["count"].mean()), 2),
-            "gc_ms_per_affected_step": round(float(by_step["sum"].mean()) / NS_PER_MS, 4),
-            "gc_ms_per_step": round(float(g["dur_ns"].sum()) / NS_PER_MS / n, 4),
+            "steps": [int(x) for x in steps.tolist()],
+            "events_per_affected_step": round(float(count.sum(dtype=np.float64)) / steps.size, 2),
+            "gc_ms_per_affected_step": round(float(total.sum(dtype=np.float64)) / steps.size / NS_PER_MS, 4),
+            "gc_ms_per_step": round(float(dur.sum()) / NS_PER_MS / n, 4),
             "steps_analysed": n,
-            "max_event_ms": round(float(g["dur_ns"].max()) / NS_PER_MS, 4),
+            "max_event_ms": round(float(dur.max()) / NS_PER_MS, 4),
             "device_idle_during_gc_ms_per_step": round(idle / NS_PER_MS / n, 4),
             "impact_ms_per_step": round(idle / NS_PER_MS / n, 4),
             "device_data": not timeline.empty,
-            "by_step": {str(int(k)): {"events": int(r["count"]), "ms": round(float(r["sum"]) / NS_PER_MS, 4)}
-                        for k, r in by_step.iterrows()},
+            "by_step": {str(int(k)): {"events": int(c), "ms": round(float(t) / NS_PER_MS, 4)}
+                        for k, c, t in zip(steps.tolist(), count.tolist(), total.tolist(), strict=True)},
         }
 
     def _finding_recorded(self, ctx: CheckContext, per_rank: dict[int, dict[str, Any]]) -> Finding:
@@ -151,17 +170,15 @@ class GcPauseCheck(Check):
 
     # ---- conjectured GC ---------------------------------------------------------------------------------
     @staticmethod
-    def _conjectured_ascend(ctx: CheckContext, rank: int, w: pd.DataFrame, timeline: DeviceTimeline
+    def _conjectured_ascend(start: np.ndarray, dur: np.ndarray, w: dict[str, np.ndarray], timeline: DeviceTimeline
                             ) -> dict[str, Any] | None:
-        if timeline.empty:
-            return None
+        """One rank's device-idle gaps with almost no AscendCL calls (start, dur: its AscendCL calls; the
+        overlap sums are integer, so the calls' order does not matter)."""
         thr_ns = T.conjectured_gc_free_ms.value * NS_PER_MS
-        acl = ctx.sql("SELECT start_ns, dur_ns FROM host_ops WHERE rank = ? AND category = 'cann' AND name LIKE "
-                      "'AscendCL@%' ORDER BY start_ns", [int(rank)])
-        a0 = acl["start_ns"].to_numpy(dtype=np.int64)
-        a1 = a0 + acl["dur_ns"].to_numpy(dtype=np.int64)
+        a0 = np.asarray(start, dtype=np.int64)
+        a1 = a0 + np.asarray(dur, dtype=np.int64)
         gaps: list[dict[str, Any]] = []
-        for step, w0, w1 in zip(w["step"], w["w0"], w["w1"], strict=True):
+        for step, w0, w1 in zip(w["step"].tolist(), w["w0"].tolist(), w["w1"].tolist(), strict=True):
             for g0, g1 in _idle_gaps(timeline, int(w0), int(w1)):
                 if g1 - g0 <= thr_ns:
                     continue
@@ -175,30 +192,28 @@ class GcPauseCheck(Check):
                     gaps.append({"step": int(step), "start_offset_ms": round((g0 - int(w0)) / NS_PER_MS, 3),
                                  "gap_ms": round((g1 - g0) / NS_PER_MS, 3), "acl_time_ratio": round(time_ratio, 6),
                                  "acl_calls": n_acl, "device_idle_ns": g1 - g0})
-        return _conjectured_stats(gaps, len(w), "device free gap with almost no AscendCL calls")
+        return _conjectured_stats(gaps, len(w["step"]), "device free gap with almost no AscendCL calls")
 
     @staticmethod
-    def _conjectured_gpu(ctx: CheckContext, rank: int, w: pd.DataFrame, timeline: DeviceTimeline
+    def _conjectured_gpu(host: pd.DataFrame, w: dict[str, np.ndarray], timeline: DeviceTimeline
                          ) -> dict[str, Any] | None:
-        if timeline.empty:
-            return None
-        host = ctx.sql("SELECT name, category, start_ns, dur_ns FROM host_ops WHERE rank = ?", [int(rank)])
+        """One rank's host silences inside a step while the device idles (host: its host ops)."""
         q0, q1 = host_silences(host, int(GPU_SILENCE_MS * NS_PER_MS))
         gaps: list[dict[str, Any]] = []
         if q0.size:
             for g0, g1 in zip(q0.tolist(), q1.tolist(), strict=True):
-                hit = w[(w["start_ns"] <= g0) & (w["end_ns"] >= g1)]
-                if hit.empty:
+                hit = np.flatnonzero((w["start_ns"] <= g0) & (w["end_ns"] >= g1))
+                if hit.size == 0:
                     continue   # between steps: the profiler or the loop, not inside a training step
                 idle = int(timeline.idle(g0, g1)[0])
                 if idle < GPU_SILENCE_DEVICE_IDLE * (g1 - g0):
                     continue   # the device still had work queued: a silent host costs nothing yet
-                step = int(hit["step"].iloc[0])
-                gaps.append({"step": step,
-                             "start_offset_ms": round((g0 - int(hit["start_ns"].iloc[0])) / NS_PER_MS, 3),
+                first = int(hit[0])
+                gaps.append({"step": int(w["step"][first]),
+                             "start_offset_ms": round((g0 - int(w["start_ns"][first])) / NS_PER_MS, 3),
                              "gap_ms": round((g1 - g0) / NS_PER_MS, 3),
                              "device_idle_ms": round(idle / NS_PER_MS, 3), "device_idle_ns": idle})
-        return _conjectured_stats(gaps, len(w), "no host event on any thread while the device idles")
+        return _conjectured_stats(gaps, len(w["step"]), "no host event on any thread while the device idles")
 
     def _finding_conjectured(self, ctx: CheckContext, per_rank: dict[int, dict[str, Any]]) -> Finding:
         rank_w, ms_w = worst_share(ctx, {r: v["impact_ms_per_step"] for r, v in per_rank.items()})
@@ -225,6 +240,49 @@ class GcPauseCheck(Check):
                      "compilation, or events filtered out of the trace, look the same). Confirm by recording GC "
                      "(torch_npu experimental_config gc_detect_threshold) or by running with gc.freeze() / "
                      "gc.disable() around steps."))
+
+
+class _Windows:
+    """The kept-step windows as numpy columns, cut per rank once (the frame is sorted by rank, then step):
+    a boolean filter of the frame per rank cost more than everything else the check does on many ranks."""
+
+    def __init__(self, frame: pd.DataFrame) -> None:
+        self.frame = frame
+        self._cols = {k: frame[k].to_numpy() for k in ("step", "start_ns", "end_ns", "w0", "w1")}
+        self._slices = {r: (i, j) for r, i, j in rank_slices(frame["rank"].to_numpy(dtype=np.int64))}
+
+    def n(self, rank: int) -> int:
+        i, j = self._slices.get(int(rank), (0, 0))
+        return j - i
+
+    def of(self, rank: int) -> dict[str, np.ndarray]:
+        i, j = self._slices.get(int(rank), (0, 0))
+        return {k: v[i:j] for k, v in self._cols.items()}
+
+
+def _gc_by_rank(gc: dict[str, np.ndarray], windows: pd.DataFrame
+                ) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """rank -> (step, start_ns, dur_ns) of its GC events >= T.gc_ms inside its kept steps; ranks without any
+    such event are absent. One filter over all ranks, then cuts of the rows sorted by rank."""
+    rank = np.asarray(gc["rank"], dtype=np.int64)
+    dur = np.asarray(gc["dur_ns"], dtype=np.int64)
+    keep = dur >= T.gc_ms.value * NS_PER_MS
+    keep[keep] = in_steps_mask(rank[keep], gc["step"][keep], windows)
+    idx = np.flatnonzero(keep)
+    idx = idx[np.argsort(rank[idx], kind="stable")]
+    step, start = gc["step"][idx], np.asarray(gc["start_ns"], dtype=np.int64)[idx]
+    dur, rank = dur[idx], rank[idx]
+    return {r: (step[i:j], start[i:j], dur[i:j]) for r, i, j in rank_slices(rank)}
+
+
+def _by_rank(ctx: CheckContext, ranks: list[int], query: str) -> dict[int, pd.DataFrame]:
+    """rank -> its rows of `query` (all `ranks` at once, ORDER BY rank; `{marks}` takes the placeholders),
+    every rank of `ranks` present (an empty frame when it has no row)."""
+    if not ranks:
+        return {}
+    df = ctx.sql(query.format(marks=",".join("?" * len(ranks))), [int(r) for r in ranks])
+    cuts = {r: (i, j) for r, i, j in rank_slices(df["rank"].to_numpy(dtype=np.int64))}
+    return {int(r): df.iloc[slice(*cuts.get(int(r), (0, 0)))] for r in ranks}
 
 
 def _idle_gaps(timeline: DeviceTimeline, w0: int, w1: int) -> list[tuple[int, int]]:
