@@ -23,7 +23,6 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import numpy as np
-import pandas as pd
 
 from ..metrics.intervals import merge
 from ..models import Finding
@@ -31,7 +30,7 @@ from ..thresholds import T
 from ._common import (
     columns,
     fmt_ms,
-    in_steps,
+    in_steps_mask,
     map_by_value,
     rank_slices,
     ranks_text,
@@ -43,6 +42,9 @@ from .base import Check, CheckContext, register
 
 NS_PER_MS = 1e6
 GATHER_STATS = "aten::batch_norm_gather_stats_with_counts"
+# marker kinds in name order: the order pandas gave the per-kind columns, so ties pick the same marker
+KINDS = tuple(sorted(("SyncBatchNorm", "nn.Module: SyncBatchNorm", GATHER_STATS)))
+KIND_CODE = {k: i for i, k in enumerate(KINDS)}
 
 
 def marker_kind(name: str) -> str | None:
@@ -78,37 +80,50 @@ class SyncBatchNormCheck(Check):
             return []
         windows = step_windows(ctx, ranks)
         marks = ",".join("?" * len(ranks))
-        ev = ctx.sql(f"SELECT rank, step, name, tid, start_ns, dur_ns FROM host_ops WHERE rank IN ({marks}) AND "
-                     f"(lower(name) = 'syncbatchnorm' OR lower(name) LIKE 'nn.module: syncbatchnorm%' OR "
-                     f"name = '{GATHER_STATS}')", ranks)
-        ev = in_steps(ev, windows)
-        if ev.empty:
+        a = columns(ctx, f"SELECT rank, step, name, start_ns, dur_ns FROM host_ops WHERE rank IN ({marks}) AND "
+                         f"(lower(name) = 'syncbatchnorm' OR lower(name) LIKE 'nn.module: syncbatchnorm%' OR "
+                         f"name = '{GATHER_STATS}')", ranks)
+        keep = in_steps_mask(a["rank"], a["step"], windows)
+        if not keep.any():
             return []
-        ev["kind"] = list(map_by_value(ev["name"], lambda n: marker_kind(str(n))))
+        # one pass over all ranks instead of a pandas groupby per rank (per-rank overhead dominated on many
+        # ranks); the rows' order does not matter: counts and merged-interval sums are order-free
+        rank = a["rank"][keep].astype(np.int64)
+        step = a["step"][keep].astype(np.int64)   # known after in_steps_mask; INTEGER in the schema
+        kind = map_by_value(a["name"][keep], lambda n: KIND_CODE.get(marker_kind(str(n)), -1)).astype(np.int64)
+        start = a["start_ns"][keep].astype(np.int64)
+        end = start + a["dur_ns"][keep].astype(np.int64)
+        order = np.argsort(rank, kind="stable")
+        rank, step, kind, start, end = rank[order], step[order], kind[order], start[order], end[order]
+        rows = {r: (i, j) for r, i, j in rank_slices(rank)}
+        counts = _step_counts(rank, step, kind)
         thr = T.syncbn_count.value
+        w_rank, w_n = np.unique(windows["rank"].to_numpy(dtype=np.int64), return_counts=True)
+        n_windows = dict(zip(w_rank.tolist(), w_n.tolist(), strict=True))
         per_rank: dict[int, dict[str, Any]] = {}
         launches: dict[int, tuple[np.ndarray, np.ndarray]] | None = None
-        for rank, g in ev.groupby("rank", sort=True):
-            r = int(rank)
-            counts = g.groupby(["step", "kind"]).size().unstack(fill_value=0)
-            per_step = counts.max(axis=1)          # nested markers: the largest count, never the sum
-            fired = [int(s) for s, c in per_step.items() if c >= thr]
-            if not fired:
+        for r, (st, per_step, totals) in counts.items():
+            hit = per_step >= thr
+            if not hit.any():
                 continue
-            n = max(int((windows["rank"] == r).sum()), 1)
+            n = max(n_windows.get(r, 0), 1)
             if launches is None:
-                launches = self._comm_launches(ctx, sorted(int(x) for x in ev["rank"].unique()))
-            host_ns, comm_ns = self._cost(g, launches.get(r))
+                launches = self._comm_launches(ctx, sorted(rows))
+            i, j = rows[r]
+            host_ns, comm_ns = self._cost(start[i:j], end[i:j], launches.get(r))
+            fired = per_step[hit]
             per_rank[r] = {
-                "steps": fired,
-                "calls_per_affected_step": round(float(per_step.loc[fired].mean()), 2),
+                "steps": [int(s) for s in st[hit]],
+                # pandas' mean of the int counts: a float64 sum divided by the count
+                "calls_per_affected_step": round(float(fired.sum(dtype=np.float64) / np.float64(fired.size)), 2),
                 "steps_analysed": n,
                 "max_calls_in_a_step": int(per_step.max()),
-                "marker": str(counts.sum().idxmax()),
+                # the first marker (in name order) with the most calls, as idxmax over the sorted kinds gives
+                "marker": KINDS[int(np.argmax(totals))],
                 "host_ms_per_step": round(host_ns / NS_PER_MS / n, 4),
                 "collective_ms_per_step": round(comm_ns / NS_PER_MS / n, 4),
                 "impact_ms_per_step": round((host_ns + comm_ns) / NS_PER_MS / n, 4),
-                "by_step": {str(int(s)): int(c) for s, c in per_step.items()},
+                "by_step": {str(int(s)): int(c) for s, c in zip(st, per_step, strict=True)},
             }
         if not per_rank:
             return []
@@ -142,10 +157,9 @@ class SyncBatchNormCheck(Check):
         return {r: (t[i:j], d[i:j]) for r, i, j in rank_slices(rank)}
 
     @staticmethod
-    def _cost(g: pd.DataFrame, launches: tuple[np.ndarray, np.ndarray] | None) -> tuple[float, float]:
-        """(host ns covered by SyncBatchNorm markers, device ns of comm ops launched inside them)."""
-        s = g["start_ns"].to_numpy(dtype=np.int64)
-        e = s + g["dur_ns"].to_numpy(dtype=np.int64)
+    def _cost(s: np.ndarray, e: np.ndarray, launches: tuple[np.ndarray, np.ndarray] | None) -> tuple[float, float]:
+        """(host ns covered by one rank's SyncBatchNorm markers [s, e), device ns of comm ops launched inside
+        them)."""
         ms, me = merge(s, e)
         host_ns = float((me - ms).sum())
         if ms.size == 0 or launches is None or launches[0].size == 0:
@@ -155,3 +169,33 @@ class SyncBatchNormCheck(Check):
         i = np.searchsorted(ms, t, side="right") - 1
         inside = (i >= 0) & (t < me[np.maximum(i, 0)])
         return host_ns, float(dur[inside].sum())
+
+
+def _step_counts(rank: np.ndarray, step: np.ndarray,
+                 kind: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per rank (ascending) with a known marker: (its steps ascending, the calls of each step, the calls of
+    each marker kind in KINDS order). Rows whose kind is unknown (-1) are not counted. A step's count is the
+    largest count of one kind: the markers nest, so their sum would count each call twice."""
+    ok = kind >= 0
+    r, s, k = rank[ok], step[ok], kind[ok]
+    if r.size == 0:
+        return {}
+    o = np.lexsort((k, s, r))
+    r, s, k = r[o], s[o], k[o]
+    new = np.ones(r.size, dtype=bool)
+    new[1:] = (r[1:] != r[:-1]) | (s[1:] != s[:-1]) | (k[1:] != k[:-1])
+    first = np.flatnonzero(new)
+    cnt = np.diff(np.append(first, r.size))             # calls per (rank, step, kind)
+    gr, gs, gk = r[first], s[first], k[first]
+    new_step = np.ones(gr.size, dtype=bool)
+    new_step[1:] = (gr[1:] != gr[:-1]) | (gs[1:] != gs[:-1])
+    sfirst = np.flatnonzero(new_step)
+    per_step = np.maximum.reduceat(cnt, sfirst)          # calls per (rank, step)
+    sr, ss = gr[sfirst], gs[sfirst]
+    ranks, rinv = np.unique(gr, return_inverse=True)
+    totals = np.zeros((ranks.size, len(KINDS)), dtype=np.int64)
+    np.add.at(totals, (rinv, gk), cnt)
+    out: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    for x, (rk, i, j) in enumerate(rank_slices(sr)):
+        out[rk] = (ss[i:j], per_step[i:j], totals[x])
+    return out
