@@ -25,7 +25,16 @@ import numpy as np
 from ..metrics.intervals import merge
 from ..models import Finding
 from ..thresholds import T
-from ._common import DeviceTimeline, fmt_ms, in_steps, ranks_text, step_windows, steps_text, worst_share
+from ._common import (
+    DeviceTimeline,
+    by_value,
+    fmt_ms,
+    in_steps_mask,
+    ranks_text,
+    step_windows,
+    steps_text,
+    worst_share,
+)
 from .base import Check, CheckContext, register
 
 NS_PER_MS = 1e6
@@ -42,6 +51,40 @@ _ADVICE = {
 
 def _kind(api: str) -> str:
     return "malloc" if "alloc" in api.lower() else "free"
+
+
+Group = tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _groups(names: np.ndarray, rank: np.ndarray, step: np.ndarray,
+            dur: np.ndarray) -> list[tuple[str, list[Group]]]:
+    """Per API (sorted), per rank (ascending): (rank, its row indices in their original order, its steps
+    ascending, calls per step, Σ dur_ns per step). One sort of all rows instead of a groupby per API and
+    rank: with many ranks the per-rank pandas overhead, not the data, was the cost."""
+    api, ac = np.unique(names, return_inverse=True)
+    rk, rc = np.unique(rank, return_inverse=True)
+    key = ac.astype(np.int64) * rk.size + rc
+    order = np.argsort(key, kind="stable")
+    ks = key[order]
+    first = np.flatnonzero(np.concatenate(([True], ks[1:] != ks[:-1])))
+    ends = np.append(first[1:], ks.size)
+    o3 = np.lexsort((step, key))
+    k3, s3 = key[o3], step[o3]
+    run0 = np.flatnonzero(np.concatenate(([True], (k3[1:] != k3[:-1]) | (s3[1:] != s3[:-1]))))
+    cnt = np.diff(np.append(run0, k3.size))
+    tot = np.add.reduceat(dur[o3], run0)
+    run_key, run_step = k3[run0], s3[run0]
+    gkeys = ks[first]
+    r0 = np.searchsorted(run_key, gkeys, side="left")
+    r1 = np.searchsorted(run_key, gkeys, side="right")
+    out: list[tuple[str, list[Group]]] = []
+    for g, kk in enumerate(gkeys.tolist()):
+        a, r = divmod(kk, rk.size)
+        if not out or out[-1][0] != api[a]:
+            out.append((api[a], []))
+        i, j = r0[g], r1[g]
+        out[-1][1].append((int(rk[r]), order[first[g]:ends[g]], run_step[i:j], cnt[i:j], tot[i:j]))
+    return out
 
 
 @register
@@ -64,38 +107,50 @@ class MemoryOpsCheck(Check):
             return []
         windows = step_windows(ctx, ranks)
         marks = ",".join("?" * len(ranks))
-        ev = ctx.sql(f"SELECT rank, step, name, start_ns, dur_ns FROM host_ops WHERE rank IN ({marks}) AND category "
-                     "IN ('cann', 'runtime', 'driver') AND (name LIKE 'AscendCL@acl%' OR name LIKE 'cu%' OR "
-                     "name LIKE 'hip%')", ranks)
-        ev = ev[ev["name"].astype(str).str.match(API_RE)]
-        ev = in_steps(ev, windows)
-        if ev.empty:
+        a = ctx.profile.arrays(f"SELECT rank, step, name, start_ns, dur_ns FROM host_ops WHERE rank IN ({marks}) "
+                               "AND category IN ('cann', 'runtime', 'driver') AND (name LIKE 'AscendCL@acl%' OR "
+                               "name LIKE 'cu%' OR name LIKE 'hip%')", ranks)
+        names = np.asarray(a["name"], dtype=object)
+        if names.size == 0:
             return []
+        idx = np.flatnonzero(by_value(names, lambda n: API_RE.match(str(n))))
+        rank = np.asarray(np.ma.getdata(a["rank"]), dtype=np.int64)[idx]
+        kept = in_steps_mask(rank, a["step"][idx], windows)
+        if not kept.any():
+            return []
+        idx, rank = idx[kept], rank[kept]
+        names = names[idx]
+        step = np.asarray(np.ma.getdata(a["step"]), dtype=np.int64)[idx]
+        start = np.asarray(np.ma.getdata(a["start_ns"]), dtype=np.int64)[idx]
+        dur = np.asarray(np.ma.getdata(a["dur_ns"]), dtype=np.int64)[idx]
         thr_ms = T.memory_api_total_ms.value
+        wr, wn = np.unique(windows["rank"].to_numpy(dtype=np.int64), return_counts=True)
+        steps_of = dict(zip(wr.tolist(), wn.tolist(), strict=True))
         out: list[Finding] = []
-        for api, grp in ev.groupby("name", sort=True):
+        for api, groups in _groups(names, rank, step, dur):
             per_rank: dict[int, dict[str, Any]] = {}
-            for rank, g in grp.groupby("rank", sort=True):
-                r = int(rank)
-                by_step = g.groupby("step")["dur_ns"].agg(["count", "sum"])
-                fired = [int(s) for s, row in by_step.iterrows() if row["sum"] / NS_PER_MS >= thr_ms]
-                if not fired:
+            for r, rows, st, cnt, tot in groups:
+                hit = tot / NS_PER_MS >= thr_ms
+                if not hit.any():
                     continue
-                n = max(int((windows["rank"] == r).sum()), 1)
-                s = g["start_ns"].to_numpy(dtype=np.int64)
-                ms, me = merge(s, s + g["dur_ns"].to_numpy(dtype=np.int64))
+                fired = st[hit].tolist()
+                n = max(steps_of.get(r, 0), 1)
+                # durations are integer ns: every sum and mean below is exact, so it equals pandas' in any order
+                d = dur[rows]
+                s = start[rows]
+                ms, me = merge(s, s + d)
                 timeline = DeviceTimeline.of(ctx, r)
                 idle = float(timeline.idle(ms, me).sum()) if not timeline.empty else None
                 per_rank[r] = {
                     "steps": fired,
-                    "calls_per_affected_step": round(float(by_step.loc[fired, "count"].mean()), 2),
-                    "ms_per_affected_step": round(float(by_step.loc[fired, "sum"].mean()) / NS_PER_MS, 4),
+                    "calls_per_affected_step": round(float(cnt[hit].sum()) / len(fired), 2),
+                    "ms_per_affected_step": round(float(tot[hit].sum()) / len(fired) / NS_PER_MS, 4),
                     "steps_analysed": n,
-                    "ms_per_step": round(float(g["dur_ns"].sum()) / NS_PER_MS / n, 4),
-                    "mean_call_ms": round(float(g["dur_ns"].mean()) / NS_PER_MS, 4),
+                    "ms_per_step": round(float(d.sum()) / NS_PER_MS / n, 4),
+                    "mean_call_ms": round(float(d.sum()) / d.size / NS_PER_MS, 4),
                     "device_idle_during_calls_ms_per_step": None if idle is None else round(idle / NS_PER_MS / n, 4),
-                    "by_step": {str(int(k)): {"calls": int(row["count"]), "ms": round(float(row["sum"]) / NS_PER_MS, 4)}
-                                for k, row in by_step.iterrows()},
+                    "by_step": {str(k): {"calls": c, "ms": round(float(v) / NS_PER_MS, 4)}
+                                for k, c, v in zip(st.tolist(), cnt.tolist(), tot.tolist(), strict=True)},
                 }
             if not per_rank:
                 continue
