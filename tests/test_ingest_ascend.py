@@ -182,6 +182,25 @@ def test_breakdown_metric_matches_step_trace_time(cluster: Profile) -> None:
         assert close(r.step_ms, (v.stage_ns + v.bubble_ns) / NS_PER_MS), where
 
 
+def test_breakdown_reads_device_ops_in_batches_of_ranks(cluster: Profile, monkeypatch) -> None:
+    """Device ops are read for several ranks per query and split per rank: one rank per batch, two, and
+    all four give the same rows, and the number of queries follows the batches."""
+    from stepdoctor.analysis.metrics import breakdown
+
+    want = breakdown.compute_breakdown(cluster)
+    sizes = dict(cluster.rows("SELECT rank, count(*) FROM device_ops GROUP BY rank"))
+    loads: list[list[int]] = []
+    real = breakdown._OpsByRank._load
+    monkeypatch.setattr(breakdown._OpsByRank, "_load", lambda self, ranks: loads.append(ranks) or real(self, ranks))
+    for limit, batches in ((1, [[0], [1], [2], [3]]), (sizes[0] + sizes[1], [[0, 1], [2, 3]]),
+                           (breakdown.BATCH_OPS, [[0, 1, 2, 3]])):
+        monkeypatch.setattr(breakdown, "BATCH_OPS", limit)
+        loads.clear()
+        assert breakdown.compute_breakdown(cluster) == want
+        assert loads == batches
+    assert breakdown.compute_breakdown(cluster, ranks=[2]) == [r for r in want if r.rank == 2]
+
+
 def test_planted_step_facts(cluster: Profile) -> None:
     """Rank 0 step 2 carries the +250 ms idle tail; rank 3 computes 1.4x longer (planted problems 5, 6)."""
     st = cluster.sql("SELECT rank, step, start_ns, end_ns, device_start_ns FROM steps ORDER BY rank, step")

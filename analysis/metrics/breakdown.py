@@ -35,6 +35,9 @@ from ..store import Profile
 from .intervals import Coverage
 
 NS_PER_MS = 1_000_000
+# Device ops are read for a batch of ranks per query, up to this many rows: a query per rank cost ~1 ms
+# each (64 small ranks: 75 ms of 110), and one query for all ranks would hold every op of a large cluster.
+BATCH_OPS = 1_000_000
 
 
 class BreakdownRow(BaseModel):
@@ -85,13 +88,16 @@ def compute_breakdown(profile: Profile, *, hta_compat: bool = False, ranks: list
     recv = profile.arrays("SELECT rank, start_ns, elapse_ns FROM comm_ops WHERE op_type IN ('receive', 'recv')")
     recv_rank = np.asarray(recv["rank"], dtype=np.int64)
     st_rank = np.asarray(st["rank"], dtype=np.int64)
-    for rank in np.unique(st_rank).tolist():
+    step_ranks = np.unique(st_rank).tolist()
+    batched = _OpsByRank(profile, [r for r in step_ranks if not (hta_compat and r in kineto_ranks)])
+    for rank in step_ranks:
         sel = st_rank == rank
-        base = HTA_KEPT_DEVICE_OPS_SQL if hta_compat and rank in kineto_ranks else \
-            "SELECT start_ns, dur_ns, category FROM device_ops WHERE rank = $1"
-        # HTA's kept-op set (hta_compat on Kineto): ops whose launch precedes the last step
-        ops = profile.arrays("SELECT start_ns, dur_ns, category = 'compute' AS comp, "
-                             f"category = 'communication' AS comm FROM ({base})", [rank])
+        if hta_compat and rank in kineto_ranks:
+            # HTA's kept-op set (hta_compat on Kineto): ops whose launch precedes the last step
+            ops = profile.arrays("SELECT start_ns, dur_ns, category = 'compute' AS comp, "
+                                 f"category = 'communication' AS comm FROM ({HTA_KEPT_DEVICE_OPS_SQL})", [rank])
+        else:
+            ops = batched.of(rank)
         starts = np.asarray(ops["start_ns"], dtype=np.int64)
         ends = starts + np.asarray(ops["dur_ns"], dtype=np.int64)
         if hta_compat:
@@ -141,6 +147,47 @@ def compute_breakdown(profile: Profile, *, hta_compat: bool = False, ranks: list
                 non_compute_ms=_ms(busy[i] - comp[i]) if dev else None,
             ))
     return rows
+
+
+class _OpsByRank:
+    """Each rank's device ops (start_ns, dur_ns, comp, comm), read for consecutive ranks in batches of at
+    most BATCH_OPS rows (a rank with more is a batch of its own) and split per rank; `of()` is called with
+    the ranks in the order given."""
+
+    def __init__(self, profile: Profile, ranks: list[int]) -> None:
+        self.profile = profile
+        counts = dict(profile.rows("SELECT rank, count(*) FROM device_ops GROUP BY rank")) if ranks else {}
+        self.batch_of: dict[int, int] = {}
+        self.batches: list[list[int]] = []
+        rows = 0
+        for r in ranks:
+            n = int(counts.get(r, 0))
+            if not self.batches or rows + n > BATCH_OPS:
+                self.batches.append([])
+                rows = 0
+            self.batches[-1].append(r)
+            self.batch_of[r] = len(self.batches) - 1
+            rows += n
+        self.loaded = -1
+        self.split: dict[int, dict[str, np.ndarray]] = {}
+
+    def of(self, rank: int) -> dict[str, np.ndarray]:
+        b = self.batch_of[rank]
+        if b != self.loaded:
+            self.split = self._load(self.batches[b])
+            self.loaded = b
+        return self.split[rank]
+
+    def _load(self, ranks: list[int]) -> dict[str, dict[str, np.ndarray]]:
+        ops = self.profile.arrays("SELECT rank, start_ns, dur_ns, category = 'compute' AS comp, category = "
+                                  "'communication' AS comm FROM device_ops WHERE rank IN (SELECT unnest(?::BIGINT[]))",
+                                  [ranks])
+        order = np.argsort(np.asarray(ops["rank"], dtype=np.int64), kind="stable")
+        rank = np.asarray(ops["rank"], dtype=np.int64)[order]
+        cols = {c: np.asarray(ops[c])[order] for c in ("start_ns", "dur_ns", "comp", "comm")}
+        lo = np.searchsorted(rank, ranks, side="left").tolist()
+        hi = np.searchsorted(rank, ranks, side="right").tolist()
+        return {r: {c: a[i:j] for c, a in cols.items()} for r, i, j in zip(ranks, lo, hi, strict=True)}
 
 
 def totals(rows: list[BreakdownRow]) -> list[BreakdownRow]:
