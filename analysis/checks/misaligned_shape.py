@@ -184,14 +184,17 @@ def _gain_text(estimated: bool, ms: float | None) -> str:
     return f"up to {ms:.2f} ms per step could be saved by padding or reshaping to aligned sizes"
 
 
-def optimization_space(df: pd.DataFrame, bounds: dict[str, float]) -> pd.Series:
-    """Per row: 1 − max(ratio / threshold) over `bounds`, clipped to [0, 1]; NaN without ratios."""
-    parts = [df[c].astype("float64") / thr for c, thr in bounds.items() if c in df]
+def optimization_space(ratios: dict[str, np.ndarray], bounds: dict[str, float]) -> np.ndarray:
+    """Per task: 1 − max(ratio / threshold) over `bounds`, clipped to [0, 1]; NaN without ratios.
+
+    `ratios` holds the pipe-ratio columns (any that are missing are skipped) of the same tasks."""
+    parts = [np.asarray(ratios[c], dtype="float64") / thr for c, thr in bounds.items() if c in ratios]
+    n = len(next(iter(ratios.values()))) if ratios else 0
     if not parts:
-        return pd.Series(np.nan, index=df.index)
-    load = pd.concat(parts, axis=1).max(axis=1, skipna=True)
-    load = load.where(load > 0)
-    return (1.0 - load).clip(lower=0.0, upper=1.0)
+        return np.full(n, np.nan)
+    load = np.fmax.reduce(np.vstack(parts), axis=0)  # NaN only where every ratio is NaN, as skipna does
+    load = np.where(load > 0, load, np.nan)
+    return np.clip(1.0 - load, 0.0, 1.0)
 
 
 @register
@@ -223,53 +226,83 @@ class MisalignedShapeCheck(Check):
         ops = in_kept_steps(ops, steps)
         if ops.empty:
             return []
-        # the pipe headroom is per task: worked out once per bound set over all tasks, then picked per kernel
-        spaces = {kind: optimization_space(ops, bounds).to_numpy() for kind, bounds in _BOUNDS.items()}
         # kernels (rows with the same _KERNEL_KEY) in key order, each with its rows in table order, as the
         # groupby iteration had them; numpy slices instead of a sub-frame per kernel
         gid = ops.groupby(list(_KERNEL_KEY), dropna=False, sort=True).ngroup().to_numpy()
         order = np.argsort(gid, kind="stable")
-        cuts = np.flatnonzero(np.diff(gid[order])) + 1
-        keycols = {k: ops[k].to_numpy(dtype=object) for k in _KERNEL_KEY}
+        starts = np.concatenate(([0], np.flatnonzero(np.diff(gid[order])) + 1))
+        ends = np.append(starts[1:], order.size)
+        first = order[starts]
+        # one Python value per kernel (its first row) instead of indexing object arrays per kernel
+        keycols = {k: ops[k].to_numpy(dtype=object)[first].tolist() for k in _KERNEL_KEY}
+        # every rank runs the same kernels: the shape verdicts depend on the kernel key without its rank, so
+        # they are parsed once per distinct kernel, not once per rank (per-rank parsing dominated 64 ranks);
+        # the op type stays in the keys so two findings never share one `axes` dict
+        fa_memo: dict[tuple, Misalignment | None] = {}
+        bytes_memo: dict[tuple, float] = {}
+        cube_memo: dict[tuple, Misalignment | None] = {}
+        steps_of: dict[int, int] = {}
         sel: list[np.ndarray] = []
         kinds: list[str] = []
         found: list[Misalignment] = []
-        for rows in np.split(order, cuts):
-            i = rows[0]
-            rank, op_type, name = keycols["rank"][i], keycols["op_type"][i], keycols["name"][i]
-            shp, dts = keycols["input_shapes"][i], keycols["input_dtypes"][i]
-            fmts = keycols["input_formats"][i]
-            oshp, odts = keycols["output_shapes"][i], keycols["output_dtypes"][i]
+        for gi, (rank, op_type, name, shp, dts, fmts, oshp, odts) in enumerate(zip(
+                *(keycols[k] for k in _KERNEL_KEY), strict=True)):
             if op_type in FA_TYPES:
-                mis = fa_misalignment(str(name), shp, oshp)
+                key = (op_type, name, shp, oshp)
+                if key not in fa_memo:
+                    fa_memo[key] = fa_misalignment(str(name), shp, oshp)
+                mis = fa_memo[key]
                 kind = "fa_grad" if op_type.endswith("Grad") else "fa_fwd"
             else:
-                per_step = len(rows) / n_steps(steps, int(rank))
-                mib = (tensor_bytes(shp, dts) + tensor_bytes(oshp, odts)) * per_step / 2**20
+                key = (shp, dts, oshp, odts)
+                if key not in bytes_memo:
+                    bytes_memo[key] = tensor_bytes(shp, dts) + tensor_bytes(oshp, odts)
+                if rank not in steps_of:
+                    steps_of[rank] = n_steps(steps, int(rank))
+                per_step = int(ends[gi] - starts[gi]) / steps_of[rank]
+                mib = bytes_memo[key] * per_step / 2**20
                 if mib < CUBE_MIN_MIB:
                     continue  # small matmuls: the advisor only judges large ones
-                mis = cube_misalignment(shp, fmts)
+                key = (op_type, shp, fmts)
+                if key not in cube_memo:
+                    cube_memo[key] = cube_misalignment(shp, fmts)
+                mis = cube_memo[key]
                 kind = "cube"
             if mis is None:
                 continue
-            sel.append(rows)
+            sel.append(order[starts[gi]:ends[gi]])
             kinds.append(kind)
             found.append(mis)
         if not sel:
             return []
         idx = np.concatenate(sel)
+        lengths = np.fromiter((len(r) for r in sel), dtype=np.int64, count=len(sel))
+
+        def per_task(values: list) -> np.ndarray:
+            """One value per flagged kernel, repeated over its tasks (the same objects, no copies)."""
+            arr = np.empty(len(values), dtype=object)
+            arr[:] = values
+            return np.repeat(arr, lengths)
+
         bad = ops.iloc[idx].reset_index(drop=True)
-        bad["space"] = np.concatenate([spaces[k][r] for k, r in zip(kinds, sel, strict=True)])
+        # the pipe headroom is per task: worked out per bound set on the flagged tasks of that kind only
+        ratios = {c: ops[c].astype("float64").to_numpy()[idx]
+                  for c in dict.fromkeys(c for b in _BOUNDS.values() for c in b) if c in ops}
+        kind_of = per_task(kinds)
+        space = np.full(idx.size, np.nan)
+        for kind, bounds in _BOUNDS.items():
+            at = np.flatnonzero(kind_of == kind)
+            if at.size:
+                space[at] = optimization_space({c: v[at] for c, v in ratios.items()}, bounds)
+        bad["space"] = space
         bad["lost_ns"] = bad["dur_ns"].astype("float64") * bad["space"]
-        bad["reasons"] = np.concatenate([np.full(len(r), "; ".join(m.reasons), dtype=object)
-                                         for m, r in zip(found, sel, strict=True)])
-        bad["dims"] = [m.dims for m, r in zip(found, sel, strict=True) for _ in range(len(r))]
-        bad["bounds"] = [_BOUNDS[k] for k, r in zip(kinds, sel, strict=True) for _ in range(len(r))]
+        bad["reasons"] = per_task(["; ".join(m.reasons) for m in found])
+        bad["dims"] = per_task([m.dims for m in found])
+        bad["bounds"] = per_task([_BOUNDS[k] for k in kinds])
         out: list[Finding] = []
         for op_type, g in bad.groupby("op_type", sort=True):
             estimated = bool(g["lost_ns"].notna().any())
-            per_rank_loss = per_rank_ms(g, "lost_ns", steps)
-            per_rank_time = per_rank_ms(g, "dur_ns", steps)
+            per_rank_loss, per_rank_time = per_rank_ms(g, "lost_ns", steps), per_rank_ms(g, "dur_ns", steps)
             rank_w, ms_w = worst_rank(per_rank_loss if estimated else per_rank_time)
             gw = g[g["rank"] == rank_w]
             shapes = []
