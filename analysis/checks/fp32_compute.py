@@ -39,9 +39,10 @@ from ..thresholds import T
 from ._common import (
     by_value,
     fmt_ms,
-    in_steps,
+    in_steps_mask,
     map_by_value,
     ranks_text,
+    series_sum,
     step_windows,
     steps_text,
     worst_share,
@@ -151,28 +152,20 @@ class Fp32ComputeCheck(Check):
             return []
         windows = step_windows(ctx, ranks)
         thr = T.fp32_share_pct.value
+        wr, wn = np.unique(windows["rank"].to_numpy(dtype=np.int64), return_counts=True)
+        n_windows = dict(zip(wr.tolist(), wn.tolist(), strict=True))
+        # every Ascend rank is judged from one query; a GPU rank keeps its own query (its aten-op join picks
+        # any_value per correlation id, which a query over all ranks need not pick the same way)
+        judged = self._judge(self._ascend_classified(ctx, [r for r in ranks if ctx.vendor(r) == "ascend"]),
+                             windows, n_windows, thr)
         per_rank: dict[int, dict[str, Any]] = {}
-        ascend_ops = self._ascend_classified(ctx, [r for r in ranks if ctx.vendor(r) == "ascend"])
         for rank in ranks:
-            w = windows[windows["rank"] == rank]
-            ascend = ctx.vendor(rank) == "ascend"
-            ops = ascend_ops.get(rank, _EMPTY) if ascend else self._classified(ctx, rank)
-            if ops.empty:
+            if ctx.vendor(rank) != "ascend":
+                judged.update(self._judge(self._classified(ctx, rank), windows, n_windows, thr))
+            if rank not in judged:
                 continue
-            if not w.empty:
-                ops = in_steps(ops, w) if ops["step"].notna().any() else ops
-            # a kernel whose precision neither its name nor its launching op tells is left out of the share
-            fam = ops[ops["precision"] != "unknown"]
-            unknown_ns = float(ops.loc[ops["precision"] == "unknown", "dur_ns"].sum())
-            total = float(fam["dur_ns"].sum())
-            if total <= 0:
-                continue
-            full = fam[fam["precision"].isin(("fp32", "fp64"))]
-            fp32_ns = float(full["dur_ns"].sum())
-            share = 100.0 * fp32_ns / total
-            if share < thr or fp32_ns <= 0:
-                continue
-            n = max(len(w), 1)
+            fam, full, share, total, unknown_ns, fp32_ns = judged[rank]
+            n = max(n_windows.get(int(rank), 0), 1)
             by_type = full.groupby("label")["dur_ns"].agg(["count", "sum"]).sort_values("sum", ascending=False)
             by_prec = fam.groupby("precision")["dur_ns"].sum()
             fp32_ms = fp32_ns / NS_PER_MS / n
@@ -235,13 +228,56 @@ class Fp32ComputeCheck(Check):
         return {"phases_ms": {str(k): round(float(v) / NS_PER_MS, 4) for k, v in rows}} if rows else {}
 
     @staticmethod
-    def _ascend_classified(ctx: CheckContext, ranks: list[int]) -> dict[int, pd.DataFrame]:
-        """Family ops of Ascend ranks, by rank, with columns step, name, label, dur_ns, precision, dtypes.
+    def _judge(ops: pd.DataFrame, windows: pd.DataFrame, n_windows: dict[int, int],
+               thr: float) -> dict[int, tuple[pd.DataFrame, pd.DataFrame, float, float, float, float]]:
+        """Ranks of `ops` (family ops of one or more ranks, columns _COLS) whose fp32 share reaches `thr`:
+        rank -> (its family ops of known precision, the fp32 / fp64 ones, share %, family ns, unknown ns,
+        fp32 ns).
+
+        A rank with kept steps and any stepped op keeps only its ops in those steps. The sums run per rank
+        over numpy slices (rows sorted by rank, stably, so each rank's rows keep their order and sum as a
+        pandas sum over that rank's frame would); frames are only cut for the ranks that qualify."""
+        if ops.empty:
+            return {}
+        rank = ops["rank"].to_numpy(dtype=np.int64)
+        step = ops["step"].to_numpy()
+        stepped = np.unique(rank[ops["step"].notna().to_numpy()])
+        filtered = np.isin(rank, np.intersect1d(stepped, np.fromiter(n_windows, dtype=np.int64)))
+        keep = ~filtered | in_steps_mask(rank, step, windows)
+        pos = np.flatnonzero(keep)
+        pos = pos[np.argsort(rank[pos], kind="stable")]
+        rank_sorted = rank[pos]
+        prec = ops["precision"].to_numpy(dtype=object)[pos]
+        # a kernel whose precision neither its name nor its launching op tells is left out of the share
+        known = prec != "unknown"
+        full = known & ((prec == "fp32") | (prec == "fp64"))
+        dur = ops["dur_ns"].to_numpy()[pos]
+        rs = np.unique(rank_sorted)
+        cuts = [*np.searchsorted(rank_sorted, rs, side="left").tolist(), rank_sorted.size]
+        out: dict[int, tuple[pd.DataFrame, pd.DataFrame, float, float, float, float]] = {}
+        for k, r in enumerate(rs.tolist()):
+            i, j = cuts[k], cuts[k + 1]
+            d, kn, fu = dur[i:j], known[i:j], full[i:j]
+            total = float(series_sum(d[kn]))
+            if total <= 0:
+                continue
+            fp32_ns = float(series_sum(d[fu]))
+            share = 100.0 * fp32_ns / total
+            if share < thr or fp32_ns <= 0:
+                continue
+            unknown_ns = float(series_sum(d[~kn]))
+            sub = ops.iloc[pos[i:j]]
+            out[int(r)] = (sub[kn], sub[fu], share, total, unknown_ns, fp32_ns)
+        return out
+
+    @staticmethod
+    def _ascend_classified(ctx: CheckContext, ranks: list[int]) -> pd.DataFrame:
+        """Family ops of Ascend ranks with columns rank, step, name, label, dur_ns, precision, dtypes.
 
         One query for the ranks (no ORDER BY: each rank's rows keep their table order, as the query per rank
         had them); family and precision are judged once per distinct op type / name / dtype list."""
         if not ranks:
-            return {}
+            return _EMPTY
         marks = ",".join("?" * len(ranks))
         df = ctx.sql("SELECT rank, step, name, op_type, dur_ns, input_dtypes FROM device_ops WHERE rank IN "
                      f"({marks}) AND category = 'compute'", [int(r) for r in ranks])
@@ -250,11 +286,11 @@ class Fp32ComputeCheck(Check):
                | by_value(df["name"].astype(str), lambda n: ASCEND_FAMILY.search(n)))
         df = df[fam]
         if df.empty:
-            return {}
+            return _EMPTY
         prec = map_by_value(df["input_dtypes"], ascend_precision)
         df = df.assign(label=df["op_type"].fillna(df["name"]).astype(str), precision=prec,
                        dtypes=df["input_dtypes"])
-        return {int(r): g.reset_index(drop=True) for r, g in df[_COLS].groupby("rank", sort=False)}
+        return df[_COLS]
 
     @staticmethod
     def _classified(ctx: CheckContext, rank: int) -> pd.DataFrame:
