@@ -44,13 +44,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..metrics.intervals import Coverage
 from ..models import Finding
 from ..thresholds import T
 from ._common import (
     DeviceTimeline,
+    by_value,
     fmt_ms,
     rank_ordered,
+    rank_slices,
     ranks_text,
     step_ms_of,
     step_windows,
@@ -69,7 +70,8 @@ _GRADIENT = re.compile(GRADIENT_RE)
 
 @dataclass
 class _RankOps:
-    """One rank's compute ops and gradient collectives as numpy columns, sorted by start."""
+    """One rank's compute ops and gradient collectives as numpy columns, sorted by start (so a step's ops
+    are one contiguous slice)."""
 
     name: np.ndarray         # object
     is_comm: np.ndarray      # bool: a collective (else a compute op)
@@ -110,20 +112,24 @@ class ExposedCommTailCheck(Check):
         per_rank: dict[int, dict[str, Any]] = {}
         tails: dict[int, dict[int, dict[str, Any]]] = {}
         devs = self._device(ctx, ranks)
-        w_of = {int(r): g for r, g in windows.groupby("rank", sort=False)}
-        empty_w = windows.iloc[:0]
+        # windows are sorted by rank: plain column slices per rank, not a DataFrame per rank
+        w_rank = windows["rank"].to_numpy(dtype=np.int64)
+        w_cols = (windows["step"].to_numpy(), windows["w0"].to_numpy(dtype=np.int64),
+                  windows["w1"].to_numpy(dtype=np.int64))
+        no_w = tuple(c[:0] for c in w_cols)
+        w_of = {r: tuple(c[i:j] for c in w_cols) for r, i, j in rank_slices(w_rank)}
         for rank in ranks:
-            w = w_of.get(rank, empty_w)
+            w = w_of.get(rank, no_w)
             dev = devs.get(rank)
-            if not w.empty and dev is not None and dev.is_comm.any():
+            if w[0].size and dev is not None and dev.is_comm.any():
                 tails[rank] = self._device_tails(ctx, rank, w, dev)
             elif "step_phases" in ctx.caps(rank):
-                st = self._phase_rank(ctx, rank, w, steps_ms, thr)
+                st = self._phase_rank(ctx, rank, w[0], steps_ms, thr)
                 if st:
                     per_rank[rank] = st
         _critical_path_min(tails)
         for rank, by_step in tails.items():
-            st = self._device_stats(ctx, rank, w_of.get(rank, empty_w), by_step, steps_ms, thr, devs[rank])
+            st = self._device_stats(ctx, rank, w_of.get(rank, no_w)[0].size, by_step, steps_ms, thr, devs[rank])
             if st:
                 per_rank[rank] = st
         if not per_rank:
@@ -161,11 +167,10 @@ class ExposedCommTailCheck(Check):
     def _device(ctx: CheckContext, ranks: list[int]) -> dict[int, _RankOps]:
         """Per rank: compute ops and gradient collectives, by start (p2p sends and all-to-all are not
         bucketed gradients and are left out). Plain numpy columns; the gradient test runs once per distinct
-        collective / name (there are few) instead of once per op. One query for all ranks; a rank with ops
-        that start together gets its own query as before (their order shows in the evidence, see
-        `rank_ordered`)."""
+        collective / name (there are few) over all ranks' ops at once, not once per op or per rank. One query
+        for all ranks; a rank with ops that start together gets its own query as before (their order shows in
+        the evidence, see `rank_ordered`)."""
         out: dict[int, _RankOps] = {}
-        grad_of: dict[Any, bool] = {}
         marks = ",".join("?" * len(ranks))
         cols = "name, category, start_ns, dur_ns, size_bytes, collective, group_name"
         by_rank = rank_ordered(
@@ -173,55 +178,69 @@ class ExposedCommTailCheck(Check):
                         "'communication') ORDER BY start_ns",
             f"SELECT rank, {cols} FROM device_ops WHERE rank IN ({marks}) AND category IN ('compute', "
             "'communication') ORDER BY rank, start_ns", ("start_ns",))
-        for rank in ranks:
-            a = by_rank[int(rank)]
-            if a["name"].size == 0:
-                continue
-            comm = a["category"] == "communication"
-            label = np.where(pd.isna(a["collective"]), a["name"], a["collective"])
-            for v in set(label[comm].tolist()) - grad_of.keys():
-                grad_of[v] = bool(_GRADIENT.search(str(v)))
-            grad = np.fromiter((c and grad_of[v] for c, v in zip(comm.tolist(), label.tolist(), strict=True)),
-                               dtype=bool, count=comm.size)
-            keep = ~comm | grad
+        present = [int(r) for r in ranks if by_rank[int(r)]["name"].size]
+        if not present:
+            return out
+        cat, name, coll = (np.concatenate([by_rank[r][k] for r in present]).astype(object)
+                           for k in ("category", "name", "collective"))
+        comm_all = cat == "communication"
+        label = np.where(pd.isna(coll), name, coll)
+        grad_all = np.zeros(comm_all.size, dtype=bool)
+        grad_all[comm_all] = by_value(label[comm_all], lambda v: _GRADIENT.search(str(v)))
+        keep_all = ~comm_all | grad_all
+        i = 0
+        for rank in present:
+            a = by_rank[rank]
+            j = i + a["name"].size
+            keep, comm = keep_all[i:j], comm_all[i:j]
+            i = j
             s_all = a["start_ns"][keep].astype(np.int64)
             e_all = s_all + a["dur_ns"][keep].astype(np.int64)
-            out[int(rank)] = _RankOps(a["name"][keep], comm[keep], s_all, e_all, a["size_bytes"][keep],
-                                      a["collective"][keep], a["group_name"][keep])
+            ops = _RankOps(a["name"][keep], comm[keep], s_all, e_all, a["size_bytes"][keep],
+                           a["collective"][keep], a["group_name"][keep])
+            if s_all.size > 1 and (s_all[1:] < s_all[:-1]).any():
+                # the query orders by start; should it not, a stable sort keeps equal starts in row order
+                o = np.argsort(s_all, kind="stable")
+                ops = _RankOps(*(getattr(ops, f)[o] for f in ("name", "is_comm", "start", "end", "size",
+                                                              "collective", "group")))
+            out[rank] = ops
         return out
 
-    def _device_tails(self, ctx: CheckContext, rank: int, w: pd.DataFrame, dev: _RankOps
-                      ) -> dict[int, dict[str, Any]]:
-        """Per kept step: the exposed tail, the idle after it, the effective tail (ns) and its final block of
-        collectives (row indices; `_colls` describes them when a step fires)."""
+    def _device_tails(self, ctx: CheckContext, rank: int, w: tuple[np.ndarray, np.ndarray, np.ndarray],
+                      dev: _RankOps) -> dict[int, dict[str, Any]]:
+        """Per kept step (w: steps, device window starts and ends): the exposed tail, the idle after it, the
+        effective tail (ns) and its final block of collectives (row indices; `_colls` describes them when a
+        step fires)."""
         s_all, e_all, is_comm = dev.start, dev.end, dev.is_comm
         timeline = DeviceTimeline.of(ctx, rank)
         out: dict[int, dict[str, Any]] = {}
-        for step, w0, w1 in zip(w["step"], w["w0"], w["w1"], strict=True):
-            m = (s_all >= w0) & (s_all < w1)
-            comm_i = np.flatnonzero(m & is_comm)
-            comp_i = np.flatnonzero(m & ~is_comm)
+        steps, w0s, w1s = w
+        # ops are sorted by start: a step's ops (start in [w0, w1)) are the slice [lo, hi)
+        los = np.searchsorted(s_all, w0s, side="left").tolist()
+        his = np.searchsorted(s_all, w1s, side="left").tolist()
+        for step, w1, lo, hi in zip(steps.tolist(), w1s.tolist(), los, his, strict=True):
+            cm = is_comm[lo:hi]
+            comm_i = lo + np.flatnonzero(cm)
+            comp_i = lo + np.flatnonzero(~cm)
             if comm_i.size == 0 or comp_i.size == 0:
                 continue
-            comp_s = s_all[comp_i]
+            comp_s = s_all[comp_i]   # ascending, as are the collectives' starts
             # final block: walk back from the last collective while no compute op starts in between, i.e. cut
-            # after the last pair of consecutive collectives with a compute start in [start, next start)
-            order = comm_i[np.argsort(s_all[comm_i], kind="stable")]
-            ord_s = s_all[order]
-            comp_sorted = np.sort(comp_s)
-            between = (np.searchsorted(comp_sorted, ord_s[1:], side="left")
-                       - np.searchsorted(comp_sorted, ord_s[:-1], side="left"))
-            cut = np.flatnonzero(between > 0)
-            first = int(cut[-1]) + 1 if cut.size else 0
-            block = order[first:][::-1].tolist()   # latest first, as the walk collects them
+            # after the last pair of consecutive collectives with a compute start in [start, next start).
+            # That pair holds the latest compute start before the last collective: the block is every
+            # collective that starts after it
+            ord_s = s_all[comm_i]
+            n_c = int(np.searchsorted(comp_s, ord_s[-1], side="left"))
+            first = int(np.searchsorted(ord_s, comp_s[n_c - 1], side="right")) if n_c else 0
+            block = comm_i[first:][::-1].tolist()   # latest first, as the walk collects them
             b_start = int(s_all[block[-1]])
-            before = comp_i[comp_s < b_start]
-            if before.size == 0:
+            n_before = int(np.searchsorted(comp_s, b_start, side="left"))
+            if n_before == 0:
                 continue   # no compute before the collectives: not a gradient tail
-            bwd_end = int(e_all[before].max())
-            blk_end = int(min(e_all[block].max(), w1))
-            tail = _exposed(s_all, e_all, is_comm, m, bwd_end, blk_end)
-            idle_after, _ = timeline.idle_run_after(blk_end, int(w1))
+            bwd_end = int(e_all[comp_i[:n_before]].max())
+            blk_end = int(min(int(e_all[block].max()), w1))
+            tail = _exposed(s_all[lo:hi], e_all[lo:hi], cm, bwd_end, blk_end)
+            idle_after, _ = timeline.idle_run_after(blk_end, w1)
             groups = {str(g) for g in dev.group[block] if g is not None}   # NULL is None in `columns`
             out[int(step)] = {
                 "tail_ns": tail, "idle_after_ns": float(idle_after), "eff_ns": max(0.0, tail - idle_after),
@@ -238,7 +257,7 @@ class ExposedCommTailCheck(Check):
                            comm_sizes)
                 for j in sorted(block, key=lambda j: s_all[j])]
 
-    def _device_stats(self, ctx: CheckContext, rank: int, w: pd.DataFrame, tails: dict[int, dict[str, Any]],
+    def _device_stats(self, ctx: CheckContext, rank: int, n_kept: int, tails: dict[int, dict[str, Any]],
                       steps_ms: dict[tuple[int, int], float], thr: float, dev: _RankOps
                       ) -> dict[str, Any] | None:
         impact: list[float] = []
@@ -259,16 +278,16 @@ class ExposedCommTailCheck(Check):
                 colls = colls or self._colls(ctx, rank, dev, t["block"], t["bwd_end"])
         if not fired:
             return None
-        return self._stats(ctx, rank, w, fired, impact, by_step, colls)
+        return self._stats(ctx, rank, n_kept, fired, impact, by_step, colls)
 
-    def _phase_rank(self, ctx: CheckContext, rank: int, w: pd.DataFrame, steps_ms: dict[tuple[int, int], float],
+    def _phase_rank(self, ctx: CheckContext, rank: int, kept_steps: np.ndarray, steps_ms: dict[tuple[int, int], float],
                     thr: float) -> dict[str, Any] | None:
         ph = ctx.sql("SELECT step, phase, dur_ns FROM step_phases WHERE rank = ? AND phase IN ('tail', "
                      "'iteration_interval', 'fp_and_bp')", [int(rank)])
         if ph.empty or not (ph["phase"] == "tail").any():
             return None
         piv = ph.pivot_table(index="step", columns="phase", values="dur_ns", aggfunc="sum") / NS_PER_MS
-        kept = set(w["step"].astype(int))
+        kept = set(kept_steps.astype(int).tolist())
         if kept and piv.index.isin(kept).any():
             piv = piv[piv.index.isin(kept)]
         # the tail phase (bp end -> iteration end) also holds the optimizer update: only the collectives'
@@ -299,16 +318,16 @@ class ExposedCommTailCheck(Check):
                   "dur_ms": round(float(r["elapse_ns"]) / NS_PER_MS, 4),
                   "size_mb": None if pd.isna(r["size_bytes"]) else round(float(r["size_bytes"]) / MB, 4)}
                  for _, r in comm.iterrows()]
-        st = self._stats(ctx, rank, w, fired, impact, by_step, colls, n_steps=len(piv))
+        st = self._stats(ctx, rank, kept_steps.size, fired, impact, by_step, colls, n_steps=len(piv))
         st["source"] = "step_phases tail (bp end -> iteration end)"
         return st
 
     # ---- helpers ----------------------------------------------------------------------------------------
     @staticmethod
-    def _stats(ctx: CheckContext, rank: int, w: pd.DataFrame, fired: list[int], impact: list[float],
+    def _stats(ctx: CheckContext, rank: int, n_kept: int, fired: list[int], impact: list[float],
                by_step: dict[str, dict[str, float]], colls: list[dict[str, Any]], n_steps: int | None = None
                ) -> dict[str, Any]:
-        n = max(n_steps or len(w), 1)
+        n = max(n_steps or n_kept, 1)
         ms = float(np.sum(impact)) / NS_PER_MS / n
         step = ctx.mean_step_ms(rank)
         if not step:
@@ -367,16 +386,24 @@ class ExposedCommTailCheck(Check):
                 "dur_ms": round((e - s) / NS_PER_MS, 4), "size_mb": None if size is None else round(size / MB, 4)}
 
 
-def _exposed(s: np.ndarray, e: np.ndarray, is_comm: np.ndarray, m: np.ndarray, t0: int, t1: int) -> float:
-    """Communication time in [t0, t1) not covered by compute, from the ops selected by mask m."""
+def _exposed(s: np.ndarray, e: np.ndarray, is_comm: np.ndarray, t0: int, t1: int) -> float:
+    """Communication time in [t0, t1) not covered by compute, from ops sorted by start:
+    |comm ∪ compute| − |compute| (integer ns, so exactly |comm| − |comm ∩ compute|)."""
     if t1 <= t0:
         return 0.0
-    cs, ce = np.clip(s[m & is_comm], t0, t1), np.clip(e[m & is_comm], t0, t1)
-    ps, pe = np.clip(s[m & ~is_comm], t0, t1), np.clip(e[m & ~is_comm], t0, t1)
-    comm = Coverage(cs, ce).total
-    both = Coverage(np.concatenate((cs, ps)), np.concatenate((ce, pe))).total
-    comp = Coverage(ps, pe).total
-    return float(comm - (comm + comp - both))
+    cs, ce = np.minimum(np.maximum(s, t0), t1), np.minimum(np.maximum(e, t0), t1)
+    comp = ~is_comm
+    return float(_covered(cs, ce) - _covered(cs[comp], ce[comp]))
+
+
+def _covered(s: np.ndarray, e: np.ndarray) -> int:
+    """Length of the union of intervals [s, e) sorted by start: each adds what it reaches beyond the
+    furthest earlier end (called per step, so no sort and no merged intervals are built)."""
+    if s.size == 0:
+        return 0
+    lo = s.copy()
+    lo[1:] = np.maximum(s[1:], np.maximum.accumulate(e)[:-1])
+    return int(np.maximum(e - lo, 0).sum())
 
 
 def _collectives_text(colls: list[dict[str, Any]]) -> str:
