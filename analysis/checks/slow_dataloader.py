@@ -48,6 +48,7 @@ from ._common import (
     DeviceTimeline,
     fmt_ms,
     in_steps,
+    rank_slices,
     ranks_text,
     step_ms_of,
     step_windows,
@@ -122,25 +123,36 @@ class SlowDataloaderCheck(Check):
         if ev.empty:
             return None
         thr_ns = T.dataloader_ms.value * NS_PER_MS
+        # numpy slices of the rank-sorted rows: a pandas filter / groupby per rank cost most of the check
+        rank_col = ev["rank"].to_numpy(dtype=np.int64)
+        step_col = ev["step"].to_numpy()
+        dur_col = ev["dur_ns"]
+        dur = dur_col.to_numpy()
+        dur_int = dur.dtype.kind in "iu"   # integer sums are exact in any order; else pandas sums the slice
+        start = ev["start_ns"].to_numpy()
+        names = ev["name"].to_numpy(dtype=object)
+        slow_all = (dur_col >= thr_ns).to_numpy(dtype=bool)
+        w_rank, w_count = np.unique(windows["rank"].to_numpy(dtype=np.int64), return_counts=True)
+        steps_of = dict(zip(w_rank.tolist(), w_count.tolist(), strict=True))
         per_rank: dict[int, dict[str, Any]] = {}
-        for rank, g in ev.groupby("rank", sort=True):
-            r = int(rank)
-            slow = g[g["dur_ns"] >= thr_ns]
-            if slow.empty:
+        for r, i, j in rank_slices(rank_col):
+            slow = np.flatnonzero(slow_all[i:j]) + i
+            if slow.size == 0:
                 continue
-            n = max(int((windows["rank"] == r).sum()), 1)
+            n = max(steps_of.get(r, 0), 1)
             timeline = DeviceTimeline.of(ctx, r)
-            s = slow["start_ns"].to_numpy(dtype=np.int64)
-            e = s + slow["dur_ns"].to_numpy(dtype=np.int64)
+            s = start[slow].astype(np.int64)
+            e = s + dur[slow].astype(np.int64)
             idle = float(timeline.idle(s, e).sum()) if not timeline.empty else float((e - s).sum())
-            name = str(slow["name"].value_counts().idxmax())
+            name = _most_common(names[slow]) or str(ev["name"].iloc[slow].value_counts().idxmax())
+            total = float(dur[i:j].sum()) if dur_int else float(dur_col.iloc[i:j].sum())
             per_rank[r] = {
-                "steps": sorted({int(x) for x in slow["step"]}),
+                "steps": np.unique(step_col[slow].astype(np.int64)).tolist(),
                 "iterator": name,
                 "iterator_kind": iterator_kind(name),
-                "slow_calls_per_step": round(len(slow) / n, 2),
-                "max_call_ms": round(float(slow["dur_ns"].max()) / NS_PER_MS, 4),
-                "dataloader_ms_per_step": round(float(g["dur_ns"].sum()) / NS_PER_MS / n, 4),
+                "slow_calls_per_step": round(slow.size / n, 2),
+                "max_call_ms": round(float(dur[slow].max()) / NS_PER_MS, 4),
+                "dataloader_ms_per_step": round(total / NS_PER_MS / n, 4),
                 "device_idle_during_slow_calls_ms_per_step": round(idle / NS_PER_MS / n, 4),
                 "impact_ms_per_step": round(idle / NS_PER_MS / n, 4),
                 "device_data": not timeline.empty,
@@ -325,6 +337,19 @@ class SlowDataloaderCheck(Check):
 
 def _f(x: Any) -> float | None:
     return None if x is None or pd.isna(x) else round(float(x), 4)
+
+
+def _most_common(names: np.ndarray) -> str | None:
+    """The one most frequent name, or None when the top count is shared or a name is missing: then pandas'
+    value_counts().idxmax() decides, as it always did, so ties break the same way."""
+    counts: dict[Any, int] = {}
+    for x in names.tolist():
+        if not isinstance(x, str):
+            return None
+        counts[x] = counts.get(x, 0) + 1
+    top = max(counts.values())
+    best = [x for x, c in counts.items() if c == top]
+    return best[0] if len(best) == 1 else None
 
 
 def _outermost(ev: pd.DataFrame) -> pd.DataFrame:
