@@ -39,6 +39,7 @@ from ._common import (
     group_shift,
     in_steps_mask,
     rank_ordered,
+    rank_slices,
     ranks_text,
     step_windows,
     steps_text,
@@ -75,12 +76,18 @@ class SyncStreamCheck(Check):
         # subject (sync API) -> rank -> stats
         found: dict[str, dict[int, dict[str, Any]]] = {}
         calls = self._api_calls(ctx, ranks)
+        # windows are ordered by rank, step: cut them once instead of a boolean filter per rank
+        wr = windows["rank"].to_numpy(dtype=np.int64)
+        w_cols = {k: windows[k].to_numpy() for k in ("step", "start_ns", "end_ns")}
+        w_at = {r: (i, j) for r, i, j in rank_slices(wr)}
+        marks = self._marks(ctx, ranks, calls, windows)
         for rank in ranks:
-            w = windows[windows["rank"] == rank]
-            if w.empty:
+            i, j = w_at.get(int(rank), (0, 0))
+            if i == j:
                 continue
+            w = {k: v[i:j] for k, v in w_cols.items()}
             ascend = ctx.vendor(rank) == "ascend"
-            stats = self._rank(ctx, rank, w, ascend, calls[rank])
+            stats = self._rank(ctx, rank, w, ascend, calls[rank], marks.get(rank))
             if stats is None:
                 continue
             subject, st = stats
@@ -90,6 +97,36 @@ class SyncStreamCheck(Check):
         out: list[Finding] = []
         for subject, per_rank in sorted(found.items()):
             out.append(self._finding(ctx, subject, per_rank))
+        return out
+
+    @staticmethod
+    def _marks(ctx: CheckContext, ranks: list[int], calls: dict[int, dict[str, np.ndarray]], windows: pd.DataFrame
+               ) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Per rank with calls: (in a kept step, is a launch, is a synchronize) for each of its calls.
+
+        Computed on all ranks' calls at once and cut back per rank: the step test and the name tests cost
+        a fixed overhead per call, which dominated on many ranks with few calls each. The step codes carry
+        the rank, so testing against every rank's windows is the same as against the rank's own."""
+        rs = [int(r) for r in ranks if calls[r]["rank"].size]
+        if not rs:
+            return {}
+        rank = np.concatenate([calls[r]["rank"] for r in rs])
+        step = np.concatenate([calls[r]["step"] for r in rs])
+        name = np.concatenate([np.asarray(calls[r]["name"], dtype=object) for r in rs])
+        keep = in_steps_mask(rank, step, windows)
+        asc = np.concatenate([np.full(calls[r]["rank"].size, ctx.vendor(r) == "ascend") for r in rs])
+        # each row is judged by its own rank's rule, exactly as a per-rank pass would
+        is_launch = np.where(asc, by_value(name, lambda n: str(n) == ASCEND_LAUNCH),
+                             by_value(name, lambda n: LAUNCH_RE.match(str(n))))
+        is_sync = np.where(asc, by_value(name, lambda n: str(n) == ASCEND_SYNC),
+                           by_value(name, lambda n: SYNC_RE.match(str(n))))
+        out: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        at = 0
+        for r in rs:
+            n = calls[r]["rank"].size
+            k = keep[at:at + n]
+            out[r] = (k, is_launch[at:at + n][k], is_sync[at:at + n][k])
+            at += n
         return out
 
     @staticmethod
@@ -111,22 +148,18 @@ class SyncStreamCheck(Check):
                 "ORDER BY rank, tid, start_ns, dur_ns DESC", ("tid", "start_ns", "dur_ns"), list(cats)))
         return out
 
-    def _rank(self, ctx: CheckContext, rank: int, w: pd.DataFrame, ascend: bool, ev: dict[str, np.ndarray]
+    def _rank(self, ctx: CheckContext, rank: int, w: dict[str, np.ndarray], ascend: bool,
+              ev: dict[str, np.ndarray], marks: tuple[np.ndarray, np.ndarray, np.ndarray] | None
               ) -> tuple[str, dict[str, Any]] | None:
-        # numpy columns instead of a frame, and the name tests once per distinct name
-        if ev["rank"].size == 0:
+        # numpy columns instead of a frame; the step and name tests come from `_marks`
+        if marks is None:
             return None
-        keep = in_steps_mask(ev["rank"], ev["step"], w)
-        ev = {k: v[keep] for k, v in ev.items()}
-        if ev["rank"].size == 0:
+        keep, is_launch, is_sync = marks
+        if not keep.any():
             return None
+        # usually every call is in a kept step: then no copy at all; else only the columns used below
+        ev = ev if keep.all() else {k: ev[k][keep] for k in ("step", "tid", "dur_ns", "name")}
         name = ev["name"]
-        if ascend:
-            is_launch = by_value(name, lambda n: str(n) == ASCEND_LAUNCH)
-            is_sync = by_value(name, lambda n: str(n) == ASCEND_SYNC)
-        else:
-            is_launch = by_value(name, lambda n: LAUNCH_RE.match(str(n)))
-            is_sync = by_value(name, lambda n: SYNC_RE.match(str(n)))
         t = ev["tid"]
         tid = (np.where(np.isnan(t), -1, t) if t.dtype.kind == "f" else t).astype(np.int64)
         same_tid = np.zeros(tid.size, dtype=bool)
@@ -150,31 +183,31 @@ class SyncStreamCheck(Check):
         blocked: dict[int, int] = {}
         for st, d in zip(step_col.tolist(), dur.tolist(), strict=True):
             blocked[int(st)] = blocked.get(int(st), 0) + d
-        timeline = DeviceTimeline.of(ctx, rank)
-        per_step: dict[str, dict[str, float]] = {}
-        impact_ns: list[float] = []
-        fired: list[int] = []
         thr_ms = T.sync_call_ms.value
-        for step, s0, s1 in zip(w["step"], w["start_ns"], w["end_ns"], strict=True):
-            b = float(blocked.get(int(step), 0.0))
-            idle = float(timeline.idle(int(s0), int(s1))[0])
-            impact_ns.append(min(b, idle))
-            if b > 0:
-                per_step[str(int(step))] = {"blocked_ms": round(b / NS_PER_MS, 4),
-                                            "device_idle_ms": round(idle / NS_PER_MS, 4)}
-            if b / NS_PER_MS >= thr_ms:
-                fired.append(int(step))
+        steps = [int(x) for x in w["step"].tolist()]
+        b_steps = [float(blocked.get(step, 0.0)) for step in steps]
         if ascend:
             if not (n_launch and ratio > T.sync_co_occurrence.value):
                 return None
             fired = sorted({int(s) for s in ev["step"][pair]})
             subject = ASCEND_SYNC
         else:
+            fired = [step for step, b in zip(steps, b_steps, strict=True) if b / NS_PER_MS >= thr_ms]
             if not fired:
                 return None
             sync_names = pd.Series(name[after_launch]).astype(str)
             subject = str(sync_names.value_counts().idxmax())
-        n = max(len(w), 1)
+        # the device idle time only matters for a rank that reports: one vectorised call for all its steps
+        idle_ns = DeviceTimeline.of(ctx, rank).idle(w["start_ns"].astype(np.int64), w["end_ns"].astype(np.int64))
+        per_step: dict[str, dict[str, float]] = {}
+        impact_ns: list[float] = []
+        for step, b, idle_i in zip(steps, b_steps, idle_ns.tolist(), strict=True):
+            idle = float(idle_i)
+            impact_ns.append(min(b, idle))
+            if b > 0:
+                per_step[str(step)] = {"blocked_ms": round(b / NS_PER_MS, 4),
+                                       "device_idle_ms": round(idle / NS_PER_MS, 4)}
+        n = max(len(steps), 1)
         return subject, {
             "steps": fired,
             "launches": n_launch, "syncs": n_sync, "syncs_right_after_launch": n_pair,
