@@ -840,3 +840,47 @@ def test_trace_start_strings_vectorized_path_is_taken_and_exact_at_int64_limits(
     assert isinstance(got, np.ndarray) and got.tolist() == [2**63 - 1, 1_000, 1_700_000_000_000_000_125]
     over = str(2**63)
     assert at._starts_ns([f"{over[:-3]}.{over[-3:]}"]) == [at._start_ns(f"{over[:-3]}.{over[-3:]}")]
+
+
+def _duckdb_cells(path: Path) -> list[list[str | None]]:
+    names = at._csv_header(path)
+    got = at._csv_cursor().execute(f"SELECT * FROM {at._csv_source(names)}", [str(path)]).fetchnumpy()
+    return [list(a.tolist()) for a in got.values()]
+
+
+_CSV_CELL = hs.lists(hs.sampled_from(["a", "1.5", " ", "\t", "é", "N/A"]), max_size=3).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(hs.lists(hs.lists(_CSV_CELL, min_size=3, max_size=3).map(",".join), min_size=1, max_size=6),
+       hs.sampled_from(["\n", "\r\n"]), hs.sampled_from([None, '"', '"x,y"', "\r", "\n", ",z", "\x00"]))
+def test_plain_csv_split_equals_duckdb_or_declines(tmp_path_factory, lines, end, spoiler) -> None:
+    """The small-CSV split gives DuckDB's cells (empty -> NULL, spaces, tabs and N/A kept as text); a file
+    with something DuckDB's dialect treats specially (quotes, a stray CR, an empty line, a short or long
+    row, NUL) is declined, or, where the split still answers, answers as DuckDB does."""
+    path = tmp_path_factory.mktemp("csv") / "x.csv"
+    if spoiler is not None:
+        lines = [*lines[:-1], lines[-1] + spoiler]
+    path.write_text(end.join(["h1,h2,h3", *lines]) + end, encoding="utf-8", newline="")
+    plain = at._plain_csv(path, at._csv_header(path))
+    if spoiler is None:
+        assert plain is not None
+    if plain is not None:
+        assert plain == _duckdb_cells(path)
+
+
+def test_plain_csv_cases(tmp_path) -> None:
+    def write(text: str) -> Path:
+        p = tmp_path / f"c{len(list(tmp_path.iterdir()))}.csv"
+        p.write_bytes(text.encode("utf-8"))
+        return p
+
+    for text in ("a,b\n1,\n,2\n", "\ufeffa,b\r\n x ,y\t\r\n", "a,b\n3,4"):
+        p = write(text)
+        got = at._plain_csv(p, at._csv_header(p))
+        assert got is not None and got == _duckdb_cells(p), text
+    for text in ('a,b\n"1,2",3\n', "a,b\n1\n", "a,b\n1,2\n\n3,4\n", "a,b\n1,2\r3,4\n", "a,b\n1,2,3\n"):
+        p = write(text)
+        assert at._plain_csv(p, at._csv_header(p)) is None, text
+    big = write("a,b\n" + "1,2\n" * (at.PLAIN_CSV_BYTES // 4 + 1))
+    assert at._plain_csv(big, ["a", "b"]) is None
