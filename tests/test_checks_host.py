@@ -507,3 +507,14 @@ def test_dataset_bottleneck_rules() -> None:
     assert int(row["op_id"]) == 2 and "97 % full" in why
     # all queues full: nothing to blame
     assert _queue_rule(no_cpu.assign(output_queue_usage_rate=0.9)) is None
+
+
+def test_columns_gives_none_for_null_text_and_nan_for_null_numbers(tmp_path: Path) -> None:
+    """`_common.columns`: NULL text is None (MaskedArray.filled(None) gave numpy's fill value '?', which a
+    check then grouped as an op type named '?'), NULL numbers NaN."""
+    from stepdoctor.analysis.checks._common import columns
+
+    ctx = CheckContext(open_profile(need(CLUSTER4), cache_dir=tmp_path))
+    got = columns(ctx, "SELECT * FROM (VALUES ('a', 1), (NULL, NULL), ('b', 3)) t(s, n)")
+    assert got["s"].tolist() == ["a", None, "b"]
+    assert got["n"][0] == 1 and got["n"][2] == 3 and got["n"][1] != got["n"][1]

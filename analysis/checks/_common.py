@@ -406,7 +406,9 @@ def columns(ctx: CheckContext, query: str, params: list | None = None) -> dict[s
     out: dict[str, np.ndarray] = {}
     for name, col in ctx.profile.arrays(query, params).items():
         if isinstance(col, np.ma.MaskedArray):
-            col = col.filled(None) if col.dtype == object else col.astype("float64").filled(np.nan)
+            # (filled(None) would fill text with numpy's default fill value, '?', not None)
+            col = np.where(np.ma.getmaskarray(col), None, np.ma.getdata(col)) if col.dtype == object \
+                else col.astype("float64").filled(np.nan)
         out[name] = np.asarray(col)
     return out
 

@@ -21,6 +21,8 @@ One finding per op type (subject), top 10 by impact. Severity: the advisor's fix
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -29,14 +31,15 @@ from ..thresholds import T
 from ._common import (
     NS_PER_MS,
     NS_PER_US,
-    in_kept_steps,
+    columns,
+    kept_mask,
     kept_steps,
     n_steps,
+    rank_slices,
     ranks_text,
-    series_sum,
     step_list,
     steps_text,
-    worst_op_types,
+    worst_rank,
 )
 from .base import Check, CheckContext, register
 
@@ -55,19 +58,16 @@ PIPE_COLUMNS = (
 )
 
 
-def busiest_pipe(df: pd.DataFrame, columns: tuple[str, ...] = PIPE_COLUMNS) -> tuple[pd.Series, pd.Series]:
-    """(max ratio, name of its pipe) per row over the present ratio columns; NaN where all are missing
-    or 0."""
-    ratios = df[list(columns)].astype("float64")
-    mx = ratios.max(axis=1, skipna=True)
-    mx = mx.where(mx > 0)  # all-zero rows: the PMU did not sample this task
-    pipe = ratios.fillna(-1.0).idxmax(axis=1).where(mx.notna())
-    return mx, pipe
+def max_ratio(ratios: np.ndarray) -> np.ndarray:
+    """Largest ratio per row of a (rows, pipes) float array, ignoring NaN; NaN where all are missing or
+    0."""
+    if ratios.shape[1] == 0:
+        return np.full(ratios.shape[0], np.nan)
+    mx = np.fmax.reduce(ratios, axis=1)
+    return np.where(mx > 0, mx, np.nan)  # all-zero rows: the PMU did not sample this task
 
 
-def bound_headroom(
-    max_ratio: pd.Series | np.ndarray | float, threshold: float
-) -> pd.Series | np.ndarray | float:
+def bound_headroom(max_ratio: np.ndarray | float, threshold: float) -> np.ndarray | float:
     """Share of a kernel's time saved if its busiest pipe rose to `threshold` (0 when already there)."""
     return np.clip(1.0 - np.asarray(max_ratio, dtype="float64") / threshold, 0.0, 1.0)
 
@@ -91,78 +91,103 @@ class NoBoundOpCheck(Check):
         types = ",".join(f"'{t}'" for t in AICORE_TASK_TYPES)
         thr = T.no_bound_ratio.value
         min_ns = T.no_bound_min_us.value * NS_PER_US
-        ops = ctx.sql(
+        # numpy columns, not a frame: on 64 ranks the pandas filters and groupbys per op type and rank cost
+        # several times the query
+        c = columns(
+            ctx,
             "SELECT rank, step, coalesce(op_type, name) AS op_type, task_type, dur_ns, "
             f"{', '.join(PIPE_COLUMNS)} FROM device_ops "
             f"WHERE rank IN ({marks}) AND task_type IN ({types}) AND dur_ns >= ?",
             [*ranks, min_ns],
         )
         steps = kept_steps(ctx)
-        ops = in_kept_steps(ops, steps)
-        if ops.empty:
+        rank = c["rank"].astype(np.int64)
+        if rank.size == 0:
             return []
-        ops = ops.copy()
-        ops["max_ratio"], ops["pipe"] = busiest_pipe(ops)
-        measured = ops[ops["max_ratio"].notna()]
-        bad = measured[measured["max_ratio"] <= thr].copy()
-        if bad.empty:
+        keep = kept_mask(rank, c["step"], steps)
+        mx = max_ratio(np.column_stack([c[col].astype("float64") for col in PIPE_COLUMNS]))
+        # a hash factorize, then codes renumbered in sorted name order (the order of groupby(sort=True));
+        # rows without an op type get -1 and belong to no group, as groupby drops a null key
+        code, names = pd.factorize(c["op_type"])
+        by_name = np.argsort(names.astype(object), kind="stable")
+        names = names[by_name]
+        code = np.append(np.argsort(by_name), -1)[code]  # -1 indexes the appended -1
+        bad = np.flatnonzero(keep & (mx <= thr) & (code >= 0))
+        if bad.size == 0:
             return []
-        bad["lost_ns"] = bad["dur_ns"].astype("float64") * bound_headroom(bad["max_ratio"], thr)
-        results = worst_op_types(ctx, bad, steps, MAX_OP_TYPES,
-                                 "no-bound-op: {more} more unbound op types are not listed (top {limit} shown)")
+        rank, mx, code = rank[bad], mx[bad], code[bad]
+        dur = c["dur_ns"][bad]
+        lost = dur.astype("float64") * bound_headroom(mx, thr)
+        lost = np.where(np.isnan(lost), 0.0, lost)  # a pandas sum skips NaN
+        # one stable sort by (op type, rank) keeps each group's rows in query order, so every sum below
+        # runs over the same values in the same order as a per-group pandas sum
+        order = np.lexsort((rank, code))
+        bad, rank, code, dur, lost = bad[order], rank[order], code[order], dur[order], lost[order]
+        cuts = np.concatenate(([0], np.flatnonzero(np.diff(code)) + 1, [code.size]))
+        groups = []
+        for gi in range(len(cuts) - 1):
+            i, j = int(cuts[gi]), int(cuts[gi + 1])
+            slices = [(rk, i + a, i + b) for rk, a, b in rank_slices(rank[i:j])]
+            by_rank = {rk: float(lost[a:b].sum()) / NS_PER_MS / n_steps(steps, rk) for rk, a, b in slices}
+            groups.append((names[code[i]], i, j, slices, by_rank, worst_rank(by_rank)))
+        groups.sort(key=lambda x: (-(x[5][1] or 0.0), x[0]))
+        if len(groups) > MAX_OP_TYPES:
+            ctx.notes.append(f"no-bound-op: {len(groups) - MAX_OP_TYPES} more unbound op types are not listed "
+                             f"(top {MAX_OP_TYPES} shown)")
         out: list[Finding] = []
-        for op_type, g, per_rank_ms, (rank_w, ms_w) in results:
-            gw = g[g["rank"] == rank_w]
+        for op_type_, i, j, slices, per_rank_ms, (rank_w, ms_w) in groups[:MAX_OP_TYPES]:
+            wi, wj = next(((a, b) for rk, a, b in slices if rk == rank_w), (i, i))
+            rows = bad[wi:wj]
             k = n_steps(steps, int(rank_w)) if rank_w is not None else 1
-            time_ms = float(gw["dur_ns"].sum()) / NS_PER_MS / k
+            time_ms = float(dur[wi:wj].sum()) / NS_PER_MS / k
             # ratio means weighted by task time: what the unit did over the kernel's time
-            w = gw["dur_ns"].to_numpy(dtype="float64")
-            w_sum = series_sum(w)
+            w = dur[wi:wj].astype("float64")
+            w_sum = w.sum()
             means = {}
-            for c in PIPE_COLUMNS:
-                x = gw[c].to_numpy(dtype="float64")
+            for col in PIPE_COLUMNS:
+                x = c[col][rows].astype("float64")
                 if not np.isnan(x).all():
-                    means[c] = round(float(series_sum(x * w) / w_sum), 4)
-            top_pipe = max(means, key=lambda c: means[c]) if means else None
-            mx = means.get(top_pipe, 0.0) if top_pipe else 0.0
+                    xw = x * w
+                    means[col] = round(float(np.where(np.isnan(xw), 0.0, xw).sum() / w_sum), 4)
+            top_pipe = max(means, key=lambda col: means[col]) if means else None
+            mx_w = means.get(top_pipe, 0.0) if top_pipe else 0.0
             rk = sorted(per_rank_ms)
-            st = step_list(g["step"])
-            out.append(
-                self.finding(
-                    ctx,
-                    title=f"{op_type} is bound by no pipe (busiest {_pipe(top_pipe)} at {mx:.0%})",
-                    subject=str(op_type),
-                    ranks=rk,
-                    steps=st,
-                    impact_ms=ms_w,
-                    impact_rank=rank_w,
-                    severity="low",
-                    evidence={
-                        "threshold_ratio": thr,
-                        "min_task_us": T.no_bound_min_us.value,
-                        "task_type": str(gw["task_type"].iloc[0]) if len(gw) else None,
-                        "tasks_per_step": round(len(gw) / k, 2),
-                        "kernel_ms_per_step": round(time_ms, 4),
-                        "pipe_ratios_time_weighted": means,
-                        "busiest_pipe": top_pipe,
-                        "unbound_tasks_by_rank": {
-                            str(int(r)): int(n) for r, n in g.groupby("rank").size().items()
-                        },
-                        "lost_ms_per_step_by_rank": {
-                            str(r): round(v, 4) for r, v in sorted(per_rank_ms.items())
-                        },
-                        "impact_method": "Σ task time × (1 − busiest pipe ratio / 0.8) per step, worst "
-                        "rank; upper bound (time saved if the busiest pipe reached the bound threshold)",
-                    },
-                    message=(
-                        f"{op_type} on {ranks_text(rk)} in {steps_text(st)}: no pipe ratio exceeds {thr:.0%} "
-                        f"(busiest {_pipe(top_pipe)} {mx:.0%}) over {time_ms:.2f} ms of kernel time per "
-                        f"step on rank {rank_w}; up to {ms_w:.2f} ms per step if it became bound. Check its "
-                        "tiling (AOE op tuning) and input shapes / formats."
-                    ),
-                )
-            )
+            st = step_list(np.unique(c["step"][bad[i:j]]))  # distinct first: fewer values to box
+            out.append(self._finding(ctx, str(op_type_), rk, st, rank_w, ms_w, thr, top_pipe, mx_w, time_ms, {
+                "threshold_ratio": thr,
+                "min_task_us": T.no_bound_min_us.value,
+                "task_type": str(c["task_type"][rows[0]]) if rows.size else None,
+                "tasks_per_step": round(rows.size / k, 2),
+                "kernel_ms_per_step": round(time_ms, 4),
+                "pipe_ratios_time_weighted": means,
+                "busiest_pipe": top_pipe,
+                "unbound_tasks_by_rank": {str(r): b - a for r, a, b in slices},
+                "lost_ms_per_step_by_rank": {str(r): round(v, 4) for r, v in sorted(per_rank_ms.items())},
+                "impact_method": "Σ task time × (1 − busiest pipe ratio / 0.8) per step, worst "
+                "rank; upper bound (time saved if the busiest pipe reached the bound threshold)",
+            }))
         return out
+
+    def _finding(self, ctx: CheckContext, op_type: str, rk: list[int], st: list[int], rank_w: int | None,
+                 ms_w: float | None, thr: float, top_pipe: str | None, mx: float, time_ms: float,
+                 evidence: dict[str, Any]) -> Finding:
+        return self.finding(
+            ctx,
+            title=f"{op_type} is bound by no pipe (busiest {_pipe(top_pipe)} at {mx:.0%})",
+            subject=op_type,
+            ranks=rk,
+            steps=st,
+            impact_ms=ms_w,
+            impact_rank=rank_w,
+            severity="low",
+            evidence=evidence,
+            message=(
+                f"{op_type} on {ranks_text(rk)} in {steps_text(st)}: no pipe ratio exceeds {thr:.0%} "
+                f"(busiest {_pipe(top_pipe)} {mx:.0%}) over {time_ms:.2f} ms of kernel time per "
+                f"step on rank {rank_w}; up to {ms_w:.2f} ms per step if it became bound. Check its "
+                "tiling (AOE op tuning) and input shapes / formats."
+            ),
+        )
 
 
 def _pipe(col: str | None) -> str:
