@@ -39,7 +39,6 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import numpy as np
-import pandas as pd
 
 from ..models import Finding
 from ..thresholds import T
@@ -102,9 +101,15 @@ class HostBoundCheck(Check):
         dev = rank_ordered(ctx, ranks, _DEVICE_QUERY,
                            "SELECT rank, start_ns, dur_ns, correlation_id FROM device_ops WHERE rank IN "
                            f"({marks}) AND category <> 'sync' ORDER BY rank, start_ns", ("start_ns",))
+        # One stable split of the windows by rank (each rank's steps in their order): a mask per rank was most
+        # of this check's time on many ranks.
+        w_rank = windows["rank"].to_numpy(dtype=np.int64)
+        order = np.argsort(w_rank, kind="stable")
+        w_cols = [windows[c].to_numpy()[order] for c in ("step", "w0", "w1")]
+        w_by_rank = {r: [c[i:j].tolist() for c in w_cols] for r, i, j in rank_slices(w_rank[order])}
         for rank in ranks:
-            w = windows[windows["rank"] == rank]
-            if w.empty:
+            w = w_by_rank.get(int(rank))
+            if w is None:
                 continue
             stats = self._rank_stats(ctx, rank, w, host.get(rank) or self._no_calls(), dev[rank])
             fired: list[int] = []
@@ -125,7 +130,7 @@ class HostBoundCheck(Check):
             late_ms = sum(s["late_ns"] for s in stats) / NS_PER_MS / n
             per_rank_ms[rank] = late_ms
             fired_steps[rank] = fired
-            launch = self._launch_stats(ctx, rank, w)
+            launch = self._launch_stats(ctx, rank, [int(s) for s in w[0]])
             kern_us = launch.pop("median_kernel_us")
             gap_us = launch.get("median_launch_interval_us")
             per_rank[rank] = {
@@ -167,19 +172,14 @@ class HostBoundCheck(Check):
                      f"{thr_free:g} % / {thr_late:g} %){gap_txt}{tiny}."))]
 
     @staticmethod
-    def _rank_stats(ctx: CheckContext, rank: int, w: pd.DataFrame, host: dict[str, np.ndarray],
+    def _rank_stats(ctx: CheckContext, rank: int, w: list[list[Any]], host: dict[str, np.ndarray],
                     ops: dict[str, np.ndarray]) -> list[dict[str, Any]]:
         """Per kept step: device ops, inter-op gap ns and its split into late / sync / stall / unknown ns.
-        Vectorised over the gaps of a step (a Python pass per device op dominated this check's time). `ops`:
-        the rank's device ops by start (`_DEVICE_QUERY`; which op comes first when two start together decides
-        which launch a gap is charged to)."""
-        # each correlation id's earliest host launch, as sorted keys / values for a vectorised lookup
-        hc, hs = host["correlation_id"], host["start_ns"]
-        ok = ~np.isnan(hc) if hc.dtype.kind == "f" else np.ones(hc.size, dtype=bool)
-        lc, ls = hc[ok].astype(np.int64), hs[ok].astype(np.int64)
-        order = np.lexsort((ls, lc))
-        launch_ids, first = np.unique(lc[order], return_index=True)
-        launch_first = ls[order][first]
+        Vectorised over the gaps of a step (a Python pass per device op dominated this check's time). `w`: the
+        rank's kept steps, device window starts and ends (in step order); `ops`: the rank's device ops by start
+        (`_DEVICE_QUERY`; which op comes first when two start together decides which launch a gap is charged
+        to); `host`: the rank's launch lookup and sync ends (`_host_calls`)."""
+        launch_ids, launch_first = host["launch_ids"], host["launch_first"]
 
         def launch_of(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             """(has a launch, its start) per correlation id; ids < 0 (none recorded) have no launch."""
@@ -189,14 +189,13 @@ class HostBoundCheck(Check):
             has = (c >= 0) & (launch_ids[i] == c)
             return has, np.where(has, launch_first[i], 0)
 
-        is_sync = by_value(host["name"], lambda n: SYNC_RE.match(str(n)))
-        sync_end = np.sort(hs[is_sync].astype(np.int64) + host["dur_ns"][is_sync].astype(np.int64))
+        sync_end = host["sync_end"]
         s_all = ops["start_ns"].astype(np.int64)
         e_all = s_all + ops["dur_ns"].astype(np.int64)
         cid = ops["correlation_id"]
         corr = (np.where(np.isnan(cid), -1, cid) if cid.dtype.kind == "f" else cid).astype(np.int64)
         out: list[dict[str, Any]] = []
-        for step, w0, w1 in zip(w["step"], w["w0"], w["w1"], strict=True):
+        for step, w0, w1 in zip(*w, strict=True):
             m = (s_all >= w0) & (s_all < w1)
             idx = np.flatnonzero(m)
             st = {"step": int(step), "ops": int(idx.size), "gap_ns": 0, "late_ns": 0, "sync_ns": 0,
@@ -240,24 +239,43 @@ class HostBoundCheck(Check):
 
     @staticmethod
     def _host_calls(ctx: CheckContext, ranks: list[int]) -> dict[int, dict[str, np.ndarray]]:
-        """Runtime / CANN API calls (name, start, duration, correlation id) of the ranks, by rank, from one
-        query (their order does not matter: only the earliest launch per id and sorted sync ends are used)."""
+        """Per rank, from the ranks' runtime / CANN API calls (one query; their order does not matter):
+        `launch_ids` / `launch_first`, each correlation id's earliest host launch as sorted keys / values for a
+        vectorised lookup, and `sync_end`, the sorted ends of the synchronize calls. Built by sorts over all
+        ranks (rank first), not per rank: the per-rank sorts, uniques and name tests were this check's cost on
+        many ranks."""
         marks = ",".join("?" * len(ranks))
         a = columns(ctx, "SELECT rank, name, start_ns, dur_ns, correlation_id FROM host_ops WHERE rank IN "
                          f"({marks}) AND category IN {HOST_API_CATEGORIES}", [int(r) for r in ranks])
-        rank = a.pop("rank").astype(np.int64)
-        order = np.argsort(rank, kind="stable")
-        return {r: {k: v[order[i:j]] for k, v in a.items()} for r, i, j in rank_slices(rank[order])}
+        rank = a["rank"].astype(np.int64)
+        hc, hs = a["correlation_id"], a["start_ns"]
+        ok = ~np.isnan(hc) if hc.dtype.kind == "f" else np.ones(hc.size, dtype=bool)
+        lr, lc, ls = rank[ok], hc[ok].astype(np.int64), hs[ok].astype(np.int64)
+        order = np.lexsort((ls, lc, lr))
+        lr, lc, ls = lr[order], lc[order], ls[order]
+        first = np.ones(lr.size, dtype=bool)     # the earliest launch of each (rank, id)
+        first[1:] = (lr[1:] != lr[:-1]) | (lc[1:] != lc[:-1])
+        lr, lc, ls = lr[first], lc[first], ls[first]
+        is_sync = by_value(a["name"], lambda n: SYNC_RE.match(str(n)))
+        sr = rank[is_sync]
+        se = hs[is_sync].astype(np.int64) + a["dur_ns"][is_sync].astype(np.int64)
+        order = np.lexsort((se, sr))
+        sr, se = sr[order], se[order]
+        out = {int(r): HostBoundCheck._no_calls() for r in np.unique(rank)}
+        for r, i, j in rank_slices(lr):
+            out[r]["launch_ids"], out[r]["launch_first"] = lc[i:j], ls[i:j]
+        for r, i, j in rank_slices(sr):
+            out[r]["sync_end"] = se[i:j]
+        return out
 
     @staticmethod
     def _no_calls() -> dict[str, np.ndarray]:
-        return {"name": np.empty(0, dtype=object), "start_ns": np.empty(0, np.int64),
-                "dur_ns": np.empty(0, np.int64), "correlation_id": np.empty(0, np.int64)}
+        return {"launch_ids": np.empty(0, np.int64), "launch_first": np.empty(0, np.int64),
+                "sync_end": np.empty(0, np.int64)}
 
     @staticmethod
-    def _launch_stats(ctx: CheckContext, rank: int, w: pd.DataFrame) -> dict[str, Any]:
+    def _launch_stats(ctx: CheckContext, rank: int, steps: list[int]) -> dict[str, Any]:
         """Median kernel duration, launch-to-launch interval and launch call duration in the rank's steps."""
-        steps = [int(s) for s in w["step"]]
         marks = ",".join("?" * len(steps))
         k = ctx.profile.rows(f"SELECT median(dur_ns) FROM device_ops WHERE rank = ? AND step IN ({marks}) "
                      "AND category = 'compute'", [int(rank), *steps]) if steps else [(None,)]
