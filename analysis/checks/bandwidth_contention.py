@@ -21,6 +21,8 @@ Subject: SDMA. Severity: the advisor's fixed LOW.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import pandas as pd
 
@@ -42,6 +44,14 @@ from .base import Check, CheckContext, register
 
 # (start ns, end ns, is a matmul) of a rank's compute kernels
 _Kernels = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+class _Summary(NamedTuple):
+    """A rank's SDMA ops in kept steps, in figures that do not depend on their row order."""
+
+    overlapped_gbps: float | None   # Σ bytes / Σ transit of the ops overlapping a matmul
+    alone_gbps: float | None        # the same over the ops overlapping no compute kernel
+    contended: bool                 # some op overlapping a matmul is below the threshold
 
 
 def overlaps(starts: np.ndarray, ends: np.ndarray, k_starts: np.ndarray, k_ends: np.ndarray) -> np.ndarray:
@@ -79,15 +89,14 @@ class BandwidthContentionCheck(Check):
         comp = self._compute_ops(ctx, ranks)
         # every rank's SDMA ops from one query, in no particular order: enough for counts and integer sums
         # (which rank is named); a named rank's ops are then fetched in the per-rank query's order
-        by_rank = self._sdma_all(ctx, ranks, steps, comp)
-        overlapped_gbps = {r: _gbps_of(ops["size_bytes"][ops["overlap"]], ops["transit_ns"][ops["overlap"]])
-                           for r, ops in by_rank.items()}
+        by_rank = self._sdma_all(ctx, ranks, steps, comp, thr)
+        overlapped_gbps = {r: v.overlapped_gbps for r, v in by_rank.items()}
         per_rank: dict[int, dict] = {}
         lost: dict[int, float] = {}
-        for rank, cols in by_rank.items():
-            if not (cols["overlap"] & (cols["gbps"] < thr)).any():
+        for rank, summary in by_rank.items():
+            if not summary.contended:
                 continue
-            alone = _gbps_of(cols["size_bytes"][cols["alone"]], cols["transit_ns"][cols["alone"]])
+            alone = summary.alone_gbps
             peers_fast = sorted(
                 r for r, g in overlapped_gbps.items() if r != rank and g is not None and g >= thr
             )
@@ -205,19 +214,59 @@ class BandwidthContentionCheck(Check):
 
     @staticmethod
     def _sdma_all(ctx: CheckContext, ranks: list[int], steps: dict[int, list[int]],
-                  comp: dict[int, _Kernels]) -> dict[int, dict[str, np.ndarray]]:
-        """`_sdma_ops` of every rank (ranks in the given order, those with SDMA ops and matmuls) from one
-        query; the rows of a rank are the same, their order is not."""
+                  comp: dict[int, _Kernels], thr: float) -> dict[int, _Summary]:
+        """What `_sdma_ops` of every rank (ranks in the given order, those with SDMA ops and matmuls) says
+        about the rank, from one query. The rows of a rank are the same as its own query's, their order is
+        not, so only order-free figures (flags, integer sums) come out of it.
+
+        The step filter, the bandwidths and the sums run once over all ranks' rows: per-rank passes cost
+        ~0.3 ms each on many ranks. Only the overlap tests, which need the rank's own kernels, go per rank."""
         marks = ",".join("?" * len(ranks))
         a = columns(ctx, _SDMA_QUERY.format(where=f"o.rank IN ({marks})") + " ORDER BY o.rank",
                     [int(r) for r in ranks])
-        rank = a["rank"].astype(np.int64)
-        sliced = {r: {k: v[i:j] for k, v in a.items()} for r, i, j in rank_slices(rank)}
-        out: dict[int, dict[str, np.ndarray]] = {}
+        if a["rank"].size == 0:
+            return {}
+        keep = kept_mask(a["rank"], a["step"], steps)
+        rank = a["rank"][keep].astype(np.int64)
+        size = a["size_bytes"][keep]
+        transit = a["transit_ns"][keep]
+        gbps = _bandwidth(a["bandwidth_gbps"][keep], size, transit)
+        s = a["start_ns"][keep].astype("int64")
+        e = s + a["elapse_ns"][keep].astype("int64")
+        overlap = np.zeros(rank.size, dtype=bool)
+        alone = np.zeros(rank.size, dtype=bool)
+        slices: dict[int, tuple[int, int]] = {}
+        for r, i, j in rank_slices(rank):
+            kernels = comp.get(r)
+            if kernels is None or not kernels[2].any():
+                continue   # no matmul: nothing to overlap, the rank is not judged
+            cs, ce, mm = kernels
+            overlap[i:j] = overlaps(s[i:j], e[i:j], cs[mm], ce[mm])
+            # the control group: SDMA ops that overlap no compute kernel at all (any kernel competes for HBM)
+            alone[i:j] = ~overlaps(s[i:j], e[i:j], cs, ce)
+            slices[r] = (i, j)
+        if not slices:
+            return {}
+        contended = overlap & (gbps < thr)
+        size64, transit64 = size.astype("int64"), transit.astype("int64")
+        zero = np.zeros(1, dtype=np.int64)
+        # per-slice integer sums (exact in any order) as differences of running totals
+        def totals(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            return (np.concatenate((zero, np.cumsum(np.where(mask, size64, 0)))),
+                    np.concatenate((zero, np.cumsum(np.where(mask, transit64, 0)))))
+        ov_size, ov_transit = totals(overlap)
+        al_size, al_transit = totals(alone)
+        n_contended = np.concatenate((zero, np.cumsum(contended)))
+        out: dict[int, _Summary] = {}
         for r in ranks:
-            ops = BandwidthContentionCheck._judge(sliced.get(r), steps, comp.get(r))
-            if ops is not None:
-                out[r] = ops
+            if int(r) not in slices:
+                continue
+            i, j = slices[int(r)]
+            out[r] = _Summary(
+                overlapped_gbps=_gbps_ratio(ov_size[j] - ov_size[i], ov_transit[j] - ov_transit[i]),
+                alone_gbps=_gbps_ratio(al_size[j] - al_size[i], al_transit[j] - al_transit[i]),
+                contended=bool(n_contended[j] - n_contended[i]),
+            )
         return out
 
     @staticmethod
@@ -240,11 +289,7 @@ class BandwidthContentionCheck(Check):
         if ops["rank"].size == 0 or comp is None or not comp[2].any():
             return None
         cs, ce, mm = comp
-        # bandwidth as reported, else bytes / transit time (GB/s = bytes/ns)
-        bw = ops["bandwidth_gbps"].astype("float64")
-        with np.errstate(invalid="ignore"):
-            ratio = ops["size_bytes"].astype("float64") / ops["transit_ns"].astype("float64")
-            ops["gbps"] = np.where(bw > 0, bw, ratio)
+        ops["gbps"] = _bandwidth(ops["bandwidth_gbps"], ops["size_bytes"], ops["transit_ns"])
         s = ops["start_ns"].astype("int64")
         e = s + ops["elapse_ns"].astype("int64")
         ops["overlap"] = overlaps(s, e, cs[mm], ce[mm])
@@ -260,11 +305,25 @@ _SDMA_QUERY = ("SELECT o.rank, o.step, o.name, o.start_ns, o.elapse_ns, b.size_b
                "WHERE {where} AND b.size_bytes > 0 AND b.transit_ns > 0")
 
 
+def _bandwidth(reported: np.ndarray, size_bytes: np.ndarray, transit_ns: np.ndarray) -> np.ndarray:
+    """Per op: the bandwidth as reported, else bytes / transit time (GB/s = bytes/ns)."""
+    bw = reported.astype("float64")
+    with np.errstate(invalid="ignore"):
+        ratio = size_bytes.astype("float64") / transit_ns.astype("float64")
+        return np.where(bw > 0, bw, ratio)
+
+
 def _gbps_of(size_bytes: np.ndarray, transit_ns: np.ndarray) -> float | None:
     """Σ bytes / Σ transit time of a set of ops (GB/s), None when empty (integer sums: exact in any
     order)."""
-    t = float(transit_ns.astype("int64").sum()) if transit_ns.size else 0.0
-    return round(float(size_bytes.astype("int64").sum()) / t, 4) if t > 0 else None
+    t = transit_ns.astype("int64").sum() if transit_ns.size else 0
+    return _gbps_ratio(size_bytes.astype("int64").sum(), t)
+
+
+def _gbps_ratio(size_sum: int | np.integer, transit_sum: int | np.integer) -> float | None:
+    """Σ bytes / Σ transit time (GB/s) from the two integer sums, None without transit time."""
+    t = float(transit_sum)
+    return round(float(size_sum) / t, 4) if t > 0 else None
 
 
 def _gbps(ops: pd.DataFrame) -> float | None:
