@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from ..models import Finding
@@ -52,13 +53,32 @@ def _link_stats(ctx: CheckContext) -> list[LinkStat]:
         return []
     df["gbps"] = df["b"] / df["t"]
     out = []
+    # a 64-rank profile has ~4k links: columns as Python lists, not itertuples / numpy scalars per row,
+    # keep this once-per-context table cheap (the same floats, so the same rounding)
     for transport, g in df.groupby("transport"):
-        med = float(g["gbps"].median())
-        for r in g.itertuples(index=False):
-            out.append(LinkStat(int(r.src_rank), int(r.dst_rank), str(transport), round(float(r.gbps), 4),
-                                round(med, 4), round(float(r.b) / 1e6, 4), round(float(r.t) / 1e6, 4),
-                                [int(s) for s in r.steps if s is not None and s == s]))
+        med = round(float(g["gbps"].median()), 4)
+        name = str(transport)
+        for src, dst, gbps, b, t, steps in zip(g["src_rank"].tolist(), g["dst_rank"].tolist(), g["gbps"].tolist(),
+                                               g["b"].tolist(), g["t"].tolist(), _step_lists(g["steps"]), strict=True):
+            out.append(LinkStat(int(src), int(dst), name, round(float(gbps), 4), med, round(float(b) / 1e6, 4),
+                                round(float(t) / 1e6, 4), steps))
     return sorted(out, key=lambda s: (s.ratio, s.src, s.dst))
+
+
+def _step_lists(col: pd.Series) -> list[list[int]]:
+    """Each link's steps as ints, without NULL / NaN."""
+    lists = col.tolist()
+    try:
+        flat = np.concatenate(lists) if lists else None
+    except (TypeError, ValueError):   # not arrays: the per-link path below handles (or rejects) them as before
+        flat = None
+    # an integer result means no link has a NULL / NaN step (those make it object or float): then one
+    # conversion and slices replace a Python filter per link
+    if flat is not None and flat.dtype.kind in "iu":
+        values = flat.tolist()
+        ends = np.cumsum([len(x) for x in lists]).tolist()
+        return [values[e - len(x):e] for x, e in zip(lists, ends, strict=True)]
+    return [[int(s) for s in x if s is not None and s == s] for x in lists]
 
 
 def rank_transport_stats(ctx: CheckContext) -> pd.DataFrame:
