@@ -60,7 +60,7 @@ def kept_steps(ctx: CheckContext) -> dict[int, list[int]]:
 
 
 # (rank, step) pairs are matched as one int64 code: rank in the high 32 bits, step in the low ones
-_STEP_BITS = 32
+STEP_BITS = 32
 
 
 def _float_steps(step: Any) -> np.ndarray:
@@ -80,11 +80,11 @@ def _step_codes(rank: Any, step: Any) -> tuple[np.ndarray, np.ndarray]:
     s = _float_steps(step)
     known = ~np.isnan(s)
     r = np.asarray(rank.to_numpy() if isinstance(rank, pd.Series) else np.ma.getdata(rank), dtype=np.int64)
-    return (r << _STEP_BITS) + np.where(known, s, 0).astype(np.int64), known
+    return (r << STEP_BITS) + np.where(known, s, 0).astype(np.int64), known
 
 
 def _pair_codes(pairs: Any) -> np.ndarray:
-    return np.fromiter(((int(r) << _STEP_BITS) + int(s) for r, s in pairs), dtype=np.int64)
+    return np.fromiter(((int(r) << STEP_BITS) + int(s) for r, s in pairs), dtype=np.int64)
 
 
 def kept_mask(rank: Any, step: Any, steps: dict[int, list[int]]) -> np.ndarray:
@@ -334,7 +334,7 @@ def worst_share(ctx: CheckContext, per_rank_ms: dict[int, float]) -> tuple[int |
 def in_steps_mask(rank: Any, step: Any, windows: pd.DataFrame) -> np.ndarray:
     """Per row (rank, step): is its step a kept step of its rank (one vectorised membership test)."""
     code, known = _step_codes(rank, step)
-    keys = (windows["rank"].to_numpy(dtype=np.int64) << _STEP_BITS) + windows["step"].to_numpy(dtype=np.int64)
+    keys = (windows["rank"].to_numpy(dtype=np.int64) << STEP_BITS) + windows["step"].to_numpy(dtype=np.int64)
     return known & np.isin(code, keys)
 
 

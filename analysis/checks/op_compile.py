@@ -21,6 +21,7 @@ import numpy as np
 from ..models import Finding
 from ..thresholds import T
 from ._common import (
+    STEP_BITS,
     columns,
     fmt_ms,
     in_steps_mask,
@@ -34,8 +35,6 @@ from .base import Check, CheckContext, register
 NS_PER_MS = 1e6
 NS_PER_US = 1e3
 API = "aclopCompileAndExecute"
-# (rank, step) as one int64 sort key: rank in the high bits, step in the low 32
-_STEP_BITS = 32
 
 
 @register
@@ -66,7 +65,7 @@ class OpCompileCheck(Check):
         thr = T.op_compile_count.value
         # All ranks' (rank, step) groups at once: per-rank pandas groupbys cost ~2 ms a rank. dur_ns is a
         # NOT NULL integer, so counts are row counts and integer sums do not depend on the row order.
-        code = (rank << _STEP_BITS) + step
+        code = (rank << STEP_BITS) + step
         order = np.argsort(code, kind="stable")
         code_s = code[order]
         first = np.flatnonzero(np.r_[True, code_s[1:] != code_s[:-1]])
