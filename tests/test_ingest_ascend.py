@@ -848,16 +848,20 @@ def _duckdb_cells(path: Path) -> list[list[str | None]]:
     return [list(a.tolist()) for a in got.values()]
 
 
-_CSV_CELL = hs.lists(hs.sampled_from(["a", "1.5", " ", "\t", "é", "N/A"]), max_size=3).map("".join)
+_CSV_TEXT = hs.lists(hs.sampled_from(["a", "1.5", " ", "\t", "é", "N/A"]), max_size=3).map("".join)
+# a cell as written: plain text, or wholly quoted with commas, semicolons and doubled quotes inside
+_CSV_CELL = hs.one_of(_CSV_TEXT, hs.lists(hs.sampled_from(["a", ",", ";", '"', " ", "1"]), max_size=4).map(
+    lambda parts: '"' + "".join(parts).replace('"', '""') + '"'))
 
 
 @settings(max_examples=300, deadline=None)
 @given(hs.lists(hs.lists(_CSV_CELL, min_size=3, max_size=3).map(",".join), min_size=1, max_size=6),
        hs.sampled_from(["\n", "\r\n"]), hs.sampled_from([None, '"', '"x,y"', "\r", "\n", ",z", "\x00"]))
 def test_plain_csv_split_equals_duckdb_or_declines(tmp_path_factory, lines, end, spoiler) -> None:
-    """The small-CSV split gives DuckDB's cells (empty -> NULL, spaces, tabs and N/A kept as text); a file
-    with something DuckDB's dialect treats specially (quotes, a stray CR, an empty line, a short or long
-    row, NUL) is declined, or, where the split still answers, answers as DuckDB does."""
+    """The small-CSV split gives DuckDB's cells (empty or quoted empty -> NULL, spaces, tabs and N/A kept
+    as text, quoted commas and doubled quotes); a file with something DuckDB's dialect treats specially
+    (a stray quote or CR, an empty line, a short or long row, NUL) is declined, or, where the split
+    still answers, answers as DuckDB does."""
     path = tmp_path_factory.mktemp("csv") / "x.csv"
     if spoiler is not None:
         lines = [*lines[:-1], lines[-1] + spoiler]
@@ -875,11 +879,12 @@ def test_plain_csv_cases(tmp_path) -> None:
         p.write_bytes(text.encode("utf-8"))
         return p
 
-    for text in ("a,b\n1,\n,2\n", "\ufeffa,b\r\n x ,y\t\r\n", "a,b\n3,4"):
+    for text in ("a,b\n1,\n,2\n", "\ufeffa,b\r\n x ,y\t\r\n", "a,b\n3,4", 'a,b\n"1,2",3\n', 'a,"b"\n"",""\n',
+                 'a,b\n"x""y",z\n'):
         p = write(text)
         got = at._plain_csv(p, at._csv_header(p))
         assert got is not None and got == _duckdb_cells(p), text
-    for text in ('a,b\n"1,2",3\n', "a,b\n1\n", "a,b\n1,2\n\n3,4\n", "a,b\n1,2\r3,4\n", "a,b\n1,2,3\n"):
+    for text in ('a,b\nx"y,3\n', 'a,b\n"1\n2",3\n', 'a,b\n"x"y,3\n', "a,b\n1\n", "a,b\n1,2\n\n3,4\n", "a,b\n1,2\r3,4\n", "a,b\n1,2,3\n"):
         p = write(text)
         assert at._plain_csv(p, at._csv_header(p)) is None, text
     big = write("a,b\n" + "1,2\n" * (at.PLAIN_CSV_BYTES // 4 + 1))

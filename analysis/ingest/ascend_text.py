@@ -1719,13 +1719,18 @@ def _csv_header(path: Path) -> list[str]:
 # per-rank files (step_trace_time, op_statistic, a short kernel_details) cost DuckDB 1-4 ms a query,
 # ~10 ms of a small rank's ~75 ms, and a split 0.05-0.3 ms.
 PLAIN_CSV_BYTES = 64 * 1024
+# A line whose every field is either unquoted without a quote character, or wholly quoted (quotes
+# doubled inside, no line break): both DuckDB and the csv module read such a line the same way.
+_CSV_FIELD = r'(?:"(?:[^"\r\n]|"")*"|[^",\r\n]*)'
+_CSV_LINE = re.compile(rf"{_CSV_FIELD}(?:,{_CSV_FIELD})*")
 
 
 def _plain_csv(path: Path, header: list[str]) -> list[list[str | None]] | None:
-    """The columns `read_csv` as `_CSV` configures it gives for `path` (cells as text, an empty cell NULL),
-    when the file is small and plain: UTF-8, no quote character, '\n' or '\r\n' line ends, no empty
-    line, every row as many cells as the header. Anything else (None) is left to DuckDB, whose dialect
-    (quotes, padding short rows, stray '\r') is the reference."""
+    """The columns `read_csv` as `_CSV` configures it gives for `path` (cells as text, an empty cell NULL,
+    a quoted empty one too), when the file is small and plain: UTF-8, '\n' or '\r\n' line ends, no empty
+    line, every field unquoted or wholly quoted (`_CSV_LINE`), every row as many cells as the header.
+    Anything else (None) is left to DuckDB, whose dialect (padding short rows, stray quotes or '\r',
+    quoted line breaks) is the reference."""
     try:
         if path.stat().st_size > PLAIN_CSV_BYTES:
             return None
@@ -1733,7 +1738,7 @@ def _plain_csv(path: Path, header: list[str]) -> list[list[str | None]] | None:
     except (OSError, UnicodeDecodeError):
         return None
     text = text.removeprefix("\ufeff")
-    if '"' in text or "\x00" in text:
+    if "\x00" in text:
         return None
     if "\r" in text:
         text = text.replace("\r\n", "\n")
@@ -1742,14 +1747,18 @@ def _plain_csv(path: Path, header: list[str]) -> list[list[str | None]] | None:
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()
+    if not lines or "" in lines:
+        return None
+    if '"' in text:
+        if not all(map(_CSV_LINE.fullmatch, lines)):
+            return None
+        rows = list(csv.reader(lines))
+    else:
+        rows = [line.split(",") for line in lines]
     width = len(header)
-    if not lines or lines[0].count(",") != width - 1:
-        return None
-    if "" in lines:
-        return None
-    rows = [line.split(",") for line in lines[1:]]
     if any(len(r) != width for r in rows):
         return None
+    rows = rows[1:]
     return [[c if c else None for c in col] for col in zip(*rows, strict=True)] if rows else [[] for _ in header]
 
 
