@@ -156,11 +156,9 @@ def per_rank_ms(g: pd.DataFrame, col: str, steps: dict[int, list[int]]) -> dict[
     """Σ g[col] (ns) per rank divided by that rank's kept steps, in ms per step (ranks ascending; each rank's
     values summed in row order, as a pandas sum per rank does). The rows are split by one stable sort on
     rank, not a mask per rank, which on 64 ranks was the cost of the checks calling this per op type."""
-    rank = g["rank"].to_numpy()
-    order = np.argsort(rank, kind="stable")
+    order, slices = by_rank(g["rank"].to_numpy())
     vals = g[col].to_numpy()[order]
-    return {rk: float(series_sum(vals[i:j])) / NS_PER_MS / n_steps(steps, rk)
-            for rk, i, j in rank_slices(rank[order])}
+    return {rk: float(series_sum(vals[i:j])) / NS_PER_MS / n_steps(steps, rk) for rk, i, j in slices}
 
 
 def worst_op_types(ctx: CheckContext, bad: pd.DataFrame, steps: dict[int, list[int]], limit: int,
@@ -309,6 +307,12 @@ def _step_windows(ctx: CheckContext, ranks: list[int]) -> pd.DataFrame:
     return st[["rank", "step", "start_ns", "end_ns", "w0", "w1"]]
 
 
+def window_counts(windows: pd.DataFrame) -> dict[int, int]:
+    """Rank -> its number of kept-step windows in a `step_windows` frame (ranks without one are absent)."""
+    ranks, counts = np.unique(windows["rank"].to_numpy(dtype=np.int64), return_counts=True)
+    return dict(zip(ranks.tolist(), counts.tolist(), strict=True))
+
+
 def step_ms_of(ctx: CheckContext) -> dict[tuple[int, int], float]:
     """(rank, step) -> host step time in ms, from the breakdown (once per context; do not modify)."""
     return ctx.memo("common.step_ms", lambda: {(r.rank, int(r.step)): float(r.step_ms) for r in ctx.breakdown
@@ -444,6 +448,15 @@ def rank_ordered(ctx: CheckContext, ranks: list[int], one_query: str, all_query:
         else:
             out[int(r)] = {k: v[i:j] for k, v in a.items()}
     return out
+
+
+def by_rank(rank: Any) -> tuple[np.ndarray, list[tuple[int, int, int]]]:
+    """(a stable order sorting `rank`, the `rank_slices` of the sorted ranks): rows split by rank with one
+    sort, each rank's rows in their original order, so sums over a slice add the same values in the same
+    order as a pandas sum per rank (a mask or groupby per rank cost ~1 ms a rank on many-rank profiles)."""
+    rank = np.asarray(rank, dtype=np.int64)
+    order = np.argsort(rank, kind="stable")
+    return order, rank_slices(rank[order])
 
 
 def rank_slices(rank: np.ndarray) -> list[tuple[int, int, int]]:

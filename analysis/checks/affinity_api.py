@@ -32,7 +32,7 @@ import pandas as pd
 
 from ..models import Finding
 from ..thresholds import T
-from ._common import NS_PER_MS, in_kept_steps, kept_steps, n_steps, ranks_text, step_list, steps_text
+from ._common import NS_PER_MS, by_rank, in_kept_steps, kept_steps, n_steps, ranks_text, step_list, steps_text
 from .base import Check, CheckContext, register
 
 
@@ -275,15 +275,10 @@ def _per_rank(g: pd.DataFrame, steps: dict[int, list[int]]) -> dict[str, dict]:
     rank = g["rank"].to_numpy(dtype="int64")
     host = g["host_ns"].to_numpy(dtype="float64")
     step = pd.to_numeric(g["step"], errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
-    order = np.argsort(rank, kind="stable")
-    rs = rank[order]
-    new = np.ones(rs.size, dtype=bool)
-    new[1:] = rs[1:] != rs[:-1]
-    cuts = np.flatnonzero(new)
+    order, slices = by_rank(rank)
     out: dict[str, dict] = {}
-    for a, b in zip(cuts.tolist(), np.append(cuts[1:], rs.size).tolist(), strict=True):
+    for r, a, b in slices:
         idx = order[a:b]
-        r = int(rs[a])
         k = n_steps(steps, r)
         st = step[idx]
         # groupby("step") leaves out rows without a step

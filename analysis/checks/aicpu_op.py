@@ -37,10 +37,10 @@ from ..thresholds import T
 from ._common import (
     NS_PER_MS,
     NS_PER_US,
+    by_rank,
     in_kept_steps,
     kept_steps,
     n_steps,
-    rank_slices,
     ranks_text,
     series_sum,
     step_list,
@@ -167,13 +167,12 @@ class AicpuOpCheck(Check):
         The rows are split by rank with one stable sort (each rank's rows stay in their order) and summed
         with numpy: a pandas groupby per rank and per step cost ~1 ms a rank, which on 64 ranks was most of
         the check's time. dur_ns is an integer column, so the sums are exact whatever the grouping."""
-        rank = grp["rank"].to_numpy()
-        order = np.argsort(rank, kind="stable")
+        order, slices = by_rank(grp["rank"].to_numpy())
         dur = grp["dur_ns"].to_numpy()[order]
         step = grp["step"].to_numpy(dtype="float64", na_value=np.nan)[order]
         per_rank: dict[int, dict[str, Any]] = {}
         per_rank_ms: dict[int, float] = {}
-        for r, i, j in rank_slices(rank[order]):
+        for r, i, j in slices:
             d, st = dur[i:j], step[i:j]
             k = n_steps(steps, r)
             total = float(series_sum(d))

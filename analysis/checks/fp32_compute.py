@@ -45,6 +45,7 @@ from ._common import (
     series_sum,
     step_windows,
     steps_text,
+    window_counts,
     worst_share,
 )
 from .base import Check, CheckContext, register
@@ -152,8 +153,7 @@ class Fp32ComputeCheck(Check):
             return []
         windows = step_windows(ctx, ranks)
         thr = T.fp32_share_pct.value
-        wr, wn = np.unique(windows["rank"].to_numpy(dtype=np.int64), return_counts=True)
-        n_windows = dict(zip(wr.tolist(), wn.tolist(), strict=True))
+        n_windows = window_counts(windows)
         # every Ascend rank is judged from one query; a GPU rank keeps its own query (its aten-op join picks
         # any_value per correlation id, which a query over all ranks need not pick the same way)
         judged = self._judge(self._ascend_classified(ctx, [r for r in ranks if ctx.vendor(r) == "ascend"]),

@@ -33,6 +33,7 @@ from ._common import (
     ranks_text,
     step_windows,
     steps_text,
+    window_counts,
     worst_share,
 )
 from .base import Check, CheckContext, register
@@ -124,8 +125,7 @@ class MemoryOpsCheck(Check):
         start = np.asarray(np.ma.getdata(a["start_ns"]), dtype=np.int64)[idx]
         dur = np.asarray(np.ma.getdata(a["dur_ns"]), dtype=np.int64)[idx]
         thr_ms = T.memory_api_total_ms.value
-        wr, wn = np.unique(windows["rank"].to_numpy(dtype=np.int64), return_counts=True)
-        steps_of = dict(zip(wr.tolist(), wn.tolist(), strict=True))
+        steps_of = window_counts(windows)
         out: list[Finding] = []
         for api, groups in _groups(names, rank, step, dur):
             per_rank: dict[int, dict[str, Any]] = {}

@@ -28,6 +28,7 @@ from ._common import (
     ranks_text,
     step_windows,
     steps_text,
+    window_counts,
     worst_share,
 )
 from .base import Check, CheckContext, register
@@ -76,8 +77,7 @@ class OpCompileCheck(Check):
         fired_ranks = np.unique(g_rank[g_count >= thr])
         if fired_ranks.size == 0:
             return []
-        w_rank, w_n = np.unique(windows["rank"].to_numpy(dtype=np.int64), return_counts=True)
-        n_windows = dict(zip(w_rank.tolist(), w_n.tolist(), strict=True))
+        n_windows = window_counts(windows)
         # each rank's rows in their query order, for the float mean (pandas sums them in that order)
         by_rank = np.argsort(rank, kind="stable")
         rank_s = rank[by_rank]

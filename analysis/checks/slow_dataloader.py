@@ -53,6 +53,7 @@ from ._common import (
     step_ms_of,
     step_windows,
     steps_text,
+    window_counts,
     worst_share,
 )
 from .base import Check, CheckContext, register
@@ -132,8 +133,7 @@ class SlowDataloaderCheck(Check):
         start = ev["start_ns"].to_numpy()
         names = ev["name"].to_numpy(dtype=object)
         slow_all = (dur_col >= thr_ns).to_numpy(dtype=bool)
-        w_rank, w_count = np.unique(windows["rank"].to_numpy(dtype=np.int64), return_counts=True)
-        steps_of = dict(zip(w_rank.tolist(), w_count.tolist(), strict=True))
+        steps_of = window_counts(windows)
         per_rank: dict[int, dict[str, Any]] = {}
         for r, i, j in rank_slices(rank_col):
             slow = np.flatnonzero(slow_all[i:j]) + i

@@ -28,6 +28,7 @@ from ..metrics.intervals import merge
 from ..models import Finding
 from ..thresholds import T
 from ._common import (
+    by_rank,
     columns,
     fmt_ms,
     in_steps_mask,
@@ -36,6 +37,7 @@ from ._common import (
     ranks_text,
     step_windows,
     steps_text,
+    window_counts,
     worst_share,
 )
 from .base import Check, CheckContext, register
@@ -93,13 +95,12 @@ class SyncBatchNormCheck(Check):
         kind = map_by_value(a["name"][keep], lambda n: KIND_CODE.get(marker_kind(str(n)), -1)).astype(np.int64)
         start = a["start_ns"][keep].astype(np.int64)
         end = start + a["dur_ns"][keep].astype(np.int64)
-        order = np.argsort(rank, kind="stable")
+        order, slices = by_rank(rank)
         rank, step, kind, start, end = rank[order], step[order], kind[order], start[order], end[order]
-        rows = {r: (i, j) for r, i, j in rank_slices(rank)}
+        rows = {r: (i, j) for r, i, j in slices}
         counts = _step_counts(rank, step, kind)
         thr = T.syncbn_count.value
-        w_rank, w_n = np.unique(windows["rank"].to_numpy(dtype=np.int64), return_counts=True)
-        n_windows = dict(zip(w_rank.tolist(), w_n.tolist(), strict=True))
+        n_windows = window_counts(windows)
         per_rank: dict[int, dict[str, Any]] = {}
         launches: dict[int, tuple[np.ndarray, np.ndarray]] | None = None
         for r, (st, per_step, totals) in counts.items():
