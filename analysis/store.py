@@ -12,7 +12,8 @@ Algorithm:
    for a caller that controls its whole state and asks for `fork=True` (the CLI): while it runs one
    thread and has no database open it is forked, so the ingest process starts at once with what the
    caller has loaded, and the caller's own imports run beside the ingest process's:
-   * one ingest process owns the database: it starts the parse workers, hands each one rank at a time,
+   * one ingest process owns the database: it starts the parse workers (as many as the usable CPUs and
+     the available memory allow for the largest rank: `machine.plan_workers`), hands each one rank at a time,
      and inserts what comes back as it arrives, a rank at a time;
    * a parse worker is forked from the ingest process after it has imported the readers the input needs
      (Kineto: numpy + msgspec; Ascend: also pandas and DuckDB) and before it opens the database, so it
@@ -67,7 +68,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from . import one_blas_thread
+from . import machine, one_blas_thread
 from .ingest.base import Coded, ProfileError, RankSource, RankTables, schema_sql
 from .ingest.discover import Discovery, discover
 
@@ -873,18 +874,20 @@ def build_database(disc: Discovery, out: Path, *, workers: int | None = None,
     """Parse every rank of `disc` into a new database at `out`; returns ingest warnings.
 
     Small inputs are parsed and inserted here; larger ones by child processes (module docstring), in
-    memory bounded per process whatever the number of ranks. A rank that fails is skipped with a
+    memory bounded per process whatever the number of ranks, with as many parse workers as the usable
+    CPUs and the available memory allow (`machine.plan_workers`; `workers` overrides it). A rank that fails is skipped with a
     warning when other ranks are stored; if none is, the first error is raised. `fork` and `background`:
     see `open_profile`.
     """
     n = len(disc.sources)
     total_bytes = sum(f.stat().st_size for s in disc.sources for f in _input_files(s))
-    workers = workers if workers is not None else min(n, os.cpu_count() or 1)
-    if n == 1 or workers <= 1 or total_bytes < PARALLEL_MIN_BYTES or os.name != "posix":
+    if workers is None and n > 1 and total_bytes >= PARALLEL_MIN_BYTES:
+        workers = machine.plan_workers([(s.format, s.path) for s in disc.sources]).workers
+    if n == 1 or (workers or 1) <= 1 or total_bytes < PARALLEL_MIN_BYTES or os.name != "posix":
         _start(background)
         stored, errors = _build_here(disc, out, progress)
     else:
-        stored, errors = _build_in_children(disc, out, workers, progress, fork, background)
+        stored, errors = _build_in_children(disc, out, workers or 1, progress, fork, background)
     if stored == 0:
         raise ProfileError(None, errors[0] if errors else "no rank could be read")
     return [*disc.warnings, *(f"rank skipped: {e}" for e in errors)]

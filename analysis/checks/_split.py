@@ -16,6 +16,8 @@ merged by the caller in registry order, which makes the report identical to a se
 Forking needs a process whose whole state its program controls (the CLI), one thread, and no DuckDB
 instance: `run_split` waits for the store's background threads, closes the profile's connection (its
 instance and threads end with it), forks if `store.fork_safe()`, and both processes reopen.
+With one usable CPU (`machine.usable_cpus`: the affinity mask and a cgroup quota) the checks run
+here, serially.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import store
+from .. import machine, store
 
 # How long the caller waits for the helper once its own share is done (at least; else 4x that share)
 HELPER_PATIENCE_S = 30.0
@@ -40,7 +42,8 @@ def run_split(prof: store.Profile, ids: list[str], run_one: Callable[[str], Any]
     """`{id: run_one(id)}` for every id, computed by this process and one forked helper, each on its own
     connection to `prof` (the profile `run_one` reads); None (nothing run) when this process may not
     fork. `run_one`'s result must pickle."""
-    if len(ids) < 2 or len(ids) * _INDEX_BYTES > select.PIPE_BUF or not hasattr(os, "fork"):
+    if len(ids) < 2 or len(ids) * _INDEX_BYTES > select.PIPE_BUF or not hasattr(os, "fork") \
+            or machine.usable_cpus() < 2:  # (one CPU: the helper would only take turns with this process)
         return None
     store.settle()
     tasks_r, tasks_w = os.pipe()
