@@ -1663,6 +1663,12 @@ def _int64s(col: np.ndarray) -> np.ndarray:
     return np.array(np.ma.getdata(col), dtype=np.int64)
 
 
+def _interned(texts: list[Any]) -> list[Any]:
+    """The same values with one object per distinct value."""
+    seen: dict[Any, Any] = {}
+    return list(map(seen.setdefault, texts, texts))
+
+
 def _objects(col: Sequence[Any]) -> np.ndarray:
     """A column of scalars (str, int, None ...) as an object array (rows are then taken by index in C)."""
     a = np.empty(len(col), dtype=object)
@@ -2087,8 +2093,8 @@ class _RankReader:
                 out[alias] = _plain_column(cells[col], kind, nulls[col])
                 if out[alias] is None:
                     break
-                if type(out[alias]) is list:
-                    out[alias] = _objects(out[alias])
+                if type(out[alias]) is list:  # text: one str per distinct value (names repeat every step)
+                    out[alias] = _objects(_interned(out[alias]))
             else:
                 frame = _Frame(out, len(out[cols[0][0]]))
         if frame is None:
