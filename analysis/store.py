@@ -105,8 +105,10 @@ ROW_GROUP_ROWS = 30_720
 DEFAULT_ROW_GROUP_ROWS = 122_880  # DuckDB versions that cannot set it (< 1.2)
 CHUNK_ROWS = ROW_GROUP_ROWS // 2
 # A block of fewer rows waits in its table's pool, shared by the ranks, and is inserted with the others
-# (see _Writer.data): an INSERT costs ~1 ms whatever its size, as much as ~15,000 rows of a column.
-POOL_BELOW_ROWS = 2_048
+# (see _Writer.data): an INSERT costs ~1 ms whatever its size, as much as ~15,000 rows of a column. Every
+# block but a full chunk: a 256-rank profile of 5k-event ranks sends 2-3k rows of comm_tasks and links
+# per rank, 1 ms more each when inserted alone.
+POOL_BELOW_ROWS = CHUNK_ROWS
 
 # The inserting connection: one thread (the parse workers have the cores), a small buffer pool (it only
 # caches blocks already written) and jemalloc handing freed memory back at once.
@@ -233,9 +235,11 @@ class _Writer:
 
     Small blocks (fewer than POOL_BELOW_ROWS rows: a rank's steps, env vars, metadata, the last rows of
     a table) are pooled per table with their rank and inserted together once CHUNK_ROWS rows wait, or at
-    `finish()`; warnings and capabilities are inserted at `finish()`. On a profile of many small ranks
-    this removes most statements: 16 ranks of 5k events took 0.82 s to insert, 13.6 ms per rank of it
-    in the warnings' and capabilities' `executemany` alone.
+    `finish()`; warnings and capabilities are inserted at `finish()`, and so are the `ranks` rows, each
+    checked at `done()` to be its rank's one row (the primary key; claim() already refused a second
+    source for the rank). On a profile of many small ranks this removes most statements: 16 ranks of 5k
+    events took 0.82 s to insert, 13.6 ms per rank of it in the warnings' and capabilities'
+    `executemany` alone, and each `ranks` row cost 2.2-2.7 ms as its own INSERT.
     """
 
     def __init__(self, con: duckdb.DuckDBPyConnection, row_group_rows: int = ROW_GROUP_ROWS) -> None:
@@ -302,14 +306,15 @@ class _Writer:
 
     def done(self, rank: int, warnings: list[str], capabilities: list[str]) -> str | None:
         """Complete a rank; returns why it could not be stored (it is then removed), else None."""
-        import duckdb
+        import numpy as np
 
-        try:
-            for cols in self._held.pop(rank, []):
-                _insert(self.con, "ranks", cols, rank)
-        except duckdb.Error as e:  # e.g. a reader that gave two rows for its rank
+        held = self._held.pop(rank, [])
+        ids = [int(r) for cols in held for r in (cols["rank"] if "rank" in cols else [rank] * _rows(cols))]
+        if ids and ids != [rank]:  # e.g. a reader that gave two rows for its rank
             self.abort(rank, keep_claim=True)
-            return f"cannot store the ranks row: {e}"
+            return f"cannot store the ranks row: {len(ids)} rows for rank {rank} (ranks {sorted(set(ids))})"
+        if held:
+            self._pool.setdefault("ranks", []).append((rank, {"rank": np.array([rank], dtype=np.int64), **held[0]}))
         self._notes += [(rank, w) for w in warnings]
         self._caps += [(rank, c) for c in capabilities]
         self._touched.pop(rank, None)

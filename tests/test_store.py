@@ -257,6 +257,42 @@ def test_writer_pools_small_blocks_across_ranks_and_aborts_pooled_rows(tmp_path,
     con.close()
 
 
+def test_writer_inserts_the_ranks_rows_together_and_refuses_two_for_a_rank(tmp_path, monkeypatch):
+    """A rank's `ranks` row is checked at done() and inserted with the others at finish(): one INSERT for
+    every rank; a rank with two rows is skipped with its other rows, the rest is stored."""
+    import numpy as np
+
+    inserts: list[tuple[str, int]] = []
+    real_insert = store._insert
+
+    def counting(cur, table, cols, rank):
+        inserts.append((table, store._rows(cols)))
+        real_insert(cur, table, cols, rank)
+
+    monkeypatch.setattr(store, "_insert", counting)
+    con, _ = store._connect_for_writing(tmp_path / "w.duckdb")
+    w = store._Writer(con, 1024)
+
+    def ranks_row(r: int, n: int = 1) -> dict:
+        return {"rank": np.full(n, r, dtype=np.int64), "source_path": np.array([f"/p/{r}"] * n, dtype=object),
+                "format": np.array(["kineto"] * n, dtype=object), "vendor": np.array(["cuda"] * n, dtype=object)}
+
+    errors = {}
+    for r in range(4):
+        assert w.claim(r)
+        w.data(r, "env_vars", {"name": np.array(["HCCL_BUFFSIZE"], dtype=object)})
+        w.data(r, "ranks", ranks_row(r, 2 if r == 2 else 1))
+        errors[r] = w.done(r, [], [])
+    w.finish([])
+    assert errors[2] == "cannot store the ranks row: 2 rows for rank 2 (ranks [2])"
+    assert [e for r, e in errors.items() if r != 2] == [None, None, None]
+    assert con.execute("SELECT rank, source_path FROM ranks ORDER BY rank").fetchall() == [
+        (0, "/p/0"), (1, "/p/1"), (3, "/p/3")]
+    assert con.execute("SELECT DISTINCT rank FROM env_vars ORDER BY rank").fetchall() == [(0,), (1,), (3,)]
+    assert [n for t, n in inserts if t == "ranks"] == [3]
+    con.close()
+
+
 def test_parse_worker_death_skips_its_rank(tmp_path):
     import os
     import threading
