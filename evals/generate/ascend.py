@@ -73,6 +73,8 @@ AIV_NUM = 48
 RATED_MHZ = 1800
 SDMA_GBPS = 19.5  # clean intra-node HCCS/SDMA bandwidth, above 0.8 x 18 = 14.4 GB/s
 REDUCE_GBPS = 200.0  # on-chip Reduce_Inline
+RDMA_GBPS = 12.0  # inter-node RoCE (100 Gb/s links)
+NODE_RANKS = 8  # NPUs per node: the HCCS mesh
 CHUNK_BYTES = 32 << 20  # per-peer packet of a clean gradient AllReduce (>= 16 MB, 512-aligned)
 T0_NS = 1_700_000_000_000_000 * US  # absolute start, µs epoch ~1.7e15 like the sample
 TIMING = Timing()
@@ -509,10 +511,17 @@ def _hccl_collective(
     rdma_ms: float | None,
 ) -> Collective:
     """An AllReduce on the HCCS mesh: one plane per peer moves `chunk` bytes in packets of `packet` bytes,
-    then an on-chip Reduce_Inline; `transit_ns` is the time from the first transfer to the end."""
+    then an on-chip Reduce_Inline; `transit_ns` is the time from the first transfer to the end.
+
+    Beyond one node (n > NODE_RANKS) the mesh is the rank's node and one more plane sends `chunk` bytes over
+    RDMA to the same device of the next node (a ring across nodes, as HCCL's hierarchical algorithms do):
+    each rank has a fixed number of links whatever n, as on a real cluster, where a full mesh of n ranks
+    would write O(n) planes per collective on every rank."""
     planes: list[list[dict[str, Any]]] = []
     bw = gbps * rng.uniform(0.985, 1.015)
-    for i, peer in enumerate(p for p in range(n) if p != rank):
+    node = rank // NODE_RANKS * NODE_RANKS
+    peers = [p for p in range(n) if p != rank and (n <= NODE_RANKS or node <= p < node + NODE_RANKS)]
+    for i, peer in enumerate(peers):
         sizes = [packet] * (chunk // packet) + ([chunk % packet] if chunk % packet else [])
         if misalign and i == 0:
             sizes[0] = misalign
@@ -534,6 +543,11 @@ def _hccl_collective(
             )
             t += d + 500
         planes.append(tasks)
+    if n > NODE_RANKS:
+        sz = chunk
+        planes.append([{"name": "RDMASend", "type": "RDMASend", "rel": 0, "dur": max(int(sz / RDMA_GBPS), 1 * US),
+                        "size": sz, "src": rank, "dst": (rank + NODE_RANKS) % n, "transport": "RDMA",
+                        "link": "ROCE"}])
     if rdma_ms:
         planes.append(
             [
@@ -570,7 +584,7 @@ def _hccl_collective(
         "count": chunk * max(n, 1) // 2,
         "kind": "collective",
     }
-    return Collective(name, "allreduce", chunk * max(n - 1, 1), xfer + red, meta=meta)
+    return Collective(name, "allreduce", chunk * max(len(planes) - bool(rdma_ms), 1), xfer + red, meta=meta)
 
 
 def _send(name: str, rank: int, n: int, dur_ns: int) -> Collective:
