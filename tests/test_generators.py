@@ -1051,3 +1051,25 @@ def test_cli(tmp_path: Path) -> None:
     assert json.loads(buf.getvalue())["expected_findings"] == []
     assert (tmp_path / "k" / "rank1.pt.trace.json.gz").is_file()
     assert cli_main(["kineto", "--out", str(tmp_path / "x"), "--clean", "--plant", "gc-pause"]) == 2
+
+
+def test_ascend_beyond_one_node_meshes_the_node_and_rings_over_rdma(tmp_path: Path) -> None:
+    """16 ranks = 2 nodes of 8: each rank links to the 7 other NPUs of its node over HCCS and to the same
+    device of the next node over RDMA, so links per rank do not grow with the cluster."""
+    write_ascend_profile(Scenario("ascend", ranks=16, steps=1, seed=3), tmp_path, events_per_rank=2000)
+    dirs = sorted(tmp_path.glob("node*_ascend_pt"), key=lambda p: int(p.name.split("_")[1]))
+    assert len(dirs) == 16 and {p.name.split("_")[0] for p in dirs} == {"node0", "node1"}
+    for rank in (0, 5, 9, 15):
+        matrix = json.loads((dirs[rank] / "ASCEND_PROFILER_OUTPUT" / "communication_matrix.json").read_text())
+        for kinds in matrix.values():
+            for links in kinds["collective"].values():
+                got = {key: v["Transport Type"] for key, v in links.items()}
+                node = rank // 8 * 8
+                want = {f"{rank}-{p}": "HCCS" for p in range(node, node + 8) if p != rank}
+                want[f"{rank}-{rank}"] = "LOCAL"
+                want[f"{rank}-{(rank + 8) % 16}"] = "RDMA"
+                assert got == want
+        comm = json.loads((dirs[rank] / "ASCEND_PROFILER_OUTPUT" / "communication.json").read_text())
+        op = next(iter(next(iter(comm.values()))["collective"].values()))
+        rdma = op["Communication Bandwidth Info"]["RDMA"]
+        assert rdma["Transit Size(MB)"] > 0 and rdma["Bandwidth(GB/s)"] == pytest.approx(12.0, rel=0.01)
