@@ -24,16 +24,20 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import numpy as np
 import pandas as pd
 
 from ..models import Finding
 from ..thresholds import T
 from ._common import (
     NS_PER_MS,
+    _float_steps,
+    by_rank,
     in_kept_steps,
     kept_steps,
     n_steps,
     ranks_text,
+    series_sum,
     step_list,
     steps_text,
     worst_rank,
@@ -143,30 +147,39 @@ class SmallPacketCheck(Check):
         if ops.empty:
             return None
         ratio_thr = T.small_packet_ratio.value
-        ops = ops.copy()
-        ops["small"] = ops["size_bytes"] < limit if strict else ops["size_bytes"] <= limit
+        size = ops["size_bytes"].to_numpy()
+        small_all = size < limit if strict else size <= limit
+        transit = ops["transit_ns"].to_numpy()
+        step_all = _float_steps(ops["step"])
+        # ranks split by one stable sort (a groupby and frame slices per rank cost ~0.8 ms a rank)
+        order, slices = by_rank(ops["rank"].to_numpy())
         per_rank: dict[int, dict] = {}
         lost: dict[int, float] = {}
-        for rank, g in ops.groupby("rank", sort=True):
-            r = int(rank)
-            small = g[g["small"]]
-            ratio = len(small) / len(g)
+        for r, i, j in slices:
+            rows = order[i:j]
+            is_small = small_all[rows]
+            n_small = int(is_small.sum())
+            ratio = n_small / (j - i)
             if ratio <= ratio_thr:
                 continue
+            small = rows[is_small]
             k = n_steps(steps, r)
-            lost[r] = float(small["transit_ns"].sum()) / NS_PER_MS / k
+            lost[r] = float(series_sum(transit[small])) / NS_PER_MS / k
+            st = step_all[rows]
+            known = ~np.isnan(st)  # (groupby leaves out the rows of no step)
+            by_step, idx = np.unique(st[known], return_inverse=True)
+            counts = np.bincount(idx, minlength=len(by_step))
+            smalls = np.bincount(idx, weights=is_small[known], minlength=len(by_step))
             per_rank[r] = {
-                "ops": len(g),
-                "small_ops": len(small),
+                "ops": int(j - i),
+                "small_ops": n_small,
                 "small_ratio": round(ratio, 4),
-                "median_small_size_" + unit.lower(): round(
-                    float(small["size_bytes"].median()) / unit_bytes, 4
-                ),
+                "median_small_size_" + unit.lower(): round(float(np.median(size[small])) / unit_bytes, 4),
                 "small_ms_per_step": round(lost[r], 4),
-                "steps": step_list(small["step"]),
+                "steps": step_list(step_all[small]),
                 "by_step": {
-                    str(int(s)): {"ops": len(gs), "small_ops": int(gs["small"].sum())}
-                    for s, gs in g.groupby("step")
+                    str(int(s)): {"ops": int(c), "small_ops": int(m)}
+                    for s, c, m in zip(by_step, counts, smalls, strict=True)
                 },
             }
         if not per_rank:
