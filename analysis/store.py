@@ -124,13 +124,44 @@ def cache_root() -> Path:
     return Path(base) / "stepdoctor"
 
 
-def _input_files(src: RankSource) -> list[Path]:
+def _input_stats(src: RankSource) -> list[tuple[str, int, int]]:
+    """(path relative to the rank directory, or the file's name; size; mtime in ns) of every file of a rank,
+    in os.walk order (top-down, names sorted, a directory's files before its subdirectories; symlinked
+    directories listed, not entered). One scandir per directory and no Path per file: on 256 ranks the
+    pathlib walk took 0.17 s of every warm command."""
     if src.path.is_file():
-        return [src.path]
-    out = []
-    for root, dirs, files in os.walk(src.path):
-        dirs.sort()
-        out.extend(Path(root) / f for f in sorted(files))
+        try:
+            st = src.path.stat()
+        except OSError:
+            return []
+        return [(src.path.name, st.st_size, st.st_mtime_ns)]
+    out: list[tuple[str, int, int]] = []
+
+    def walk(top: str, rel: str) -> None:
+        try:
+            with os.scandir(top) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError:
+            return
+        dirs = []
+        for e in entries:
+            try:
+                is_dir = e.is_dir()
+            except OSError:
+                is_dir = False
+            if is_dir:
+                dirs.append(e)
+                continue
+            try:
+                st = e.stat()
+            except OSError:
+                continue
+            out.append((rel + e.name, st.st_size, st.st_mtime_ns))
+        for d in dirs:
+            if not d.is_symlink():
+                walk(d.path, f"{rel}{d.name}/")
+
+    walk(str(src.path), "")
     return out
 
 
@@ -140,13 +171,8 @@ def fingerprint(disc: Discovery) -> str:
     h.update(READER_VERSION.encode())
     for src in disc.sources:
         h.update(f"\0{src.rank}\0{src.format}\0{src.path}".encode())
-        for f in _input_files(src):
-            try:
-                st = f.stat()
-            except OSError:
-                continue
-            h.update(f"{f.relative_to(src.path) if src.path.is_dir() else f.name}:{st.st_size}:{st.st_mtime_ns}"
-                     .encode())
+        for name, size, mtime_ns in _input_stats(src):
+            h.update(f"{name}:{size}:{mtime_ns}".encode())
     return h.hexdigest()[:32]
 
 
@@ -885,7 +911,7 @@ def build_database(disc: Discovery, out: Path, *, workers: int | None = None,
     see `open_profile`.
     """
     n = len(disc.sources)
-    total_bytes = sum(f.stat().st_size for s in disc.sources for f in _input_files(s))
+    total_bytes = sum(size for s in disc.sources for _, size, _ in _input_stats(s))
     if workers is None and n > 1 and total_bytes >= PARALLEL_MIN_BYTES:
         workers = machine.plan_workers([(s.format, s.path) for s in disc.sources]).workers
     if n == 1 or (workers or 1) <= 1 or total_bytes < PARALLEL_MIN_BYTES or os.name != "posix":

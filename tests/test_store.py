@@ -524,3 +524,36 @@ def test_a_released_child_that_does_not_exit_is_killed_when_reaped():
     t = time.monotonic()
     store._reap_exiting(timeout=0.2)
     assert time.monotonic() - t < 5 and stuck.returncode == -9 and store._EXITING == []
+
+
+def test_input_stats_walk_like_os_walk(tmp_path):
+    """The fingerprint's file list is os.walk's (sorted, files before subdirectories, symlinked directories
+    not entered, unreadable entries skipped), so caches keep their keys."""
+    from stepdoctor.analysis.ingest.base import RankSource
+
+    root = tmp_path / "node0_1_ascend_pt"
+    for rel in ("b.json", "a.csv", "ASCEND_PROFILER_OUTPUT/trace_view.json", "PROF_1/device_0/info.json.0",
+                "PROF_1/z.txt", "A/x"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(rel)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "inside.json").write_text("{}")
+    os.symlink(tmp_path / "elsewhere", root / "linked_dir")
+    os.symlink(tmp_path / "missing", root / "dangling")
+    os.symlink(root / "b.json", root / "c_link.json")
+    want = []
+    for d, dirs, files in os.walk(root):
+        dirs.sort()
+        for f in sorted(files):
+            p = Path(d) / f
+            if p.exists():
+                st = p.stat()
+                want.append((str(p.relative_to(root)), st.st_size, st.st_mtime_ns))
+    got = store._input_stats(RankSource(path=root, format="ascend_pt_text"))
+    assert got == want
+    assert [n for n, _, _ in got] == ["a.csv", "b.json", "c_link.json", "A/x",
+                                      "ASCEND_PROFILER_OUTPUT/trace_view.json", "PROF_1/z.txt",
+                                      "PROF_1/device_0/info.json.0"]
+    one = root / "b.json"
+    assert store._input_stats(RankSource(path=one, format="kineto")) == [("b.json", one.stat().st_size,
+                                                                           one.stat().st_mtime_ns)]
