@@ -8,7 +8,7 @@ mask, capped by a cgroup CPU quota (v2 `cpu.max`, v1 `cpu.cfs_quota_us` / `cpu.c
 Memory bounds the workers too. A parse worker holds one rank at a time, and a big Ascend rank costs a
 few hundred MB, so 64 workers on a 64-core node could ask for more than the node has. The kernel's
 out-of-memory killer would then end them one by one. The available memory is MemAvailable, capped by a
-cgroup memory limit minus the cgroup's usage.
+cgroup memory limit minus the cgroup's working set (its usage without the inactive file cache).
 
 A worker's peak, beyond what it shares with the process it was forked from, is estimated from the bytes
 its reader reads (`rank_input_bytes`), with factors measured on the benchmark inputs (evals/bench/README.md,
@@ -97,10 +97,22 @@ def usable_cpus(root: Path = CGROUP_ROOT) -> int:
     return max(1, n)
 
 
+def _stat_value(path: Path, key: str) -> int:
+    for line in (_read_text(path) or "").splitlines():
+        name, _, value = line.partition(" ")
+        if name == key:
+            return _int_or_none(value.strip()) or 0
+    return 0
+
+
 def cgroup_memory_free(root: Path = CGROUP_ROOT) -> int | None:
-    """Bytes the cgroup may still allocate (limit - usage), or None without a limit."""
-    for limit_file, usage_file in (("memory.max", "memory.current"),
-                                   ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes")):
+    """Bytes the cgroup may still allocate, or None without a limit: the limit minus the working set, i.e.
+    the usage without its inactive file cache, which the kernel reclaims before it kills anything (the
+    usage of a container that has read many files is mostly cache: limit - usage would say it is full)."""
+    for limit_file, usage_file, stat_file, inactive in (
+            ("memory.max", "memory.current", "memory.stat", "inactive_file"),
+            ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes", "memory/memory.stat",
+             "total_inactive_file")):
         text = _read_text(root / limit_file)
         if text is None:
             continue
@@ -108,7 +120,8 @@ def cgroup_memory_free(root: Path = CGROUP_ROOT) -> int | None:
         if limit is None or limit >= _UNLIMITED:
             return None
         usage = _int_or_none(_read_text(root / usage_file)) or 0
-        return max(0, limit - usage)
+        working = max(0, usage - _stat_value(root / stat_file, inactive))
+        return max(0, limit - working)
     return None
 
 

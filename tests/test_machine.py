@@ -51,6 +51,10 @@ def test_available_memory_is_memavailable_capped_by_the_cgroup(tmp_path):
     v2 = _files(tmp_path / "v2", {"memory.max": str(4 * GB), "memory.current": str(1 * GB)})
     assert machine.cgroup_memory_free(v2) == 3 * GB
     assert machine.available_memory(v2, mi) == 3 * GB
+    # a container that read many files: its usage is mostly inactive page cache, which does not count
+    cached = _files(tmp_path / "cached", {"memory.max": str(4 * GB), "memory.current": str(4 * GB - MB),
+                                          "memory.stat": f"anon {GB}\nfile {3 * GB}\ninactive_file {3 * GB - MB}\n"})
+    assert machine.cgroup_memory_free(cached) == 3 * GB
     assert machine.cgroup_memory_free(_files(tmp_path / "v2max", {"memory.max": "max"})) is None
     # v1 without a limit writes 2^63 rounded down to a page
     v1 = _files(tmp_path / "v1", {"memory/memory.limit_in_bytes": "9223372036854771712",
@@ -58,6 +62,10 @@ def test_available_memory_is_memavailable_capped_by_the_cgroup(tmp_path):
     assert machine.available_memory(v1, mi) == 16 * GB
     v1lim = _files(tmp_path / "v1lim", {"memory/memory.limit_in_bytes": str(64 * GB),
                                         "memory/memory.usage_in_bytes": str(1 * GB)})
+    v1cache = _files(tmp_path / "v1cache", {"memory/memory.limit_in_bytes": str(2 * GB),
+                                            "memory/memory.usage_in_bytes": str(2 * GB),
+                                            "memory/memory.stat": f"cache 1\ninactive_file 5\ntotal_inactive_file {GB}\n"})
+    assert machine.cgroup_memory_free(v1cache) == 1 * GB  # the hierarchy's total, not the cgroup's own
     assert machine.available_memory(v1lim, mi) == 16 * GB  # the cgroup allows more than the machine has
     assert machine.available_memory(v2, tmp_path / "no-meminfo") == 3 * GB
     assert machine.available_memory(tmp_path / "none", tmp_path / "no-meminfo") is None
