@@ -165,7 +165,9 @@ def rank_input_bytes(path: Path) -> int:
     else:
         out = path / _ASCEND_OUTPUT
         base = out if out.is_dir() else path
-        files = (p for p in base.rglob("*") if p.suffix.lower() in _READ_SUFFIXES)
+        # os.walk, not rglob: it does not enter symlinked directories (a link loop in a profile ends there)
+        files = (Path(root, f) for root, _, names in os.walk(base) for f in names
+                 if Path(f).suffix.lower() in _READ_SUFFIXES)
     total = 0
     for f in files:
         try:

@@ -84,6 +84,8 @@ def test_rank_input_bytes_counts_what_readers_read(tmp_path):
         "profiler_info_1.json": "{}",
     })
     assert machine.rank_input_bytes(rank) == 1300
+    (rank / "ASCEND_PROFILER_OUTPUT" / "loop").symlink_to(rank)  # a link loop is not followed
+    assert machine.rank_input_bytes(rank) == 1300
     legacy = _files(tmp_path / "ms", {"profiler/op_info.json": "a" * 10, "profiler/raw.bin": "b" * 999,
                                       "profiler/timeline.txt": "c" * 5})
     assert machine.rank_input_bytes(legacy) == 15
