@@ -281,6 +281,60 @@ def cap_text(text: str, narrow: str, cap: int = TEXT_CAP) -> str:
     return text[:cut] + note
 
 
+# A finding's evidence holds a map keyed by rank for every rank the check judged: the CLI's JSON keeps them
+# all, an answer here the EVIDENCE_RANKS that weigh most (on 1,024 ranks list_issues returned 2.1 MB for 20
+# findings; trimmed, ~0.1 MB), explain(finding=N) EXPLAIN_RANKS.
+EVIDENCE_RANKS = 8
+EXPLAIN_RANKS = 32
+_TRIMMED_KEY = "trimmed"
+
+
+def _rank_weight(value: Any) -> float:
+    """How much a rank's entry in an evidence map weighs: a number itself; in a dict its
+    impact_ms_per_step, else its largest `*ms_per_step*` value, else its largest `*ms*` value."""
+    if isinstance(value, bool):
+        return 0.0
+    if isinstance(value, int | float):
+        return abs(float(value))
+    if isinstance(value, dict):
+        nums = {k: abs(float(v)) for k, v in value.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+        if "impact_ms_per_step" in nums:
+            return nums["impact_ms_per_step"]
+        for part in ("ms_per_step", "ms"):
+            hits = [v for k, v in nums.items() if part in k]
+            if hits:
+                return max(hits)
+    return 0.0
+
+
+def trim_evidence(f: Finding, keep: int) -> Finding:
+    """`f` with each evidence map keyed by rank (more than `keep` entries) cut to `keep` ranks: those that
+    weigh most (`_rank_weight`), or for text values the ranks of the rarest values first, so a rank that
+    differs stays; ties in rank order. What was cut is said in evidence["trimmed"]."""
+    evidence = dict(f.evidence)
+    trimmed: dict[str, str] = {}
+    for key, value in f.evidence.items():
+        if not (isinstance(value, dict) and len(value) > keep and all(str(k).lstrip("-").isdigit() for k in value)):
+            continue
+        ranks = list(value)
+        if all(isinstance(v, str | None) for v in value.values()):
+            freq: dict[Any, int] = {}
+            for v in value.values():
+                freq[v] = freq.get(v, 0) + 1
+            chosen = sorted(ranks, key=lambda r: (freq[value[r]], int(r)))[:keep]
+            how = "the ranks of the rarest values"
+        else:
+            chosen = sorted(ranks, key=lambda r: (-_rank_weight(value[r]), int(r)))[:keep]
+            how = "the largest"
+        evidence[key] = {r: value[r] for r in sorted(chosen, key=int)}
+        trimmed[key] = (f"{keep} of {len(ranks)} ranks shown ({how}); `stepdoctor issues --format json` "
+                        "lists every rank")
+    if not trimmed:
+        return f
+    evidence[_TRIMMED_KEY] = trimmed
+    return f.model_copy(update={"evidence": evidence})
+
+
 def result(model: BaseModel, text: str, narrow: str) -> CallToolResult:
     """Compact text for the model + the full validated structure for the client."""
     return CallToolResult(
@@ -803,7 +857,9 @@ def create_server(
             # explain(finding=N) counts in the unfiltered report: number the shown findings that way
             filtered = min_severity != "low" or bool(checks) or ranks is not None
             full = api.issues(prof).findings if filtered else rep.findings
-        text = text_issues(rep, profile_id_of(prof), finding_numbers(rep.findings, full))
+        numbers = finding_numbers(rep.findings, full)
+        rep = rep.model_copy(update={"findings": [trim_evidence(f, EVIDENCE_RANKS) for f in rep.findings]})
+        text = text_issues(rep, profile_id_of(prof), numbers)
         return result(rep, text, "lower limit or raise min_severity")
 
     # ---- breakdown -----------------------------------------------------------------------------------
@@ -1043,6 +1099,8 @@ def create_server(
                 if finding is not None and prof is None:
                     raise ToolError("finding=N needs the profile: pass path or profile_id")
                 exp = kt.explain(id, profile=prof, finding=finding)
+                if exp.finding is not None:
+                    exp = exp.model_copy(update={"finding": trim_evidence(exp.finding, EXPLAIN_RANKS)})
             return result(exp, explanation_text(exp), "read the structured content")
 
         @tool(title="List fixes", annotations=READ_ONLY)

@@ -348,6 +348,52 @@ async def test_explain(server):
     assert "pass path or profile_id" in err
 
 
+async def test_evidence_keyed_by_rank_is_trimmed_to_the_ranks_that_weigh(server, cache, monkeypatch):
+    """Answers stay small on big clusters: a map keyed by rank keeps EVIDENCE_RANKS ranks (EXPLAIN_RANKS in
+    explain), the heaviest, and says so; the CLI's JSON keeps every rank."""
+    from stepdoctor.tools import api
+
+    monkeypatch.setattr(mcp_app, "EVIDENCE_RANKS", 2)
+    monkeypatch.setattr(mcp_app, "EXPLAIN_RANKS", 3)
+    pid = await load(server)
+    d, _ = await call(server, "list_issues", {"profile_id": pid, "limit": 100})
+    full = {(f.check, f.subject): f for f in api.issues(api.load(CLUSTER4, cache_dir=cache)).findings}
+    checked = 0
+    for f in d["findings"]:
+        whole = full[(f["check"], f["subject"])].evidence
+        for key, value in whole.items():
+            if isinstance(value, dict) and len(value) > 2 and all(k.isdigit() for k in value):
+                assert len(f["evidence"][key]) == 2 and set(f["evidence"][key]) <= set(value)
+                assert f["evidence"]["trimmed"][key].startswith(f"2 of {len(value)} ranks shown")
+                checked += 1
+    assert checked >= 3
+    blocking = next(f for f in d["findings"] if f["subject"] == "ASCEND_LAUNCH_BLOCKING")
+    assert blocking["ranks"] == [0, 1, 2, 3]  # the finding still names every rank
+    n = 1 + next(i for i, f in enumerate(d["findings"]) if "trimmed" in f["evidence"])
+    e, _ = await call(server, "explain", {"id": d["findings"][n - 1]["check"], "profile_id": pid, "finding": n})
+    assert all(len(e["finding"]["evidence"][k]) == 3 for k in e["finding"]["evidence"]["trimmed"])
+
+
+def test_trim_evidence_keeps_the_heaviest_ranks_and_the_odd_values():
+    from stepdoctor.analysis.models import Finding
+
+    per_rank = {str(r): {"steps": [1], "impact_ms_per_step": float(r % 7), "by_step": {"1": r}} for r in range(20)}
+    lost = {str(r): 1.0 for r in range(20)} | {"13": 9.0}
+    env = {str(r): "1" for r in range(20)} | {"17": "0"}
+    f = Finding(check="x", severity="low", title="t", ranks=list(range(20)),
+                evidence={"per_rank": per_rank, "lost_ms_by_rank": lost, "values_by_rank": env, "small": {"0": 1},
+                          "threshold": 3})
+    t = mcp_app.trim_evidence(f, 3)
+    # weights r % 7: 6 on ranks 6 and 13, then 5 on ranks 5, 12, 19 (ties in rank order); kept in rank order
+    assert list(t.evidence["per_rank"]) == ["5", "6", "13"]
+    assert list(t.evidence["lost_ms_by_rank"]) == ["0", "1", "13"]
+    assert list(t.evidence["values_by_rank"]) == ["0", "1", "17"]  # the one rank with another value stays
+    assert t.evidence["small"] == {"0": 1} and t.evidence["threshold"] == 3
+    assert set(t.evidence["trimmed"]) == {"per_rank", "lost_ms_by_rank", "values_by_rank"}
+    assert f.evidence["per_rank"] is per_rank and len(per_rank) == 20  # the finding itself is unchanged
+    assert mcp_app.trim_evidence(f, 20) is f
+
+
 async def test_list_fixes(server):
     d, text = await call(server, "list_fixes", {"check": "env-var"})
     ids = [f["id"] for f in d["fixes"]]
