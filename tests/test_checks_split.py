@@ -43,6 +43,8 @@ def logged(ctx, cid, cls):
     return run_one(ctx, cid, cls)
 base._run_one = logged
 _split.HELPER_PATIENCE_S = 0.5
+if mode == "one-cpu":  # an affinity mask or a CPU quota of one CPU
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 if mode == "threaded":  # a second thread: this process may not fork
     stop = threading.Event()
     threading.Thread(target=stop.wait, daemon=True).start()
@@ -101,4 +103,11 @@ def test_a_process_that_wrote_a_database_runs_the_checks_itself(tmp_path):
     opened a database for writing is never forked (store.fork_safe)."""
     got, ran = _run(need(CLUSTER4), tmp_path, "normal", cached=False)
     assert got["forked"] == [False] and got["same"]
+    assert {pid for pid, _ in ran} == {got["parent"]} and len(ran) == 24
+
+
+def test_one_usable_cpu_runs_the_checks_here(tmp_path):
+    """With one usable CPU the helper would only take turns with this process: none is forked."""
+    got, ran = _run(need(CLUSTER4), tmp_path, "one-cpu")
+    assert got["forked"] == [False] and got["same"] and got["ranks"] == 4
     assert {pid for pid, _ in ran} == {got["parent"]} and len(ran) == 24
