@@ -121,8 +121,12 @@ def make_side(prof: Profile, ranks: list[int], step: int | None = None, first_st
     d = _dims(rows)
     side = Side(prof, ranks, steps, d["step_ms"], d["compute_ms"], d["communication_ms"], d["free_ms"],
                 d["memory_ms"], d["host_ms"])
+    of_rank: dict[int, list[BreakdownRow]] = {rank: [] for rank in ranks}
+    for r in rows:  # one pass, not a scan of every row per rank
+        if r.rank in of_rank:
+            of_rank[r.rank].append(r)
     for rank in ranks:
-        side.per_rank[rank] = _dims([r for r in rows if r.rank == rank])
+        side.per_rank[rank] = _dims(of_rank[rank])
     return side
 
 
