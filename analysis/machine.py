@@ -40,8 +40,8 @@ _UNLIMITED = 1 << 60
 # with its imports (~72 MB with DuckDB, ~45 MB without):
 #   Ascend text, 8 x 100k events (48 MB read per rank): 163 MB -> 1.9 x; 2 x 400k (170 MB): 382-432 MB
 #   -> 1.8-2.1 x. Kineto, 8 x 93 MB JSON: 79-86 MB -> 0.4 x (read in 512 KiB pieces, folded into
-#   compact columns). The database formats read SQLite tables into columns like the text reader; they
-#   take the Ascend factor.
+#   compact columns). The other formats (Ascend and MindSpore databases, MindSpore's older text export)
+#   build whole-rank columns like the Ascend text reader and take its factor.
 PEAK_PER_INPUT_BYTE = {"kineto": 0.6, "ascend": 2.5}
 WORKER_FIXED_BYTES = 64 << 20
 # The ingest process: DuckDB's buffer pool (32 MB), one uncompressed row group per table, the columns of
