@@ -240,7 +240,7 @@ def test_compare_section(tmp_path: Path):
 
 
 def test_charts_of_a_large_cluster_draw_the_slowest_ranks():
-    """300 ranks: the bar chart and heatmaps draw 128 of them, the slowest first choice, and say so."""
+    """300 ranks: the bar chart and heatmaps draw 128 of them, those that stand out first, and say so."""
     from stepdoctor.analysis.metrics.breakdown import BreakdownRow
     from stepdoctor.tools.report import MAX_CHART_RANKS, breakdown_chart, heatmap
 
@@ -263,12 +263,34 @@ def test_charts_of_a_large_cluster_draw_the_slowest_ranks():
     tot = totals(rows)
     chart = breakdown_chart(tot)
     assert chart is not None and chart.data["ranks"] == str(MAX_CHART_RANKS) == "128"
-    assert "172 faster rank(s) not drawn" in chart.note
+    assert "172 rank(s) nearest the median not drawn" in chart.note
     labels = [t.text for t in chart.texts if t.text.startswith("rank ")]
     assert "rank 299" in labels and len(labels) == 128
     h = heatmap(rows, "compute", tot)
     assert h is not None and h.data["ranks"] == "128" and h.data["steps"] == "2"
     assert float(h.data["max-ms"]) == 44.0 and float(h.data["min-ms"]) == 40.0
+
+
+def test_a_large_synchronous_cluster_draws_the_rank_that_computes_slower():
+    """1,024 ranks with the same step time (synchronous training): the one rank that computes 8 ms slower
+    (and idles 8 ms less) is drawn, however the ties in step time fall."""
+    from stepdoctor.analysis.metrics.breakdown import BreakdownRow, totals
+    from stepdoctor.tools.report import breakdown_chart, heatmap
+
+    rows = [
+        BreakdownRow(rank=r, step=s, step_ms=73.8 + (0.01 if r % 3 == 0 else 0.0),
+                     compute_ms=30.0 + (8.0 if r == 1023 else (r % 5) * 0.01), communication_ms=10.0,
+                     comm_not_overlapped_ms=5.0, overlapped_ms=5.0, free_ms=30.0 - (8.0 if r == 1023 else 0.0))
+        for r in range(1024)
+        for s in (1, 2)
+    ]
+    tot = totals(rows)
+    chart = breakdown_chart(tot)
+    labels = [t.text for t in chart.texts if t.text.startswith("rank ")]
+    assert "rank 1023" in labels and len(labels) == 128
+    assert "896 rank(s) nearest the median not drawn" in chart.note
+    h = heatmap(rows, "compute", tot)
+    assert float(h.data["max-ms"]) == 38.0  # rank 1023's compute is in the heatmap
 
 
 # ---------------------------------------------------------------------------------------------------------
