@@ -48,6 +48,7 @@ from pydantic import BaseModel, Field
 
 from .. import __version__
 from ..analysis.ingest.base import ProfileError, schema_sql, table_columns
+from ..analysis.metrics.breakdown import standing_out
 from ..analysis.models import SEVERITY_ORDER, Finding, ProfileInfo
 from ..analysis.store import Profile
 from ..tools import api
@@ -318,10 +319,7 @@ def trim_evidence(f: Finding, keep: int) -> Finding:
             continue
         ranks = list(value)
         if all(isinstance(v, str | None) for v in value.values()):
-            freq: dict[Any, int] = {}
-            for v in value.values():
-                freq[v] = freq.get(v, 0) + 1
-            chosen = sorted(ranks, key=lambda r: (freq[value[r]], int(r)))[:keep]
+            chosen = _rarest_first(value, keep)
             how = "the ranks of the rarest values"
         else:
             chosen = sorted(ranks, key=lambda r: (-_rank_weight(value[r]), int(r)))[:keep]
@@ -333,6 +331,22 @@ def trim_evidence(f: Finding, keep: int) -> Finding:
         return f
     evidence[_TRIMMED_KEY] = trimmed
     return f.model_copy(update={"evidence": evidence})
+
+
+def _rarest_first(values: dict[Any, Any], keep: int) -> list[Any]:
+    """At most `keep` keys of a rank -> value map: the ranks of the rarest values first, then rank order."""
+    freq: dict[Any, int] = {}
+    for v in values.values():
+        freq[v] = freq.get(v, 0) + 1
+    return sorted(values, key=lambda r: (freq[values[r]], int(r)))[:keep]
+
+
+def _trimmed_variable(v: m.EnvVariable) -> m.EnvVariable:
+    keep = sorted(_rarest_first(v.values_by_rank, EVIDENCE_RANKS), key=int)
+    return v.model_copy(update={
+        "values_by_rank": {r: v.values_by_rank[r] for r in keep},
+        "finding": None if v.finding is None else trim_evidence(v.finding, EVIDENCE_RANKS),
+    })
 
 
 def result(model: BaseModel, text: str, narrow: str) -> CallToolResult:
@@ -880,11 +894,17 @@ def create_server(
         with catalog_errors():
             prof = reg.get(path, profile_id)
             b = api.breakdown(prof, ranks=ranks, steps=steps)
+        totals, warnings = b.totals, b.warnings
+        if len(totals) > limit:  # (a large cluster: the per-rank totals, too, stay within the limit)
+            totals = standing_out(totals, limit)
+            warnings = [*warnings, f"totals: the {limit} of {len(b.totals)} ranks that stand out (largest distance "
+                        "from the median in step, compute, exposed communication or free time); pass ranks=[...] "
+                        "for others"]
         out = BreakdownResult(
             profile=b.profile,
             rows=b.rows[:limit],
-            totals=b.totals,
-            warnings=b.warnings,
+            totals=totals,
+            warnings=warnings,
             total=len(b.rows),
             truncated=len(b.rows) > limit,
         )
@@ -974,10 +994,15 @@ def create_server(
             (v for v in e.variables if status is None or v.status == status),
             key=lambda v: (order[v.status], v.name),
         )
+        shown, warnings = vs[:limit], e.warnings
+        if any(len(v.values_by_rank) > EVIDENCE_RANKS for v in shown):  # a large cluster
+            shown = [_trimmed_variable(v) for v in shown]
+            warnings = [*warnings, f"values_by_rank: at most {EVIDENCE_RANKS} ranks per variable, those of its "
+                        "rarest values; `stepdoctor env --format json` lists every rank"]
         out = EnvAuditResult(
             profile=e.profile,
-            variables=vs[:limit],
-            warnings=e.warnings,
+            variables=shown,
+            warnings=warnings,
             total=len(vs),
             truncated=len(vs) > limit,
         )

@@ -185,6 +185,10 @@ async def test_breakdown(server):
 
     cut, _ = await call(server, "breakdown", {"path": str(CLUSTER4), "limit": 3})
     assert len(cut["rows"]) == 3 and cut["total"] == 8 and cut["truncated"] is True
+    # the per-rank totals stay within the limit too: the ranks that stand out (0 idles, 3 computes slower)
+    kept = [t["rank"] for t in cut["totals"]]
+    assert len(kept) == 3 and {0, 3} <= set(kept) and kept == sorted(kept)
+    assert any(w.startswith("totals: the 3 of 4 ranks that stand out") for w in cut["warnings"])
     one, _ = await call(server, "breakdown", {"path": str(CLUSTER4), "ranks": [3], "steps": [2]})
     assert [(r["rank"], r["step"]) for r in one["rows"]] == [(3, 2)]
 
@@ -245,6 +249,27 @@ async def test_env_audit(server):
     assert len(bad["variables"]) == 2 and bad["truncated"] is True
     assert bad["total"] == sum(s == "bad" for s in statuses) >= 6
     assert "ASCEND_LAUNCH_BLOCKING = 1: bad" in text
+    assert not any("values_by_rank" in w for w in d["warnings"])
+
+
+async def test_env_audit_on_many_ranks_keeps_the_odd_ranks(server, monkeypatch):
+    """With more ranks than EVIDENCE_RANKS a variable shows the ranks of its rarest values (a rank whose
+    value differs stays) and the answer says so."""
+    from stepdoctor.tools.models import EnvVariable
+
+    monkeypatch.setattr(mcp_app, "EVIDENCE_RANKS", 1)
+    pid = await load(server)
+    d, _ = await call(server, "env_audit", {"profile_id": pid})
+    v = {x["name"]: x for x in d["variables"]}
+    assert v["HCCL_ALGO"]["values_by_rank"] == {"0": "level0:NA;level1:ring"}  # one value on all 4 ranks
+    assert all(len(x["values_by_rank"]) <= 1 for x in d["variables"])
+    assert any(w.startswith("values_by_rank: at most 1 ranks per variable") for w in d["warnings"])
+    odd = EnvVariable(name="HCCL_ALGO", status="unknown",
+                      values_by_rank={r: ("level0:NA;level1:ring" if r != 700 else "level0:NA;level1:H-D_R")
+                                      for r in range(1024)})
+    monkeypatch.setattr(mcp_app, "EVIDENCE_RANKS", 3)
+    assert mcp_app._trimmed_variable(odd).values_by_rank == {0: "level0:NA;level1:ring", 1: "level0:NA;level1:ring",
+                                                             700: "level0:NA;level1:H-D_R"}
 
 
 async def test_query(server):

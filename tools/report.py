@@ -30,7 +30,7 @@ import jinja2
 
 from .. import __version__
 from ..analysis.ingest.base import ProfileError
-from ..analysis.metrics.breakdown import BreakdownRow
+from ..analysis.metrics.breakdown import BreakdownRow, standing_out
 from ..analysis.models import Finding
 from ..analysis.store import Profile
 from . import api
@@ -112,37 +112,10 @@ def _nice_max(v: float) -> float:
     return 10 * exp
 
 
-# What a rank's mean per step is compared on when a large cluster's charts draw only some ranks.
-_SELECTION_FIELDS = ("step_ms", "compute_ms", "comm_not_overlapped_ms", "free_ms")
-
-
 def _rank_selection(totals: list[BreakdownRow]) -> tuple[list[BreakdownRow], int]:
-    """At most MAX_CHART_RANKS ranks, in rank order: those that stand out most when there are more.
-
-    A rank's distance from the others is its largest |mean per step - median| / scale over step, compute,
-    exposed communication and free time, scale = max(1.4826 MAD, 1 % of the median, 1 µs). In synchronous
-    training every rank has the same step time and a rank that computes slower shows only in its compute
-    and free time; sorting by step time alone drew an arbitrary 128 of 1,024 equal ranks. Ties: the slower
-    step first, then the lower rank."""
-    if len(totals) <= MAX_CHART_RANKS:
-        return totals, 0
-    import statistics
-
-    means = {f: [_mean(getattr(t, f), t.steps or 1) for t in totals] for f in _SELECTION_FIELDS}
-    score = [0.0] * len(totals)
-    for vals in means.values():
-        known = [v for v in vals if v is not None]
-        if not known:
-            continue
-        med = statistics.median(known)
-        scale = max(1.4826 * statistics.median(abs(v - med) for v in known), 0.01 * abs(med), 1e-3)
-        for i, v in enumerate(vals):
-            if v is not None:
-                score[i] = max(score[i], abs(v - med) / scale)
-    step = means["step_ms"]
-    order = sorted(range(len(totals)), key=lambda i: (-score[i], -(step[i] or 0.0), totals[i].rank))
-    keep_ids = {totals[i].rank for i in order[:MAX_CHART_RANKS]}
-    return [t for t in totals if t.rank in keep_ids], len(totals) - MAX_CHART_RANKS
+    """The ranks a chart draws (`standing_out`, at most MAX_CHART_RANKS) and how many it leaves out."""
+    kept = standing_out(totals, MAX_CHART_RANKS)
+    return kept, len(totals) - len(kept)
 
 
 def breakdown_chart(totals: list[BreakdownRow]) -> Chart | None:

@@ -206,6 +206,44 @@ def totals(rows: list[BreakdownRow]) -> list[BreakdownRow]:
     return out
 
 
+# What a rank's mean per step is compared on when only some ranks of a large cluster are shown.
+_SELECTION_FIELDS = ("step_ms", "compute_ms", "comm_not_overlapped_ms", "free_ms")
+
+
+def standing_out(totals: list[BreakdownRow], keep: int) -> list[BreakdownRow]:
+    """At most `keep` of the per-rank totals (`totals()` rows), in rank order: those that stand out most
+    (the ranks a chart or a short answer shows of a large cluster).
+
+    A rank's distance from the others is its largest |mean per step - median| / scale over step, compute,
+    exposed communication and free time, scale = max(1.4826 MAD, 1 % of the median, 1 µs). In synchronous
+    training every rank has the same step time and a rank that computes slower shows only in its compute
+    and free time; sorting by step time alone picks an arbitrary set of 1,024 equal ranks. Ties: the slower
+    step first, then the lower rank."""
+    if len(totals) <= keep:
+        return totals
+    import statistics
+
+    means = {f: [_per_step(getattr(t, f), t.steps) for t in totals] for f in _SELECTION_FIELDS}
+    score = [0.0] * len(totals)
+    for vals in means.values():
+        known = [v for v in vals if v is not None]
+        if not known:
+            continue
+        med = statistics.median(known)
+        scale = max(1.4826 * statistics.median(abs(v - med) for v in known), 0.01 * abs(med), 1e-3)
+        for i, v in enumerate(vals):
+            if v is not None:
+                score[i] = max(score[i], abs(v - med) / scale)
+    step = means["step_ms"]
+    order = sorted(range(len(totals)), key=lambda i: (-score[i], -(step[i] or 0.0), totals[i].rank))
+    keep_ids = {totals[i].rank for i in order[:keep]}
+    return [t for t in totals if t.rank in keep_ids]
+
+
+def _per_step(x: float | None, steps: int | None) -> float | None:
+    return None if x is None else x / (steps or 1)
+
+
 def mean_step_ms(rows: list[BreakdownRow]) -> float | None:
     xs = [r.step_ms for r in rows if r.step_ms is not None]
     return float(np.mean(xs)) if xs else None
