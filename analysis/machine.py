@@ -156,25 +156,19 @@ def _gzip_size(path: Path, size: int) -> int:
     return isize
 
 
-def rank_input_bytes(path: Path) -> int:
-    """Bytes a reader reads for the rank at `path` (a trace file, or a rank directory: its
-    ASCEND_PROFILER_OUTPUT when it has one, else every JSON, CSV, SQLite and text file in it); a gzip file
-    counts uncompressed."""
+def rank_input_bytes(path: Path, files: Iterable[tuple[str, int]]) -> int:
+    """Bytes a reader reads for the rank at `path`, from `files`: (path relative to the rank directory, or
+    the trace file's name; size) of every file of the rank, as the store lists them. A trace file counts
+    whole; a rank directory its ASCEND_PROFILER_OUTPUT when it has one, else every JSON, CSV, SQLite and
+    text file in it. A gzip file counts uncompressed (its trailer is read)."""
     if path.is_file():
-        files: Iterable[Path] = [path]
-    else:
-        out = path / _ASCEND_OUTPUT
-        base = out if out.is_dir() else path
-        # os.walk, not rglob: it does not enter symlinked directories (a link loop in a profile ends there)
-        files = (Path(root, f) for root, _, names in os.walk(base) for f in names
-                 if Path(f).suffix.lower() in _READ_SUFFIXES)
+        return sum(_gzip_size(path, size) if path.suffix.lower() == ".gz" else size for _, size in files)
+    prefix = _ASCEND_OUTPUT + "/" if (path / _ASCEND_OUTPUT).is_dir() else ""
     total = 0
-    for f in files:
-        try:
-            size = f.stat().st_size
-        except OSError:
-            continue
-        total += _gzip_size(f, size) if f.suffix.lower() == ".gz" else size
+    for name, size in files:
+        suffix = Path(name).suffix.lower()
+        if name.startswith(prefix) and suffix in _READ_SUFFIXES:
+            total += _gzip_size(path / name, size) if suffix == ".gz" else size
     return total
 
 
@@ -195,14 +189,15 @@ class WorkerPlan:
     reason: str                # "cpus", "ranks", "memory" or "STEPDOCTOR_WORKERS"
 
 
-def plan_workers(ranks: list[tuple[str, Path]], *, cpus: int | None = None,
+def plan_workers(ranks: list[tuple[str, int]], *, cpus: int | None = None,
                  available: int | None = -1) -> WorkerPlan:
-    """Parse workers for `ranks` (format, path): as many as usable CPUs and ranks allow, and no more than
-    fit in MEMORY_SHARE of the available memory beside the ingest process, each planned at the estimated
-    peak of the largest rank (any worker may get it); at least one. `available=-1`: read it here."""
+    """Parse workers for `ranks` (format, `rank_input_bytes`): as many as usable CPUs and ranks allow, and
+    no more than fit in MEMORY_SHARE of the available memory beside the ingest process, each planned at
+    the estimated peak of the largest rank (any worker may get it); at least one. `available=-1`: read it
+    here."""
     cpus = usable_cpus() if cpus is None else cpus
     avail = available_memory() if available == -1 else available
-    peak = max((worker_peak_bytes(fmt, rank_input_bytes(p)) for fmt, p in ranks), default=WORKER_FIXED_BYTES)
+    peak = max((worker_peak_bytes(fmt, n) for fmt, n in ranks), default=WORKER_FIXED_BYTES)
     env = os.environ.get(WORKERS_ENV, "").strip()
     if env:
         forced = _int_or_none(env)

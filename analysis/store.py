@@ -165,13 +165,21 @@ def _input_stats(src: RankSource) -> list[tuple[str, int, int]]:
     return out
 
 
-def fingerprint(disc: Discovery) -> str:
+Listing = list[list[tuple[str, int, int]]]  # `_input_stats` of each source of a Discovery, in order
+
+
+def input_listing(disc: Discovery) -> Listing:
+    """Every source's files (`_input_stats`): listed once per open, for the fingerprint and the ingest."""
+    return [_input_stats(s) for s in disc.sources]
+
+
+def fingerprint(disc: Discovery, listing: Listing | None = None) -> str:
     h = hashlib.sha256()
     h.update(schema_sql().encode())
     h.update(READER_VERSION.encode())
-    for src in disc.sources:
+    for src, files in zip(disc.sources, listing or input_listing(disc), strict=True):
         h.update(f"\0{src.rank}\0{src.format}\0{src.path}".encode())
-        for name, size, mtime_ns in _input_stats(src):
+        for name, size, mtime_ns in files:
             h.update(f"{name}:{size}:{mtime_ns}".encode())
     return h.hexdigest()[:32]
 
@@ -901,19 +909,22 @@ def _run_workers(sources: list[RankSource], workers: int, open_writer: Callable[
 
 def build_database(disc: Discovery, out: Path, *, workers: int | None = None,
                    progress: ProgressFn | None = None, fork: bool = False,
-                   background: Callable[[], None] | None = None) -> list[str]:
+                   background: Callable[[], None] | None = None, listing: Listing | None = None) -> list[str]:
     """Parse every rank of `disc` into a new database at `out`; returns ingest warnings.
 
     Small inputs are parsed and inserted here; larger ones by child processes (module docstring), in
     memory bounded per process whatever the number of ranks, with as many parse workers as the usable
     CPUs and the available memory allow (`machine.plan_workers`; `workers` overrides it). A rank that fails is skipped with a
     warning when other ranks are stored; if none is, the first error is raised. `fork` and `background`:
-    see `open_profile`.
+    see `open_profile`; `listing`: `input_listing(disc)` when the caller has it.
     """
     n = len(disc.sources)
-    total_bytes = sum(size for s in disc.sources for _, size, _ in _input_stats(s))
+    listing = listing or input_listing(disc)
+    total_bytes = sum(size for files in listing for _, size, _ in files)
     if workers is None and n > 1 and total_bytes >= PARALLEL_MIN_BYTES:
-        workers = machine.plan_workers([(s.format, s.path) for s in disc.sources]).workers
+        workers = machine.plan_workers([
+            (s.format, machine.rank_input_bytes(s.path, [(name, size) for name, size, _ in files]))
+            for s, files in zip(disc.sources, listing, strict=True)]).workers
     if n == 1 or (workers or 1) <= 1 or total_bytes < PARALLEL_MIN_BYTES or os.name != "posix":
         _start(background)
         stored, errors = _build_here(disc, out, progress)
@@ -1137,7 +1148,8 @@ def open_profile(path: str | Path, *, cache_dir: Path | None = None, workers: in
     """
     p = Path(path).expanduser().resolve()
     disc = discover(p)
-    fp = fingerprint(disc)
+    listing = input_listing(disc)
+    fp = fingerprint(disc, listing)
     root = Path(cache_dir) if cache_dir else cache_root()
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -1155,7 +1167,8 @@ def open_profile(path: str | Path, *, cache_dir: Path | None = None, workers: in
             tmp = root / f"{fp}.duckdb.tmp-{os.getpid()}-{threading.get_ident()}"
             tmp.unlink(missing_ok=True)
             try:
-                build_database(disc, tmp, workers=workers, progress=progress, fork=fork, background=background)
+                build_database(disc, tmp, workers=workers, progress=progress, fork=fork, background=background,
+                               listing=listing)
                 os.replace(tmp, db)
             finally:
                 tmp.unlink(missing_ok=True)

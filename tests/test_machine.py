@@ -71,37 +71,40 @@ def test_available_memory_is_memavailable_capped_by_the_cgroup(tmp_path):
     assert machine.available_memory(tmp_path / "none", tmp_path / "no-meminfo") is None
 
 
+def _input_bytes(path: Path) -> int:
+    """`rank_input_bytes` of a rank from the store's listing of its files, as the ingest plans it."""
+    from stepdoctor.analysis.ingest.base import RankSource
+
+    files = store._input_stats(RankSource(path=path, format="?"))
+    return machine.rank_input_bytes(path, [(name, size) for name, size, _ in files])
+
+
 def test_rank_input_bytes_counts_what_readers_read(tmp_path):
     payload = b'{"traceEvents": []}' * 50_000
     gz = tmp_path / "rank3.pt.trace.json.gz"
     gz.write_bytes(gzip.compress(payload))
     assert gz.stat().st_size < len(payload)
-    assert machine.rank_input_bytes(gz) == len(payload)  # uncompressed, from the gzip trailer
+    assert _input_bytes(gz) == len(payload)  # uncompressed, from the gzip trailer
     rank = _files(tmp_path / "node0_1_ascend_pt", {
         "ASCEND_PROFILER_OUTPUT/trace_view.json": "x" * 1000,
         "ASCEND_PROFILER_OUTPUT/kernel_details.csv": "y" * 300,
         "PROF_000001_X/device_0/data/aicore.data.0.slice_0": "z" * 100_000,  # raw data: never read
         "profiler_info_1.json": "{}",
     })
-    assert machine.rank_input_bytes(rank) == 1300
+    assert _input_bytes(rank) == 1300
     (rank / "ASCEND_PROFILER_OUTPUT" / "loop").symlink_to(rank)  # a link loop is not followed
-    assert machine.rank_input_bytes(rank) == 1300
+    assert _input_bytes(rank) == 1300
     legacy = _files(tmp_path / "ms", {"profiler/op_info.json": "a" * 10, "profiler/raw.bin": "b" * 999,
                                       "profiler/timeline.txt": "c" * 5})
-    assert machine.rank_input_bytes(legacy) == 15
+    assert _input_bytes(legacy) == 15
     cluster_rank = next(need(CLUSTER4).glob("*_ascend_pt"))
     out = cluster_rank / "ASCEND_PROFILER_OUTPUT"
-    assert machine.rank_input_bytes(cluster_rank) == sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    assert _input_bytes(cluster_rank) == sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
 
 
-def test_plan_workers_fits_the_largest_rank_in_memory(tmp_path, monkeypatch):
+def test_plan_workers_fits_the_largest_rank_in_memory(monkeypatch):
     monkeypatch.delenv(machine.WORKERS_ENV, raising=False)
-    small = _files(tmp_path / "r0_ascend_pt", {"ASCEND_PROFILER_OUTPUT/trace_view.json": "x" * 1000})
-    big = tmp_path / "r1_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
-    big.parent.mkdir(parents=True)
-    with big.open("wb") as f:  # a sparse 400 MB file: only its size is read
-        f.truncate(400 * MB)
-    ranks = [("ascend_pt_text", small), ("ascend_pt_text", big.parent.parent)] * 32
+    ranks = [("ascend_pt_text", 1000), ("ascend_pt_text", 400 * MB)] * 32
     peak = machine.WORKER_FIXED_BYTES + int(2.5 * 400 * MB)
     plan = machine.plan_workers(ranks, cpus=64, available=None)
     assert (plan.workers, plan.reason, plan.worker_peak_bytes) == (64, "cpus", peak)
@@ -111,13 +114,13 @@ def test_plan_workers_fits_the_largest_rank_in_memory(tmp_path, monkeypatch):
     assert machine.plan_workers(ranks, cpus=64, available=512 * MB).workers == 1  # never fewer than one
     assert machine.plan_workers(ranks[:3], cpus=64, available=None).workers == 3
     # Kineto ranks stream: ~0.6 byte per input byte
-    kineto = [("kineto", big)] * 8
+    kineto = [("kineto", 400 * MB)] * 8
     assert machine.plan_workers(kineto, cpus=8, available=4 * GB).workers == 8
     assert machine.plan_workers(kineto, cpus=8, available=1 * GB).workers == 1
 
 
-def test_workers_env_overrides_the_plan(tmp_path, monkeypatch, caplog):
-    rank = _files(tmp_path / "r0_ascend_pt", {"ASCEND_PROFILER_OUTPUT/trace_view.json": "x"})
+def test_workers_env_overrides_the_plan(monkeypatch, caplog):
+    rank = 1
     monkeypatch.setenv(machine.WORKERS_ENV, "3")
     plan = machine.plan_workers([("ascend_pt_text", rank)] * 8, cpus=64, available=1 * MB)
     assert (plan.workers, plan.reason) == (3, machine.WORKERS_ENV)
@@ -160,7 +163,7 @@ def test_build_database_takes_the_planned_workers(tmp_path, monkeypatch, workers
         got = prof.rows(query)
     finally:
         prof.close()
-    assert [p for _, p in calls[0]] == [s.path for s in discover(prof_dir).sources]
+    assert calls[0] == [(s.format, _input_bytes(s.path)) for s in discover(prof_dir).sources]
     assert children == ([] if workers == 1 else [workers])
     assert [r for r, *_ in got] == [0, 1, 2, 3]
     assert got == expected
