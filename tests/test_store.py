@@ -207,14 +207,8 @@ def test_writer_refuses_a_taken_rank_id_and_removes_an_aborted_rank(tmp_path):
     con.close()
 
 
-def test_writer_pools_small_blocks_across_ranks_and_aborts_pooled_rows(tmp_path, monkeypatch):
-    """Blocks below POOL_BELOW_ROWS wait in a pool per table and go in together (one INSERT for several
-    ranks); an aborted rank's rows leave whether they still wait in the pool or were already flushed."""
-    import numpy as np
-
-    from stepdoctor.analysis.ingest.base import Coded
-
-    monkeypatch.setattr(store, "CHUNK_ROWS", 50)  # the pool is flushed after 3 blocks of 20 rows
+def _counting_writer(tmp_path, monkeypatch):
+    """(connection, writer, the (table, rows) of every INSERT it makes) on a new database."""
     inserts: list[tuple[str, int]] = []
     real_insert = store._insert
 
@@ -224,7 +218,18 @@ def test_writer_pools_small_blocks_across_ranks_and_aborts_pooled_rows(tmp_path,
 
     monkeypatch.setattr(store, "_insert", counting)
     con, _ = store._connect_for_writing(tmp_path / "w.duckdb")
-    w = store._Writer(con, 1024)
+    return con, store._Writer(con, 1024), inserts
+
+
+def test_writer_pools_small_blocks_across_ranks_and_aborts_pooled_rows(tmp_path, monkeypatch):
+    """Blocks below POOL_BELOW_ROWS wait in a pool per table and go in together (one INSERT for several
+    ranks); an aborted rank's rows leave whether they still wait in the pool or were already flushed."""
+    import numpy as np
+
+    from stepdoctor.analysis.ingest.base import Coded
+
+    monkeypatch.setattr(store, "CHUNK_ROWS", 50)  # the pool is flushed after 3 blocks of 20 rows
+    con, w, inserts = _counting_writer(tmp_path, monkeypatch)
 
     def block(r: int) -> dict:
         names = ["mm", "add"] * 10
@@ -262,16 +267,7 @@ def test_writer_inserts_the_ranks_rows_together_and_refuses_two_for_a_rank(tmp_p
     every rank; a rank with two rows is skipped with its other rows, the rest is stored."""
     import numpy as np
 
-    inserts: list[tuple[str, int]] = []
-    real_insert = store._insert
-
-    def counting(cur, table, cols, rank):
-        inserts.append((table, store._rows(cols)))
-        real_insert(cur, table, cols, rank)
-
-    monkeypatch.setattr(store, "_insert", counting)
-    con, _ = store._connect_for_writing(tmp_path / "w.duckdb")
-    w = store._Writer(con, 1024)
+    con, w, inserts = _counting_writer(tmp_path, monkeypatch)
 
     def ranks_row(r: int, n: int = 1) -> dict:
         return {"rank": np.full(n, r, dtype=np.int64), "source_path": np.array([f"/p/{r}"] * n, dtype=object),
