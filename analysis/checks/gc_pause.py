@@ -34,6 +34,7 @@ from ..models import Finding
 from ..thresholds import T
 from ._common import (
     DeviceTimeline,
+    by_rank,
     columns,
     fmt_ms,
     host_silences,
@@ -269,10 +270,10 @@ def _gc_by_rank(gc: dict[str, np.ndarray], windows: pd.DataFrame
     keep = dur >= T.gc_ms.value * NS_PER_MS
     keep[keep] = in_steps_mask(rank[keep], gc["step"][keep], windows)
     idx = np.flatnonzero(keep)
-    idx = idx[np.argsort(rank[idx], kind="stable")]
-    step, start = gc["step"][idx], np.asarray(gc["start_ns"], dtype=np.int64)[idx]
-    dur, rank = dur[idx], rank[idx]
-    return {r: (step[i:j], start[i:j], dur[i:j]) for r, i, j in rank_slices(rank)}
+    order, slices = by_rank(rank[idx])
+    idx = idx[order]
+    step, start, dur = gc["step"][idx], np.asarray(gc["start_ns"], dtype=np.int64)[idx], dur[idx]
+    return {r: (step[i:j], start[i:j], dur[i:j]) for r, i, j in slices}
 
 
 def _by_rank(ctx: CheckContext, ranks: list[int], query: str) -> dict[int, pd.DataFrame]:

@@ -48,6 +48,7 @@ from ._common import (
     NS_PER_MS,
     NS_PER_US,
     SYNC_RE,
+    by_rank,
     by_value,
     columns,
     fmt_ms,
@@ -103,10 +104,9 @@ class HostBoundCheck(Check):
                            f"({marks}) AND category <> 'sync' ORDER BY rank, start_ns", ("start_ns",))
         # One stable split of the windows by rank (each rank's steps in their order): a mask per rank was most
         # of this check's time on many ranks.
-        w_rank = windows["rank"].to_numpy(dtype=np.int64)
-        order = np.argsort(w_rank, kind="stable")
+        order, slices = by_rank(windows["rank"].to_numpy(dtype=np.int64))
         w_cols = [windows[c].to_numpy()[order] for c in ("step", "w0", "w1")]
-        w_by_rank = {r: [c[i:j].tolist() for c in w_cols] for r, i, j in rank_slices(w_rank[order])}
+        w_by_rank = {r: [c[i:j].tolist() for c in w_cols] for r, i, j in slices}
         for rank in ranks:
             w = w_by_rank.get(int(rank))
             if w is None:
