@@ -36,6 +36,7 @@ def _collective_of_stem(name: str) -> str | None:
     return None
 
 
+@lru_cache(maxsize=4096)  # a rank names a few groups, on every one of its thousands of ops
 def group_hash(group_name: str) -> str:
     """The id torch_npu / msprof use for an HCCL group in communication*.json keys and trace thread names.
 

@@ -57,6 +57,7 @@ the MindSpore-only files the DB does not carry (dataset.csv, minddata files), wh
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import re
 import sqlite3
@@ -107,6 +108,9 @@ PIPE_RATIOS = ("aic_mac_ratio", "aic_scalar_ratio", "aic_mte1_ratio", "aic_mte2_
                "aiv_vec_ratio", "aiv_scalar_ratio", "aiv_mte2_ratio", "aiv_mte3_ratio")
 _DATA_WAIT_RE = re.compile(r"getnext|dequeue", re.I)
 _INIT_DATA_RE = re.compile(r"initdata", re.I)
+_DIGITS_RE = re.compile(r"(\d+)")
+_INT_OR_NONE = frozenset({int, type(None)})
+_STR_OR_NONE = frozenset({str, type(None)})
 _STEP_MSG_RE = re.compile(r"(?:ProfilerStep#|\bstep[\s_#:=-]*)(\d+)", re.I)
 
 
@@ -144,6 +148,8 @@ def _load_json(path: Path, tables: RankTables) -> Any:
 
 
 def _to_int(v: Any) -> int | None:
+    if type(v) is int:  # INTEGER cells, most of them
+        return v
     try:
         return int(str(v).strip())
     except (TypeError, ValueError):
@@ -151,10 +157,49 @@ def _to_int(v: Any) -> int | None:
 
 
 def _to_float(v: Any) -> float | None:
+    if type(v) is float:  # REAL cells
+        return v
     try:
         return float(str(v).strip())
     except (TypeError, ValueError):
         return None
+
+
+def _floats(values: list[Any]) -> list[float | None]:
+    """`_to_float` of each value."""
+    return [v if type(v) is float else _to_float(v) for v in values]
+
+
+def _ints(values: list[Any]) -> list[int | None]:
+    """`_to_int` of each value."""
+    return [v if type(v) is int else _to_int(v) for v in values]
+
+
+def _ms_ns(v: Any) -> int | None:
+    """Milliseconds (REAL or text) -> integer ns."""
+    f = _to_float(v)
+    return None if f is None else round(f * 1_000_000)
+
+
+def _step_number(s: Any) -> int | None:
+    """The step number in a step text ("step3", "3", 3), None when it has no digits."""
+    m = _DIGITS_RE.search(str(s or ""))
+    return int(m.group(1)) if m else None
+
+
+class _Memo(dict):  # type: ignore[type-arg]
+    """fn(value) computed once per distinct value (step and group texts repeat on every row)."""
+
+    def __init__(self, fn: Any) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def __missing__(self, key: Any) -> Any:
+        v = self[key] = self.fn(key)
+        return v
+
+    def __call__(self, key: Any) -> Any:
+        return self[key]
 
 
 def _enum_tail(v: Any) -> str | None:
@@ -276,6 +321,10 @@ class Db:
             return self.strings.get(v)
         return str(v)
 
+    def texts(self, values: list[Any], post: Any = None) -> list[Any]:
+        """`s` of each value (then `post` of it), once per distinct value: string ids repeat on every row."""
+        return _mapped(values, self.s if post is None else lambda v: post(self.s(v)))
+
     def enum(self, table: str) -> dict[int, str]:
         if table not in self._enums:
             out = dict(ENUM_DEFAULTS.get(table, {}))
@@ -366,6 +415,20 @@ def nesting_depth(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.nda
         depth[k] = len(stack)
         stack.append(end[k])
     return depth
+
+
+def _mapped(values: list[Any], fn: Any) -> list[Any]:
+    """fn of each value, computed once per distinct value when they are all int / None or all str / None
+    (mixed kinds are mapped one by one: 1 == 1.0 == True would share an entry)."""
+    kinds = set(map(type, values))
+    if kinds <= _INT_OR_NONE or kinds <= _STR_OR_NONE:
+        table = {v: fn(v) for v in set(values)}
+        return list(map(table.__getitem__, values))
+    return [fn(v) for v in values]
+
+
+def _or_empty(v: str | None) -> str:
+    return v or ""
 
 
 def _clean_text(v: str | None) -> str | None:
@@ -638,7 +701,7 @@ class _DbReader:
             self.warn(f"PYTORCH_API: {len(d['start']) - len(keep)} rows without start/end skipped")
             d = {k: [v[i] for i in keep] for k, v in d.items()}
         types = db.enum("ENUM_API_TYPE")
-        names = [db.s(n) or "" for n in d["name"]]
+        names = db.texts(d["name"], _or_empty)
         cats = [_framework_category(nm, types.get(ty, "") if ty is not None else "")
                 for nm, ty in zip(names, d["type"], strict=False)]
         # connectionId -> CONNECTION_IDS rows; the first one that reaches a device task is the launch link
@@ -665,8 +728,7 @@ class _DbReader:
             # PYTORCH_API times are TEXT columns in torch_npu's schema: int() keeps them exact
             "start": [int(x) for x in d["start"]], "end": [int(x) for x in d["end"]],
             "gtid": [x or 0 for x in d["tid"]], "name": names, "category": cats, "correlation_id": corr,
-            "input_dims": [_clean_text(db.s(x)) for x in d["shapes"]],
-            "input_types": [_clean_text(db.s(x)) for x in d["dtypes"]],
+            "input_dims": db.texts(d["shapes"], _clean_text), "input_types": db.texts(d["dtypes"], _clean_text),
             "call_stack": [stacks.get(c) if c is not None else None for c in d["chain"]],
         }
 
@@ -713,7 +775,7 @@ class _DbReader:
         for k in ("name", "op_type", "task_type", "op_state", "input_shapes", "input_dtypes", "input_formats",
                   "output_shapes", "output_dtypes"):
             if k in df:
-                df[k] = [_clean_text(db.s(x)) for x in df[k]]
+                df[k] = db.texts(df[k].tolist(), _clean_text)
             else:
                 df[k] = None
         for k in ("block_dim", "mix_block_dim"):
@@ -757,9 +819,9 @@ class _DbReader:
             return None      # a single-card run has no collectives: nothing to say
         dtypes = db.enum("ENUM_HCCL_DATA_TYPE")
         df = pd.DataFrame({k: pd.Series(v, dtype=object) for k, v in d.items()})
-        df["name"] = [db.s(x) or "" for x in d["name"]]
-        df["op_type_raw"] = [db.s(x) for x in d["op_type"]]
-        df["group"] = [group_hash(g) if (g := db.s(x)) else None for x in d["group"]]
+        df["name"] = db.texts(d["name"], _or_empty)
+        df["op_type_raw"] = db.texts(d["op_type"])
+        df["group"] = db.texts(d["group"], lambda g: group_hash(g) if g else None)
         df["dtype"] = [dtypes.get(x) if isinstance(x, int) else db.s(x) for x in d["dtype"]]
         df["size"] = [c * DTYPE_BYTES[t] if isinstance(c, int) and t in DTYPE_BYTES else None
                       for c, t in zip(d["count"], df["dtype"], strict=False)]
@@ -788,9 +850,9 @@ class _DbReader:
             if k not in df:
                 df[k] = None
         tr, lk = db.enum("ENUM_HCCL_TRANSPORT_TYPE"), db.enum("ENUM_HCCL_LINK_TYPE")
-        df["name"] = [db.s(x) or "" for x in df["name"]]
-        df["transport"] = [tr.get(x) if isinstance(x, int) else db.s(x) for x in df["transport"]]
-        df["link"] = [lk.get(x) if isinstance(x, int) else db.s(x) for x in df["link"]]
+        df["name"] = db.texts(df["name"].tolist(), _or_empty)
+        df["transport"] = _mapped(df["transport"].tolist(), lambda x: tr.get(x) if isinstance(x, int) else db.s(x))
+        df["link"] = _mapped(df["link"].tolist(), lambda x: lk.get(x) if isinstance(x, int) else db.s(x))
         op_names = dict(zip(comm["op_id"], comm["name"], strict=False)) if comm is not None else {}
         df["op_name"] = [op_names.get(o) for o in df["op_id"]]
         return df
@@ -806,7 +868,7 @@ class _DbReader:
         if not d["start"]:
             return None
         df = pd.DataFrame({k: pd.Series(v, dtype=object) for k, v in d.items()})
-        df["task_type"] = [db.s(x) or "" for x in d["rt_type"]]
+        df["task_type"] = db.texts(d["rt_type"], _or_empty)
         df["name"] = df["task_type"]
         memcpy: dict[int, int] = {}
         if db.has("MEMCPY_INFO") and {"globalTaskId", "size"} <= db.tables["MEMCPY_INFO"]:
@@ -1012,9 +1074,9 @@ class _DbReader:
                 "step": _steps_or_na(sub["step"].to_numpy()) if "step" in sub else None,
                 "op_name": sub["op_name"].tolist(), "name": sub["name"].tolist(),
                 "start_ns": _i64(start.tolist()), "dur_ns": _i64((sub["end"].astype("int64") - start).tolist()),
-                "size_bytes": _i64([_to_int(x) for x in sub["size"]]), "transport": sub["transport"].tolist(),
-                "link_type": sub["link"].tolist(), "src_rank": _i64([_to_int(x) for x in sub["src"]]),
-                "dst_rank": _i64([_to_int(x) for x in sub["dst"]]), "bandwidth_gbps": bw,
+                "size_bytes": _i64(_mapped(sub["size"].tolist(), _to_int)), "transport": sub["transport"].tolist(),
+                "link_type": sub["link"].tolist(), "src_rank": _i64(_mapped(sub["src"].tolist(), _to_int)),
+                "dst_rank": _i64(_mapped(sub["dst"].tolist(), _to_int)), "bandwidth_gbps": bw,
             })
             t.has("comm_tasks")
 
@@ -1042,17 +1104,17 @@ class _DbReader:
             t.extend("comm_ops", rows)
 
     def _comm_analyzer(self, adb: Db) -> dict[int, dict[str, int | None]]:
+        """comm_bandwidth, comm_packets and links from analysis.db (the twins of communication*.json), and per
+        comm op (index into the DB's comm ops) its transit / wait / sync / idle ns and bytes moved.
+
+        Built as columns: the Matrix table has a row per op and link (48k rows on an 8-rank 100k-event rank),
+        where one `RankTables.add` per row was half of the rank's read time. Step and group texts repeat on
+        every row and are converted once per distinct value."""
         t = self.t
         extra: dict[int, dict[str, int | None]] = {}
         index = getattr(self, "comm_index", {})
-
-        def step_no(s: Any) -> int | None:
-            m = re.search(r"(\d+)", str(s or ""))
-            return int(m.group(1)) if m else None
-
-        def ms_ns(v: Any) -> int | None:
-            f = _to_float(v)
-            return None if f is None else round(f * 1_000_000)
+        step_no = _Memo(_step_number)
+        group_of = _Memo(lambda g: group_hash(str(g)) if g else None)
 
         by_step: dict[tuple[str, str | None, Any], int] = {}     # (op, group, step text) -> comm op index
         if adb.has("CommAnalyzerTime"):
@@ -1060,18 +1122,17 @@ class _DbReader:
                                                "start": ("start_timestamp",), "transit": ("transit_time",),
                                                "wait": ("wait_time",), "sync": ("synchronization_time",),
                                                "idle": ("idle_time",), "step": ("step",)})
-            for op, g, st, tr, wa, sy, idl, stp in zip(d["op"], d["group"], d["start"], d["transit"], d["wait"],
-                                                       d["sync"], d["idle"], d["step"], strict=False):
-                cands = index.get((str(op), group_hash(str(g)) if g else None), [])
-                st_us = _to_float(st)
-                if st_us is None or not cands:
+            for op, g, st, tr, wa, sy, idl, stp in zip(d["op"], d["group"], _floats(d["start"]), d["transit"],
+                                                       d["wait"], d["sync"], d["idle"], d["step"], strict=False):
+                cands = index.get((str(op), group_of(g)), [])
+                if st is None or not cands:
                     continue
                 # start_timestamp is µs stored as REAL (sub-µs digits lost): nearest op within 2 µs
-                gap, i = min((abs(s0 - st_us * 1000.0), i) for s0, i in cands)
+                gap, i = min((abs(s0 - st * 1000.0), i) for s0, i in cands)
                 if gap <= 2000.0:
-                    extra[i] = {"transit_ns": ms_ns(tr), "wait_ns": ms_ns(wa), "sync_ns": ms_ns(sy),
-                                "idle_ns": ms_ns(idl)}
-                    by_step[(str(op), group_hash(str(g)) if g else None, stp)] = i
+                    extra[i] = {"transit_ns": _ms_ns(tr), "wait_ns": _ms_ns(wa), "sync_ns": _ms_ns(sy),
+                                "idle_ns": _ms_ns(idl)}
+                    by_step[(str(op), group_of(g), stp)] = i
         if adb.has("CommAnalyzerBandwidth"):
             d = adb.fetch("CommAnalyzerBandwidth", {
                 "op": ("hccl_op_name",), "group": ("group_name",), "transport": ("transport_type",),
@@ -1080,29 +1141,40 @@ class _DbReader:
                 "total": ("total_duration",), "step": ("step",)})
             seen: set[tuple[Any, ...]] = set()
             moved: dict[int, dict[str, int]] = {}   # comm op index -> transport -> bytes
-            for k in range(len(d["op"])):
-                op = str(d["op"][k])
+            bands: dict[str, list[Any]] = {c: [] for c in ("step", "op_name", "group_name", "transport", "size_bytes",
+                                                           "transit_ns", "bandwidth_gbps", "large_packet_ratio")}
+            packets: dict[str, list[Any]] = {c: [] for c in ("step", "op_name", "transport", "packet_bytes",
+                                                             "count", "total_ns")}
+            sizes, times, pkts = _floats(d["size"]), _floats(d["time"]), _floats(d["pkt"])
+            for k, (op_v, grp_v, tr_v, stp) in enumerate(zip(d["op"], d["group"], d["transport"], d["step"],
+                                                             strict=False)):
+                op = str(op_v)
                 if op.lower().startswith("total"):
                     continue
-                grp = group_hash(str(d["group"][k])) if d["group"][k] else None
-                key = (op, grp, d["transport"][k], d["step"][k])
-                size = _to_float(d["size"][k])
-                transit = ms_ns(d["time"][k])
+                size, time = sizes[k], times[k]
+                transit = None if time is None else round(time * 1_000_000)
                 if not size and not transit:
                     continue     # transports the op did not use (as the text reader skips them)
+                grp = group_of(grp_v)
+                transport = str(tr_v)
+                key = (op, grp, tr_v, stp)
                 if key not in seen:
                     seen.add(key)
-                    if (i := by_step.get((op, grp, d["step"][k]))) is not None:
-                        moved.setdefault(i, {})[str(d["transport"][k]).upper()] = round((size or 0.0) * COMM_MB)
-                    t.add("comm_bandwidth", step=step_no(d["step"][k]), op_name=op, group_name=grp,
-                          transport=str(d["transport"][k]), size_bytes=round((size or 0.0) * COMM_MB),
-                          transit_ns=ms_ns(d["time"][k]) or 0, bandwidth_gbps=_to_float(d["bw"][k]),
-                          large_packet_ratio=_to_float(d["lpr"][k]))
-                pkt = _to_float(d["pkt"][k])
+                    size_bytes = round((size or 0.0) * COMM_MB)
+                    if (i := by_step.get((op, grp, stp))) is not None:
+                        moved.setdefault(i, {})[transport.upper()] = size_bytes
+                    for c, v in zip(bands, (step_no(stp), op, grp, transport, size_bytes, transit or 0,
+                                            _to_float(d["bw"][k]), _to_float(d["lpr"][k])), strict=True):
+                        bands[c].append(v)
+                pkt = pkts[k]
                 if pkt is not None and d["count"][k] is not None:
-                    t.add("comm_packets", step=step_no(d["step"][k]), op_name=op, transport=str(d["transport"][k]),
-                          packet_bytes=round(pkt * COMM_MB), count=int(float(d["count"][k])),
-                          total_ns=ms_ns(d["total"][k]) or 0)
+                    for c, v in zip(packets, (step_no(stp), op, transport, round(pkt * COMM_MB),
+                                              int(float(d["count"][k])), _ms_ns(d["total"][k]) or 0), strict=True):
+                        packets[c].append(v)
+            if bands["step"]:
+                t.extend("comm_bandwidth", bands)
+            if packets["step"]:
+                t.extend("comm_packets", packets)
             if seen:
                 t.has("comm_json")
             # bytes moved by an op = SDMA (the on-node total, else HCCS + PCIE + SIO) + RDMA, as from the JSON
@@ -1114,18 +1186,19 @@ class _DbReader:
                 "op": ("hccl_op_name",), "group": ("group_name",), "src": ("src_rank",), "dst": ("dst_rank",),
                 "transport": ("transport_type",), "size": ("transit_size",), "time": ("transit_time",),
                 "bw": ("bandwidth",), "step": ("step",)})
-            n = 0
-            for k in range(len(d["op"])):
-                src, dst = _to_int(d["src"][k]), _to_int(d["dst"][k])
-                if src is None or dst is None:
-                    continue
-                size = _to_float(d["size"][k])
-                t.add("links", step=step_no(d["step"][k]), op_name=str(d["op"][k]),
-                      group_name=group_hash(str(d["group"][k])) if d["group"][k] else None, src_rank=src,
-                      dst_rank=dst, transport=d["transport"][k], size_bytes=None if size is None else round(
-                          size * COMM_MB), transit_ns=ms_ns(d["time"][k]), bandwidth_gbps=_to_float(d["bw"][k]))
-                n += 1
-            if n:
+            src, dst = _mapped(d["src"], _to_int), _mapped(d["dst"], _to_int)  # (TEXT columns)
+            keep = [a is not None and b is not None for a, b in zip(src, dst, strict=True)]
+            if not all(keep):
+                d = {c: list(itertools.compress(v, keep)) for c, v in d.items()}
+                src, dst = list(itertools.compress(src, keep)), list(itertools.compress(dst, keep))
+            if src:
+                t.extend("links", {
+                    "step": _mapped(d["step"], step_no), "op_name": _mapped(d["op"], str),
+                    "group_name": _mapped(d["group"], group_of), "src_rank": src, "dst_rank": dst,
+                    "transport": d["transport"],
+                    "size_bytes": [None if f is None else round(f * COMM_MB) for f in _floats(d["size"])],
+                    "transit_ns": [None if f is None else round(f * 1_000_000) for f in _floats(d["time"])],
+                    "bandwidth_gbps": _floats(d["bw"])})
                 t.has("comm_matrix")
         return extra
 
