@@ -205,6 +205,50 @@ def test_missing_optional_tables_warn_and_keep_the_rest(cluster4_db: Path, tmp_p
     assert "freq" not in prof.capabilities(0) and "kernel_details" not in prof.capabilities(0)
 
 
+def test_analysis_db_cells_as_text_or_broken(cluster4_db: Path, tmp_path: Path) -> None:
+    """analysis.db values as SQLite gives them: ranks as TEXT (with spaces), sizes as text, unreadable
+    cells. A link without a readable src / dst is skipped; text numbers count as numbers; an unreadable
+    bandwidth is NULL; the rest of the rows are those of the untouched DB."""
+    rank = tmp_path / "p" / RANK0
+    shutil.copytree(cluster4_db / RANK0, rank)
+    good = open_profile(cluster4_db, cache_dir=tmp_path / "c0")
+    want = good.rows("SELECT count(*), sum(size_bytes), sum(transit_ns) FROM links WHERE rank = 0")[0]
+    con = sqlite3.connect(rank / "ASCEND_PROFILER_OUTPUT" / "analysis.db")
+    n = con.execute("SELECT count(*) FROM CommAnalyzerMatrix").fetchone()[0]
+    con.execute("UPDATE CommAnalyzerMatrix SET src_rank = ' ' || src_rank || ' ', "
+                "transit_size = CAST(transit_size AS TEXT) WHERE rowid % 2 = 0")
+    con.execute("UPDATE CommAnalyzerMatrix SET bandwidth = 'n/a' WHERE rowid % 3 = 0")
+    con.execute("UPDATE CommAnalyzerMatrix SET dst_rank = 'x' WHERE rowid = 1")
+    con.execute("UPDATE CommAnalyzerMatrix SET step = 'step 1' WHERE rowid % 5 = 0")
+    con.commit()
+    con.close()
+    prof = open_profile(tmp_path / "p", cache_dir=tmp_path / "c1")
+    got = prof.rows("SELECT count(*), count(bandwidth_gbps), count(DISTINCT step) FROM links")[0]
+    assert n > 10 and got[0] == want[0] - 1 == n - 1
+    assert got[1] == sum(1 for r in range(2, n + 1) if r % 3)  # 'n/a' -> NULL, the rest kept
+    assert got[2] == good.rows("SELECT count(DISTINCT step) FROM links WHERE rank = 0")[0][0]
+    # the dropped row is the first link; every other row keeps its size and time
+    first = good.rows("SELECT size_bytes, transit_ns FROM links WHERE rank = 0 LIMIT 1")[0]
+    assert prof.rows("SELECT sum(size_bytes), sum(transit_ns) FROM links")[0] == \
+        (want[1] - first[0], want[2] - first[1])
+
+
+def test_mapped_converts_each_kind_apart() -> None:
+    """Distinct values are converted once, but never merged across kinds (1 == 1.0 == True)."""
+    from stepdoctor.analysis.ingest.ascend_db import _mapped
+
+    calls: list[object] = []
+
+    def fn(v: object) -> str:
+        calls.append(v)
+        return f"{type(v).__name__}:{v}"
+
+    assert _mapped([1, 1, None, 2, 1], fn) == ["int:1", "int:1", "NoneType:None", "int:2", "int:1"]
+    assert len(calls) == 3
+    assert _mapped([1, 1.0, True], fn) == ["int:1", "float:1.0", "bool:True"]
+    assert _mapped(["a", None, "a"], fn) == ["str:a", "NoneType:None", "str:a"]
+
+
 # --------------------------------------------------------------------------------------------------------
 # MindSpore DB: how steps are found without STEP_TIME
 

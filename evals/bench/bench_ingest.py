@@ -5,14 +5,16 @@ What one run measures (every measurement in a fresh child process, sampled by th
 1. input, `--vendor kineto` (default): N copies of `trace_diff/control` enlarged by repeating its
    ProfilerSteps to ~M MB each (`evals.generate.kineto.repeat_kineto_trace`); `--vendor ascend`: an
    N-rank torch_npu text export from the scenario generator (`evals.generate.write_ascend_profile`, the
-   sample's problems planted) with ~`--events` trace events per rank. Cached in --data between runs
+   sample's problems planted) with ~`--events` trace events per rank; `--vendor ascend-db`: that export
+   converted into torch_npu's DB export (`evals.generate.to_db`: ascend_pytorch_profiler_{rank}.db and
+   analysis.db per rank, what `export_type=db` writes). Cached in --data between runs
    (the manifest that says how they were built lives beside that directory, so it is not taken for a
    rank);
 2. parse floor, per rank, one core: read the bytes (decompress if gz) + one typed msgspec decode of the
    whole document keeping only the fields stepdoctor stores (Kineto: `kineto.TraceDoc`; Ascend: every
    file of the rank read, trace_view.json decoded into events whose args keep only the fields the
-   reader stores, the communication JSON files decoded plainly, the CSVs parsed by DuckDB). Nothing
-   else;
+   reader stores, the communication JSON files decoded plainly, the CSVs parsed by DuckDB; a DB export:
+   every row of every table of its SQLite files fetched). Nothing else;
 3. stepdoctor `read_rank` per file, one core: the reader alone (-> normalized columns in memory), and
    the same plus the rest of ingest's work for one rank, as the ingest processes do it: typing the
    columns (`RankTables.parts()`, in the parse worker) and inserting them (`store._Writer`, in the
@@ -40,6 +42,7 @@ stepdoctor time is the median.
 Run: .venv/bin/python -m stepdoctor.evals.bench.bench_ingest [--ranks 8] [--mb 90] [--gz] [--repeat 3]
      [--hta-python /tmp/hta-venv/bin/python]   (HTA lives in its own venv, never a project dependency)
      .venv/bin/python -m stepdoctor.evals.bench.bench_ingest --vendor ascend [--ranks 8] [--events 100000]
+     .venv/bin/python -m stepdoctor.evals.bench.bench_ingest --vendor ascend-db [--ranks 8] [--events 100000]
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ import json
 import os
 import resource
 import shutil
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -125,7 +129,8 @@ def child_floor(path: Path) -> dict[str, Any]:
     A Kineto file: the whole trace into `kineto.TraceDoc`. An Ascend rank directory: every file read;
     trace_view.json into events whose args hold only the fields the reader stores
     (`_ascend_floor_event`), communication*.json decoded plainly, each CSV parsed by DuckDB into numpy
-    columns (the reader reads them with DuckDB too).
+    columns (the reader reads them with DuckDB too), every row of every table of a SQLite (.db) file
+    fetched (the DB reader fetches rows with sqlite3 too).
     """
     import duckdb
     import msgspec
@@ -151,6 +156,13 @@ def child_floor(path: Path) -> dict[str, Any]:
             elif f.suffix == ".csv":  # as text columns, declared from the header (no sniffing), like the reader
                 keep.append(con.execute(f"SELECT * FROM {at._csv_source(at._csv_header(f))}",
                                         [str(f)]).fetchnumpy())
+            elif f.suffix == ".db":
+                db = sqlite3.connect(f"file:{f}?mode=ro&immutable=1", uri=True)
+                for (table,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+                    rows = db.execute(f'SELECT * FROM "{table}"').fetchall()
+                    events += len(rows) if table in ("TASK", "PYTORCH_API", "CANN_API") else 0
+                    keep.append(rows)
+                db.close()
     else:
         data = _read_bytes(path)
         n_bytes = len(data)
@@ -167,7 +179,7 @@ def child_read(path: Path) -> dict[str, Any]:
     from stepdoctor.analysis import store
     from stepdoctor.analysis.ingest.base import RankSource
 
-    fmt = "ascend_pt_text" if path.is_dir() else "kineto"
+    fmt = _rank_format(path)
     read_rank = store._reader(fmt)
     c0, t0 = time.process_time(), time.perf_counter()
     tables = read_rank(RankSource(path=path, format=fmt, rank=0))
@@ -188,6 +200,13 @@ def child_read(path: Path) -> dict[str, Any]:
     return {"read_wall_s": read_wall, "read_cpu_s": read_cpu, "part_wall_s": part_wall, "part_cpu_s": part_cpu,
             "host_ops": tables.count("host_ops"), "device_ops": tables.count("device_ops"),
             "maxrss_read_b": rss_read, "maxrss_b": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
+def _rank_format(path: Path) -> str:
+    """The format discovery gives a bench rank: a Kineto file, a torch_npu text or DB export directory."""
+    if not path.is_dir():
+        return "kineto"
+    return "ascend_pt_db" if any((path / "ASCEND_PROFILER_OUTPUT").glob("*.db")) else "ascend_pt_text"
 
 
 def child_stepdoctor(trace_dir: Path, cache: Path) -> dict[str, Any]:
@@ -330,6 +349,24 @@ def build_ascend(out: Path, ranks: int, events: int) -> list[Path]:
     return sorted(out.glob("*_ascend_pt"))
 
 
+def build_ascend_db(out: Path, ranks: int, events: int) -> list[Path]:
+    """The `build_ascend` export (built or reused in its own folder) converted into the DB export in `out`,
+    reused when a previous run made the same set; returns the rank dirs."""
+    from stepdoctor.evals.generate.to_db import convert_profile
+
+    manifest = out.parent / f"{out.name}.manifest.json"
+    want = {"vendor": "ascend-db", "ranks": ranks, "events": events}
+    if manifest.exists() and json.loads(manifest.read_text()) == want and out.is_dir():
+        return sorted(out.glob("*_ascend_pt"))
+    text = out.parent / f"stepdoctor-bench-ascend-{ranks}x{events}ev"
+    build_ascend(text, ranks, events)
+    shutil.rmtree(out, ignore_errors=True)
+    manifest.unlink(missing_ok=True)
+    convert_profile(text, out)
+    manifest.write_text(json.dumps(want))
+    return sorted(out.glob("*_ascend_pt"))
+
+
 @dataclass
 class Round:
     """One round of --repeat: the floor of every file, stepdoctor, HTA (Kineto, when installed), run in a row."""
@@ -365,7 +402,7 @@ def _mb(b: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--vendor", choices=["kineto", "ascend"], default="kineto")
+    ap.add_argument("--vendor", choices=["kineto", "ascend", "ascend-db"], default="kineto")
     ap.add_argument("--ranks", type=int, default=8)
     ap.add_argument("--mb", type=float, default=90.0, help="Kineto: uncompressed size of each rank file, MB")
     ap.add_argument("--events", type=int, default=100_000, help="Ascend: trace events per rank")
@@ -390,11 +427,12 @@ def main(argv: list[str] | None = None) -> int:
 
     compile_bytecode()  # stepdoctor as installed, like the pip-installed peer
     tmp = Path(tempfile.gettempdir())
-    if a.vendor == "ascend":
-        data = a.data or tmp / f"stepdoctor-bench-ascend-{a.ranks}x{a.events}ev"
-        print(f"building a {a.ranks}-rank Ascend text export, ~{a.events:,} trace events per rank, in {data} ...",
-              flush=True)
-        files = build_ascend(data, a.ranks, a.events)
+    if a.vendor.startswith("ascend"):
+        db = a.vendor == "ascend-db"
+        data = a.data or tmp / f"stepdoctor-bench-{a.vendor}-{a.ranks}x{a.events}ev"
+        print(f"building a {a.ranks}-rank Ascend {'DB' if db else 'text'} export, ~{a.events:,} trace events per "
+              f"rank, in {data} ...", flush=True)
+        files = (build_ascend_db if db else build_ascend)(data, a.ranks, a.events)
         sizes = [sum(f.stat().st_size for f in _files(d)) for d in files]
         raw_sizes = sizes
         largest = max(f.stat().st_size for d in files for f in _files(d))
