@@ -170,11 +170,6 @@ def _floats(values: list[Any]) -> list[float | None]:
     return [v if type(v) is float else _to_float(v) for v in values]
 
 
-def _ints(values: list[Any]) -> list[int | None]:
-    """`_to_int` of each value."""
-    return [v if type(v) is int else _to_int(v) for v in values]
-
-
 def _ms_ns(v: Any) -> int | None:
     """Milliseconds (REAL or text) -> integer ns."""
     f = _to_float(v)
@@ -185,21 +180,6 @@ def _step_number(s: Any) -> int | None:
     """The step number in a step text ("step3", "3", 3), None when it has no digits."""
     m = _DIGITS_RE.search(str(s or ""))
     return int(m.group(1)) if m else None
-
-
-class _Memo(dict):  # type: ignore[type-arg]
-    """fn(value) computed once per distinct value (step and group texts repeat on every row)."""
-
-    def __init__(self, fn: Any) -> None:
-        super().__init__()
-        self.fn = fn
-
-    def __missing__(self, key: Any) -> Any:
-        v = self[key] = self.fn(key)
-        return v
-
-    def __call__(self, key: Any) -> Any:
-        return self[key]
 
 
 def _enum_tail(v: Any) -> str | None:
@@ -425,6 +405,11 @@ def _mapped(values: list[Any], fn: Any) -> list[Any]:
         table = {v: fn(v) for v in set(values)}
         return list(map(table.__getitem__, values))
     return [fn(v) for v in values]
+
+
+def _group_id(g: Any) -> str | None:
+    """The group id of a group name cell as communication*.json keys it (`group_hash`); None when empty."""
+    return group_hash(str(g)) if g else None
 
 
 def _or_empty(v: str | None) -> str:
@@ -1108,13 +1093,11 @@ class _DbReader:
         comm op (index into the DB's comm ops) its transit / wait / sync / idle ns and bytes moved.
 
         Built as columns: the Matrix table has a row per op and link (48k rows on an 8-rank 100k-event rank),
-        where one `RankTables.add` per row was half of the rank's read time. Step and group texts repeat on
-        every row and are converted once per distinct value."""
+        where one `RankTables.add` per row was half of the rank's read time. Step, group and rank texts
+        repeat on every row and are converted once per distinct value (`_mapped`)."""
         t = self.t
         extra: dict[int, dict[str, int | None]] = {}
         index = getattr(self, "comm_index", {})
-        step_no = _Memo(_step_number)
-        group_of = _Memo(lambda g: group_hash(str(g)) if g else None)
 
         by_step: dict[tuple[str, str | None, Any], int] = {}     # (op, group, step text) -> comm op index
         if adb.has("CommAnalyzerTime"):
@@ -1122,9 +1105,10 @@ class _DbReader:
                                                "start": ("start_timestamp",), "transit": ("transit_time",),
                                                "wait": ("wait_time",), "sync": ("synchronization_time",),
                                                "idle": ("idle_time",), "step": ("step",)})
-            for op, g, st, tr, wa, sy, idl, stp in zip(d["op"], d["group"], _floats(d["start"]), d["transit"],
-                                                       d["wait"], d["sync"], d["idle"], d["step"], strict=False):
-                cands = index.get((str(op), group_of(g)), [])
+            for op, grp, st, tr, wa, sy, idl, stp in zip(d["op"], _mapped(d["group"], _group_id),
+                                                         _floats(d["start"]), d["transit"], d["wait"], d["sync"],
+                                                         d["idle"], d["step"], strict=False):
+                cands = index.get((str(op), grp), [])
                 if st is None or not cands:
                     continue
                 # start_timestamp is µs stored as REAL (sub-µs digits lost): nearest op within 2 µs
@@ -1132,7 +1116,7 @@ class _DbReader:
                 if gap <= 2000.0:
                     extra[i] = {"transit_ns": _ms_ns(tr), "wait_ns": _ms_ns(wa), "sync_ns": _ms_ns(sy),
                                 "idle_ns": _ms_ns(idl)}
-                    by_step[(str(op), group_of(g), stp)] = i
+                    by_step[(str(op), grp, stp)] = i
         if adb.has("CommAnalyzerBandwidth"):
             d = adb.fetch("CommAnalyzerBandwidth", {
                 "op": ("hccl_op_name",), "group": ("group_name",), "transport": ("transport_type",),
@@ -1146,8 +1130,8 @@ class _DbReader:
             packets: dict[str, list[Any]] = {c: [] for c in ("step", "op_name", "transport", "packet_bytes",
                                                              "count", "total_ns")}
             sizes, times, pkts = _floats(d["size"]), _floats(d["time"]), _floats(d["pkt"])
-            for k, (op_v, grp_v, tr_v, stp) in enumerate(zip(d["op"], d["group"], d["transport"], d["step"],
-                                                             strict=False)):
+            groups, step_nos = _mapped(d["group"], _group_id), _mapped(d["step"], _step_number)
+            for k, (op_v, tr_v, stp) in enumerate(zip(d["op"], d["transport"], d["step"], strict=False)):
                 op = str(op_v)
                 if op.lower().startswith("total"):
                     continue
@@ -1155,7 +1139,7 @@ class _DbReader:
                 transit = None if time is None else round(time * 1_000_000)
                 if not size and not transit:
                     continue     # transports the op did not use (as the text reader skips them)
-                grp = group_of(grp_v)
+                grp = groups[k]
                 transport = str(tr_v)
                 key = (op, grp, tr_v, stp)
                 if key not in seen:
@@ -1163,12 +1147,12 @@ class _DbReader:
                     size_bytes = round((size or 0.0) * COMM_MB)
                     if (i := by_step.get((op, grp, stp))) is not None:
                         moved.setdefault(i, {})[transport.upper()] = size_bytes
-                    for c, v in zip(bands, (step_no(stp), op, grp, transport, size_bytes, transit or 0,
+                    for c, v in zip(bands, (step_nos[k], op, grp, transport, size_bytes, transit or 0,
                                             _to_float(d["bw"][k]), _to_float(d["lpr"][k])), strict=True):
                         bands[c].append(v)
                 pkt = pkts[k]
                 if pkt is not None and d["count"][k] is not None:
-                    for c, v in zip(packets, (step_no(stp), op, transport, round(pkt * COMM_MB),
+                    for c, v in zip(packets, (step_nos[k], op, transport, round(pkt * COMM_MB),
                                               int(float(d["count"][k])), _ms_ns(d["total"][k]) or 0), strict=True):
                         packets[c].append(v)
             if bands["step"]:
@@ -1193,8 +1177,8 @@ class _DbReader:
                 src, dst = list(itertools.compress(src, keep)), list(itertools.compress(dst, keep))
             if src:
                 t.extend("links", {
-                    "step": _mapped(d["step"], step_no), "op_name": _mapped(d["op"], str),
-                    "group_name": _mapped(d["group"], group_of), "src_rank": src, "dst_rank": dst,
+                    "step": _mapped(d["step"], _step_number), "op_name": _mapped(d["op"], str),
+                    "group_name": _mapped(d["group"], _group_id), "src_rank": src, "dst_rank": dst,
                     "transport": d["transport"],
                     "size_bytes": [None if f is None else round(f * COMM_MB) for f in _floats(d["size"])],
                     "transit_ns": [None if f is None else round(f * 1_000_000) for f in _floats(d["time"])],
