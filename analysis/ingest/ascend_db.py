@@ -159,6 +159,8 @@ def _to_int(v: Any) -> int | None:
 def _to_float(v: Any) -> float | None:
     if type(v) is float:  # REAL cells
         return v
+    if type(v) is int:  # NUMERIC cells holding a whole number (float(str(v)) is the same float)
+        return float(v)
     try:
         return float(str(v).strip())
     except (TypeError, ValueError):
@@ -167,7 +169,7 @@ def _to_float(v: Any) -> float | None:
 
 def _floats(values: list[Any]) -> list[float | None]:
     """`_to_float` of each value."""
-    return [v if type(v) is float else _to_float(v) for v in values]
+    return [v if type(v) is float else float(v) if type(v) is int else _to_float(v) for v in values]
 
 
 def _ms_ns(v: Any) -> int | None:
@@ -784,8 +786,10 @@ class _DbReader:
         ids = ",".join(str(k) for k in wanted)
         rows = db.con.execute(f"SELECT globalTaskId, name, value FROM TASK_PMU_INFO WHERE name IN ({ids})")
         vals: dict[str, dict[int, float]] = {}
+        of_id = {k: vals.setdefault(v.strip().lower(), {}) for k, v in wanted.items()}  # name id -> its column
         for gid, nm, val in rows:
-            vals.setdefault(wanted[nm].strip().lower(), {})[gid] = float(val) if val is not None else np.nan
+            of_id[nm][gid] = float(val) if val is not None else np.nan
+        vals = {r: m for r, m in vals.items() if m}
         for r, m in vals.items():
             df[r] = df["gtid"].map(m).astype(float)
         if vals:
@@ -1125,10 +1129,8 @@ class _DbReader:
                 "total": ("total_duration",), "step": ("step",)})
             seen: set[tuple[Any, ...]] = set()
             moved: dict[int, dict[str, int]] = {}   # comm op index -> transport -> bytes
-            bands: dict[str, list[Any]] = {c: [] for c in ("step", "op_name", "group_name", "transport", "size_bytes",
-                                                           "transit_ns", "bandwidth_gbps", "large_packet_ratio")}
-            packets: dict[str, list[Any]] = {c: [] for c in ("step", "op_name", "transport", "packet_bytes",
-                                                             "count", "total_ns")}
+            bands: list[tuple[Any, ...]] = []
+            packets: list[tuple[Any, ...]] = []
             sizes, times, pkts = _floats(d["size"]), _floats(d["time"]), _floats(d["pkt"])
             groups, step_nos = _mapped(d["group"], _group_id), _mapped(d["step"], _step_number)
             for k, (op_v, tr_v, stp) in enumerate(zip(d["op"], d["transport"], d["step"], strict=False)):
@@ -1147,18 +1149,19 @@ class _DbReader:
                     size_bytes = round((size or 0.0) * COMM_MB)
                     if (i := by_step.get((op, grp, stp))) is not None:
                         moved.setdefault(i, {})[transport.upper()] = size_bytes
-                    for c, v in zip(bands, (step_nos[k], op, grp, transport, size_bytes, transit or 0,
-                                            _to_float(d["bw"][k]), _to_float(d["lpr"][k])), strict=True):
-                        bands[c].append(v)
+                    bands.append((step_nos[k], op, grp, transport, size_bytes, transit or 0,
+                                  _to_float(d["bw"][k]), _to_float(d["lpr"][k])))
                 pkt = pkts[k]
                 if pkt is not None and d["count"][k] is not None:
-                    for c, v in zip(packets, (step_nos[k], op, transport, round(pkt * COMM_MB),
-                                              int(float(d["count"][k])), _ms_ns(d["total"][k]) or 0), strict=True):
-                        packets[c].append(v)
-            if bands["step"]:
-                t.extend("comm_bandwidth", bands)
-            if packets["step"]:
-                t.extend("comm_packets", packets)
+                    packets.append((step_nos[k], op, transport, round(pkt * COMM_MB), int(float(d["count"][k])),
+                                    _ms_ns(d["total"][k]) or 0))
+            if bands:
+                t.extend("comm_bandwidth", dict(zip(("step", "op_name", "group_name", "transport", "size_bytes",
+                                                     "transit_ns", "bandwidth_gbps", "large_packet_ratio"),
+                                                    map(list, zip(*bands, strict=True)), strict=True)))
+            if packets:
+                t.extend("comm_packets", dict(zip(("step", "op_name", "transport", "packet_bytes", "count",
+                                                   "total_ns"), map(list, zip(*packets, strict=True)), strict=True)))
             if seen:
                 t.has("comm_json")
             # bytes moved by an op = SDMA (the on-node total, else HCCS + PCIE + SIO) + RDMA, as from the JSON
