@@ -810,7 +810,7 @@ class _DbReader:
         df = pd.DataFrame({k: pd.Series(v, dtype=object) for k, v in d.items()})
         df["name"] = db.texts(d["name"], _or_empty)
         df["op_type_raw"] = db.texts(d["op_type"])
-        df["group"] = db.texts(d["group"], lambda g: group_hash(g) if g else None)
+        df["group"] = db.texts(d["group"], _group_id)
         df["dtype"] = [dtypes.get(x) if isinstance(x, int) else db.s(x) for x in d["dtype"]]
         df["size"] = [c * DTYPE_BYTES[t] if isinstance(c, int) and t in DTYPE_BYTES else None
                       for c, t in zip(d["count"], df["dtype"], strict=False)]
