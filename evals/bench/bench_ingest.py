@@ -177,12 +177,12 @@ def child_read(path: Path) -> dict[str, Any]:
     """read_rank alone; then what the rest of ingest does with one rank: `RankTables.parts()` (in the parse
     worker) and the insert of those columns by `store._Writer` (in the ingest process), checkpointed."""
     from stepdoctor.analysis import store
-    from stepdoctor.analysis.ingest.base import RankSource
+    from stepdoctor.analysis.ingest.discover import discover
 
-    fmt = _rank_format(path)
-    read_rank = store._reader(fmt)
+    src = discover(path).sources[0]  # a Kineto file, or a torch_npu text or DB export directory
+    read_rank = store._reader(src.format)
     c0, t0 = time.process_time(), time.perf_counter()
-    tables = read_rank(RankSource(path=path, format=fmt, rank=0))
+    tables = read_rank(src)
     read_wall, read_cpu = time.perf_counter() - t0, time.process_time() - c0
     rss_read = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     c1, t1 = time.process_time(), time.perf_counter()
@@ -200,13 +200,6 @@ def child_read(path: Path) -> dict[str, Any]:
     return {"read_wall_s": read_wall, "read_cpu_s": read_cpu, "part_wall_s": part_wall, "part_cpu_s": part_cpu,
             "host_ops": tables.count("host_ops"), "device_ops": tables.count("device_ops"),
             "maxrss_read_b": rss_read, "maxrss_b": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
-
-
-def _rank_format(path: Path) -> str:
-    """The format discovery gives a bench rank: a Kineto file, a torch_npu text or DB export directory."""
-    if not path.is_dir():
-        return "kineto"
-    return "ascend_pt_db" if any((path / "ASCEND_PROFILER_OUTPUT").glob("*.db")) else "ascend_pt_text"
 
 
 def child_stepdoctor(trace_dir: Path, cache: Path) -> dict[str, Any]:
