@@ -2,16 +2,27 @@
 
 Every model is first turned into plain tables (title, header, rows); the same tables then print as a
 rich table on a terminal or as Markdown (for chat, PR comments and `--format markdown`).
+
+On a terminal a table is fitted to the console's width (80 columns when output is piped), which used to
+give one character column per letter for the 10-column findings table: short columns (ranks, numbers,
+check ids) never wrap and get the width they need; free-text columns (`Table.text`) wrap in the width
+left; name columns (`Table.names`: kernel and op names, C++ signatures of hundreds of characters) are
+shortened to it on one line (`display_name`); and the columns in `Table.optional` are left out, first
+listed first, while the rest does not fit (or always when nothing in them is known). Headers are the
+JSON field names made readable (`_label`). JSON output is never shortened.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+import textwrap
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
 
+from ..analysis.metrics.names import display_names
 from . import models as m
 
 
@@ -21,6 +32,14 @@ class Table:
     header: list[str]
     rows: list[list[Any]]
     note: str = ""
+    text: tuple[str, ...] = ()      # free-text columns: wrapped on a terminal, in the width left
+    names: tuple[str, ...] = ()     # identifier columns: shortened to the width left, on one line
+    optional: tuple[str | tuple[str, ...], ...] = ()  # left out on a narrow terminal, first listed first;
+    #                                                    a tuple of columns goes together
+
+
+NAME_WIDTH = 80   # a name column's width in Markdown (no terminal to fit)
+TEXT_MIN = 24     # the least width a text or name column is squeezed to before optional columns go
 
 
 def _f(x: Any, nd: int = 2) -> str:
@@ -29,8 +48,37 @@ def _f(x: Any, nd: int = 2) -> str:
     if isinstance(x, float):
         return f"{x:,.{nd}f}"
     if isinstance(x, list):
+        if x and all(type(v) is int for v in x):
+            return _ranges(x)
         return ",".join(map(str, x)) if len(x) <= 8 else f"{','.join(map(str, x[:8]))},… ({len(x)})"
     return str(x)
+
+
+def _ranges(ids: Sequence[int], most: int = 6) -> str:
+    """Sorted ids with runs collapsed: [0, 1, 2, 3, 7, 9, 10] -> "0-3,7,9-10"; beyond `most` runs, the
+    first ones and the count ("0-3,5,… (1,020)")."""
+    runs: list[list[int]] = []
+    for v in sorted(set(ids)):
+        if runs and v == runs[-1][1] + 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    parts = [str(a) if a == b else f"{a}-{b}" for a, b in runs]
+    if len(parts) > most:
+        return f"{','.join(parts[:most - 1])},… ({len(set(ids)):,})"
+    return ",".join(parts)
+
+
+_LABELS = {"communication": "comm", "overlapped": "overlap", "step ms": "step time", "impact %": "%"}
+
+
+def _label(header: str, title: str) -> str:
+    """A column's header on a terminal: the field name with spaces (so it can wrap), its unit dropped
+    when the title states it ("comm_not_overlapped_ms" in a table "... (ms)" -> "comm not overlapped")."""
+    h = header.replace("_", " ").strip()
+    if "(ms)" in title and h.endswith(" ms") and h != "step ms":
+        h = h[:-3]
+    return _LABELS.get(h, h)
 
 
 def _profile_line(p: Any) -> str:
@@ -46,16 +94,18 @@ def tables_for(model: BaseModel) -> list[Table]:
                 "free_ms", "bubble_ms"]
         rows = [[_f(getattr(r, c)) for c in cols] for r in model.rows]
         tot = [[_f(r.rank), _f(r.steps)] + [_f(getattr(r, c)) for c in cols[2:]] for r in model.totals]
-        return [Table("Breakdown per rank and step (ms)", cols, rows),
-                Table("Totals per rank (ms)", ["rank", "steps", *cols[2:]], tot)]
+        unknown = ("overlapped_ms", "bubble_ms")  # not every profile has them
+        return [Table("Breakdown per rank and step (ms)", cols, rows, optional=unknown),
+                Table("Totals per rank (ms)", ["rank", "steps", *cols[2:]], tot, optional=unknown)]
     if isinstance(model, m.IssueReport):
         rows = [[i + 1, f.severity, f.check, _f(f.ranks), _f(f.steps), f.subject, _f(f.impact_ms),
                  _f(f.impact_pct), f.title, ", ".join(f.fixes[:2])] for i, f in enumerate(model.findings)]
         out = [Table(f"{len(model.findings)} finding(s)", ["#", "severity", "check", "ranks", "steps", "subject",
-                                                         "impact_ms", "impact_%", "title", "fixes"], rows)]
+                                                         "impact_ms", "impact_%", "title", "fixes"], rows,
+                     text=("title",), names=("subject",), optional=("fixes", "subject", "steps", "impact_%"))]
         if model.not_applicable:
             out.append(Table("Checks not applicable", ["check", "why"],
-                             [[k, v] for k, v in sorted(model.not_applicable.items())]))
+                             [[k, v] for k, v in sorted(model.not_applicable.items())], text=("why",)))
         return out
     if isinstance(model, m.SlowRanks):
         out = []
@@ -66,7 +116,7 @@ def tables_for(model: BaseModel) -> list[Table]:
                      for e in d.late_arrivals]
             out.append(Table(f"{d.name}: median {_f(d.median_ms)} ms, spread {_f(d.spread_pct)}% of step",
                              ["rank", "steps", "value_ms", "excess_ms", "excess_%", "cause"], rows,
-                             note="no slow rank" if not rows else ""))
+                             note="no slow rank" if not rows else "", text=("cause",)))
         return out
     if isinstance(model, m.SlowLinks):
         rows = [[lk.src, lk.dst, lk.transport, _f(lk.bandwidth_gbps), _f(lk.median_gbps), _f(lk.size_mb),
@@ -76,32 +126,36 @@ def tables_for(model: BaseModel) -> list[Table]:
         out += tables_for(m.IssueReport(profile=model.profile, findings=model.findings))[:1]
         return out
     if isinstance(model, m.TopKernels):
-        rows = [[k.name[:60], k.op_type or "-", k.core_type or "-", k.count, _f(k.total_ms, 3), _f(k.mean_ms, 4),
-                 _f(k.max_ms, 4), _f(k.share_pct), _f(k.ranks), "; ".join(k.input_shapes[:1])] for k in model.kernels]
+        rows = [[k.name, k.op_type or "-", k.core_type or "-", k.count, _f(k.total_ms, 3), _f(k.mean_ms, 4),
+                 _f(k.max_ms, 4), _f(k.share_pct), _f(k.ranks), "; ".join(k.input_shapes[:1]) or "-"]
+                for k in model.kernels]
         return [Table(f"Top {len(model.kernels)} of {model.total} device ops by {model.by}",
                       ["name", "op_type", "core", "count", "total_ms", "mean_ms", "max_ms", "share_%", "ranks",
-                       "input shapes"], rows)]
+                       "input shapes"], rows, names=("name",), text=("input shapes",),
+                      optional=("input shapes", "core", "op_type", "max_ms", "ranks"))]
     if isinstance(model, m.Comparison):
         b, t, d = model.base, model.target, model.breakdown_delta
-        head = [["step_ms", _f(b.step_ms), _f(t.step_ms), _f(model.delta_ms)],
-                ["compute_ms", _f(b.compute_ms), _f(t.compute_ms), _f(d.compute_ms)],
-                ["comm_not_overlapped_ms", _f(b.communication_ms), _f(t.communication_ms), _f(d.communication_ms)],
-                ["free_ms", _f(b.free_ms), _f(t.free_ms), _f(d.free_ms)]]
-        out = [Table(f"Verdict: {model.verdict}", ["per step (ms)", "base", "target", "delta"], head)]
+        head = [["step time", _f(b.step_ms), _f(t.step_ms), _f(model.delta_ms)],
+                ["compute", _f(b.compute_ms), _f(t.compute_ms), _f(d.compute_ms)],
+                ["comm not overlapped", _f(b.communication_ms), _f(t.communication_ms), _f(d.communication_ms)],
+                ["free", _f(b.free_ms), _f(t.free_ms), _f(d.free_ms)]]
+        out = [Table("Per step (ms)", ["", "base", "target", "delta"], head)]
         out.append(Table(f"Top changes ({len(model.top_changes)} of {model.total_changes})",
                          ["kind", "name", "base_ms", "target_ms", "delta_ms", "calls base", "calls target", "change"],
-                         [[c.kind, c.name[:70], _f(c.base_ms, 3), _f(c.target_ms, 3), _f(c.delta_ms, 3),
-                           _f(c.count_base, 1), _f(c.count_target, 1), c.change] for c in model.top_changes]))
+                         [[c.kind, c.name, _f(c.base_ms, 3), _f(c.target_ms, 3), _f(c.delta_ms, 3),
+                           _calls(c.count_base), _calls(c.count_target), c.change] for c in model.top_changes],
+                         names=("name",), optional=("kind", ("calls base", "calls target"))))
         if model.env_changes or model.config_changes:
             out.append(Table("Environment and setup changes", ["name", "base", "target"],
                              [[e.name, e.base or "unset", e.target or "unset"]
-                              for e in [*model.env_changes, *model.config_changes]]))
+                              for e in [*model.env_changes, *model.config_changes]], text=("base", "target")))
         if model.findings or model.gone_findings:
             out.append(Table("Findings new in the target / gone", ["", "severity", "check", "ranks", "title"],
                              [["new", f.severity, f.check, _f(f.ranks), f.title] for f in model.findings]
-                             + [["gone", f.severity, f.check, _f(f.ranks), f.title] for f in model.gone_findings]))
+                             + [["gone", f.severity, f.check, _f(f.ranks), f.title] for f in model.gone_findings],
+                             text=("title",)))
         if model.notes:
-            out.append(Table("Notes", ["note"], [[n] for n in model.notes]))
+            out.append(Table("Notes", ["note"], [[n] for n in model.notes], text=("note",)))
         return out
     if isinstance(model, m.EnvAudit):
         rows = []
@@ -109,13 +163,19 @@ def tables_for(model: BaseModel) -> list[Table]:
             vals = sorted({x or "" for x in v.values_by_rank.values()})
             shown = " | ".join(repr(x) if x else "unset" for x in vals)
             rows.append([v.name, v.status, shown, v.recommended or "-"])
-        return [Table("Environment audit", ["variable", "status", "value(s)", "recommended"], rows)]
+        return [Table("Environment audit", ["variable", "status", "value(s)", "recommended"], rows,
+                      text=("value(s)", "recommended"))]
     return []
+
+
+def _calls(x: float | None) -> str:
+    """Calls per step: whole counts without decimals."""
+    return _f(x, 0 if x is None or float(x).is_integer() else 1)
 
 
 def render_table(model: BaseModel) -> None:
     from rich.console import Console
-    from rich.table import Table as RichTable
+    from rich.text import Text
 
     console = Console()
     prof = getattr(model, "profile", None)
@@ -123,22 +183,86 @@ def render_table(model: BaseModel) -> None:
         console.print(f"[bold]{_profile_line(prof)}[/bold]")
     if isinstance(model, m.Comparison):
         console.print(f"[bold]base[/bold] {model.base.path}  [bold]target[/bold] {model.target.path}")
+        console.print(Text(f"Verdict: {model.verdict}"), style="bold")
         if model.next_step:
             console.print(f"next: {model.next_step}")
     for t in tables_for(model):
-        rt = RichTable(title=t.title, title_justify="left", show_lines=False)
-        for h in t.header:
-            rt.add_column(h, overflow="fold")
-        for r in t.rows:
-            rt.add_row(*[str(x) for x in r])
-        console.print(rt)
+        console.print(fit_table(t, console.width))
         if t.note:
             console.print(f"  {t.note}")
     if isinstance(model, m.IssueReport):
         for i, f in enumerate(model.findings, 1):
             if f.severity != "low":
-                console.print(f"[bold]{i}.[/bold] {f.message}")
+                console.print(Text.assemble((f"{i}. ", "bold"), f.message))
+                if f.fixes:
+                    console.print(f"   fixes: {', '.join(f.fixes)}", highlight=False)
     _print_warnings(getattr(model, "warnings", []), console.print)
+
+
+def _shown_columns(t: Table, cells: list[list[str]], width: int) -> tuple[list[int], int]:
+    """The columns that fit in `width` and the width each text / name column gets (see the module
+    docstring). A column costs its width plus 3 (padding and a rule)."""
+    groups = [(g,) if isinstance(g, str) else g for g in t.optional]
+    optional = {h for g in groups for h in g}
+    known = {i for i, h in enumerate(t.header) if any(r[i] not in ("-", "") for r in cells)}
+    shown = [i for i, h in enumerate(t.header) if i in known or h not in optional]
+    drop = list(groups)
+    while True:
+        fixed = flex = 0
+        for i in shown:
+            h = t.header[i]
+            if h in t.text or h in t.names:
+                flex += 1
+            else:
+                fixed += _column_width(t, cells, i)
+        left = width - 1 - 3 * len(shown) - fixed
+        if ((not flex or left >= flex * TEXT_MIN) and left >= 0) or not drop:
+            return shown, max(left // flex if flex else 0, 8)
+        gone = drop.pop(0)
+        shown = [i for i in shown if t.header[i] not in gone]
+
+
+def _column_width(t: Table, cells: list[list[str]], i: int) -> int:
+    label = _label(t.header[i], t.title)
+    data = max((len(r[i]) for r in cells), default=0)
+    return max([data, *map(len, label.split())])  # the header wraps between its words
+
+
+def fit_table(t: Table, width: int) -> Any:
+    """`t` as a rich Table fitted to `width` columns of terminal (see the module docstring)."""
+    from rich.table import Table as RichTable
+
+    cells = [[str(x) for x in r] for r in t.rows]
+    shown, flex_width = _shown_columns(t, cells, width)
+    rt = RichTable(title=t.title, title_justify="left", show_lines=False)
+    for i in shown:
+        h = t.header[i]
+        label = _label(h, t.title)
+        if h in t.text:
+            rt.add_column(label, overflow="fold", ratio=1, min_width=min(TEXT_MIN, flex_width))
+            continue
+        if h in t.names:
+            rt.add_column(label, no_wrap=True, overflow="ellipsis")
+            continue
+        w = _column_width(t, cells, i)
+        numeric = bool(cells) and all(_NUMBER.fullmatch(r[i]) for r in cells)
+        rt.add_column("\n".join(textwrap.wrap(label, w, break_on_hyphens=False)) or label, no_wrap=True,
+                      justify="right" if numeric else "left")
+    _shorten_names(t, cells, flex_width)
+    for r in cells:
+        rt.add_row(*[r[i] for i in shown])
+    return rt
+
+
+_NUMBER = re.compile(r"[-+]?[\d,]*\.?\d+%?|-")
+
+
+def _shorten_names(t: Table, cells: list[list[str]], width: int) -> None:
+    """The cells of `t`'s name columns as `display_names` shows them in `width` characters, in place."""
+    for i, h in enumerate(t.header):
+        if h in t.names:
+            for r, name in zip(cells, display_names([r[i] for r in cells], width), strict=True):
+                r[i] = name
 
 
 def _print_warnings(warnings: Iterable[str], out) -> None:
@@ -154,16 +278,9 @@ def render_markdown(model: BaseModel) -> str:
     prof = getattr(model, "profile", None)
     if prof is not None:
         lines += [f"**Profile** `{prof.path}` ({prof.format}); ranks {_f(prof.ranks)}; steps {_f(prof.steps)}", ""]
-    for t in tables_for(model):
-        lines += [f"### {t.title}", ""]
-        if t.rows:
-            lines.append("| " + " | ".join(t.header) + " |")
-            lines.append("|" + "---|" * len(t.header))
-            for r in t.rows:
-                lines.append("| " + " | ".join(str(x).replace("|", "\\|") for x in r) + " |")
-        if t.note:
-            lines.append(t.note)
-        lines.append("")
+    if isinstance(model, m.Comparison):
+        lines += [f"**Verdict:** {model.verdict}", ""] + ([f"Next: `{model.next_step}`", ""] if model.next_step else [])
+    lines += markdown_tables(tables_for(model))
     if isinstance(model, m.IssueReport):
         for i, f in enumerate(model.findings, 1):
             lines.append(f"{i}. **{f.severity}** `{f.check}` — {f.message}"
@@ -173,3 +290,21 @@ def render_markdown(model: BaseModel) -> str:
     if ws:
         lines += ["**Warnings**", ""] + [f"- {w}" for w in ws] + [""]
     return "\n".join(lines)
+
+
+def markdown_tables(tables: Iterable[Table]) -> list[str]:
+    """Markdown lines of tables: every column, names shortened to NAME_WIDTH (`display_names`)."""
+    lines: list[str] = []
+    for t in tables:
+        lines += [f"### {t.title}", ""]
+        if t.rows:
+            cells = [[str(x) for x in r] for r in t.rows]
+            _shorten_names(t, cells, NAME_WIDTH)
+            lines.append("| " + " | ".join(t.header) + " |")
+            lines.append("|" + "---|" * len(t.header))
+            for r in cells:
+                lines.append("| " + " | ".join(x.replace("|", "\\|") for x in r) + " |")
+        if t.note:
+            lines.append(t.note)
+        lines.append("")
+    return lines

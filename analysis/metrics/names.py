@@ -4,11 +4,15 @@ short_name drops the return type (`void `), template arguments (`<...>`, nested)
 (`(...)`), and namespaces beyond the last two components, e.g.
 `void fbgemm_gpu::split_embedding_codegen_forward_kernel<c10::Half, ...>(at::Generic...)`
 -> `fbgemm_gpu::split_embedding_codegen_forward_kernel`. Names without such syntax are returned as is.
+That is for prose (findings, verdicts). Tables show `display_name`: the template arguments stay (they
+tell two instantiations of a kernel apart), what is too long is cut in the middle, and `display_names`
+makes the names of one column show differently where they differ.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 _VOID = re.compile(r"^(void|auto|static)\s+")
 
@@ -25,9 +29,14 @@ def _strip_brackets(s: str, open_c: str, close_c: str) -> str:
     return "".join(out)
 
 
+def _is_signature(name: str) -> bool:
+    """Only C++ signatures carry templates / parameter lists: "Memcpy DtoD (Device -> Device)" keeps its
+    parentheses."""
+    return "<" in name or "::" in name or bool(_VOID.match(name))
+
+
 def short_name(name: str, max_len: int = 80) -> str:
-    # only C++ signatures carry templates / parameter lists; "Memcpy DtoD (Device -> Device)" keeps its parens
-    if "<" not in name and "::" not in name and not _VOID.match(name):
+    if not _is_signature(name):
         return name if len(name) <= max_len else name[: max_len - 1] + "…"
     s = _VOID.sub("", name.strip())
     s = _strip_brackets(_strip_brackets(s, "<", ">"), "(", ")").strip()
@@ -35,3 +44,62 @@ def short_name(name: str, max_len: int = 80) -> str:
     s = "::".join(parts[-2:]) if len(parts) > 2 else s
     s = s or name
     return s if len(s) <= max_len else s[: max_len - 1] + "…"
+
+
+def display_name(name: str, width: int) -> str:
+    """A kernel or op name in at most `width` characters. A C++ signature loses its return type
+    ("void ") and parameter list, and its template arguments their spaces ("kernel<float, 5ul>(at::...)"
+    -> "kernel<float,5ul>"); what is still too long keeps its start and its end around an ellipsis, so
+    that template arguments which tell two instantiations apart stay visible."""
+    s = name.strip()
+    if len(s) <= width:
+        return s
+    s = _signature_name(s)
+    if len(s) <= width:
+        return s
+    if width <= 1:
+        return "…"[:width]
+    tail = (width - 1) * 2 // 5
+    return s[:width - 1 - tail] + "…" + (s[-tail:] if tail else "")
+
+
+def _signature_name(s: str) -> str:
+    """A C++ signature without return type, anonymous namespaces, parameter list and the spaces of its
+    template arguments; any other name as it is."""
+    if not _is_signature(s):
+        return s
+    s = _VOID.sub("", s).replace("(anonymous namespace)::", "")
+    depth = 0
+    for i, c in enumerate(s):  # cut the parameter list: the first '(' outside template arguments / lambdas
+        if c in "<{":
+            depth += 1
+        elif c in ">}":
+            depth = max(depth - 1, 0)
+        elif c == "(" and depth == 0 and i > 0:
+            s = s[:i]
+            break
+    return re.sub(r",\s+", ",", s)
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)
+
+
+def display_names(names: Sequence[str], width: int) -> list[str]:
+    """`display_name` of each name; where two different names would show the same, each instead shows its
+    start, an ellipsis, and the text from where it parts from the most similar of them (cut at `width`),
+    e.g. "split_…nel_cta_per_row_1<floa…" beside "split_…nel_warp_per_row_1<flo…"."""
+    shown = [display_name(n, width) for n in names]
+    same: dict[str, set[str]] = {}
+    for n, d in zip(names, shown, strict=True):
+        same.setdefault(d, set()).add(_signature_name(n.strip()))
+    for k, n in enumerate(names):
+        others = same[shown[k]] - {s := _signature_name(n.strip())}
+        if not others or len(shown[k]) >= len(s):
+            continue
+        part = max(_common_prefix(s, o) for o in others)
+        head = min(max(4, width // 5), part)
+        alt = s[:head] + "…" + s[max(part - 3, head):]
+        shown[k] = alt if len(alt) <= width else alt[:max(width - 1, 0)] + "…"
+    return shown
