@@ -3,9 +3,9 @@
 Every model is first turned into plain tables (title, header, rows); the same tables then print as a
 rich table on a terminal or as Markdown (for chat, PR comments and `--format markdown`).
 
-On a terminal a table is fitted to the console's width (80 columns when output is piped), which used to
-give one character column per letter for the 10-column findings table: short columns (ranks, numbers,
-check ids) never wrap and get the width they need; free-text columns (`Table.text`) wrap in the width
+On a terminal a table is fitted to the console's width (80 columns when output is piped; left to rich,
+the 10-column findings table folds every cell to a few letters): short columns (ranks, numbers, check
+ids) never wrap and get the width they need; free-text columns (`Table.text`) wrap in the width
 left; name columns (`Table.names`: kernel and op names, C++ signatures of hundreds of characters) are
 shortened to it on one line (`display_name`); and the columns in `Table.optional` are left out, first
 listed first, while the rest does not fit (or always when nothing in them is known). Headers are the
