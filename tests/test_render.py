@@ -82,8 +82,8 @@ def _issue_tables(tmp_path):
     from stepdoctor.analysis.store import open_profile
     from stepdoctor.tools import api
 
-    prof = open_profile(need(CLUSTER4), cache_dir=tmp_path)
-    return api.issues(prof), render.tables_for(api.issues(prof))[0]
+    report = api.issues(open_profile(need(CLUSTER4), cache_dir=tmp_path))
+    return report, render.tables_for(report)[0]
 
 
 @pytest.mark.parametrize("width", [80, 100, 160, 240])

@@ -65,20 +65,21 @@ def _ranges(ids: Sequence[int], most: int = 6) -> str:
             runs.append([v, v])
     parts = [str(a) if a == b else f"{a}-{b}" for a, b in runs]
     if len(parts) > most:
-        return f"{','.join(parts[:most - 1])},… ({len(set(ids)):,})"
+        return f"{','.join(parts[:most - 1])},… ({sum(b - a + 1 for a, b in runs):,})"
     return ",".join(parts)
 
 
-_LABELS = {"communication": "comm", "overlapped": "overlap", "step ms": "step time", "impact %": "%"}
+_LABELS = {"step_ms": "step time", "communication_ms": "comm", "overlapped_ms": "overlap", "impact_%": "%"}
 
 
 def _label(header: str, title: str) -> str:
     """A column's header on a terminal: the field name with spaces (so it can wrap), its unit dropped
-    when the title states it ("comm_not_overlapped_ms" in a table "... (ms)" -> "comm not overlapped")."""
+    when the title states it ("comm_not_overlapped_ms" in a table "... (ms)" -> "comm not overlapped");
+    a few fields have shorter names (`_LABELS`)."""
+    if header in _LABELS:
+        return _LABELS[header]
     h = header.replace("_", " ").strip()
-    if "(ms)" in title and h.endswith(" ms") and h != "step ms":
-        h = h[:-3]
-    return _LABELS.get(h, h)
+    return h[:-3] if "(ms)" in title and h.endswith(" ms") else h
 
 
 def _profile_line(p: Any) -> str:
@@ -199,9 +200,10 @@ def render_table(model: BaseModel) -> None:
     _print_warnings(getattr(model, "warnings", []), console.print)
 
 
-def _shown_columns(t: Table, cells: list[list[str]], width: int) -> tuple[list[int], int]:
+def _shown_columns(t: Table, cells: list[list[str]], widths: dict[int, int], width: int) -> tuple[list[int], int]:
     """The columns that fit in `width` and the width each text / name column gets (see the module
-    docstring). A column costs its width plus 3 (padding and a rule)."""
+    docstring); `widths`: what each other column needs. A column costs its width plus 3 (padding and a
+    rule)."""
     groups = [(g,) if isinstance(g, str) else g for g in t.optional]
     optional = {h for g in groups for h in g}
     known = {i for i, h in enumerate(t.header) if any(r[i] not in ("-", "") for r in cells)}
@@ -214,7 +216,7 @@ def _shown_columns(t: Table, cells: list[list[str]], width: int) -> tuple[list[i
             if h in t.text or h in t.names:
                 flex += 1
             else:
-                fixed += _column_width(t, cells, i)
+                fixed += widths[i]
         left = width - 1 - 3 * len(shown) - fixed
         if ((not flex or left >= flex * TEXT_MIN) and left >= 0) or not drop:
             return shown, max(left // flex if flex else 0, 8)
@@ -233,7 +235,8 @@ def fit_table(t: Table, width: int) -> Any:
     from rich.table import Table as RichTable
 
     cells = [[str(x) for x in r] for r in t.rows]
-    shown, flex_width = _shown_columns(t, cells, width)
+    widths = {i: _column_width(t, cells, i) for i, h in enumerate(t.header) if h not in t.text + t.names}
+    shown, flex_width = _shown_columns(t, cells, widths, width)
     rt = RichTable(title=t.title, title_justify="left", show_lines=False)
     for i in shown:
         h = t.header[i]
@@ -244,9 +247,8 @@ def fit_table(t: Table, width: int) -> Any:
         if h in t.names:
             rt.add_column(label, no_wrap=True, overflow="ellipsis")
             continue
-        w = _column_width(t, cells, i)
         numeric = bool(cells) and all(_NUMBER.fullmatch(r[i]) for r in cells)
-        rt.add_column("\n".join(textwrap.wrap(label, w, break_on_hyphens=False)) or label, no_wrap=True,
+        rt.add_column("\n".join(textwrap.wrap(label, widths[i], break_on_hyphens=False)) or label, no_wrap=True,
                       justify="right" if numeric else "left")
     _shorten_names(t, cells, flex_width)
     for r in cells:

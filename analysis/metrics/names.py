@@ -91,11 +91,12 @@ def display_names(names: Sequence[str], width: int) -> list[str]:
     start, an ellipsis, and the text from where it parts from the most similar of them (cut at `width`),
     e.g. "split_…nel_cta_per_row_1<floa…" beside "split_…nel_warp_per_row_1<flo…"."""
     shown = [display_name(n, width) for n in names]
+    sigs = [_signature_name(n.strip()) for n in names]
     same: dict[str, set[str]] = {}
-    for n, d in zip(names, shown, strict=True):
-        same.setdefault(d, set()).add(_signature_name(n.strip()))
-    for k, n in enumerate(names):
-        others = same[shown[k]] - {s := _signature_name(n.strip())}
+    for d, s in zip(shown, sigs, strict=True):
+        same.setdefault(d, set()).add(s)
+    for k, s in enumerate(sigs):
+        others = same[shown[k]] - {s}
         if not others or len(shown[k]) >= len(s):
             continue
         part = max(_common_prefix(s, o) for o in others)
