@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import subprocess
 import sys
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from conftest import CLUSTER4, need
 from stepdoctor.analysis.metrics.names import display_name, display_names, short_name
@@ -134,3 +137,60 @@ def test_markdown_keeps_every_column_and_shortens_names():
     assert "| name | delta_ms |" in md
     rows = [ln for ln in md.splitlines() if ln.startswith("| split")]
     assert len(rows) == 2 and rows[0] != rows[1] and all(len(r) < 120 for r in rows)
+
+
+def test_wrap_breaks_lists_before_words_and_folds_only_what_cannot_fit():
+    v = "'level0:NA;level1:ring'"
+    assert render._wrap(v, 18).splitlines() == ["'level0:NA;", "level1:ring'"]  # at the list separator
+    assert render._wrap("expandable_segments:True", 22).splitlines() == ["expandable_segments:", "True"]
+    # a piece wider than the line starts a line of its own before it is folded
+    assert render._wrap("set PYTORCH_NPU_ALLOC_CONF", 12).splitlines() == ["set", "PYTORCH_NPU_", "ALLOC_CONF"]
+    assert render._wrap("a\n\nb", 10) == "a\n\nb" and render._wrap("", 10) == ""
+
+
+@given(st.text(alphabet=st.sampled_from("ab_;,|:/= \n"), max_size=80), st.integers(1, 30))
+def test_wrap_keeps_every_character_within_the_width(text, width):
+    out = render._wrap(text, width)
+    assert all(len(line) <= width for line in out.splitlines())
+    assert out.split() == [] if not text.split() else "".join(out.split()) == "".join(text.split())
+
+
+def test_text_columns_share_the_width_by_need():
+    assert render._flex_widths({2: 10, 3: 90}, 60) == {2: 10, 3: 50}  # the short one is not wrapped
+    assert render._flex_widths({2: 40, 3: 90}, 60) == {2: 30, 3: 30}
+    assert render._flex_widths({2: 40}, 4) == {2: 8}                   # never below 8
+
+
+def test_env_values_wrap_at_separators(tmp_path):
+    from stepdoctor.analysis.store import open_profile
+    from stepdoctor.tools import api
+
+    lines = _lines(render.tables_for(api.env_audit(open_profile(need(CLUSTER4), cache_dir=tmp_path)))[0], 80)
+    assert max(map(len, lines)) <= 80
+    cells = [[c.strip() for c in ln.split("│")[1:-1]] for ln in lines if ln.startswith("│")]
+    algo = cells.index(next(r for r in cells if r[0] == "HCCL_ALGO"))
+    assert [cells[algo][2], cells[algo + 1][2]] == ["'level0:NA;", "level1:ring'"]
+    alloc = cells.index(next(r for r in cells if r[0] == "PYTORCH_NPU_ALLOC_CONF"))
+    assert cells[alloc][3] + cells[alloc + 1][3] == "expandable_segments:True"  # folded: wider than its column
+
+
+def test_cli_fixes_table_json_and_markdown():
+    from stepdoctor.knowledge.loader import load_fixes
+
+    ids = sorted(load_fixes())
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+
+    def run(*args: str) -> str:
+        res = subprocess.run([sys.executable, "-m", "stepdoctor.tools.cli", "fixes", *args], capture_output=True,
+                             text=True, env=env, timeout=120)
+        assert res.returncode == 0, res.stderr
+        return res.stdout
+
+    out = run()
+    table = [ln for ln in out.splitlines() if ln[:1] in "┏┃┡│└"]
+    assert max(map(len, table)) <= 80 and out.startswith(f"{len(ids)} fixes")
+    assert [ln.split("│")[1].strip() for ln in table if ln.startswith("│") and ln.split("│")[1].strip()] == ids
+    listed = json.loads(run("--format", "json"))  # the contract's shape: a list of fixes
+    assert [f["id"] for f in listed] == ids and {"title", "vendors", "frameworks", "checks"} <= set(listed[0])
+    md = run("--check", "gc-pause", "--format", "markdown")
+    assert "| id | vendors | checks | title |" in md and "| gc-freeze-before-training | any | gc-pause |" in md

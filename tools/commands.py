@@ -46,12 +46,7 @@ def cmd_fixes(a: argparse.Namespace) -> int:
     from . import knowledge_tools
 
     fixes = knowledge_tools.list_fixes(check=a.check, vendor=a.vendor)
-    if a.format == "json":
-        _emit(fixes.fixes, "json")
-    else:
-        for f in fixes.fixes:
-            print(f"{f.id:40s} {','.join(f.vendors):16s} {','.join(f.checks):30s} {f.title}")
-        print(f"({fixes.total} fixes)", file=sys.stderr)
+    _emit(fixes.fixes if a.format == "json" else fixes, a.format)  # JSON: the list (cli-contract.md)
     return 0
 
 

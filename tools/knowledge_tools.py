@@ -5,38 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from ..analysis.checks.base import registry
 from ..analysis.ingest.base import ProfileError
 from ..analysis.models import Finding
 from . import api
-from .models import Explanation
-
-
-class FixSummary(BaseModel):
-    id: str
-    title: str
-    vendors: list[str]
-    frameworks: list[str]
-    checks: list[str]
-
-
-class FixList(BaseModel):
-    fixes: list[FixSummary]
-    total: int
-    truncated: bool = False
-
-
-class EditSuggestion(BaseModel):
-    path: str
-    fixes: list[str]
-    changed: bool
-    diff: str
-    messages: list[str] = Field(default_factory=list)
-    template: str | None = None
-    applied: bool = False
-    backup: str | None = None
+from .models import EditSuggestion, Explanation, FixList, FixSummary
 
 
 def _kb():

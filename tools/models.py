@@ -121,6 +121,31 @@ class Explanation(BaseModel):
     env: list[Any] = Field(default_factory=list)
 
 
+class FixSummary(BaseModel):
+    id: str
+    title: str
+    vendors: list[str]
+    frameworks: list[str]
+    checks: list[str]
+
+
+class FixList(BaseModel):
+    fixes: list[FixSummary]
+    total: int
+    truncated: bool = False
+
+
+class EditSuggestion(BaseModel):
+    path: str
+    fixes: list[str]
+    changed: bool
+    diff: str
+    messages: list[str] = Field(default_factory=list)
+    template: str | None = None
+    applied: bool = False
+    backup: str | None = None
+
+
 class RunSide(BaseModel):
     path: str
     step_ms: float | None

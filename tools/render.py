@@ -166,6 +166,11 @@ def tables_for(model: BaseModel) -> list[Table]:
             rows.append([v.name, v.status, shown, v.recommended or "-"])
         return [Table("Environment audit", ["variable", "status", "value(s)", "recommended"], rows,
                       text=("value(s)", "recommended"))]
+    if isinstance(model, m.FixList):
+        rows = [[f.id, ", ".join(f.vendors), ", ".join(f.checks), f.title] for f in model.fixes]
+        more = f" (first {len(model.fixes)})" if model.truncated else ""
+        return [Table(f"{model.total} fixes{more}", ["id", "vendors", "checks", "title"], rows,
+                      text=("checks", "title"), optional=("vendors", "checks"))]
     return []
 
 
@@ -201,7 +206,7 @@ def render_table(model: BaseModel) -> None:
 
 
 def _shown_columns(t: Table, cells: list[list[str]], widths: dict[int, int], width: int) -> tuple[list[int], int]:
-    """The columns that fit in `width` and the width each text / name column gets (see the module
+    """The columns that fit in `width` and the width left for the text / name columns (see the module
     docstring); `widths`: what each other column needs. A column costs its width plus 3 (padding and a
     rule)."""
     groups = [(g,) if isinstance(g, str) else g for g in t.optional]
@@ -219,9 +224,46 @@ def _shown_columns(t: Table, cells: list[list[str]], widths: dict[int, int], wid
                 fixed += widths[i]
         left = width - 1 - 3 * len(shown) - fixed
         if ((not flex or left >= flex * TEXT_MIN) and left >= 0) or not drop:
-            return shown, max(left // flex if flex else 0, 8)
+            return shown, max(left, 8 * flex)
         gone = drop.pop(0)
         shown = [i for i in shown if t.header[i] not in gone]
+
+
+def _flex_widths(needs: dict[int, int], left: int) -> dict[int, int]:
+    """`left` characters shared by the text / name columns whose widest cell is `needs[i]`: each, narrowest
+    first, gets what it needs or an equal share of what is left, whichever is less (a column of short
+    values is not wrapped so that a long one gets room it cannot use). At least 8 each."""
+    out: dict[int, int] = {}
+    for k, i in enumerate(sorted(needs, key=needs.__getitem__)):
+        out[i] = max(min(needs[i], left // (len(needs) - k)), 8)
+        left -= out[i]
+    return out
+
+
+class _Wrapper(textwrap.TextWrapper):
+    """Wraps at spaces; a token wider than the line is broken after a list separator (`; , |`:
+    `level0:NA;` / `level1:ring`), a piece still too wide after a `: / =` (`expandable_segments:` /
+    `True`), and folded mid-word only when even that piece is wider than the line."""
+
+    def _split(self, text: str) -> list[str]:
+        out = []
+        for chunk in _LIST_CHUNK.findall(text):
+            out += [chunk] if len(chunk) <= self.width else _PART_CHUNK.findall(chunk)
+        return [c for c in out if c]
+
+    def _handle_long_word(self, reversed_chunks: list[str], cur_line: list[str], cur_len: int, width: int) -> None:
+        if not cur_line:  # folded from the start of a line of its own, not from the end of the previous one
+            super()._handle_long_word(reversed_chunks, cur_line, cur_len, width)
+
+
+_LIST_CHUNK = re.compile(r"\s+|[^\s;,|]*[;,|]+|[^\s;,|]+")
+_PART_CHUNK = re.compile(r"[^:/=]*[:/=]+|[^:/=]+")
+
+
+def _wrap(text: str, width: int) -> str:
+    """`text` as lines of at most `width` characters (its own line breaks kept)."""
+    w = _Wrapper(width, break_on_hyphens=False)
+    return "\n".join(line for para in text.split("\n") for line in (w.wrap(para) or [""]))
 
 
 def _column_width(t: Table, cells: list[list[str]], i: int) -> int:
@@ -236,34 +278,35 @@ def fit_table(t: Table, width: int) -> Any:
 
     cells = [[str(x) for x in r] for r in t.rows]
     widths = {i: _column_width(t, cells, i) for i, h in enumerate(t.header) if h not in t.text + t.names}
-    shown, flex_width = _shown_columns(t, cells, widths, width)
+    shown, left = _shown_columns(t, cells, widths, width)
+    flex = _flex_widths({i: _column_width(t, cells, i) for i in shown if i not in widths}, left)
     rt = RichTable(title=t.title, title_justify="left", show_lines=False)
     for i in shown:
         h = t.header[i]
         label = _label(h, t.title)
-        if h in t.text:
-            rt.add_column(label, overflow="fold", ratio=1, min_width=min(TEXT_MIN, flex_width))
-            continue
-        if h in t.names:
-            rt.add_column(label, no_wrap=True, overflow="ellipsis")
+        if i in flex:
+            rt.add_column(_wrap(label, flex[i]), width=flex[i], no_wrap=True,
+                          overflow="ellipsis" if h in t.names else "fold")
             continue
         numeric = bool(cells) and all(_NUMBER.fullmatch(r[i]) for r in cells)
         rt.add_column("\n".join(textwrap.wrap(label, widths[i], break_on_hyphens=False)) or label, no_wrap=True,
                       justify="right" if numeric else "left")
-    _shorten_names(t, cells, flex_width)
+    _shorten_names(t, cells, flex)
     for r in cells:
-        rt.add_row(*[r[i] for i in shown])
+        rt.add_row(*[_wrap(r[i], flex[i]) if t.header[i] in t.text else r[i] for i in shown])
     return rt
 
 
 _NUMBER = re.compile(r"[-+]?[\d,]*\.?\d+%?|-")
 
 
-def _shorten_names(t: Table, cells: list[list[str]], width: int) -> None:
-    """The cells of `t`'s name columns as `display_names` shows them in `width` characters, in place."""
+def _shorten_names(t: Table, cells: list[list[str]], width: int | dict[int, int]) -> None:
+    """The cells of `t`'s name columns as `display_names` shows them in `width` characters (per column
+    index when a dict; columns not in it are left alone), in place."""
     for i, h in enumerate(t.header):
-        if h in t.names:
-            for r, name in zip(cells, display_names([r[i] for r in cells], width), strict=True):
+        w = width.get(i) if isinstance(width, dict) else width
+        if h in t.names and w is not None:
+            for r, name in zip(cells, display_names([r[i] for r in cells], w), strict=True):
                 r[i] = name
 
 
