@@ -126,9 +126,15 @@ def test_cli_tables_fit_80_columns_when_piped(tmp_path):
     res = subprocess.run([sys.executable, "-m", "stepdoctor.tools.cli", "issues", str(need(CLUSTER4))],
                          capture_output=True, text=True, env=env, timeout=300)
     assert res.returncode == 0, res.stderr
-    table = [ln for ln in res.stdout.splitlines() if ln[:1] in "┏┃┡│└"]
-    assert table and max(map(len, table)) <= 80
+    lines = res.stdout.splitlines()
+    table = [ln for ln in lines if ln[:1] in "┏┃┡│└"]
+    assert table and max(map(len, lines)) <= 80
     assert "slow-dataloader" in res.stdout and "fixes: " in res.stdout  # fixes listed under each finding
+    # each finding's paragraph hangs under its number, its fixes under the first fix
+    first = lines.index(next(ln for ln in lines if ln.startswith("1. Rank 0 spends")))
+    assert lines[first + 1].startswith("   (+250.05 ms)")
+    fixes = next(i for i in range(first, len(lines)) if lines[i].startswith("   fixes: gc-"))
+    assert lines[fixes + 1].startswith(" " * 10 + "slow-rank") and lines[fixes + 3].startswith("2. ")
 
 
 def test_markdown_keeps_every_column_and_shortens_names():
@@ -146,9 +152,12 @@ def test_wrap_breaks_lists_before_words_and_folds_only_what_cannot_fit():
     # a piece wider than the line starts a line of its own before it is folded
     assert render._wrap("set PYTORCH_NPU_ALLOC_CONF", 12).splitlines() == ["set", "PYTORCH_NPU_", "ALLOC_CONF"]
     assert render._wrap("a\n\nb", 10) == "a\n\nb" and render._wrap("", 10) == ""
+    # a comma inside a number or a shape is not a list separator
+    assert render._wrap("transfers of 1,000,000 B", 12).splitlines() == ["transfers of", "1,000,000 B"]
+    assert render._wrap("(4,2048;4,2048)", 10).splitlines() == ["(4,2048;", "4,2048)"]
 
 
-@given(st.text(alphabet=st.sampled_from("ab_;,|:/= \n"), max_size=80), st.integers(1, 30))
+@given(st.text(alphabet=st.sampled_from("ab1_;,|:/= \n"), max_size=80), st.integers(1, 30))
 def test_wrap_keeps_every_character_within_the_width(text, width):
     out = render._wrap(text, width)
     assert all(len(line) <= width for line in out.splitlines())
@@ -194,3 +203,18 @@ def test_cli_fixes_table_json_and_markdown():
     assert [f["id"] for f in listed] == ids and {"title", "vendors", "frameworks", "checks"} <= set(listed[0])
     md = run("--check", "gc-pause", "--format", "markdown")
     assert "| id | vendors | checks | title |" in md and "| gc-freeze-before-training | any | gc-pause |" in md
+
+
+def test_cells_titles_and_the_profile_line_are_not_read_as_markup(tmp_path):
+    t = Table("ops [bold]x[/bold]", ["name", "value"], [["operator[] on [ascend_pt]", "[red]1[/red]"]])
+    body = "\n".join(_lines(t, 80))
+    assert "ops [bold]x[/bold]" in body and "operator[] on [ascend_pt]" in body and "[red]1[/red]" in body
+    env = {**{k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")},
+           "STEPDOCTOR_CACHE_DIR": str(tmp_path)}
+    res = subprocess.run([sys.executable, "-m", "stepdoctor.tools.cli", "breakdown", str(need(CLUSTER4))],
+                         capture_output=True, text=True, env=env, timeout=300)
+    lines = res.stdout.splitlines()
+    head = lines[:lines.index(next(ln for ln in lines if ln.startswith("Breakdown")))]
+    assert " ".join(head).split() == [str(need(CLUSTER4)), "[ascend_pt_text]", "ranks", "0-3", "steps", "1-2",
+                                      "world", "size", "4"], head
+    assert "world size 4" in head[-1] and max(map(len, head)) <= 80  # broken between fields only

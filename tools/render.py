@@ -82,10 +82,18 @@ def _label(header: str, title: str) -> str:
     return h[:-3] if "(ms)" in title and h.endswith(" ms") else h
 
 
-def _profile_line(p: Any) -> str:
-    steps = _f(p.steps)
-    return (f"{p.path}  [{p.format}]  ranks {_f(p.ranks)}  steps {steps}"
-            + (f"  world size {p.world_size}" if p.world_size else ""))
+def _profile_line(p: Any, width: int = 10**6) -> str:
+    """Path, format, ranks, steps, world size, separated by two spaces; broken into lines of `width` only
+    between those fields (a long path gets a line of its own, "world size 8" is never split)."""
+    fields = [p.path, f"[{p.format}]", f"ranks {_f(p.ranks)}", f"steps {_f(p.steps)}"]
+    fields += [f"world size {p.world_size}"] if p.world_size else []
+    lines = [fields[0]]
+    for x in fields[1:]:
+        if len(lines[-1]) + 2 + len(x) <= width:
+            lines[-1] += "  " + x
+        else:
+            lines.append(x)
+    return "\n".join(lines)
 
 
 def tables_for(model: BaseModel) -> list[Table]:
@@ -183,26 +191,36 @@ def render_table(model: BaseModel) -> None:
     from rich.console import Console
     from rich.text import Text
 
+    # Everything printed is Text, never a str: rich would read "[ascend_pt]" in a profile line or a
+    # "[...]" in a path or a kernel name as markup and drop it.
     console = Console()
     prof = getattr(model, "profile", None)
     if prof is not None:
-        console.print(f"[bold]{_profile_line(prof)}[/bold]")
+        console.print(Text(_profile_line(prof, console.width), style="bold"))
     if isinstance(model, m.Comparison):
-        console.print(f"[bold]base[/bold] {model.base.path}  [bold]target[/bold] {model.target.path}")
+        console.print(Text.assemble(("base", "bold"), f" {model.base.path}  ", ("target", "bold"),
+                                    f" {model.target.path}"))
         console.print(Text(f"Verdict: {model.verdict}"), style="bold")
         if model.next_step:
-            console.print(f"next: {model.next_step}")
+            console.print(Text(f"next: {model.next_step}"))
     for t in tables_for(model):
         console.print(fit_table(t, console.width))
         if t.note:
-            console.print(f"  {t.note}")
+            console.print(Text(f"  {t.note}"))
     if isinstance(model, m.IssueReport):
         for i, f in enumerate(model.findings, 1):
             if f.severity != "low":
-                console.print(Text.assemble((f"{i}. ", "bold"), f.message))
+                head = f"{i}. "
+                console.print(Text.assemble((head, "bold"), _hanging(f.message, len(head), console.width)))
                 if f.fixes:
-                    console.print(f"   fixes: {', '.join(f.fixes)}", highlight=False)
-    _print_warnings(getattr(model, "warnings", []), console.print)
+                    head = " " * len(head) + "fixes: "
+                    console.print(Text(head + _hanging(", ".join(f.fixes), len(head), console.width)))
+    _print_warnings(getattr(model, "warnings", []), console)
+
+
+def _hanging(text: str, indent: int, width: int) -> str:
+    """`text` wrapped (`_wrap`) to follow a head of `indent` characters, its other lines indented under it."""
+    return _wrap(text, max(width - indent, 20)).replace("\n", "\n" + " " * indent)
 
 
 def _shown_columns(t: Table, cells: list[list[str]], widths: dict[int, int], width: int) -> tuple[list[int], int]:
@@ -241,9 +259,10 @@ def _flex_widths(needs: dict[int, int], left: int) -> dict[int, int]:
 
 
 class _Wrapper(textwrap.TextWrapper):
-    """Wraps at spaces; a token wider than the line is broken after a list separator (`; , |`:
-    `level0:NA;` / `level1:ring`), a piece still too wide after a `: / =` (`expandable_segments:` /
-    `True`), and folded mid-word only when even that piece is wider than the line."""
+    """Wraps at spaces; a token wider than the line is broken after a list separator (`; , |`, but not
+    the comma of "1,000,000": `level0:NA;` / `level1:ring`), a piece still too wide after a `: / =`
+    . (`expandable_segments:` / `True`, `torch_npu.` / `npu_add_layer_norm`), and folded mid-word only when even that piece is wider than the
+    line."""
 
     def _split(self, text: str) -> list[str]:
         out = []
@@ -256,8 +275,9 @@ class _Wrapper(textwrap.TextWrapper):
             super()._handle_long_word(reversed_chunks, cur_line, cur_len, width)
 
 
-_LIST_CHUNK = re.compile(r"\s+|[^\s;,|]*[;,|]+|[^\s;,|]+")
-_PART_CHUNK = re.compile(r"[^:/=]*[:/=]+|[^:/=]+")
+# a comma before a digit is inside a number ("1,000,000") or a shape ("4,2048"), not a list separator
+_LIST_CHUNK = re.compile(r"\s+|(?:[^\s;,|]|,(?=\d))*(?:[;|]|,(?!\d))+|(?:[^\s;,|]|,(?=\d))+")
+_PART_CHUNK = re.compile(r"[^:/=.]*[:/=.]+|[^:/=.]+")
 
 
 def _wrap(text: str, width: int) -> str:
@@ -275,12 +295,13 @@ def _column_width(t: Table, cells: list[list[str]], i: int) -> int:
 def fit_table(t: Table, width: int) -> Any:
     """`t` as a rich Table fitted to `width` columns of terminal (see the module docstring)."""
     from rich.table import Table as RichTable
+    from rich.text import Text
 
     cells = [[str(x) for x in r] for r in t.rows]
     widths = {i: _column_width(t, cells, i) for i, h in enumerate(t.header) if h not in t.text + t.names}
     shown, left = _shown_columns(t, cells, widths, width)
     flex = _flex_widths({i: _column_width(t, cells, i) for i in shown if i not in widths}, left)
-    rt = RichTable(title=t.title, title_justify="left", show_lines=False)
+    rt = RichTable(title=Text(t.title), title_justify="left", show_lines=False)
     for i in shown:
         h = t.header[i]
         label = _label(h, t.title)
@@ -293,7 +314,7 @@ def fit_table(t: Table, width: int) -> Any:
                       justify="right" if numeric else "left")
     _shorten_names(t, cells, flex)
     for r in cells:
-        rt.add_row(*[_wrap(r[i], flex[i]) if t.header[i] in t.text else r[i] for i in shown])
+        rt.add_row(*[Text(_wrap(r[i], flex[i]) if t.header[i] in t.text else r[i]) for i in shown])
     return rt
 
 
@@ -310,12 +331,16 @@ def _shorten_names(t: Table, cells: list[list[str]], width: int | dict[int, int]
                 r[i] = name
 
 
-def _print_warnings(warnings: Iterable[str], out) -> None:
+def _print_warnings(warnings: Iterable[str], console: Any) -> None:
+    """Each warning as a hanging "  - " item; as plain Text, since a warning quotes file names and cells
+    that may hold rich markup ("[red]")."""
+    from rich.text import Text
+
     ws = list(warnings)
     if ws:
-        out("warnings:")
+        console.print("warnings:")
         for w in ws:
-            out(f"  - {w}")
+            console.print(Text("  - " + _hanging(w, 4, console.width)))
 
 
 def render_markdown(model: BaseModel) -> str:
