@@ -5,11 +5,14 @@ rich table on a terminal or as Markdown (for chat, PR comments and `--format mar
 
 On a terminal a table is fitted to the console's width (80 columns when output is piped; left to rich,
 the 10-column findings table folds every cell to a few letters): short columns (ranks, numbers, check
-ids) never wrap and get the width they need; free-text columns (`Table.text`) wrap in the width
-left; name columns (`Table.names`: kernel and op names, C++ signatures of hundreds of characters) are
-shortened to it on one line (`display_name`); and the columns in `Table.optional` are left out, first
-listed first, while the rest does not fit (or always when nothing in them is known). Headers are the
-JSON field names made readable (`_label`). JSON output is never shortened.
+ids) never wrap and get the width they need; the width left goes to the free-text columns
+(`Table.text`) and name columns (`Table.names`: kernel and op names, C++ signatures of hundreds of
+characters), narrowest first, each its need or an equal share of the rest (`_flex_widths`). Text
+wraps at spaces, then inside long values at separators (`_Wrapper`); names are shortened to one line
+(`display_name`). The columns in `Table.optional` are left out, first listed first, while the rest
+does not fit (or always when nothing in them is known). Headers are the JSON field names made
+readable (`_label`). Everything is printed as rich `Text`, never as markup. JSON output is never
+shortened.
 """
 
 from __future__ import annotations
@@ -82,7 +85,7 @@ def _label(header: str, title: str) -> str:
     return h[:-3] if "(ms)" in title and h.endswith(" ms") else h
 
 
-def _profile_line(p: Any, width: int = 10**6) -> str:
+def _profile_line(p: Any, width: int) -> str:
     """Path, format, ranks, steps, world size, separated by two spaces; broken into lines of `width` only
     between those fields (a long path gets a line of its own, "world size 8" is never split)."""
     fields = [p.path, f"[{p.format}]", f"ranks {_f(p.ranks)}", f"steps {_f(p.steps)}"]
@@ -259,10 +262,10 @@ def _flex_widths(needs: dict[int, int], left: int) -> dict[int, int]:
 
 
 class _Wrapper(textwrap.TextWrapper):
-    """Wraps at spaces; a token wider than the line is broken after a list separator (`; , |`, but not
-    the comma of "1,000,000": `level0:NA;` / `level1:ring`), a piece still too wide after a `: / =`
-    . (`expandable_segments:` / `True`, `torch_npu.` / `npu_add_layer_norm`), and folded mid-word only when even that piece is wider than the
-    line."""
+    """Wraps at spaces. A token wider than the line is broken after a list separator `; , |` (not the
+    comma of "1,000,000"): `level0:NA;` / `level1:ring`; a piece still too wide, after a `: / = .`:
+    `expandable_segments:` / `True`, `torch_npu.` / `npu_add_layer_norm`; and a piece wider than the line
+    is folded mid-word, from the start of a line of its own."""
 
     def _split(self, text: str) -> list[str]:
         out = []
