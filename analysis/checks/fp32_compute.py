@@ -37,6 +37,7 @@ import pandas as pd
 from ..models import Finding
 from ..thresholds import T
 from ._common import (
+    by_rank,
     by_value,
     fmt_ms,
     in_steps_mask,
@@ -245,18 +246,15 @@ class Fp32ComputeCheck(Check):
         filtered = np.isin(rank, np.intersect1d(stepped, np.fromiter(n_windows, dtype=np.int64)))
         keep = ~filtered | in_steps_mask(rank, step, windows)
         pos = np.flatnonzero(keep)
-        pos = pos[np.argsort(rank[pos], kind="stable")]
-        rank_sorted = rank[pos]
+        order, slices = by_rank(rank[pos])
+        pos = pos[order]
         prec = ops["precision"].to_numpy(dtype=object)[pos]
         # a kernel whose precision neither its name nor its launching op tells is left out of the share
         known = prec != "unknown"
         full = known & ((prec == "fp32") | (prec == "fp64"))
         dur = ops["dur_ns"].to_numpy()[pos]
-        rs = np.unique(rank_sorted)
-        cuts = [*np.searchsorted(rank_sorted, rs, side="left").tolist(), rank_sorted.size]
         out: dict[int, tuple[pd.DataFrame, pd.DataFrame, float, float, float, float]] = {}
-        for k, r in enumerate(rs.tolist()):
-            i, j = cuts[k], cuts[k + 1]
+        for r, i, j in slices:
             d, kn, fu = dur[i:j], known[i:j], full[i:j]
             total = float(series_sum(d[kn]))
             if total <= 0:
@@ -267,7 +265,7 @@ class Fp32ComputeCheck(Check):
                 continue
             unknown_ns = float(series_sum(d[~kn]))
             sub = ops.iloc[pos[i:j]]
-            out[int(r)] = (sub[kn], sub[fu], share, total, unknown_ns, fp32_ns)
+            out[r] = (sub[kn], sub[fu], share, total, unknown_ns, fp32_ns)
         return out
 
     @staticmethod

@@ -22,6 +22,7 @@ from ..models import Finding
 from ..thresholds import T
 from ._common import (
     STEP_BITS,
+    by_rank,
     columns,
     fmt_ms,
     in_steps_mask,
@@ -79,15 +80,15 @@ class OpCompileCheck(Check):
             return []
         n_windows = window_counts(windows)
         # each rank's rows in their query order, for the float mean (pandas sums them in that order)
-        by_rank = np.argsort(rank, kind="stable")
-        rank_s = rank[by_rank]
+        rank_order, slices = by_rank(rank)
+        rows_of = {r: (i, j) for r, i, j in slices}
         per_rank: dict[int, dict[str, Any]] = {}
         for r in fired_ranks.tolist():
             gi, gj = np.searchsorted(g_rank, [r, r + 1])
             cnt, tot, stp = g_count[gi:gj], g_sum[gi:gj], g_step[gi:gj]
             hit = cnt >= thr
-            i, j = np.searchsorted(rank_s, [r, r + 1])
-            d = dur[by_rank[i:j]]
+            i, j = rows_of[r]
+            d = dur[rank_order[i:j]]
             n = max(n_windows.get(r, 0), 1)
             per_rank[r] = {
                 "steps": stp[hit].tolist(),
