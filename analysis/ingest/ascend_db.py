@@ -178,6 +178,11 @@ def _ms_ns(v: Any) -> int | None:
     return None if f is None else round(f * 1_000_000)
 
 
+def _ms_ns_column(values: list[Any]) -> list[int | None]:
+    """`_ms_ns` of each value, a column at a time (`_floats`)."""
+    return [None if f is None else round(f * 1_000_000) for f in _floats(values)]
+
+
 def _step_number(s: Any) -> int | None:
     """The step number in a step text ("step3", "3", 3), None when it has no digits."""
     m = _DIGITS_RE.search(str(s or ""))
@@ -1131,14 +1136,13 @@ class _DbReader:
             moved: dict[int, dict[str, int]] = {}   # comm op index -> transport -> bytes
             bands: list[tuple[Any, ...]] = []
             packets: list[tuple[Any, ...]] = []
-            sizes, times, pkts = _floats(d["size"]), _floats(d["time"]), _floats(d["pkt"])
+            sizes, transits, pkts = _floats(d["size"]), _ms_ns_column(d["time"]), _floats(d["pkt"])
             groups, step_nos = _mapped(d["group"], _group_id), _mapped(d["step"], _step_number)
             for k, (op_v, tr_v, stp) in enumerate(zip(d["op"], d["transport"], d["step"], strict=False)):
                 op = str(op_v)
                 if op.lower().startswith("total"):
                     continue
-                size, time = sizes[k], times[k]
-                transit = None if time is None else round(time * 1_000_000)
+                size, transit = sizes[k], transits[k]
                 if not size and not transit:
                     continue     # transports the op did not use (as the text reader skips them)
                 grp = groups[k]
@@ -1184,7 +1188,7 @@ class _DbReader:
                     "group_name": _mapped(d["group"], _group_id), "src_rank": src, "dst_rank": dst,
                     "transport": d["transport"],
                     "size_bytes": [None if f is None else round(f * COMM_MB) for f in _floats(d["size"])],
-                    "transit_ns": [None if f is None else round(f * 1_000_000) for f in _floats(d["time"])],
+                    "transit_ns": _ms_ns_column(d["time"]),
                     "bandwidth_gbps": _floats(d["bw"])})
                 t.has("comm_matrix")
         return extra
