@@ -30,7 +30,7 @@ import jinja2
 
 from .. import __version__
 from ..analysis.ingest.base import ProfileError
-from ..analysis.metrics.breakdown import BreakdownRow, standing_out
+from ..analysis.metrics.breakdown import BreakdownRow, per_step, standing_out
 from ..analysis.models import Finding
 from ..analysis.store import Profile
 from . import api
@@ -95,10 +95,6 @@ class Chart:
     data: dict[str, str] = field(default_factory=dict)
 
 
-def _mean(x: float | None, n: int) -> float | None:
-    return None if x is None or not n else x / n
-
-
 def _nice_max(v: float) -> float:
     """A round axis maximum >= v (1, 2, 2.5, 5 x 10^k)."""
     if v <= 0:
@@ -125,11 +121,10 @@ def breakdown_chart(totals: list[BreakdownRow]) -> Chart | None:
         return None
     means = []
     for t in rows:
-        n = t.steps or 1
-        step = _mean(t.step_ms, n) or 0.0
-        comp = _mean(t.compute_ms, n) or 0.0
-        comm = _mean(t.comm_not_overlapped_ms, n) or 0.0
-        free = _mean(t.free_ms, n) or 0.0
+        step = per_step(t.step_ms, t.steps) or 0.0
+        comp = per_step(t.compute_ms, t.steps) or 0.0
+        comm = per_step(t.comm_not_overlapped_ms, t.steps) or 0.0
+        free = per_step(t.free_ms, t.steps) or 0.0
         other = max(step - comp - comm - free, 0.0)
         means.append((t.rank, step, {"compute": comp, "comm": comm, "free": free, "other": other}))
     top = _nice_max(max(max(step, sum(seg.values())) for _, step, seg in means))
@@ -426,16 +421,15 @@ def render_report(profile: api.ProfileRef, compare_base: api.ProfileRef | None =
             if (h := heatmap(bd.rows, metric, bd.totals)) is not None:
                 heatmaps.append(h)
         for t in bd.totals:
-            n = t.steps or 1
             rank_rows.append(
                 {
                     "rank": t.rank,
                     "steps": t.steps,
-                    "step": _mean(t.step_ms, n),
-                    "compute": _mean(t.compute_ms, n),
-                    "comm": _mean(t.communication_ms, n),
-                    "exposed": _mean(t.comm_not_overlapped_ms, n),
-                    "free": _mean(t.free_ms, n),
+                    "step": per_step(t.step_ms, t.steps),
+                    "compute": per_step(t.compute_ms, t.steps),
+                    "comm": per_step(t.communication_ms, t.steps),
+                    "exposed": per_step(t.comm_not_overlapped_ms, t.steps),
+                    "free": per_step(t.free_ms, t.steps),
                 }
             )
     warnings = list(dict.fromkeys([*prof.warnings, *(rep.warnings if rep else []), *section_warnings]))

@@ -223,7 +223,7 @@ def standing_out(totals: list[BreakdownRow], keep: int) -> list[BreakdownRow]:
         return totals
     import statistics
 
-    means = {f: [_per_step(getattr(t, f), t.steps) for t in totals] for f in _SELECTION_FIELDS}
+    means = {f: [per_step(getattr(t, f), t.steps) for t in totals] for f in _SELECTION_FIELDS}
     score = [0.0] * len(totals)
     for vals in means.values():
         known = [v for v in vals if v is not None]
@@ -240,7 +240,8 @@ def standing_out(totals: list[BreakdownRow], keep: int) -> list[BreakdownRow]:
     return [t for t in totals if t.rank in keep_ids]
 
 
-def _per_step(x: float | None, steps: int | None) -> float | None:
+def per_step(x: float | None, steps: int | None) -> float | None:
+    """A per-rank total (a `totals()` field, ms) as a mean per step over the rank's `steps` (none: 1)."""
     return None if x is None else x / (steps or 1)
 
 
