@@ -313,8 +313,7 @@ def fit_table(t: Table, width: int) -> Any:
                           overflow="ellipsis" if h in t.names else "fold")
             continue
         numeric = bool(cells) and all(_NUMBER.fullmatch(r[i]) for r in cells)
-        rt.add_column("\n".join(textwrap.wrap(label, widths[i], break_on_hyphens=False)) or label, no_wrap=True,
-                      justify="right" if numeric else "left")
+        rt.add_column(_wrap(label, widths[i]) or label, no_wrap=True, justify="right" if numeric else "left")
     _shorten_names(t, cells, flex)
     for r in cells:
         rt.add_row(*[Text(_wrap(r[i], flex[i]) if t.header[i] in t.text else r[i]) for i in shown])
