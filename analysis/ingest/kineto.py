@@ -237,6 +237,7 @@ class _Args(msgspec.Struct, gc=False, frozen=True):
 
 
 _NO_ARGS = _Args()
+_EMPTY_RAW = msgspec.Raw()
 
 
 class _Fields(msgspec.Struct, gc=False):
@@ -410,6 +411,7 @@ class _Doc:
 
     meta: dict[str, Any] = field(default_factory=dict)
     top_level_list: bool = False
+    head: bytes = b""  # what was read before falling back to the whole-document decode
 
 
 class _Source:
@@ -498,8 +500,13 @@ def _split_array_end(piece: bytes, e: Exception) -> int | None:
     return None
 
 
-def _iter_events(src: _Source, doc: _Doc) -> Iterator[list[_Event]]:
-    """Yield lists of events in file order, filling `doc` with the top-level metadata."""
+def _open_array(src: _Source, doc: _Doc) -> tuple[bytearray, int] | None:
+    """Read the head of the document up to the first element of the event list.
+
+    Returns the bytes read so far and the offset just past the list's `[` (filling `doc.meta` with the
+    keys before `traceEvents`, or setting `doc.top_level_list`), or None when the layout needs the
+    whole-document fallback (no `"traceEvents"` key in the first 64 MiB, or the key inside a string);
+    the bytes read are then in `doc.head`."""
     buf = bytearray()
     while len(buf) < (1 << 16) and (data := src.read(_BLOCK)):
         buf += data
@@ -536,11 +543,20 @@ def _iter_events(src: _Source, doc: _Doc) -> Iterator[list[_Event]]:
                     except msgspec.DecodeError:
                         pos = -1  # the key was inside a string: fall back
         if pos < 0:
-            yield from _whole_document(src, bytes(buf[i:]) + src.read_all(), doc)
-            return
+            doc.head = bytes(buf[i:])
+            return None
     else:
         raise ProfileError(src.path, f"invalid JSON: expected '{{' or '[' at byte {i}, found {chr(first)!r}")
+    return buf, pos
 
+
+def _iter_events(src: _Source, doc: _Doc) -> Iterator[list[_Event]]:
+    """Yield lists of events in file order, filling `doc` with the top-level metadata."""
+    opened = _open_array(src, doc)
+    if opened is None:
+        yield from _whole_document(src, doc.head + src.read_all(), doc)
+        return
+    buf, pos = opened
     base = 0  # offset of buf[0] in the decompressed stream
     while True:
         if not src.eof and len(buf) - pos < _PIECE:
@@ -703,11 +719,31 @@ def _int_column(values: list[Any]) -> np.ndarray:
         return np.array([v if type(v) is int and -(2**63) <= v < 2**63 else _NONE for v in values], dtype=np.int64)
 
 
+def _lists_only(raws: list[msgspec.Raw]) -> list[msgspec.Raw]:
+    """The raw `Input Dims` / `Input type` values made canonical: a value that is not a JSON list (a
+    string, null) counts as absent, as the loose decode has it, and a list written with newlines, tabs
+    or escapes (a pretty-printed trace) is re-encoded compactly, as the loose decode does, so a value
+    gives the same text whichever decode read its piece (and on the native path)."""
+    out = []
+    for r in raws:
+        if r:
+            b = bytes(r)
+            if b[0] != 0x5B:
+                r = _EMPTY_RAW
+            elif any(c in b for c in _NOT_COMPACT):
+                r = msgspec.Raw(msgspec.json.encode(_ANY.decode(b)))
+        out.append(r)
+    return out
+
+
+_NOT_COMPACT = (b"\n", b"\r", b"\t", b"\\")
+
+
 def _shape_texts(raws: list[msgspec.Raw], intern: dict[str, str | None]) -> list[str | None]:
     """Input Dims JSON -> text, e.g. `[[4096, 1000], [1000, 4000]]` -> "4096,1000;1000,4000" (tensors split
     by ';' like Ascend; a scalar input is an empty field; nested tensor lists are flattened). Done on one
     blob per piece (bytes.join takes the Raw buffers directly) so no Python code runs per value; equal
-    texts share one str. An absent arg, or no inputs at all, gives None."""
+    texts share one str. An absent arg, a value that is not a list, or no inputs at all, gives None."""
     blob = b"\x01".join(raws).replace(b" ", b"").replace(b"],[", b";").translate(None, b"[]")
     parts = blob.decode("utf-8", "replace").split("\x01")
     return list(map(intern.setdefault, parts, parts))
@@ -739,7 +775,7 @@ class _Columns:
         return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
 
-_HOST_COLS = ("name", "cat", "tid", "ts", "dur", "corr", "ext", "dims", "types")
+_HOST_COLS = ("name", "cat", "tid", "ts", "dur", "corr", "ext", "dims", "types", "stack")
 _DEV_COLS = ("name", "task", "stream", "device", "ts", "dur", "corr", "ext", "grid", "nbytes")
 _NONE = -(2**62)  # sentinel for "absent" in int64 columns
 
@@ -774,7 +810,8 @@ class _Folder:
         self.host = _Columns(_HOST_COLS)
         self.dev = _Columns(_DEV_COLS)
         self.name_ids: dict[str, int] = {}
-        self.h_stack: dict[int, str] = {}
+        # call stacks interned like names; the host column "stack" holds their ids (-1: none)
+        self.stack_ids: dict[str, int] = {}
         self.h_comm: dict[int, _Comm] = {}
         self.d_comm: dict[int, _Comm] = {}
         # interned shape / dtype texts (they repeat every step); "" (absent, or no inputs) -> None
@@ -855,21 +892,20 @@ class _Folder:
         cols["corr"].append(_int_column([a.correlation for a in args]))
         cols["ext"].append(_int_column([a.external_id for a in args]))
         dims = [a.input_dims for a in args]
-        if any(dims):
+        if any(dims) and any(dims := _lists_only(dims)):
             cols["dims"].append(_shape_texts(dims, self.texts))
-            cols["types"].append(_type_texts([a.input_type for a in args], self.texts))
+            cols["types"].append(_type_texts(_lists_only([a.input_type for a in args]), self.texts))
             self.has_shapes = True
         else:
             cols["dims"].append([None] * len(hl))
             cols["types"].append([None] * len(hl))
-        for i in [i for i, a in enumerate(args) if a.call_stack or a.collective is not None
-                  or a.in_nelems is not None]:
+        sids = self.stack_ids
+        cols["stack"].append(np.array([sids.setdefault(a.call_stack, len(sids)) if a.call_stack else -1
+                                       for a in args], dtype=np.int32))
+        for i in [i for i, a in enumerate(args) if a.collective is not None or a.in_nelems is not None]:
             a = args[i]
-            if a.call_stack:
-                self.h_stack[base + i] = a.call_stack
-            if a.collective is not None or a.in_nelems is not None:
-                self.h_comm[base + i] = _Comm(a.collective, a.in_nelems, a.out_nelems, a.dtype,
-                                              None if a.pg_name is None else str(a.pg_name))
+            self.h_comm[base + i] = _Comm(a.collective, a.in_nelems, a.out_nelems, a.dtype,
+                                          None if a.pg_name is None else str(a.pg_name))
         self.host.n = base + len(hl)
 
     def _fold_device(self, dl: list[_Event], codes: list[int], ts: list[float], dur: list[float]) -> None:
@@ -989,21 +1025,35 @@ def read_rank(src: RankSource) -> RankTables:
     path = Path(src.path)
     rank = src.rank if src.rank is not None else 0
     tables = RankTables(rank)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # millions of short-lived allocations, no cycles: the cyclic GC would only cost time
+    try:
+        from . import kineto_scan  # the native path; it imports this module
+
+        scanned = None
+        if kineto_scan.available():
+            with contextlib.suppress(kineto_scan.Fallback):
+                scanned = kineto_scan.scan(path)
+        doc, folder = scanned or _read_events(path)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    _build(tables, src, path, doc, folder)
+    return tables
+
+
+def _read_events(path: Path) -> tuple[_Doc, _Folder]:
+    """The msgspec path: typed decode of pieces of the event list, folded one piece at a time."""
     doc = _Doc()
     folder = _Folder()
     source = _Source(path)
-    gc_was_enabled = gc.isenabled()
-    gc.disable()  # millions of short-lived allocations, no cycles: the cyclic GC would only cost time
     try:
         for evs in _iter_events(source, doc):
             folder.fold(evs)
             del evs
     finally:
         source.close()
-        if gc_was_enabled:
-            gc.enable()
-    _build(tables, src, path, doc, folder)
-    return tables
+    return doc, folder
 
 
 def _build(t: RankTables, src: RankSource, path: Path, doc: _Doc, f: _Folder) -> None:
@@ -1158,7 +1208,7 @@ def _build(t: RankTables, src: RankSource, path: Path, doc: _Doc, f: _Folder) ->
     else:
         origin = None
     ws = dist.get("world_size")
-    with_stack = bool(meta.get("with_stack")) or bool(f.h_stack) or bool((h_cat == _H_PYTHON).any())
+    with_stack = bool(meta.get("with_stack")) or bool(f.stack_ids) or bool((h_cat == _H_PYTHON).any())
     t.add("ranks", rank=rank, source_path=str(path), format="kineto", vendor=vendor, framework="pytorch",
           framework_version=None, device_name=prop.get("name") if prop else None,
           device_id=device_id if device_id is not None else (prop.get("id") if prop else None),
@@ -1252,8 +1302,8 @@ def _build(t: RankTables, src: RankSource, path: Path, doc: _Doc, f: _Folder) ->
         # still costs the insert a pass over every row)
         if f.has_shapes:
             host["input_dims"], host["input_types"] = h.column("dims", None), h.column("types", None)
-        if f.h_stack:
-            host["call_stack"] = _sparse_text(nh, f.h_stack)
+        if f.stack_ids:
+            host["call_stack"] = Coded(h.column("stack", np.int32), list(f.stack_ids))
         if f.h_comm:
             msg = np.full(nh, _NONE, dtype=np.int64)
             for i, c in f.h_comm.items():

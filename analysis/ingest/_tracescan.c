@@ -1,0 +1,1019 @@
+/*
+ * _tracescan: Chrome trace-format events (Kineto, torch_npu trace_view.json) straight into columns.
+ *
+ * Why native: a Python reader of these files spends its time creating a Python object for every event
+ * and every field (msgspec's typed decode is already the fastest way to do that) and then walking those
+ * objects again to build columns. This scanner walks the JSON bytes once and appends each stored field
+ * of each complete ("X") or instant ("i") event to a growable C array; strings are interned in a hash
+ * table, so a name or a call stack becomes a Python str once per distinct text, not once per event.
+ *
+ * It is deliberately narrow. It reads the elements of the `traceEvents` array (the caller finds the
+ * array and reads the keys around it) and never composes an error message: anything it does not fully
+ * understand is handed back to the caller, which owns the reference (msgspec) path:
+ *   - MALFORMED: the bytes are not valid JSON (or not an array of objects) at `pos`; the caller decodes
+ *     with msgspec, which reports the error exactly as it always has;
+ *   - ODD: one complete/instant event has a stored field of a type the typed decode would reject (a
+ *     string `ts`, a float correlation id, a null name...); the caller decodes just that element with
+ *     the loose path, so coercion stays in one place;
+ *   - NEED_MORE: the buffer ends inside an element; the caller appends the next block and calls again.
+ *
+ * Columns (one row per kept event, in file order), returned by `take()` as bytearrays (writable numpy
+ * views) together with the strings interned since the previous `take()`:
+ *   ph (uint8), cat / name (int32 string ids, -1 absent), pid / tid (int64 or NONE, plus int32 string
+ *   id or -1 when the value is a string), ts / dur (float64 µs, NaN when absent or null), then per
+ *   argument spec one int64 column (kinds INT, INTSTR, GRID) and/or one int32 string-id column (STR,
+ *   INTSTR, DIMS, TYPES).
+ * Number parsing: integers exactly to int64 (larger: ODD where an int is stored); floats by Clinger's
+ * exact fast path (<= 15 significant digits, |exp10| <= 22: one correctly rounded multiply or divide),
+ * else by CPython's correctly rounded PyOS_string_to_double: the same double msgspec gives.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#define NONE_I64 (-(INT64_C(1) << 62)) /* the reader's "absent" sentinel in int64 columns */
+
+enum { ST_NEED_MORE = 0, ST_DONE = 1, ST_ODD = 2, ST_MALFORMED = 3 };
+enum { K_INT = 0, K_STR = 1, K_INTSTR = 2, K_DIMS = 3, K_TYPES = 4, K_GRID = 5 };
+enum { J_OK = 0, J_MORE = 1, J_BAD = 2 };
+enum { S_FIRST = 0, S_SEP = 1, S_ELEM = 2 };
+
+#define MAX_ARGS 48
+#define MAX_DEPTH 512
+
+typedef struct {
+    char *data;
+    size_t item, cap; /* item size, capacity in items */
+} Col;
+
+typedef struct {
+    char key[64];
+    Py_ssize_t klen;
+    int kind;
+    int nullable;
+    int64_t dflt;
+    int ci, cs; /* index of its int64 / string-id column, -1 if none */
+} ArgSpec;
+
+typedef struct {
+    uint64_t hash;
+    size_t off, len; /* into the arena */
+    int32_t id;
+} Slot;
+
+typedef struct {
+    PyObject_HEAD
+    /* columns */
+    Col *cols;
+    int ncols;
+    size_t nrows, rowcap;
+    /* argument specs */
+    ArgSpec args[MAX_ARGS];
+    int nargs;
+    /* interning */
+    Slot *slots;
+    size_t nslots, nused;
+    char *arena;
+    size_t arena_len, arena_cap;
+    PyObject *strs; /* list of str, index = id */
+    Py_ssize_t reported;
+    /* scratch for unescaped strings and transformed raw values */
+    char *sbuf, *tbuf;
+    size_t scap, tcap;
+    int state;
+    int final;
+} Scanner;
+
+/* fixed columns */
+enum { C_PH, C_CAT, C_NAME, C_PID_I, C_PID_S, C_TID_I, C_TID_S, C_TS, C_DUR, C_FIXED };
+
+/* ---------------------------------------------------------------------------------------------- */
+/* growable buffers                                                                                */
+
+static int grow(char **buf, size_t *cap, size_t need) {
+    if (need <= *cap) return 0;
+    size_t n = *cap ? *cap : 256;
+    while (n < need) n *= 2;
+    char *p = PyMem_Realloc(*buf, n);
+    if (!p) { PyErr_NoMemory(); return -1; }
+    *buf = p;
+    *cap = n;
+    return 0;
+}
+
+static int reserve_row(Scanner *s) {
+    if (s->nrows < s->rowcap) return 0;
+    size_t n = s->rowcap ? s->rowcap * 2 : 4096;
+    for (int c = 0; c < s->ncols; c++) {
+        char *p = PyMem_Realloc(s->cols[c].data, n * s->cols[c].item);
+        if (!p) { PyErr_NoMemory(); return -1; }
+        s->cols[c].data = p;
+        s->cols[c].cap = n;
+    }
+    s->rowcap = n;
+    return 0;
+}
+
+#define COL_I64(s, c) (((int64_t *)(s)->cols[c].data)[(s)->nrows])
+#define COL_I32(s, c) (((int32_t *)(s)->cols[c].data)[(s)->nrows])
+#define COL_F64(s, c) (((double *)(s)->cols[c].data)[(s)->nrows])
+#define COL_U8(s, c) (((uint8_t *)(s)->cols[c].data)[(s)->nrows])
+
+/* ---------------------------------------------------------------------------------------------- */
+/* interning                                                                                       */
+
+static uint64_t hash_bytes(const char *p, size_t n) {
+    /* FNV-1a over 8-byte words, then a final mix: fast on long call stacks, good enough spread */
+    uint64_t h = 1469598103934665603ULL ^ (n * 0x9E3779B97F4A7C15ULL);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h = (h ^ w) * 1099511628211ULL;
+        h ^= h >> 29;
+    }
+    uint64_t w = 0;
+    memcpy(&w, p + i, n - i);
+    h = (h ^ w) * 1099511628211ULL;
+    h ^= h >> 32;
+    h *= 0xD6E8FEB86659FD93ULL;
+    h ^= h >> 32;
+    return h;
+}
+
+static int rehash(Scanner *s) {
+    size_t n = s->nslots ? s->nslots * 2 : 1024;
+    Slot *t = PyMem_Calloc(n, sizeof(Slot));
+    if (!t) { PyErr_NoMemory(); return -1; }
+    for (size_t i = 0; i < n; i++) t[i].id = -1;
+    for (size_t i = 0; i < s->nslots; i++) {
+        if (s->slots[i].id < 0) continue;
+        size_t j = s->slots[i].hash & (n - 1);
+        while (t[j].id >= 0) j = (j + 1) & (n - 1);
+        t[j] = s->slots[i];
+    }
+    PyMem_Free(s->slots);
+    s->slots = t;
+    s->nslots = n;
+    return 0;
+}
+
+/* id of the text p[0:n]; -2 when it is not valid UTF-8 (the event becomes ODD); -3 on memory error */
+static int32_t intern(Scanner *s, const char *p, size_t n) {
+    if ((s->nused + 1) * 2 > s->nslots && rehash(s) < 0) return -3;
+    uint64_t h = hash_bytes(p, n);
+    size_t j = h & (s->nslots - 1);
+    while (s->slots[j].id >= 0) {
+        Slot *e = &s->slots[j];
+        if (e->hash == h && e->len == n && memcmp(s->arena + e->off, p, n) == 0) return e->id;
+        j = (j + 1) & (s->nslots - 1);
+    }
+    PyObject *str = PyUnicode_DecodeUTF8(p, (Py_ssize_t)n, "strict");
+    if (!str) {
+        if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) { PyErr_Clear(); return -2; }
+        return -3;
+    }
+    if (PyList_Append(s->strs, str) < 0) { Py_DECREF(str); return -3; }
+    Py_DECREF(str);
+    if (grow(&s->arena, &s->arena_cap, s->arena_len + n + 1) < 0) return -3;
+    memcpy(s->arena + s->arena_len, p, n);
+    Slot *e = &s->slots[j];
+    e->hash = h;
+    e->off = s->arena_len;
+    e->len = n;
+    e->id = (int32_t)(PyList_GET_SIZE(s->strs) - 1);
+    s->arena_len += n;
+    s->nused++;
+    return e->id;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* JSON primitives. Each takes the cursor by pointer and returns J_OK, J_MORE (the buffer ends  */
+/* inside the value) or J_BAD (not JSON).                                                          */
+
+typedef struct {
+    const char *p, *end;
+} Cur;
+
+static inline void ws(Cur *c) {
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\n' || *c->p == '\r' || *c->p == '\t')) c->p++;
+}
+
+static int hexval(char ch) {
+    if (ch >= '0' && ch <= '9') return ch - '0';
+    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+    return -1;
+}
+
+/* A string at c->p (which is '"'). On J_OK *out / *n give its decoded bytes: a pointer into the input
+ * when it has no escapes, else into s->sbuf. *surrogate is set when an escape encodes a UTF-16
+ * surrogate (left to the reference path). When `want` is 0 the string is only validated and skipped. */
+static int string(Scanner *s, Cur *c, const char **out, size_t *n, int want, int *surrogate) {
+    const char *p = c->p + 1, *start = p;
+    for (;;) {
+        /* fast run to the next quote, backslash or control character */
+        while (p < c->end && *p != '"' && *p != '\\' && (unsigned char)*p >= 0x20) p++;
+        if (p >= c->end) return J_MORE;
+        if (*p == '"') {
+            if (want) { *out = start; *n = (size_t)(p - start); }
+            c->p = p + 1;
+            return J_OK;
+        }
+        if (*p != '\\') return J_BAD; /* raw control character */
+        break;
+    }
+    /* has escapes: decode into sbuf */
+    size_t len = 0;
+    p = start;
+    while (1) {
+        if (p >= c->end) return J_MORE;
+        unsigned char ch = (unsigned char)*p;
+        if (ch == '"') break;
+        if (ch < 0x20) return J_BAD;
+        if (want && grow(&s->sbuf, &s->scap, len + 8) < 0) return -1;
+        if (ch != '\\') {
+            if (want) s->sbuf[len++] = (char)ch;
+            p++;
+            continue;
+        }
+        if (p + 1 >= c->end) return J_MORE;
+        char e = p[1];
+        p += 2;
+        char lit = 0;
+        switch (e) {
+        case '"': lit = '"'; break;
+        case '\\': lit = '\\'; break;
+        case '/': lit = '/'; break;
+        case 'b': lit = '\b'; break;
+        case 'f': lit = '\f'; break;
+        case 'n': lit = '\n'; break;
+        case 'r': lit = '\r'; break;
+        case 't': lit = '\t'; break;
+        case 'u': {
+            if (p + 4 > c->end) return J_MORE;
+            int v = 0;
+            for (int k = 0; k < 4; k++) {
+                int h = hexval(p[k]);
+                if (h < 0) return J_BAD;
+                v = v * 16 + h;
+            }
+            p += 4;
+            if (v >= 0xD800 && v <= 0xDFFF) {
+                *surrogate = 1; /* pairs and lone halves: the reference decoder decides */
+                v = '?';
+            }
+            if (want) {
+                if (v < 0x80) s->sbuf[len++] = (char)v;
+                else if (v < 0x800) {
+                    s->sbuf[len++] = (char)(0xC0 | (v >> 6));
+                    s->sbuf[len++] = (char)(0x80 | (v & 0x3F));
+                } else {
+                    s->sbuf[len++] = (char)(0xE0 | (v >> 12));
+                    s->sbuf[len++] = (char)(0x80 | ((v >> 6) & 0x3F));
+                    s->sbuf[len++] = (char)(0x80 | (v & 0x3F));
+                }
+            }
+            continue;
+        }
+        default: return J_BAD;
+        }
+        if (want) s->sbuf[len++] = lit;
+    }
+    if (want) { *out = s->sbuf; *n = len; }
+    c->p = p + 1;
+    return J_OK;
+}
+
+typedef struct {
+    int is_int;   /* no fraction, no exponent */
+    int big;      /* an integer beyond int64 */
+    int64_t i;
+    double d;
+} Num;
+
+static const double POW10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+                               1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+static int number(Scanner *s, Cur *c, Num *out) {
+    const char *p = c->p, *begin = p;
+    int neg = 0;
+    if (*p == '-') { neg = 1; p++; }
+    if (p >= c->end) return J_MORE;
+    uint64_t mant = 0;
+    int digits = 0, dropped = 0, exp10 = 0, overflow = 0;
+    if (*p == '0') {
+        p++;
+    } else if (*p >= '1' && *p <= '9') {
+        while (p < c->end && *p >= '0' && *p <= '9') {
+            if (digits < 19) { mant = mant * 10 + (uint64_t)(*p - '0'); digits++; }
+            else { dropped++; overflow = 1; }
+            p++;
+        }
+    } else {
+        return J_BAD;
+    }
+    exp10 = dropped;
+    int is_int = 1;
+    if (p < c->end && *p == '.') {
+        is_int = 0;
+        p++;
+        const char *f = p;
+        while (p < c->end && *p >= '0' && *p <= '9') {
+            if (digits < 19 && !(mant == 0 && *p == '0' && digits == 0)) {
+                mant = mant * 10 + (uint64_t)(*p - '0');
+                digits++;
+                exp10--;
+            } else if (mant == 0 && digits == 0) {
+                exp10--; /* leading zeros of 0.000123 */
+            } else {
+                overflow = 1;
+            }
+            p++;
+        }
+        if (p == f) return p >= c->end ? J_MORE : J_BAD;
+    }
+    if (p < c->end && (*p == 'e' || *p == 'E')) {
+        is_int = 0;
+        p++;
+        if (p < c->end && (*p == '+' || *p == '-')) p++;
+        const char *f = p;
+        while (p < c->end && *p >= '0' && *p <= '9') p++;
+        if (p == f) return p >= c->end ? J_MORE : J_BAD;
+        overflow = 1; /* rare in traces: leave exponents to the exact slow path */
+    }
+    if (p >= c->end && !s->final) return J_MORE; /* more digits may follow in the next block */
+    out->is_int = is_int;
+    out->big = 0;
+    if (is_int) {
+        if (overflow || mant > (uint64_t)INT64_MAX + (uint64_t)neg) {
+            out->big = 1;
+            out->i = 0;
+        } else {
+            out->i = neg ? (int64_t)(0 - mant) : (int64_t)mant;
+        }
+    }
+    if (!overflow && mant <= (UINT64_C(1) << 53) && exp10 >= -22 && exp10 <= 22) {
+        double d = (double)mant;
+        d = exp10 < 0 ? d / POW10[-exp10] : d * POW10[exp10];
+        out->d = neg ? -d : d;
+    } else {
+        char tmp[512];
+        size_t n = (size_t)(p - begin);
+        if (n >= sizeof tmp) {
+            out->d = NAN; /* a 500-digit number: not a timestamp; let the reference path judge */
+            out->big = 1;
+        } else {
+            memcpy(tmp, begin, n);
+            tmp[n] = 0;
+            out->d = PyOS_string_to_double(tmp, NULL, NULL);
+            if (out->d == -1.0 && PyErr_Occurred()) return -1;
+        }
+    }
+    c->p = p;
+    return J_OK;
+}
+
+static int literal(Cur *c, const char *lit, size_t n) {
+    size_t have = (size_t)(c->end - c->p);
+    if (have < n) return memcmp(c->p, lit, have) == 0 ? J_MORE : J_BAD;
+    if (memcmp(c->p, lit, n) != 0) return J_BAD;
+    c->p += n;
+    return J_OK;
+}
+
+/* skip any value, validating it */
+static int skip(Scanner *s, Cur *c, int depth) {
+    if (depth > MAX_DEPTH) return J_BAD;
+    ws(c);
+    if (c->p >= c->end) return J_MORE;
+    int r, sur = 0;
+    switch (*c->p) {
+    case '"': return string(s, c, NULL, NULL, 0, &sur);
+    case 't': return literal(c, "true", 4);
+    case 'f': return literal(c, "false", 5);
+    case 'n': return literal(c, "null", 4);
+    case '{': {
+        c->p++;
+        ws(c);
+        if (c->p >= c->end) return J_MORE;
+        if (*c->p == '}') { c->p++; return J_OK; }
+        for (;;) {
+            ws(c);
+            if (c->p >= c->end) return J_MORE;
+            if (*c->p != '"') return J_BAD;
+            if ((r = string(s, c, NULL, NULL, 0, &sur)) != J_OK) return r;
+            ws(c);
+            if (c->p >= c->end) return J_MORE;
+            if (*c->p != ':') return J_BAD;
+            c->p++;
+            if ((r = skip(s, c, depth + 1)) != J_OK) return r;
+            ws(c);
+            if (c->p >= c->end) return J_MORE;
+            if (*c->p == ',') { c->p++; continue; }
+            if (*c->p == '}') { c->p++; return J_OK; }
+            return J_BAD;
+        }
+    }
+    case '[': {
+        c->p++;
+        ws(c);
+        if (c->p >= c->end) return J_MORE;
+        if (*c->p == ']') { c->p++; return J_OK; }
+        for (;;) {
+            if ((r = skip(s, c, depth + 1)) != J_OK) return r;
+            ws(c);
+            if (c->p >= c->end) return J_MORE;
+            if (*c->p == ',') { c->p++; continue; }
+            if (*c->p == ']') { c->p++; return J_OK; }
+            return J_BAD;
+        }
+    }
+    default: {
+        if (*c->p == '-' || (*c->p >= '0' && *c->p <= '9')) {
+            Num n;
+            return number(s, c, &n);
+        }
+        return J_BAD;
+    }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* raw-value transforms (the reader's shape / dtype texts)                                          */
+
+/* Input Dims JSON -> "4096,1000;1000,4000": spaces dropped, "],[" -> ";", brackets dropped */
+static size_t dims_text(const char *v, size_t n, char *out) {
+    size_t k = 0;
+    /* first drop spaces (Python: .replace(b" ", b"")), then one left-to-right pass */
+    char *tmp = out + n; /* the caller gives 2n bytes */
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (v[i] != ' ') tmp[m++] = v[i];
+    for (size_t i = 0; i < m;) {
+        if (i + 3 <= m && tmp[i] == ']' && tmp[i + 1] == ',' && tmp[i + 2] == '[') {
+            out[k++] = ';';
+            i += 3;
+        } else if (tmp[i] == '[' || tmp[i] == ']') {
+            i++;
+        } else {
+            out[k++] = tmp[i++];
+        }
+    }
+    return k;
+}
+
+/* Input type JSON -> "float;Scalar": '", "' -> ';' then '","' -> ';', then '[', ']', '"' dropped */
+static size_t types_text(const char *v, size_t n, char *out) {
+    char *a = out + n; /* the caller gives 2n bytes */
+    size_t m = 0;
+    for (size_t i = 0; i < n;) {
+        if (i + 4 <= n && v[i] == '"' && v[i + 1] == ',' && v[i + 2] == ' ' && v[i + 3] == '"') {
+            a[m++] = ';';
+            i += 4;
+        } else {
+            a[m++] = v[i++];
+        }
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < m;) {
+        if (i + 3 <= m && a[i] == '"' && a[i + 1] == ',' && a[i + 2] == '"') {
+            out[k++] = ';';
+            i += 3;
+        } else if (a[i] == '[' || a[i] == ']' || a[i] == '"') {
+            i++;
+        } else {
+            out[k++] = a[i++];
+        }
+    }
+    return k;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* one event                                                                                       */
+
+typedef struct {
+    int ph_ok;
+    char ph;
+    int odd;
+    int32_t cat, name;
+    int64_t pid_i, tid_i;
+    int32_t pid_s, tid_s;
+    double ts, dur;
+    int64_t ai[MAX_ARGS];
+    int32_t as[MAX_ARGS];
+} Ev;
+
+#define CHECK(x)                 \
+    do {                         \
+        int _r = (x);            \
+        if (_r != J_OK) return _r; \
+    } while (0)
+
+/* a string value to intern, else null (-> -1) when allowed, else ODD */
+static int str_value(Scanner *s, Cur *c, Ev *ev, int32_t *dst, int nullable) {
+    const char *sp;
+    size_t sn;
+    int sur = 0;
+    if (*c->p == '"') {
+        CHECK(string(s, c, &sp, &sn, 1, &sur));
+        if (sur) { ev->odd = 1; return J_OK; }
+        int32_t id = intern(s, sp, sn);
+        if (id == -3) return -1;
+        if (id == -2) { ev->odd = 1; return J_OK; }
+        *dst = id;
+        return J_OK;
+    }
+    if (*c->p == 'n' && nullable) {
+        CHECK(literal(c, "null", 4));
+        *dst = -1;
+        return J_OK;
+    }
+    ev->odd = 1;
+    return skip(s, c, 1);
+}
+
+/* an int (or, for INTSTR, a string); null -> NONE when allowed */
+static int int_value(Scanner *s, Cur *c, Ev *ev, int64_t *dst, int32_t *sdst, int nullable) {
+    char ch = *c->p;
+    if (ch == '-' || (ch >= '0' && ch <= '9')) {
+        Num n;
+        CHECK(number(s, c, &n));
+        if (!n.is_int || n.big) ev->odd = 1;
+        else *dst = n.i;
+        return J_OK;
+    }
+    if (ch == '"' && sdst) {
+        *dst = NONE_I64;
+        return str_value(s, c, ev, sdst, 0);
+    }
+    if (ch == 'n' && nullable) {
+        CHECK(literal(c, "null", 4));
+        *dst = NONE_I64;
+        return J_OK;
+    }
+    ev->odd = 1;
+    return skip(s, c, 1);
+}
+
+static int float_value(Scanner *s, Cur *c, Ev *ev, double *dst) {
+    char ch = *c->p;
+    if (ch == '-' || (ch >= '0' && ch <= '9')) {
+        Num n;
+        CHECK(number(s, c, &n));
+        if (n.big && !n.is_int) ev->odd = 1;
+        *dst = n.d;
+        return J_OK;
+    }
+    if (ch == 'n') {
+        CHECK(literal(c, "null", 4));
+        *dst = NAN;
+        return J_OK;
+    }
+    ev->odd = 1;
+    return skip(s, c, 1);
+}
+
+/* grid: a list of three ints -> their product; another list of ints, a string or null -> NONE */
+static int grid_value(Scanner *s, Cur *c, Ev *ev, int64_t *dst) {
+    if (*c->p != '[') {
+        if (*c->p == '"' || *c->p == 'n') {
+            *dst = NONE_I64;
+            return skip(s, c, 1);
+        }
+        ev->odd = 1;
+        return skip(s, c, 1);
+    }
+    c->p++;
+    int64_t prod = 1;
+    int count = 0, over = 0;
+    ws(c);
+    if (c->p >= c->end) return J_MORE;
+    if (*c->p == ']') {
+        c->p++;
+    } else {
+        for (;;) {
+            ws(c);
+            if (c->p >= c->end) return J_MORE;
+            char ch = *c->p;
+            if (ch == '-' || (ch >= '0' && ch <= '9')) {
+                Num n;
+                CHECK(number(s, c, &n));
+                if (!n.is_int || n.big) ev->odd = 1;
+                else if (__builtin_mul_overflow(prod, n.i, &prod)) over = 1;
+            } else {
+                ev->odd = 1;
+                CHECK(skip(s, c, 2));
+            }
+            count++;
+            ws(c);
+            if (c->p >= c->end) return J_MORE;
+            if (*c->p == ',') { c->p++; continue; }
+            if (*c->p == ']') { c->p++; break; }
+            return J_BAD;
+        }
+    }
+    *dst = (count == 3 && !over) ? prod : NONE_I64;
+    return J_OK;
+}
+
+static int raw_value(Scanner *s, Cur *c, Ev *ev, int32_t *dst, int kind) {
+    const char *v = c->p;
+    CHECK(skip(s, c, 1));
+    if (*v != '[') return J_OK; /* not a list (a string, null...): absent, as the loose decode has it */
+    for (const char *q = v; q < c->p; q++) {
+        if (*q == '\n' || *q == '\r' || *q == '\t' || *q == '\\') {
+            ev->odd = 1; /* pretty-printed or escaped: the reference path re-encodes it compactly */
+            return J_OK;
+        }
+    }
+    size_t n = (size_t)(c->p - v);
+    if (grow(&s->tbuf, &s->tcap, 2 * n + 1) < 0) return -1;
+    size_t k = kind == K_DIMS ? dims_text(v, n, s->tbuf) : types_text(v, n, s->tbuf);
+    int32_t id = intern(s, s->tbuf, k);
+    if (id == -3) return -1;
+    if (id == -2) { ev->odd = 1; return J_OK; }
+    *dst = id;
+    return J_OK;
+}
+
+static int args_object(Scanner *s, Cur *c, Ev *ev) {
+    if (*c->p != '{') {
+        ev->odd = 1; /* args must be an object */
+        return skip(s, c, 1);
+    }
+    c->p++;
+    ws(c);
+    if (c->p >= c->end) return J_MORE;
+    if (*c->p == '}') { c->p++; return J_OK; }
+    for (;;) {
+        ws(c);
+        if (c->p >= c->end) return J_MORE;
+        if (*c->p != '"') return J_BAD;
+        const char *k;
+        size_t kn;
+        int sur = 0;
+        CHECK(string(s, c, &k, &kn, 1, &sur));
+        int which = -1;
+        for (int a = 0; a < s->nargs; a++) {
+            if ((size_t)s->args[a].klen == kn && memcmp(s->args[a].key, k, kn) == 0) { which = a; break; }
+        }
+        ws(c);
+        if (c->p >= c->end) return J_MORE;
+        if (*c->p != ':') return J_BAD;
+        c->p++;
+        ws(c);
+        if (c->p >= c->end) return J_MORE;
+        if (which < 0) {
+            CHECK(skip(s, c, 2));
+        } else {
+            ArgSpec *a = &s->args[which];
+            switch (a->kind) {
+            case K_INT: CHECK(int_value(s, c, ev, &ev->ai[which], NULL, a->nullable)); break;
+            case K_INTSTR:
+                ev->as[which] = -1;
+                CHECK(int_value(s, c, ev, &ev->ai[which], &ev->as[which], 1));
+                break;
+            case K_STR: CHECK(str_value(s, c, ev, &ev->as[which], a->nullable)); break;
+            case K_GRID: CHECK(grid_value(s, c, ev, &ev->ai[which])); break;
+            default: CHECK(raw_value(s, c, ev, &ev->as[which], a->kind)); break;
+            }
+        }
+        ws(c);
+        if (c->p >= c->end) return J_MORE;
+        if (*c->p == ',') { c->p++; continue; }
+        if (*c->p == '}') { c->p++; return J_OK; }
+        return J_BAD;
+    }
+}
+
+static int key_is(const char *k, size_t n, const char *lit) {
+    return strlen(lit) == n && memcmp(k, lit, n) == 0;
+}
+
+static int event(Scanner *s, Cur *c, Ev *ev) {
+    ev->ph_ok = 0;
+    ev->odd = 0;
+    ev->cat = -1;
+    ev->name = -1;
+    ev->pid_i = ev->tid_i = NONE_I64;
+    ev->pid_s = ev->tid_s = -1;
+    ev->ts = ev->dur = NAN;
+    for (int a = 0; a < s->nargs; a++) {
+        ev->ai[a] = s->args[a].dflt;
+        ev->as[a] = -1;
+    }
+    c->p++; /* '{' */
+    ws(c);
+    if (c->p >= c->end) return J_MORE;
+    if (*c->p == '}') { c->p++; return J_OK; }
+    for (;;) {
+        ws(c);
+        if (c->p >= c->end) return J_MORE;
+        if (*c->p != '"') return J_BAD;
+        const char *k;
+        size_t kn;
+        int sur = 0;
+        CHECK(string(s, c, &k, &kn, 1, &sur));
+        /* the key may live in sbuf: classify it before the value overwrites sbuf */
+        int field = -1;
+        switch (kn) {
+        case 2:
+            if (key_is(k, kn, "ph")) field = 0;
+            else if (key_is(k, kn, "ts")) field = 5;
+            break;
+        case 3:
+            if (key_is(k, kn, "cat")) field = 1;
+            else if (key_is(k, kn, "pid")) field = 3;
+            else if (key_is(k, kn, "tid")) field = 4;
+            else if (key_is(k, kn, "dur")) field = 6;
+            break;
+        case 4:
+            if (key_is(k, kn, "name")) field = 2;
+            else if (key_is(k, kn, "args")) field = 7;
+            break;
+        }
+        ws(c);
+        if (c->p >= c->end) return J_MORE;
+        if (*c->p != ':') return J_BAD;
+        c->p++;
+        ws(c);
+        if (c->p >= c->end) return J_MORE;
+        switch (field) {
+        case 0:
+            if (*c->p == '"') {
+                const char *v;
+                size_t vn;
+                CHECK(string(s, c, &v, &vn, 1, &sur));
+                ev->ph_ok = vn == 1;
+                ev->ph = vn == 1 ? v[0] : 0;
+            } else {
+                ev->ph_ok = 0;
+                CHECK(skip(s, c, 1));
+            }
+            break;
+        case 1: CHECK(str_value(s, c, ev, &ev->cat, 1)); break;
+        case 2: CHECK(str_value(s, c, ev, &ev->name, 0)); break;
+        case 3:
+            ev->pid_s = -1;
+            CHECK(int_value(s, c, ev, &ev->pid_i, &ev->pid_s, 1));
+            break;
+        case 4:
+            ev->tid_s = -1;
+            CHECK(int_value(s, c, ev, &ev->tid_i, &ev->tid_s, 1));
+            break;
+        case 5: CHECK(float_value(s, c, ev, &ev->ts)); break;
+        case 6: CHECK(float_value(s, c, ev, &ev->dur)); break;
+        case 7: CHECK(args_object(s, c, ev)); break;
+        default: CHECK(skip(s, c, 1)); break;
+        }
+        ws(c);
+        if (c->p >= c->end) return J_MORE;
+        if (*c->p == ',') { c->p++; continue; }
+        if (*c->p == '}') { c->p++; return J_OK; }
+        return J_BAD;
+    }
+}
+
+static int emit(Scanner *s, Ev *ev) {
+    if (reserve_row(s) < 0) return -1;
+    COL_U8(s, C_PH) = (uint8_t)ev->ph;
+    COL_I32(s, C_CAT) = ev->cat;
+    COL_I32(s, C_NAME) = ev->name;
+    COL_I64(s, C_PID_I) = ev->pid_i;
+    COL_I32(s, C_PID_S) = ev->pid_s;
+    COL_I64(s, C_TID_I) = ev->tid_i;
+    COL_I32(s, C_TID_S) = ev->tid_s;
+    COL_F64(s, C_TS) = ev->ts;
+    COL_F64(s, C_DUR) = ev->dur;
+    for (int a = 0; a < s->nargs; a++) {
+        if (s->args[a].ci >= 0) COL_I64(s, s->args[a].ci) = ev->ai[a];
+        if (s->args[a].cs >= 0) COL_I32(s, s->args[a].cs) = ev->as[a];
+    }
+    s->nrows++;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Python type                                                                                     */
+
+static void Scanner_dealloc(Scanner *s) {
+    for (int c = 0; c < s->ncols; c++) PyMem_Free(s->cols[c].data);
+    PyMem_Free(s->cols);
+    PyMem_Free(s->slots);
+    PyMem_Free(s->arena);
+    PyMem_Free(s->sbuf);
+    PyMem_Free(s->tbuf);
+    Py_XDECREF(s->strs);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+static int Scanner_init(Scanner *s, PyObject *argsobj, PyObject *kw) {
+    PyObject *specs;
+    static char *kwlist[] = {"specs", NULL};
+    if (!PyArg_ParseTupleAndKeywords(argsobj, kw, "O", kwlist, &specs)) return -1;
+    PyObject *seq = PySequence_Fast(specs, "specs must be a sequence of (key, kind, nullable, default)");
+    if (!seq) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n > MAX_ARGS) {
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_ValueError, "too many argument specs");
+        return -1;
+    }
+    int ncols = C_FIXED;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const char *key;
+        Py_ssize_t klen;
+        int kind, nullable;
+        long long dflt;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "s#ipL", &key, &klen, &kind, &nullable, &dflt)) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        if (klen >= 64 || kind < K_INT || kind > K_GRID) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_ValueError, "bad argument spec");
+            return -1;
+        }
+        ArgSpec *a = &s->args[i];
+        memcpy(a->key, key, (size_t)klen);
+        a->klen = klen;
+        a->kind = kind;
+        a->nullable = nullable;
+        a->dflt = dflt;
+        a->ci = (kind == K_INT || kind == K_INTSTR || kind == K_GRID) ? ncols++ : -1;
+        a->cs = (kind == K_STR || kind == K_INTSTR || kind == K_DIMS || kind == K_TYPES) ? ncols++ : -1;
+    }
+    Py_DECREF(seq);
+    s->nargs = (int)n;
+    s->ncols = ncols;
+    s->cols = PyMem_Calloc((size_t)ncols, sizeof(Col));
+    if (!s->cols) { PyErr_NoMemory(); return -1; }
+    size_t fixed_items[C_FIXED] = {1, 4, 4, 8, 4, 8, 4, 8, 8};
+    for (int c = 0; c < C_FIXED; c++) s->cols[c].item = fixed_items[c];
+    for (int a = 0; a < s->nargs; a++) {
+        if (s->args[a].ci >= 0) s->cols[s->args[a].ci].item = 8;
+        if (s->args[a].cs >= 0) s->cols[s->args[a].cs].item = 4;
+    }
+    s->strs = PyList_New(0);
+    if (!s->strs || rehash(s) < 0) return -1;
+    s->state = S_FIRST;
+    return 0;
+}
+
+/* feed(buf, start, final) -> (status, pos, end)
+ *   NEED_MORE: every element before `pos` is consumed; `pos` is where the next call resumes
+ *   DONE: the array's ']' ends before `pos`
+ *   ODD: the element buf[pos:end] is a complete/instant event to decode on the reference path;
+ *        resume at `end`
+ *   MALFORMED: not a JSON array of objects at or after `pos` (the reference path reports it) */
+static PyObject *Scanner_feed(Scanner *s, PyObject *const *argv, Py_ssize_t argc) {
+    if (argc != 3) {
+        PyErr_SetString(PyExc_TypeError, "feed(buf, start, final)");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(argv[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    Py_ssize_t start = PyLong_AsSsize_t(argv[1]);
+    int final = PyObject_IsTrue(argv[2]);
+    if ((start == -1 && PyErr_Occurred()) || final < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    if (start < 0 || start > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "start out of range");
+        return NULL;
+    }
+    s->final = final;
+    const char *base = view.buf;
+    Cur c = {base + start, base + view.len};
+    int status = ST_NEED_MORE;
+    Py_ssize_t pos = start, end = start;
+    Ev ev;
+    for (;;) {
+        ws(&c);
+        if (c.p >= c.end) {
+            status = final ? ST_MALFORMED : ST_NEED_MORE;
+            pos = c.p - base;
+            break;
+        }
+        if (s->state == S_SEP) {
+            if (*c.p == ',') { c.p++; s->state = S_ELEM; continue; }
+            if (*c.p == ']') { c.p++; status = ST_DONE; pos = c.p - base; break; }
+            status = ST_MALFORMED;
+            pos = c.p - base;
+            break;
+        }
+        if (*c.p == ']' && s->state == S_FIRST) { c.p++; status = ST_DONE; pos = c.p - base; break; }
+        if (*c.p != '{') { status = ST_MALFORMED; pos = c.p - base; break; }
+        const char *el = c.p;
+        int r = event(s, &c, &ev);
+        if (r < 0) { PyBuffer_Release(&view); return NULL; }
+        if (r == J_MORE) {
+            status = final ? ST_MALFORMED : ST_NEED_MORE;
+            pos = el - base;
+            break;
+        }
+        if (r == J_BAD) { status = ST_MALFORMED; pos = el - base; break; }
+        s->state = S_SEP;
+        if (ev.ph_ok && (ev.ph == 'X' || ev.ph == 'i')) {
+            if (ev.odd) {
+                status = ST_ODD;
+                pos = el - base;
+                end = c.p - base;
+                break;
+            }
+            if (emit(s, &ev) < 0) { PyBuffer_Release(&view); return NULL; }
+        }
+    }
+    PyBuffer_Release(&view);
+    if (status != ST_ODD) end = pos;
+    return Py_BuildValue("(inn)", status, pos, end);
+}
+
+/* take() -> (columns: tuple of bytearray, new strings: list of str); the rows are then cleared */
+static PyObject *Scanner_take(Scanner *s, PyObject *Py_UNUSED(ignored)) {
+    PyObject *cols = PyTuple_New(s->ncols);
+    if (!cols) return NULL;
+    for (int c = 0; c < s->ncols; c++) {
+        PyObject *b = PyByteArray_FromStringAndSize(s->cols[c].data ? s->cols[c].data : "",
+                                                    (Py_ssize_t)(s->nrows * s->cols[c].item));
+        if (!b) { Py_DECREF(cols); return NULL; }
+        PyTuple_SET_ITEM(cols, c, b);
+    }
+    Py_ssize_t total = PyList_GET_SIZE(s->strs);
+    PyObject *fresh = PyList_GetSlice(s->strs, s->reported, total);
+    if (!fresh) { Py_DECREF(cols); return NULL; }
+    s->reported = total;
+    s->nrows = 0;
+    return Py_BuildValue("(NN)", cols, fresh);
+}
+
+static PyObject *Scanner_rows(Scanner *s, void *Py_UNUSED(closure)) {
+    return PyLong_FromSize_t(s->nrows);
+}
+
+static PyObject *Scanner_reset(Scanner *s, PyObject *Py_UNUSED(ignored)) {
+    s->state = S_FIRST;
+    s->nrows = 0;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef Scanner_methods[] = {
+    {"feed", (PyCFunction)(void (*)(void))Scanner_feed, METH_FASTCALL,
+     "feed(buf, start, final) -> (status, pos, end): scan array elements from buf[start:]"},
+    {"take", (PyCFunction)Scanner_take, METH_NOARGS,
+     "take() -> (columns, new strings): the rows scanned so far as bytearrays, then cleared"},
+    {"reset", (PyCFunction)Scanner_reset, METH_NOARGS, "start a new array (the strings are kept)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Scanner_getset[] = {
+    {"rows", (getter)Scanner_rows, NULL, "rows scanned and not yet taken", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject ScannerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "stepdoctor.analysis.ingest._tracescan.Scanner",
+    .tp_basicsize = sizeof(Scanner),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Columnizes the elements of a Chrome trace-format traceEvents array (see the module source).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Scanner_init,
+    .tp_dealloc = (destructor)Scanner_dealloc,
+    .tp_methods = Scanner_methods,
+    .tp_getset = Scanner_getset,
+};
+
+static struct PyModuleDef moddef = {
+    PyModuleDef_HEAD_INIT, "_tracescan",
+    "Chrome trace-format events straight into columns (see the source's header comment).", -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__tracescan(void) {
+    if (PyType_Ready(&ScannerType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&moddef);
+    if (!m) return NULL;
+    Py_INCREF(&ScannerType);
+    if (PyModule_AddObject(m, "Scanner", (PyObject *)&ScannerType) < 0) {
+        Py_DECREF(&ScannerType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    PyModule_AddIntConstant(m, "NEED_MORE", ST_NEED_MORE);
+    PyModule_AddIntConstant(m, "DONE", ST_DONE);
+    PyModule_AddIntConstant(m, "ODD", ST_ODD);
+    PyModule_AddIntConstant(m, "MALFORMED", ST_MALFORMED);
+    PyModule_AddIntConstant(m, "INT", K_INT);
+    PyModule_AddIntConstant(m, "STR", K_STR);
+    PyModule_AddIntConstant(m, "INTSTR", K_INTSTR);
+    PyModule_AddIntConstant(m, "DIMS", K_DIMS);
+    PyModule_AddIntConstant(m, "TYPES", K_TYPES);
+    PyModule_AddIntConstant(m, "GRID", K_GRID);
+    PyModule_AddIntConstant(m, "NONE", NONE_I64);
+    return m;
+}
