@@ -198,15 +198,15 @@ def test_scanner_statuses():
     buf = b'{"ph":"X","name":"a","ts":1,"dur":2},{"ph":"X","name":"b","ts":1.'
     status, pos, _ = s.feed(buf, 0, False)
     assert status == ts.NEED_MORE and buf[pos:].startswith(b'{"ph":"X","name":"b"')
-    cols, strs = s.take()
+    cols, strs, scanned = s.take()
     assert (len(cols[0]) == 1 and strs == ["X", "a"]) or "a" in strs
     buf2 = buf[pos:] + b'5,"dur":2},{"ph":"X","name":null,"ts":1,"dur":1},{"ph":"s"}]'
     status, pos, end = s.feed(buf2, 0, False)
     assert status == ts.ODD and buf2[pos:end] == b'{"ph":"X","name":null,"ts":1,"dur":1}'
     status, pos, _ = s.feed(buf2, end, False)
     assert status == ts.DONE and pos == len(buf2)
-    cols, _ = s.take()
-    assert len(cols[0]) == 1  # "b"; the flow event is not kept
+    cols, _, scanned = s.take()
+    assert len(cols[0]) == 1 and scanned == 2  # "b" and the flow event, which is not kept; the odd one is not counted
     s2 = ts.Scanner(specs)
     assert s2.feed(b'{"ph":"X"} {"ph":"X"}]', 0, True)[0] == ts.MALFORMED
     assert ts.Scanner(specs).feed(b"]", 0, True)[:2] == (ts.DONE, 1)

@@ -36,7 +36,9 @@
 #define NONE_I64 (-(INT64_C(1) << 62)) /* the reader's "absent" sentinel in int64 columns */
 
 enum { ST_NEED_MORE = 0, ST_DONE = 1, ST_ODD = 2, ST_MALFORMED = 3 };
-enum { K_INT = 0, K_STR = 1, K_INTSTR = 2, K_DIMS = 3, K_TYPES = 4, K_GRID = 5 };
+enum { K_INT = 0, K_STR = 1, K_INTSTR = 2, K_DIMS = 3, K_TYPES = 4, K_GRID = 5, K_SCALAR = 6, K_RAW = 7 };
+/* how a ts / dur value was read in decimal mode (the *_KIND columns) */
+enum { T_OK = 0, T_NULL = 1, T_TEXT = 2, T_NUMBER = 3 };
 enum { J_OK = 0, J_MORE = 1, J_BAD = 2 };
 enum { S_FIRST = 0, S_SEP = 1, S_ELEM = 2 };
 
@@ -54,7 +56,8 @@ typedef struct {
     int kind;
     int nullable;
     int64_t dflt;
-    int ci, cs; /* index of its int64 / string-id column, -1 if none */
+    int top;    /* a top-level key of the event (else a key of its args) */
+    int ci, cs, cf; /* index of its int64 / string-id / float64 column, -1 if none */
 } ArgSpec;
 
 typedef struct {
@@ -84,10 +87,16 @@ typedef struct {
     size_t scap, tcap;
     int state;
     int final;
+    /* mode */
+    char phases[16];   /* the "ph" values kept as rows */
+    int other_odd;     /* events of other phases are handed back (ODD) instead of skipped */
+    int decimal;       /* ts / dur as exact ns from decimal text (trace_view.json), pid / tid default 0 */
+    Py_ssize_t counted; /* elements scanned (not handed back) since the last take() */
 } Scanner;
 
 /* fixed columns */
-enum { C_PH, C_CAT, C_NAME, C_PID_I, C_PID_S, C_TID_I, C_TID_S, C_TS, C_DUR, C_FIXED };
+enum { C_PH, C_CAT, C_NAME, C_PID_I, C_PID_S, C_TID_I, C_TID_S, C_TS, C_DUR, C_TS_KIND, C_TS_SID, C_DUR_KIND,
+       C_DUR_SID, C_FIXED };
 
 /* ---------------------------------------------------------------------------------------------- */
 /* growable buffers                                                                                */
@@ -120,6 +129,7 @@ static int reserve_row(Scanner *s) {
 #define COL_I32(s, c) (((int32_t *)(s)->cols[c].data)[(s)->nrows])
 #define COL_F64(s, c) (((double *)(s)->cols[c].data)[(s)->nrows])
 #define COL_U8(s, c) (((uint8_t *)(s)->cols[c].data)[(s)->nrows])
+#define COL_ANY64(s, c, v) memcpy((s)->cols[c].data + (s)->nrows * 8, &(v), 8)
 
 /* ---------------------------------------------------------------------------------------------- */
 /* interning                                                                                       */
@@ -502,8 +512,12 @@ typedef struct {
     int64_t pid_i, tid_i;
     int32_t pid_s, tid_s;
     double ts, dur;
+    int64_t ts_ns, dur_ns; /* decimal mode */
+    uint8_t ts_kind, dur_kind;
+    int32_t ts_sid, dur_sid;
     int64_t ai[MAX_ARGS];
     int32_t as[MAX_ARGS];
+    double af[MAX_ARGS];
 } Ev;
 
 #define CHECK(x)                 \
@@ -639,9 +653,143 @@ static int raw_value(Scanner *s, Cur *c, Ev *ev, int32_t *dst, int kind) {
     return J_OK;
 }
 
+/* Canonical decimal µs text, -?digits[.d{0,3}], -> exact ns. 0 on success; 1 for any other text (the
+ * reader's own parser decides: spaces, '+', exponents, more decimals, overflow). */
+static int decimal_ns(const char *p, size_t n, int64_t *out) {
+    size_t i = 0;
+    int neg = 0;
+    if (i < n && p[i] == '-') { neg = 1; i++; }
+    int64_t whole = 0;
+    size_t d0 = i;
+    while (i < n && p[i] >= '0' && p[i] <= '9') {
+        if (__builtin_mul_overflow(whole, 10, &whole) || __builtin_add_overflow(whole, p[i] - '0', &whole)) return 1;
+        i++;
+    }
+    if (i == d0) return 1;
+    int64_t frac = 0;
+    if (i < n && p[i] == '.') {
+        i++;
+        int k = 0;
+        while (i < n && p[i] >= '0' && p[i] <= '9') {
+            if (++k > 3) return 1;
+            frac = frac * 10 + (p[i] - '0');
+            i++;
+        }
+        if (k == 0) return 1;
+        for (; k < 3; k++) frac *= 10;
+    }
+    if (i != n) return 1;
+    int64_t ns;
+    if (__builtin_mul_overflow(whole, 1000, &ns) || __builtin_add_overflow(ns, frac, &ns)) return 1;
+    *out = neg ? -ns : ns;
+    return 0;
+}
+
+/* decimal mode: ts (any JSON value; strings and numbers read exactly) or dur (number: the float's
+ * round(d * 1000), half to even, as Python rounds it; string: exact). Text the canonical form does not
+ * cover is interned for the reader's own parser (T_TEXT / T_NUMBER). */
+static int time_value(Scanner *s, Cur *c, Ev *ev, int is_dur) {
+    int64_t *ns = is_dur ? &ev->dur_ns : &ev->ts_ns;
+    uint8_t *kind = is_dur ? &ev->dur_kind : &ev->ts_kind;
+    int32_t *sid = is_dur ? &ev->dur_sid : &ev->ts_sid;
+    char ch = *c->p;
+    if (ch == '"') {
+        const char *sp;
+        size_t sn;
+        int sur = 0;
+        CHECK(string(s, c, &sp, &sn, 1, &sur));
+        if (sur) { ev->odd = 1; return J_OK; }
+        if (decimal_ns(sp, sn, ns) == 0) { *kind = T_OK; return J_OK; }
+        int32_t id = intern(s, sp, sn);
+        if (id == -3) return -1;
+        if (id == -2) { ev->odd = 1; return J_OK; }
+        *kind = T_TEXT;
+        *sid = id;
+        return J_OK;
+    }
+    if (ch == '-' || (ch >= '0' && ch <= '9')) {
+        const char *v = c->p;
+        Num n;
+        CHECK(number(s, c, &n));
+        size_t len = (size_t)(c->p - v);
+        if (is_dur) {
+            double p = n.d * 1000.0;
+            if (!n.big && isfinite(p) && fabs(p) < 9.2e18) {
+                *ns = (int64_t)llrint(p);
+                *kind = T_OK;
+                return J_OK;
+            }
+        } else if (decimal_ns(v, len, ns) == 0) {
+            *kind = T_OK;
+            return J_OK;
+        }
+        int32_t id = intern(s, v, len);
+        if (id < 0) return id == -3 ? -1 : J_OK;
+        *kind = T_NUMBER;
+        *sid = id;
+        return J_OK;
+    }
+    if (ch == 'n') {
+        CHECK(literal(c, "null", 4));
+        *kind = T_NULL;
+        return J_OK;
+    }
+    ev->odd = 1;
+    return skip(s, c, 1);
+}
+
+/* any scalar: an int (int64), a float (float64) or a string (interned); null -> nothing; else ODD */
+static int scalar_value(Scanner *s, Cur *c, Ev *ev, int a) {
+    char ch = *c->p;
+    if (ch == '-' || (ch >= '0' && ch <= '9')) {
+        Num n;
+        CHECK(number(s, c, &n));
+        if (n.big) ev->odd = 1;
+        else if (n.is_int) ev->ai[a] = n.i;
+        else ev->af[a] = n.d;
+        return J_OK;
+    }
+    if (ch == '"') return str_value(s, c, ev, &ev->as[a], 0);
+    if (ch == 'n') return literal(c, "null", 4);
+    ev->odd = 1;
+    return skip(s, c, 1);
+}
+
+/* any value, as its JSON text */
+static int rawtext_value(Scanner *s, Cur *c, Ev *ev, int32_t *dst) {
+    const char *v = c->p;
+    CHECK(skip(s, c, 1));
+    int32_t id = intern(s, v, (size_t)(c->p - v));
+    if (id == -3) return -1;
+    if (id == -2) { ev->odd = 1; return J_OK; }
+    *dst = id;
+    return J_OK;
+}
+
+/* the value of argument spec `a` */
+static int spec_value(Scanner *s, Cur *c, Ev *ev, int which) {
+    ArgSpec *a = &s->args[which];
+    switch (a->kind) {
+    case K_INT: return int_value(s, c, ev, &ev->ai[which], NULL, a->nullable);
+    case K_INTSTR:
+        ev->as[which] = -1;
+        return int_value(s, c, ev, &ev->ai[which], &ev->as[which], 1);
+    case K_STR: return str_value(s, c, ev, &ev->as[which], a->nullable);
+    case K_GRID: return grid_value(s, c, ev, &ev->ai[which]);
+    case K_SCALAR:
+        ev->ai[which] = NONE_I64;
+        ev->af[which] = NAN;
+        ev->as[which] = -1;
+        return scalar_value(s, c, ev, which);
+    case K_RAW: return rawtext_value(s, c, ev, &ev->as[which]);
+    default: return raw_value(s, c, ev, &ev->as[which], a->kind);
+    }
+}
+
 static int args_object(Scanner *s, Cur *c, Ev *ev) {
     if (*c->p != '{') {
-        ev->odd = 1; /* args must be an object */
+        /* Kineto's typed decode rejects it; trace_view.json's readers take it as no arguments */
+        if (!s->decimal) ev->odd = 1;
         return skip(s, c, 1);
     }
     c->p++;
@@ -658,7 +806,10 @@ static int args_object(Scanner *s, Cur *c, Ev *ev) {
         CHECK(string(s, c, &k, &kn, 1, &sur));
         int which = -1;
         for (int a = 0; a < s->nargs; a++) {
-            if ((size_t)s->args[a].klen == kn && memcmp(s->args[a].key, k, kn) == 0) { which = a; break; }
+            if (!s->args[a].top && (size_t)s->args[a].klen == kn && memcmp(s->args[a].key, k, kn) == 0) {
+                which = a;
+                break;
+            }
         }
         ws(c);
         if (c->p >= c->end) return J_MORE;
@@ -669,17 +820,7 @@ static int args_object(Scanner *s, Cur *c, Ev *ev) {
         if (which < 0) {
             CHECK(skip(s, c, 2));
         } else {
-            ArgSpec *a = &s->args[which];
-            switch (a->kind) {
-            case K_INT: CHECK(int_value(s, c, ev, &ev->ai[which], NULL, a->nullable)); break;
-            case K_INTSTR:
-                ev->as[which] = -1;
-                CHECK(int_value(s, c, ev, &ev->ai[which], &ev->as[which], 1));
-                break;
-            case K_STR: CHECK(str_value(s, c, ev, &ev->as[which], a->nullable)); break;
-            case K_GRID: CHECK(grid_value(s, c, ev, &ev->ai[which])); break;
-            default: CHECK(raw_value(s, c, ev, &ev->as[which], a->kind)); break;
-            }
+            CHECK(spec_value(s, c, ev, which));
         }
         ws(c);
         if (c->p >= c->end) return J_MORE;
@@ -698,12 +839,16 @@ static int event(Scanner *s, Cur *c, Ev *ev) {
     ev->odd = 0;
     ev->cat = -1;
     ev->name = -1;
-    ev->pid_i = ev->tid_i = NONE_I64;
+    ev->pid_i = ev->tid_i = s->decimal ? 0 : NONE_I64; /* trace_view.json's decode: an absent pid is 0 */
     ev->pid_s = ev->tid_s = -1;
     ev->ts = ev->dur = NAN;
+    ev->ts_ns = ev->dur_ns = 0;
+    ev->ts_kind = ev->dur_kind = T_NULL;
+    ev->ts_sid = ev->dur_sid = -1;
     for (int a = 0; a < s->nargs; a++) {
         ev->ai[a] = s->args[a].dflt;
         ev->as[a] = -1;
+        ev->af[a] = NAN;
     }
     c->p++; /* '{' */
     ws(c);
@@ -735,6 +880,14 @@ static int event(Scanner *s, Cur *c, Ev *ev) {
             else if (key_is(k, kn, "args")) field = 7;
             break;
         }
+        if (field < 0) {
+            for (int a = 0; a < s->nargs; a++) {
+                if (s->args[a].top && (size_t)s->args[a].klen == kn && memcmp(s->args[a].key, k, kn) == 0) {
+                    field = 100 + a;
+                    break;
+                }
+            }
+        }
         ws(c);
         if (c->p >= c->end) return J_MORE;
         if (*c->p != ':') return J_BAD;
@@ -758,16 +911,25 @@ static int event(Scanner *s, Cur *c, Ev *ev) {
         case 2: CHECK(str_value(s, c, ev, &ev->name, 0)); break;
         case 3:
             ev->pid_s = -1;
-            CHECK(int_value(s, c, ev, &ev->pid_i, &ev->pid_s, 1));
+            CHECK(int_value(s, c, ev, &ev->pid_i, &ev->pid_s, !s->decimal));
             break;
         case 4:
             ev->tid_s = -1;
-            CHECK(int_value(s, c, ev, &ev->tid_i, &ev->tid_s, 1));
+            CHECK(int_value(s, c, ev, &ev->tid_i, &ev->tid_s, !s->decimal));
             break;
-        case 5: CHECK(float_value(s, c, ev, &ev->ts)); break;
-        case 6: CHECK(float_value(s, c, ev, &ev->dur)); break;
+        case 5:
+            if (s->decimal) CHECK(time_value(s, c, ev, 0));
+            else CHECK(float_value(s, c, ev, &ev->ts));
+            break;
+        case 6:
+            if (s->decimal) CHECK(time_value(s, c, ev, 1));
+            else CHECK(float_value(s, c, ev, &ev->dur));
+            break;
         case 7: CHECK(args_object(s, c, ev)); break;
-        default: CHECK(skip(s, c, 1)); break;
+        default:
+            if (field >= 100) CHECK(spec_value(s, c, ev, field - 100));
+            else CHECK(skip(s, c, 1));
+            break;
         }
         ws(c);
         if (c->p >= c->end) return J_MORE;
@@ -786,11 +948,21 @@ static int emit(Scanner *s, Ev *ev) {
     COL_I32(s, C_PID_S) = ev->pid_s;
     COL_I64(s, C_TID_I) = ev->tid_i;
     COL_I32(s, C_TID_S) = ev->tid_s;
-    COL_F64(s, C_TS) = ev->ts;
-    COL_F64(s, C_DUR) = ev->dur;
+    if (s->decimal) {
+        COL_ANY64(s, C_TS, ev->ts_ns);
+        COL_ANY64(s, C_DUR, ev->dur_ns);
+    } else {
+        COL_F64(s, C_TS) = ev->ts;
+        COL_F64(s, C_DUR) = ev->dur;
+    }
+    COL_U8(s, C_TS_KIND) = ev->ts_kind;
+    COL_I32(s, C_TS_SID) = ev->ts_sid;
+    COL_U8(s, C_DUR_KIND) = ev->dur_kind;
+    COL_I32(s, C_DUR_SID) = ev->dur_sid;
     for (int a = 0; a < s->nargs; a++) {
         if (s->args[a].ci >= 0) COL_I64(s, s->args[a].ci) = ev->ai[a];
         if (s->args[a].cs >= 0) COL_I32(s, s->args[a].cs) = ev->as[a];
+        if (s->args[a].cf >= 0) COL_F64(s, s->args[a].cf) = ev->af[a];
     }
     s->nrows++;
     return 0;
@@ -812,8 +984,21 @@ static void Scanner_dealloc(Scanner *s) {
 
 static int Scanner_init(Scanner *s, PyObject *argsobj, PyObject *kw) {
     PyObject *specs;
-    static char *kwlist[] = {"specs", NULL};
-    if (!PyArg_ParseTupleAndKeywords(argsobj, kw, "O", kwlist, &specs)) return -1;
+    const char *phases = "Xi";
+    Py_ssize_t nphases = 2;
+    int other_odd = 0, decimal = 0;
+    static char *kwlist[] = {"specs", "phases", "other_odd", "decimal", NULL};
+    if (!PyArg_ParseTupleAndKeywords(argsobj, kw, "O|$s#pp", kwlist, &specs, &phases, &nphases, &other_odd,
+                                     &decimal))
+        return -1;
+    if (nphases >= (Py_ssize_t)sizeof s->phases) {
+        PyErr_SetString(PyExc_ValueError, "too many phases");
+        return -1;
+    }
+    memcpy(s->phases, phases, (size_t)nphases);
+    s->phases[nphases] = 0;
+    s->other_odd = other_odd;
+    s->decimal = decimal;
     PyObject *seq = PySequence_Fast(specs, "specs must be a sequence of (key, kind, nullable, default)");
     if (!seq) return -1;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
@@ -826,13 +1011,14 @@ static int Scanner_init(Scanner *s, PyObject *argsobj, PyObject *kw) {
     for (Py_ssize_t i = 0; i < n; i++) {
         const char *key;
         Py_ssize_t klen;
-        int kind, nullable;
+        int kind, nullable, top = 0;
         long long dflt;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "s#ipL", &key, &klen, &kind, &nullable, &dflt)) {
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "s#ipL|p", &key, &klen, &kind, &nullable, &dflt,
+                              &top)) {
             Py_DECREF(seq);
             return -1;
         }
-        if (klen >= 64 || kind < K_INT || kind > K_GRID) {
+        if (klen >= 64 || kind < K_INT || kind > K_RAW) {
             Py_DECREF(seq);
             PyErr_SetString(PyExc_ValueError, "bad argument spec");
             return -1;
@@ -843,19 +1029,23 @@ static int Scanner_init(Scanner *s, PyObject *argsobj, PyObject *kw) {
         a->kind = kind;
         a->nullable = nullable;
         a->dflt = dflt;
-        a->ci = (kind == K_INT || kind == K_INTSTR || kind == K_GRID) ? ncols++ : -1;
-        a->cs = (kind == K_STR || kind == K_INTSTR || kind == K_DIMS || kind == K_TYPES) ? ncols++ : -1;
+        a->top = top;
+        a->ci = (kind == K_INT || kind == K_INTSTR || kind == K_GRID || kind == K_SCALAR) ? ncols++ : -1;
+        a->cs = (kind == K_STR || kind == K_INTSTR || kind == K_DIMS || kind == K_TYPES || kind == K_SCALAR ||
+                 kind == K_RAW) ? ncols++ : -1;
+        a->cf = kind == K_SCALAR ? ncols++ : -1;
     }
     Py_DECREF(seq);
     s->nargs = (int)n;
     s->ncols = ncols;
     s->cols = PyMem_Calloc((size_t)ncols, sizeof(Col));
     if (!s->cols) { PyErr_NoMemory(); return -1; }
-    size_t fixed_items[C_FIXED] = {1, 4, 4, 8, 4, 8, 4, 8, 8};
+    size_t fixed_items[C_FIXED] = {1, 4, 4, 8, 4, 8, 4, 8, 8, 1, 4, 1, 4};
     for (int c = 0; c < C_FIXED; c++) s->cols[c].item = fixed_items[c];
     for (int a = 0; a < s->nargs; a++) {
         if (s->args[a].ci >= 0) s->cols[s->args[a].ci].item = 8;
         if (s->args[a].cs >= 0) s->cols[s->args[a].cs].item = 4;
+        if (s->args[a].cf >= 0) s->cols[s->args[a].cf].item = 8;
     }
     s->strs = PyList_New(0);
     if (!s->strs || rehash(s) < 0) return -1;
@@ -919,15 +1109,15 @@ static PyObject *Scanner_feed(Scanner *s, PyObject *const *argv, Py_ssize_t argc
         }
         if (r == J_BAD) { status = ST_MALFORMED; pos = el - base; break; }
         s->state = S_SEP;
-        if (ev.ph_ok && (ev.ph == 'X' || ev.ph == 'i')) {
-            if (ev.odd) {
-                status = ST_ODD;
-                pos = el - base;
-                end = c.p - base;
-                break;
-            }
-            if (emit(s, &ev) < 0) { PyBuffer_Release(&view); return NULL; }
+        int keep = ev.ph_ok && ev.ph && strchr(s->phases, ev.ph) != NULL;
+        if ((keep && ev.odd) || (!keep && s->other_odd)) {
+            status = ST_ODD;
+            pos = el - base;
+            end = c.p - base;
+            break;
         }
+        s->counted++;
+        if (keep && emit(s, &ev) < 0) { PyBuffer_Release(&view); return NULL; }
     }
     PyBuffer_Release(&view);
     if (status != ST_ODD) end = pos;
@@ -949,7 +1139,9 @@ static PyObject *Scanner_take(Scanner *s, PyObject *Py_UNUSED(ignored)) {
     if (!fresh) { Py_DECREF(cols); return NULL; }
     s->reported = total;
     s->nrows = 0;
-    return Py_BuildValue("(NN)", cols, fresh);
+    Py_ssize_t counted = s->counted;
+    s->counted = 0;
+    return Py_BuildValue("(NNn)", cols, fresh, counted);
 }
 
 static PyObject *Scanner_rows(Scanner *s, void *Py_UNUSED(closure)) {
@@ -966,7 +1158,7 @@ static PyMethodDef Scanner_methods[] = {
     {"feed", (PyCFunction)(void (*)(void))Scanner_feed, METH_FASTCALL,
      "feed(buf, start, final) -> (status, pos, end): scan array elements from buf[start:]"},
     {"take", (PyCFunction)Scanner_take, METH_NOARGS,
-     "take() -> (columns, new strings): the rows scanned so far as bytearrays, then cleared"},
+     "take() -> (columns, new strings, elements scanned): the rows so far as bytearrays, then cleared"},
     {"reset", (PyCFunction)Scanner_reset, METH_NOARGS, "start a new array (the strings are kept)"},
     {NULL, NULL, 0, NULL},
 };
@@ -1014,6 +1206,12 @@ PyMODINIT_FUNC PyInit__tracescan(void) {
     PyModule_AddIntConstant(m, "DIMS", K_DIMS);
     PyModule_AddIntConstant(m, "TYPES", K_TYPES);
     PyModule_AddIntConstant(m, "GRID", K_GRID);
+    PyModule_AddIntConstant(m, "SCALAR", K_SCALAR);
+    PyModule_AddIntConstant(m, "RAW", K_RAW);
+    PyModule_AddIntConstant(m, "T_OK", T_OK);
+    PyModule_AddIntConstant(m, "T_NULL", T_NULL);
+    PyModule_AddIntConstant(m, "T_TEXT", T_TEXT);
+    PyModule_AddIntConstant(m, "T_NUMBER", T_NUMBER);
     PyModule_AddIntConstant(m, "NONE", NONE_I64);
     return m;
 }

@@ -514,7 +514,16 @@ class TraceParser:
     # -- decoding -------------------------------------------------------------------------------------
 
     def parse(self) -> TraceColumns:
-        """The trace as columns; with the default block size, read in pieces first (see PIECE_BYTES)."""
+        """The trace as columns: on the native path (`ascend_scan`) where it is built, else (or when it hands
+        the file back) with the default block size read in pieces first (see PIECE_BYTES)."""
+        from . import ascend_scan  # it imports this module
+
+        if self.block == BLOCK_BYTES and ascend_scan.available():
+            try:
+                self.out = ascend_scan.scan(self.path)
+                return self.out
+            except ascend_scan.Fallback:
+                pass
         if self.block == BLOCK_BYTES:
             try:
                 self.out = TraceParser(self.path, PIECE_BYTES)._parse(8 * PIECE_BYTES)
@@ -722,7 +731,6 @@ class TraceParser:
         `args`, decoded in one call per batch (`_decode_args`).
         """
         out = self.out
-        parts = self._parts
         for rows, names, args in ((out.host_rows, _HOST_FIELDS, self._host_arg_columns),
                                   (out.hw_rows, _HW_FIELDS, self._hw_arg_columns),
                                   (out.comm_rows, _COMM_FIELDS, self._comm_arg_columns),
@@ -740,15 +748,19 @@ class TraceParser:
                 continue
             if args is not None:
                 cols = cols[:-1] + args(cols[-1], cols[1])
-            for fname, col in zip(names, cols, strict=True):
-                if fname in _INT64_FIELDS:
-                    col = np.array(col, dtype=np.int64)
-                    if fname in _START_FIELDS:
-                        first = int(col.min())
-                        if min_ts is None or first < min_ts:
-                            min_ts = first
-                parts.setdefault(fname, []).append(col)
+            self.add_parts(names, cols)
         self._lower_min_ts(min_ts)
+
+    def add_parts(self, names: tuple[str, ...], cols: Sequence[Sequence[Any]]) -> None:
+        """Append one group's columns (int64 arrays for the start / dur fields); the earliest start lowers
+        out.min_ts."""
+        parts = self._parts
+        for fname, col in zip(names, cols, strict=True):
+            if fname in _INT64_FIELDS:
+                col = np.asarray(col, dtype=np.int64)
+                if fname in _START_FIELDS:
+                    self._lower_min_ts(int(col.min()))
+            parts.setdefault(fname, []).append(col)
 
     def _timed_columns(self, cols: list[Sequence[Any]]) -> list[Sequence[Any]]:
         """The columns of collected device / communication tasks, (pid, tid, name, ts, dur, args), or overlap
@@ -839,21 +851,30 @@ class TraceParser:
             blob = self._blob
             args = _decode_args(_HOST_ARGS, [raws[i] for i in idx], _NO_HOST_ARGS)
             for i, a in zip(idx, args, strict=True):
-                s = _text(a.call_stack if a.call_stack is not None else a.call_stack2)
-                if s is not None:
-                    self.out.with_stack = True
-                stack[i], dims[i], types[i], conn[i] = s, blob(a.input_dims), blob(a.input_type), \
+                stack[i], dims[i], types[i], conn[i] = \
+                    self.call_stack(a.call_stack, a.call_stack2), blob(a.input_dims), blob(a.input_type), \
                     as_int(a.connection_id)
         return [stack, dims, types, conn]
+
+    def call_stack(self, stack: Any, stack2: Any) -> str | None:
+        """A host event's call stack text ("Call stack", else "Call Stack"); notes that the trace has one."""
+        s = _text(stack if stack is not None else stack2)
+        if s is not None:
+            self.out.with_stack = True
+        return s
 
     def _hw_arg_columns(self, raws: Sequence[Any], tids: Sequence[Any]) -> list[Sequence[Any]]:
         """(task type, stream, task id, connection id) columns of Ascend Hardware tasks; the stream is Stream
         Id, else Physic Stream Id, else the tid."""
         args = _decode_args(_HW_ARGS, raws, HardwareArgs())
         # one comprehension per field: attribute reads in bytecode beat C-level getters / astuple here
-        task_type, stream_id, physic = [a.task_type for a in args], [a.stream_id for a in args], \
-            [a.physic_stream_id for a in args]
-        task_id, conn = [a.task_id for a in args], [a.connection_id for a in args]
+        return self.hw_columns([a.task_type for a in args], [a.stream_id for a in args],
+                               [a.physic_stream_id for a in args], [a.task_id for a in args],
+                               [a.connection_id for a in args], tids)
+
+    def hw_columns(self, task_type: list[Any], stream_id: list[Any], physic: list[Any], task_id: list[Any],
+                   conn: list[Any], tids: Sequence[Any]) -> list[Sequence[Any]]:
+        """The Hardware arg columns from the args' values as decoded (shared with the native path)."""
         stream = _ints(stream_id)
         if None in stream:
             phys = _ints(physic)
@@ -865,10 +886,15 @@ class TraceParser:
         """(size, transport, link, src, dst, bandwidth, connection id, message bytes) columns of Communication
         events; message bytes = count x element size (hcom_* ops)."""
         args = _decode_args(_COMM_ARGS, raws, CommArgs())
-        size, transport, link = [a.size for a in args], [a.transport for a in args], [a.link for a in args]
-        src, dst, bw = [a.src for a in args], [a.dst for a in args], [a.bandwidth for a in args]
-        conn, data_type, count = [a.connection_id for a in args], [a.data_type for a in args], \
-            [a.count for a in args]
+        return self.comm_columns([a.size for a in args], [a.transport for a in args], [a.link for a in args],
+                                 [a.src for a in args], [a.dst for a in args], [a.bandwidth for a in args],
+                                 [a.connection_id for a in args], [a.data_type for a in args],
+                                 [a.count for a in args])
+
+    def comm_columns(self, size: list[Any], transport: list[Any], link: list[Any], src: list[Any],
+                     dst: list[Any], bw: list[Any], conn: list[Any], data_type: list[Any],
+                     count: list[Any]) -> list[Sequence[Any]]:
+        """The Communication arg columns from the args' values as decoded (shared with the native path)."""
         counts = _ints(count)
         msg: list[int | None] = [None] * len(counts)
         for i in np.flatnonzero(np.not_equal(np.array(counts, dtype=object), None)).tolist():

@@ -70,7 +70,7 @@ _FIELDS = msgspec.structs.fields(K._Args)
 if {f.name for f in _FIELDS} != set(_KINDS):
     raise ImportError("kineto_scan._KINDS does not cover kineto._Args")
 
-_N_FIXED = 9  # ph, cat, name, pid_i, pid_s, tid_i, tid_s, ts, dur
+_N_FIXED = 13  # ph, cat, name, pid_i, pid_s, tid_i, tid_s, ts, dur, then ts / dur kinds (decimal mode only)
 
 
 def _layout() -> tuple[list[tuple[str, int, bool, int]], dict[str, int]]:
@@ -147,12 +147,21 @@ class _Interned:
 
     def objects(self, ids: np.ndarray, none_for_empty: bool = True) -> np.ndarray:
         """Object array of the strings (None for -1, and for "" when asked)."""
-        table = np.empty(len(self.strs) + 1, dtype=object)
-        table[:-1] = self.strs
-        out = table[ids]
         if none_for_empty:
-            out[out == ""] = None
-        return out
+            return self.table("texts", _texts_or_none, None)[ids]
+        return self.table("texts_all", _texts, None)[ids]
+
+
+def _texts(strs: list[str]) -> np.ndarray:
+    out = np.empty(len(strs), dtype=object)
+    out[:] = strs
+    return out
+
+
+def _texts_or_none(strs: list[str]) -> np.ndarray:
+    out = _texts(strs)
+    out[out == ""] = None
+    return out
 
 
 def _cat_kind(strs: list[str]) -> np.ndarray:
@@ -205,7 +214,7 @@ class _Fold:
             absent = table.setdefault(absent, len(table))
         return np.where(present, m[np.where(present, ids, 0)], absent)
 
-    def block(self, cols: tuple[bytearray, ...], fresh: list[str]) -> None:
+    def block(self, cols: tuple[bytearray, ...], fresh: list[str], _scanned: int = 0) -> None:
         self.s.add(fresh)
         r = _Rows(cols, self.index)
         if r.ph.size == 0:

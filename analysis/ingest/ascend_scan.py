@@ -1,0 +1,438 @@
+"""The native path of the Ascend trace_view.json reader: the C trace scanner (`_tracescan.c`) into columns.
+
+`ascend_text.TraceParser.parse` reads through here when the extension is built (see `kineto_scan` for
+when it is not) and through its msgspec path otherwise; both fill the same `TraceColumns`. What stays on
+the msgspec path's code, so there is one copy of each rule:
+  * the conversions of argument values (`TraceParser.hw_columns`, `comm_columns`, `call_stack`,
+    `_labels`, `as_int`, `_floats`) run on the values the scanner read, as Python objects;
+  * metadata (`M`), counters (`C`) and every other phase, and any event with a value the scanner does not
+    take (an object where a scalar is read, an integer beyond int64, a lone surrogate), are handed back
+    (ODD) and go through `TraceParser._consume` one by one, in file order;
+  * bad JSON, a document that is not an array, or a value the typed decode would reject (a null pid)
+    raises `kineto_scan.Fallback`, and the msgspec path reads the file and reports what is wrong.
+
+The scanner keeps complete events ("X") and flow endpoints ("s", "f", "t") as rows; `ts` and `dur` arrive
+as exact integer ns (`decimal` mode: "…250.125" strings and numbers with up to three decimals parsed
+exactly, float durations rounded as `round(d * 1000)`; any other text comes as text and is parsed by the
+reader's own `_start_ns` / `dur_ns`). Per block, events are routed by their process's kind with numpy
+masks (a pid is looked up once per block), in file order within each group, exactly as `_consume` routes
+them one at a time; events of a process whose `process_name` has not come yet wait, as there, until the
+end.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from . import ascend_text as A
+from .kineto_scan import Fallback, _Interned, _tracescan, available
+
+__all__ = ["Fallback", "available", "scan"]
+
+_BLOCK = 1 << 20
+_NONE = -(2**62)
+# argument keys read (all kinds share one scan; each kind's columns pick theirs), top-level "id" first
+_SCALARS = ("Call stack", "Call Stack", "connection_id", "Task Type", "Stream Id", "Physic Stream Id", "Task Id",
+            "size(Byte)", "transport type", "link type", "src rank", "dst rank", "bandwidth(GB/s)", "data_type",
+            "count")
+_RAWS = ("Input Dims", "Input type")
+_N_FIXED = 13
+_X, _S = ord("X"), ord("s")
+_I64, _I32, _F64 = np.dtype(np.int64), np.dtype(np.int32), np.dtype(np.float64)
+
+
+def _layout() -> tuple[list[tuple[Any, ...]], dict[str, tuple[int, ...]]]:
+    specs: list[tuple[Any, ...]] = [("id", _tracescan.INTSTR, True, _NONE, True)]
+    index: dict[str, tuple[int, ...]] = {"id": (_N_FIXED, _N_FIXED + 1)}
+    col = _N_FIXED + 2
+    for key in _SCALARS:
+        specs.append((key, _tracescan.SCALAR, True, _NONE, False))
+        index[key] = (col, col + 1, col + 2)  # int64, string id, float64
+        col += 3
+    for key in _RAWS:
+        specs.append((key, _tracescan.RAW, True, _NONE, False))
+        index[key] = (col,)
+        col += 1
+    return specs, index
+
+
+class _Rows:
+    """Rows of one scanned block as numpy views of its columns: all of them, or those at `idx` (taken
+    column by column only when a column is read)."""
+
+    __slots__ = ("_cache", "_cols", "_idx")
+
+    def __init__(self, cols: list[np.ndarray], idx: np.ndarray | None = None) -> None:
+        self._cols = cols
+        self._idx = idx
+        self._cache: dict[int, np.ndarray] = {}
+
+    @classmethod
+    def view(cls, raw: tuple[bytearray, ...]) -> _Rows:
+        types = [np.uint8, _I32, _I32, _I64, _I32, _I64, _I32, _I64, _I64, np.uint8, _I32, np.uint8, _I32,
+                 _I64, _I32] + [_I64, _I32, _F64] * len(_SCALARS) + [_I32] * len(_RAWS)
+        return cls([np.frombuffer(b, t) for b, t in zip(raw, types, strict=True)])
+
+    def col(self, k: int) -> np.ndarray:
+        if self._idx is None:
+            return self._cols[k]
+        c = self._cache.get(k)
+        if c is None:
+            c = self._cache[k] = self._cols[k][self._idx]
+        return c
+
+    def take(self, idx: np.ndarray) -> _Rows:
+        return _Rows(self._cols, idx if self._idx is None else self._idx[idx])
+
+    def __len__(self) -> int:
+        return len(self._cols[0]) if self._idx is None else len(self._idx)
+
+    ph = property(lambda self: self.col(0))
+    cat = property(lambda self: self.col(1))
+    name = property(lambda self: self.col(2))
+    pid_i = property(lambda self: self.col(3))
+    pid_s = property(lambda self: self.col(4))
+    tid_i = property(lambda self: self.col(5))
+    tid_s = property(lambda self: self.col(6))
+    ts = property(lambda self: self.col(7))
+    dur = property(lambda self: self.col(8))
+    ts_kind = property(lambda self: self.col(9))
+    ts_sid = property(lambda self: self.col(10))
+    dur_kind = property(lambda self: self.col(11))
+    dur_sid = property(lambda self: self.col(12))
+
+
+class _Native:
+    """Turns scanned blocks into a `TraceParser`'s column parts (see the module docstring)."""
+
+    def __init__(self, tp: A.TraceParser, index: dict[str, tuple[int, ...]]) -> None:
+        self.tp = tp
+        self.out = tp.out
+        self.index = index
+        self.s = _Interned()
+        self.pending: list[tuple[str, Any]] = []  # ("rows", _Rows) or ("events", [Event]) in file order
+
+    # -- values as Python objects ---------------------------------------------------------------------
+
+    def _strs(self, ids: np.ndarray) -> list[Any]:
+        return self.s.objects(ids, none_for_empty=False).tolist()
+
+    def _ids(self, i: np.ndarray, sid: np.ndarray, share: bool = True) -> list[Any]:
+        """pid / tid / flow id objects (int, or str when the JSON value is a string); pids and tids share
+        one object per value, as the msgspec path has them."""
+        objs = self.s.objects(sid, none_for_empty=False)
+        ints = sid < 0
+        objs[ints] = i[ints].astype(object)
+        vals = objs.tolist()
+        if not share:
+            return vals
+        setdefault = self.tp._ids.setdefault
+        return list(map(setdefault, vals, vals))
+
+    def _scalars(self, r: _Rows, key: str) -> list[Any]:
+        """An argument's values as the msgspec path decodes them: int, float, str or None."""
+        ci, cs, cf = self.index[key]
+        i, sid, f = r.col(ci), r.col(cs), r.col(cf)
+        objs = self.s.objects(sid, none_for_empty=False)
+        ints = i != _NONE
+        if ints.any():
+            objs[ints] = i[ints].astype(object)
+        floats = ~np.isnan(f)
+        if floats.any():
+            objs[floats] = f[floats].astype(object)
+        return objs.tolist()
+
+    def _names(self, ids: np.ndarray) -> list[str]:
+        vals = self.s.objects(ids, none_for_empty=False)
+        vals[ids < 0] = ""
+        share = self.tp._names.setdefault
+        v = vals.tolist()
+        return list(map(share, v, v))
+
+    def _starts(self, r: _Rows) -> tuple[np.ndarray, np.ndarray]:
+        """(start ns, readable) per row: `_start_ns` of the ts the msgspec path would hold."""
+        start = r.ts.copy()
+        ok = r.ts_kind == _tracescan.T_OK
+        for j in np.flatnonzero(~ok).tolist():
+            kind, sid = int(r.ts_kind[j]), int(r.ts_sid[j])
+            v = None
+            try:
+                if kind == _tracescan.T_TEXT:
+                    v = A._start_ns(self.s.strs[sid])
+                elif kind == _tracescan.T_NUMBER:
+                    v = A._start_ns(Decimal(self.s.strs[sid]))
+            except (ArithmeticError, ValueError):
+                raise Fallback from None
+            if v is not None:
+                if not -(2**63) <= v < 2**63:
+                    raise Fallback  # beyond int64: the msgspec path fails on it as it always has
+                start[j] = v
+                ok[j] = True
+        return start, ok
+
+    def _durs(self, r: _Rows) -> np.ndarray:
+        dur = r.dur.copy()
+        for j in np.flatnonzero((r.dur_kind == _tracescan.T_TEXT) | (r.dur_kind == _tracescan.T_NUMBER)).tolist():
+            text = self.s.strs[int(r.dur_sid[j])]
+            try:
+                v = A.dur_ns(text) if r.dur_kind[j] == _tracescan.T_TEXT else round(float(text) * 1000)
+            except (ArithmeticError, ValueError):
+                raise Fallback from None
+            if not -(2**63) <= v < 2**63:
+                raise Fallback
+            dur[j] = v
+        return dur
+
+    # -- routing --------------------------------------------------------------------------------------
+
+    def _kinds(self, r: _Rows) -> np.ndarray:
+        """The kind of each row's process (-1: no process_name yet)."""
+        kinds = self.out.kinds
+        out = np.full(len(r), -1, dtype=np.int8)
+        strs = r.pid_s >= 0
+        for v in np.unique(r.pid_i[~strs]).tolist():
+            k = kinds.get(v)
+            if k is not None:
+                out[(r.pid_i == v) & ~strs] = k
+        for v in np.unique(r.pid_s[strs]).tolist():
+            k = kinds.get(self.s.strs[v])
+            if k is not None:
+                out[r.pid_s == v] = k
+        return out
+
+    def _is_gc(self, r: _Rows) -> np.ndarray:
+        return self.s.table("is_gc", lambda strs: np.array([c.lower() == "gc" for c in strs], dtype=bool),
+                            False)[r.cat]
+
+    def block(self, raw: tuple[bytearray, ...], fresh: list[str], scanned: int) -> None:
+        self.s.add(fresh)
+        self.out.n_events += scanned
+        if raw[0]:
+            self.route(_Rows.view(raw))
+
+    def route(self, r: _Rows, final: bool = False) -> None:
+        x = r.ph == _X
+        if (~x).any():
+            self._flows(r.take(np.flatnonzero(~x)))
+        if not x.any():
+            return
+        if not x.all():
+            r = r.take(np.flatnonzero(x))
+        kind = self._kinds(r)
+        if not final and (kind < 0).any():
+            self.pending.append(("rows", r.take(np.flatnonzero(kind < 0))))
+        gc = self._is_gc(r)
+        hw = kind == A.HARDWARE
+        comm = kind == A.COMM
+        if hw.any():
+            self._tasks(r.take(np.flatnonzero(hw)), A._HW_FIELDS)
+        if comm.any():
+            self._tasks(r.take(np.flatnonzero(comm)), A._COMM_FIELDS)
+        if (over := kind == A.OVERLAP).any():
+            o = r.take(np.flatnonzero(over))
+            start, ok = self._starts(o)
+            self.out.n_bad_ts += int((~ok).sum())
+            if ok.any():
+                o = o.take(np.flatnonzero(ok))
+                self.tp.add_parts(A._OVERLAP_FIELDS, [self._names(o.name), start[ok], self._durs(o)])
+        host_kind = (kind == A.FRAMEWORK) | (kind == A.CANN)
+        # the rest of the X events: SKIP (kept only when GC), FREQ and other kinds (GC kept; the rest only
+        # lower min_ts); the unknown ones wait (`pending`)
+        known = kind >= 0
+        timed = host_kind | (known & ~hw & ~comm & ~(kind == A.OVERLAP) & ~((kind == A.SKIP) & ~gc))
+        if not timed.any():
+            return
+        t = r.take(np.flatnonzero(timed))
+        start, ok = self._starts(t)
+        self.out.n_bad_ts += int((~ok).sum())
+        t_host, t_gc = host_kind[timed], gc[timed]
+        host = ok & (t_host | t_gc)
+        dropped = ok & ~host
+        if dropped.any():
+            self.tp._lower_min_ts(int(start[dropped].min()))
+        if host.any():
+            self._host(t.take(np.flatnonzero(host)), start[host], t_gc[host], kind[timed][host])
+
+    def _flows(self, r: _Rows) -> None:
+        """Flow endpoints with an id: (cat or name, id, ph, pid, tid, ts ns); unreadable ts dropped."""
+        ci, cs = self.index["id"]
+        has_id = (r.col(ci) != _NONE) | (r.col(cs) >= 0)
+        if not has_id.all():
+            r = r.take(np.flatnonzero(has_id))
+        if not len(r):
+            return
+        start, ok = self._starts(r)
+        if not ok.all():
+            r = r.take(np.flatnonzero(ok))
+            start = start[ok]
+            if not len(r):
+                return
+        cat = self._strs(r.cat)
+        name = None
+        if any(not c for c in cat):
+            name = self._strs(r.name)
+            cat = [c or (n if n is not None else "") for c, n in zip(cat, name, strict=True)]
+        share = self.tp._names.setdefault
+        flow_id = self._ids(r.col(ci), r.col(cs), share=False)
+        ph = [chr(c) for c in r.ph.tolist()]
+        self.tp.add_parts(A._FLOW_FIELDS, [list(map(share, cat, cat)), flow_id, ph,
+                                           self._ids(r.pid_i, r.pid_s), self._ids(r.tid_i, r.tid_s), start])
+
+    def _tasks(self, r: _Rows, fields: tuple[str, ...]) -> None:
+        """Hardware or Communication tasks, as `_timed_columns` + the kind's arg columns give them."""
+        start, ok = self._starts(r)
+        self.out.n_bad_ts += int((~ok).sum())
+        if not ok.all():
+            r = r.take(np.flatnonzero(ok))
+            start = start[ok]
+            if not len(r):
+                return
+        tids = self._ids(r.tid_i, r.tid_s)
+        cols: list[Any] = [self._ids(r.pid_i, r.pid_s), tids, self._names(r.name), start, self._durs(r)]
+        sc = self._scalars
+        if fields is A._HW_FIELDS:
+            cols += self.tp.hw_columns(sc(r, "Task Type"), sc(r, "Stream Id"), sc(r, "Physic Stream Id"),
+                                       sc(r, "Task Id"), sc(r, "connection_id"), tids)
+        else:
+            cols += self.tp.comm_columns(sc(r, "size(Byte)"), sc(r, "transport type"), sc(r, "link type"),
+                                         sc(r, "src rank"), sc(r, "dst rank"), sc(r, "bandwidth(GB/s)"),
+                                         sc(r, "connection_id"), sc(r, "data_type"), sc(r, "count"))
+        self.tp.add_parts(fields, cols)
+
+    def _host(self, r: _Rows, start: np.ndarray, gc: np.ndarray, kind: np.ndarray) -> None:
+        """Host rows (framework, CANN, and GC events of any process), as `_consume` builds them: the category
+        is decided once per distinct (name, cat, GC, kind); ProfilerStep#N rows also become steps."""
+        tp, n = self.tp, len(r)
+        names = self._names(r.name)
+        dur = self._durs(r)
+        combo = np.stack([r.name.astype(np.int64), r.cat.astype(np.int64), gc.astype(np.int64),
+                          kind.astype(np.int64)], axis=1)
+        uniq, inverse = np.unique(combo, axis=0, return_inverse=True)
+        labels, is_step = [], []
+        strs = self.s.strs
+        for name_id, cat_id, is_gc, k in uniq.tolist():
+            name = strs[name_id] if name_id >= 0 else ""
+            cat = strs[cat_id] if cat_id >= 0 else None
+            if is_gc:
+                c = "gc"
+            elif k == A.CANN:
+                c = "cann"
+            else:
+                c = tp._framework_cat.get((name, cat)) or tp._categorize(name, cat)
+            labels.append(c)
+            is_step.append(c == "user_annotation" and name.startswith("ProfilerStep#")
+                           and A._STEP_RE.match(name) is not None)
+        inverse = inverse.reshape(-1)
+        category = np.array(labels, dtype=object)[inverse].tolist()
+        for j in np.flatnonzero(np.array(is_step, dtype=bool)[inverse]).tolist():
+            self.out.steps.append((int(A._STEP_RE.match(names[j]).group(1)), int(start[j]), int(dur[j])))
+        # args: none for GC rows (as `_consume` has it)
+        plain = ~gc
+        cols: list[list[Any]] = [[None] * n for _ in range(4)]
+        if plain.any():
+            idx = np.flatnonzero(plain)
+            p = r if plain.all() else r.take(idx)
+            s1, s2 = self._scalars(p, "Call stack"), self._scalars(p, "Call Stack")
+            if s1.count(None) == len(s1) and s2.count(None) == len(s2):
+                stack = s1
+            else:
+                stack = [tp.call_stack(a, b) for a, b in zip(s1, s2, strict=True)]
+            got = [stack, self._strs(p.col(self.index["Input Dims"][0])),
+                   self._strs(p.col(self.index["Input type"][0])), A._ints(self._scalars(p, "connection_id"))]
+            if plain.all():
+                cols = got
+            else:
+                for full, part in zip(cols, got, strict=True):
+                    for k, j in enumerate(idx.tolist()):
+                        full[j] = part[k]
+        tp.add_parts(A._HOST_FIELDS, [self._ids(r.pid_i, r.pid_s), self._ids(r.tid_i, r.tid_s), names, category,
+                                      start, dur, *cols])
+
+    # -- events handed back, and the end --------------------------------------------------------------
+
+    def events(self, evs: list[A.Event]) -> None:
+        """Events the scanner handed back, through the msgspec path's own routing."""
+        tp = self.tp
+        before = len(tp._pending)
+        tp._consume(evs)
+        if len(tp._pending) > before:
+            self.pending.append(("events", tp._pending[before:]))
+            del tp._pending[before:]
+
+    def finish(self) -> A.TraceColumns:
+        """`TraceParser._finish` for both kinds of waiting events, in file order."""
+        out, tp = self.out, self.tp
+        if self.pending:
+            pids: set[Any] = set()
+            for what, item in self.pending:
+                if what == "rows":
+                    pids.update(self._ids(item.pid_i, item.pid_s))
+                else:
+                    pids.update(ev.pid for ev in item)
+            unknown = {p for p in pids if p not in out.kinds}
+            for pid in unknown:
+                out.kinds[pid] = A.SKIP  # no process_name at all: only GC events (by cat) are kept
+            for what, item in self.pending:
+                if what == "rows":
+                    ids = self._ids(item.pid_i, item.pid_s)
+                    gc = self._is_gc(item)
+                    out.n_unclassified += sum(1 for p, g in zip(ids, gc.tolist(), strict=True)
+                                              if p in unknown and not g)
+                else:
+                    out.n_unclassified += sum(1 for ev in item if ev.pid in unknown
+                                              and (ev.cat is None or ev.cat.lower() != "gc"))
+            for what, item in self.pending:
+                if what == "rows":
+                    self.route(item, final=True)
+                else:
+                    out.n_events -= len(item)  # _consume counts them again
+                    tp._consume(item)
+        tp._finish()
+        return out
+
+
+def scan(path: Path) -> A.TraceColumns:
+    """trace_view.json on the native path; raises Fallback when the msgspec path must read it."""
+    specs, index = _layout()
+    scanner = _tracescan.Scanner(specs, phases="Xsft", other_odd=True, decimal=True)
+    tp = A.TraceParser(path)
+    native = _Native(tp, index)
+    dec = msgspec.json.Decoder(list[A.Event], float_hook=Decimal)
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below
+    except OSError:
+        raise Fallback from None
+    with f:
+        buf = bytearray(f.read(_BLOCK))
+        i = 3 if buf[:3] == b"\xef\xbb\xbf" else 0
+        while i < len(buf) and buf[i] in b" \t\r\n":
+            i += 1
+        if i >= len(buf) or buf[i] != 0x5B:  # empty, whitespace, an object...: the msgspec path says what
+            raise Fallback
+        pos, eof = i + 1, False
+        while True:
+            status, p, end = scanner.feed(buf, pos, eof)
+            native.block(*scanner.take())
+            if status == _tracescan.ODD:
+                try:
+                    native.events(dec.decode(b"[" + bytes(buf[p:end]) + b"]"))
+                except msgspec.DecodeError:
+                    raise Fallback from None
+                pos = end
+            elif status == _tracescan.DONE:
+                if bytes(buf[p:]).strip(b" \t\r\n") or f.read(1 << 16).strip(b" \t\r\n"):
+                    raise Fallback  # something after the array: the msgspec path reports it
+                break
+            elif status == _tracescan.MALFORMED:
+                raise Fallback
+            else:
+                more = f.read(_BLOCK)
+                eof = not more
+                buf = buf[p:] + more
+                pos = 0
+    return native.finish()
