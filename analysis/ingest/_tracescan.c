@@ -12,20 +12,33 @@
  * understand is handed back to the caller, which owns the reference (msgspec) path:
  *   - MALFORMED: the bytes are not valid JSON (or not an array of objects) at `pos`; the caller decodes
  *     with msgspec, which reports the error exactly as it always has;
- *   - ODD: one complete/instant event has a stored field of a type the typed decode would reject (a
- *     string `ts`, a float correlation id, a null name...); the caller decodes just that element with
- *     the loose path, so coercion stays in one place;
+ *   - ODD: one event to decode on the reference path, alone: a kept event with a stored field of a type
+ *     the typed decode would treat differently (a string `ts` in a Kineto trace, a float correlation id,
+ *     a null name, an object where a scalar is read...), or, with `other_odd`, any event whose phase is
+ *     not kept (trace_view.json's metadata and counters); coercion stays in one place;
  *   - NEED_MORE: the buffer ends inside an element; the caller appends the next block and calls again.
  *
+ * Scanner(specs, *, phases="Xi", other_odd=False, decimal=False). `specs` lists the argument keys read,
+ * each (key, kind, null allowed, default[, top]): `top` keys are read at the event's top level (a flow's
+ * "id"), the others inside its "args". Kinds: INT (int64), STR (string id), INTSTR (int64, or a string
+ * id when the value is a string), DIMS / TYPES (Kineto's shape / dtype text made from the raw list),
+ * GRID (the product of a three-int list), SCALAR (int64, string id or float64, by the value's JSON
+ * type), RAW (the value's JSON text, interned). `decimal` is trace_view.json's mode: ts / dur become exact
+ * integer ns (below), an absent pid / tid is 0, a null one is ODD, and "args" that is not an object
+ * means no arguments.
+ *
  * Columns (one row per kept event, in file order), returned by `take()` as bytearrays (writable numpy
- * views) together with the strings interned since the previous `take()`:
+ * views) with the strings interned since the previous `take()` and the number of elements scanned:
  *   ph (uint8), cat / name (int32 string ids, -1 absent), pid / tid (int64 or NONE, plus int32 string
- *   id or -1 when the value is a string), ts / dur (float64 µs, NaN when absent or null), then per
- *   argument spec one int64 column (kinds INT, INTSTR, GRID) and/or one int32 string-id column (STR,
- *   INTSTR, DIMS, TYPES).
+ *   id or -1 when the value is a string), ts / dur (float64 µs, NaN when absent or null; in decimal mode
+ *   int64 ns), ts / dur kind (uint8 T_OK, T_NULL, T_TEXT, T_NUMBER) and string id (int32: the text the
+ *   reader's own parser reads when the kind is T_TEXT / T_NUMBER), then per spec its int64, string-id
+ *   and float64 columns, in that order, as its kind has them.
  * Number parsing: integers exactly to int64 (larger: ODD where an int is stored); floats by Clinger's
  * exact fast path (<= 15 significant digits, |exp10| <= 22: one correctly rounded multiply or divide),
- * else by CPython's correctly rounded PyOS_string_to_double: the same double msgspec gives.
+ * else by CPython's correctly rounded PyOS_string_to_double: the same double msgspec gives. Decimal
+ * mode: "-?digits[.d{0,3}]" text (a string or a number) is exact ns; a number `dur` is llrint(d * 1000),
+ * half to even like Python's round(); other text is handed over as text.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
