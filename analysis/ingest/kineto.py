@@ -205,6 +205,7 @@ _HEAD_LIMIT = 64 << 20    # how far to look for the "traceEvents" key before dec
 _MAX_CUT_TRIES = 64
 _BYTE_RE = re.compile(r"\(byte (\d+)\)")
 _EPOCH_US = 10**15        # µs timestamps above this (Sep 2001) are on the epoch clock
+TIME_LIMIT_US = 9e15      # |ts| and |dur| below this (µs) fit int64 ns; an event beyond it is skipped
 
 
 # --------------------------------------------------------------------------------------------------
@@ -863,8 +864,12 @@ class _Folder:
                     ) -> tuple[list[_Event], list[int], list[float], list[float]]:
         ts = [e.ts for e in evs]
         dur = [e.dur for e in evs]
-        if None in ts or None in dur:  # complete events without ts/dur carry no time: skipped (like HTA)
-            keep = [i for i, e in enumerate(evs) if e.ts is not None and e.dur is not None]
+        # complete events without ts/dur carry no time: skipped (like HTA); so are times whose ns do not
+        # fit int64 (beyond ~285 years of µs), which no clock writes
+        if None in ts or None in dur or not (min(ts) > -TIME_LIMIT_US and max(ts) < TIME_LIMIT_US
+                                             and min(dur) > -TIME_LIMIT_US and max(dur) < TIME_LIMIT_US):
+            keep = [i for i, e in enumerate(evs) if e.ts is not None and e.dur is not None
+                    and -TIME_LIMIT_US < e.ts < TIME_LIMIT_US and -TIME_LIMIT_US < e.dur < TIME_LIMIT_US]
             self.no_dur += len(evs) - len(keep)
             evs = [evs[i] for i in keep]
             codes = [codes[i] for i in keep]
@@ -1356,7 +1361,7 @@ def _build(t: RankTables, src: RankSource, path: Path, doc: _Doc, f: _Folder) ->
     if origin is None and first_ns is not None:
         t.warn("timestamps are not epoch-based and baseTimeNanoseconds is absent: absolute time unknown")
     if f.no_dur:
-        t.warn(f"{f.no_dur} complete events without ts or dur were skipped")
+        t.warn(f"{f.no_dur} complete events without a usable ts or dur (absent, or beyond int64 ns) were skipped")
     if f.skipped:
         cats = ", ".join(f"{c} ({n})" for c, n in f.skipped.most_common(5))
         t.warn(f"{sum(f.skipped.values())} complete events of categories this reader does not know were skipped: "

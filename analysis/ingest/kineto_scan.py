@@ -228,7 +228,9 @@ class _Fold:
             self._other(r, rest, ckind)
         if (inst := r.ph == _I).any():
             self._memory(r, inst)
-        timed = ~(np.isnan(r.ts) | np.isnan(r.dur))  # complete events without ts/dur are skipped
+        # complete events without ts/dur are skipped, as are times beyond int64 ns (kineto._with_times)
+        with np.errstate(invalid="ignore"):
+            timed = (np.abs(r.ts) < K.TIME_LIMIT_US) & (np.abs(r.dur) < K.TIME_LIMIT_US)
         code = s.table("cat_code", _cat_code, -1)[r.cat]
         for mask, fold in ((host, self._host), (dev, self._device)):
             if mask.any():
