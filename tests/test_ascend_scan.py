@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import CLUSTER4, need
+from conftest import CLUSTER4, assert_same_error, need, spy_fallback
 from stepdoctor.analysis.ingest import ascend_scan, ascend_text
 from stepdoctor.analysis.ingest.base import ProfileError, RankSource
 from stepdoctor.evals.generate import PROBLEMS, Plant, Scenario, write_ascend_profile
@@ -41,17 +41,7 @@ def _parse(path: Path, native: bool, monkeypatch: pytest.MonkeyPatch) -> ascend_
 
 
 def _same_trace(path: Path, monkeypatch: pytest.MonkeyPatch) -> ascend_text.TraceColumns:
-    fell_back: list[Path] = []
-    real = ascend_scan.scan
-
-    def spy(p):
-        try:
-            return real(p)
-        except ascend_scan.Fallback:
-            fell_back.append(p)
-            raise
-
-    monkeypatch.setattr(ascend_scan, "scan", spy)
+    fell_back = spy_fallback(monkeypatch, ascend_scan)
     a = _parse(path, True, monkeypatch)
     b = _parse(path, False, monkeypatch)
     ca, cb = _columns(a), _columns(b)
@@ -213,12 +203,7 @@ def test_quirks_identical_on_both_paths(indent, block, tmp_path, monkeypatch):
 def test_bad_input_gets_the_msgspec_paths_message(text, problem, tmp_path, monkeypatch):
     p = tmp_path / "trace_view.json"
     p.write_bytes(text)
-    messages = []
-    for native in (True, False):
-        with pytest.raises(ProfileError, match=problem) as ei:
-            _parse(p, native, monkeypatch)
-        messages.append(str(ei.value))
-    assert messages[0] == messages[1]
+    assert_same_error(lambda native: _parse(p, native, monkeypatch), problem)
 
 
 _scalar = st.one_of(st.none(), st.integers(-(2**64), 2**64), st.floats(allow_nan=False, allow_infinity=False),

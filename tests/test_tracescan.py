@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import KINETO, need
+from conftest import KINETO, assert_same_error, need, spy_fallback
 from stepdoctor.analysis.ingest import kineto, kineto_scan
-from stepdoctor.analysis.ingest.base import ProfileError, RankSource
+from stepdoctor.analysis.ingest.base import RankSource
 
 TRACES = sorted(p for p in KINETO.glob("*/**/*.json*") if "reference" not in p.parts) if KINETO.exists() else []
 
@@ -42,19 +42,7 @@ def _same(path: Path, monkeypatch: pytest.MonkeyPatch) -> kineto.RankTables:
 
 
 def _spy_fallback(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
-    """Record the files the native path handed to the msgspec path."""
-    seen: list[Path] = []
-    real = kineto_scan.scan
-
-    def scan(path):
-        try:
-            return real(path)
-        except kineto_scan.Fallback:
-            seen.append(path)
-            raise
-
-    monkeypatch.setattr(kineto_scan, "scan", scan)
-    return seen
+    return spy_fallback(monkeypatch, kineto_scan)
 
 
 def test_the_extension_is_built():
@@ -182,12 +170,7 @@ def test_quirks_identical_on_both_paths(layout, block, tmp_path, monkeypatch):
 def test_bad_input_gets_the_msgspec_paths_message(text, problem, tmp_path, monkeypatch):
     path = tmp_path / "bad.json"
     path.write_bytes(text)
-    messages = []
-    for native in (True, False):
-        with pytest.raises(ProfileError, match=problem) as ei:
-            _read(path, native, monkeypatch)
-        messages.append(str(ei.value))
-    assert messages[0] == messages[1]
+    assert_same_error(lambda native: _read(path, native, monkeypatch), problem)
 
 
 def test_scanner_statuses():

@@ -52,7 +52,7 @@ enum { ST_NEED_MORE = 0, ST_DONE = 1, ST_ODD = 2, ST_MALFORMED = 3 };
 enum { K_INT = 0, K_STR = 1, K_INTSTR = 2, K_DIMS = 3, K_TYPES = 4, K_GRID = 5, K_SCALAR = 6, K_RAW = 7 };
 /* how a ts / dur value was read in decimal mode (the *_KIND columns) */
 enum { T_OK = 0, T_NULL = 1, T_TEXT = 2, T_NUMBER = 3 };
-enum { J_OK = 0, J_MORE = 1, J_BAD = 2 };
+enum { J_OK = 0, J_MORE = 1, J_BAD = 2, J_END = 3 /* member_next: the object is closed */ };
 enum { S_FIRST = 0, S_SEP = 1, S_ELEM = 2 };
 
 #define MAX_ARGS 48
@@ -407,6 +407,50 @@ static int literal(Cur *c, const char *lit, size_t n) {
     return J_OK;
 }
 
+/* At an object's '{': steps in; J_END when the object is empty. */
+static int object_open(Cur *c) {
+    c->p++;
+    ws(c);
+    if (c->p >= c->end) return J_MORE;
+    if (*c->p == '}') {
+        c->p++;
+        return J_END;
+    }
+    return J_OK;
+}
+
+/* The next member of an object: its key (decoded when `want`: a pointer into the input, or into sbuf when
+ * it has escapes, so it is used before the next string is read) and the cursor at its value. */
+static int member_key(Scanner *s, Cur *c, const char **k, size_t *kn, int want) {
+    ws(c);
+    if (c->p >= c->end) return J_MORE;
+    if (*c->p != '"') return J_BAD;
+    int sur = 0;
+    int r = string(s, c, k, kn, want, &sur);
+    if (r != J_OK) return r;
+    ws(c);
+    if (c->p >= c->end) return J_MORE;
+    if (*c->p != ':') return J_BAD;
+    c->p++;
+    ws(c);
+    return c->p >= c->end ? J_MORE : J_OK;
+}
+
+/* After a member's value: J_OK when another member follows (its ',' consumed), J_END at the '}'. */
+static int member_next(Cur *c) {
+    ws(c);
+    if (c->p >= c->end) return J_MORE;
+    if (*c->p == ',') {
+        c->p++;
+        return J_OK;
+    }
+    if (*c->p == '}') {
+        c->p++;
+        return J_END;
+    }
+    return J_BAD;
+}
+
 /* skip any value, validating it */
 static int skip(Scanner *s, Cur *c, int depth) {
     if (depth > MAX_DEPTH) return J_BAD;
@@ -419,25 +463,11 @@ static int skip(Scanner *s, Cur *c, int depth) {
     case 'f': return literal(c, "false", 5);
     case 'n': return literal(c, "null", 4);
     case '{': {
-        c->p++;
-        ws(c);
-        if (c->p >= c->end) return J_MORE;
-        if (*c->p == '}') { c->p++; return J_OK; }
+        if ((r = object_open(c)) != J_OK) return r == J_END ? J_OK : r;
         for (;;) {
-            ws(c);
-            if (c->p >= c->end) return J_MORE;
-            if (*c->p != '"') return J_BAD;
-            if ((r = string(s, c, NULL, NULL, 0, &sur)) != J_OK) return r;
-            ws(c);
-            if (c->p >= c->end) return J_MORE;
-            if (*c->p != ':') return J_BAD;
-            c->p++;
+            if ((r = member_key(s, c, NULL, NULL, 0)) != J_OK) return r;
             if ((r = skip(s, c, depth + 1)) != J_OK) return r;
-            ws(c);
-            if (c->p >= c->end) return J_MORE;
-            if (*c->p == ',') { c->p++; continue; }
-            if (*c->p == '}') { c->p++; return J_OK; }
-            return J_BAD;
+            if ((r = member_next(c)) != J_OK) return r == J_END ? J_OK : r;
         }
     }
     case '[': {
@@ -585,6 +615,15 @@ static int int_value(Scanner *s, Cur *c, Ev *ev, int64_t *dst, int32_t *sdst, in
     return skip(s, c, 1);
 }
 
+/* A value reader's last case: `null` (*is_null set), else a type the reader does not take: the event
+ * becomes ODD and the value is skipped. */
+static int null_or_odd(Scanner *s, Cur *c, Ev *ev, int *is_null) {
+    *is_null = *c->p == 'n';
+    if (*is_null) return literal(c, "null", 4);
+    ev->odd = 1;
+    return skip(s, c, 1);
+}
+
 static int float_value(Scanner *s, Cur *c, Ev *ev, double *dst) {
     char ch = *c->p;
     if (ch == '-' || (ch >= '0' && ch <= '9')) {
@@ -594,13 +633,10 @@ static int float_value(Scanner *s, Cur *c, Ev *ev, double *dst) {
         *dst = n.d;
         return J_OK;
     }
-    if (ch == 'n') {
-        CHECK(literal(c, "null", 4));
-        *dst = NAN;
-        return J_OK;
-    }
-    ev->odd = 1;
-    return skip(s, c, 1);
+    int is_null;
+    CHECK(null_or_odd(s, c, ev, &is_null));
+    if (is_null) *dst = NAN;
+    return J_OK;
 }
 
 /* grid: a list of three ints -> their product; another list of ints, a string or null -> NONE */
@@ -742,13 +778,10 @@ static int time_value(Scanner *s, Cur *c, Ev *ev, int is_dur) {
         *sid = id;
         return J_OK;
     }
-    if (ch == 'n') {
-        CHECK(literal(c, "null", 4));
-        *kind = T_NULL;
-        return J_OK;
-    }
-    ev->odd = 1;
-    return skip(s, c, 1);
+    int is_null;
+    CHECK(null_or_odd(s, c, ev, &is_null));
+    if (is_null) *kind = T_NULL;
+    return J_OK;
 }
 
 /* any scalar: an int (int64), a float (float64) or a string (interned); null -> nothing; else ODD */
@@ -805,18 +838,12 @@ static int args_object(Scanner *s, Cur *c, Ev *ev) {
         if (!s->decimal) ev->odd = 1;
         return skip(s, c, 1);
     }
-    c->p++;
-    ws(c);
-    if (c->p >= c->end) return J_MORE;
-    if (*c->p == '}') { c->p++; return J_OK; }
+    int r = object_open(c);
+    if (r != J_OK) return r == J_END ? J_OK : r;
     for (;;) {
-        ws(c);
-        if (c->p >= c->end) return J_MORE;
-        if (*c->p != '"') return J_BAD;
         const char *k;
         size_t kn;
-        int sur = 0;
-        CHECK(string(s, c, &k, &kn, 1, &sur));
+        CHECK(member_key(s, c, &k, &kn, 1));
         int which = -1;
         for (int a = 0; a < s->nargs; a++) {
             if (!s->args[a].top && (size_t)s->args[a].klen == kn && memcmp(s->args[a].key, k, kn) == 0) {
@@ -824,22 +851,12 @@ static int args_object(Scanner *s, Cur *c, Ev *ev) {
                 break;
             }
         }
-        ws(c);
-        if (c->p >= c->end) return J_MORE;
-        if (*c->p != ':') return J_BAD;
-        c->p++;
-        ws(c);
-        if (c->p >= c->end) return J_MORE;
         if (which < 0) {
             CHECK(skip(s, c, 2));
         } else {
             CHECK(spec_value(s, c, ev, which));
         }
-        ws(c);
-        if (c->p >= c->end) return J_MORE;
-        if (*c->p == ',') { c->p++; continue; }
-        if (*c->p == '}') { c->p++; return J_OK; }
-        return J_BAD;
+        if ((r = member_next(c)) != J_OK) return r == J_END ? J_OK : r;
     }
 }
 
@@ -863,18 +880,13 @@ static int event(Scanner *s, Cur *c, Ev *ev) {
         ev->as[a] = -1;
         ev->af[a] = NAN;
     }
-    c->p++; /* '{' */
-    ws(c);
-    if (c->p >= c->end) return J_MORE;
-    if (*c->p == '}') { c->p++; return J_OK; }
+    int r = object_open(c);
+    if (r != J_OK) return r == J_END ? J_OK : r;
     for (;;) {
-        ws(c);
-        if (c->p >= c->end) return J_MORE;
-        if (*c->p != '"') return J_BAD;
         const char *k;
         size_t kn;
         int sur = 0;
-        CHECK(string(s, c, &k, &kn, 1, &sur));
+        CHECK(member_key(s, c, &k, &kn, 1));
         /* the key may live in sbuf: classify it before the value overwrites sbuf */
         int field = -1;
         switch (kn) {
@@ -901,12 +913,6 @@ static int event(Scanner *s, Cur *c, Ev *ev) {
                 }
             }
         }
-        ws(c);
-        if (c->p >= c->end) return J_MORE;
-        if (*c->p != ':') return J_BAD;
-        c->p++;
-        ws(c);
-        if (c->p >= c->end) return J_MORE;
         switch (field) {
         case 0:
             if (*c->p == '"') {
@@ -944,11 +950,7 @@ static int event(Scanner *s, Cur *c, Ev *ev) {
             else CHECK(skip(s, c, 1));
             break;
         }
-        ws(c);
-        if (c->p >= c->end) return J_MORE;
-        if (*c->p == ',') { c->p++; continue; }
-        if (*c->p == '}') { c->p++; return J_OK; }
-        return J_BAD;
+        if ((r = member_next(c)) != J_OK) return r == J_END ? J_OK : r;
     }
 }
 

@@ -30,7 +30,7 @@ import msgspec
 import numpy as np
 
 from . import ascend_text as A
-from .kineto_scan import Fallback, _Interned, _tracescan, available
+from .kineto_scan import Fallback, _Interned, _tracescan, available, drive
 
 __all__ = ["Fallback", "available", "scan"]
 
@@ -414,25 +414,8 @@ def scan(path: Path) -> A.TraceColumns:
             i += 1
         if i >= len(buf) or buf[i] != 0x5B:  # empty, whitespace, an object...: the msgspec path says what
             raise Fallback
-        pos, eof = i + 1, False
-        while True:
-            status, p, end = scanner.feed(buf, pos, eof)
-            native.block(*scanner.take())
-            if status == _tracescan.ODD:
-                try:
-                    native.events(dec.decode(b"[" + bytes(buf[p:end]) + b"]"))
-                except msgspec.DecodeError:
-                    raise Fallback from None
-                pos = end
-            elif status == _tracescan.DONE:
-                if bytes(buf[p:]).strip(b" \t\r\n") or f.read(1 << 16).strip(b" \t\r\n"):
-                    raise Fallback  # something after the array: the msgspec path reports it
-                break
-            elif status == _tracescan.MALFORMED:
-                raise Fallback
-            else:
-                more = f.read(_BLOCK)
-                eof = not more
-                buf = buf[p:] + more
-                pos = 0
+        buf, p, _ = drive(scanner, buf, i + 1, lambda: f.read(_BLOCK), False, native.block,
+                          lambda piece: native.events(dec.decode(piece)))
+        if bytes(buf[p:]).strip(b" \t\r\n") or f.read(1 << 16).strip(b" \t\r\n"):
+            raise Fallback  # something after the array: the msgspec path reports it
     return native.finish()

@@ -353,6 +353,35 @@ class _Fold:
         f.dev.n = base + rows.size
 
 
+def drive(scanner: Any, buf: bytearray, pos: int, read: Callable[[], bytes], eof: bool,
+          on_block: Callable[..., None], on_odd: Callable[[bytes], None]) -> tuple[bytearray, int, int]:
+    """Run the scanner over the event array from buf[pos:] on, appending `read()`'s blocks as it needs
+    them: each scanned block goes to `on_block(*scanner.take())`, each element handed back to `on_odd`
+    as a one-element JSON array. Returns (buffer, position just past the array's ']', offset of the
+    buffer in the stream). Raises Fallback on bytes the scanner does not accept or the reference decoder
+    rejects."""
+    base = 0
+    while True:
+        status, p, end = scanner.feed(buf, pos, eof)
+        on_block(*scanner.take())
+        if status == _tracescan.ODD:
+            try:
+                on_odd(b"[" + bytes(buf[p:end]) + b"]")
+            except msgspec.DecodeError:
+                raise Fallback from None
+            pos = end
+        elif status == _tracescan.DONE:
+            return buf, p, base
+        elif status == _tracescan.MALFORMED:
+            raise Fallback
+        else:  # NEED_MORE: keep the unfinished element, append the next block
+            more = read()
+            eof = not more
+            buf = buf[p:] + more
+            base += p
+            pos = 0
+
+
 def scan(path: Any) -> tuple[K._Doc, K._Folder]:
     """Read one trace on the native path. Raises Fallback when the msgspec path must read it."""
     specs, index = _layout()
@@ -364,31 +393,15 @@ def scan(path: Any) -> tuple[K._Doc, K._Folder]:
         opened = K._open_array(src, doc)
         if opened is None:
             raise Fallback
-        buf, pos = opened
-        base = 0  # offset of buf[0] in the decompressed stream
-        while True:
-            status, p, end = scanner.feed(buf, pos, src.eof)
-            fold.block(*scanner.take())
-            if status == _tracescan.ODD:
-                try:
-                    folder.fold(K._decode_events(b"[" + bytes(buf[p:end]) + b"]"))
-                except msgspec.DecodeError:
-                    raise Fallback from None
-                pos = end
-            elif status == _tracescan.DONE:
-                tail = bytes(buf[p:]) + src.read_all()
-                if doc.top_level_list:
-                    if tail.strip():
-                        raise Fallback  # trailing characters: reported by the msgspec path
-                else:
-                    K._read_tail(src, tail, doc, base + p)
-                return doc, folder
-            elif status == _tracescan.MALFORMED:
-                raise Fallback
-            else:  # NEED_MORE: keep the unfinished element, append the next block
-                buf = buf[p:] + src.read(_BLOCK) if p < len(buf) else bytearray(src.read(_BLOCK))
-                base += p
-                pos = 0
+        buf, p, base = drive(scanner, *opened, lambda: src.read(_BLOCK), src.eof, fold.block,
+                             lambda piece: folder.fold(K._decode_events(piece)))
+        tail = bytes(buf[p:]) + src.read_all()
+        if doc.top_level_list:
+            if tail.strip():
+                raise Fallback  # trailing characters: reported by the msgspec path
+        else:
+            K._read_tail(src, tail, doc, base + p)
+        return doc, folder
     except ProfileError:
         raise Fallback from None
     finally:

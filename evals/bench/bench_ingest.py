@@ -531,6 +531,8 @@ def main(argv: list[str] | None = None) -> int:
           f"(tree {sd.peak_tree_b / largest:.2f})")
     print("    by process: " + ", ".join(f"{k} {_mb(v)} ({v / largest:.2f})" for k, v in
                                       sorted(sd.peak_by_role.items(), key=lambda kv: -kv[1])))
+    print("  ingest CPU by process (s): " + ", ".join(f"{k} {v:.2f}" for k, v in
+                                                   sorted(sd.cpu_by_role.items(), key=lambda kv: -kv[1])))
     if hta is not None:
         hta_lt = hta.result["load_s"] + hta.result["temporal_s"]
         hta_total = hta.result["load_s"] + hta.result["analyses_s"]
