@@ -30,92 +30,37 @@ import msgspec
 import numpy as np
 
 from . import ascend_text as A
-from .kineto_scan import Fallback, _Interned, _tracescan, available, drive
+from .kineto import _NONE as K_NONE
+from .kineto_scan import Fallback, Layout, Rows, _Interned, _tracescan, available, drive
 
 __all__ = ["Fallback", "available", "scan"]
 
 _BLOCK = 1 << 20
-_NONE = -(2**62)
+_NONE = K_NONE  # the readers' "absent" in int64 columns, as the scanner writes it
 # argument keys read (all kinds share one scan; each kind's columns pick theirs), top-level "id" first
 _SCALARS = ("Call stack", "Call Stack", "connection_id", "Task Type", "Stream Id", "Physic Stream Id", "Task Id",
             "size(Byte)", "transport type", "link type", "src rank", "dst rank", "bandwidth(GB/s)", "data_type",
             "count")
 _RAWS = ("Input Dims", "Input type")
-_N_FIXED = 13
-_X, _S = ord("X"), ord("s")
-_I64, _I32, _F64 = np.dtype(np.int64), np.dtype(np.int32), np.dtype(np.float64)
+_X = ord("X")
 
 
-def _layout() -> tuple[list[tuple[Any, ...]], dict[str, tuple[int, ...]]]:
+def _layout() -> tuple[list[tuple[Any, ...]], Layout]:
     specs: list[tuple[Any, ...]] = [("id", _tracescan.INTSTR, True, _NONE, True)]
-    index: dict[str, tuple[int, ...]] = {"id": (_N_FIXED, _N_FIXED + 1)}
-    col = _N_FIXED + 2
-    for key in _SCALARS:
-        specs.append((key, _tracescan.SCALAR, True, _NONE, False))
-        index[key] = (col, col + 1, col + 2)  # int64, string id, float64
-        col += 3
-    for key in _RAWS:
-        specs.append((key, _tracescan.RAW, True, _NONE, False))
-        index[key] = (col,)
-        col += 1
-    return specs, index
-
-
-class _Rows:
-    """Rows of one scanned block as numpy views of its columns: all of them, or those at `idx` (taken
-    column by column only when a column is read)."""
-
-    __slots__ = ("_cache", "_cols", "_idx")
-
-    def __init__(self, cols: list[np.ndarray], idx: np.ndarray | None = None) -> None:
-        self._cols = cols
-        self._idx = idx
-        self._cache: dict[int, np.ndarray] = {}
-
-    @classmethod
-    def view(cls, raw: tuple[bytearray, ...]) -> _Rows:
-        types = [np.uint8, _I32, _I32, _I64, _I32, _I64, _I32, _I64, _I64, np.uint8, _I32, np.uint8, _I32,
-                 _I64, _I32] + [_I64, _I32, _F64] * len(_SCALARS) + [_I32] * len(_RAWS)
-        return cls([np.frombuffer(b, t) for b, t in zip(raw, types, strict=True)])
-
-    def col(self, k: int) -> np.ndarray:
-        if self._idx is None:
-            return self._cols[k]
-        c = self._cache.get(k)
-        if c is None:
-            c = self._cache[k] = self._cols[k][self._idx]
-        return c
-
-    def take(self, idx: np.ndarray) -> _Rows:
-        return _Rows(self._cols, idx if self._idx is None else self._idx[idx])
-
-    def __len__(self) -> int:
-        return len(self._cols[0]) if self._idx is None else len(self._idx)
-
-    ph = property(lambda self: self.col(0))
-    cat = property(lambda self: self.col(1))
-    name = property(lambda self: self.col(2))
-    pid_i = property(lambda self: self.col(3))
-    pid_s = property(lambda self: self.col(4))
-    tid_i = property(lambda self: self.col(5))
-    tid_s = property(lambda self: self.col(6))
-    ts = property(lambda self: self.col(7))
-    dur = property(lambda self: self.col(8))
-    ts_kind = property(lambda self: self.col(9))
-    ts_sid = property(lambda self: self.col(10))
-    dur_kind = property(lambda self: self.col(11))
-    dur_sid = property(lambda self: self.col(12))
+    specs += [(key, _tracescan.SCALAR, True, _NONE, False) for key in _SCALARS]
+    specs += [(key, _tracescan.RAW, True, _NONE, False) for key in _RAWS]
+    return specs, Layout(specs, decimal=True)
 
 
 class _Native:
     """Turns scanned blocks into a `TraceParser`'s column parts (see the module docstring)."""
 
-    def __init__(self, tp: A.TraceParser, index: dict[str, tuple[int, ...]]) -> None:
+    def __init__(self, tp: A.TraceParser, layout: Layout) -> None:
         self.tp = tp
         self.out = tp.out
-        self.index = index
+        self.layout = layout
         self.s = _Interned()
-        self.pending: list[tuple[str, Any]] = []  # ("rows", _Rows) or ("events", [Event]) in file order
+        self.pending: list[tuple[str, Any]] = []  # ("rows", Rows) or ("events", [Event]) in file order
 
     # -- values as Python objects ---------------------------------------------------------------------
 
@@ -134,10 +79,9 @@ class _Native:
         setdefault = self.tp._ids.setdefault
         return list(map(setdefault, vals, vals))
 
-    def _scalars(self, r: _Rows, key: str) -> list[Any]:
+    def _scalars(self, r: Rows, key: str) -> list[Any]:
         """An argument's values as the msgspec path decodes them: int, float, str or None."""
-        ci, cs, cf = self.index[key]
-        i, sid, f = r.col(ci), r.col(cs), r.col(cf)
+        i, sid, f = r.int(key), r.sid(key), r.flt(key)
         objs = self.s.objects(sid, none_for_empty=False)
         ints = i != _NONE
         if ints.any():
@@ -154,7 +98,7 @@ class _Native:
         v = vals.tolist()
         return list(map(share, v, v))
 
-    def _starts(self, r: _Rows) -> tuple[np.ndarray, np.ndarray]:
+    def _starts(self, r: Rows) -> tuple[np.ndarray, np.ndarray]:
         """(start ns, readable) per row: `_start_ns` of the ts the msgspec path would hold."""
         start = r.ts.copy()
         ok = r.ts_kind == _tracescan.T_OK
@@ -175,7 +119,7 @@ class _Native:
                 ok[j] = True
         return start, ok
 
-    def _durs(self, r: _Rows) -> np.ndarray:
+    def _durs(self, r: Rows) -> np.ndarray:
         dur = r.dur.copy()
         for j in np.flatnonzero((r.dur_kind == _tracescan.T_TEXT) | (r.dur_kind == _tracescan.T_NUMBER)).tolist():
             text = self.s.strs[int(r.dur_sid[j])]
@@ -190,7 +134,7 @@ class _Native:
 
     # -- routing --------------------------------------------------------------------------------------
 
-    def _kinds(self, r: _Rows) -> np.ndarray:
+    def _kinds(self, r: Rows) -> np.ndarray:
         """The kind of each row's process (-1: no process_name yet)."""
         kinds = self.out.kinds
         out = np.full(len(r), -1, dtype=np.int8)
@@ -205,7 +149,7 @@ class _Native:
                 out[r.pid_s == v] = k
         return out
 
-    def _is_gc(self, r: _Rows) -> np.ndarray:
+    def _is_gc(self, r: Rows) -> np.ndarray:
         return self.s.table("is_gc", lambda strs: np.array([c.lower() == "gc" for c in strs], dtype=bool),
                             False)[r.cat]
 
@@ -213,9 +157,9 @@ class _Native:
         self.s.add(fresh)
         self.out.n_events += scanned
         if raw[0]:
-            self.route(_Rows.view(raw))
+            self.route(Rows.view(raw, self.layout))
 
-    def route(self, r: _Rows, final: bool = False) -> None:
+    def route(self, r: Rows, final: bool = False) -> None:
         x = r.ph == _X
         if (~x).any():
             self._flows(r.take(np.flatnonzero(~x)))
@@ -258,10 +202,9 @@ class _Native:
         if host.any():
             self._host(t.take(np.flatnonzero(host)), start[host], t_gc[host], kind[timed][host])
 
-    def _flows(self, r: _Rows) -> None:
+    def _flows(self, r: Rows) -> None:
         """Flow endpoints with an id: (cat or name, id, ph, pid, tid, ts ns); unreadable ts dropped."""
-        ci, cs = self.index["id"]
-        has_id = (r.col(ci) != _NONE) | (r.col(cs) >= 0)
+        has_id = (r.int("id") != _NONE) | (r.sid("id") >= 0)
         if not has_id.all():
             r = r.take(np.flatnonzero(has_id))
         if not len(r):
@@ -278,12 +221,12 @@ class _Native:
             name = self._strs(r.name)
             cat = [c or (n if n is not None else "") for c, n in zip(cat, name, strict=True)]
         share = self.tp._names.setdefault
-        flow_id = self._ids(r.col(ci), r.col(cs), share=False)
+        flow_id = self._ids(r.int("id"), r.sid("id"), share=False)
         ph = [chr(c) for c in r.ph.tolist()]
         self.tp.add_parts(A._FLOW_FIELDS, [list(map(share, cat, cat)), flow_id, ph,
                                            self._ids(r.pid_i, r.pid_s), self._ids(r.tid_i, r.tid_s), start])
 
-    def _tasks(self, r: _Rows, fields: tuple[str, ...]) -> None:
+    def _tasks(self, r: Rows, fields: tuple[str, ...]) -> None:
         """Hardware or Communication tasks, as `_timed_columns` + the kind's arg columns give them."""
         start, ok = self._starts(r)
         self.out.n_bad_ts += int((~ok).sum())
@@ -304,7 +247,7 @@ class _Native:
                                          sc(r, "connection_id"), sc(r, "data_type"), sc(r, "count"))
         self.tp.add_parts(fields, cols)
 
-    def _host(self, r: _Rows, start: np.ndarray, gc: np.ndarray, kind: np.ndarray) -> None:
+    def _host(self, r: Rows, start: np.ndarray, gc: np.ndarray, kind: np.ndarray) -> None:
         """Host rows (framework, CANN, and GC events of any process), as `_consume` builds them: the category
         is decided once per distinct (name, cat, GC, kind); ProfilerStep#N rows also become steps."""
         tp, n = self.tp, len(r)
@@ -342,8 +285,8 @@ class _Native:
                 stack = s1
             else:
                 stack = [tp.call_stack(a, b) for a, b in zip(s1, s2, strict=True)]
-            got = [stack, self._strs(p.col(self.index["Input Dims"][0])),
-                   self._strs(p.col(self.index["Input type"][0])), A._ints(self._scalars(p, "connection_id"))]
+            got = [stack, self._strs(p.sid("Input Dims")), self._strs(p.sid("Input type")),
+                   A._ints(self._scalars(p, "connection_id"))]
             if plain.all():
                 cols = got
             else:
@@ -398,10 +341,10 @@ class _Native:
 
 def scan(path: Path) -> A.TraceColumns:
     """trace_view.json on the native path; raises Fallback when the msgspec path must read it."""
-    specs, index = _layout()
+    specs, layout = _layout()
     scanner = _tracescan.Scanner(specs, phases="Xsft", other_odd=True, decimal=True)
     tp = A.TraceParser(path)
-    native = _Native(tp, index)
+    native = _Native(tp, layout)
     dec = msgspec.json.Decoder(list[A.Event], float_hook=Decimal)
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed below

@@ -720,7 +720,7 @@ def _int_column(values: list[Any]) -> np.ndarray:
         return np.array([v if type(v) is int and -(2**63) <= v < 2**63 else _NONE for v in values], dtype=np.int64)
 
 
-def _lists_only(raws: list[msgspec.Raw]) -> list[msgspec.Raw]:
+def _canonical_raws(raws: list[msgspec.Raw]) -> list[msgspec.Raw]:
     """The raw `Input Dims` / `Input type` values made canonical: a value that is not a JSON list (a
     string, null) counts as absent, as the loose decode has it, and a list written with newlines, tabs
     or escapes (a pretty-printed trace) is re-encoded compactly, as the loose decode does, so a value
@@ -897,9 +897,9 @@ class _Folder:
         cols["corr"].append(_int_column([a.correlation for a in args]))
         cols["ext"].append(_int_column([a.external_id for a in args]))
         dims = [a.input_dims for a in args]
-        if any(dims) and any(dims := _lists_only(dims)):
+        if any(dims) and any(dims := _canonical_raws(dims)):
             cols["dims"].append(_shape_texts(dims, self.texts))
-            cols["types"].append(_type_texts(_lists_only([a.input_type for a in args]), self.texts))
+            cols["types"].append(_type_texts(_canonical_raws([a.input_type for a in args]), self.texts))
             self.has_shapes = True
         else:
             cols["dims"].append([None] * len(hl))

@@ -70,54 +70,106 @@ _FIELDS = msgspec.structs.fields(K._Args)
 if {f.name for f in _FIELDS} != set(_KINDS):
     raise ImportError("kineto_scan._KINDS does not cover kineto._Args")
 
-_N_FIXED = 13  # ph, cat, name, pid_i, pid_s, tid_i, tid_s, ts, dur, then ts / dur kinds (decimal mode only)
+_I64, _I32, _F64, _U8 = np.dtype(np.int64), np.dtype(np.int32), np.dtype(np.float64), np.dtype(np.uint8)
+# take()'s fixed columns (_tracescan.c): ph, cat, name, pid, pid string, tid, tid string, ts, dur (float64
+# µs; int64 ns in decimal mode), ts kind, ts text, dur kind, dur text
+_FIXED = (_U8, _I32, _I32, _I64, _I32, _I64, _I32, _F64, _F64, _U8, _I32, _U8, _I32)
+_HAS_INT = ("INT", "INTSTR", "GRID", "SCALAR")
+_HAS_SID = ("STR", "INTSTR", "DIMS", "TYPES", "SCALAR", "RAW")
 
 
-def _layout() -> tuple[list[tuple[str, int, bool, int]], dict[str, int]]:
-    """Scanner specs and the index of each argument's column(s) in what `take()` returns: `<field>`
-    for the int64 column, `<field>$s` for the string-id column."""
+class Layout:
+    """Where `take()` puts each column, in the order `_tracescan.c`'s Scanner_init gives them: the fixed
+    columns, then per spec its int64, string-id and float64 columns, those its kind has."""
+
+    def __init__(self, specs: list[tuple[Any, ...]], names: list[str] | None = None, decimal: bool = False) -> None:
+        """`specs`: the Scanner's specs; `names`: what to call each spec's columns (default: its key)."""
+        kind_of = {getattr(_tracescan, k): k for k in (*_HAS_INT, *_HAS_SID)}
+        self.dtypes = list(_FIXED)
+        if decimal:
+            self.dtypes[7] = self.dtypes[8] = _I64
+        self.index: dict[str, tuple[int | None, int | None, int | None]] = {}
+        for k, spec in enumerate(specs):
+            kind = kind_of[spec[1]]
+            cols: list[int | None] = []
+            for has, dtype in ((kind in _HAS_INT, _I64), (kind in _HAS_SID, _I32), (kind == "SCALAR", _F64)):
+                cols.append(len(self.dtypes) if has else None)
+                if has:
+                    self.dtypes.append(dtype)
+            self.index[names[k] if names else spec[0]] = (cols[0], cols[1], cols[2])
+
+
+class Rows:
+    """Rows of one scanned block as numpy views of its columns: all of them, or those at `idx` (taken
+    column by column only when a column is read)."""
+
+    __slots__ = ("_cache", "_cols", "_idx", "_index")
+
+    def __init__(self, cols: list[np.ndarray], index: dict[str, tuple[int | None, int | None, int | None]],
+                 idx: np.ndarray | None = None) -> None:
+        self._cols = cols
+        self._index = index
+        self._idx = idx
+        self._cache: dict[int, np.ndarray] = {}
+
+    @classmethod
+    def view(cls, raw: tuple[bytearray, ...], layout: Layout) -> Rows:
+        return cls([np.frombuffer(b, t) for b, t in zip(raw, layout.dtypes, strict=True)], layout.index)
+
+    def col(self, k: int) -> np.ndarray:
+        if self._idx is None:
+            return self._cols[k]
+        c = self._cache.get(k)
+        if c is None:
+            c = self._cache[k] = self._cols[k][self._idx]
+        return c
+
+    def take(self, idx: np.ndarray) -> Rows:
+        return Rows(self._cols, self._index, idx if self._idx is None else self._idx[idx])
+
+    def __len__(self) -> int:
+        return len(self._cols[0]) if self._idx is None else len(self._idx)
+
+    def int(self, name: str) -> np.ndarray:
+        """An argument's int64 column (NONE where absent)."""
+        return self.col(self._index[name][0])  # type: ignore[arg-type]
+
+    def sid(self, name: str) -> np.ndarray:
+        """An argument's string-id column (-1 where absent)."""
+        return self.col(self._index[name][1])  # type: ignore[arg-type]
+
+    def flt(self, name: str) -> np.ndarray:
+        """A SCALAR argument's float64 column (NaN where not a float)."""
+        return self.col(self._index[name][2])  # type: ignore[arg-type]
+
+    ph = property(lambda self: self.col(0))
+    cat = property(lambda self: self.col(1))
+    name = property(lambda self: self.col(2))
+    pid_i = property(lambda self: self.col(3))
+    pid_s = property(lambda self: self.col(4))
+    tid_i = property(lambda self: self.col(5))
+    tid_s = property(lambda self: self.col(6))
+    ts = property(lambda self: self.col(7))
+    dur = property(lambda self: self.col(8))
+    ts_kind = property(lambda self: self.col(9))
+    ts_sid = property(lambda self: self.col(10))
+    dur_kind = property(lambda self: self.col(11))
+    dur_sid = property(lambda self: self.col(12))
+
+
+def _layout() -> tuple[list[tuple[str, int, bool, int]], Layout]:
+    """Scanner specs for `kineto._Args` and where their columns are, by field name."""
     specs = []
-    index: dict[str, int] = {}
-    col = _N_FIXED
     for f in _FIELDS:
         kind, nullable = _KINDS[f.name]
         default = f.default if isinstance(f.default, int) else K._NONE
         specs.append((f.encode_name, getattr(_tracescan, kind), nullable, default))
-        if kind in ("INT", "INTSTR", "GRID"):
-            index[f.name] = col
-            col += 1
-        if kind in ("STR", "INTSTR", "DIMS", "TYPES"):
-            index[f.name + "$s"] = col
-            col += 1
-    return specs, index
+    return specs, Layout(specs, [f.name for f in _FIELDS])
 
 
-_I64, _I32, _F64 = np.dtype(np.int64), np.dtype(np.int32), np.dtype(np.float64)
 _X, _I = ord("X"), ord("i")
 # what a category string is to the fold
 _CK_UNKNOWN, _CK_HOST, _CK_DEV, _CK_GPU_ANN, _CK_IGNORED = 0, 1, 2, 3, 4
-
-
-class _Rows:
-    """One block's columns as numpy views (C string ids; -1 = absent)."""
-
-    def __init__(self, cols: tuple[bytearray, ...], index: dict[str, int]) -> None:
-        self.ph = np.frombuffer(cols[0], np.uint8)
-        self.cat = np.frombuffer(cols[1], _I32)
-        self.name = np.frombuffer(cols[2], _I32)
-        self.pid = np.frombuffer(cols[3], _I64)
-        self.tid = np.frombuffer(cols[5], _I64)
-        self.tid_s = np.frombuffer(cols[6], _I32)
-        self.ts = np.frombuffer(cols[7], _F64)
-        self.dur = np.frombuffer(cols[8], _F64)
-        self._cols = cols
-        self._index = index
-
-    def int(self, field: str) -> np.ndarray:
-        return np.frombuffer(self._cols[self._index[field]], _I64)
-
-    def sid(self, field: str) -> np.ndarray:
-        return np.frombuffer(self._cols[self._index[field + "$s"]], _I32)
 
 
 class _Interned:
@@ -184,9 +236,9 @@ def _cat_code(strs: list[str]) -> np.ndarray:
 class _Fold:
     """Appends scanned blocks to a `kineto._Folder` exactly as `_Folder.fold` would append their events."""
 
-    def __init__(self, folder: K._Folder, index: dict[str, int]) -> None:
+    def __init__(self, folder: K._Folder, layout: Layout) -> None:
         self.f = folder
-        self.index = index
+        self.layout = layout
         self.s = _Interned()
         # scanner string id -> folder id, -2 = not mapped yet
         self._maps: dict[str, np.ndarray] = {"name": np.empty(0, np.int64), "stack": np.empty(0, np.int64)}
@@ -216,9 +268,9 @@ class _Fold:
 
     def block(self, cols: tuple[bytearray, ...], fresh: list[str], _scanned: int = 0) -> None:
         self.s.add(fresh)
-        r = _Rows(cols, self.index)
-        if r.ph.size == 0:
+        if not cols[0]:
             return
+        r = Rows.view(cols, self.layout)
         s = self.s
         ckind = s.table("cat_kind", _cat_kind, _CK_UNKNOWN)[r.cat]
         x = r.ph == _X
@@ -239,7 +291,7 @@ class _Fold:
                 if rows.size:
                     fold(r, rows, code[rows])
 
-    def _other(self, r: _Rows, rest: np.ndarray, ckind: np.ndarray) -> None:
+    def _other(self, r: Rows, rest: np.ndarray, ckind: np.ndarray) -> None:
         f, strs = self.f, self.s.strs
         for i in np.flatnonzero(rest & (ckind == _CK_GPU_ANN)).tolist():
             name = strs[r.name[i]] if r.name[i] >= 0 else ""
@@ -252,16 +304,13 @@ class _Fold:
             for i, n in zip(ids.tolist(), counts.tolist(), strict=True):
                 f.skipped[(strs[i] if i >= 0 else "") or "(none)"] += n
 
-    def _memory(self, r: _Rows, inst: np.ndarray) -> None:
-        strs = self.s.strs
-        try:
-            mem_id = strs.index("[memory]")
-        except ValueError:
-            return
+    def _memory(self, r: Rows, inst: np.ndarray) -> None:
+        memory = self.s.table("is_memory", lambda strs: np.array([t == "[memory]" for t in strs], dtype=bool),
+                              False)[r.name]
         alloc, reserved = r.int("total_allocated"), r.int("total_reserved")
         dtype, did = r.int("device_type"), r.int("device_id")
         none = K._NONE
-        for i in np.flatnonzero(inst & (r.name == mem_id)).tolist():
+        for i in np.flatnonzero(inst & memory).tolist():
             a, b = int(alloc[i]), int(reserved[i])
             if np.isnan(r.ts[i]) or (a == none and b == none):
                 continue
@@ -270,7 +319,7 @@ class _Fold:
             comp = kind if kind == "cpu" else f"{kind}:{int(did[i]) if did[i] != none else 0}"
             self.f.memory.append((float(r.ts[i]), comp, a if a != none else None, b if b != none else None))
 
-    def _comm(self, r: _Rows, rows: np.ndarray, base: int, out: dict[int, K._Comm]) -> None:
+    def _comm(self, r: Rows, rows: np.ndarray, base: int, out: dict[int, K._Comm]) -> None:
         coll, nin = r.sid("collective")[rows], r.int("in_nelems")[rows]
         pick = np.flatnonzero((coll >= 0) | (nin != K._NONE))
         if not pick.size:
@@ -285,20 +334,21 @@ class _Fold:
                                     int(nout[j]) if nout[j] != none else None,
                                     strs[dtype[j]] if dtype[j] >= 0 else None, group)
 
-    def _host(self, r: _Rows, rows: np.ndarray, code: np.ndarray) -> None:
+    def _host(self, r: Rows, rows: np.ndarray, code: np.ndarray) -> None:
         f = self.f
         cols, base = f.host.done, f.host.n
         cols["name"].append(self._remap("name", r.name[rows], f.name_ids, "").astype(np.int32))
         cols["cat"].append(code.astype(np.int8))
-        cols["tid"].append(r.tid[rows])
+        cols["tid"].append(r.tid_i[rows])
         cols["ts"].append(r.ts[rows])
         cols["dur"].append(r.dur[rows])
         cols["corr"].append(r.int("correlation")[rows])
         cols["ext"].append(r.int("external_id")[rows])
         dims = r.sid("input_dims")[rows]
         if (dims >= 0).any():
-            cols["dims"].append(self._texts(dims))
-            cols["types"].append(self._texts(r.sid("input_type")[rows]))
+            # the shape / dtype texts as `kineto._shape_texts` gives them ("" and absent -> None)
+            cols["dims"].append(self.s.objects(dims))
+            cols["types"].append(self.s.objects(r.sid("input_type")[rows]))
             f.has_shapes = True
         else:
             cols["dims"].append([None] * rows.size)
@@ -307,11 +357,7 @@ class _Fold:
         self._comm(r, rows, base, f.h_comm)
         f.host.n = base + rows.size
 
-    def _texts(self, ids: np.ndarray) -> np.ndarray:
-        """Shape / dtype texts as `kineto._shape_texts` gives them ("" and absent -> None)."""
-        return self.s.objects(ids)
-
-    def _device(self, r: _Rows, rows: np.ndarray, code: np.ndarray) -> None:
+    def _device(self, r: Rows, rows: np.ndarray, code: np.ndarray) -> None:
         f = self.f
         cols, base = f.dev.done, f.dev.n
         none = K._NONE
@@ -322,7 +368,7 @@ class _Fold:
         if (stream_s >= 0).any() or (stream == none).any():
             # no int `stream` arg: a string ("0x0"), or the tid (legacy "stream 7")
             stream = stream.copy()
-            tid, tid_s = r.tid[rows], r.tid_s[rows]
+            tid, tid_s = r.tid_i[rows], r.tid_s[rows]
             for j in np.flatnonzero((stream_s >= 0) | (stream == none)).tolist():
                 if stream_s[j] >= 0:
                     v = K._int_or_none(self.s.strs[stream_s[j]])
@@ -333,7 +379,7 @@ class _Fold:
                 stream[j] = v if v is not None and -(2**63) <= v < 2**63 else none
         cols["stream"].append(stream)
         device = r.int("device")[rows]
-        cols["device"].append(np.where(device != none, device, r.pid[rows]))
+        cols["device"].append(np.where(device != none, device, r.pid_i[rows]))
         cols["ts"].append(r.ts[rows])
         cols["dur"].append(r.dur[rows])
         cols["corr"].append(r.int("correlation")[rows])
@@ -384,10 +430,10 @@ def drive(scanner: Any, buf: bytearray, pos: int, read: Callable[[], bytes], eof
 
 def scan(path: Any) -> tuple[K._Doc, K._Folder]:
     """Read one trace on the native path. Raises Fallback when the msgspec path must read it."""
-    specs, index = _layout()
+    specs, layout = _layout()
     scanner = _tracescan.Scanner(specs)
     doc, folder = K._Doc(), K._Folder()
-    fold = _Fold(folder, index)
+    fold = _Fold(folder, layout)
     src = K._Source(path)
     try:
         opened = K._open_array(src, doc)
