@@ -1159,28 +1159,12 @@ static PyObject *Scanner_take(Scanner *s, PyObject *Py_UNUSED(ignored)) {
     return Py_BuildValue("(NNn)", cols, fresh, counted);
 }
 
-static PyObject *Scanner_rows(Scanner *s, void *Py_UNUSED(closure)) {
-    return PyLong_FromSize_t(s->nrows);
-}
-
-static PyObject *Scanner_reset(Scanner *s, PyObject *Py_UNUSED(ignored)) {
-    s->state = S_FIRST;
-    s->nrows = 0;
-    Py_RETURN_NONE;
-}
-
 static PyMethodDef Scanner_methods[] = {
     {"feed", (PyCFunction)(void (*)(void))Scanner_feed, METH_FASTCALL,
      "feed(buf, start, final) -> (status, pos, end): scan array elements from buf[start:]"},
     {"take", (PyCFunction)Scanner_take, METH_NOARGS,
      "take() -> (columns, new strings, elements scanned): the rows so far as bytearrays, then cleared"},
-    {"reset", (PyCFunction)Scanner_reset, METH_NOARGS, "start a new array (the strings are kept)"},
     {NULL, NULL, 0, NULL},
-};
-
-static PyGetSetDef Scanner_getset[] = {
-    {"rows", (getter)Scanner_rows, NULL, "rows scanned and not yet taken", NULL},
-    {NULL, NULL, NULL, NULL, NULL},
 };
 
 static PyTypeObject ScannerType = {
@@ -1193,7 +1177,6 @@ static PyTypeObject ScannerType = {
     .tp_init = (initproc)Scanner_init,
     .tp_dealloc = (destructor)Scanner_dealloc,
     .tp_methods = Scanner_methods,
-    .tp_getset = Scanner_getset,
 };
 
 static struct PyModuleDef moddef = {
