@@ -315,6 +315,9 @@ typedef struct {
     int big;      /* an integer beyond int64 */
     int64_t i;
     double d;
+    int exact;    /* the value is exactly m * 10^e (no exponent, at most 19 significant digits, m in int64) */
+    int64_t m;
+    int e;
 } Num;
 
 static const double POW10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
@@ -368,6 +371,9 @@ static int number(Scanner *s, Cur *c, Num *out) {
         overflow = 1; /* rare in traces: leave exponents to the exact slow path */
     }
     if (p >= c->end && !s->final) return J_MORE; /* more digits may follow in the next block */
+    out->exact = !overflow && mant <= (uint64_t)INT64_MAX;
+    out->m = out->exact ? (neg ? -(int64_t)mant : (int64_t)mant) : 0;
+    out->e = exp10;
     out->is_int = is_int;
     out->big = 0;
     if (is_int) {
@@ -984,184 +990,232 @@ static int emit(Scanner *s, Ev *ev) {
 }
 
 /* ---------------------------------------------------------------------------------------------- */
-/* Python type                                                                                     */
+/* tree(): one whole JSON document as a table of its values                                        */
 
-static void Scanner_dealloc(Scanner *s) {
-    for (int c = 0; c < s->ncols; c++) PyMem_Free(s->cols[c].data);
-    PyMem_Free(s->cols);
-    PyMem_Free(s->slots);
-    PyMem_Free(s->arena);
-    PyMem_Free(s->sbuf);
-    PyMem_Free(s->tbuf);
-    Py_XDECREF(s->strs);
-    Py_TYPE(s)->tp_free((PyObject *)s);
-}
+/* A value's kind in tree(); BIG: an integer beyond int64 or a number too long to read here */
+enum { V_NULL = 0, V_FALSE, V_TRUE, V_INT, V_BIG, V_FLOAT, V_STR, V_OBJ, V_ARR };
+/* tree() columns: parent row (int32, -1 for the root), depth (uint16), key (int32: a member's string id,
+ * an element's -1 - index), kind (uint8), number (float64), decimal (int64 m and int16 e: the number is
+ * exactly m * 10^e; an INT's value with e = 0, a FLOAT written without an exponent with at most 19
+ * significant digits; else e = EXP_NONE), string id (int32, STR), the number's text as offset (int64)
+ * and length (int32) into the document */
+enum { T_PARENT, T_DEPTH, T_KEY, T_KIND, T_NUM, T_INT, T_EXP, T_SID, T_OFF, T_LEN, T_NCOLS };
+static const size_t TREE_ITEMS[T_NCOLS] = {4, 2, 4, 1, 8, 8, 2, 4, 8, 4};
+#define EXP_NONE INT16_MIN
 
-static int Scanner_init(Scanner *s, PyObject *argsobj, PyObject *kw) {
-    PyObject *specs;
-    const char *phases = "Xi";
-    Py_ssize_t nphases = 2;
-    int other_odd = 0, decimal = 0;
-    static char *kwlist[] = {"specs", "phases", "other_odd", "decimal", NULL};
-    if (!PyArg_ParseTupleAndKeywords(argsobj, kw, "O|$s#pp", kwlist, &specs, &phases, &nphases, &other_odd,
-                                     &decimal))
-        return -1;
-    if (nphases >= (Py_ssize_t)sizeof s->phases) {
-        PyErr_SetString(PyExc_ValueError, "too many phases");
-        return -1;
+typedef struct {
+    Scanner *s;
+    const char *base;
+    PyObject *arr[T_NCOLS]; /* the columns, bytearrays written in place (no copy when returned) */
+    char *col[T_NCOLS];     /* their buffers */
+    size_t n, cap;
+    int32_t *stamp;    /* per string id: the object row where it was last seen as a key (duplicates) */
+    size_t nstamp;
+    uint8_t *open;     /* per row: an object being read (an ancestor of the current value) */
+    int dup;           /* an object may repeat a key */
+} Tree;
+
+#define TV(t, c, T) (((T *)(t)->col[c])[row])
+
+static int tree_resize(Tree *t, size_t n) {
+    for (int c = 0; c < T_NCOLS; c++) {
+        if (!t->arr[c] && !(t->arr[c] = PyByteArray_FromStringAndSize(NULL, 0))) return -1;
+        if (PyByteArray_Resize(t->arr[c], (Py_ssize_t)(n * TREE_ITEMS[c])) < 0) return -1;
+        t->col[c] = PyByteArray_AS_STRING(t->arr[c]);
     }
-    memcpy(s->phases, phases, (size_t)nphases);
-    s->phases[nphases] = 0;
-    s->other_odd = other_odd;
-    s->decimal = decimal;
-    PyObject *seq = PySequence_Fast(specs, "specs must be a sequence of (key, kind, nullable, default)");
-    if (!seq) return -1;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    if (n > MAX_ARGS) {
-        Py_DECREF(seq);
-        PyErr_SetString(PyExc_ValueError, "too many argument specs");
-        return -1;
-    }
-    int ncols = C_FIXED;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        const char *key;
-        Py_ssize_t klen;
-        int kind, nullable, top = 0;
-        long long dflt;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "s#ipL|p", &key, &klen, &kind, &nullable, &dflt,
-                              &top)) {
-            Py_DECREF(seq);
-            return -1;
-        }
-        if (klen >= 64 || kind < K_INT || kind > K_RAW) {
-            Py_DECREF(seq);
-            PyErr_SetString(PyExc_ValueError, "bad argument spec");
-            return -1;
-        }
-        ArgSpec *a = &s->args[i];
-        memcpy(a->key, key, (size_t)klen);
-        a->klen = klen;
-        a->kind = kind;
-        a->nullable = nullable;
-        a->dflt = dflt;
-        a->top = top;
-        a->ci = (kind == K_INT || kind == K_INTSTR || kind == K_GRID || kind == K_SCALAR) ? ncols++ : -1;
-        a->cs = (kind == K_STR || kind == K_INTSTR || kind == K_DIMS || kind == K_TYPES || kind == K_SCALAR ||
-                 kind == K_RAW) ? ncols++ : -1;
-        a->cf = kind == K_SCALAR ? ncols++ : -1;
-    }
-    Py_DECREF(seq);
-    s->nargs = (int)n;
-    s->ncols = ncols;
-    s->cols = PyMem_Calloc((size_t)ncols, sizeof(Col));
-    if (!s->cols) { PyErr_NoMemory(); return -1; }
-    size_t fixed_items[C_FIXED] = {1, 4, 4, 8, 4, 8, 4, 8, 8, 1, 4, 1, 4};
-    for (int c = 0; c < C_FIXED; c++) s->cols[c].item = fixed_items[c];
-    for (int a = 0; a < s->nargs; a++) {
-        if (s->args[a].ci >= 0) s->cols[s->args[a].ci].item = 8;
-        if (s->args[a].cs >= 0) s->cols[s->args[a].cs].item = 4;
-        if (s->args[a].cf >= 0) s->cols[s->args[a].cf].item = 8;
-    }
-    s->strs = PyList_New(0);
-    if (!s->strs || rehash(s) < 0) return -1;
-    s->state = S_FIRST;
     return 0;
 }
 
-/* feed(buf, start, final) -> (status, pos, end)
- *   NEED_MORE: every element before `pos` is consumed; `pos` is where the next call resumes
- *   DONE: the array's ']' ends before `pos`
- *   ODD: the element buf[pos:end] is a complete/instant event to decode on the reference path;
- *        resume at `end`
- *   MALFORMED: not a JSON array of objects at or after `pos` (the reference path reports it) */
-static PyObject *Scanner_feed(Scanner *s, PyObject *const *argv, Py_ssize_t argc) {
-    if (argc != 3) {
-        PyErr_SetString(PyExc_TypeError, "feed(buf, start, final)");
-        return NULL;
-    }
-    Py_buffer view;
-    if (PyObject_GetBuffer(argv[0], &view, PyBUF_SIMPLE) < 0) return NULL;
-    Py_ssize_t start = PyLong_AsSsize_t(argv[1]);
-    int final = PyObject_IsTrue(argv[2]);
-    if ((start == -1 && PyErr_Occurred()) || final < 0) {
-        PyBuffer_Release(&view);
-        return NULL;
-    }
-    if (start < 0 || start > view.len) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "start out of range");
-        return NULL;
-    }
-    s->final = final;
-    const char *base = view.buf;
-    Cur c = {base + start, base + view.len};
-    int status = ST_NEED_MORE;
-    Py_ssize_t pos = start, end = start;
-    Ev ev;
-    for (;;) {
-        ws(&c);
-        if (c.p >= c.end) {
-            status = final ? ST_MALFORMED : ST_NEED_MORE;
-            pos = c.p - base;
-            break;
-        }
-        if (s->state == S_SEP) {
-            if (*c.p == ',') { c.p++; s->state = S_ELEM; continue; }
-            if (*c.p == ']') { c.p++; status = ST_DONE; pos = c.p - base; break; }
-            status = ST_MALFORMED;
-            pos = c.p - base;
-            break;
-        }
-        if (*c.p == ']' && s->state == S_FIRST) { c.p++; status = ST_DONE; pos = c.p - base; break; }
-        if (*c.p != '{') { status = ST_MALFORMED; pos = c.p - base; break; }
-        const char *el = c.p;
-        int r = event(s, &c, &ev);
-        if (r < 0) { PyBuffer_Release(&view); return NULL; }
-        if (r == J_MORE) {
-            status = final ? ST_MALFORMED : ST_NEED_MORE;
-            pos = el - base;
-            break;
-        }
-        if (r == J_BAD) { status = ST_MALFORMED; pos = el - base; break; }
-        s->state = S_SEP;
-        int keep = ev.ph_ok && ev.ph && strchr(s->phases, ev.ph) != NULL;
-        if ((keep && ev.odd) || (!keep && s->other_odd)) {
-            status = ST_ODD;
-            pos = el - base;
-            end = c.p - base;
-            break;
-        }
-        s->counted++;
-        if (keep && emit(s, &ev) < 0) { PyBuffer_Release(&view); return NULL; }
-    }
-    PyBuffer_Release(&view);
-    if (status != ST_ODD) end = pos;
-    return Py_BuildValue("(inn)", status, pos, end);
+static int tree_reserve(Tree *t) {
+    if (t->n < t->cap) return 0;
+    size_t n = t->cap ? t->cap * 2 : 16384;
+    if (tree_resize(t, n) < 0) return -1;
+    uint8_t *o = PyMem_Realloc(t->open, n);
+    if (!o) { PyErr_NoMemory(); return -1; }
+    t->open = o;
+    t->cap = n;
+    return 0;
 }
 
-/* take() -> (columns: tuple of bytearray, new strings: list of str); the rows are then cleared */
-static PyObject *Scanner_take(Scanner *s, PyObject *Py_UNUSED(ignored)) {
-    PyObject *cols = PyTuple_New(s->ncols);
-    if (!cols) return NULL;
-    for (int c = 0; c < s->ncols; c++) {
-        PyObject *b = PyByteArray_FromStringAndSize(s->cols[c].data ? s->cols[c].data : "",
-                                                    (Py_ssize_t)(s->nrows * s->cols[c].item));
-        if (!b) { Py_DECREF(cols); return NULL; }
-        PyTuple_SET_ITEM(cols, c, b);
+/* Key `kid` of object row `obj`. Exact when no duplicate is flagged: a repeat within the object finds its
+ * own stamp; a stamp overwritten by an object still open (an ancestor, which may repeat it later) flags a
+ * possible duplicate, so a repeat is never missed. */
+static int tree_key_seen(Tree *t, int32_t kid, int32_t obj) {
+    if ((size_t)kid >= t->nstamp) {
+        size_t n = t->nstamp ? t->nstamp : 1024;
+        while (n <= (size_t)kid) n *= 2;
+        int32_t *p = PyMem_Realloc(t->stamp, n * sizeof(int32_t));
+        if (!p) { PyErr_NoMemory(); return -1; }
+        for (size_t i = t->nstamp; i < n; i++) p[i] = -1;
+        t->stamp = p;
+        t->nstamp = n;
+    }
+    int32_t prev = t->stamp[kid];
+    if (prev == obj || (prev >= 0 && t->open[prev])) t->dup = 1;
+    t->stamp[kid] = obj;
+    return 0;
+}
+
+/* J_OK, J_BAD (not JSON), J_ODD (a string the reference path decodes: a surrogate escape, not UTF-8), -1 */
+#define J_ODD 4
+static int tree_value(Tree *t, Cur *c, int32_t parent, int32_t key, int depth) {
+    if (depth > MAX_DEPTH || depth > 65535) return J_BAD;
+    ws(c);
+    if (c->p >= c->end) return J_BAD;
+    if (tree_reserve(t) < 0) return -1;
+    size_t row = t->n++;
+    TV(t, T_PARENT, int32_t) = parent;
+    TV(t, T_DEPTH, uint16_t) = (uint16_t)depth;
+    TV(t, T_KEY, int32_t) = key;
+    TV(t, T_NUM, double) = 0.0;
+    TV(t, T_INT, int64_t) = 0;
+    TV(t, T_EXP, int16_t) = EXP_NONE;
+    TV(t, T_SID, int32_t) = -1;
+    TV(t, T_OFF, int64_t) = c->p - t->base;
+    TV(t, T_LEN, int32_t) = 0;
+    t->open[row] = 0;
+    int r;
+    uint8_t kind;
+    switch (*c->p) {
+    case '"': {
+        const char *v;
+        size_t n;
+        int sur = 0;
+        if ((r = string(t->s, c, &v, &n, 1, &sur)) != J_OK) return r < 0 ? -1 : J_BAD;
+        if (sur) return J_ODD;
+        int32_t id = intern(t->s, v, n);
+        if (id == -2) return J_ODD;
+        if (id < 0) return -1;
+        TV(t, T_SID, int32_t) = id;
+        kind = V_STR;
+        break;
+    }
+    case 't': kind = V_TRUE; if ((r = literal(c, "true", 4)) != J_OK) return J_BAD; break;
+    case 'f': kind = V_FALSE; if ((r = literal(c, "false", 5)) != J_OK) return J_BAD; break;
+    case 'n': kind = V_NULL; if ((r = literal(c, "null", 4)) != J_OK) return J_BAD; break;
+    case '{': {
+        kind = V_OBJ;
+        TV(t, T_KIND, uint8_t) = kind;
+        if ((r = object_open(c)) == J_END) return J_OK;
+        if (r != J_OK) return J_BAD;
+        t->open[row] = 1;
+        for (;;) {
+            const char *k;
+            size_t kn;
+            int sur = 0;
+            ws(c);
+            if (c->p >= c->end || *c->p != '"') return J_BAD;
+            if ((r = string(t->s, c, &k, &kn, 1, &sur)) != J_OK) return r < 0 ? -1 : J_BAD;
+            if (sur) return J_ODD;
+            ws(c);
+            if (c->p >= c->end || *c->p != ':') return J_BAD;
+            c->p++;
+            int32_t kid = intern(t->s, k, kn);
+            if (kid == -2) return J_ODD;
+            if (kid < 0 || tree_key_seen(t, kid, (int32_t)row) < 0) return -1;
+            if ((r = tree_value(t, c, (int32_t)row, kid, depth + 1)) != J_OK) return r;
+            if ((r = member_next(c)) == J_END) break;
+            if (r != J_OK) return J_BAD;
+        }
+        t->open[row] = 0;
+        return J_OK;
+    }
+    case '[': {
+        kind = V_ARR;
+        TV(t, T_KIND, uint8_t) = kind;
+        c->p++;
+        ws(c);
+        if (c->p >= c->end) return J_BAD;
+        if (*c->p == ']') { c->p++; return J_OK; }
+        for (int32_t i = 0;; i++) {
+            if (i == INT32_MAX) return J_BAD;
+            if ((r = tree_value(t, c, (int32_t)row, -1 - i, depth + 1)) != J_OK) return r;
+            ws(c);
+            if (c->p >= c->end) return J_BAD;
+            if (*c->p == ',') { c->p++; continue; }
+            if (*c->p == ']') { c->p++; return J_OK; }
+            return J_BAD;
+        }
+    }
+    default: {
+        if (!(*c->p == '-' || (*c->p >= '0' && *c->p <= '9'))) return J_BAD;
+        const char *begin = c->p;
+        Num num;
+        if ((r = number(t->s, c, &num)) != J_OK) return r < 0 ? -1 : J_BAD;
+        kind = num.big ? V_BIG : num.is_int ? V_INT : V_FLOAT;
+        TV(t, T_NUM, double) = num.d;
+        if (num.is_int && !num.big) {
+            TV(t, T_INT, int64_t) = num.i;
+            TV(t, T_EXP, int16_t) = 0;
+        } else if (num.exact && num.e > -30000) {
+            TV(t, T_INT, int64_t) = num.m;
+            TV(t, T_EXP, int16_t) = (int16_t)num.e;
+        }
+        if (c->p - begin > INT32_MAX) return J_BAD;
+        TV(t, T_LEN, int32_t) = (int32_t)(c->p - begin);
+        break;
+    }
+    }
+    TV(t, T_KIND, uint8_t) = kind;
+    return J_OK;
+}
+
+/* tree(doc) -> (status, columns, new strings, duplicate keys possible)
+ *   DONE: `doc` is one JSON value; columns (bytearrays, the T_* layout above) have a row per value in
+ *         document order (a parent before its members and elements); strings (keys and string values)
+ *         are interned with the scanner's other strings
+ *   ODD: a string the reference decoder must judge (a surrogate escape, invalid UTF-8)
+ *   MALFORMED: not one JSON value
+ * The caller decodes with its reference path on any status but DONE. */
+static PyObject *Scanner_tree(Scanner *s, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    Tree t = {0};
+    t.s = s;
+    t.base = view.buf;
+    s->final = 1;
+    /* a first guess of the number of values (pretty-printed msprof JSON: ~30 bytes a value), so that the
+     * columns are rarely grown */
+    t.cap = (size_t)view.len / 24 + 1024;
+    PyObject *result = NULL, *cols = NULL;
+    t.open = PyMem_Malloc(t.cap);
+    if (!t.open) { PyErr_NoMemory(); goto done; }
+    if (tree_resize(&t, t.cap) < 0) goto done;
+    Cur c = {view.buf, (const char *)view.buf + view.len};
+    int r = tree_value(&t, &c, -1, -1, 0);
+    if (r == J_OK) {
+        ws(&c);
+        if (c.p != c.end) r = J_BAD;
+    }
+    if (r < 0) goto done;
+    int status = r == J_OK ? ST_DONE : r == J_ODD ? ST_ODD : ST_MALFORMED;
+    if (tree_resize(&t, status == ST_DONE ? t.n : 0) < 0) goto done;
+    cols = PyTuple_New(T_NCOLS);
+    if (!cols) goto done;
+    for (int k = 0; k < T_NCOLS; k++) {
+        PyTuple_SET_ITEM(cols, k, t.arr[k]);
+        t.arr[k] = NULL;
     }
     Py_ssize_t total = PyList_GET_SIZE(s->strs);
     PyObject *fresh = PyList_GetSlice(s->strs, s->reported, total);
-    if (!fresh) { Py_DECREF(cols); return NULL; }
+    if (!fresh) goto done;
     s->reported = total;
-    s->nrows = 0;
-    Py_ssize_t counted = s->counted;
-    s->counted = 0;
-    return Py_BuildValue("(NNn)", cols, fresh, counted);
+    result = Py_BuildValue("(iNNi)", status, cols, fresh, t.dup);
+    cols = NULL;
+done:
+    Py_XDECREF(cols);
+    for (int k = 0; k < T_NCOLS; k++) Py_XDECREF(t.arr[k]);
+    PyMem_Free(t.stamp);
+    PyMem_Free(t.open);
+    PyBuffer_Release(&view);
+    return result;
 }
 
 static PyMethodDef Scanner_methods[] = {
     {"feed", (PyCFunction)(void (*)(void))Scanner_feed, METH_FASTCALL,
      "feed(buf, start, final) -> (status, pos, end): scan array elements from buf[start:]"},
+    {"tree", (PyCFunction)Scanner_tree, METH_O,
+     "tree(doc) -> (status, columns, new strings, duplicate keys possible): every value of a JSON document"},
     {"take", (PyCFunction)Scanner_take, METH_NOARGS,
      "take() -> (columns, new strings, elements scanned): the rows so far as bytearrays, then cleared"},
     {NULL, NULL, 0, NULL},
@@ -1211,5 +1265,8 @@ PyMODINIT_FUNC PyInit__tracescan(void) {
     PyModule_AddIntConstant(m, "T_TEXT", T_TEXT);
     PyModule_AddIntConstant(m, "T_NUMBER", T_NUMBER);
     PyModule_AddIntConstant(m, "NONE", NONE_I64);
+    static const char *VKINDS[] = {"V_NULL", "V_FALSE", "V_TRUE", "V_INT", "V_BIG", "V_FLOAT", "V_STR", "V_OBJ",
+                                   "V_ARR"};
+    for (int k = 0; k <= V_ARR; k++) PyModule_AddIntConstant(m, VKINDS[k], k);
     return m;
 }

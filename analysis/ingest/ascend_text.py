@@ -1193,6 +1193,15 @@ def _scaled_ints(values: list[Any], scale: int, digits: int) -> list[int | None]
     return out
 
 
+def _scaled_i64(values: list[Any], scale: int, digits: int) -> list[int | None]:
+    """`_scaled_ints`, a result beyond int64 as None: communication*.json numbers that large (over 292
+    years in ns, 9 exabytes) are not measurements, and would stop the rank's read as a column's value."""
+    out = _scaled_ints(values, scale, digits)
+    if any(v is not None and not _I64_MIN <= v <= _I64_MAX for v in out):
+        out = [v if v is None or _I64_MIN <= v <= _I64_MAX else None for v in out]
+    return out
+
+
 @functools.cache
 def _plain_numerals(digits: int, whole: int = 0) -> re.Pattern[str]:
     """Lines of plain decimal numerals that `_scaled_text(s, digits)` converts: an optional '-', 1 to
@@ -1267,7 +1276,7 @@ def _scaled_column(values: list[Any], scale: int, digits: int, typed: bool) -> n
     floats without a list of ints in between."""
     if typed:
         return _ma(*_scaled_exact(values, scale))
-    return _i64(_scaled_ints(values, scale, digits))
+    return _i64(_scaled_i64(values, scale, digits))
 
 
 def _dec_float(v: Any) -> float | None:
@@ -1333,16 +1342,37 @@ _COMM_TYPED = msgspec.json.Decoder(dict[str, dict[str, dict[str, _OpInfo]]], flo
 _MATRIX_TYPED = msgspec.json.Decoder(dict[str, dict[str, dict[str, dict[str, _Link]]]], float_hook=str)
 
 
-def _comm_json_columns(data: dict[str, Any], exact: bool, typed: bool) -> tuple[
-        dict[str, Any] | None, dict[str, Any] | None, dict[str, Any] | None, int]:
-    """(comm_ops, comm_bandwidth, comm_packets columns or None, ops skipped) of communication.json, decoded
-    into `_OpInfo` structs (`typed`) or dicts.
+@dataclass
+class CommRows:
+    """communication.json gathered into columns: per op (its key is not "Total Op Info"), per transport of
+    an op's bandwidth object and per packet bucket of a transport's "Size Distribution", in file order.
+    Numbers not yet converted are raw: decoded as floats (the typed decodings) float lists (None: null)
+    or float64 arrays (NaN: null), decoded as text lists of their text. Converted ones are exact ints:
+    nullable int64 arrays, or lists of ints / None (a value may be beyond int64)."""
+    step: list[int | None]
+    name: list[str]
+    group: list[str | None]
+    start: Any                      # converted: ns
+    elapse: Sequence[Any]
+    transit: Sequence[Any]
+    wait: Sequence[Any]
+    sync: Sequence[Any]
+    idle: Sequence[Any]
+    b_op: np.ndarray                # int64: the op (index) of each transport row
+    b_name: list[str]
+    b_size: Sequence[Any]
+    b_transit: Sequence[Any]
+    b_bw: Sequence[Any]
+    b_lpr: Sequence[Any]
+    p_band: np.ndarray              # int64: the transport row of each packet bucket
+    p_packet: list[Any]             # its key (the packet size in MB, as text)
+    p_count: Any                    # converted: its count, and its total time in ns
+    p_total: Any
 
-    An op needs Start Timestamp(us) and Elapse Time(ms); its bandwidth rows are the transports with a size
-    or a time, and its bytes moved = SDMA (the on-node total; else HCCS + PCIE + SIO) + RDMA of those.
-    `exact=False` (numbers decoded as text) raises `_NumbersAsText` where the Decimal decoding could
-    differ: a number as "Communication Time Info" (Decimal zero is falsy, its text is not).
-    """
+
+def _comm_gather(data: dict[str, Any], exact: bool, typed: bool) -> CommRows | None:
+    """`CommRows` of communication.json decoded into `_OpInfo` structs (`typed`) or dicts; None: no op.
+    A "Communication Time Info" that is not an object counts as absent."""
     ops: list[tuple[Any, ...]] = []
     band_ops: list[int] = []                   # the ops (index in ops) with a bandwidth object, and it
     band_infos: list[dict[str, _Band]] = []
@@ -1357,10 +1387,8 @@ def _comm_json_columns(data: dict[str, Any], exact: bool, typed: bool) -> tuple[
             continue
         else:
             t = info.get("Communication Time Info")
-            if type(t) is not dict:
-                if type(t) is str and not exact:
-                    raise _NumbersAsText
-                t = t or {}
+            if type(t) is not dict:  # (a number, text or list here used to stop the rank's read)
+                t = {}
             ti = _TimeInfo(t.get("Start Timestamp(us)"), t.get("Elapse Time(ms)"),
                            t.get("Transit Time(ms)"), t.get("Wait Time(ms)"),
                            t.get("Synchronization Time(ms)"), t.get("Idle Time(ms)"))
@@ -1376,83 +1404,233 @@ def _comm_json_columns(data: dict[str, Any], exact: bool, typed: bool) -> tuple[
         ops.append((step, name, group or None, ti.start, ti.elapse, ti.transit, ti.wait, ti.sync,
                     ti.idle))
     if not ops:
-        return None, None, None, 0
+        return None
     step, name, group, start, elapse, transit, wait, sync, idle = map(list, zip(*ops, strict=True))
-    scaled = _scaled_floats if typed else _scaled_ints
-    start = _scaled_ints(start, 1000, 3)
-    elapse = scaled(elapse, 1_000_000, 6)
-    valid = [s is not None and e is not None for s, e in zip(start, elapse, strict=True)]
-    skipped = valid.count(False)
+    infos: list[_Band] = list(itertools.chain.from_iterable(map(dict.values, band_infos)))
+    packets: list[tuple[int, Any, Any, Any]] = []
+    for j, b in enumerate(infos):
+        if isinstance(b.distribution, dict):
+            packets += [(j, packet, ct[0], ct[1]) for packet, ct in b.distribution.items()
+                        if isinstance(ct, list) and len(ct) >= 2]
+    p_band, p_packet, p_count, p_total = map(list, zip(*packets, strict=True)) if packets else ([], [], [], [])
+    return CommRows(step, name, group, _scaled_i64(start, 1000, 3), elapse, transit, wait, sync, idle,
+                    np.repeat(np.array(band_ops, dtype=np.int64), list(map(len, band_infos))),
+                    list(itertools.chain.from_iterable(band_infos)), [b.size for b in infos],
+                    [b.transit for b in infos], [b.bandwidth for b in infos],
+                    [b.large_packet_ratio for b in infos], np.array(p_band, dtype=np.int64), p_packet,
+                    _scaled_i64(p_count, 1, 0), _scaled_i64(p_total, 1_000_000, 6))
 
-    # bandwidth rows and packet buckets of the valid ops: every transport of every op flattened in C, the
-    # rows kept (valid op, a size or a time) picked by numpy
-    moved: list[int | None] = [None] * len(ops)
-    pk: list[tuple[Any, ...]] = []
-    bands_out = None
-    transports = list(itertools.chain.from_iterable(band_infos))
-    if transports:
-        infos = list(itertools.chain.from_iterable(map(dict.values, band_infos)))
-        of_op = np.repeat(np.array(band_ops, dtype=np.int64), list(map(len, band_infos)))
-        sizes = scaled([b.size for b in infos], COMM_MB_BYTES, 6)
-        times = scaled([b.transit for b in infos], 1_000_000, 6)
-        n = len(infos)
-        kept = np.array(valid, dtype=bool)[of_op] & (np.fromiter(map(bool, sizes), dtype=bool, count=n)
-                                                     | np.fromiter(map(bool, times), dtype=bool, count=n))
-        rows = np.flatnonzero(kept).tolist()
-        if rows:
-            ops_of, k_infos = of_op[kept].tolist(), [infos[j] for j in rows]
-            k_names, k_sizes = [transports[j] for j in rows], [sizes[j] or 0 for j in rows]
-            by_op: dict[int, dict[str, int]] = {}
-            for i, tname, size, b in zip(ops_of, k_names, k_sizes, k_infos, strict=True):
-                by_op.setdefault(i, {})[tname.upper()] = size
-                dist = b.distribution
-                if isinstance(dist, dict):
-                    for packet, ct in dist.items():
-                        if isinstance(ct, list) and len(ct) >= 2:
-                            pk.append((step[i], name[i], tname, packet, ct[0], ct[1]))
-            for i, by_name in by_op.items():
-                onnode = by_name.get("SDMA")
-                if onnode is None:
-                    onnode = sum(by_name.get(k, 0) for k in ("HCCS", "PCIE", "SIO"))
-                moved[i] = onnode + by_name.get("RDMA", 0)
-            bw, lpr = [b.bandwidth for b in k_infos], [b.large_packet_ratio for b in k_infos]
+
+def _comm_json_columns(data: dict[str, Any], exact: bool, typed: bool) -> tuple[
+        dict[str, Any] | None, dict[str, Any] | None, dict[str, Any] | None, int]:
+    """`comm_rows_columns` of `_comm_gather`."""
+    rows = _comm_gather(data, exact, typed)
+    return (None, None, None, 0) if rows is None else comm_rows_columns(rows, typed)
+
+
+def _take(col: Any, rows: np.ndarray) -> Any:
+    """col[rows] of a list or an array (a masked one keeps its mask)."""
+    if isinstance(col, np.ndarray):
+        return col[rows]
+    return [col[j] for j in rows.tolist()]
+
+
+def _ints_or_list(values: Any) -> Any:
+    """A converted column (`CommRows`) as a nullable int64 array, or the list when a value is beyond int64
+    (RankTables then decides, as for any list)."""
+    return values if isinstance(values, np.ndarray) else _int_column(values, known=True)
+
+
+def _nulls_of(values: Any) -> np.ndarray:
+    """NULL mask of a converted column."""
+    if isinstance(values, np.ma.MaskedArray):
+        return np.ma.getmaskarray(values)
+    return np.fromiter((v is None for v in values), dtype=bool, count=len(values))
+
+
+_MOVED_TRANSPORTS = ("SDMA", "HCCS", "PCIE", "SIO", "RDMA")
+_SUM_SAFE = 1 << 60  # sizes below this add up (four at most) within int64
+
+
+def _bytes_moved(n_ops: int, ops_of: np.ndarray, names: list[str], sizes: Any) -> Any:
+    """Per op, bytes moved = SDMA (the on-node total; else HCCS + PCIE + SIO) + RDMA of its kept transport
+    rows (`ops_of`, `names`, `sizes`: ints), a transport's name compared upper-cased, its last row counting
+    when an op repeats it; NULL for an op without a kept row. A nullable int64 array; a list when a size is
+    beyond what int64 sums safely."""
+    if isinstance(sizes, np.ndarray) and (not len(sizes) or np.abs(sizes).max() < _SUM_SAFE):
+        upper = {t: t.upper() for t in set(names)}
+        code_of = {t: _MOVED_TRANSPORTS.index(u) if u in _MOVED_TRANSPORTS else len(_MOVED_TRANSPORTS)
+                   for t, u in upper.items()}
+        codes = np.array([code_of[t] for t in names], dtype=np.int64)
+        key = ops_of * (len(_MOVED_TRANSPORTS) + 1) + codes
+        _, first_rev = np.unique(key[::-1], return_index=True)  # the last row of each (op, transport)
+        last = len(key) - 1 - first_rev
+        value = np.zeros((n_ops, len(_MOVED_TRANSPORTS) + 1), dtype=np.int64)
+        has = np.zeros_like(value, dtype=bool)
+        value[ops_of[last], codes[last]] = sizes[last]
+        has[ops_of[last], codes[last]] = True
+        sdma, hccs, pcie, sio, rdma = (value[:, k] for k in range(len(_MOVED_TRANSPORTS)))
+        moved = np.where(has[:, 0], sdma, hccs + pcie + sio) + rdma
+        mask = np.ones(n_ops, dtype=bool)
+        mask[ops_of] = False
+        return _ma(np.where(mask, 1, moved), mask)
+    by_op: dict[int, dict[str, int]] = {}
+    for i, tname, size in zip(ops_of.tolist(), names, list(sizes), strict=True):
+        by_op.setdefault(i, {})[tname.upper()] = size
+    out: list[int | None] = [None] * n_ops
+    for i, by_name in by_op.items():
+        onnode = by_name.get("SDMA")
+        if onnode is None:
+            onnode = sum(by_name.get(k, 0) for k in ("HCCS", "PCIE", "SIO"))
+        total = onnode + by_name.get("RDMA", 0)
+        out[i] = total if _I64_MIN <= total <= _I64_MAX else None
+    return out
+
+
+def comm_rows_columns(rows: CommRows, typed: bool) -> tuple[
+        dict[str, Any] | None, dict[str, Any] | None, dict[str, Any] | None, int]:
+    """(comm_ops, comm_bandwidth, comm_packets columns or None, ops skipped) of communication.json's rows.
+
+    An op needs Start Timestamp(us) and Elapse Time(ms); its bandwidth rows are the transports with a size
+    or a time, its bytes moved come from those (`_bytes_moved`), and a packet bucket is kept when its
+    transport row is, with a size, count and total. Raw numbers become exact integers here
+    (`_scaled_column`: floats raising `_NumbersAsText` when one cannot be shown exact, text through
+    `_scaled_ints`).
+    """
+    step, name, group = rows.step, rows.name, rows.group
+    n_ops = len(step)
+    steps: Any = _int_array(step)
+    if steps is None:  # (a step number beyond int64: the column stays a list)
+        steps = step
+    names, groups = _objects(name), _objects(group)
+    elapse = _scaled_column(rows.elapse, 1_000_000, 6, typed)
+    valid = ~_nulls_of(rows.start) & ~np.ma.getmaskarray(elapse)
+    skipped = int(n_ops - valid.sum())
+
+    moved: Any = None
+    bands_out = packets_out = None
+    if len(rows.b_name):
+        of_op = rows.b_op
+        sizes = _scaled_column(rows.b_size, COMM_MB_BYTES, 6, typed)
+        times = _scaled_column(rows.b_transit, 1_000_000, 6, typed)
+        sz, tm = np.ma.filled(sizes, 0), np.ma.filled(times, 0)
+        kept = valid[of_op] & ((sz != 0) | (tm != 0))
+        rws = np.flatnonzero(kept)
+        if len(rws):
+            ops_of = of_op[rws]
+            b_names = _objects(rows.b_name)
+            k_names = b_names[rws].tolist()
+            moved = _bytes_moved(n_ops, ops_of, k_names, sz[rws])
+            bw, lpr = _take(rows.b_bw, rws), _take(rows.b_lpr, rws)
             if not typed:
                 bw, lpr = _dec_floats(bw), _dec_floats(lpr)
-            bands_out = {"step": _int_column([step[i] for i in ops_of], known=True),
-                         "op_name": [name[i] for i in ops_of], "group_name": [group[i] for i in ops_of],
-                         "transport": k_names, "size_bytes": _int_column(k_sizes, known=True),
-                         "transit_ns": _int_column([times[j] or 0 for j in rows], known=True),
+            no_null = np.zeros(len(rws), dtype=bool)
+            bands_out = {"step": _take(steps, ops_of), "op_name": names[ops_of].tolist(),
+                         "group_name": groups[ops_of].tolist(), "transport": k_names,
+                         "size_bytes": _ma(sz[rws], no_null), "transit_ns": _ma(tm[rws], no_null.copy()),
                          "bandwidth_gbps": _float_column(bw, known=True),
                          "large_packet_ratio": _float_column(lpr, known=True)}
-    packets_out = None
-    if pk:
-        p_step, p_name, p_tr, packet, count, total = map(list, zip(*pk, strict=True))
-        cols = (p_step, p_name, p_tr, _scaled_ints(packet, COMM_MB_BYTES, 6), _scaled_ints(count, 1, 0),
-                _scaled_ints(total, 1_000_000, 6))
-        keep = [j for j, (a, b, c) in enumerate(zip(*cols[3:], strict=True))
-                if a is not None and b is not None and c is not None]
-        if keep:
-            if len(keep) < len(p_step):
-                cols = tuple([c[j] for j in keep] for c in cols)
-            packets_out = {"step": _int_column(cols[0], known=True), "op_name": cols[1], "transport": cols[2],
-                           "packet_bytes": _int_column(cols[3], known=True),
-                           "count": _int_column(cols[4], known=True),
-                           "total_ns": _int_column(cols[5], known=True)}
+            if len(rows.p_band):
+                distinct = list(dict.fromkeys(rows.p_packet))
+                table = dict(zip(distinct, _scaled_i64(distinct, COMM_MB_BYTES, 6), strict=True))
+                packet = [table[k] for k in rows.p_packet]
+                keep = kept[rows.p_band] & ~np.fromiter((v is None for v in packet), dtype=bool, count=len(packet)) \
+                    & ~_nulls_of(rows.p_count) & ~_nulls_of(rows.p_total)
+                pk = np.flatnonzero(keep)
+                if len(pk):
+                    p_op = of_op[rows.p_band[pk]]
+                    packets_out = {"step": _take(steps, p_op), "op_name": names[p_op].tolist(),
+                                   "transport": b_names[rows.p_band[pk]].tolist(),
+                                   "packet_bytes": _int_column(_take(packet, pk), known=True),
+                                   "count": _ints_or_list(_take(rows.p_count, pk)),
+                                   "total_ns": _ints_or_list(_take(rows.p_total, pk))}
     ops_out = None
-    if skipped < len(ops):
-        keep = [j for j, ok in enumerate(valid) if ok]
-
-        def pick(col: list[Any]) -> list[Any]:
-            return col if skipped == 0 else [col[j] for j in keep]
-
-        names = pick(name)
-        ops_out = {"step": _int32(pick(step)), "name": names, "op_type": [collective_of(n) for n in names],
-                   "group_name": pick(group), "start_ns": _i64(pick(start)), "elapse_ns": _i64(pick(elapse)),
-                   "transit_ns": _scaled_column(pick(transit), 1_000_000, 6, typed),
-                   "wait_ns": _scaled_column(pick(wait), 1_000_000, 6, typed),
-                   "sync_ns": _scaled_column(pick(sync), 1_000_000, 6, typed),
-                   "idle_ns": _scaled_column(pick(idle), 1_000_000, 6, typed), "size_bytes": _i64(pick(moved))}
+    if skipped < n_ops:
+        keep_ops = np.flatnonzero(valid)
+        if moved is None:
+            size = _ma(np.ones(len(keep_ops), dtype=np.int64), np.ones(len(keep_ops), dtype=bool))
+        else:
+            size = _i64(_take(moved, keep_ops))
+        kept_names = names[keep_ops].tolist()
+        start = rows.start
+        ops_out = {"step": _int32(_take(step, keep_ops)), "name": kept_names,
+                   "op_type": [collective_of(n) for n in kept_names], "group_name": groups[keep_ops].tolist(),
+                   "start_ns": _i64(_take(start, keep_ops)), "elapse_ns": _i64(elapse[keep_ops]),
+                   "transit_ns": _scaled_column(_take(rows.transit, keep_ops), 1_000_000, 6, typed),
+                   "wait_ns": _scaled_column(_take(rows.wait, keep_ops), 1_000_000, 6, typed),
+                   "sync_ns": _scaled_column(_take(rows.sync, keep_ops), 1_000_000, 6, typed),
+                   "idle_ns": _scaled_column(_take(rows.idle, keep_ops), 1_000_000, 6, typed), "size_bytes": size}
     return ops_out, bands_out, packets_out, skipped
+
+
+@dataclass
+class MatrixRows:
+    """communication_matrix.json gathered: per op kept (its links counted), and per link kept (a `src-dst`
+    key, its op not an aggregate), in file order. Numbers as in `CommRows`."""
+    op_steps: list[int | None]
+    op_links: list[int]
+    names: list[str]                # per link: its op key's name, and group (None: none)
+    groups: list[str | None]
+    src: Any                        # global ranks: int64 masked arrays (no NULL), or lists of ints
+    dst: Any
+    op_name: Sequence[Any]          # raw "Op Name" / "Transport Type" values
+    transport: Sequence[Any]
+    size: Sequence[Any]
+    transit: Sequence[Any]
+    bandwidth: Sequence[Any]
+
+
+def _decimal_text(v: Any, exact: bool) -> str | None:
+    """`_text` of a value as the Decimal decoding gives it; `exact=False` (numbers decoded as text) raises
+    `_NumbersAsText` where that could differ: a numeral whose Decimal text is not itself, a list or object."""
+    if not exact and (isinstance(v, (list, dict)) or (
+            type(v) is str and _JSON_NUMBER_RE.fullmatch(v) and str(Decimal(v)) != v)):
+        raise _NumbersAsText
+    return _text(v)
+
+
+def _decimal_texts(values: Sequence[Any], exact: bool) -> list[str | None]:
+    """`_decimal_text` of each value, once per distinct value when all are str / None (names repeat; the
+    types are checked on the distinct values)."""
+    try:
+        distinct = set(values)
+    except TypeError:  # a list or an object: _decimal_text() raises on it
+        return [_decimal_text(v, exact) for v in values]
+    if _STR_OR_NONE.issuperset(map(type, distinct)):
+        table = {v: _decimal_text(v, exact) for v in distinct}
+        return list(map(table.__getitem__, values))
+    return [_decimal_text(v, exact) for v in values]
+
+
+def matrix_rows_columns(rows: MatrixRows, exact: bool, typed: bool) -> dict[str, Any]:
+    """The links columns of communication_matrix.json's rows: Op Name (else the op key's name), transport
+    as text, MB and ms as exact integer bytes and ns (`_scaled_column`), GB/s as float. `exact`: strings
+    are the document's strings (the Decimal decoding, or a decoding that tells numbers from strings),
+    else numbers decoded as text may hide among them (see `_decimal_text`)."""
+    names, op_name = rows.names, rows.op_name
+    # `Op Name` is nearly always the op key's name: then text(name) or name is the name itself (a value
+    # equal to a str is a str: JSON gives no other type that compares equal to one)
+    if (op_name.tolist() if isinstance(op_name, np.ndarray) else op_name) == names:
+        if not exact:
+            for n in set(names):
+                _decimal_text(n, exact)  # raises where the Decimal decoding could differ
+        op_col = names
+    else:
+        op_col = [o or n for o, n in zip(_decimal_texts(op_name, exact), names, strict=True)]
+    step = _int_array(rows.op_steps)
+    counts = rows.op_links
+    return {
+        "step": _ma(np.repeat(step._data, counts), np.repeat(step._mask, counts))
+        if step is not None else [s for s, n in zip(rows.op_steps, counts, strict=True) for _ in range(n)],
+        "op_name": op_col, "group_name": rows.groups, "src_rank": rows.src, "dst_rank": rows.dst,
+        "transport": _decimal_texts(rows.transport, exact),
+        # (floats: the ints fit int64; text may give ints beyond it, which RankTables then reports)
+        "size_bytes": _scaled_column(rows.size, COMM_MB_BYTES, 6, True) if typed
+        else _int_column(_scaled_i64(rows.size, COMM_MB_BYTES, 6), known=True),
+        "transit_ns": _scaled_column(rows.transit, 1_000_000, 6, True) if typed
+        else _int_column(_scaled_i64(rows.transit, 1_000_000, 6), known=True),
+        "bandwidth_gbps": _float_column(rows.bandwidth if typed else _dec_floats(rows.bandwidth), known=True),
+    }
 
 
 def _int_column(values: list[int | None], known: bool = False) -> Any:
@@ -2048,6 +2226,9 @@ class _RankReader:
             return msgspec.json.decode(data)
         except msgspec.DecodeError as e:
             self.warn(path, f"invalid JSON ({e}); skipped")
+            return None
+        except UnicodeDecodeError as e:  # msgspec's own error for a key that is not UTF-8
+            self.warn(path, f"invalid JSON (not UTF-8 at byte {e.start}); skipped")
             return None
 
     def resolve_csv(self, path: Path, table: FileColumns, *, required: bool) -> Resolved | None:
@@ -2929,7 +3110,7 @@ class _RankReader:
             if self.world_size not in (None, 1) or self.t.count("comm_tasks") or self.groups:
                 self.warn(path, "missing: per-op wait/transit times and bandwidth unknown")
             return
-        res = self._comm_json(path, _COMM_TYPED, _comm_json_columns)
+        res = self._comm_json(path, _COMM_TYPED, _comm_json_columns, "comm_columns")
         if res is None:
             return
         ops, bands, packets, skipped = res
@@ -2944,10 +3125,12 @@ class _RankReader:
             self.t.has("comm_ops")
         self.t.has("comm_json")
 
-    def _comm_json(self, path: Path, typed: msgspec.json.Decoder, columns: Callable[..., Any]) -> Any:
+    def _comm_json(self, path: Path, typed: msgspec.json.Decoder, columns: Callable[..., Any], native: str) -> Any:
         """`columns(data, exact, typed)` of a communication*.json, or None with the warning `load_json` gives.
 
-        Three decodings, the first that works: (1) into `typed`'s structs (only the keys this reader uses, no
+        First the native path (`comm_scan.<native>`: the C scanner's tree of the document, the same columns as
+        decoding (1) gives), when the extension is built and the file is one it takes. Then three decodings,
+        the first that works: (1) into `typed`'s structs (only the keys this reader uses, no
         dict per entry; ms / MB / GB/s numbers as floats, the rest as text), (2) generically into dicts with
         numbers as their text (float_hook=str: a third of the cost of Decimal), for a file of another shape or
         a float that cannot be shown exact, (3) with numbers as Decimal, as this reader always did, for a file
@@ -2957,9 +3140,15 @@ class _RankReader:
         data = self._json_bytes(path)
         if data is None:
             return None
+        from . import comm_scan  # it imports this module
+
+        if comm_scan.available():
+            res = comm_scan.comm_columns(data) if native == "comm_columns" else comm_scan.matrix_columns(data, self)
+            if res is not None:
+                return res
         try:
             decoded = typed.decode(data)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
             decoded = None  # the generic decoding below reports an invalid file
         if decoded is not None:
             # the structs keep nothing of the bytes: freed before the columns are built, the file is
@@ -2994,7 +3183,7 @@ class _RankReader:
             if self.world_size not in (None, 1) or self.groups:
                 self.warn(path, "missing: per-link bandwidth unknown")
             return
-        res = self._comm_json(path, _MATRIX_TYPED, self._matrix_columns)
+        res = self._comm_json(path, _MATRIX_TYPED, self._matrix_columns, "matrix_columns")
         if res is None:
             return
         cols, unmapped, bad_keys = res
@@ -3061,51 +3250,12 @@ class _RankReader:
             groups += [group or None] * n
         if not links:
             return None, unmapped, bad_keys
-        op_name, transport = [v.op_name for v in links], [v.transport for v in links]
-        size, transit, bw = [v.size for v in links], [v.transit for v in links], [v.bandwidth for v in links]
-
-        def text(v: Any) -> str | None:
-            """_text of a value as the Decimal decoding gives it."""
-            if not exact and (isinstance(v, (list, dict)) or (
-                    type(v) is str and _JSON_NUMBER_RE.fullmatch(v) and str(Decimal(v)) != v)):
-                raise _NumbersAsText
-            return _text(v)
-
-        def texts(values: list[Any]) -> list[str | None]:
-            """`text` of each value, once per distinct value when all are str / None (names repeat; the types
-            are checked on the distinct values)."""
-            try:
-                distinct = set(values)
-            except TypeError:  # a list or an object: text() raises on it
-                return list(map(text, values))
-            if _STR_OR_NONE.issuperset(map(type, distinct)):
-                table = {v: text(v) for v in distinct}
-                return list(map(table.__getitem__, values))
-            return list(map(text, values))
-
-        # `Op Name` is nearly always the op key's name: then text(name) or name is the name itself (a value
-        # equal to a str is a str: JSON gives no other type that compares equal to one)
-        if op_name == names:
-            for n in set(names):
-                text(n)  # raises where the Decimal decoding could differ
-            op_col = names
-        else:
-            op_col = [o or n for o, n in zip(texts(op_name), names, strict=True)]
-        step = _int_array(op_steps)
         rank = _int_pairs(ranks)
-        return {
-            "step": _ma(np.repeat(step._data, op_links), np.repeat(step._mask, op_links))
-            if step is not None else [s for s, n in zip(op_steps, op_links, strict=True) for _ in range(n)],
-            "op_name": op_col, "group_name": groups,
-            "src_rank": rank[0] if rank else [r[0] for r in ranks],
-            "dst_rank": rank[1] if rank else [r[1] for r in ranks], "transport": texts(transport),
-            # (floats: the ints fit int64; text may give ints beyond it, which RankTables then reports)
-            "size_bytes": _scaled_column(size, COMM_MB_BYTES, 6, True) if typed
-            else _int_column(_scaled_ints(size, COMM_MB_BYTES, 6), known=True),
-            "transit_ns": _scaled_column(transit, 1_000_000, 6, True) if typed
-            else _int_column(_scaled_ints(transit, 1_000_000, 6), known=True),
-            "bandwidth_gbps": _float_column(bw if typed else _dec_floats(bw), known=True),
-        }, unmapped, bad_keys
+        rows = MatrixRows(op_steps, op_links, names, groups,
+                          rank[0] if rank else [r[0] for r in ranks], rank[1] if rank else [r[1] for r in ranks],
+                          [v.op_name for v in links], [v.transport for v in links], [v.size for v in links],
+                          [v.transit for v in links], [v.bandwidth for v in links])
+        return matrix_rows_columns(rows, exact, typed), unmapped, bad_keys
 
     def _link_ranks(self, group: str, key: str) -> tuple[int, int] | None:
         """(src, dst) global ranks of a `src-dst` link key of a group, None for a bad key."""
