@@ -22,6 +22,7 @@ end.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -69,14 +70,20 @@ class _Native:
 
     def _ids(self, i: np.ndarray, sid: np.ndarray, share: bool = True) -> list[Any]:
         """pid / tid / flow id objects (int, or str when the JSON value is a string); pids and tids share
-        one object per value, as the msgspec path has them."""
+        one object per value, as the msgspec path has them (one lookup per distinct value)."""
         objs = self.s.objects(sid, none_for_empty=False)
         ints = sid < 0
+        if not share:
+            objs[ints] = i[ints].astype(object)
+            return objs.tolist()
+        setdefault = self.tp._ids.setdefault
+        if ints.all():
+            uniq, inverse = np.unique(i, return_inverse=True)
+            shared = np.empty(len(uniq), dtype=object)
+            shared[:] = [setdefault(v, v) for v in uniq.tolist()]
+            return shared[inverse].tolist()
         objs[ints] = i[ints].astype(object)
         vals = objs.tolist()
-        if not share:
-            return vals
-        setdefault = self.tp._ids.setdefault
         return list(map(setdefault, vals, vals))
 
     def _scalars(self, r: Rows, key: str) -> list[Any]:
@@ -92,11 +99,10 @@ class _Native:
         return objs.tolist()
 
     def _names(self, ids: np.ndarray) -> list[str]:
+        """Event names ("" when absent), one str object per distinct name (the scanner interns them)."""
         vals = self.s.objects(ids, none_for_empty=False)
         vals[ids < 0] = ""
-        share = self.tp._names.setdefault
-        v = vals.tolist()
-        return list(map(share, v, v))
+        return vals.tolist()
 
     def _starts(self, r: Rows) -> tuple[np.ndarray, np.ndarray]:
         """(start ns, readable) per row: `_start_ns` of the ts the msgspec path would hold."""
@@ -242,10 +248,61 @@ class _Native:
             cols += self.tp.hw_columns(sc(r, "Task Type"), sc(r, "Stream Id"), sc(r, "Physic Stream Id"),
                                        sc(r, "Task Id"), sc(r, "connection_id"), tids)
         else:
-            cols += self.tp.comm_columns(sc(r, "size(Byte)"), sc(r, "transport type"), sc(r, "link type"),
-                                         sc(r, "src rank"), sc(r, "dst rank"), sc(r, "bandwidth(GB/s)"),
-                                         sc(r, "connection_id"), sc(r, "data_type"), sc(r, "count"))
+            cols += self._comm_args(r)
         self.tp.add_parts(fields, cols)
+
+    # -- argument columns converted from the typed columns -------------------------------------------
+    # What `TraceParser.comm_columns` gives, built from the scanner's int / string / float columns when an
+    # argument only ever has the expected JSON type (an int where `_ints` reads one, a string where
+    # `_labels` does, a number where `_floats` does); any other column goes through those functions.
+
+    def _clean(self, r: Rows, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        i, sid, f = r.int(key), r.sid(key), r.flt(key)
+        return i, sid, i != _NONE, sid >= 0, ~np.isnan(f)
+
+    def _int_arg(self, r: Rows, key: str) -> list[int | None]:
+        """`A._ints` of the argument's values."""
+        i, _, ints, strs, floats = self._clean(r, key)
+        if strs.any() or floats.any():
+            return A._ints(self._scalars(r, key))
+        out = np.full(len(i), None, dtype=object)
+        out[ints] = i[ints].astype(object)
+        return out.tolist()
+
+    def _label_arg(self, r: Rows, key: str) -> list[str | None]:
+        """`TraceParser._labels` of the argument's values."""
+        _, sid, ints, _, floats = self._clean(r, key)
+        if ints.any() or floats.any():
+            return self.tp._labels(self._scalars(r, key))
+        return self.s.objects(sid).tolist()  # ("" and absent: None)
+
+    def _float_arg(self, r: Rows, key: str) -> list[float | None]:
+        """`A._floats` of the argument's values (an int as float(), correctly rounded in both)."""
+        i, _, ints, strs, floats = self._clean(r, key)
+        if strs.any():
+            return A._floats(self._scalars(r, key))
+        out = np.full(len(i), None, dtype=object)
+        has = ints | floats
+        out[has] = np.where(floats, r.flt(key), i.astype(np.float64))[has].astype(object)
+        return out.tolist()
+
+    def _message_bytes(self, r: Rows) -> list[int | None]:
+        """`A.message_bytes` of count and data_type: per distinct data type when both are clean."""
+        i, _, ints, strs, floats = self._clean(r, "count")
+        _, dsid, dints, _, dfloats = self._clean(r, "data_type")
+        if strs.any() or floats.any() or dints.any() or dfloats.any() or (np.abs(i[ints]) >= 1 << 56).any():
+            return A.message_bytes(self._int_arg(r, "count"), self._scalars(r, "data_type"))
+        width = self.s.table("dtype_bytes", lambda strs: np.array(
+            [A.DTYPE_BYTES.get(t.upper(), -1) for t in strs], dtype=np.int64), -1)[dsid]
+        has = ints & (width >= 0)
+        out = np.full(len(i), None, dtype=object)
+        out[has] = (i[has] * width[has]).astype(object)
+        return out.tolist()
+
+    def _comm_args(self, r: Rows) -> list[Sequence[Any]]:
+        return [self._int_arg(r, "size(Byte)"), self._label_arg(r, "transport type"),
+                self._label_arg(r, "link type"), self._int_arg(r, "src rank"), self._int_arg(r, "dst rank"),
+                self._float_arg(r, "bandwidth(GB/s)"), self._int_arg(r, "connection_id"), self._message_bytes(r)]
 
     def _host(self, r: Rows, start: np.ndarray, gc: np.ndarray, kind: np.ndarray) -> None:
         """Host rows (framework, CANN, and GC events of any process), as `_consume` builds them: the category
@@ -253,12 +310,20 @@ class _Native:
         tp, n = self.tp, len(r)
         names = self._names(r.name)
         dur = self._durs(r)
-        combo = np.stack([r.name.astype(np.int64), r.cat.astype(np.int64), gc.astype(np.int64),
-                          kind.astype(np.int64)], axis=1)
-        uniq, inverse = np.unique(combo, axis=0, return_inverse=True)
+        # one int64 per (name, cat, GC, kind): ids and kinds are small (< 2^25 and 16), so they pack
+        base = len(self.s.strs) + 1
+        key = ((r.name.astype(np.int64) + 1) * base + (r.cat.astype(np.int64) + 1)) * 32 \
+            + gc.astype(np.int64) * 16 + (kind.astype(np.int64) + 1)
+        if base >= 1 << 25:
+            raise Fallback  # (a trace with 33 million distinct strings)
+        uniq, inverse = np.unique(key, return_inverse=True)
         labels, is_step = [], []
         strs = self.s.strs
-        for name_id, cat_id, is_gc, k in uniq.tolist():
+        for u in uniq.tolist():
+            u, k = divmod(u, 16)
+            u, is_gc = divmod(u, 2)
+            name_id, cat_id = divmod(u, base)
+            name_id, cat_id, k = name_id - 1, cat_id - 1, k - 1
             name = strs[name_id] if name_id >= 0 else ""
             cat = strs[cat_id] if cat_id >= 0 else None
             if is_gc:

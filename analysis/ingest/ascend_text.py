@@ -344,6 +344,18 @@ def _floats(values: list[Any]) -> list[float | None]:
     return [as_float(v) for v in values]
 
 
+def message_bytes(counts: list[int | None], data_type: Sequence[Any]) -> list[int | None]:
+    """Per Communication event, its message bytes: count x the element size of its data_type
+    (`DTYPE_BYTES`, by upper-cased text); None without a count or a known data type."""
+    msg: list[int | None] = [None] * len(counts)
+    for i in np.flatnonzero(np.not_equal(np.array(counts, dtype=object), None)).tolist():
+        if data_type[i] is not None:
+            width = DTYPE_BYTES.get(str(data_type[i]).upper())
+            if width is not None:
+                msg[i] = counts[i] * width
+    return msg
+
+
 def ts_ns(v: str | Decimal | float | int | None) -> int | None:
     """Exact ns of a µs timestamp; fast path for the usual 3-decimal string (drop the dot)."""
     if type(v) is str:
@@ -894,17 +906,10 @@ class TraceParser:
     def comm_columns(self, size: list[Any], transport: list[Any], link: list[Any], src: list[Any],
                      dst: list[Any], bw: list[Any], conn: list[Any], data_type: list[Any],
                      count: list[Any]) -> list[Sequence[Any]]:
-        """The Communication arg columns from the args' values as decoded (shared with the native path)."""
-        counts = _ints(count)
-        msg: list[int | None] = [None] * len(counts)
-        for i in np.flatnonzero(np.not_equal(np.array(counts, dtype=object), None)).tolist():
-            c = counts[i]
-            if data_type[i] is not None:
-                width = DTYPE_BYTES.get(str(data_type[i]).upper())
-                if width is not None:
-                    msg[i] = c * width
+        """The Communication arg columns from the args' values as decoded (the native path converts clean
+        columns itself, with the same results: `ascend_scan._Native._comm_args`)."""
         return [_ints(size), self._labels(transport), self._labels(link), _ints(src), _ints(dst), _floats(bw),
-                _ints(conn), msg]
+                _ints(conn), message_bytes(_ints(count), data_type)]
 
     def _other(self, ev: Event, ph: str) -> None:
         out = self.out
