@@ -355,9 +355,10 @@ class _Native:
             if plain.all():
                 cols = got
             else:
-                for full, part in zip(cols, got, strict=True):
-                    for k, j in enumerate(idx.tolist()):
-                        full[j] = part[k]
+                for c, part in enumerate(got):
+                    full = np.full(n, None, dtype=object)
+                    full[idx] = A._objects(part)
+                    cols[c] = full.tolist()
         tp.add_parts(A._HOST_FIELDS, [self._ids(r.pid_i, r.pid_s), self._ids(r.tid_i, r.tid_s), names, category,
                                       start, dur, *cols])
 
