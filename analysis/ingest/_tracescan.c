@@ -1211,6 +1211,182 @@ done:
     return result;
 }
 
+/* ---------------------------------------------------------------------------------------------- */
+/* Python type                                                                                     */
+
+static void Scanner_dealloc(Scanner *s) {
+    for (int c = 0; c < s->ncols; c++) PyMem_Free(s->cols[c].data);
+    PyMem_Free(s->cols);
+    PyMem_Free(s->slots);
+    PyMem_Free(s->arena);
+    PyMem_Free(s->sbuf);
+    PyMem_Free(s->tbuf);
+    Py_XDECREF(s->strs);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+static int Scanner_init(Scanner *s, PyObject *argsobj, PyObject *kw) {
+    PyObject *specs;
+    const char *phases = "Xi";
+    Py_ssize_t nphases = 2;
+    int other_odd = 0, decimal = 0;
+    static char *kwlist[] = {"specs", "phases", "other_odd", "decimal", NULL};
+    if (!PyArg_ParseTupleAndKeywords(argsobj, kw, "O|$s#pp", kwlist, &specs, &phases, &nphases, &other_odd,
+                                     &decimal))
+        return -1;
+    if (nphases >= (Py_ssize_t)sizeof s->phases) {
+        PyErr_SetString(PyExc_ValueError, "too many phases");
+        return -1;
+    }
+    memcpy(s->phases, phases, (size_t)nphases);
+    s->phases[nphases] = 0;
+    s->other_odd = other_odd;
+    s->decimal = decimal;
+    PyObject *seq = PySequence_Fast(specs, "specs must be a sequence of (key, kind, nullable, default)");
+    if (!seq) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n > MAX_ARGS) {
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_ValueError, "too many argument specs");
+        return -1;
+    }
+    int ncols = C_FIXED;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const char *key;
+        Py_ssize_t klen;
+        int kind, nullable, top = 0;
+        long long dflt;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "s#ipL|p", &key, &klen, &kind, &nullable, &dflt,
+                              &top)) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        if (klen >= 64 || kind < K_INT || kind > K_RAW) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_ValueError, "bad argument spec");
+            return -1;
+        }
+        ArgSpec *a = &s->args[i];
+        memcpy(a->key, key, (size_t)klen);
+        a->klen = klen;
+        a->kind = kind;
+        a->nullable = nullable;
+        a->dflt = dflt;
+        a->top = top;
+        a->ci = (kind == K_INT || kind == K_INTSTR || kind == K_GRID || kind == K_SCALAR) ? ncols++ : -1;
+        a->cs = (kind == K_STR || kind == K_INTSTR || kind == K_DIMS || kind == K_TYPES || kind == K_SCALAR ||
+                 kind == K_RAW) ? ncols++ : -1;
+        a->cf = kind == K_SCALAR ? ncols++ : -1;
+    }
+    Py_DECREF(seq);
+    s->nargs = (int)n;
+    s->ncols = ncols;
+    s->cols = PyMem_Calloc((size_t)ncols, sizeof(Col));
+    if (!s->cols) { PyErr_NoMemory(); return -1; }
+    size_t fixed_items[C_FIXED] = {1, 4, 4, 8, 4, 8, 4, 8, 8, 1, 4, 1, 4};
+    for (int c = 0; c < C_FIXED; c++) s->cols[c].item = fixed_items[c];
+    for (int a = 0; a < s->nargs; a++) {
+        if (s->args[a].ci >= 0) s->cols[s->args[a].ci].item = 8;
+        if (s->args[a].cs >= 0) s->cols[s->args[a].cs].item = 4;
+        if (s->args[a].cf >= 0) s->cols[s->args[a].cf].item = 8;
+    }
+    s->strs = PyList_New(0);
+    if (!s->strs || rehash(s) < 0) return -1;
+    s->state = S_FIRST;
+    return 0;
+}
+
+/* feed(buf, start, final) -> (status, pos, end)
+ *   NEED_MORE: every element before `pos` is consumed; `pos` is where the next call resumes
+ *   DONE: the array's ']' ends before `pos`
+ *   ODD: the element buf[pos:end] is a complete/instant event to decode on the reference path;
+ *        resume at `end`
+ *   MALFORMED: not a JSON array of objects at or after `pos` (the reference path reports it) */
+static PyObject *Scanner_feed(Scanner *s, PyObject *const *argv, Py_ssize_t argc) {
+    if (argc != 3) {
+        PyErr_SetString(PyExc_TypeError, "feed(buf, start, final)");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(argv[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    Py_ssize_t start = PyLong_AsSsize_t(argv[1]);
+    int final = PyObject_IsTrue(argv[2]);
+    if ((start == -1 && PyErr_Occurred()) || final < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    if (start < 0 || start > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "start out of range");
+        return NULL;
+    }
+    s->final = final;
+    const char *base = view.buf;
+    Cur c = {base + start, base + view.len};
+    int status = ST_NEED_MORE;
+    Py_ssize_t pos = start, end = start;
+    Ev ev;
+    for (;;) {
+        ws(&c);
+        if (c.p >= c.end) {
+            status = final ? ST_MALFORMED : ST_NEED_MORE;
+            pos = c.p - base;
+            break;
+        }
+        if (s->state == S_SEP) {
+            if (*c.p == ',') { c.p++; s->state = S_ELEM; continue; }
+            if (*c.p == ']') { c.p++; status = ST_DONE; pos = c.p - base; break; }
+            status = ST_MALFORMED;
+            pos = c.p - base;
+            break;
+        }
+        if (*c.p == ']' && s->state == S_FIRST) { c.p++; status = ST_DONE; pos = c.p - base; break; }
+        if (*c.p != '{') { status = ST_MALFORMED; pos = c.p - base; break; }
+        const char *el = c.p;
+        int r = event(s, &c, &ev);
+        if (r < 0) { PyBuffer_Release(&view); return NULL; }
+        if (r == J_MORE) {
+            status = final ? ST_MALFORMED : ST_NEED_MORE;
+            pos = el - base;
+            break;
+        }
+        if (r == J_BAD) { status = ST_MALFORMED; pos = el - base; break; }
+        s->state = S_SEP;
+        int keep = ev.ph_ok && ev.ph && strchr(s->phases, ev.ph) != NULL;
+        if ((keep && ev.odd) || (!keep && s->other_odd)) {
+            status = ST_ODD;
+            pos = el - base;
+            end = c.p - base;
+            break;
+        }
+        s->counted++;
+        if (keep && emit(s, &ev) < 0) { PyBuffer_Release(&view); return NULL; }
+    }
+    PyBuffer_Release(&view);
+    if (status != ST_ODD) end = pos;
+    return Py_BuildValue("(inn)", status, pos, end);
+}
+
+/* take() -> (columns: tuple of bytearray, new strings: list of str); the rows are then cleared */
+static PyObject *Scanner_take(Scanner *s, PyObject *Py_UNUSED(ignored)) {
+    PyObject *cols = PyTuple_New(s->ncols);
+    if (!cols) return NULL;
+    for (int c = 0; c < s->ncols; c++) {
+        PyObject *b = PyByteArray_FromStringAndSize(s->cols[c].data ? s->cols[c].data : "",
+                                                    (Py_ssize_t)(s->nrows * s->cols[c].item));
+        if (!b) { Py_DECREF(cols); return NULL; }
+        PyTuple_SET_ITEM(cols, c, b);
+    }
+    Py_ssize_t total = PyList_GET_SIZE(s->strs);
+    PyObject *fresh = PyList_GetSlice(s->strs, s->reported, total);
+    if (!fresh) { Py_DECREF(cols); return NULL; }
+    s->reported = total;
+    s->nrows = 0;
+    Py_ssize_t counted = s->counted;
+    s->counted = 0;
+    return Py_BuildValue("(NNn)", cols, fresh, counted);
+}
+
 static PyMethodDef Scanner_methods[] = {
     {"feed", (PyCFunction)(void (*)(void))Scanner_feed, METH_FASTCALL,
      "feed(buf, start, final) -> (status, pos, end): scan array elements from buf[start:]"},
