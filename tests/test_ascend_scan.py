@@ -242,3 +242,43 @@ def test_random_traces_identical_on_both_paths(events, meta_first, block, tmp_pa
         except ProfileError as e:
             results.append(str(e))
     assert results[0] == results[1]
+
+
+# -- CSV numerals (`_tracescan.numerals`, used by `ascend_text._plain_column`) --------------------------
+
+def _plain_both(cells: list, kind: str, monkeypatch: pytest.MonkeyPatch) -> tuple:
+    out = []
+    for native in (True, False):
+        monkeypatch.setenv("STEPDOCTOR_PURE_PYTHON", "0" if native else "1")
+        col = ascend_text._plain_column(list(cells), kind, None in cells)
+        if col is None:
+            out.append(None)
+        elif isinstance(col, np.ma.MaskedArray):
+            out.append(("masked", col.dtype.str, [None if m else int(v) for v, m in
+                                                  zip(col.data.tolist(), np.ma.getmaskarray(col).tolist(), strict=True)]))
+        else:
+            out.append((type(col).__name__, col.dtype.str, [None if v != v else v for v in col.tolist()]))
+    return tuple(out)
+
+
+_NUMERAL_CELLS = ["0", "-0", "12", " 12\t", "\r\n7 ", "", "N/A", " N/A ", "n/a", "1.5", "-1.25", "1.500", "1.5000",
+                  "123456789012345", "1234567890123456", "9223372036854775.807", "9223372036854775.808",
+                  "-9223372036854775.808", "-9223372036854775.809", "999999999999999999.999", ".5", "5.", "-",
+                  "1e3", "+1", "0x10", "１２", "1 2", "1,5", "\u00a012", "12\n13", None]
+
+
+@pytest.mark.parametrize("kind", ["int", "ns", "float"])
+@pytest.mark.parametrize("cell", _NUMERAL_CELLS)
+def test_numerals_match_the_python_conversion(kind, cell, monkeypatch):
+    a, b = _plain_both([cell, "1", None], kind, monkeypatch)
+    assert a == b
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cells=st.lists(st.one_of(st.none(), st.sampled_from(_NUMERAL_CELLS),
+                                st.from_regex(r"[ \t]?-?[0-9]{1,19}(\.[0-9]{0,16})?[ \r\n]?", fullmatch=True),
+                                st.floats(allow_nan=False, allow_infinity=False).map(repr)), max_size=12),
+       kind=st.sampled_from(["int", "ns", "float"]))
+def test_random_numeral_columns_match_the_python_conversion(cells, kind, monkeypatch):
+    a, b = _plain_both(cells, kind, monkeypatch)
+    assert a == b

@@ -1212,6 +1212,116 @@ done:
 }
 
 /* ---------------------------------------------------------------------------------------------- */
+/* numerals(): a CSV column's numeral cells                                                         */
+
+enum { N_INT = 0, N_NS = 1, N_FLOAT = 2 };
+
+/* One cell (its text trimmed of " \t\r\n"): 1 NULL ("" or "N/A"), 0 a value in *i / *d, < 0 not a numeral
+ * of the kind (-3: error set): INT -?d{1,15}; NS -?d{1,18}(.d{1,3})? as exact integer thousandths within
+ * int64; FLOAT -?d{1,15}(.d{1,15})? read by CPython's correctly rounded parser (float()'s result). */
+static int numeral(const char *p, Py_ssize_t n, int kind, int64_t *i, double *d) {
+    while (n > 0 && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')) { p++; n--; }
+    while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t' || p[n - 1] == '\r' || p[n - 1] == '\n')) n--;
+    if (n == 0 || (n == 3 && memcmp(p, "N/A", 3) == 0)) return 1;
+    const char *q = p, *end = p + n, *f = NULL;
+    int neg = 0;
+    if (*q == '-') { neg = 1; q++; }
+    const char *w = q;
+    while (q < end && *q >= '0' && *q <= '9') q++;
+    Py_ssize_t whole = q - w, frac = 0;
+    if (q < end && *q == '.') {
+        f = ++q;
+        while (q < end && *q >= '0' && *q <= '9') q++;
+        frac = q - f;
+        if (frac == 0) return -1;
+    }
+    if (q != end || whole == 0) return -1;
+    if (kind == N_INT) {
+        if (f || whole > 15) return -1;
+        int64_t v = 0;
+        for (const char *c = w; c < w + whole; c++) v = v * 10 + (*c - '0');
+        *i = neg ? -v : v;
+        return 0;
+    }
+    if (kind == N_NS) {
+        if (whole > 18 || frac > 3) return -1;
+        uint64_t v = 0, fr = 0, m;
+        for (const char *c = w; c < w + whole; c++) v = v * 10 + (uint64_t)(*c - '0');
+        for (Py_ssize_t k = 0; k < 3; k++) fr = fr * 10 + (uint64_t)(k < frac ? f[k] - '0' : 0);
+        if (__builtin_mul_overflow(v, (uint64_t)1000, &m) || __builtin_add_overflow(m, fr, &m) ||
+            m > (uint64_t)INT64_MAX + (uint64_t)neg)
+            return -2; /* beyond int64 */
+        *i = neg ? (int64_t)(0 - m) : (int64_t)m;
+        return 0;
+    }
+    if (whole > 15 || frac > 15) return -1;
+    char tmp[40];
+    memcpy(tmp, p, (size_t)n);
+    tmp[n] = 0;
+    *d = PyOS_string_to_double(tmp, NULL, NULL);
+    if (*d == -1.0 && PyErr_Occurred()) return -3;
+    return 0;
+}
+
+/* numerals(cells, kind) -> (values, nulls) or None
+ *   cells: a list of str / None (a CSV column read as text); kind: N_INT, N_NS or N_FLOAT (`numeral`)
+ *   values: bytearray of int64 (INT, NS; 0 for NULL) or float64 (NaN for NULL); nulls: bytearray, 1 = NULL
+ *   None when a cell that is not NULL is not a numeral of the kind (the caller's own parser decides). */
+static PyObject *numerals(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *cells, *vals = NULL, *nulls = NULL, *result = NULL;
+    int kind;
+    if (!PyArg_ParseTuple(args, "Oi", &cells, &kind)) return NULL;
+    if (kind < N_INT || kind > N_FLOAT) {
+        PyErr_SetString(PyExc_ValueError, "bad kind");
+        return NULL;
+    }
+    PyObject *seq = PySequence_Fast(cells, "cells must be a sequence");
+    if (!seq) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    vals = PyByteArray_FromStringAndSize(NULL, n * 8);
+    nulls = PyByteArray_FromStringAndSize(NULL, n);
+    if (!vals || !nulls) goto done;
+    char *vb = PyByteArray_AS_STRING(vals), *nb = PyByteArray_AS_STRING(nulls);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *c = items[k];
+        int64_t iv = 0;
+        double dv = NAN;
+        int r = 1;
+        if (c != Py_None) {
+            Py_ssize_t len;
+            const char *t = PyUnicode_Check(c) ? PyUnicode_AsUTF8AndSize(c, &len) : NULL;
+            if (!t) {
+                if (PyErr_Occurred()) goto done;
+                result = Py_NewRef(Py_None); /* not text */
+                goto done;
+            }
+            r = numeral(t, len, kind, &iv, &dv);
+            if (r == -3) goto done;
+            if (r < 0) {
+                result = Py_NewRef(Py_None);
+                goto done;
+            }
+        }
+        nb[k] = (char)(r == 1);
+        if (kind == N_FLOAT) memcpy(vb + k * 8, &dv, 8);
+        else memcpy(vb + k * 8, &iv, 8);
+    }
+    result = Py_BuildValue("(OO)", vals, nulls);
+done:
+    Py_DECREF(seq);
+    Py_XDECREF(vals);
+    Py_XDECREF(nulls);
+    return result;
+}
+
+static PyMethodDef module_methods[] = {
+    {"numerals", numerals, METH_VARARGS,
+     "numerals(cells, kind) -> (values, nulls) or None: a text column's int / exact-ns / float numerals"},
+    {NULL, NULL, 0, NULL},
+};
+
+/* ---------------------------------------------------------------------------------------------- */
 /* Python type                                                                                     */
 
 static void Scanner_dealloc(Scanner *s) {
@@ -1411,7 +1521,7 @@ static PyTypeObject ScannerType = {
 
 static struct PyModuleDef moddef = {
     PyModuleDef_HEAD_INIT, "_tracescan",
-    "Chrome trace-format events straight into columns (see the source's header comment).", -1, NULL,
+    "Chrome trace-format events straight into columns (see the source's header comment).", -1, module_methods,
 };
 
 PyMODINIT_FUNC PyInit__tracescan(void) {
@@ -1444,5 +1554,8 @@ PyMODINIT_FUNC PyInit__tracescan(void) {
     static const char *VKINDS[] = {"V_NULL", "V_FALSE", "V_TRUE", "V_INT", "V_BIG", "V_FLOAT", "V_STR", "V_OBJ",
                                    "V_ARR"};
     for (int k = 0; k <= V_ARR; k++) PyModule_AddIntConstant(m, VKINDS[k], k);
+    PyModule_AddIntConstant(m, "N_INT", N_INT);
+    PyModule_AddIntConstant(m, "N_NS", N_NS);
+    PyModule_AddIntConstant(m, "N_FLOAT", N_FLOAT);
     return m;
 }

@@ -2028,6 +2028,17 @@ _PLAIN_FLOATS = re.compile(r"-?[0-9]{1,15}(?:\.[0-9]{1,15})?(?:\n-?[0-9]{1,15}(?
 _MILLI_NUMERALS = re.compile(r"-?[0-9]{1,18}\.[0-9]{3}(?:\n-?[0-9]{1,18}\.[0-9]{3})*")
 
 
+_NUMERAL_KINDS = {_INT: 0, _NS: 1, _FLOAT: 2}  # _tracescan.N_INT, N_NS, N_FLOAT
+
+
+def _native_numerals() -> Callable[..., Any] | None:
+    """`_tracescan.numerals` (the numeral cells of a text column, as `_plain_column` converts them, in C)
+    when the extension is built and on; None otherwise."""
+    from . import kineto_scan
+
+    return kineto_scan._tracescan.numerals if kineto_scan.available() else None
+
+
 def _plain_column(cells: list[str | None], kind: str, nulls: bool) -> Any:
     """The `_Frame` column DuckDB gives for the `_sql_of` conversion `kind` of VARCHAR `cells` (None: NULL),
     or None when a non-NULL cell (after trim and NULLIF) is not a plain numeral that both convert alike.
@@ -2037,6 +2048,14 @@ def _plain_column(cells: list[str | None], kind: str, nulls: bool) -> Any:
     (NaN marks them in a float column). int: at most 15 digits, no decimals (exact as DOUBLE, so round()
     keeps it); ns: at most 18 integer digits (absolute epoch µs have 16) and 3 decimals, scaled exactly as
     DECIMAL(38,3) does, when all fit BIGINT (DuckDB's TRY_CAST gives NULL for the others)."""
+    if kind in _NUMERAL_KINDS and (native := _native_numerals()) is not None:
+        got = native(cells, _NUMERAL_KINDS[kind])
+        if got is not None:  # (else the code below decides, as it always has)
+            data = np.frombuffer(got[0], dtype=np.float64 if kind == _FLOAT else np.int64)
+            mask = np.frombuffer(got[1], dtype=bool)
+            if kind == _FLOAT or not mask.any():
+                return data
+            return _ma(data, mask)
     chars = _TRIM + '"' if kind == _QTEXT else _TRIM
     texts = ([c if c is None else c.strip(chars) for c in cells] if nulls
              else list(map(str.strip, cells, itertools.repeat(chars))))  # type: ignore[arg-type]
