@@ -4,7 +4,10 @@
 when it is not) and through its msgspec path otherwise; both fill the same `TraceColumns`. What stays on
 the msgspec path's code, so there is one copy of each rule:
   * the conversions of argument values (`TraceParser.hw_columns`, `comm_columns`, `call_stack`,
-    `_labels`, `as_int`, `_floats`) run on the values the scanner read, as Python objects;
+    `_labels`, `as_int`, `_floats`) run on the values the scanner read, as Python objects, except for a
+    Communication argument column that only has the JSON type its conversion expects (ints, strings,
+    numbers): that one is built from the scanner's typed column, with the same values (`_comm_args`;
+    `message_bytes` is one function for both paths);
   * metadata (`M`), counters (`C`) and every other phase, and any event with a value the scanner does not
     take (an object where a scalar is read, an integer beyond int64, a lone surrogate), are handed back
     (ODD) and go through `TraceParser._consume` one by one, in file order;
@@ -265,6 +268,8 @@ class _Native:
         i, _, ints, strs, floats = self._clean(r, key)
         if strs.any() or floats.any():
             return A._ints(self._scalars(r, key))
+        if ints.all():
+            return i.tolist()
         out = np.full(len(i), None, dtype=object)
         out[ints] = i[ints].astype(object)
         return out.tolist()
@@ -281,9 +286,12 @@ class _Native:
         i, _, ints, strs, floats = self._clean(r, key)
         if strs.any():
             return A._floats(self._scalars(r, key))
-        out = np.full(len(i), None, dtype=object)
+        values = np.where(floats, r.flt(key), i.astype(np.float64))
         has = ints | floats
-        out[has] = np.where(floats, r.flt(key), i.astype(np.float64))[has].astype(object)
+        if has.all():
+            return values.tolist()
+        out = np.full(len(i), None, dtype=object)
+        out[has] = values[has].astype(object)
         return out.tolist()
 
     def _message_bytes(self, r: Rows) -> list[int | None]:
