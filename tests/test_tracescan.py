@@ -218,3 +218,25 @@ def test_random_traces_identical_on_both_paths(events, block, tmp_path, monkeypa
     path = tmp_path / "r.json"
     path.write_text(json.dumps(_trace(events)))
     _same(path, monkeypatch)
+
+
+def test_text_kinds_is_the_exact_type_check():
+    """`_tracescan.text_kinds`, the check `RankTables.parts()` makes of every text column, against the
+    Python check it replaces; a column that fails it still goes through pandas."""
+    import numpy as np
+
+    from stepdoctor.analysis.ingest import _tracescan, base
+
+    class Sub(str):
+        pass
+
+    cases = [[], ["a", "b"], ["a", None], [None], ["a", 1], [Sub("x")], ["a", 1.5, None], ["é", b"x"]]
+    for values in cases:
+        arr = np.empty(len(values), dtype=object)
+        arr[:] = values
+        want = set(map(type, values)) <= {str, type(None)}
+        for v in (values, tuple(values), arr):
+            assert (_tracescan.text_kinds(v) < 2) == want
+            assert base._all_text(v) == want
+        assert _tracescan.text_kinds(values) == (0 if want and None not in values else 1 if want else 2)
+    assert base.typed_column(["a", None, 3], "VARCHAR").tolist() == ["a", None, "3"]

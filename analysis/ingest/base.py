@@ -322,13 +322,23 @@ def _text_column(values: Any) -> Any:
     plain = isinstance(values, (list, tuple)) or (
         isinstance(values, np.ndarray) and values.dtype == object and values.ndim == 1
         and not isinstance(values, np.ma.MaskedArray))
-    if plain and set(map(type, values)) <= {str, type(None)}:
+    if plain and _all_text(values):
         if isinstance(values, np.ndarray):
             return values
         out = np.empty(len(values), dtype=object)
         out[:] = values
         return out
     return _via_pandas(values, "VARCHAR")
+
+
+def _all_text(values: Any) -> bool:
+    """Every value a str or None (exactly str: a subclass goes through pandas): the C scanner's
+    `text_kinds` when it is built, else a set of the types."""
+    try:
+        from ._tracescan import text_kinds  # type: ignore[attr-defined]
+    except ImportError:
+        return set(map(type, values)) <= {str, type(None)}
+    return bool(text_kinds(values) < 2)
 
 
 def _via_pandas(values: Any, duck_type: str) -> np.ndarray:
