@@ -457,6 +457,33 @@ static int member_next(Cur *c) {
     return J_BAD;
 }
 
+/* At an array's '[': steps in; J_END when the array is empty. */
+static int array_open(Cur *c) {
+    c->p++;
+    ws(c);
+    if (c->p >= c->end) return J_MORE;
+    if (*c->p == ']') {
+        c->p++;
+        return J_END;
+    }
+    return J_OK;
+}
+
+/* After an element: J_OK when another follows (its ',' consumed), J_END at the ']'. */
+static int element_next(Cur *c) {
+    ws(c);
+    if (c->p >= c->end) return J_MORE;
+    if (*c->p == ',') {
+        c->p++;
+        return J_OK;
+    }
+    if (*c->p == ']') {
+        c->p++;
+        return J_END;
+    }
+    return J_BAD;
+}
+
 /* skip any value, validating it */
 static int skip(Scanner *s, Cur *c, int depth) {
     if (depth > MAX_DEPTH) return J_BAD;
@@ -477,17 +504,10 @@ static int skip(Scanner *s, Cur *c, int depth) {
         }
     }
     case '[': {
-        c->p++;
-        ws(c);
-        if (c->p >= c->end) return J_MORE;
-        if (*c->p == ']') { c->p++; return J_OK; }
+        if ((r = array_open(c)) != J_OK) return r == J_END ? J_OK : r;
         for (;;) {
             if ((r = skip(s, c, depth + 1)) != J_OK) return r;
-            ws(c);
-            if (c->p >= c->end) return J_MORE;
-            if (*c->p == ',') { c->p++; continue; }
-            if (*c->p == ']') { c->p++; return J_OK; }
-            return J_BAD;
+            if ((r = element_next(c)) != J_OK) return r == J_END ? J_OK : r;
         }
     }
     default: {
@@ -1123,18 +1143,11 @@ static int tree_value(Tree *t, Cur *c, int32_t parent, int32_t key, int depth) {
     case '[': {
         kind = V_ARR;
         TV(t, T_KIND, uint8_t) = kind;
-        c->p++;
-        ws(c);
-        if (c->p >= c->end) return J_BAD;
-        if (*c->p == ']') { c->p++; return J_OK; }
+        if ((r = array_open(c)) != J_OK) return r == J_END ? J_OK : J_BAD;
         for (int32_t i = 0;; i++) {
             if (i == INT32_MAX) return J_BAD;
             if ((r = tree_value(t, c, (int32_t)row, -1 - i, depth + 1)) != J_OK) return r;
-            ws(c);
-            if (c->p >= c->end) return J_BAD;
-            if (*c->p == ',') { c->p++; continue; }
-            if (*c->p == ']') { c->p++; return J_OK; }
-            return J_BAD;
+            if ((r = element_next(c)) != J_OK) return r == J_END ? J_OK : J_BAD;
         }
     }
     default: {
