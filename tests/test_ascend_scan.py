@@ -282,3 +282,9 @@ def test_numerals_match_the_python_conversion(kind, cell, monkeypatch):
 def test_random_numeral_columns_match_the_python_conversion(cells, kind, monkeypatch):
     a, b = _plain_both(cells, kind, monkeypatch)
     assert a == b
+
+
+@settings(max_examples=300, deadline=None)
+@given(names=st.lists(st.text(alphabet="_0123456789ab\n\u0663", max_size=12), max_size=8))
+def test_op_types_in_one_pass_match_the_per_name_regex(names):
+    assert ascend_text._op_types(names) == [ascend_text._HCOM_SUFFIX_RE.sub("", n) or n for n in names]

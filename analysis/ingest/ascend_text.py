@@ -96,6 +96,7 @@ _LINK_RE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*$")
 _STEP_KEY_RE = re.compile(r"(\d+)\s*$")
 _GROUP_THREAD_RE = re.compile(r"^Group\s+(\S+)\s+Communication", re.I)
 _HCOM_SUFFIX_RE = re.compile(r"(_\d+)+$")
+_HCOM_SUFFIX_LINES_RE = re.compile(r"(_\d+)+$", re.M)
 _LEVEL_RE = re.compile(r"(Level\w+)", re.I)
 
 
@@ -1747,6 +1748,16 @@ class _Launches:
         return len(self.corr)
 
 
+def _op_types(names: list[str]) -> list[str]:
+    """An hcom op's type: its name without the counter suffix (`hcom_allReduce__100_0_1` ->
+    `hcom_allReduce_`), else the name. One regex pass over all the names joined by line (the same match
+    per line as per name when no name holds a line break)."""
+    text = "\n".join(names)
+    if text.count("\n") != len(names) - 1:
+        return [_HCOM_SUFFIX_RE.sub("", n) or n for n in names]
+    return [t or n for t, n in zip(_HCOM_SUFFIX_LINES_RE.sub("", text).split("\n"), names, strict=True)]
+
+
 def _short_names(names: list[Any]) -> list[str]:
     """Kernel names without a MindSpore `launch op/` prefix (only split when some name has a '/')."""
     s = list(map(str, names))
@@ -2869,7 +2880,7 @@ class _RankReader:
                 "task_type": _objects(["HCCL"] * n_ops + list(tr.d_task_type)),
                 "stream_id": _concat(_nulls(n_ops), hw_stream), "task_id": _concat(_nulls(n_ops), hw_task),
                 "conn": _concat(ops["conn"], hw_conn), "group_name": _objects(ops["group_name"] + [None] * n_hw),
-                "op_type": _objects([_HCOM_SUFFIX_RE.sub("", n) or n for n in op_names] + [None] * n_hw),
+                "op_type": _objects(_op_types(op_names) + [None] * n_hw),
                 "size_bytes": _concat(ops["size_bytes"], _nulls(n_hw))}
         # an op present both as a Communication op and an Ascend Hardware task is one op (keep the former)
         starts = cand["start_ns"].tolist()
