@@ -31,7 +31,10 @@ def _columns(tr: ascend_text.TraceColumns) -> dict[str, object]:
         if f.name in _BUFFERS:
             continue
         v = getattr(tr, f.name)
-        out[f.name] = v.tolist() if isinstance(v, np.ndarray) else (list(v) if isinstance(v, tuple) else v)
+        v = v.tolist() if isinstance(v, np.ndarray) else (list(v) if isinstance(v, tuple) else v)
+        if isinstance(v, list):  # (NaN, a float column's none, compares unequal to itself)
+            v = [None if isinstance(x, float) and x != x else x for x in v]
+        out[f.name] = v
     return out
 
 

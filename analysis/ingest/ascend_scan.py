@@ -25,7 +25,6 @@ end.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -257,22 +256,19 @@ class _Native:
     # -- argument columns converted from the typed columns -------------------------------------------
     # What `TraceParser.comm_columns` gives, built from the scanner's int / string / float columns when an
     # argument only ever has the expected JSON type (an int where `_ints` reads one, a string where
-    # `_labels` does, a number where `_floats` does); any other column goes through those functions.
+    # `_labels` does, a number where `_floats` does), as the arrays `TraceParser._finish` makes of them
+    # (`_NULLABLE_INT_FIELDS`, `_FLOAT_FIELDS`); any other column goes through those functions, as lists.
 
     def _clean(self, r: Rows, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         i, sid, f = r.int(key), r.sid(key), r.flt(key)
         return i, sid, i != _NONE, sid >= 0, ~np.isnan(f)
 
-    def _int_arg(self, r: Rows, key: str) -> list[int | None]:
-        """`A._ints` of the argument's values."""
+    def _int_arg(self, r: Rows, key: str) -> Any:
+        """`A._ints` of the argument's values: a masked int64 array (1 under the mask, as `_int_array`)."""
         i, _, ints, strs, floats = self._clean(r, key)
         if strs.any() or floats.any():
             return A._ints(self._scalars(r, key))
-        if ints.all():
-            return i.tolist()
-        out = np.full(len(i), None, dtype=object)
-        out[ints] = i[ints].astype(object)
-        return out.tolist()
+        return A._ma(np.where(ints, i, 1), ~ints)
 
     def _label_arg(self, r: Rows, key: str) -> list[str | None]:
         """`TraceParser._labels` of the argument's values."""
@@ -281,33 +277,26 @@ class _Native:
             return self.tp._labels(self._scalars(r, key))
         return self.s.objects(sid).tolist()  # ("" and absent: None)
 
-    def _float_arg(self, r: Rows, key: str) -> list[float | None]:
-        """`A._floats` of the argument's values (an int as float(), correctly rounded in both)."""
+    def _float_arg(self, r: Rows, key: str) -> Any:
+        """`A._floats` of the argument's values: float64, NaN for none (an int as float(), correctly rounded
+        in both)."""
         i, _, ints, strs, floats = self._clean(r, key)
         if strs.any():
             return A._floats(self._scalars(r, key))
-        values = np.where(floats, r.flt(key), i.astype(np.float64))
-        has = ints | floats
-        if has.all():
-            return values.tolist()
-        out = np.full(len(i), None, dtype=object)
-        out[has] = values[has].astype(object)
-        return out.tolist()
+        return np.where(floats, r.flt(key), np.where(ints, i.astype(np.float64), np.nan))
 
-    def _message_bytes(self, r: Rows) -> list[int | None]:
+    def _message_bytes(self, r: Rows) -> Any:
         """`A.message_bytes` of count and data_type: per distinct data type when both are clean."""
         i, _, ints, strs, floats = self._clean(r, "count")
         _, dsid, dints, _, dfloats = self._clean(r, "data_type")
         if strs.any() or floats.any() or dints.any() or dfloats.any() or (np.abs(i[ints]) >= 1 << 56).any():
-            return A.message_bytes(self._int_arg(r, "count"), self._scalars(r, "data_type"))
+            return A.message_bytes(A._ints(self._scalars(r, "count")), self._scalars(r, "data_type"))
         width = self.s.table("dtype_bytes", lambda strs: np.array(
             [A.DTYPE_BYTES.get(t.upper(), -1) for t in strs], dtype=np.int64), -1)[dsid]
         has = ints & (width >= 0)
-        out = np.full(len(i), None, dtype=object)
-        out[has] = (i[has] * width[has]).astype(object)
-        return out.tolist()
+        return A._ma(np.where(has, i * width, 1), ~has)
 
-    def _comm_args(self, r: Rows) -> list[Sequence[Any]]:
+    def _comm_args(self, r: Rows) -> list[Any]:
         return [self._int_arg(r, "size(Byte)"), self._label_arg(r, "transport type"),
                 self._label_arg(r, "link type"), self._int_arg(r, "src rank"), self._int_arg(r, "dst rank"),
                 self._float_arg(r, "bandwidth(GB/s)"), self._int_arg(r, "connection_id"), self._message_bytes(r)]

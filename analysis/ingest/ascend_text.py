@@ -427,6 +427,11 @@ _FLOW_FIELDS = ("fl_cat", "fl_id", "fl_ph", "fl_pid", "fl_tid", "fl_ts")
 _INT64_FIELDS = frozenset({"h_start", "h_dur", "d_start", "d_dur", "c_start", "c_dur", "o_start", "o_dur",
                            "fl_ts"})
 _START_FIELDS = frozenset({"h_start", "d_start", "c_start", "o_start"})  # the X events min_ts is taken from
+# Communication argument columns joined into numpy by `_finish` (what `_trace_device_tasks` takes rows of):
+# nullable ints as masked int64 arrays (the list of values when one is beyond int64), bandwidth as float64
+# (NaN: none). The native path hands in such arrays, the msgspec path lists.
+_NULLABLE_INT_FIELDS = frozenset({"c_size", "c_src", "c_dst", "c_conn", "c_msg_bytes"})
+_FLOAT_FIELDS = frozenset({"c_bw"})
 
 
 @dataclass
@@ -973,12 +978,18 @@ class TraceParser:
         for fname, parts in self._parts.items():
             if fname in _INT64_FIELDS:
                 setattr(out, fname, parts[0] if len(parts) == 1 else np.concatenate(parts))
+            elif fname in _NULLABLE_INT_FIELDS:
+                setattr(out, fname, _nullable_int_parts(parts))
+            elif fname in _FLOAT_FIELDS:
+                setattr(out, fname, np.concatenate([_float64_part(p) for p in parts]))
             else:
                 setattr(out, fname, parts[0] if len(parts) == 1 else list(itertools.chain.from_iterable(parts)))
         for names in (_HOST_FIELDS, _HW_FIELDS, _COMM_FIELDS, _OVERLAP_FIELDS, _FLOW_FIELDS):
             for fname in names:
                 if fname not in self._parts:
-                    setattr(out, fname, np.empty(0, dtype=np.int64) if fname in _INT64_FIELDS else ())
+                    setattr(out, fname, np.empty(0, dtype=np.int64) if fname in _INT64_FIELDS
+                            else _nullable_int_parts([]) if fname in _NULLABLE_INT_FIELDS
+                            else np.empty(0, dtype=np.float64) if fname in _FLOAT_FIELDS else ())
         self._parts = {}
 
 
@@ -1053,16 +1064,39 @@ def _int_array(values: Sequence[int | None]) -> np.ma.MaskedArray | None:
     return _ma(data, mask)
 
 
-def _i64_rows(values: Sequence[int | None], keep: list[bool], rest: list[bool]) -> np.ma.MaskedArray:
-    """`_i64(values)` of the rows where `keep` (`rest` is its negation) for a column of ints and None (as
-    `_ints` makes), converting only those rows. The other rows are converted too when one is not None: a
-    value beyond int64 anywhere makes `_i64` of the whole column raise, and it still does."""
-    a = _int_array(list(itertools.compress(values, keep)))
+def _i64_rows(values: Any, keep: np.ndarray) -> np.ma.MaskedArray:
+    """`_i64(values)` of the rows where `keep` (a bool array) of a nullable int column: a masked int64 array
+    (`_nullable_int_parts`), or a list of ints and None (as `_ints` makes) of which only those rows are
+    converted. The other rows are converted too when one is not None: a value beyond int64 anywhere makes
+    `_i64` of the whole column raise, and it still does."""
+    if isinstance(values, np.ma.MaskedArray):
+        return _ma(values._data[keep], values._mask[keep])
+    a = _int_array(list(itertools.compress(values, keep.tolist())))
     if a is not None:
-        others = list(itertools.compress(values, rest))
+        others = list(itertools.compress(values, (~keep).tolist()))
         if others.count(None) == len(others) or _int_array(others) is not None:
             return a
     return _i64(values)[np.flatnonzero(keep)]
+
+
+def _nullable_int_parts(parts: list[Any]) -> Any:
+    """Parts of a nullable int column (masked int64 arrays, lists of ints and None) as one masked int64
+    array; the list of all the values when one is beyond int64 (`_i64_rows` then raises as it did)."""
+    arrays = [p if isinstance(p, np.ma.MaskedArray) else _int_array(p) for p in parts]
+    if any(a is None for a in arrays):
+        return list(itertools.chain.from_iterable(p.tolist() if isinstance(p, np.ndarray) else p for p in parts))
+    if not arrays:
+        return _ma(np.empty(0, dtype=np.int64), np.empty(0, dtype=bool))
+    if len(arrays) == 1:
+        return arrays[0]
+    return _ma(np.concatenate([a._data for a in arrays]), np.concatenate([a._mask for a in arrays]))
+
+
+def _float64_part(part: Any) -> np.ndarray:
+    """A part of a float column (a float64 array, or a list of floats and None) as float64, NaN for none."""
+    if isinstance(part, np.ndarray):
+        return np.ma.filled(part, np.nan) if isinstance(part, np.ma.MaskedArray) else part
+    return np.ma.filled(_float64(part), np.nan)
 
 
 def _int32(values: Any) -> np.ma.MaskedArray:
@@ -2863,15 +2897,15 @@ class _RankReader:
         op_names = of_ops(tr.c_name)
         n_ops, n_hw = len(op_names), len(tr.d_name)
         ops = {"pid": of_ops(tr.c_pid), "tid": of_ops(tr.c_tid), "name": op_names, "start_ns": c_start[op_mask],
-               "dur_ns": c_dur[op_mask], "conn": _i64_rows(tr.c_conn, is_op, is_task),
-               "size_bytes": _i64_rows(tr.c_msg_bytes, is_op, is_task),
+               "dur_ns": c_dur[op_mask], "conn": _i64_rows(tr.c_conn, op_mask),
+               "size_bytes": _i64_rows(tr.c_msg_bytes, op_mask),
                "group_name": _objects([group for _, group in lanes])[thread[op_mask]].tolist()}
         self.comm_task_cols = {
             "pid": of_tasks(tr.c_pid), "tid": of_tasks(tr.c_tid), "name": of_tasks(tr.c_name),
-            "start_ns": c_start[task_mask], "dur_ns": c_dur[task_mask], "size": _i64_rows(tr.c_size, is_task, is_op),
+            "start_ns": c_start[task_mask], "dur_ns": c_dur[task_mask], "size": _i64_rows(tr.c_size, task_mask),
             "transport": of_tasks(tr.c_transport), "link": of_tasks(tr.c_link),
-            "src": _i64_rows(tr.c_src, is_task, is_op), "dst": _i64_rows(tr.c_dst, is_task, is_op),
-            "bw": _float64(of_tasks(tr.c_bw)), "thread": thread[task_mask], "threads": threads,
+            "src": _i64_rows(tr.c_src, task_mask), "dst": _i64_rows(tr.c_dst, task_mask),
+            "bw": tr.c_bw[task_mask], "thread": thread[task_mask], "threads": threads,
         }
         cand = {"pid": _objects(ops["pid"] + list(tr.d_pid)), "tid": _objects(ops["tid"] + list(tr.d_tid)),
                 "name": _objects(op_names + list(tr.d_name)),
