@@ -32,8 +32,9 @@ from .kineto_scan import _tracescan, available
 
 __all__ = ["available", "comm_columns", "matrix_columns"]
 
-_NUMBER_KINDS: tuple[int, ...] = ()
-_RAW_KINDS: tuple[int, ...] = ()
+# tree() value kinds read as a float field (numbers, null) and as the typed decoding's `Any` (also str)
+_NUMBER_KINDS = (_tracescan.V_INT, _tracescan.V_FLOAT, _tracescan.V_NULL) if _tracescan else ()
+_RAW_KINDS = (*_NUMBER_KINDS, _tracescan.V_STR) if _tracescan else ()
 _EXP_NONE = -(1 << 15)          # tree()'s "not an exact decimal"
 _I64_MAX = (1 << 63) - 1
 
@@ -151,12 +152,11 @@ class _Tree:
 
 
 def _tree(data: bytes) -> _Tree | None:
+    """The tree of a JSON document whose top is an object; None when the extension is off or the scanner
+    hands the document back (bad JSON, a string only the reference decoder judges, a repeated key)."""
     if not available():
         return None
-    global _NUMBER_KINDS, _RAW_KINDS
     t = _tracescan
-    _NUMBER_KINDS = (t.V_INT, t.V_FLOAT, t.V_NULL)
-    _RAW_KINDS = (t.V_INT, t.V_FLOAT, t.V_STR, t.V_NULL)
     status, cols, strs, dup = t.Scanner([]).tree(data)
     if status != t.DONE or dup:
         return None
