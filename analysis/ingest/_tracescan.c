@@ -39,6 +39,14 @@
  * else by CPython's correctly rounded PyOS_string_to_double: the same double msgspec gives. Decimal
  * mode: "-?digits[.d{0,3}]" text (a string or a number) is exact ns; a number `dur` is llrint(d * 1000),
  * half to even like Python's round(); other text is handed over as text.
+ *
+ * Beside the event scanner, for the other files of an Ascend export (same primitives, same rule: hand
+ * back what is not plainly understood):
+ *   - Scanner.tree(doc): a whole JSON document (communication*.json) as a table of its values, one row
+ *     per value with its parent, depth, key, kind, number and exact decimal (`comm_scan.py` reads it);
+ *   - numerals(cells, kind): a CSV text column's int / exact-ns / float cells (kernel_details.csv);
+ *   - text_kinds(seq): whether a column holds only str (and None), the check every text column gets
+ *     before it is inserted.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
