@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import KINETO, assert_same_error, need, spy_fallback
+from conftest import CLUSTER4, KINETO, assert_same_error, need, spy_fallback
 from stepdoctor.analysis.ingest import kineto, kineto_scan
 from stepdoctor.analysis.ingest.base import RankSource
 
@@ -240,3 +240,27 @@ def test_text_kinds_is_the_exact_type_check():
             assert base._all_text(v) == want
         assert _tracescan.text_kinds(values) == (0 if want and None not in values else 1 if want else 2)
     assert base.typed_column(["a", None, 3], "VARCHAR").tolist() == ["a", None, "3"]
+
+
+def test_an_extension_from_an_older_build_is_not_used(tmp_path):
+    """A `_tracescan` that lacks what the readers call (a rebuild that failed and left the old one) turns
+    the native paths off; the readers still read, on the msgspec path."""
+    import subprocess
+    import sys
+
+    code = """
+import sys, types
+stale = types.ModuleType("stepdoctor.analysis.ingest._tracescan")
+stale.Scanner = type("Scanner", (), {})  # no tree(), no numerals / text_kinds
+sys.modules["stepdoctor.analysis.ingest._tracescan"] = stale
+from stepdoctor.analysis.ingest import kineto_scan, ascend_text, base
+from stepdoctor.analysis.ingest.base import RankSource
+assert not kineto_scan.available()
+assert ascend_text._native_numerals() is None and base._all_text(["a", None])
+t = ascend_text.read_rank(RankSource(path=sys.argv[1], format="ascend_pt_text", rank=0))
+print(t.count("comm_ops"), t.count("device_ops"))
+"""
+    rank = need(CLUSTER4) / "node0_40000_20250101120000100_ascend_pt"
+    out = subprocess.run([sys.executable, "-c", code, str(rank)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["8", "104"]  # (as test_ingest_ascend has this rank)

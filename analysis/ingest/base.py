@@ -336,7 +336,7 @@ def _all_text(values: Any) -> bool:
     `text_kinds` when it is built, else a set of the types."""
     try:
         from ._tracescan import text_kinds  # type: ignore[attr-defined]
-    except ImportError:
+    except ImportError:  # not built (or an older build without it)
         return set(map(type, values)) <= {str, type(None)}
     return bool(text_kinds(values) < 2)
 

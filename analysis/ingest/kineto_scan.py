@@ -40,6 +40,12 @@ try:
     from . import _tracescan  # type: ignore[attr-defined]
 except ImportError:  # built without a C compiler
     _tracescan = None
+# What the readers use of it: an extension left from an older build of the source (a rebuild that failed
+# in a development tree) lacks some, and then none of it is used
+_NEEDED = ("Scanner", "numerals", "text_kinds", "V_OBJ", "V_ARR", "N_FLOAT", "T_NUMBER")
+if _tracescan is not None and (not all(hasattr(_tracescan, name) for name in _NEEDED)
+                               or not hasattr(_tracescan.Scanner, "tree")):
+    _tracescan = None
 
 _BLOCK = 1 << 20  # decompressed bytes per scanner call
 
