@@ -60,7 +60,7 @@ enum { ST_NEED_MORE = 0, ST_DONE = 1, ST_ODD = 2, ST_MALFORMED = 3 };
 enum { K_INT = 0, K_STR = 1, K_INTSTR = 2, K_DIMS = 3, K_TYPES = 4, K_GRID = 5, K_SCALAR = 6, K_RAW = 7 };
 /* how a ts / dur value was read in decimal mode (the *_KIND columns) */
 enum { T_OK = 0, T_NULL = 1, T_TEXT = 2, T_NUMBER = 3 };
-enum { J_OK = 0, J_MORE = 1, J_BAD = 2, J_END = 3 /* member_next: the object is closed */ };
+enum { J_OK = 0, J_MORE = 1, J_BAD = 2, J_END = 3 /* container_open / _next: it is closed */ };
 enum { S_FIRST = 0, S_SEP = 1, S_ELEM = 2 };
 
 #define MAX_ARGS 48
@@ -421,12 +421,12 @@ static int literal(Cur *c, const char *lit, size_t n) {
     return J_OK;
 }
 
-/* At an object's '{': steps in; J_END when the object is empty. */
-static int object_open(Cur *c) {
+/* At an object's '{' or an array's '[' (`close`: its '}' or ']'): steps in; J_END when it is empty. */
+static int container_open(Cur *c, char close) {
     c->p++;
     ws(c);
     if (c->p >= c->end) return J_MORE;
-    if (*c->p == '}') {
+    if (*c->p == close) {
         c->p++;
         return J_END;
     }
@@ -434,13 +434,15 @@ static int object_open(Cur *c) {
 }
 
 /* The next member of an object: its key (decoded when `want`: a pointer into the input, or into sbuf when
- * it has escapes, so it is used before the next string is read) and the cursor at its value. */
-static int member_key(Scanner *s, Cur *c, const char **k, size_t *kn, int want) {
+ * it has escapes, so it is used before the next string is read) and the cursor at its value. `surrogate`
+ * (may be NULL) is set when the key has a surrogate escape (see `string`). */
+static int member_key(Scanner *s, Cur *c, const char **k, size_t *kn, int want, int *surrogate) {
     ws(c);
     if (c->p >= c->end) return J_MORE;
     if (*c->p != '"') return J_BAD;
     int sur = 0;
     int r = string(s, c, k, kn, want, &sur);
+    if (surrogate) *surrogate = sur;
     if (r != J_OK) return r;
     ws(c);
     if (c->p >= c->end) return J_MORE;
@@ -450,42 +452,15 @@ static int member_key(Scanner *s, Cur *c, const char **k, size_t *kn, int want) 
     return c->p >= c->end ? J_MORE : J_OK;
 }
 
-/* After a member's value: J_OK when another member follows (its ',' consumed), J_END at the '}'. */
-static int member_next(Cur *c) {
+/* After a member's value or an element: J_OK when another follows (its ',' consumed), J_END at `close`. */
+static int container_next(Cur *c, char close) {
     ws(c);
     if (c->p >= c->end) return J_MORE;
     if (*c->p == ',') {
         c->p++;
         return J_OK;
     }
-    if (*c->p == '}') {
-        c->p++;
-        return J_END;
-    }
-    return J_BAD;
-}
-
-/* At an array's '[': steps in; J_END when the array is empty. */
-static int array_open(Cur *c) {
-    c->p++;
-    ws(c);
-    if (c->p >= c->end) return J_MORE;
-    if (*c->p == ']') {
-        c->p++;
-        return J_END;
-    }
-    return J_OK;
-}
-
-/* After an element: J_OK when another follows (its ',' consumed), J_END at the ']'. */
-static int element_next(Cur *c) {
-    ws(c);
-    if (c->p >= c->end) return J_MORE;
-    if (*c->p == ',') {
-        c->p++;
-        return J_OK;
-    }
-    if (*c->p == ']') {
+    if (*c->p == close) {
         c->p++;
         return J_END;
     }
@@ -504,18 +479,18 @@ static int skip(Scanner *s, Cur *c, int depth) {
     case 'f': return literal(c, "false", 5);
     case 'n': return literal(c, "null", 4);
     case '{': {
-        if ((r = object_open(c)) != J_OK) return r == J_END ? J_OK : r;
+        if ((r = container_open(c, '}')) != J_OK) return r == J_END ? J_OK : r;
         for (;;) {
-            if ((r = member_key(s, c, NULL, NULL, 0)) != J_OK) return r;
+            if ((r = member_key(s, c, NULL, NULL, 0, NULL)) != J_OK) return r;
             if ((r = skip(s, c, depth + 1)) != J_OK) return r;
-            if ((r = member_next(c)) != J_OK) return r == J_END ? J_OK : r;
+            if ((r = container_next(c, '}')) != J_OK) return r == J_END ? J_OK : r;
         }
     }
     case '[': {
-        if ((r = array_open(c)) != J_OK) return r == J_END ? J_OK : r;
+        if ((r = container_open(c, ']')) != J_OK) return r == J_END ? J_OK : r;
         for (;;) {
             if ((r = skip(s, c, depth + 1)) != J_OK) return r;
-            if ((r = element_next(c)) != J_OK) return r == J_END ? J_OK : r;
+            if ((r = container_next(c, ']')) != J_OK) return r == J_END ? J_OK : r;
         }
     }
     default: {
@@ -872,12 +847,12 @@ static int args_object(Scanner *s, Cur *c, Ev *ev) {
         if (!s->decimal) ev->odd = 1;
         return skip(s, c, 1);
     }
-    int r = object_open(c);
+    int r = container_open(c, '}');
     if (r != J_OK) return r == J_END ? J_OK : r;
     for (;;) {
         const char *k;
         size_t kn;
-        CHECK(member_key(s, c, &k, &kn, 1));
+        CHECK(member_key(s, c, &k, &kn, 1, NULL));
         int which = -1;
         for (int a = 0; a < s->nargs; a++) {
             if (!s->args[a].top && (size_t)s->args[a].klen == kn && memcmp(s->args[a].key, k, kn) == 0) {
@@ -890,7 +865,7 @@ static int args_object(Scanner *s, Cur *c, Ev *ev) {
         } else {
             CHECK(spec_value(s, c, ev, which));
         }
-        if ((r = member_next(c)) != J_OK) return r == J_END ? J_OK : r;
+        if ((r = container_next(c, '}')) != J_OK) return r == J_END ? J_OK : r;
     }
 }
 
@@ -914,13 +889,13 @@ static int event(Scanner *s, Cur *c, Ev *ev) {
         ev->as[a] = -1;
         ev->af[a] = NAN;
     }
-    int r = object_open(c);
+    int r = container_open(c, '}');
     if (r != J_OK) return r == J_END ? J_OK : r;
     for (;;) {
         const char *k;
         size_t kn;
         int sur = 0;
-        CHECK(member_key(s, c, &k, &kn, 1));
+        CHECK(member_key(s, c, &k, &kn, 1, NULL));
         /* the key may live in sbuf: classify it before the value overwrites sbuf */
         int field = -1;
         switch (kn) {
@@ -984,7 +959,7 @@ static int event(Scanner *s, Cur *c, Ev *ev) {
             else CHECK(skip(s, c, 1));
             break;
         }
-        if ((r = member_next(c)) != J_OK) return r == J_END ? J_OK : r;
+        if ((r = container_next(c, '}')) != J_OK) return r == J_END ? J_OK : r;
     }
 }
 
@@ -1124,25 +1099,20 @@ static int tree_value(Tree *t, Cur *c, int32_t parent, int32_t key, int depth) {
     case '{': {
         kind = V_OBJ;
         TV(t, T_KIND, uint8_t) = kind;
-        if ((r = object_open(c)) == J_END) return J_OK;
+        if ((r = container_open(c, '}')) == J_END) return J_OK;
         if (r != J_OK) return J_BAD;
         t->open[row] = 1;
         for (;;) {
             const char *k;
             size_t kn;
             int sur = 0;
-            ws(c);
-            if (c->p >= c->end || *c->p != '"') return J_BAD;
-            if ((r = string(t->s, c, &k, &kn, 1, &sur)) != J_OK) return r < 0 ? -1 : J_BAD;
+            if ((r = member_key(t->s, c, &k, &kn, 1, &sur)) != J_OK) return r < 0 ? -1 : J_BAD;
             if (sur) return J_ODD;
-            ws(c);
-            if (c->p >= c->end || *c->p != ':') return J_BAD;
-            c->p++;
             int32_t kid = intern(t->s, k, kn);
             if (kid == -2) return J_ODD;
             if (kid < 0 || tree_key_seen(t, kid, (int32_t)row) < 0) return -1;
             if ((r = tree_value(t, c, (int32_t)row, kid, depth + 1)) != J_OK) return r;
-            if ((r = member_next(c)) == J_END) break;
+            if ((r = container_next(c, '}')) == J_END) break;
             if (r != J_OK) return J_BAD;
         }
         t->open[row] = 0;
@@ -1151,11 +1121,11 @@ static int tree_value(Tree *t, Cur *c, int32_t parent, int32_t key, int depth) {
     case '[': {
         kind = V_ARR;
         TV(t, T_KIND, uint8_t) = kind;
-        if ((r = array_open(c)) != J_OK) return r == J_END ? J_OK : J_BAD;
+        if ((r = container_open(c, ']')) != J_OK) return r == J_END ? J_OK : J_BAD;
         for (int32_t i = 0;; i++) {
             if (i == INT32_MAX) return J_BAD;
             if ((r = tree_value(t, c, (int32_t)row, -1 - i, depth + 1)) != J_OK) return r;
-            if ((r = element_next(c)) != J_OK) return r == J_END ? J_OK : J_BAD;
+            if ((r = container_next(c, ']')) != J_OK) return r == J_END ? J_OK : J_BAD;
         }
     }
     default: {
