@@ -102,9 +102,11 @@ def read_both(rank_dir: Path, name: str, text: str | bytes, monkeypatch: pytest.
         r = _reader(rank_dir)
         mark = len(r.t.warnings)
         if name == "communication.json":
-            res = r._comm_json(path, ascend_text._COMM_TYPED, ascend_text._comm_json_columns, "comm_columns")
+            res = r._comm_json(path, ascend_text._COMM_TYPED, ascend_text._comm_json_columns,
+                               comm_scan.comm_columns)
         else:
-            res = r._comm_json(path, ascend_text._MATRIX_TYPED, r._matrix_columns, "matrix_columns")
+            res = r._comm_json(path, ascend_text._MATRIX_TYPED, r._matrix_columns,
+                               lambda data, r=r: comm_scan.matrix_columns(data, r))
         results.append((res, r.t.warnings[mark:]))
         r.close()
     (a, wa), (b, wb) = results

@@ -309,10 +309,10 @@ class _Native:
         dur = self._durs(r)
         # one int64 per (name, cat, GC, kind): ids and kinds are small (< 2^25 and 16), so they pack
         base = len(self.s.strs) + 1
-        key = ((r.name.astype(np.int64) + 1) * base + (r.cat.astype(np.int64) + 1)) * 32 \
-            + gc.astype(np.int64) * 16 + (kind.astype(np.int64) + 1)
         if base >= 1 << 25:
             raise Fallback  # (a trace with 33 million distinct strings)
+        key = ((r.name.astype(np.int64) + 1) * base + (r.cat.astype(np.int64) + 1)) * 32 \
+            + gc.astype(np.int64) * 16 + (kind.astype(np.int64) + 1)
         uniq, inverse = np.unique(key, return_inverse=True)
         labels, is_step = [], []
         strs = self.s.strs

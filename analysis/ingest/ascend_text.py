@@ -1387,8 +1387,8 @@ class CommRows:
     """communication.json gathered into columns: per op (its key is not "Total Op Info"), per transport of
     an op's bandwidth object and per packet bucket of a transport's "Size Distribution", in file order.
     Numbers not yet converted are raw: decoded as floats (the typed decodings) float lists (None: null)
-    or float64 arrays (NaN: null), decoded as text lists of their text. Converted ones are exact ints:
-    nullable int64 arrays, or lists of ints / None (a value may be beyond int64)."""
+    or float64 arrays (NaN: null), decoded as text lists of their text. Converted ones are exact ints
+    within int64 (`_scaled_i64`): nullable int64 arrays, or lists of ints and None."""
     step: list[int | None]
     name: list[str]
     group: list[str | None]
@@ -1475,12 +1475,6 @@ def _take(col: Any, rows: np.ndarray) -> Any:
     return [col[j] for j in rows.tolist()]
 
 
-def _ints_or_list(values: Any) -> Any:
-    """A converted column (`CommRows`) as a nullable int64 array, or the list when a value is beyond int64
-    (RankTables then decides, as for any list)."""
-    return values if isinstance(values, np.ndarray) else _int_column(values, known=True)
-
-
 def _nulls_of(values: Any) -> np.ndarray:
     """NULL mask of a converted column."""
     if isinstance(values, np.ma.MaskedArray):
@@ -1535,7 +1529,7 @@ def comm_rows_columns(rows: CommRows, typed: bool) -> tuple[
     or a time, its bytes moved come from those (`_bytes_moved`), and a packet bucket is kept when its
     transport row is, with a size, count and total. Raw numbers become exact integers here
     (`_scaled_column`: floats raising `_NumbersAsText` when one cannot be shown exact, text through
-    `_scaled_ints`).
+    `_scaled_i64`).
     """
     step, name, group = rows.step, rows.name, rows.group
     n_ops = len(step)
@@ -1581,9 +1575,9 @@ def comm_rows_columns(rows: CommRows, typed: bool) -> tuple[
                     p_op = of_op[rows.p_band[pk]]
                     packets_out = {"step": _take(steps, p_op), "op_name": names[p_op].tolist(),
                                    "transport": b_names[rows.p_band[pk]].tolist(),
-                                   "packet_bytes": _int_column(_take(packet, pk), known=True),
-                                   "count": _ints_or_list(_take(rows.p_count, pk)),
-                                   "total_ns": _ints_or_list(_take(rows.p_total, pk))}
+                                   "packet_bytes": _i64(_take(packet, pk)),
+                                   "count": _i64(_take(rows.p_count, pk)),
+                                   "total_ns": _i64(_take(rows.p_total, pk))}
     ops_out = None
     if skipped < n_ops:
         keep_ops = np.flatnonzero(valid)
@@ -1613,8 +1607,8 @@ class MatrixRows:
     groups: list[str | None]
     src: Any                        # global ranks: int64 masked arrays (no NULL), or lists of ints
     dst: Any
-    op_name: Sequence[Any]          # raw "Op Name" / "Transport Type" values
-    transport: Sequence[Any]
+    op_name: list[Any]              # raw "Op Name" / "Transport Type" values
+    transport: list[Any]
     size: Sequence[Any]
     transit: Sequence[Any]
     bandwidth: Sequence[Any]
@@ -1650,7 +1644,7 @@ def matrix_rows_columns(rows: MatrixRows, exact: bool, typed: bool) -> dict[str,
     names, op_name = rows.names, rows.op_name
     # `Op Name` is nearly always the op key's name: then text(name) or name is the name itself (a value
     # equal to a str is a str: JSON gives no other type that compares equal to one)
-    if (op_name.tolist() if isinstance(op_name, np.ndarray) else op_name) == names:
+    if op_name == names:
         if not exact:
             for n in set(names):
                 _decimal_text(n, exact)  # raises where the Decimal decoding could differ
@@ -1664,23 +1658,10 @@ def matrix_rows_columns(rows: MatrixRows, exact: bool, typed: bool) -> dict[str,
         if step is not None else [s for s, n in zip(rows.op_steps, counts, strict=True) for _ in range(n)],
         "op_name": op_col, "group_name": rows.groups, "src_rank": rows.src, "dst_rank": rows.dst,
         "transport": _decimal_texts(rows.transport, exact),
-        # (floats: the ints fit int64; text may give ints beyond it, which RankTables then reports)
-        "size_bytes": _scaled_column(rows.size, COMM_MB_BYTES, 6, True) if typed
-        else _int_column(_scaled_i64(rows.size, COMM_MB_BYTES, 6), known=True),
-        "transit_ns": _scaled_column(rows.transit, 1_000_000, 6, True) if typed
-        else _int_column(_scaled_i64(rows.transit, 1_000_000, 6), known=True),
+        "size_bytes": _scaled_column(rows.size, COMM_MB_BYTES, 6, typed),
+        "transit_ns": _scaled_column(rows.transit, 1_000_000, 6, typed),
         "bandwidth_gbps": _float_column(rows.bandwidth if typed else _dec_floats(rows.bandwidth), known=True),
     }
-
-
-def _int_column(values: list[int | None], known: bool = False) -> Any:
-    """A list of ints / None (`known`: no need to check) as the nullable int64 array `RankTables` reads
-    directly; the list itself when a value does not fit (RankTables then decides, as for any list)."""
-    if known or _INT_OR_NONE.issuperset(map(type, values)):
-        a = _int_array(values)
-        if a is not None:
-            return a
-    return values
 
 
 def _int_pairs(pairs: list[tuple[int, int]]) -> tuple[np.ma.MaskedArray, np.ma.MaskedArray] | None:
@@ -3179,7 +3160,9 @@ class _RankReader:
             if self.world_size not in (None, 1) or self.t.count("comm_tasks") or self.groups:
                 self.warn(path, "missing: per-op wait/transit times and bandwidth unknown")
             return
-        res = self._comm_json(path, _COMM_TYPED, _comm_json_columns, "comm_columns")
+        from . import comm_scan  # (it imports this module)
+
+        res = self._comm_json(path, _COMM_TYPED, _comm_json_columns, comm_scan.comm_columns)
         if res is None:
             return
         ops, bands, packets, skipped = res
@@ -3194,11 +3177,12 @@ class _RankReader:
             self.t.has("comm_ops")
         self.t.has("comm_json")
 
-    def _comm_json(self, path: Path, typed: msgspec.json.Decoder, columns: Callable[..., Any], native: str) -> Any:
+    def _comm_json(self, path: Path, typed: msgspec.json.Decoder, columns: Callable[..., Any],
+                   native: Callable[[bytes], Any]) -> Any:
         """`columns(data, exact, typed)` of a communication*.json, or None with the warning `load_json` gives.
 
-        First the native path (`comm_scan.<native>`: the C scanner's tree of the document, the same columns as
-        decoding (1) gives), when the extension is built and the file is one it takes. Then three decodings,
+        First `native(data)` (`comm_scan`: the C scanner's tree of the document, the same columns as decoding
+        (1) gives; None when the extension is off or the file is not one it takes). Then three decodings,
         the first that works: (1) into `typed`'s structs (only the keys this reader uses, no
         dict per entry; ms / MB / GB/s numbers as floats, the rest as text), (2) generically into dicts with
         numbers as their text (float_hook=str: a third of the cost of Decimal), for a file of another shape or
@@ -3209,12 +3193,8 @@ class _RankReader:
         data = self._json_bytes(path)
         if data is None:
             return None
-        from . import comm_scan  # it imports this module
-
-        if comm_scan.available():
-            res = comm_scan.comm_columns(data) if native == "comm_columns" else comm_scan.matrix_columns(data, self)
-            if res is not None:
-                return res
+        if (res := native(data)) is not None:
+            return res
         try:
             decoded = typed.decode(data)
         except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
@@ -3252,7 +3232,10 @@ class _RankReader:
             if self.world_size not in (None, 1) or self.groups:
                 self.warn(path, "missing: per-link bandwidth unknown")
             return
-        res = self._comm_json(path, _MATRIX_TYPED, self._matrix_columns, "matrix_columns")
+        from . import comm_scan  # (it imports this module)
+
+        res = self._comm_json(path, _MATRIX_TYPED, self._matrix_columns,
+                              lambda data: comm_scan.matrix_columns(data, self))
         if res is None:
             return
         cols, unmapped, bad_keys = res

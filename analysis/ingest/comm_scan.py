@@ -360,7 +360,7 @@ def matrix_columns(data: bytes, reader: Any) -> tuple[Any, ...] | None:
     rows = A.MatrixRows([steps[i] for i in kept_ops.tolist()], counts.tolist(),
                         A._objects(names)[link_op].tolist(), A._objects(groups)[link_op].tolist(),
                         A._ma(src_of[inverse], no_null), A._ma(dst_of[inverse], no_null.copy()),
-                        op_name, transport.tolist(), *nums)
+                        op_name.tolist(), transport.tolist(), *nums)
     try:
         # (exact: the tree tells strings from numbers, so no number hides among the strings)
         return A.matrix_rows_columns(rows, True, True), unmapped, bad_keys
