@@ -93,6 +93,7 @@ QUIRKS = [
     {"ph": "X", "name": "no cat", "ts": 1, "dur": 1}, {"ph": "X", "cat": "cpu_op"},
     # strings where ints are stored, and the reverse
     _ev(pid="Spans", tid="PyTorch Profiler (0)"), _ev(args={"correlation": "100"}), _ev(ts="1000.5"),
+    _ev(tid="0"), _ev(tid="7"),  # a numeral string is not an int tid either (numpy's int64 cast read it)
     _ev(args={"Collective name": 5}), _ev(args={"Process Group Name": 3, "Collective name": "allreduce",
                                                 "In msg nelems": 8, "dtype": "Float"}),
     # shapes and dtypes: nested, empty, strings inside, odd spacing, not a list
@@ -251,7 +252,7 @@ def test_an_extension_from_an_older_build_is_not_used(tmp_path):
     code = """
 import sys, types
 stale = types.ModuleType("stepdoctor.analysis.ingest._tracescan")
-stale.Scanner = type("Scanner", (), {})  # no tree(), no numerals / text_kinds
+stale.Scanner = type("Scanner", (), {})  # no forest(), no numerals / text_kinds
 sys.modules["stepdoctor.analysis.ingest._tracescan"] = stale
 from stepdoctor.analysis.ingest import kineto_scan, ascend_text, base
 from stepdoctor.analysis.ingest.base import RankSource

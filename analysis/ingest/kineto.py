@@ -715,9 +715,12 @@ def _int_column(values: list[Any]) -> np.ndarray:
     """ints (the common case, converted in C) or a mix with str/None/ints beyond int64 -> int64, anything
     that is not an int64 becoming the _NONE sentinel (absent)."""
     try:
-        return np.array(values, dtype=np.int64)
+        a = np.array(values)  # (not dtype=int64: numpy would read "7" and 1.5 as ints, and True as 1)
     except (TypeError, ValueError, OverflowError):
-        return np.array([v if type(v) is int and -(2**63) <= v < 2**63 else _NONE for v in values], dtype=np.int64)
+        a = None
+    if a is not None and a.dtype == np.int64:
+        return a
+    return np.array([v if type(v) is int and -(2**63) <= v < 2**63 else _NONE for v in values], dtype=np.int64)
 
 
 def _canonical_raws(raws: list[msgspec.Raw]) -> list[msgspec.Raw]:
