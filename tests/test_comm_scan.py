@@ -1,7 +1,8 @@
-"""The native communication*.json path (`Scanner.tree` + `comm_scan.py`) against the msgspec path.
+"""The native communication*.json path (`Scanner.forest` + `comm_scan.py`) against the msgspec path.
 
 Both paths must give the same comm_ops / comm_bandwidth / comm_packets / links columns, skipped-op counts,
-unmapped groups and bad link keys: on every shared rank, on generated profiles (where the native path must
+unmapped groups and bad link keys, the native path reading the file whole and in blocks of a few bytes
+(every value, key and number cut somewhere, each block's tree joined to the others): on every shared rank, on generated profiles (where the native path must
 take the file, so the comparison is not between two runs of the same fallback), on hand-made quirks and on
 random documents whose numbers are written as JSON text of every shape (decimals, exponents, big ints,
 strings, nulls, wrong types), so the typed, text and Decimal decodings are all reached.
@@ -90,15 +91,20 @@ def _reader(rank_dir: Path) -> Any:
     return r
 
 
+BLOCKS = (comm_scan.BLOCK, 1, 7, 250)  # bytes per read of the native path: whole, and cut everywhere
+
+
 def read_both(rank_dir: Path, name: str, text: str | bytes, monkeypatch: pytest.MonkeyPatch,
-              expect_native: bool | None = None) -> None:
-    """Both paths on one communication*.json text: the same result and warnings; `expect_native`: whether
-    the native path must take the file (True) or hand it back (False)."""
+              expect_native: bool | None = None, blocks: tuple[int, ...] = BLOCKS) -> None:
+    """Both paths on one communication*.json text: the same result and warnings, the native path read in
+    each of `blocks`; `expect_native`: whether the native path must take the file (True) or hand it back
+    (False)."""
     path = rank_dir / "ASCEND_PROFILER_OUTPUT" / name
     path.write_bytes(text.encode() if isinstance(text, str) else text)
     results = []
-    for native in (True, False):
-        monkeypatch.setenv("STEPDOCTOR_PURE_PYTHON", "0" if native else "1")
+    for block in (None, *blocks):
+        monkeypatch.setenv("STEPDOCTOR_PURE_PYTHON", "0" if block else "1")
+        monkeypatch.setattr(comm_scan, "BLOCK", block or comm_scan.BLOCK)
         r = _reader(rank_dir)
         mark = len(r.t.warnings)
         if name == "communication.json":
@@ -109,20 +115,22 @@ def read_both(rank_dir: Path, name: str, text: str | bytes, monkeypatch: pytest.
                                lambda data, r=r: comm_scan.matrix_columns(data, r))
         results.append((res, r.t.warnings[mark:]))
         r.close()
-    (a, wa), (b, wb) = results
-    assert wa == wb
-    if a is None or b is None:
-        assert a is b
-    else:
-        assert len(a) == len(b)
-        for x, y in zip(a, b, strict=True):
-            same(x, y)
+    (b, wb), *natives = results
+    for (a, wa), block in zip(natives, blocks, strict=True):
+        assert wa == wb, block
+        if a is None or b is None:
+            assert a is b
+        else:
+            assert len(a) == len(b)
+            for x, y in zip(a, b, strict=True):
+                same(x, y)
     if expect_native is not None:
         monkeypatch.setenv("STEPDOCTOR_PURE_PYTHON", "0")
         data = path.read_bytes()
-        got = comm_scan.comm_columns(data) if name == "communication.json" else \
-            comm_scan.matrix_columns(data, _reader(rank_dir))
-        assert (got is not None) == expect_native
+        for block in blocks:
+            got = comm_scan.comm_columns(data, block) if name == "communication.json" else \
+                comm_scan.matrix_columns(data, _reader(rank_dir), block)
+            assert (got is not None) == expect_native, block
 
 
 # -- real and generated files ------------------------------------------------------------------------
@@ -200,6 +208,13 @@ QUIRKS = [
     ("communication.json", {"step1": {"collective": {"a": {}}, "p2p": {}}, "stepX": {"p2p": {
         "b@2": {"Communication Time Info": None, "Communication Bandwidth Info": None}}}}, True),
     ("communication.json", {"step1": []}, False),
+    # a key repeated in an object at depths 1-3 (read member by member across blocks), or only at other depths
+    ("communication.json", Obj([("step1", {"p2p": {}}), ("step1", {"p2p": {}})]), False),
+    ("communication.json", {"step1": Obj([("p2p", {"a": {}}), ("p2p", {})])}, False),
+    ("communication.json", {"step1": {"p2p": Obj([("a@1", {"Communication Time Info": None}),
+                                                  ("a@1", {"Communication Time Info": None})])}}, False),
+    ("communication.json", {"step1": {"step1": {"step1": {"Communication Time Info": {
+        "Start Timestamp(us)": 1, "Elapse Time(ms)": 1, "step1": 2}}}}, "step2": {"step1": {}}}, True),
     ("communication.json", [], False),
     ("communication_matrix.json", {"step1": {"collective": {
         "allreduce-top1@1": {"0-1": {"Transport Type": "HCCS", "Transit Size(MB)": 1}},
@@ -225,6 +240,10 @@ def test_quirks_same_on_both_paths(case, rank_dir, monkeypatch):
 
 def test_bad_json_and_bad_utf8_are_left_to_the_msgspec_path(rank_dir, monkeypatch):
     read_both(rank_dir, "communication.json", '{"step1": {"collective": {', monkeypatch, expect_native=False)
+    read_both(rank_dir, "communication.json", '{"step1": {}} x', monkeypatch, expect_native=False)
+    read_both(rank_dir, "communication.json", '{"step1": {"p2p": {}}}{}', monkeypatch, expect_native=False)
+    read_both(rank_dir, "communication.json", ' \n{"step1" :{ "p2p" : { } } }\n ', monkeypatch, expect_native=True)
+    read_both(rank_dir, "communication.json", '', monkeypatch, expect_native=False)
     read_both(rank_dir, "communication_matrix.json", b'{"step1": {"c\xff": {}}}', monkeypatch,
               expect_native=False)
     read_both(rank_dir, "communication_matrix.json", '{"step1": {"\\ud800": {}}}', monkeypatch,

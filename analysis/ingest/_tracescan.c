@@ -42,8 +42,9 @@
  *
  * Beside the event scanner, for the other files of an Ascend export (same primitives, same rule: hand
  * back what is not plainly understood):
- *   - Scanner.tree(doc): a whole JSON document (communication*.json) as a table of its values, one row
- *     per value with its parent, depth, key, kind, number and exact decimal (`comm_scan.py` reads it);
+ *   - Scanner.forest(buf, start, final): a JSON document (communication*.json) read block by block, as
+ *     tables of its values, one row per value with its parent, depth, key, kind, number and exact
+ *     decimal (`comm_scan.py` reads them);
  *   - numerals(cells, kind): a CSV text column's int / exact-ns / float cells (kernel_details.csv);
  *   - text_kinds(seq): whether a column holds only str (and None), the check every text column gets
  *     before it is inserted.
@@ -113,7 +114,20 @@ typedef struct {
     int other_odd;     /* events of other phases are handed back (ODD) instead of skipped */
     int decimal;       /* ts / dur as exact ns from decimal text (trace_view.json), pid / tid default 0 */
     Py_ssize_t counted; /* elements scanned (not handed back) since the last take() */
+    /* forest(): the objects open at depths 0-2 between calls, each with a serial number and, per level,
+     * the serial of the object that last had each string as a key (repeated keys) */
+    int f_phase;        /* 0 before the document, 1 inside it, 2 after it */
+    int f_lvl;          /* objects open */
+    int f_state[3];     /* F_FIRST (after '{'), F_SEP (after a member), F_MEMBER (after ',') */
+    int32_t f_key[3];
+    uint32_t f_serial[3], f_serials;
+    uint32_t *f_stamp[3];
+    size_t f_nstamp[3];
+    int f_dup;
 } Scanner;
+
+#define F_LEVELS 3
+enum { F_FIRST = 0, F_SEP = 1, F_MEMBER = 2 };
 
 /* fixed columns */
 enum { C_PH, C_CAT, C_NAME, C_PID_I, C_PID_S, C_TID_I, C_TID_S, C_TS, C_DUR, C_TS_KIND, C_TS_SID, C_DUR_KIND,
@@ -993,11 +1007,11 @@ static int emit(Scanner *s, Ev *ev) {
 }
 
 /* ---------------------------------------------------------------------------------------------- */
-/* tree(): one whole JSON document as a table of its values                                        */
+/* forest(): a JSON document as tables of its values                                             */
 
-/* A value's kind in tree(); BIG: an integer beyond int64 or a number too long to read here */
+/* A value's kind in the tree; BIG: an integer beyond int64 or a number too long to read here */
 enum { V_NULL = 0, V_FALSE, V_TRUE, V_INT, V_BIG, V_FLOAT, V_STR, V_OBJ, V_ARR };
-/* tree() columns: parent row (int32, -1 for the root), depth (uint16), key (int32: a member's string id,
+/* tree columns: parent row (int32, -1 for the root), depth (uint16), key (int32: a member's string id,
  * an element's -1 - index), kind (uint8), number (float64), decimal (int64 m and int16 e: the number is
  * exactly m * 10^e; an INT's value with e = 0, a FLOAT written without an exponent with at most 19
  * significant digits; else e = EXP_NONE), string id (int32, STR), the number's text as offset (int64)
@@ -1059,24 +1073,34 @@ static int tree_key_seen(Tree *t, int32_t kid, int32_t obj) {
     return 0;
 }
 
-/* J_OK, J_BAD (not JSON), J_ODD (a string the reference path decodes: a surrogate escape, not UTF-8), -1 */
-#define J_ODD 4
-static int tree_value(Tree *t, Cur *c, int32_t parent, int32_t key, int depth) {
-    if (depth > MAX_DEPTH || depth > 65535) return J_BAD;
-    ws(c);
-    if (c->p >= c->end) return J_BAD;
+/* A new row of `t` at the cursor: a value of `parent` under `key`, at `depth` (its kind set by the caller) */
+static int tree_row(Tree *t, int32_t parent, int32_t key, int depth, Py_ssize_t off, size_t *out) {
     if (tree_reserve(t) < 0) return -1;
     size_t row = t->n++;
     TV(t, T_PARENT, int32_t) = parent;
     TV(t, T_DEPTH, uint16_t) = (uint16_t)depth;
     TV(t, T_KEY, int32_t) = key;
+    TV(t, T_KIND, uint8_t) = V_OBJ;
     TV(t, T_NUM, double) = 0.0;
     TV(t, T_INT, int64_t) = 0;
     TV(t, T_EXP, int16_t) = EXP_NONE;
     TV(t, T_SID, int32_t) = -1;
-    TV(t, T_OFF, int64_t) = c->p - t->base;
+    TV(t, T_OFF, int64_t) = off;
     TV(t, T_LEN, int32_t) = 0;
     t->open[row] = 0;
+    *out = row;
+    return 0;
+}
+
+/* J_OK, J_MORE (the input ends inside the value), J_BAD (not JSON), J_ODD (a string the reference path
+ * decodes: a surrogate escape, not UTF-8), -1 (error set) */
+#define J_ODD 4
+static int tree_value(Tree *t, Cur *c, int32_t parent, int32_t key, int depth) {
+    if (depth > MAX_DEPTH || depth > 65535) return J_BAD;
+    ws(c);
+    if (c->p >= c->end) return J_MORE;
+    size_t row;
+    if (tree_row(t, parent, key, depth, c->p - t->base, &row) < 0) return -1;
     int r;
     uint8_t kind;
     switch (*c->p) {
@@ -1084,7 +1108,7 @@ static int tree_value(Tree *t, Cur *c, int32_t parent, int32_t key, int depth) {
         const char *v;
         size_t n;
         int sur = 0;
-        if ((r = string(t->s, c, &v, &n, 1, &sur)) != J_OK) return r < 0 ? -1 : J_BAD;
+        if ((r = string(t->s, c, &v, &n, 1, &sur)) != J_OK) return r;
         if (sur) return J_ODD;
         int32_t id = intern(t->s, v, n);
         if (id == -2) return J_ODD;
@@ -1093,46 +1117,43 @@ static int tree_value(Tree *t, Cur *c, int32_t parent, int32_t key, int depth) {
         kind = V_STR;
         break;
     }
-    case 't': kind = V_TRUE; if ((r = literal(c, "true", 4)) != J_OK) return J_BAD; break;
-    case 'f': kind = V_FALSE; if ((r = literal(c, "false", 5)) != J_OK) return J_BAD; break;
-    case 'n': kind = V_NULL; if ((r = literal(c, "null", 4)) != J_OK) return J_BAD; break;
+    case 't': kind = V_TRUE; if ((r = literal(c, "true", 4)) != J_OK) return r; break;
+    case 'f': kind = V_FALSE; if ((r = literal(c, "false", 5)) != J_OK) return r; break;
+    case 'n': kind = V_NULL; if ((r = literal(c, "null", 4)) != J_OK) return r; break;
     case '{': {
-        kind = V_OBJ;
-        TV(t, T_KIND, uint8_t) = kind;
         if ((r = container_open(c, '}')) == J_END) return J_OK;
-        if (r != J_OK) return J_BAD;
+        if (r != J_OK) return r;
         t->open[row] = 1;
         for (;;) {
             const char *k;
             size_t kn;
             int sur = 0;
-            if ((r = member_key(t->s, c, &k, &kn, 1, &sur)) != J_OK) return r < 0 ? -1 : J_BAD;
+            if ((r = member_key(t->s, c, &k, &kn, 1, &sur)) != J_OK) return r;
             if (sur) return J_ODD;
             int32_t kid = intern(t->s, k, kn);
             if (kid == -2) return J_ODD;
             if (kid < 0 || tree_key_seen(t, kid, (int32_t)row) < 0) return -1;
             if ((r = tree_value(t, c, (int32_t)row, kid, depth + 1)) != J_OK) return r;
             if ((r = container_next(c, '}')) == J_END) break;
-            if (r != J_OK) return J_BAD;
+            if (r != J_OK) return r;
         }
         t->open[row] = 0;
         return J_OK;
     }
     case '[': {
-        kind = V_ARR;
-        TV(t, T_KIND, uint8_t) = kind;
-        if ((r = container_open(c, ']')) != J_OK) return r == J_END ? J_OK : J_BAD;
+        TV(t, T_KIND, uint8_t) = V_ARR;
+        if ((r = container_open(c, ']')) != J_OK) return r == J_END ? J_OK : r;
         for (int32_t i = 0;; i++) {
             if (i == INT32_MAX) return J_BAD;
             if ((r = tree_value(t, c, (int32_t)row, -1 - i, depth + 1)) != J_OK) return r;
-            if ((r = container_next(c, ']')) != J_OK) return r == J_END ? J_OK : J_BAD;
+            if ((r = container_next(c, ']')) != J_OK) return r == J_END ? J_OK : r;
         }
     }
     default: {
         if (!(*c->p == '-' || (*c->p >= '0' && *c->p <= '9'))) return J_BAD;
         const char *begin = c->p;
         Num num;
-        if ((r = number(t->s, c, &num)) != J_OK) return r < 0 ? -1 : J_BAD;
+        if ((r = number(t->s, c, &num)) != J_OK) return r;
         kind = num.big ? V_BIG : num.is_int ? V_INT : V_FLOAT;
         TV(t, T_NUM, double) = num.d;
         if (num.is_int && !num.big) {
@@ -1151,36 +1172,181 @@ static int tree_value(Tree *t, Cur *c, int32_t parent, int32_t key, int depth) {
     return J_OK;
 }
 
-/* tree(doc) -> (status, columns, new strings, duplicate keys possible)
- *   DONE: `doc` is one JSON value; columns (bytearrays, the T_* layout above) have a row per value in
- *         document order (a parent before its members and elements); strings (keys and string values)
- *         are interned with the scanner's other strings
- *   ODD: a string the reference decoder must judge (a surrogate escape, invalid UTF-8)
- *   MALFORMED: not one JSON value
- * The caller decodes with its reference path on any status but DONE. */
-static PyObject *Scanner_tree(Scanner *s, PyObject *arg) {
+/* A key of the object open at forest level `lvl`: flags a repeat within that object (exact: one object
+ * is open per level, each with its own serial number) */
+static int forest_key(Scanner *s, int lvl, int32_t kid) {
+    if ((size_t)kid >= s->f_nstamp[lvl]) {
+        size_t n = s->f_nstamp[lvl] ? s->f_nstamp[lvl] : 1024;
+        while (n <= (size_t)kid) n *= 2;
+        uint32_t *p = PyMem_Realloc(s->f_stamp[lvl], n * sizeof(uint32_t));
+        if (!p) { PyErr_NoMemory(); return -1; }
+        memset(p + s->f_nstamp[lvl], 0, (n - s->f_nstamp[lvl]) * sizeof(uint32_t));
+        s->f_stamp[lvl] = p;
+        s->f_nstamp[lvl] = n;
+    }
+    if (s->f_stamp[lvl][kid] == s->f_serial[lvl]) s->f_dup = 1;
+    s->f_stamp[lvl][kid] = s->f_serial[lvl];
+    return 0;
+}
+
+/* forest(buf, start, final) -> (status, pos, columns, new strings, duplicate keys possible)
+ *
+ * One JSON document whose top is an object, read block by block: each call reads buf[start:] and returns
+ * a tree of what it read (a row per value, parent before children: the columns above), so that no more
+ * than a block and its tree are in memory. The objects at depths 0-2 (communication*.json: the document,
+ * a step, a kind of op) are read member by member and stay open across calls; every value below them (an
+ * op with its contents) is read whole into the tree of the call that completes it. Each tree starts with
+ * a row for each object open at depth 0-2 (the previous call's rows for them, again: same keys, no
+ * values), so a tree is a document by itself. Offsets are into this call's `buf`.
+ *   NEED_MORE: `pos` is where the next call resumes, on `buf[pos:]` followed by the next block (a value cut
+ *              by the block's end is read again there)
+ *   DONE: the document ended (and `final`: nothing but whitespace follows)
+ *   ODD: a string the reference decoder must judge; MALFORMED: not JSON, or the top is not an object
+ * The caller decodes with its reference path on ODD and MALFORMED. */
+static PyObject *Scanner_forest(Scanner *s, PyObject *const *argv, Py_ssize_t argc) {
+    if (argc != 3) {
+        PyErr_SetString(PyExc_TypeError, "forest(buf, start, final)");
+        return NULL;
+    }
     Py_buffer view;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(argv[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    Py_ssize_t start = PyLong_AsSsize_t(argv[1]);
+    int final = PyObject_IsTrue(argv[2]);
+    if ((start == -1 && PyErr_Occurred()) || final < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    if (start < 0 || start > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "start out of range");
+        return NULL;
+    }
+    s->final = final;
     Tree t = {0};
     t.s = s;
     t.base = view.buf;
-    s->final = 1;
     /* a first guess of the number of values (pretty-printed msprof JSON: ~30 bytes a value), so that the
      * columns are rarely grown */
-    t.cap = (size_t)view.len / 24 + 1024;
+    t.cap = (size_t)(view.len - start) / 24 + 1024;
     PyObject *result = NULL, *cols = NULL;
+    int status = ST_MALFORMED;
+    size_t rowof[F_LEVELS];
     t.open = PyMem_Malloc(t.cap);
     if (!t.open) { PyErr_NoMemory(); goto done; }
     if (tree_resize(&t, t.cap) < 0) goto done;
-    Cur c = {view.buf, (const char *)view.buf + view.len};
-    int r = tree_value(&t, &c, -1, -1, 0);
-    if (r == J_OK) {
+    for (int l = 0; l < s->f_lvl; l++)
+        if (tree_row(&t, l ? (int32_t)rowof[l - 1] : -1, s->f_key[l], l, 0, &rowof[l]) < 0) goto done;
+    Cur c = {(const char *)view.buf + start, (const char *)view.buf + view.len};
+    const char *safe = c.p;  /* where the state of the open objects says the next call resumes */
+    size_t safe_n = t.n;
+    for (;;) {
         ws(&c);
-        if (c.p != c.end) r = J_BAD;
+        if (s->f_phase == 2) {
+            if (c.p < c.end) status = ST_MALFORMED;
+            else { status = final ? ST_DONE : ST_NEED_MORE; safe = c.p; }
+            break;
+        }
+        if (c.p >= c.end) { status = final ? ST_MALFORMED : ST_NEED_MORE; break; }
+        if (s->f_phase == 0) {
+            if (*c.p != '{') break;
+            c.p++;
+            s->f_phase = 1;
+            s->f_lvl = 1;
+            s->f_state[0] = F_FIRST;
+            s->f_key[0] = -1;
+            s->f_serial[0] = ++s->f_serials;
+            if (tree_row(&t, -1, -1, 0, c.p - 1 - t.base, &rowof[0]) < 0) goto done;
+            safe = c.p;
+            safe_n = t.n;
+            continue;
+        }
+        int L = s->f_lvl - 1;
+        if (s->f_state[L] != F_MEMBER && *c.p == '}') {
+            c.p++;
+            if (--s->f_lvl == 0) s->f_phase = 2;
+            else s->f_state[L - 1] = F_SEP;
+            safe = c.p;
+            safe_n = t.n;
+            continue;
+        }
+        if (s->f_state[L] == F_SEP) {
+            if (*c.p != ',') break;
+            c.p++;
+            s->f_state[L] = F_MEMBER;
+            safe = c.p;
+            safe_n = t.n;
+            continue;
+        }
+        /* a member: its key, then an object to open (depths 1-2) or a value read whole */
+        const char *k;
+        size_t kn;
+        int sur = 0, r = member_key(s, &c, &k, &kn, 1, &sur);
+        if (r < 0) goto done;
+        if (r == J_OK && sur) r = J_ODD;
+        int32_t kid = -1;
+        if (r == J_OK && (kid = intern(s, k, kn)) < 0) {
+            if (kid != -2) goto done;
+            r = J_ODD;
+        }
+        if (r == J_OK && L + 1 < F_LEVELS && *c.p == '{') {
+            const char *brace = c.p;
+            c.p++;
+            ws(&c);
+            if (c.p >= c.end) r = J_MORE;
+            else {
+                uint32_t prev = kid < (int32_t)s->f_nstamp[L] ? s->f_stamp[L][kid] : 0;
+                int dup = s->f_dup;
+                if (forest_key(s, L, kid) < 0) goto done;
+                size_t row;
+                if (tree_row(&t, (int32_t)rowof[L], kid, L + 1, brace - t.base, &row) < 0) goto done;
+                if (*c.p == '}') {  /* {}: a member like any other, complete at its ',' or '}' */
+                    c.p++;
+                    ws(&c);
+                    if (c.p < c.end && (*c.p == ',' || *c.p == '}')) {
+                        s->f_state[L] = F_SEP;
+                        safe = c.p;
+                        safe_n = t.n;
+                        continue;
+                    }
+                    s->f_stamp[L][kid] = prev;  /* undone: read again with the next block */
+                    s->f_dup = dup;
+                    r = c.p < c.end ? J_BAD : J_MORE;
+                } else {
+                    rowof[L + 1] = row;
+                    s->f_lvl++;
+                    s->f_state[L + 1] = F_FIRST;
+                    s->f_key[L + 1] = kid;
+                    s->f_serial[L + 1] = ++s->f_serials;
+                    s->f_state[L] = F_SEP;
+                    safe = c.p;
+                    safe_n = t.n;
+                    continue;
+                }
+            }
+        } else if (r == J_OK) {
+            uint32_t prev = kid < (int32_t)s->f_nstamp[L] ? s->f_stamp[L][kid] : 0;
+            int dup = s->f_dup;
+            if (forest_key(s, L, kid) < 0) goto done;
+            r = tree_value(&t, &c, (int32_t)rowof[L], kid, L + 1);
+            if (r < 0) goto done;
+            if (r == J_OK) {  /* complete only at its ',' or '}' (a number may go on in the next block) */
+                ws(&c);
+                if (c.p < c.end && (*c.p == ',' || *c.p == '}')) {
+                    s->f_state[L] = F_SEP;
+                    safe = c.p;
+                    safe_n = t.n;
+                    continue;
+                }
+                r = c.p < c.end ? J_BAD : J_MORE;
+            }
+            s->f_stamp[L][kid] = prev;
+            s->f_dup = dup;
+        }
+        status = r == J_ODD ? ST_ODD : r == J_MORE && !final ? ST_NEED_MORE : ST_MALFORMED;
+        break;
     }
-    if (r < 0) goto done;
-    int status = r == J_OK ? ST_DONE : r == J_ODD ? ST_ODD : ST_MALFORMED;
-    if (tree_resize(&t, status == ST_DONE ? t.n : 0) < 0) goto done;
+    t.n = safe_n;  /* a member cut by the block's end is read again by the next call */
+    if (tree_resize(&t, status == ST_DONE || status == ST_NEED_MORE ? t.n : 0) < 0) goto done;
     cols = PyTuple_New(T_NCOLS);
     if (!cols) goto done;
     for (int k = 0; k < T_NCOLS; k++) {
@@ -1191,7 +1357,7 @@ static PyObject *Scanner_tree(Scanner *s, PyObject *arg) {
     PyObject *fresh = PyList_GetSlice(s->strs, s->reported, total);
     if (!fresh) goto done;
     s->reported = total;
-    result = Py_BuildValue("(iNNi)", status, cols, fresh, t.dup);
+    result = Py_BuildValue("(inNNi)", status, safe - (const char *)view.buf, cols, fresh, s->f_dup || t.dup);
     cols = NULL;
 done:
     Py_XDECREF(cols);
@@ -1341,6 +1507,7 @@ static void Scanner_dealloc(Scanner *s) {
     PyMem_Free(s->arena);
     PyMem_Free(s->sbuf);
     PyMem_Free(s->tbuf);
+    for (int l = 0; l < F_LEVELS; l++) PyMem_Free(s->f_stamp[l]);
     Py_XDECREF(s->strs);
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
@@ -1510,8 +1677,9 @@ static PyObject *Scanner_take(Scanner *s, PyObject *Py_UNUSED(ignored)) {
 static PyMethodDef Scanner_methods[] = {
     {"feed", (PyCFunction)(void (*)(void))Scanner_feed, METH_FASTCALL,
      "feed(buf, start, final) -> (status, pos, end): scan array elements from buf[start:]"},
-    {"tree", (PyCFunction)Scanner_tree, METH_O,
-     "tree(doc) -> (status, columns, new strings, duplicate keys possible): every value of a JSON document"},
+    {"forest", (PyCFunction)(void (*)(void))Scanner_forest, METH_FASTCALL,
+     "forest(buf, start, final) -> (status, pos, columns, new strings, duplicate keys possible): a JSON "
+     "document block by block, as trees of its values"},
     {"take", (PyCFunction)Scanner_take, METH_NOARGS,
      "take() -> (columns, new strings, elements scanned): the rows so far as bytearrays, then cleared"},
     {NULL, NULL, 0, NULL},

@@ -3178,11 +3178,12 @@ class _RankReader:
         self.t.has("comm_json")
 
     def _comm_json(self, path: Path, typed: msgspec.json.Decoder, columns: Callable[..., Any],
-                   native: Callable[[bytes], Any]) -> Any:
+                   native: Callable[[Path], Any]) -> Any:
         """`columns(data, exact, typed)` of a communication*.json, or None with the warning `load_json` gives.
 
-        First `native(data)` (`comm_scan`: the C scanner's tree of the document, the same columns as decoding
-        (1) gives; None when the extension is off or the file is not one it takes). Then three decodings,
+        First `native(path)` (`comm_scan`: the C scanner's trees of the file read a block at a time, the same
+        columns as decoding (1) gives; None when the extension is off or the file is not one it takes). Then
+        the file is read whole, and three decodings,
         the first that works: (1) into `typed`'s structs (only the keys this reader uses, no
         dict per entry; ms / MB / GB/s numbers as floats, the rest as text), (2) generically into dicts with
         numbers as their text (float_hook=str: a third of the cost of Decimal), for a file of another shape or
@@ -3190,11 +3191,11 @@ class _RankReader:
         whose meaning depends on how numbers decode (`_NumbersAsText`). Columns are converted a column at a
         time by the exact helpers (`_scaled_floats`, `_scaled_ints` ...).
         """
+        if (res := native(path)) is not None:
+            return res
         data = self._json_bytes(path)
         if data is None:
             return None
-        if (res := native(data)) is not None:
-            return res
         try:
             decoded = typed.decode(data)
         except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
@@ -3235,7 +3236,7 @@ class _RankReader:
         from . import comm_scan  # (it imports this module)
 
         res = self._comm_json(path, _MATRIX_TYPED, self._matrix_columns,
-                              lambda data: comm_scan.matrix_columns(data, self))
+                              lambda src: comm_scan.matrix_columns(src, self))
         if res is None:
             return
         cols, unmapped, bad_keys = res

@@ -1,11 +1,16 @@
-"""The native path of communication.json and communication_matrix.json: the C scanner's `tree()`.
+"""The native path of communication.json and communication_matrix.json: the C scanner's `forest()`.
 
 Both files are objects nested four deep (step -> kind -> op -> info, and for the matrix -> link) with a
 few numbers at the leaves: 6k ops and 48k links for a rank of 100k trace events. Decoding them into
 structs and walking the structs in Python cost twice the parse floor (a generic msgspec decode). Here
-`Scanner.tree()` reads the whole document into a table of its values (parent row, depth, key, kind,
-number, string id, the number's text span) in one pass, and numpy picks each field's column out of it;
-Python loops only run per op, per distinct step and per distinct (group, link key).
+`Scanner.forest()` reads the document a block (`BLOCK` bytes) at a time into a table of the values it
+completes (parent row, depth, key, kind, number, string id, the number's text span), each table a
+document by itself (the open step and kind objects come again at its top), and numpy picks each
+field's column out of it; Python loops only run per op, per distinct step and per distinct (group, link
+key). The rows gathered from each block's table are joined at the end, so the file and its table are
+never in memory whole: on a 46 MB communication.json (a rank of 400k trace events) reading it whole into
+one table peaked at 176 MB above the reader's start, a block at a time at 58 MB (the columns kept are
+~40 MB of it); 79 -> 46 MB on its 17 MB communication_matrix.json.
 
 One rule set: the gathered columns (`ascend_text.CommRows` / `MatrixRows`) are converted by the same
 `comm_rows_columns` / `matrix_rows_columns` as the typed msgspec decoding's, and a document is taken here
@@ -23,6 +28,12 @@ then text, then Decimal, with its warnings. `tests/test_comm_scan.py` checks the
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import itertools
+from collections.abc import Callable, Iterator
+from dataclasses import fields
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,18 +43,60 @@ from .kineto_scan import _tracescan, available
 
 __all__ = ["available", "comm_columns", "matrix_columns"]
 
-# tree() value kinds read as a float field (numbers, null) and as the typed decoding's `Any` (also str)
-_NUMBER_KINDS = (_tracescan.V_INT, _tracescan.V_FLOAT, _tracescan.V_NULL) if _tracescan else ()
-_RAW_KINDS = (*_NUMBER_KINDS, _tracescan.V_STR) if _tracescan else ()
-_EXP_NONE = -(1 << 15)          # tree()'s "not an exact decimal"
+
+
+def _kinds(*kinds: int) -> np.ndarray:
+    """A lookup table of tree value kinds: `table[kinds].all()` is `np.isin(kinds, ...)` at a tenth of the
+    cost (it is asked ~20 times a tree)."""
+    table = np.zeros(256, dtype=bool)
+    table[list(kinds)] = True
+    return table
+
+
+# tree value kinds read as a float field (numbers, null), as the typed decoding's `Any` (also str), as a
+# string field and as an object field that may be null
+_t = _tracescan
+_NUMBER_KINDS = _kinds(_t.V_INT, _t.V_FLOAT, _t.V_NULL) if _t else _kinds()
+_RAW_KINDS = _kinds(_t.V_INT, _t.V_FLOAT, _t.V_NULL, _t.V_STR) if _t else _kinds()
+_STR_KINDS = _kinds(_t.V_STR, _t.V_NULL) if _t else _kinds()
+_OBJ_KINDS = _kinds(_t.V_OBJ, _t.V_NULL) if _t else _kinds()
+_EXP_NONE = -(1 << 15)          # the tree's "not an exact decimal"
 _I64_MAX = (1 << 63) - 1
+BLOCK = 1 << 20  # bytes read at a time: ~2 MB of table; 4-8 MB blocks were no faster
+
+
+class _Back(Exception):
+    """The scanner hands the document back to the msgspec path."""
+
+
+class _Strings:
+    """A document's strings so far (its trees share the scanner's string ids): as a list, by text, and as
+    an object array (`texts`) whose unused slots, the last one always among them, are None, so that
+    `texts[sid]` answers None for -1 (grown by doubling: a tree a block)."""
+
+    def __init__(self) -> None:
+        self.strs: list[str] = []
+        self.texts = np.full(1024, None, dtype=object)
+        self.ids: dict[str, int] = {}
+
+    def add(self, fresh: list[str]) -> None:
+        if not fresh:
+            return
+        n, m = len(self.strs), len(self.strs) + len(fresh)
+        self.strs += fresh
+        self.ids.update(zip(fresh, range(n, m), strict=True))
+        if m >= len(self.texts):
+            texts = np.full(max(2 * len(self.texts), m + 1), None, dtype=object)
+            texts[:n] = self.texts[:n]
+            self.texts = texts
+        self.texts[n:m] = fresh
 
 
 class _Tree:
-    """A document's values (see `_tracescan.c`, tree()): one row per value, a parent before its children."""
+    """A document's values (see `_tracescan.c`, forest()): one row per value, a parent before its children."""
 
-    def __init__(self, data: bytes, cols: tuple[bytearray, ...], strs: list[str]) -> None:
-        self.data = data
+    def __init__(self, data: bytes, cols: tuple[bytearray, ...], strings: _Strings) -> None:
+        self.data = data  # the block the text spans (off, len) point into
         self.parent = np.frombuffer(cols[0], dtype=np.int32)
         self.depth = np.frombuffer(cols[1], dtype=np.uint16)
         self.key = np.frombuffer(cols[2], dtype=np.int32)
@@ -54,21 +107,22 @@ class _Tree:
         self.sid = np.frombuffer(cols[7], dtype=np.int32)
         self.off = np.frombuffer(cols[8], dtype=np.int64)
         self.len = np.frombuffer(cols[9], dtype=np.int32)
-        self.strs = strs
-        texts = np.empty(len(strs) + 1, dtype=object)  # the last slot answers for -1 (None)
-        texts[:-1] = strs
-        self.texts = texts
+        self.strs = strings.strs
+        self.texts = strings.texts
+        self._ids = strings.ids
+        self._at_rows: np.ndarray | None = None
+        self._at_keys: np.ndarray | None = None
 
     def id(self, text: str) -> int:
-        """The string id of `text`; -9 (no key) when the document never has it."""
-        try:
-            return self.strs.index(text)  # (a few lookups a file: no dict of every string)
-        except ValueError:
-            return -9
+        """The string id of `text`; -9 (no key) when the document has not had it so far."""
+        return self._ids.get(text, -9)
 
     def at(self, rows: np.ndarray, key: str) -> np.ndarray:
-        """The rows among `rows` whose key is `key`."""
-        return rows[self.key[rows] == self.id(key)]
+        """The rows among `rows` whose key is `key` (the keys of the last `rows` asked are kept: the fields
+        of a record are picked one key after another)."""
+        if rows is not self._at_rows:
+            self._at_rows, self._at_keys = rows, self.key[rows]
+        return rows[self._at_keys == self.id(key)]
 
     def children(self, rows: np.ndarray, parents: np.ndarray) -> np.ndarray:
         """The rows among `rows` whose parent is one of `parents`."""
@@ -83,7 +137,7 @@ class _Tree:
         out = np.full(n, np.nan)
         if not len(rows):
             return out
-        if not np.isin(kinds, _NUMBER_KINDS).all():
+        if not _NUMBER_KINDS[kinds].all():
             return None
         num = rows[kinds != _tracescan.V_NULL]
         values = self.num[num]
@@ -96,7 +150,7 @@ class _Tree:
         """The values of `rows` as the typed decoding's `Any` with float_hook=str gives them: an int, the
         number's text, a str, None; None when one is something else (an object, a list, a bool, a big int)."""
         kinds = self.kind[rows]
-        if not np.isin(kinds, _RAW_KINDS).all():
+        if not _RAW_KINDS[kinds].all():
             return None
         out: list[Any] = self.texts[self.sid[rows]].tolist()  # str, or None for the others
         for j in np.flatnonzero(kinds == _tracescan.V_INT).tolist():
@@ -117,7 +171,7 @@ class _Tree:
         mask = np.ones(n, dtype=bool)
         if not len(rows):
             return A._ma(data, mask)
-        if not np.isin(kinds, _RAW_KINDS).all():
+        if not _RAW_KINDS[kinds].all():
             return None
         at = pos[self.parent[rows]]
         exp = self.exp[rows].astype(np.int64)
@@ -144,26 +198,80 @@ class _Tree:
         """An object column of n records from field rows `rows`: the str, None for null or absent; None when
         a value is not a string or null."""
         kinds = self.kind[rows]
-        if not np.isin(kinds, (_tracescan.V_STR, _tracescan.V_NULL)).all():
+        if not _STR_KINDS[kinds].all():
             return None
         out = np.full(n, None, dtype=object)
         out[pos[self.parent[rows]]] = self.texts[self.sid[rows]]
         return out
 
 
-def _tree(data: bytes) -> _Tree | None:
-    """The tree of a JSON document whose top is an object; None when the extension is off or the scanner
-    hands the document back (bad JSON, a string only the reference decoder judges, a repeated key)."""
+def _trees(src: bytes | Path, block: int | None = None) -> Iterator[_Tree]:
+    """The trees of a JSON document whose top is an object (a file, or bytes: the tests' documents), a
+    block at a time (`Scanner.forest`); raises _Back when the extension is off, the file cannot be read,
+    or the scanner hands the document back (bad JSON, a string only the reference decoder judges, a
+    repeated key, the top not an object). A tree is used before the next is read (its text spans point
+    into the block)."""
     if not available():
-        return None
+        raise _Back
+    size = block or BLOCK
+    try:
+        with contextlib.ExitStack() as stack:
+            if isinstance(src, (bytes, bytearray)):
+                view, at = memoryview(src), [0]
+
+                def read() -> bytes:
+                    at[0] += size
+                    return bytes(view[at[0] - size:at[0]])
+            else:
+                read = stack.enter_context(open(src, "rb")).read
+                read = functools.partial(read, size)
+            yield from _forest(read)
+    except OSError:
+        raise _Back from None
+
+
+def _forest(read: Callable[[], bytes]) -> Iterator[_Tree]:
     t = _tracescan
-    status, cols, strs, dup = t.Scanner([]).tree(data)
-    if status != t.DONE or dup:
-        return None
-    tree = _Tree(data, cols, strs)
-    if not len(tree.kind) or tree.kind[0] != t.V_OBJ:
-        return None
-    return tree
+    scanner, strings = t.Scanner([]), _Strings()
+    buf = bytearray(read())
+    pos, eof = 0, not buf
+    while True:
+        status, pos, cols, fresh, dup = scanner.forest(buf, pos, eof)
+        if status not in (t.DONE, t.NEED_MORE) or dup:
+            raise _Back
+        strings.add(fresh)
+        tree = _Tree(buf, cols, strings)
+        del cols
+        yield tree
+        del tree  # (so that one tree at a time is in memory, and the block can be reused)
+        if status == t.DONE:
+            return
+        more = read()
+        del buf[:pos]
+        buf += more
+        pos, eof = 0, not more
+
+
+def _joined(parts: list[Any], offsets: dict[str, str] | None = None) -> Any:
+    """Rows gathered per tree (`CommRows` / `MatrixRows`) as one: lists and arrays concatenated; a field
+    of `offsets` indexes rows of another field (b_op: the ops), so each part's is shifted past the rows
+    of that field in the parts before it."""
+    if len(parts) == 1:
+        return parts[0]
+    offsets = offsets or {}
+    out = {}
+    for f in fields(parts[0]):
+        values = [getattr(p, f.name) for p in parts]
+        if f.name in offsets:
+            base = np.cumsum([0] + [len(getattr(p, offsets[f.name])) for p in parts[:-1]])
+            values = [v + b for v, b in zip(values, base.tolist(), strict=True)]
+        if isinstance(values[0], list):
+            out[f.name] = list(itertools.chain.from_iterable(values))
+        elif any(isinstance(v, np.ma.MaskedArray) for v in values):
+            out[f.name] = np.ma.concatenate(values)
+        else:
+            out[f.name] = np.concatenate(values)
+    return type(parts[0])(**out)
 
 
 class _Index:
@@ -216,7 +324,7 @@ def _comm_rows(t: _Tree) -> A.CommRows | bool | None:
     op_pos = _Index(len(t.kind), ops)
 
     time_rows = t.at(d4, "Communication Time Info")
-    if not np.isin(t.kind[time_rows], (_tracescan.V_OBJ, _tracescan.V_NULL)).all():
+    if not _OBJ_KINDS[t.kind[time_rows]].all():
         return None
     time_objs = time_rows[t.kind[time_rows] == _tracescan.V_OBJ]
     time_pos = _Index(len(t.kind), time_objs, op_pos[t.parent[time_objs]])  # a time object -> its op
@@ -231,7 +339,7 @@ def _comm_rows(t: _Tree) -> A.CommRows | bool | None:
         return None
 
     band_info = t.at(d4, "Communication Bandwidth Info")
-    if not np.isin(t.kind[band_info], (_tracescan.V_OBJ, _tracescan.V_NULL)).all():
+    if not _OBJ_KINDS[t.kind[band_info]].all():
         return None
     bands = t.children(d5, band_info[t.kind[band_info] == _tracescan.V_OBJ])
     if (t.kind[bands] != _tracescan.V_OBJ).any():  # the typed decoding's _Band structs
@@ -273,29 +381,60 @@ def _packets(t: _Tree, dist_rows: np.ndarray, b_pos: _Index) -> tuple[Any, ...] 
     return b_pos[t.parent[t.parent[lists]]], t.texts[t.key[lists]].tolist(), count, total
 
 
-def comm_columns(data: bytes) -> tuple[Any, ...] | None:
-    """`ascend_text._comm_json_columns` of communication.json's bytes as its typed decoding gives them, or
-    None when this path does not take the file (see the module docstring)."""
-    t = _tree(data)
-    if t is None:
+def comm_columns(src: bytes | Path, block: int | None = None) -> tuple[Any, ...] | None:
+    """`ascend_text._comm_json_columns` of communication.json (a path, or its bytes) as its typed decoding
+    gives them, or None when this path does not take the file (see the module docstring)."""
+    parts = []
+    try:
+        for t in _trees(src, block):
+            rows = _comm_rows(t)
+            del t
+            if rows is None:
+                return None
+            if rows is not False:
+                parts.append(rows)
+    except _Back:
         return None
-    rows = _comm_rows(t)
-    if rows is None:
-        return None
-    if rows is False:
+    if not parts:
         return None, None, None, 0
     try:
-        return A.comm_rows_columns(rows, typed=True)
+        return A.comm_rows_columns(_joined(parts, {"b_op": "step", "p_band": "b_name"}), typed=True)
     except A._NumbersAsText:
         return None
 
 
-def matrix_columns(data: bytes, reader: Any) -> tuple[Any, ...] | None:
-    """`_RankReader._matrix_columns` (links, unmapped groups, bad link keys) of communication_matrix.json's
-    bytes as its typed decoding gives them, or None when this path does not take the file."""
-    t = _tree(data)
-    if t is None:
+def matrix_columns(src: bytes | Path, reader: Any, block: int | None = None) -> tuple[Any, ...] | None:
+    """`_RankReader._matrix_columns` (links, unmapped groups, bad link keys) of communication_matrix.json (a
+    path, or its bytes) as its typed decoding gives them, or None when this path does not take the file."""
+    parts, unmapped, bad_keys = [], set(), 0
+    ranks: dict[tuple[str, int], Any] = {}  # (group, link key id) -> its (src, dst), for every tree
+    try:
+        for t in _trees(src, block):
+            got = _matrix_rows(t, reader, ranks)
+            del t
+            if got is None:
+                return None
+            rows, groups, bad = got
+            unmapped |= groups
+            bad_keys += bad
+            if rows is not None:
+                parts.append(rows)
+    except _Back:
         return None
+    if not parts:
+        return None, unmapped, bad_keys
+    try:
+        # (exact: the tree tells strings from numbers, so no number hides among the strings)
+        return A.matrix_rows_columns(_joined(parts), True, True), unmapped, bad_keys
+    except A._NumbersAsText:
+        return None
+
+
+def _matrix_rows(t: _Tree, reader: Any,
+                 ranks: dict[tuple[str, int], Any]) -> tuple[A.MatrixRows | None, set[str], int] | None:
+    """(`MatrixRows` or None: no link, unmapped groups, bad link keys) of one tree of
+    communication_matrix.json (`ranks`: `reader._link_ranks` of the (group, link key id) pairs so far);
+    None: leave the file to the msgspec path."""
     links = _objects_to(t, 4)
     if links is None:
         return None
@@ -334,7 +473,9 @@ def matrix_columns(data: bytes, reader: Any) -> tuple[Any, ...] | None:
     good = np.ones(len(distinct), dtype=bool)
     for j, (g, k) in enumerate(zip((distinct // (len(t.strs) + 1)).tolist(),
                                    (distinct % (len(t.strs) + 1)).tolist(), strict=True)):
-        sd = reader._link_ranks(code_group[g] or "", t.strs[k])
+        group = code_group[g] or ""
+        if (sd := ranks.get((group, k), ranks)) is ranks:
+            sd = ranks[group, k] = reader._link_ranks(group, t.strs[k])
         if sd is None:
             good[j] = False
         elif not all(type(r) is int and -(1 << 63) <= r < (1 << 63) for r in sd):
@@ -361,8 +502,4 @@ def matrix_columns(data: bytes, reader: Any) -> tuple[Any, ...] | None:
                         A._objects(names)[link_op].tolist(), A._objects(groups)[link_op].tolist(),
                         A._ma(src_of[inverse], no_null), A._ma(dst_of[inverse], no_null.copy()),
                         op_name.tolist(), transport.tolist(), *nums)
-    try:
-        # (exact: the tree tells strings from numbers, so no number hides among the strings)
-        return A.matrix_rows_columns(rows, True, True), unmapped, bad_keys
-    except A._NumbersAsText:
-        return None
+    return rows, unmapped, bad_keys

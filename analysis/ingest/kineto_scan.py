@@ -44,7 +44,7 @@ except ImportError:  # built without a C compiler
 # in a development tree) lacks some, and then none of it is used
 _NEEDED = ("Scanner", "numerals", "text_kinds", "V_OBJ", "V_ARR", "N_FLOAT", "T_NUMBER")
 if _tracescan is not None and (not all(hasattr(_tracescan, name) for name in _NEEDED)
-                               or not hasattr(_tracescan.Scanner, "tree")):
+                               or not hasattr(_tracescan.Scanner, "forest")):
     _tracescan = None
 
 _BLOCK = 1 << 20  # decompressed bytes per scanner call
