@@ -94,6 +94,59 @@ def test_generated_profiles_identical_on_both_paths(planted, monkeypatch):
         _same_rank(rank, monkeypatch)
 
 
+@pytest.mark.parametrize("quirk", [None, "quoted", "nulls", "not_numeral", "bad_utf8", "short_row"])
+def test_large_kernel_details_identical_on_both_paths(quirk, tmp_path, monkeypatch):
+    """A kernel_details.csv past PLAIN_CSV_BYTES: the C scanner's read (`_native_csv`) against DuckDB's,
+    which the msgspec path uses at that size; with quoted numerals, NULL spellings, a cell that is not a
+    numeral of its column (that column read as text, then judged by `_plain_column`), bytes that are not
+    UTF-8 and a short row (the file declined: DuckDB reads it on both paths)."""
+    import csv
+    import io
+
+    src = need(CLUSTER4) / "node0_40000_20250101120000100_ascend_pt"
+    rank = tmp_path / src.name
+    shutil.copytree(src, rank)
+    path = rank / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
+    lines = path.read_bytes().decode().splitlines()
+    header, rows = lines[0], [next(csv.reader([line])) for line in lines[1:]]
+    names = next(csv.reader([header]))
+    rows = rows * (ascend_text.PLAIN_CSV_BYTES * 2 // len("\n".join(lines)) + 1)
+    dur, shapes = names.index("Duration(us)"), names.index("Input Shapes")
+    if quirk == "quoted":
+        rows[3][dur] = f' {rows[3][dur]} '
+    elif quirk == "nulls":
+        rows[1][dur], rows[2][dur], rows[4][shapes] = "N/A", "", " N/A "
+    elif quirk == "not_numeral":
+        rows[5][dur] = "1e3"
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\r\n", quoting=csv.QUOTE_ALL if quirk == "quoted" else csv.QUOTE_MINIMAL)
+    w.writerow(names)
+    w.writerows(rows)
+    data = buf.getvalue().encode()
+    if quirk == "bad_utf8":
+        data += b"x\xff" + b"," * (len(names) - 1) + b"\r\n"
+    elif quirk == "short_row":
+        data += b"1,2\r\n"
+    path.write_bytes(data)
+    assert path.stat().st_size > ascend_text.PLAIN_CSV_BYTES
+    monkeypatch.setenv("STEPDOCTOR_PURE_PYTHON", "0")
+    r = ascend_text._RankReader(RankSource(path=rank, format="ascend_pt_text", rank=0))
+    r.resolve_csv(path, ascend_text.KERNEL_DETAILS, required=True)
+    taken = ascend_text._native_csv(path, r._csv_columns[path], [("d", "Duration(us)", "float")])
+    r.close()
+    assert (taken is not None) == (quirk in (None, "quoted", "nulls"))
+    if quirk != "bad_utf8":
+        _same_rank(rank, monkeypatch)
+        return
+    errors = []  # DuckDB rejects the file on both paths, with the same message
+    for native in (True, False):
+        monkeypatch.setenv("STEPDOCTOR_PURE_PYTHON", "0" if native else "1")
+        with pytest.raises(ProfileError) as e:
+            ascend_text.read_rank(RankSource(path=rank, format="ascend_pt_text", rank=0))
+        errors.append(str(e.value))
+    assert errors[0] == errors[1] and "kernel_details.csv" in errors[0]
+
+
 def test_mindspore_layout_identical_on_both_paths(tmp_path, monkeypatch):
     src = need(CLUSTER4) / "node0_40000_20250101120000100_ascend_pt"
     rank = tmp_path / "host_1_20250101120000100_ascend_ms"

@@ -871,6 +871,23 @@ def test_plain_csv_split_equals_duckdb_or_declines(tmp_path_factory, lines, end,
         assert plain is not None
     if plain is not None:
         assert plain == _duckdb_cells(path)
+    assert _native_cells(path) == plain  # the C scanner's split: the same dialect, the same cells
+
+
+def _native_cells(path: Path) -> list[list[str | None]] | None:
+    """The C scanner's cells of a CSV (`Scanner.csv`, every column as RAW text), None when it declines."""
+    from stepdoctor.analysis.ingest import kineto_scan
+
+    t = kineto_scan._tracescan
+    if t is None:
+        pytest.skip("the C scanner is not built")
+    width = len(at._csv_header(path))
+    got = t.Scanner([]).csv(path.read_bytes(), width, [t.CSV_RAW] * width)
+    if got is None:
+        return None
+    cols, strs = got
+    texts = [*strs, None]
+    return [[texts[i] for i in np.frombuffer(c, dtype=np.int32).tolist()] for c in cols]
 
 
 def test_plain_csv_cases(tmp_path) -> None:
@@ -880,12 +897,14 @@ def test_plain_csv_cases(tmp_path) -> None:
         return p
 
     for text in ("a,b\n1,\n,2\n", "\ufeffa,b\r\n x ,y\t\r\n", "a,b\n3,4", 'a,b\n"1,2",3\n', 'a,"b"\n"",""\n',
-                 'a,b\n"x""y",z\n'):
+                 'a,b\n"x""y",z\n', 'a,b\n"1",2x\n'):
         p = write(text)
         got = at._plain_csv(p, at._csv_header(p))
-        assert got is not None and got == _duckdb_cells(p), text
-    for text in ('a,b\nx"y,3\n', 'a,b\n"1\n2",3\n', 'a,b\n"x"y,3\n', "a,b\n1\n", "a,b\n1,2\n\n3,4\n", "a,b\n1,2\r3,4\n", "a,b\n1,2,3\n"):
+        assert got is not None and got == _duckdb_cells(p) == _native_cells(p), text
+    for text in ('a,b\nx"y,3\n', 'a,b\n"1\n2",3\n', 'a,b\n"x"y,3\n', "a,b\n1\n", "a,b\n1,2\n\n3,4\n", "a,b\n1,2\r3,4\n", "a,b\n1,2,3\n",
+                 'a,b\n1,"2"x\n', "a,b\n1,2\r", "a,b\n1,2\x00\n", "a,b\n\n"):
         p = write(text)
         assert at._plain_csv(p, at._csv_header(p)) is None, text
+        assert _native_cells(p) is None, text
     big = write("a,b\n" + "1,2\n" * (at.PLAIN_CSV_BYTES // 4 + 1))
     assert at._plain_csv(big, ["a", "b"]) is None

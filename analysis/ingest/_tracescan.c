@@ -1472,6 +1472,179 @@ done:
     return result;
 }
 
+/* ---------------------------------------------------------------------------------------------- */
+/* csv(): the columns of a plain CSV file                                                           */
+
+enum { CSV_TEXT = 3, CSV_QTEXT = 4, CSV_RAW = 5, CSV_SKIP = -1 };
+
+/* A cell's text for its kind: TEXT trimmed of " \t\r\n", QTEXT also of '"', "" and "N/A" then NULL (0);
+ * RAW as it is, "" NULL. Returns its string id, -1 for NULL, -2 not UTF-8, -3 error. */
+static int32_t csv_text(Scanner *s, const char *p, size_t n, int kind) {
+    if (kind != CSV_RAW) {
+        const char *end = p + n;
+        while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n' || (kind == CSV_QTEXT && *p == '"')))
+            p++;
+        while (end > p && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\r' || end[-1] == '\n' ||
+                           (kind == CSV_QTEXT && end[-1] == '"')))
+            end--;
+        n = (size_t)(end - p);
+        if (n == 3 && memcmp(p, "N/A", 3) == 0) return -1;
+    }
+    return n == 0 ? -1 : intern(s, p, n);
+}
+
+/* csv(data, width, kinds) -> (columns, new strings), or None when the file is not plain
+ *
+ * The cells of a CSV as `ascend_text._plain_csv` takes them (the dialect on which DuckDB's read_csv and
+ * Python's csv module agree): '\n' or '\r\n' line ends (no other '\r'), no empty line, every field either
+ * unquoted without a quote character or wholly quoted ('""' inside for a quote, no line break), every
+ * line exactly `width` fields; the first line (the header) is skipped. An empty field, quoted or not, is
+ * NULL. `kinds`, per column: N_INT / N_NS / N_FLOAT (`numeral`: a (values, nulls) pair of bytearrays like
+ * numerals(), or None when a cell is not a numeral of the kind: ask again as RAW), TEXT / QTEXT / RAW (an
+ * int32 bytearray of string ids, -1 for NULL; see `csv_text`), SKIP (None). No Python object is made per
+ * cell, only one str per distinct text. None also for text that is not UTF-8 or has a NUL. */
+static PyObject *Scanner_csv(Scanner *s, PyObject *const *argv, Py_ssize_t argc) {
+    if (argc != 3) {
+        PyErr_SetString(PyExc_TypeError, "csv(data, width, kinds)");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(argv[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    Py_ssize_t width = PyLong_AsSsize_t(argv[1]);
+    PyObject *result = NULL, *cols = NULL, *kseq = NULL;
+    int *kinds = NULL;
+    char **out = NULL, **nul = NULL;
+    if (width == -1 && PyErr_Occurred()) goto done;
+    kseq = PySequence_Fast(argv[2], "kinds must be a sequence");
+    if (!kseq) goto done;
+    if (width <= 0 || PySequence_Fast_GET_SIZE(kseq) != width) {
+        PyErr_SetString(PyExc_ValueError, "one kind per column");
+        goto done;
+    }
+    kinds = PyMem_Calloc((size_t)width, sizeof(int));
+    out = PyMem_Calloc((size_t)width, sizeof(char *));
+    nul = PyMem_Calloc((size_t)width, sizeof(char *));
+    cols = PyList_New(width);
+    if (!kinds || !out || !nul) { PyErr_NoMemory(); goto done; }
+    if (!cols) goto done;
+    const char *base = view.buf, *end = base + view.len, *p = base;
+    if (view.len >= 3 && memcmp(p, "\xef\xbb\xbf", 3) == 0) p += 3;
+    if (memchr(p, 0, (size_t)(end - p))) { result = Py_NewRef(Py_None); goto done; }
+    /* rows: the line ends after the header (a last line may lack its '\n') */
+    Py_ssize_t rows = 0;
+    for (const char *q = p; (q = memchr(q, '\n', (size_t)(end - q))) != NULL; q++) rows++;
+    if (end > p && end[-1] != '\n') rows++;
+    rows = rows > 0 ? rows - 1 : 0;
+    for (Py_ssize_t j = 0; j < width; j++) {
+        long k = PyLong_AsLong(PySequence_Fast_GET_ITEM(kseq, j));
+        if (k == -1 && PyErr_Occurred()) goto done;
+        if (k != CSV_SKIP && (k < N_INT || k > CSV_RAW)) {
+            PyErr_SetString(PyExc_ValueError, "bad kind");
+            goto done;
+        }
+        kinds[j] = (int)k;
+        PyObject *col;
+        if (k == CSV_SKIP) {
+            col = Py_NewRef(Py_None);
+        } else if (k <= N_FLOAT) {
+            PyObject *v = PyByteArray_FromStringAndSize(NULL, rows * 8);
+            PyObject *m = PyByteArray_FromStringAndSize(NULL, rows);
+            col = v && m ? PyTuple_Pack(2, v, m) : NULL;
+            if (col) { out[j] = PyByteArray_AS_STRING(v); nul[j] = PyByteArray_AS_STRING(m); }
+            Py_XDECREF(v);
+            Py_XDECREF(m);
+        } else {
+            col = PyByteArray_FromStringAndSize(NULL, rows * 4);
+            if (col) out[j] = PyByteArray_AS_STRING(col);
+        }
+        if (!col) goto done;
+        PyList_SET_ITEM(cols, j, col);
+    }
+    Py_ssize_t row = -1;  /* the header is row -1 */
+    while (p < end) {
+        if (*p == '\n' || (*p == '\r' && p + 1 < end && p[1] == '\n')) { result = Py_NewRef(Py_None); goto done; }
+        for (Py_ssize_t j = 0;; j++) {
+            /* one field at p */
+            const char *v = p, *ve;
+            size_t vn;
+            int escaped = 0;
+            if (p < end && *p == '"') {
+                v = ++p;
+                for (;;) {
+                    while (p < end && *p != '"' && *p != '\n' && *p != '\r') p++;
+                    if (p >= end || *p != '"') { result = Py_NewRef(Py_None); goto done; }
+                    if (p + 1 < end && p[1] == '"') { escaped = 1; p += 2; continue; }
+                    break;
+                }
+                ve = p++;
+            } else {
+                while (p < end && *p != ',' && *p != '\n' && *p != '\r' && *p != '"') p++;
+                if (p < end && *p == '"') { result = Py_NewRef(Py_None); goto done; }
+                ve = p;
+            }
+            vn = (size_t)(ve - v);
+            if (escaped) {  /* '""' -> '"' into sbuf */
+                if (grow(&s->sbuf, &s->scap, vn) < 0) goto done;
+                size_t o = 0;
+                for (const char *c = v; c < ve; c++) {
+                    s->sbuf[o++] = *c;
+                    if (*c == '"') c++;
+                }
+                v = s->sbuf;
+                vn = o;
+            }
+            if (j >= width) { result = Py_NewRef(Py_None); goto done; }
+            if (row >= 0 && kinds[j] != CSV_SKIP) {
+                int k = kinds[j];
+                if (k <= N_FLOAT) {
+                    if (out[j]) {
+                        int64_t iv = 0;
+                        double dv = NAN;
+                        int r = vn ? numeral(v, (Py_ssize_t)vn, k, &iv, &dv) : 1;
+                        if (r == -3) goto done;
+                        if (r < 0) {
+                            out[j] = NULL;  /* not a numeral of the kind: the column is None */
+                        } else {
+                            nul[j][row] = (char)(r == 1);
+                            if (k == N_FLOAT) memcpy(out[j] + row * 8, &dv, 8);
+                            else memcpy(out[j] + row * 8, &iv, 8);
+                        }
+                    }
+                } else {
+                    int32_t id = csv_text(s, v, vn, k);
+                    if (id == -2) { result = Py_NewRef(Py_None); goto done; }
+                    if (id == -3) goto done;
+                    memcpy(out[j] + row * 4, &id, 4);
+                }
+            }
+            /* after the field: ',' (another), or the line's end: '\n', '\r\n' or the end of the file */
+            if (p < end && *p == ',') { p++; continue; }
+            if (p < end && *p == '\r' && p + 1 < end && p[1] == '\n') p++;
+            if (j != width - 1 || (p < end && *p != '\n')) { result = Py_NewRef(Py_None); goto done; }
+            if (p < end) p++;
+            break;
+        }
+        row++;
+    }
+    if (row != rows) { result = Py_NewRef(Py_None); goto done; }
+    for (Py_ssize_t j = 0; j < width; j++)
+        if (kinds[j] >= N_INT && kinds[j] <= N_FLOAT && !out[j])
+            if (PyList_SetItem(cols, j, Py_NewRef(Py_None)) < 0) goto done;
+    Py_ssize_t total = PyList_GET_SIZE(s->strs);
+    PyObject *fresh = PyList_GetSlice(s->strs, s->reported, total);
+    if (!fresh) goto done;
+    s->reported = total;
+    result = Py_BuildValue("(ON)", cols, fresh);
+done:
+    Py_XDECREF(cols);
+    Py_XDECREF(kseq);
+    PyMem_Free(kinds);
+    PyMem_Free(out);
+    PyMem_Free(nul);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 /* text_kinds(seq) -> 0 every item a str, 1 str and None (at least one None), 2 anything else: the check
  * `RankTables.parts()` makes of every text column, ~15x faster than set(map(type, seq)) in Python */
 static PyObject *text_kinds(PyObject *Py_UNUSED(module), PyObject *arg) {
@@ -1680,6 +1853,8 @@ static PyMethodDef Scanner_methods[] = {
     {"forest", (PyCFunction)(void (*)(void))Scanner_forest, METH_FASTCALL,
      "forest(buf, start, final) -> (status, pos, columns, new strings, duplicate keys possible): a JSON "
      "document block by block, as trees of its values"},
+    {"csv", (PyCFunction)(void (*)(void))Scanner_csv, METH_FASTCALL,
+     "csv(data, width, kinds) -> (columns, new strings) or None: the columns of a plain CSV"},
     {"take", (PyCFunction)Scanner_take, METH_NOARGS,
      "take() -> (columns, new strings, elements scanned): the rows so far as bytearrays, then cleared"},
     {NULL, NULL, 0, NULL},
@@ -1735,5 +1910,9 @@ PyMODINIT_FUNC PyInit__tracescan(void) {
     PyModule_AddIntConstant(m, "N_INT", N_INT);
     PyModule_AddIntConstant(m, "N_NS", N_NS);
     PyModule_AddIntConstant(m, "N_FLOAT", N_FLOAT);
+    PyModule_AddIntConstant(m, "CSV_TEXT", CSV_TEXT);
+    PyModule_AddIntConstant(m, "CSV_QTEXT", CSV_QTEXT);
+    PyModule_AddIntConstant(m, "CSV_RAW", CSV_RAW);
+    PyModule_AddIntConstant(m, "CSV_SKIP", CSV_SKIP);
     return m;
 }

@@ -2003,6 +2003,82 @@ def _plain_csv(path: Path, header: list[str]) -> list[list[str | None]] | None:
     return [[c if c else None for c in col] for col in zip(*rows, strict=True)] if rows else [[] for _ in header]
 
 
+def _native_csv(path: Path, header: list[str], cols: list[Converted]) -> _Frame | None:
+    """`query_converted`'s frame of a plain CSV (`_plain_csv`'s dialect, any size) read by the C scanner
+    (`Scanner.csv`): numerals converted from the bytes as `_plain_column` converts them, text kept as string
+    ids, so that no Python object is made per cell. A column read as two kinds, or whose numerals are not
+    plain, is read as text and goes through `_plain_column`. None when the extension is off, the file is
+    not plain or not UTF-8, has no rows, or a column is not convertible here (DuckDB then decides).
+
+    Why: a 9 MB kernel_details.csv (64k rows, a rank of 400k trace events) read by DuckDB as text peaked at
+    +91 MB, and DuckDB kept ~29 MB of it afterwards; Python's own split is only taken under
+    PLAIN_CSV_BYTES."""
+    from . import kineto_scan
+
+    if not kineto_scan.available():
+        return None
+    t = kineto_scan._tracescan
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    if not data.isascii():
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    index = {}
+    for name in dict.fromkeys(col for _, col, _ in cols):
+        index[name] = header.index(name)
+    kinds = [t.CSV_SKIP] * len(header)
+    wanted: dict[str, set[str]] = {}
+    for _, col, kind in cols:
+        wanted.setdefault(col, set()).add(kind)
+    as_text = {_TEXT: t.CSV_TEXT, _QTEXT: t.CSV_QTEXT, **_NUMERAL_KINDS}
+    for col, ks in wanted.items():
+        (kind,) = ks if len(ks) == 1 else (None,)
+        kinds[index[col]] = as_text.get(kind, t.CSV_RAW)
+    scanner = t.Scanner([])
+    got = scanner.csv(data, len(header), kinds)
+    if got is None:
+        return None
+    columns, strs = got
+    redo = [j for j, k in enumerate(kinds) if k in (t.N_INT, t.N_NS, t.N_FLOAT) and columns[j] is None]
+    if redo:  # numerals that are not plain: as text, for `_plain_column` to judge
+        again = scanner.csv(data, len(header), [t.CSV_RAW if j in redo else t.CSV_SKIP for j in range(len(header))])
+        if again is None:
+            return None
+        for j in redo:
+            columns[j] = again[0][j]
+        strs += again[1]
+        kinds = [t.CSV_RAW if j in redo else k for j, k in enumerate(kinds)]
+    del data
+    texts = np.empty(len(strs) + 1, dtype=object)  # the last slot answers for -1 (NULL)
+    texts[:-1] = strs
+    out: dict[str, Any] = {}
+    n = None
+    for alias, col, kind in cols:
+        j = index[col]
+        c = columns[j]
+        if kinds[j] in (t.N_INT, t.N_NS, t.N_FLOAT):
+            values = np.frombuffer(c[0], dtype=np.float64 if kind == _FLOAT else np.int64)
+            mask = np.frombuffer(c[1], dtype=bool)
+            col_out: Any = values if kind == _FLOAT or not mask.any() else _ma(values, mask)
+        else:
+            col_out = texts[np.frombuffer(c, dtype=np.int32)]
+            if kinds[j] == t.CSV_RAW:
+                col_out = _plain_column(col_out.tolist(), kind, True)
+                if col_out is None:
+                    return None
+                if type(col_out) is list:
+                    col_out = _objects(_interned(col_out))
+        out[alias] = col_out
+        n = len(col_out)
+    if not n:
+        return None
+    return _Frame(out, n)
+
+
 def _csv_source(names: list[str]) -> str:
     cols = ", ".join("'" + n.replace("'", "''") + "': 'VARCHAR'" for n in names)
     return _CSV.format(columns="{" + cols + "}")
@@ -2330,6 +2406,9 @@ class _RankReader:
         frame = None
         names = list(dict.fromkeys(col for _, col, _ in cols))
         header = self._csv_columns[path]
+        native = _native_csv(path, header, cols)
+        if native is not None:
+            return native
         plain = _plain_csv(path, header)
         if plain is not None:  # what DuckDB reads from it, without DuckDB's ~1-4 ms per query
             cells = {name: plain[header.index(name)] for name in names}
