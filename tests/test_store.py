@@ -183,6 +183,55 @@ def test_bad_rank_is_skipped_with_a_warning_in_child_processes(tmp_path, monkeyp
         store.open_profile(prof_dir, cache_dir=tmp_path / "cache", workers=2)
 
 
+def test_an_ascend_rank_failing_after_it_sent_tables_is_removed(tmp_path, monkeypatch):
+    """A parse worker sends an Ascend rank's communication tables before it reads trace_view.json; when that
+    file then fails the rank, the rows already inserted go, and the other ranks are stored."""
+    prof_dir = tmp_path / "prof"
+    shutil.copytree(need(CLUSTER4), prof_dir)
+    bad = next(prof_dir.glob("node0_40002_*")) / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    bad.write_bytes(bad.read_bytes()[:5000])
+    monkeypatch.setattr(store, "PARALLEL_MIN_BYTES", 0)
+    prof = store.open_profile(prof_dir, cache_dir=tmp_path / "cache", workers=2)
+    assert prof.info.ranks == [0, 1, 3]
+    assert any(w.startswith("rank skipped:") and "trace_view.json" in w for w in prof.warnings)
+    for table in ("comm_ops", "links", "device_ops", "host_ops"):
+        ranks = [r for (r,) in prof.rows(f"SELECT DISTINCT rank FROM {table} ORDER BY rank")]
+        assert ranks == [0, 1, 3], table
+
+
+def test_streamed_ascend_tables_equal_the_kept_ones(tmp_path):
+    """`read_rank(src, sink)`: the blocks the sink gets, and the tables kept, are block for block what
+    `parts()` gives without a sink; count() includes what was streamed; add() to a streamed table raises."""
+    import numpy as np
+
+    from stepdoctor.analysis.ingest import ascend_text
+    from stepdoctor.analysis.ingest.base import RankSource, RankTables, StoreError
+
+    def blocks(parts):
+        out: dict[str, list] = {}
+        for table, cols in parts:
+            out.setdefault(table, []).append({  # (NULL: masked, its data left out: NaN != NaN)
+                c: (np.where(np.ma.getmaskarray(a), 0, np.ma.getdata(a)).tolist(), np.ma.getmaskarray(a).tolist())
+                if isinstance(a, np.ndarray) else a.decode().tolist() for c, a in cols.items()})
+        return out
+
+    for rank_dir in sorted(need(CLUSTER4).glob("*_ascend_pt")):
+        src = RankSource(path=rank_dir, format="ascend_pt_text", rank=int(rank_dir.name.split("_")[1]) - 40000)
+        plain = ascend_text.read_rank(src)
+        got: list = []
+        streamed = ascend_text.read_rank(src, lambda rank, table, cols, got=got: got.append((table, cols)))
+        assert {t for t, _ in got} == {t for t in ascend_text.STREAMED if plain.count(t)}
+        assert blocks(plain.parts()) == blocks([*got, *streamed.parts()])
+        for t in ascend_text.STREAMED:
+            assert streamed.count(t) == plain.count(t)
+    t = RankTables(0)
+    t.stream(lambda *a: None, ["host_ops"])
+    with pytest.raises(RuntimeError, match="host_ops"):
+        t.add("host_ops", name="x")
+    with pytest.raises(StoreError, match=r"host_ops\.name"):
+        t.extend("host_ops", {"name": [None], "start_ns": [1], "dur_ns": [1]})
+
+
 def test_writer_refuses_a_taken_rank_id_and_removes_an_aborted_rank(tmp_path):
     import numpy as np
 

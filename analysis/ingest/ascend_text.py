@@ -2269,9 +2269,20 @@ def _csv_cursor() -> duckdb.DuckDBPyConnection:
     return con.cursor()
 
 
-def read_rank(src: RankSource) -> RankTables:
-    """Parse one `*_ascend_pt` / `*_ascend_ms` text-export directory into normalized tables."""
+# The tables this reader only extends (never `add()`s), which it can hand on as it finishes them
+STREAMED = ("comm_ops", "comm_bandwidth", "comm_packets", "links", "device_ops", "host_ops", "comm_tasks",
+            "memory_records", "freq_samples")
+
+
+def read_rank(src: RankSource, sink: Callable[[int, str, dict[str, Any]], None] | None = None) -> RankTables:
+    """Parse one `*_ascend_pt` / `*_ascend_ms` text-export directory into normalized tables.
+
+    `sink(rank, table, columns)`: the blocks of the STREAMED tables, typed, as each is finished (the parse
+    workers send them on at once, so a rank's tables are not all in the worker at the end); the returned
+    tables then hold the others."""
     reader = _RankReader(src)
+    if sink is not None:
+        reader.t.stream(sink, STREAMED)
     # The reader creates millions of small containers (row tuples, lists) that live until the end; the
     # cyclic GC would rescan them over and over (1.5 s of 4 s on a 1M-event trace) without freeing any.
     was_enabled = gc.isenabled()

@@ -14,7 +14,7 @@ pickle compactly between processes; pandas is not needed for that, so a parse wo
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -147,6 +147,17 @@ class RankTables:
         self._cols: dict[str, list[dict[str, list[Any]]]] = {}
         self.warnings: list[str] = []
         self.capabilities: set[str] = set()
+        self._sink: Callable[[int, str, dict[str, np.ndarray]], None] | None = None
+        self._streamed: dict[str, int] = {}  # table -> rows given to the sink
+
+    def stream(self, sink: Callable[[int, str, dict[str, np.ndarray]], None], tables: Iterable[str]) -> None:
+        """From now on, each `extend()` block of `tables` is typed at once (as `parts()` types it) and given
+        to `sink(rank, table, columns)` instead of being kept: a reader's finished tables leave while it reads the
+        next file. The reader names tables it only extends: `parts()` gives a table's `add()` rows before its
+        extend blocks, so an `add()` to a streamed table raises. A block the schema cannot take raises
+        `StoreError`."""
+        self._sink = sink
+        self._streamed = dict.fromkeys(tables, 0)
 
     def add(self, table: str, **row: Any) -> None:
         cols = table_columns()[table]
@@ -154,6 +165,8 @@ class RankTables:
         bad = set(row) - names
         if bad:
             raise KeyError(f"{table}: unknown columns {sorted(bad)}")
+        if table in self._streamed:
+            raise RuntimeError(f"{table}: add() to a streamed table")
         row.setdefault("rank", self.rank)
         self._rows.setdefault(table, []).append(row)
 
@@ -162,6 +175,15 @@ class RankTables:
         bad = set(columns) - names
         if bad:
             raise KeyError(f"{table}: unknown columns {sorted(bad)}")
+        if self._sink is not None and table in self._streamed:
+            try:
+                typed = self._typed(table, columns)
+            except ValueError as e:
+                raise StoreError(str(e)) from None
+            if typed is not None:
+                self._streamed[table] += _length(typed)
+                self._sink(self.rank, table, typed)
+            return
         self._cols.setdefault(table, []).append(columns)
 
     def warn(self, message: str) -> None:
@@ -171,7 +193,7 @@ class RankTables:
         self.capabilities.update(caps)
 
     def count(self, table: str) -> int:
-        n = len(self._rows.get(table, ()))
+        n = len(self._rows.get(table, ())) + self._streamed.get(table, 0)
         for chunk in self._cols.get(table, ()):
             n += len(next(iter(chunk.values()), ()))
         return n
@@ -214,41 +236,53 @@ class RankTables:
         value cannot be stored: NULL in a NOT NULL column, an INTEGER beyond 32 bits, an unconvertible
         value.
         """
-        types = table_columns()
-        required = required_columns()
-        for table, cols in types.items():
+        for table, cols in table_columns().items():
             blocks: list[dict[str, Any]] = []
             if rows := self._rows.get(table):
                 present = {k for r in rows for k in r}
                 blocks.append({c: [r.get(c) for r in rows] for c, _ in cols if c in present})
             blocks.extend(self._cols.get(table, ()))
             for block in blocks:
-                n = len(next(iter(block.values()), ()))
-                if not n:
-                    continue
-                out: dict[str, np.ndarray] = {}
-                for c, t in cols:
-                    if c not in block:
-                        if c in required[table] and c != "rank":
-                            raise ValueError(f"{table}.{c}: no value (the column is NOT NULL)")
-                        continue
-                    try:
-                        a = typed_column(block[c], t)
-                    except (TypeError, ValueError, OverflowError) as e:
-                        raise ValueError(f"{table}.{c}: {e}") from None
-                    if len(a) != n:
-                        raise ValueError(f"{table}.{c}: {len(a)} values for {n} rows")
-                    if c == "rank":
-                        if isinstance(a, np.ma.MaskedArray):
-                            a = np.where(np.ma.getmaskarray(a), self.rank, np.ma.getdata(a))
-                    elif c in required[table] and _has_null(a):
-                        raise ValueError(f"{table}.{c}: NULL in a NOT NULL column")
-                    if t == "INTEGER" and a.size:
-                        v = np.ma.compressed(a) if isinstance(a, np.ma.MaskedArray) else a
-                        if v.size and (v.min() < _INT32[0] or v.max() > _INT32[1]):
-                            raise ValueError(f"{table}.{c}: value out of the INTEGER range")
-                    out[c] = a
-                yield table, out
+                if (out := self._typed(table, block)) is not None:
+                    yield table, out
+
+    def _typed(self, table: str, block: dict[str, Any]) -> dict[str, np.ndarray] | None:
+        """One block as `parts()` gives it (None: no rows)."""
+        n = len(next(iter(block.values()), ()))
+        if not n:
+            return None
+        required = required_columns()[table]
+        out: dict[str, np.ndarray] = {}
+        for c, t in table_columns()[table]:
+            if c not in block:
+                if c in required and c != "rank":
+                    raise ValueError(f"{table}.{c}: no value (the column is NOT NULL)")
+                continue
+            try:
+                a = typed_column(block[c], t)
+            except (TypeError, ValueError, OverflowError) as e:
+                raise ValueError(f"{table}.{c}: {e}") from None
+            if len(a) != n:
+                raise ValueError(f"{table}.{c}: {len(a)} values for {n} rows")
+            if c == "rank":
+                if isinstance(a, np.ma.MaskedArray):
+                    a = np.where(np.ma.getmaskarray(a), self.rank, np.ma.getdata(a))
+            elif c in required and _has_null(a):
+                raise ValueError(f"{table}.{c}: NULL in a NOT NULL column")
+            if t == "INTEGER" and a.size:
+                v = np.ma.compressed(a) if isinstance(a, np.ma.MaskedArray) else a
+                if v.size and (v.min() < _INT32[0] or v.max() > _INT32[1]):
+                    raise ValueError(f"{table}.{c}: value out of the INTEGER range")
+            out[c] = a
+        return out
+
+
+class StoreError(ValueError):
+    """A streamed block (`RankTables.stream`) the schema cannot take: the rank cannot be stored."""
+
+
+def _length(cols: dict[str, Any]) -> int:
+    return len(next(iter(cols.values()), ()))
 
 
 def _has_null(a: Any) -> bool:
