@@ -2306,7 +2306,7 @@ class _RankReader:
         self.t = RankTables(self.rank)
         ms = src.format.startswith("ascend_ms") or self.root.name.endswith("_ascend_ms")
         self.framework = "mindspore" if ms else "pytorch"
-        self.con = _csv_cursor()
+        self._con: duckdb.DuckDBPyConnection | None = None  # (see `con`)
         self.framework_version: str | None = None
         self.profiler_level: str | None = None
         self.with_stack: bool | None = None
@@ -2320,8 +2320,17 @@ class _RankReader:
         self.comm_task_cols: dict[str, Any] | None = None  # HCCL sub-tasks of the trace (Plane threads)
         self._csv_columns: dict[Path, list[str]] = {}      # CSV -> its column names (resolve_csv)
 
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection:
+        """A cursor on this thread's CSV database (`_csv_cursor`), made when a CSV first needs DuckDB: the C
+        scanner reads the plain ones, and a database costs a process ~24 MB (a parse worker's own)."""
+        if self._con is None:
+            self._con = _csv_cursor()
+        return self._con
+
     def close(self) -> None:
-        self.con.close()
+        if self._con is not None:
+            self._con.close()
 
     # -- helpers --------------------------------------------------------------------------------------
 
@@ -2459,9 +2468,10 @@ class _RankReader:
         self.profiler_info()
         self.profiler_metadata()
         self.device_info()
-        # The communication JSONs first: their decoding is a rank's largest transient (a 46 MB
-        # communication.json: ~90 MB), which the trace's and kernel_details' columns would otherwise sit
-        # under (400k events per rank: peak 368 -> 273 MB). Their warnings keep their place after the trace's.
+        # The communication JSONs first: their decoding (a block at a time: +58 MB for a 46 MB
+        # communication.json, 400k events per rank) would otherwise sit on the trace's and kernel_details'
+        # columns, and their tables leave (`RankTables.stream`) before the trace is read. Their warnings
+        # keep their place after the trace's.
         mark = len(self.t.warnings)
         self.communication()
         self.communication_matrix()
