@@ -975,7 +975,9 @@ class TraceParser:
                                       and (ev.cat is None or ev.cat.lower() != "gc"))
             out.n_events -= len(pending)  # _consume counts them again
             self._consume(pending)
-        for fname, parts in self._parts.items():
+        done = set(self._parts)
+        for fname in list(self._parts):
+            parts = self._parts.pop(fname)  # (each field's pieces go as it is joined: not all twice at once)
             if fname in _INT64_FIELDS:
                 setattr(out, fname, parts[0] if len(parts) == 1 else np.concatenate(parts))
             elif fname in _NULLABLE_INT_FIELDS:
@@ -986,7 +988,7 @@ class TraceParser:
                 setattr(out, fname, parts[0] if len(parts) == 1 else list(itertools.chain.from_iterable(parts)))
         for names in (_HOST_FIELDS, _HW_FIELDS, _COMM_FIELDS, _OVERLAP_FIELDS, _FLOW_FIELDS):
             for fname in names:
-                if fname not in self._parts:
+                if fname not in done:
                     setattr(out, fname, np.empty(0, dtype=np.int64) if fname in _INT64_FIELDS
                             else _nullable_int_parts([]) if fname in _NULLABLE_INT_FIELDS
                             else np.empty(0, dtype=np.float64) if fname in _FLOAT_FIELDS else ())
