@@ -53,7 +53,7 @@ import os
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
@@ -993,6 +993,31 @@ class TraceParser:
                             else _nullable_int_parts([]) if fname in _NULLABLE_INT_FIELDS
                             else np.empty(0, dtype=np.float64) if fname in _FLOAT_FIELDS else ())
         self._parts = {}
+
+
+class _Released(tuple):
+    """A `TraceColumns` field after its last reader ran (`_release`): any use of it is a bug."""
+
+    def __len__(self) -> int:
+        raise RuntimeError("a released trace column was read")
+
+    def __iter__(self) -> Any:
+        raise RuntimeError("a released trace column was read")
+
+    def __getitem__(self, i: Any) -> Any:
+        raise RuntimeError("a released trace column was read")
+
+
+_RELEASED = _Released()
+
+
+def _release(tr: TraceColumns, *prefixes: str) -> None:
+    """Drop the trace's columns of these groups (h_: host, d_: device, c_: communication, fl_: flows) once
+    the phase that turns them into tables or frames has run: ~37 MB of columns for a rank of 400k
+    events would otherwise sit under every later phase."""
+    for f in fields(tr):
+        if f.name.startswith(prefixes):
+            setattr(tr, f.name, _RELEASED)
 
 
 def _last_boundary(buf: bytes) -> tuple[int, int] | None:
@@ -2215,6 +2240,10 @@ class _Frame:
     def take(self, rows: np.ndarray) -> _Frame:
         return _Frame({c: v[rows] for c, v in self.cols.items()}, len(rows))
 
+    def keep(self, *names: str) -> None:
+        """Drop every column but `names` (a frame whose other columns were read for the last time)."""
+        self.cols = {c: v for c, v in self.cols.items() if c in names}
+
 
 def _isna(col: np.ndarray) -> np.ndarray:
     """NULL mask of a `_Frame` column."""
@@ -2276,15 +2305,17 @@ STREAMED = ("comm_ops", "comm_bandwidth", "comm_packets", "links", "device_ops",
             "memory_records", "freq_samples")
 
 
-def read_rank(src: RankSource, sink: Callable[[int, str, dict[str, Any]], None] | None = None) -> RankTables:
+def read_rank(src: RankSource, sink: Callable[[int, str, dict[str, Any]], None] | None = None,
+              settle: Callable[[], None] | None = None) -> RankTables:
     """Parse one `*_ascend_pt` / `*_ascend_ms` text-export directory into normalized tables.
 
     `sink(rank, table, columns)`: the blocks of the STREAMED tables, typed, as each is finished (the parse
     workers send them on at once, so a rank's tables are not all in the worker at the end); the returned
-    tables then hold the others."""
+    tables then hold the others. `settle()`: called after the phases that free the most (the trace's
+    pieces once joined, its host columns once framed); see `RankTables.stream`."""
     reader = _RankReader(src)
     if sink is not None:
-        reader.t.stream(sink, STREAMED)
+        reader.t.stream(sink, STREAMED, settle)
     # The reader creates millions of small containers (row tuples, lists) that live until the end; the
     # cyclic GC would rescan them over and over (1.5 s of 4 s on a 1M-event trace) without freeing any.
     was_enabled = gc.isenabled()
@@ -2320,6 +2351,7 @@ class _RankReader:
         self.groups: dict[str, dict[str, Any]] = {}      # group hash -> {group_name, pg_name, global_ranks}
         self.time_origin: int | None = None
         self.comm_task_cols: dict[str, Any] | None = None  # HCCL sub-tasks of the trace (Plane threads)
+        self.device_tasks: dict[str, Any] = {}             # its device task candidates (device_ops)
         self._csv_columns: dict[Path, list[str]] = {}      # CSV -> its column names (resolve_csv)
 
     @property
@@ -2481,6 +2513,7 @@ class _RankReader:
         del self.t.warnings[mark:]
         kd = self.kernel_details()
         tr = self.trace()
+        self.t.settled()
         if kd is None and tr is None:
             raise ProfileError(self.out, "no device data: neither trace_view.json nor kernel_details.csv is "
                                          f"present; {ANALYSE_HINT}")
@@ -2488,11 +2521,19 @@ class _RankReader:
         host = pairs = None
         if tr is not None:
             pairs = self.launch_flows(tr)
+            _release(tr, "fl_")
             host = self.host_frame(tr, steps, pairs)
-        dev, comm_ops = self.device_ops(kd, tr, host, steps, pairs)
+            _release(tr, "h_")
+            self.t.settled()
+        # the trace's device tasks and hcom ops, then its HCCL sub-tasks (their table done and gone before
+        # the device_ops columns are built), then device_ops
+        self.device_tasks, comm_ops = self._trace_device_tasks(tr, pairs)
+        if tr is not None:
+            _release(tr, "d_", "c_")
+            self.comm_tasks(comm_ops, steps)
+        dev = self.device_ops(kd, host, steps)
         self.emit_steps(steps, dev)
         if tr is not None:
-            self.comm_tasks(tr, comm_ops, steps)
             self.freq(tr)
             self.overlap(tr, steps)
         self.step_trace_time()
@@ -2875,16 +2916,16 @@ class _RankReader:
 
     # -- device ops -----------------------------------------------------------------------------------
 
-    def device_ops(self, kd: _Frame | None, tr: TraceColumns | None, host: dict[str, Any] | None,
-                   steps: _Steps, pairs: _Launches | None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        """device_ops rows (kernel_details joined with the trace's device tasks) and the trace's hcom ops.
+    def device_ops(self, kd: _Frame | None, host: dict[str, Any] | None, steps: _Steps) -> dict[str, np.ndarray]:
+        """device_ops rows: kernel_details joined with the trace's device tasks (`device_tasks`, from
+        `_trace_device_tasks`; taken, so they are freed once joined).
 
         The rows are the kernel_details rows (with the correlation id, group and missing stream of their
         trace task), then the trace tasks no row matched. Built as columns (numpy / lists): a few thousand
         rows per rank, where DataFrame copies, `.loc` writes and a concat cost more than the values.
-        Returns the rows' step and start_ns (what `emit_steps` and `ranks_row` read) and the hcom ops.
+        Returns the rows' step and start_ns (what `emit_steps` and `ranks_row` read).
         """
-        cand, comm_ops = self._trace_device_tasks(tr, pairs)
+        cand, self.device_tasks = self.device_tasks, {}
         n_cand = len(cand["name"]) if cand else 0
         if kd is not None and n_cand:
             ki, ti = self._join(kd, cand)
@@ -2896,7 +2937,7 @@ class _RankReader:
         else:
             ki = ti = np.empty(0, dtype=np.int64)
         if kd is None and not n_cand:
-            return {"step": np.empty(0, dtype=np.int64), "start_ns": np.empty(0, dtype=np.int64)}, comm_ops
+            return {"step": np.empty(0, dtype=np.int64), "start_ns": np.empty(0, dtype=np.int64)}
         n_kd = len(kd) if kd is not None else 0
         rest = np.ones(n_cand, dtype=bool)    # the trace tasks no kernel_details row matched
         rest[ti] = False
@@ -2940,9 +2981,11 @@ class _RankReader:
                 out[c] = _concat(kd[c], np.full(n_rest, None, dtype=object))
             for c in PIPE_RATIO_COLUMNS:
                 out[c] = _concat(np.array(kd[c], dtype=np.float64), np.full(n_rest, np.nan))
+            kd.keep("op_type")  # (op_statistic's; the rest is in `out` now, not twice while it is typed)
+        cand = r_cols = None  # (their columns are in `out`)
         self.t.extend("device_ops", out)
         self.t.has("device_ops")
-        return {"step": step, "start_ns": cols["start_ns"]}, comm_ops
+        return {"step": step, "start_ns": cols["start_ns"]}
 
     def _trace_device_tasks(self, tr: TraceColumns | None,
                             pairs: _Launches | None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -3121,9 +3164,9 @@ class _RankReader:
             return g["global_ranks"][r]
         return r
 
-    def comm_tasks(self, tr: TraceColumns, ops: dict[str, Any], steps: _Steps) -> None:
+    def comm_tasks(self, ops: dict[str, Any], steps: _Steps) -> None:
         """HCCL sub-tasks (Plane threads) with the hcom op that encloses them on their group's op thread."""
-        tasks = self.comm_task_cols
+        tasks, self.comm_task_cols = self.comm_task_cols, None
         if tasks is None or not len(tasks["start_ns"]):
             return
         start = tasks["start_ns"]

@@ -149,15 +149,24 @@ class RankTables:
         self.capabilities: set[str] = set()
         self._sink: Callable[[int, str, dict[str, np.ndarray]], None] | None = None
         self._streamed: dict[str, int] = {}  # table -> rows given to the sink
+        self._settle: Callable[[], None] | None = None
 
-    def stream(self, sink: Callable[[int, str, dict[str, np.ndarray]], None], tables: Iterable[str]) -> None:
+    def stream(self, sink: Callable[[int, str, dict[str, np.ndarray]], None], tables: Iterable[str],
+               settle: Callable[[], None] | None = None) -> None:
         """From now on, each `extend()` block of `tables` is typed at once (as `parts()` types it) and given
         to `sink(rank, table, columns)` instead of being kept: a reader's finished tables leave while it reads the
         next file. The reader names tables it only extends: `parts()` gives a table's `add()` rows before its
         extend blocks, so an `add()` to a streamed table raises. A block the schema cannot take raises
-        `StoreError`."""
+        `StoreError`. `settle()`: called by `settled()`, when the reader has dropped a phase's transients (the
+        parse workers give the freed heap back then)."""
         self._sink = sink
         self._streamed = dict.fromkeys(tables, 0)
+        self._settle = settle
+
+    def settled(self) -> None:
+        """The reader has just freed a big phase's transient columns (see `stream`)."""
+        if self._settle is not None:
+            self._settle()
 
     def add(self, table: str, **row: Any) -> None:
         cols = table_columns()[table]
