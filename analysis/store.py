@@ -51,6 +51,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import copyreg
+import ctypes
 import gc
 import hashlib
 import importlib
@@ -116,10 +117,11 @@ POOL_BELOW_ROWS = CHUNK_ROWS
 # The inserting connection: one thread (the parse workers have the cores), a small buffer pool (it caches
 # blocks already written; the rows of the open transactions spill past it to the temp directory), and
 # jemalloc handing freed memory back: at once from thread caches, and its dirty pages purged by its
-# background thread (without it they stayed resident for seconds). Measured on 2 x 400k-event Ascend
-# ranks / 8 x 93 MB Kineto ranks, ingest process peak and CPU: 32 MB 156 MB / 1.36 s; 32 MB + purge
-# 149 MB; 24 MB + purge 144 MB / 1.40 s; 16 MB + purge 135-140 MB / 1.51 s (2 MB spilled).
-WRITER_CONFIG = {"threads": 1, "memory_limit": "16MB", "allocator_flush_threshold": "1MB", "allocator_background_threads": True}
+# background thread (without it they stayed resident for seconds). Ingest process peak on 2 x 400k-event
+# Ascend ranks, and its CPU on 8 x 93 MB of Kineto: 32 MB 156 MB / 1.36 s; 32 MB + purge 149 MB;
+# 24 MB + purge 144-146 MB / 1.40 s; 16 MB + purge 135-140 MB / 1.51 s (2 MB spilled). 24 MB: the
+# Ascend memory target with the least insert CPU.
+WRITER_CONFIG = {"threads": 1, "memory_limit": "24MB", "allocator_flush_threshold": "1MB", "allocator_background_threads": True}
 
 ProgressFn = Callable[[int, int, str], None]
 
@@ -782,7 +784,6 @@ def _parse_main(inp: BinaryIO, out: BinaryIO) -> None:
     def sink(rank: int, table: str, cols: dict[str, Any]) -> None:
         for chunk in _chunks(cols):
             _send(out, b"D", (rank, table, chunk))
-        _trim()
 
     while (frame := _recv(inp)) is not None:
         src: RankSource = frame[1]
@@ -793,26 +794,36 @@ def _parse_main(inp: BinaryIO, out: BinaryIO) -> None:
             continue
         _send_rank(out, t.rank, parts, (list(t.warnings), sorted(t.capabilities)), None)
         del t, parts
-        _trim()
 
 
-_MALLOC_TRIM: list[Any] = []
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+_GLIBC: list[Any] = []
+TRIM_MIN_FREE = 32 << 20
 
 
 def _trim() -> None:
-    """Give the heap's free pages back to the system (glibc `malloc_trim`; elsewhere nothing). A parse
-    worker calls it after each table it sends: the columns it just freed sit among live blocks, and glibc
-    only returns the top of its heap by itself. ~1-3 ms a call; on a rank of 400k trace events the
-    worker's peak fell from 232 to 187 MB with the tables sent as they are finished."""
-    if not _MALLOC_TRIM:
-        import ctypes
-
+    """Give the heap's free pages back to the system when at least TRIM_MIN_FREE bytes of it are free
+    (glibc `mallinfo2` / `malloc_trim`; elsewhere nothing). A parse worker calls it when a streaming reader
+    has dropped a big phase's columns (`RankTables.settled`): the freed blocks sit among live ones, and
+    glibc only returns the top of its heap by itself. On a rank of 400k trace events 45 MB are free after
+    the trace is joined, and the worker's peak fell from 160 to 142 MB; at 100k, 15 MB, where giving them
+    back cost more than it saved (each page given back faults again when reused: trimming after every
+    table sent, and after each rank, took ~10 % more worker CPU for the same peak)."""
+    if not _GLIBC:
         try:
-            _MALLOC_TRIM.append(ctypes.CDLL(None).malloc_trim)
+            libc = ctypes.CDLL(None)
+            libc.mallinfo2.restype = _MallInfo2
+            _GLIBC.append((libc.mallinfo2, libc.malloc_trim))
         except (OSError, AttributeError):
-            _MALLOC_TRIM.append(None)
-    if _MALLOC_TRIM[0] is not None:
-        _MALLOC_TRIM[0](0)
+            _GLIBC.append(None)
+    if _GLIBC[0] is not None:
+        info, trim = _GLIBC[0]
+        if info().fordblks >= TRIM_MIN_FREE:
+            trim(0)
 
 
 def _send_rank(out: BinaryIO, rank: int, parts: Parts, info: Any, err: str | None) -> None:
