@@ -1189,6 +1189,30 @@ static int forest_key(Scanner *s, int lvl, int32_t kid) {
     return 0;
 }
 
+/* The (buf, start, final) arguments of feed() and forest(): `view` of buf (released on error), `start`
+ * within it, `s->final` set. 0, or -1 with an exception set. */
+static int block_args(Scanner *s, PyObject *const *argv, Py_ssize_t argc, const char *usage, Py_buffer *view,
+                      Py_ssize_t *start) {
+    if (argc != 3) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return -1;
+    }
+    if (PyObject_GetBuffer(argv[0], view, PyBUF_SIMPLE) < 0) return -1;
+    *start = PyLong_AsSsize_t(argv[1]);
+    int final = PyObject_IsTrue(argv[2]);
+    if ((*start == -1 && PyErr_Occurred()) || final < 0) {
+        PyBuffer_Release(view);
+        return -1;
+    }
+    if (*start < 0 || *start > view->len) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_ValueError, "start out of range");
+        return -1;
+    }
+    s->final = final;
+    return 0;
+}
+
 /* forest(buf, start, final) -> (status, pos, columns, new strings, duplicate keys possible)
  *
  * One JSON document whose top is an object, read block by block: each call reads buf[start:] and returns
@@ -1204,24 +1228,10 @@ static int forest_key(Scanner *s, int lvl, int32_t kid) {
  *   ODD: a string the reference decoder must judge; MALFORMED: not JSON, or the top is not an object
  * The caller decodes with its reference path on ODD and MALFORMED. */
 static PyObject *Scanner_forest(Scanner *s, PyObject *const *argv, Py_ssize_t argc) {
-    if (argc != 3) {
-        PyErr_SetString(PyExc_TypeError, "forest(buf, start, final)");
-        return NULL;
-    }
     Py_buffer view;
-    if (PyObject_GetBuffer(argv[0], &view, PyBUF_SIMPLE) < 0) return NULL;
-    Py_ssize_t start = PyLong_AsSsize_t(argv[1]);
-    int final = PyObject_IsTrue(argv[2]);
-    if ((start == -1 && PyErr_Occurred()) || final < 0) {
-        PyBuffer_Release(&view);
-        return NULL;
-    }
-    if (start < 0 || start > view.len) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "start out of range");
-        return NULL;
-    }
-    s->final = final;
+    Py_ssize_t start;
+    if (block_args(s, argv, argc, "forest(buf, start, final)", &view, &start) < 0) return NULL;
+    int final = s->final;
     Tree t = {0};
     t.s = s;
     t.base = view.buf;
@@ -1763,24 +1773,10 @@ static int Scanner_init(Scanner *s, PyObject *argsobj, PyObject *kw) {
  *        resume at `end`
  *   MALFORMED: not a JSON array of objects at or after `pos` (the reference path reports it) */
 static PyObject *Scanner_feed(Scanner *s, PyObject *const *argv, Py_ssize_t argc) {
-    if (argc != 3) {
-        PyErr_SetString(PyExc_TypeError, "feed(buf, start, final)");
-        return NULL;
-    }
     Py_buffer view;
-    if (PyObject_GetBuffer(argv[0], &view, PyBUF_SIMPLE) < 0) return NULL;
-    Py_ssize_t start = PyLong_AsSsize_t(argv[1]);
-    int final = PyObject_IsTrue(argv[2]);
-    if ((start == -1 && PyErr_Occurred()) || final < 0) {
-        PyBuffer_Release(&view);
-        return NULL;
-    }
-    if (start < 0 || start > view.len) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "start out of range");
-        return NULL;
-    }
-    s->final = final;
+    Py_ssize_t start;
+    if (block_args(s, argv, argc, "feed(buf, start, final)", &view, &start) < 0) return NULL;
+    int final = s->final;
     const char *base = view.buf;
     Cur c = {base + start, base + view.len};
     int status = ST_NEED_MORE;
