@@ -38,13 +38,15 @@ _UNLIMITED = 1 << 60
 # Peak private memory of a parse worker per byte its reader reads, and a fixed part for everything else
 # (index arrays, DuckDB's CSV buffers). Measured on the bench inputs, worker RSS minus the interpreter
 # with its imports (~72 MB with DuckDB, ~45 MB without):
-#   Ascend text, 8 x 100k events (48 MB read per rank): 163 MB -> 1.9 x; 2 x 400k (170 MB): 382-432 MB
-#   -> 1.8-2.1 x. Kineto, 8 x 93 MB JSON: 79-86 MB -> 0.4 x (read in 512 KiB pieces, folded into
-#   compact columns). The other formats (Ascend and MindSpore databases, MindSpore's older text export)
-#   build whole-rank columns like the Ascend text reader and take its factor.
-PEAK_PER_INPUT_BYTE = {"kineto": 0.6, "ascend": 2.5}
+#   Ascend text, since it streams its tables (thirteenth session): 8 x 400k events (up to 190 MB read per
+#   rank) 154 MB -> 0.55 x, 2 x 400k (170 MB) 131 MB -> 0.5 x; before, 2 x 400k 382-432 MB -> 1.8-2.1 x.
+#   Kineto, 8 x 93 MB JSON: 79-86 MB -> 0.4 x (read in 512 KiB pieces, folded into compact columns). The
+#   other formats (Ascend and MindSpore databases, MindSpore's older text export) build whole-rank columns
+#   and keep the old Ascend text factor.
+PEAK_PER_INPUT_BYTE = {"kineto": 0.6, "ascend_text": 0.8, "ascend": 2.5}
+_TEXT_FORMATS = {"ascend_pt_text", "ascend_ms_text"}
 WORKER_FIXED_BYTES = 64 << 20
-# The ingest process: DuckDB's buffer pool (32 MB), one uncompressed row group per table, the columns of
+# The ingest process: DuckDB's buffer pool (24 MB), one uncompressed row group per table, the columns of
 # the rank being inserted; 124-164 MB on the bench inputs.
 INGEST_RESERVE_BYTES = 256 << 20
 # Share of the available memory an ingest plans to use: page cache and the rest of the machine keep the
@@ -174,7 +176,8 @@ def rank_input_bytes(path: Path, files: Iterable[tuple[str, int]]) -> int:
 
 def worker_peak_bytes(fmt: str, input_bytes: int) -> int:
     """Estimated peak private memory of a parse worker reading `input_bytes` of format `fmt`."""
-    factor = PEAK_PER_INPUT_BYTE["kineto" if fmt == "kineto" else "ascend"]
+    factor = PEAK_PER_INPUT_BYTE["kineto" if fmt == "kineto" else "ascend_text" if fmt in _TEXT_FORMATS
+                                 else "ascend"]
     return WORKER_FIXED_BYTES + int(factor * input_bytes)
 
 

@@ -104,13 +104,17 @@ def test_rank_input_bytes_counts_what_readers_read(tmp_path):
 
 def test_plan_workers_fits_the_largest_rank_in_memory(monkeypatch):
     monkeypatch.delenv(machine.WORKERS_ENV, raising=False)
-    ranks = [("ascend_pt_text", 1000), ("ascend_pt_text", 400 * MB)] * 32
+    ranks = [("ascend_pt_db", 1000), ("ascend_pt_db", 400 * MB)] * 32
     peak = machine.WORKER_FIXED_BYTES + int(2.5 * 400 * MB)
     plan = machine.plan_workers(ranks, cpus=64, available=None)
     assert (plan.workers, plan.reason, plan.worker_peak_bytes) == (64, "cpus", peak)
     plan = machine.plan_workers(ranks, cpus=64, available=16 * GB)
     assert plan.workers == int((16 * GB * 0.7 - 256 * MB) // peak) == 10
     assert plan.reason == "memory"
+    # the Ascend text reader streams its tables: a worker takes ~0.55x what it reads (0.8x planned)
+    text = machine.plan_workers([("ascend_pt_text", 400 * MB)] * 32, cpus=64, available=16 * GB)
+    assert text.worker_peak_bytes == machine.WORKER_FIXED_BYTES + int(0.8 * 400 * MB)
+    assert text.workers == int((16 * GB * 0.7 - 256 * MB) // text.worker_peak_bytes) == 29
     assert machine.plan_workers(ranks, cpus=64, available=512 * MB).workers == 1  # never fewer than one
     assert machine.plan_workers(ranks[:3], cpus=64, available=None).workers == 3
     # Kineto ranks stream: ~0.6 byte per input byte
