@@ -1199,8 +1199,8 @@ static int block_args(Scanner *s, PyObject *const *argv, Py_ssize_t argc, const 
     }
     if (PyObject_GetBuffer(argv[0], view, PyBUF_SIMPLE) < 0) return -1;
     *start = PyLong_AsSsize_t(argv[1]);
-    int final = PyObject_IsTrue(argv[2]);
-    if ((*start == -1 && PyErr_Occurred()) || final < 0) {
+    int final = *start == -1 && PyErr_Occurred() ? -1 : PyObject_IsTrue(argv[2]);
+    if (final < 0) {
         PyBuffer_Release(view);
         return -1;
     }

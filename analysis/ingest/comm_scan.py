@@ -29,7 +29,6 @@ then text, then Decimal, with its warnings. `tests/test_comm_scan.py` checks the
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import fields
@@ -213,28 +212,26 @@ def _trees(src: bytes | Path, block: int | None = None) -> Iterator[_Tree]:
     into the block)."""
     if not available():
         raise _Back
-    size = block or BLOCK
     try:
         with contextlib.ExitStack() as stack:
             if isinstance(src, (bytes, bytearray)):
                 view, at = memoryview(src), [0]
 
-                def read() -> bytes:
-                    at[0] += size
-                    return bytes(view[at[0] - size:at[0]])
+                def read(n: int) -> bytes:
+                    at[0] += n
+                    return bytes(view[at[0] - n:at[0]])
             else:
                 read = stack.enter_context(open(src, "rb")).read
-                read = functools.partial(read, size)
-            yield from _forest(read)
+            yield from _forest(read, block or BLOCK)
     except OSError:
         raise _Back from None
 
 
-def _forest(read: Callable[[], bytes]) -> Iterator[_Tree]:
+def _forest(read: Callable[[int], bytes], block: int) -> Iterator[_Tree]:
     t = _tracescan
     scanner, strings = t.Scanner([]), _Strings()
-    buf = bytearray(read())
-    pos, eof = 0, not buf
+    buf = bytearray(read(block))
+    pos, eof, size = 0, not buf, block
     while True:
         status, pos, cols, fresh, dup = scanner.forest(buf, pos, eof)
         if status not in (t.DONE, t.NEED_MORE) or dup:
@@ -246,7 +243,10 @@ def _forest(read: Callable[[], bytes]) -> Iterator[_Tree]:
         del tree  # (so that one tree at a time is in memory, and the block can be reused)
         if status == t.DONE:
             return
-        more = read()
+        # a value longer than the blocks read so far is read again with the next one: read twice as much
+        # each time, so that a value of n bytes costs O(n), not O(n^2 / block)
+        size = size * 2 if pos == 0 else block
+        more = read(size)
         del buf[:pos]
         buf += more
         pos, eof = 0, not more
