@@ -335,3 +335,16 @@ def test_random_communication_json_same_on_both_paths(doc, rank_dir, monkeypatch
 @given(doc=matrix_docs())
 def test_random_communication_matrix_same_on_both_paths(doc, rank_dir, monkeypatch):
     read_both(rank_dir, "communication_matrix.json", dumps(doc), monkeypatch)
+
+
+def test_a_value_longer_than_a_block_is_read_with_doubling_reads():
+    """A value at depth >= 3 longer than a block is read again with the next read; the reads double while
+    no call makes progress, so a 1.3 MB value in 4 KB blocks takes ~10 calls, not ~330."""
+    doc = json.dumps({"step1": {"p2p": {"big": list(range(200_000))}}, "step2": {"p2p": {}}}).encode()
+    sizes, steps = [], set()
+    for t in comm_scan._trees(doc, 4096):
+        sizes.append(len(t.kind))
+        steps |= {t.strs[k] for k in t.key[t.depth == 1].tolist()}
+    assert len(sizes) <= 12
+    assert max(sizes) == 3 + 1 + 200_000  # root, step1, p2p, then "big" and its elements in one tree
+    assert steps == {"step1", "step2"}
