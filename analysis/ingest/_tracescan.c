@@ -1299,41 +1299,27 @@ static PyObject *Scanner_forest(Scanner *s, PyObject *const *argv, Py_ssize_t ar
             r = J_ODD;
         }
         if (r == J_OK && L + 1 < F_LEVELS && *c.p == '{') {
-            const char *brace = c.p;
-            c.p++;
-            ws(&c);
-            if (c.p >= c.end) r = J_MORE;
-            else {
-                uint32_t prev = kid < (int32_t)s->f_nstamp[L] ? s->f_stamp[L][kid] : 0;
-                int dup = s->f_dup;
+            const char *q = c.p + 1;
+            while (q < c.end && (*q == ' ' || *q == '\n' || *q == '\r' || *q == '\t')) q++;
+            if (q >= c.end) {
+                r = J_MORE;
+            } else if (*q != '}') {  /* an object at depth 1-2: opened, its members read one by one */
                 if (forest_key(s, L, kid) < 0) goto done;
                 size_t row;
-                if (tree_row(&t, (int32_t)rowof[L], kid, L + 1, brace - t.base, &row) < 0) goto done;
-                if (*c.p == '}') {  /* {}: a member like any other, complete at its ',' or '}' */
-                    c.p++;
-                    ws(&c);
-                    if (c.p < c.end && (*c.p == ',' || *c.p == '}')) {
-                        s->f_state[L] = F_SEP;
-                        safe = c.p;
-                        safe_n = t.n;
-                        continue;
-                    }
-                    s->f_stamp[L][kid] = prev;  /* undone: read again with the next block */
-                    s->f_dup = dup;
-                    r = c.p < c.end ? J_BAD : J_MORE;
-                } else {
-                    rowof[L + 1] = row;
-                    s->f_lvl++;
-                    s->f_state[L + 1] = F_FIRST;
-                    s->f_key[L + 1] = kid;
-                    s->f_serial[L + 1] = ++s->f_serials;
-                    s->f_state[L] = F_SEP;
-                    safe = c.p;
-                    safe_n = t.n;
-                    continue;
-                }
-            }
-        } else if (r == J_OK) {
+                if (tree_row(&t, (int32_t)rowof[L], kid, L + 1, c.p - t.base, &row) < 0) goto done;
+                c.p = q;
+                rowof[L + 1] = row;
+                s->f_lvl++;
+                s->f_state[L + 1] = F_FIRST;
+                s->f_key[L + 1] = kid;
+                s->f_serial[L + 1] = ++s->f_serials;
+                s->f_state[L] = F_SEP;
+                safe = c.p;
+                safe_n = t.n;
+                continue;
+            }  /* else {}: read whole below, like any other value */
+        }
+        if (r == J_OK) {
             uint32_t prev = kid < (int32_t)s->f_nstamp[L] ? s->f_stamp[L][kid] : 0;
             int dup = s->f_dup;
             if (forest_key(s, L, kid) < 0) goto done;
@@ -1349,7 +1335,7 @@ static PyObject *Scanner_forest(Scanner *s, PyObject *const *argv, Py_ssize_t ar
                 }
                 r = c.p < c.end ? J_BAD : J_MORE;
             }
-            s->f_stamp[L][kid] = prev;
+            s->f_stamp[L][kid] = prev;  /* undone: the member is read again with the next block */
             s->f_dup = dup;
         }
         status = r == J_ODD ? ST_ODD : r == J_MORE && !final ? ST_NEED_MORE : ST_MALFORMED;
