@@ -1983,9 +1983,10 @@ def _csv_header(path: Path) -> list[str]:
     return names
 
 
-# A CSV up to this size that has nothing DuckDB's reader treats specially is split here: the small
-# per-rank files (step_trace_time, op_statistic, a short kernel_details) cost DuckDB 1-4 ms a query,
-# ~10 ms of a small rank's ~75 ms, and a split 0.05-0.3 ms.
+# Without the C scanner (which reads a plain CSV of any size: `_native_csv`), a CSV up to this size that
+# has nothing DuckDB's reader treats specially is split here: the small per-rank files (step_trace_time,
+# op_statistic, a short kernel_details) cost DuckDB 1-4 ms a query, ~10 ms of a small rank's ~75 ms, and a
+# split 0.05-0.3 ms; above it, one Python str per cell costs more than DuckDB.
 PLAIN_CSV_BYTES = 64 * 1024
 # A line whose every field is either unquoted without a quote character, or wholly quoted (quotes
 # doubled inside, no line break): both DuckDB and the csv module read such a line the same way.
