@@ -21,8 +21,8 @@ Algorithm:
      numpy columns (`RankTables.parts()`) in chunks of half a row group, each a framed pickle whose
      arrays follow as raw out-of-band buffers on its stdout. A reader in STREAMING (the Ascend text
      export) hands its big tables over as it finishes each (`RankTables.stream`), and they are sent
-     while it reads the next file, the freed heap given back (`_trim`): a rank's tables are never all in
-     the worker (2 x 400k-event ranks: worker peak 236 -> 201 MB);
+     while it reads the next file, the heap it frees after its big phases given back (`_trim`): a rank's
+     tables are never all in the worker (a 400k-event rank: worker peak 272 -> 131-154 MB);
    * this process only waits, passing progress on, and meanwhile imports what it needs to open the
      database. Children whose results are in are not waited for: they exit on their own and are reaped
      later (a process with ~150 MB mapped takes ~0.1 s to exit here).
@@ -35,8 +35,8 @@ Algorithm:
    together, warnings and capabilities at the end: an INSERT costs ~1 ms whatever its size, which on
    many small ranks made the single inserter the bottleneck. Rows of several ranks may share a row group; a
    rank id is claimed by the first rank that sends rows, so a rank that fails half-way (its worker died,
-   or its reader failed after it streamed tables) is removed with `DELETE ... WHERE rank = ?` and a duplicate rank id is refused before any of its rows
-   are written. A rank that fails is skipped with a warning when other ranks are stored; if none is, the
+   or its reader failed after it streamed tables) is removed with `DELETE ... WHERE rank = ?` and a
+   duplicate rank id is refused before any of its rows are written. A rank that fails is skipped with a warning when other ranks are stored; if none is, the
    first error is raised.
 
 Nothing is written next to the input: the cache lives under $STEPDOCTOR_CACHE_DIR, else
@@ -58,6 +58,7 @@ import importlib
 import io
 import os
 import pickle
+import select
 import selectors
 import shutil
 import signal
@@ -121,7 +122,8 @@ POOL_BELOW_ROWS = CHUNK_ROWS
 # Ascend ranks, and its CPU on 8 x 93 MB of Kineto: 32 MB 156 MB / 1.36 s; 32 MB + purge 149 MB;
 # 24 MB + purge 144-146 MB / 1.40 s; 16 MB + purge 135-140 MB / 1.51 s (2 MB spilled). 24 MB: the
 # Ascend memory target with the least insert CPU.
-WRITER_CONFIG = {"threads": 1, "memory_limit": "24MB", "allocator_flush_threshold": "1MB", "allocator_background_threads": True}
+WRITER_CONFIG = {"threads": 1, "memory_limit": "24MB", "allocator_flush_threshold": "1MB",
+                 "allocator_background_threads": True}
 
 ProgressFn = Callable[[int, int, str], None]
 
@@ -527,8 +529,6 @@ def _recv(f: BinaryIO) -> tuple[bytes, Any] | None:
 
 def _readable(f: BinaryIO) -> bool:
     """Whether a read of `f` would not block now (a frame, or its end, is there)."""
-    import select
-
     return bool(select.select([f], [], [], 0)[0])
 
 
@@ -782,8 +782,7 @@ def _parse_main(inp: BinaryIO, out: BinaryIO) -> None:
     two cores (the cores are busy either way) and holds one more rank."""
 
     def sink(rank: int, table: str, cols: dict[str, Any]) -> None:
-        for chunk in _chunks(cols):
-            _send(out, b"D", (rank, table, chunk))
+        _send_table(out, rank, table, cols)
 
     while (frame := _recv(inp)) is not None:
         src: RankSource = frame[1]
@@ -828,9 +827,14 @@ def _trim() -> None:
 
 def _send_rank(out: BinaryIO, rank: int, parts: Parts, info: Any, err: str | None) -> None:
     for table, cols in parts:
-        for chunk in _chunks(cols):
-            _send(out, b"D", (rank, table, chunk))
+        _send_table(out, rank, table, cols)
     _send(out, b"R", (rank, info, err))
+
+
+def _send_table(out: BinaryIO, rank: int, table: str, cols: dict[str, Any]) -> None:
+    """One block of a table as D frames of at most CHUNK_ROWS rows."""
+    for chunk in _chunks(cols):
+        _send(out, b"D", (rank, table, chunk))
 
 
 def _chunks(cols: dict[str, Any]) -> Iterator[dict[str, Any]]:

@@ -1525,7 +1525,7 @@ static PyObject *Scanner_csv(Scanner *s, PyObject *const *argv, Py_ssize_t argc)
     if (!cols) goto done;
     const char *base = view.buf, *end = base + view.len, *p = base;
     if (view.len >= 3 && memcmp(p, "\xef\xbb\xbf", 3) == 0) p += 3;
-    if (memchr(p, 0, (size_t)(end - p))) { result = Py_NewRef(Py_None); goto done; }
+    if (memchr(p, 0, (size_t)(end - p))) goto decline;
     /* rows: the line ends after the header (a last line may lack its '\n') */
     Py_ssize_t rows = 0;
     for (const char *q = p; (q = memchr(q, '\n', (size_t)(end - q))) != NULL; q++) rows++;
@@ -1558,7 +1558,7 @@ static PyObject *Scanner_csv(Scanner *s, PyObject *const *argv, Py_ssize_t argc)
     }
     Py_ssize_t row = -1;  /* the header is row -1 */
     while (p < end) {
-        if (*p == '\n' || (*p == '\r' && p + 1 < end && p[1] == '\n')) { result = Py_NewRef(Py_None); goto done; }
+        if (*p == '\n' || (*p == '\r' && p + 1 < end && p[1] == '\n')) goto decline;
         for (Py_ssize_t j = 0;; j++) {
             /* one field at p */
             const char *v = p, *ve;
@@ -1568,14 +1568,14 @@ static PyObject *Scanner_csv(Scanner *s, PyObject *const *argv, Py_ssize_t argc)
                 v = ++p;
                 for (;;) {
                     while (p < end && *p != '"' && *p != '\n' && *p != '\r') p++;
-                    if (p >= end || *p != '"') { result = Py_NewRef(Py_None); goto done; }
+                    if (p >= end || *p != '"') goto decline;
                     if (p + 1 < end && p[1] == '"') { escaped = 1; p += 2; continue; }
                     break;
                 }
                 ve = p++;
             } else {
                 while (p < end && *p != ',' && *p != '\n' && *p != '\r' && *p != '"') p++;
-                if (p < end && *p == '"') { result = Py_NewRef(Py_None); goto done; }
+                if (p < end && *p == '"') goto decline;
                 ve = p;
             }
             vn = (size_t)(ve - v);
@@ -1589,7 +1589,7 @@ static PyObject *Scanner_csv(Scanner *s, PyObject *const *argv, Py_ssize_t argc)
                 v = s->sbuf;
                 vn = o;
             }
-            if (j >= width) { result = Py_NewRef(Py_None); goto done; }
+            if (j >= width) goto decline;
             if (row >= 0 && kinds[j] != CSV_SKIP) {
                 int k = kinds[j];
                 if (k <= N_FLOAT) {
@@ -1608,7 +1608,7 @@ static PyObject *Scanner_csv(Scanner *s, PyObject *const *argv, Py_ssize_t argc)
                     }
                 } else {
                     int32_t id = csv_text(s, v, vn, k);
-                    if (id == -2) { result = Py_NewRef(Py_None); goto done; }
+                    if (id == -2) goto decline;
                     if (id == -3) goto done;
                     memcpy(out[j] + row * 4, &id, 4);
                 }
@@ -1616,13 +1616,13 @@ static PyObject *Scanner_csv(Scanner *s, PyObject *const *argv, Py_ssize_t argc)
             /* after the field: ',' (another), or the line's end: '\n', '\r\n' or the end of the file */
             if (p < end && *p == ',') { p++; continue; }
             if (p < end && *p == '\r' && p + 1 < end && p[1] == '\n') p++;
-            if (j != width - 1 || (p < end && *p != '\n')) { result = Py_NewRef(Py_None); goto done; }
+            if (j != width - 1 || (p < end && *p != '\n')) goto decline;
             if (p < end) p++;
             break;
         }
         row++;
     }
-    if (row != rows) { result = Py_NewRef(Py_None); goto done; }
+    if (row != rows) goto decline;
     for (Py_ssize_t j = 0; j < width; j++)
         if (kinds[j] >= N_INT && kinds[j] <= N_FLOAT && !out[j])
             if (PyList_SetItem(cols, j, Py_NewRef(Py_None)) < 0) goto done;
@@ -1631,6 +1631,9 @@ static PyObject *Scanner_csv(Scanner *s, PyObject *const *argv, Py_ssize_t argc)
     if (!fresh) goto done;
     s->reported = total;
     result = Py_BuildValue("(ON)", cols, fresh);
+    goto done;
+decline:  /* not a plain CSV: None, the caller reads it otherwise */
+    result = Py_NewRef(Py_None);
 done:
     Py_XDECREF(cols);
     Py_XDECREF(kseq);

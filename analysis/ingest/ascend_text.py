@@ -992,7 +992,6 @@ class TraceParser:
                     setattr(out, fname, np.empty(0, dtype=np.int64) if fname in _INT64_FIELDS
                             else _nullable_int_parts([]) if fname in _NULLABLE_INT_FIELDS
                             else np.empty(0, dtype=np.float64) if fname in _FLOAT_FIELDS else ())
-        self._parts = {}
 
 
 class _Released(tuple):
