@@ -52,6 +52,7 @@ import collections
 import contextlib
 import copyreg
 import ctypes
+import functools
 import gc
 import hashlib
 import importlib
@@ -83,7 +84,17 @@ if TYPE_CHECKING:
 
     from .models import ProfileInfo
 
-READER_VERSION = "1"
+@functools.cache
+def reader_version() -> str:
+    """A digest of the code that decides what the cache holds (the readers and this module), so a cache built
+    by other code is never reused: an upgrade or a local edit re-parses, unchanged code never does."""
+    h = hashlib.sha256()
+    here = Path(__file__).resolve().parent
+    for f in sorted([here / "store.py", *(here / "ingest").rglob("*.py")]):
+        h.update(f.relative_to(here).as_posix().encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
 
 # format -> "module:function" of the reader; imported lazily so a broken optional reader cannot break others.
 READERS: dict[str, str] = {
@@ -187,7 +198,7 @@ def input_listing(disc: Discovery) -> Listing:
 def fingerprint(disc: Discovery, listing: Listing | None = None) -> str:
     h = hashlib.sha256()
     h.update(schema_sql().encode())
-    h.update(READER_VERSION.encode())
+    h.update(reader_version().encode())
     for src, files in zip(disc.sources, listing or input_listing(disc), strict=True):
         h.update(f"\0{src.rank}\0{src.format}\0{src.path}".encode())
         for name, size, mtime_ns in files:
