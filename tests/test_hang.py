@@ -1,0 +1,88 @@
+"""`stepdoctor hang`: real Flight Recorder dumps and py-spy stacks (tests/data/real_hang, PROVENANCE.md there),
+dumps in torch's format at 1,024 ranks, and damaged or hostile dumps."""
+
+from __future__ import annotations
+
+import pickle
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from stepdoctor.analysis.hang import diagnose_hang
+from stepdoctor.analysis.ingest.base import ProfileError
+from stepdoctor.evals.generate.fr_dumps import write_hang
+
+REAL = Path(__file__).parent / "data" / "real_hang"
+
+
+def test_real_gloo_skip_names_rank_group_and_collective():
+    r = diagnose_hang(REAL / "skip")
+    assert r.dump_ranks == list(range(8)) and r.missing_dumps == []
+    d = r.divergences[0]
+    assert (d.group_name, d.seq, d.kind, d.ranks) == ("default_pg", 6, "mismatch", [5])
+    assert d.op == "gloo:all_reduce" and d.waiting_ranks == [0, 1, 2, 3, 4, 6, 7]
+    assert d.positions[0].stack[0].startswith("barrier (distributed_c10d.py")
+    assert [g.ranks for g in r.stacks.outliers] == [[5]]
+    assert "rank 5 issued gloo:barrier" in r.verdict and "hang_job.py:67" in r.verdict
+
+
+def test_real_gloo_stuck_before_collective():
+    r = diagnose_hang(REAL / "stuck")
+    d = r.divergences[0]
+    assert (d.group_name, d.seq, d.kind, d.ranks) == ("default_pg", 5, "missing", [5])
+    assert d.positions[0].last_issued_seq == 4 and d.positions[0].last_completed_seq == 4  # from pg_status
+    out = r.stacks.outliers
+    assert [g.ranks for g in out] == [[5]] and out[0].frames[0] == "load_batch (hang_job.py:28)"
+    assert "never issued it" in r.verdict and "load_batch (hang_job.py:28)" in r.verdict
+
+
+def test_real_nccl_timeout_dump_stuck_and_empty_ondemand_dump_stated():
+    r = diagnose_hang(REAL / "nccl_ws1_timeout")
+    d = r.divergences[0]
+    assert (d.seq, d.kind, d.ranks, d.op) == (6, "stuck", [0], "nccl:all_reduce")
+    assert d.positions[0].last_completed_seq == 5
+    assert any("no entries" in w and "nccl_ondemand" in w for w in r.warnings)
+
+
+@pytest.mark.parametrize("mode,kind", [("skip", "mismatch"), ("stuck", "missing")])
+def test_1024_ranks_in_seconds(tmp_path: Path, mode: str, kind: str):
+    write_hang(tmp_path, world=1024, culprit=777, mode=mode)
+    t0 = time.perf_counter()
+    r = diagnose_hang(tmp_path)
+    took = time.perf_counter() - t0
+    d = r.divergences[0]
+    assert (d.kind, d.ranks, d.seq) == (kind, [777], 20)
+    assert len(d.waiting_ranks) == 1023
+    assert took < 10, took
+
+
+def test_missing_and_truncated_dumps_are_stated_not_guessed(tmp_path: Path):
+    write_hang(tmp_path, world=8, culprit=3, mode="stuck")
+    (tmp_path / "nccl_trace_rank_6").unlink()
+    data = (tmp_path / "nccl_trace_rank_7").read_bytes()
+    (tmp_path / "nccl_trace_rank_7").write_bytes(data[: len(data) // 2])
+    r = diagnose_hang(tmp_path)
+    assert r.missing_dumps == [6, 7]
+    assert r.divergences[0].ranks == [3]
+    assert any("nccl_trace_rank_7" in u for u in r.unreadable)
+    assert any("[6, 7]" in w for w in r.warnings)
+
+
+def test_a_pickle_that_would_run_code_is_refused(tmp_path: Path):
+    class Evil:
+        def __reduce__(self):
+            return (shutil.rmtree, (str(tmp_path / "victim"),))
+
+    (tmp_path / "victim").mkdir()
+    (tmp_path / "fr_rank_0").write_bytes(pickle.dumps({"entries": [Evil()]}))
+    (tmp_path / "fr_rank_1").write_bytes(b"")
+    with pytest.raises(ProfileError, match="unreadable"):
+        diagnose_hang(tmp_path)
+    assert (tmp_path / "victim").is_dir()
+
+
+def test_nothing_there_is_one_line_error(tmp_path: Path):
+    with pytest.raises(ProfileError, match="no Flight Recorder dump"):
+        diagnose_hang(tmp_path)
