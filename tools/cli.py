@@ -174,9 +174,10 @@ Handler = Callable[[argparse.Namespace], int]
 
 def _extra_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """Commands provided by other tool modules (compare, explain, fixes, suggest-edit, report, mcp)."""
-    from . import commands
+    from . import commands, live
 
     commands.register(sub, common)
+    live.register(sub, common)
 
 
 def build_parser() -> argparse.ArgumentParser:

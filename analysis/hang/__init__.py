@@ -13,14 +13,22 @@ from .stacks import group_stacks, stack_files
 __all__ = ["HangReport", "diagnose_hang"]
 
 
-def _folders(path: Path) -> list[Path]:
-    return [path] + [p for p in sorted(path.rglob("*")) if p.is_dir()]
+MAX_DEPTH = 3   # dumps sit in the folder given or a few levels below (one folder per node or per job)
 
 
-def _read_all_dumps(path: Path) -> tuple[DumpSet, list[str]]:
+def _folders(path: Path, depth: int = 0) -> list[Path]:
+    out = [path]
+    if depth < MAX_DEPTH:
+        for p in sorted(path.iterdir()):
+            if p.is_dir() and not p.is_symlink():
+                out += _folders(p, depth + 1)
+    return out
+
+
+def _read_all_dumps(folders: list[Path]) -> tuple[DumpSet, list[str]]:
     """The dump set under PATH with the most ranks, then the most entries (a folder may also hold an
     on-demand dump of an idle recorder beside the one written on timeout), and notes on the sets not used."""
-    sets = [read_dumps(files) for folder in _folders(path) for files in dump_files(folder)]
+    sets = [read_dumps(files) for folder in folders for files in dump_files(folder)]
     sets = [ds for ds in sets if ds.dumps or ds.unreadable]
     if not sets:
         return DumpSet({}, []), []
@@ -60,8 +68,9 @@ def diagnose_hang(path: str | Path) -> HangReport:
     p = Path(path).expanduser()
     if not p.is_dir():
         raise ProfileError(p, "not a folder: pass the folder holding the Flight Recorder dumps or stack files")
-    ds, notes = _read_all_dumps(p)
-    sfiles = stack_files(p)
+    folders = _folders(p)
+    ds, notes = _read_all_dumps(folders)
+    sfiles = stack_files(folders)
     if not ds.dumps and not sfiles:
         detail = f" ({len(ds.unreadable)} unreadable: {ds.unreadable[0][1]})" if ds.unreadable else ""
         raise ProfileError(p, f"no Flight Recorder dump (<prefix><rank>) or py-spy JSON stack file{detail}")

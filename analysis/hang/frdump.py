@@ -150,9 +150,22 @@ def dump_files(folder: Path) -> list[dict[int, Path]]:
     (the rank). JSON stack snapshots are not candidates."""
     by_prefix: dict[str, dict[int, Path]] = {}
     for p in sorted(folder.iterdir()):
-        if p.is_file() and (m := _RANK_RE.match(p.name)) and m.group("prefix") and not p.name.endswith(".json"):
+        if (m := _RANK_RE.match(p.name)) and m.group("prefix") and p.is_file() and _looks_like_dump(p):
             by_prefix.setdefault(m.group("prefix"), {})[int(m.group("rank"))] = p
     return list(by_prefix.values())
+
+
+def _looks_like_dump(path: Path) -> bool:
+    """A pickle (protocol 2+ starts with 0x80; an empty file is a dump that failed to write) or a JSON object
+    naming the dump's keys near its start; anything else (traces, logs) is not read."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(1 << 16)
+    except OSError:
+        return False
+    if not head or head[:1] == b"\x80":
+        return True
+    return head.lstrip()[:1] == b"{" and (b'"entries"' in head or b'"pg_config"' in head)
 
 
 def read_dumps(files: dict[int, Path]) -> DumpSet:
@@ -161,6 +174,6 @@ def read_dumps(files: dict[int, Path]) -> DumpSet:
     for rank, path in files.items():
         try:
             dumps[rank] = read_dump(path, rank)
-        except (OSError, ValueError, EOFError, pickle.UnpicklingError, TypeError, KeyError) as e:
+        except Exception as e:  # arbitrary bytes make the unpickler raise anything
             bad.append((str(path), f"{type(e).__name__}: {e}"[:200]))
     return DumpSet(dumps, bad)

@@ -40,16 +40,18 @@ def _frame_text(f: dict[str, Any]) -> str:
     return f"{f.get('name', '?')} ({file}:{f.get('line', '?')})"
 
 
-def stack_files(folder: Path) -> list[Path]:
-    """The py-spy JSON files under `folder` (a list of threads at the top level), by name."""
+def stack_files(folders: list[Path]) -> list[Path]:
+    """The py-spy JSON files in `folders`: a JSON list whose head names threads."""
     out = []
-    for p in sorted(folder.rglob("*.json")):
-        try:
-            head = p.read_bytes()[:256].lstrip()
-        except OSError:
-            continue
-        if head.startswith(b"[") and b"thread" in p.read_bytes()[:4096]:
-            out.append(p)
+    for folder in folders:
+        for p in sorted(folder.glob("*.json")):
+            try:
+                with open(p, "rb") as f:
+                    head = f.read(4096)
+            except OSError:
+                continue
+            if head.lstrip().startswith(b"[") and b'"thread_id"' in head:
+                out.append(p)
     return out
 
 

@@ -1,0 +1,66 @@
+"""Commands for a job that runs or hangs: `hang PATH` (Flight Recorder dumps and stack snapshots) and
+`trigger RUN_DIR` (ask every rank's StepWatch to capture K steps)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..analysis.hang import HangReport, diagnose_hang
+from ..analysis.ingest.base import ProfileError
+
+
+def render_hang(r: HangReport) -> str:
+    lines = [r.verdict, ""]
+    lines.append(f"dumps read: {len(r.dump_ranks)} rank(s)"
+                 + (f"; no dump: ranks {r.missing_dumps}" if r.missing_dumps else ""))
+    for d in r.divergences:
+        lines.append(f"- {d.group_name} #{d.seq} {d.op}: {d.kind}, ranks {d.ranks} "
+                     f"({len(d.waiting_ranks)} waiting"
+                     + (f", {d.waited_ms / 1000:.1f} s" if d.waited_ms and d.waited_ms >= 100 else "") + ")")
+        for p in d.positions[:8]:
+            where = f"; at {p.stack[0]}" if p.stack else ""
+            lines.append(f"    rank {p.rank}: last issued #{p.last_issued_seq} {p.last_issued_op or ''}, "
+                         f"last completed #{p.last_completed_seq}{where}")
+    if r.stacks:
+        lines.append(f"stacks: {len(r.stacks.groups)} distinct main-thread stack(s)")
+        for g in r.stacks.outliers[:8]:
+            lines.append(f"- ranks {g.ranks} differ from the majority: " + " <- ".join(g.frames[:4]))
+    lines += [f"warning: {w}" for w in r.warnings]
+    return "\n".join(lines)
+
+
+def cmd_hang(a: argparse.Namespace) -> int:
+    r = diagnose_hang(a.path)
+    if a.format == "json":
+        print(r.model_dump_json(indent=2))
+    else:
+        print(render_hang(r))
+    return 0
+
+
+def cmd_trigger(a: argparse.Namespace) -> int:
+    from ..capture.trigger import state_dir, write_trigger
+
+    run = Path(a.run_dir)
+    if not state_dir(run).is_dir():
+        raise ProfileError(run, "no StepWatch has run here (no .stepdoctor/ folder): pass the run_dir given to "
+                                "StepWatch")
+    if a.steps < 1:
+        raise ProfileError(None, f"--steps must be at least 1, got {a.steps}")
+    doc = write_trigger(run, a.steps, "asked by `stepdoctor trigger`")
+    print(f"trigger {doc['id']}: every rank captures steps {doc['at_step']}..{doc['at_step'] + a.steps - 1} "
+          f"into {run / ('capture-' + doc['id'])}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    s = sub.add_parser("hang", parents=[common], help="where the ranks of a hung job diverge (Flight Recorder "
+                       "dumps, py-spy stack snapshots)")
+    s.add_argument("path", help="folder holding the dumps (<prefix><rank>) and/or py-spy --json stack files")
+    s.set_defaults(func=cmd_hang)
+    s = sub.add_parser("trigger", help="ask every rank's StepWatch in RUN_DIR to capture steps now")
+    s.add_argument("run_dir", help="the run_dir given to stepdoctor.capture.StepWatch")
+    s.add_argument("--steps", type=int, default=3, help="steps to capture (default 3)")
+    s.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    s.set_defaults(func=cmd_trigger)
