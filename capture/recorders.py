@@ -38,30 +38,35 @@ class TorchRecorder:
             import torch_npu  # type: ignore[import-not-found]
         except ImportError:
             torch_npu = None
-        self._prof = self._npu(torch_npu, out_dir, steps) if torch_npu else self._kineto(torch, out_dir, rank,
-                                                                                         steps)
-        self._prof.step_num = first_step
+        prof = self._npu(torch_npu, out_dir, first_step, steps) if torch_npu else \
+            self._kineto(torch, out_dir, rank, first_step, steps)
+        # ProfilerStep#N numbered as the job's steps: the schedule skips the first `first_step` numbers, and
+        # the action computed at construction (for step 0) is recomputed for the step it starts at
+        prof.step_num = first_step
+        prof.current_action = prof.schedule(first_step)
+        self._prof = prof
 
     @staticmethod
-    def _kineto(torch: Any, out_dir: Path, rank: int, steps: int) -> Any:
+    def _kineto(torch: Any, out_dir: Path, rank: int, first_step: int, steps: int) -> Any:
         acts = [torch.profiler.ProfilerActivity.CPU]
         if torch.cuda.is_available():
             acts.append(torch.profiler.ProfilerActivity.CUDA)
         return torch.profiler.profile(
             activities=acts, record_shapes=True, with_stack=False,
-            schedule=torch.profiler.schedule(wait=0, warmup=1, active=steps, repeat=1),
+            schedule=torch.profiler.schedule(skip_first=first_step, wait=0, warmup=1, active=steps, repeat=1),
             on_trace_ready=torch.profiler.tensorboard_trace_handler(str(out_dir), worker_name=f"rank{rank}",
                                                                     use_gzip=True))
 
     @staticmethod
-    def _npu(torch_npu: Any, out_dir: Path, steps: int) -> Any:
+    def _npu(torch_npu: Any, out_dir: Path, first_step: int, steps: int) -> Any:
         prof = torch_npu.profiler
         cfg = prof._ExperimentalConfig(profiler_level=prof.ProfilerLevel.Level1,
                                        aic_metrics=prof.AiCMetrics.PipeUtilization,
                                        export_type=prof.ExportType.Text)
         return prof.profile(activities=[prof.ProfilerActivity.CPU, prof.ProfilerActivity.NPU],
                             record_shapes=True, experimental_config=cfg,
-                            schedule=prof.schedule(wait=0, warmup=1, active=steps, repeat=1),
+                            schedule=prof.schedule(skip_first=first_step, wait=0, warmup=1, active=steps,
+                                                   repeat=1),
                             on_trace_ready=prof.tensorboard_trace_handler(str(out_dir)))
 
     def start(self) -> None:
