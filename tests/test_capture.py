@@ -123,3 +123,19 @@ def test_an_old_trigger_is_not_taken_by_a_new_process(tmp_path: Path):
     write_trigger(tmp_path, steps=2, reason="left from an earlier run", at_step=1)
     w = run_loop(tmp_path, [0.1] * 10)
     assert w.captures == []
+
+
+REAL = Path(__file__).parent / "data" / "real_capture"
+
+
+def test_the_real_h100_capture_holds_exactly_the_triggered_steps():
+    cap = json.loads((REAL / "capture.json").read_text())["captures"][0]
+    assert (cap["first_step"], cap["steps"], cap["late"]) == (44, 3, 0)
+    over = json.loads((REAL / "overhead.json").read_text())
+    assert over["share_of_step_pct"] < 1.0
+    from stepdoctor.tools import api
+
+    trace = next(REAL.glob("*.pt.trace.json.gz"))
+    b = api.breakdown(str(trace))
+    assert b.profile.steps == [44, 45] and b.profile.dropped_steps == [46]
+    assert all(r.compute_ms and r.compute_ms > 30 for r in b.rows)   # 13 layers on the GPU each step
