@@ -59,6 +59,7 @@ import importlib
 import io
 import os
 import pickle
+import re
 import select
 import selectors
 import shutil
@@ -1231,6 +1232,36 @@ _OPEN: dict[Path, Profile] = {}
 _OPEN_LOCK = threading.Lock()
 
 
+_TMP_RE = re.compile(r"\.duckdb\.tmp-(\d+)-\d+(?:\.wal|\.tmp)?$")
+
+
+def remove_stale_temporaries(root: Path) -> int:
+    """Delete the half-built databases (`*.duckdb.tmp-PID-TID`, its .wal and spill folder) whose process is
+    gone: a killed ingest leaves them, and they are never used. Returns how many paths were removed."""
+    removed = 0
+    with contextlib.suppress(OSError):
+        for q in root.iterdir():
+            m = _TMP_RE.search(q.name)
+            if m is None or _pid_alive(int(m.group(1))):
+                continue
+            with contextlib.suppress(OSError):
+                shutil.rmtree(q) if q.is_dir() else q.unlink()
+                removed += 1
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:   # alive, another user's
+        return True
+    return True
+
+
 def open_profile(path: str | Path, *, cache_dir: Path | None = None, workers: int | None = None,
                  progress: ProgressFn | None = None, refresh: bool = False, fork: bool = False,
                  background: Callable[[], None] | None = None) -> Profile:
@@ -1263,6 +1294,7 @@ def open_profile(path: str | Path, *, cache_dir: Path | None = None, workers: in
         if from_cache:
             _start(background)
         else:
+            remove_stale_temporaries(root)
             tmp = root / f"{fp}.duckdb.tmp-{os.getpid()}-{threading.get_ident()}"
             tmp.unlink(missing_ok=True)
             try:

@@ -26,7 +26,6 @@ import inspect
 import ipaddress
 import json
 import logging
-import math
 import os
 import sys
 import threading
@@ -39,7 +38,6 @@ from typing import Annotated, Any, Literal
 import anyio
 import anyio.from_thread
 import anyio.to_thread
-import duckdb
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
@@ -53,6 +51,8 @@ from ..analysis.models import SEVERITY_ORDER, Finding, ProfileInfo
 from ..analysis.store import Profile
 from ..tools import api
 from ..tools import models as m
+from .query import QUERY_DEFAULT_ROWS, QUERY_MAX_ROWS, QueryResult, run_query, text_query
+from .roots import Roots
 
 logger = logging.getLogger("stepdoctor.mcp")
 
@@ -70,11 +70,6 @@ INSTRUCTIONS = (
 # Budget per answer: a few KB of text for the model (Claude Code truncates far above this, but every token
 # counts in a long session). The structured content is bounded by the `limit` arguments instead.
 TEXT_CAP = 6000
-QUERY_DEFAULT_ROWS = 100
-QUERY_MAX_ROWS = 1000
-QUERY_CELL_CHARS = 1000
-QUERY_MAX_JSON_BYTES = 512 * 1024
-QUERY_TIMEOUT_S = 30.0
 
 # Every tool, load_profile included: its ingest cache lives outside the profile and is invisible to the
 # caller (the same answer every time), and suggest_edit only returns a diff.
@@ -122,69 +117,9 @@ class EnvAuditResult(m.EnvAudit):
     truncated: bool = False
 
 
-class QueryResult(BaseModel):
-    """Rows of one read-only SQL query over the normalized tables."""
-
-    columns: list[str]
-    types: list[str] = Field(description="DuckDB type of each column")
-    rows: list[list[Any]]
-    row_count: int
-    limit: int
-    truncated: bool = Field(
-        description="True if the query produced more rows than `limit` (or too many bytes)"
-    )
-    notes: list[str] = Field(default_factory=list)
-
-
 # --------------------------------------------------------------------------------------------------------
 # Allowed roots and the profile registry
 # --------------------------------------------------------------------------------------------------------
-
-
-class Roots:
-    """The folders the server may read. Paths are resolved (symlinks followed) before the check."""
-
-    def __init__(self, roots: Iterable[str | Path] | None = None) -> None:
-        given = [Path(r).expanduser() for r in (roots or [])]
-        dirs = [p.resolve() for p in given] or [Path.cwd().resolve()]
-        for d in dirs:
-            if not d.is_dir():
-                raise ProfileError(d, "--root must be an existing directory")
-        self.dirs: list[Path] = list(dict.fromkeys(dirs))
-
-    def text(self) -> str:
-        return ", ".join(str(d) for d in self.dirs)
-
-    def contains(self, p: Path) -> bool:
-        return any(p == d or p.is_relative_to(d) for d in self.dirs)
-
-    def resolve(self, raw: str, what: str = "profile") -> Path:
-        """An existing path under a root, or a ToolError naming the roots."""
-        if not raw or not raw.strip():
-            raise ToolError(f"empty path; give a {what} path under the allowed roots ({self.text()})")
-        p = Path(raw.strip()).expanduser()
-        if not p.is_absolute():
-            # Hosts start servers in their own working directory, so relative paths mean "under the root".
-            p = self.dirs[0] / p
-        p = p.resolve()
-        if not self.contains(p):
-            raise ToolError(
-                f"{raw} is outside the allowed roots ({self.text()}); give a path under one of them "
-                "(the server was started with these --root folders)"
-            )
-        if not p.exists():
-            raise ToolError(f"no {what} at {p}; the allowed roots are {self.text()}")
-        return p
-
-    def check_tree(self, p: Path) -> None:
-        """Refuse a folder holding symlinks that lead outside the roots: the readers would follow them."""
-        if not p.is_dir():
-            return
-        for root, dirs, files in os.walk(p):
-            for name in (*dirs, *files):
-                q = Path(root) / name
-                if q.is_symlink() and not self.contains(q.resolve()):
-                    raise ToolError(f"{q} links to {q.resolve()}, outside the allowed roots ({self.text()})")
 
 
 def profile_id_of(prof: Profile) -> str:
@@ -600,124 +535,6 @@ def text_fixes(fl: Any) -> str:
     return "\n".join(lines)
 
 
-def text_query(q: QueryResult) -> str:
-    def cell(v: Any) -> str:
-        s = "NULL" if v is None else str(v)
-        return s if len(s) <= 60 else s[:57] + "…"
-
-    lines = ["\t".join(q.columns)]
-    lines += ["\t".join(cell(v) for v in row) for row in q.rows]
-    lines.append(f"({q.row_count} row(s){'; truncated at limit ' + str(q.limit) if q.truncated else ''})")
-    lines += [f"Note: {n}" for n in q.notes]
-    return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------------------------------------
-# Read-only SQL
-# --------------------------------------------------------------------------------------------------------
-
-
-def _check_select(sql: str) -> str:
-    """The single SELECT / WITH statement of `sql`, without its trailing semicolon, or a ToolError."""
-    try:
-        stmts = duckdb.extract_statements(sql)
-    except duckdb.Error as e:
-        raise ToolError(f"SQL does not parse: {e}") from None
-    if len(stmts) != 1:
-        raise ToolError(f"give exactly one SELECT statement (got {len(stmts)})")
-    st = stmts[0]
-    if st.type != duckdb.StatementType.SELECT:
-        raise ToolError(
-            f"only SELECT / WITH queries are allowed (got {st.type.name}); the tables are read-only"
-        )
-    return st.query.strip().rstrip(";").strip()
-
-
-def _json_cell(v: Any) -> Any:
-    if v is None or isinstance(v, bool | int | str):
-        return v if not isinstance(v, str) or len(v) <= QUERY_CELL_CHARS else v[:QUERY_CELL_CHARS] + "…"
-    if isinstance(v, float):
-        return None if math.isnan(v) or math.isinf(v) else v
-    if isinstance(v, list | tuple):
-        return [_json_cell(x) for x in v]
-    if isinstance(v, dict):
-        return {str(k): _json_cell(x) for k, x in v.items()}
-    return _json_cell(str(v))
-
-
-def run_query(prof: Profile, sql: str, limit: int, timeout_s: float = QUERY_TIMEOUT_S) -> QueryResult:
-    """Run one SELECT over `prof`'s database, read-only, with no file or network access.
-
-    DuckDB refuses a second connection to a file already open in this process with a different
-    configuration, so the locked-down connection is an in-memory database that ATTACHes the profile file
-    READ_ONLY, then turns external access off and locks the configuration: from then on `read_csv`,
-    `COPY ... TO`, `ATTACH`, `INSTALL/LOAD` and settings changes all fail. The query runs wrapped as
-    `SELECT * FROM (<q>) LIMIT n+1`, so the database never computes more than one row past the limit.
-    """
-    inner = _check_select(sql)
-    wrapped = f"SELECT * FROM (\n{inner}\n) AS q LIMIT {int(limit) + 1}"
-    # The wrapper must still be one SELECT: a comment or quote trick in `inner` must not open a second one.
-    _check_select(wrapped)
-    con = duckdb.connect(
-        ":memory:", config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
-    )
-    timer = threading.Timer(timeout_s, con.interrupt)
-    try:
-        db = str(prof.db_path).replace("'", "''")
-        con.execute(f"ATTACH '{db}' AS profile (READ_ONLY)")
-        con.execute("USE profile")
-        con.execute("SET temp_directory = ''")  # never spill into the working directory
-        con.execute("SET enable_external_access = false")
-        con.execute("SET lock_configuration = true")
-        timer.start()
-        try:
-            cur = con.execute(wrapped)
-            rows = cur.fetchall()
-            desc = cur.description or []
-        except duckdb.InterruptException:
-            raise ToolError(
-                f"query stopped after {timeout_s:.0f} s; aggregate (GROUP BY) or filter more"
-            ) from None
-        except duckdb.PermissionException as e:
-            raise ToolError(
-                f"{str(e).splitlines()[0]}: query reads only the profile's tables (no files, network "
-                "or extensions)"
-            ) from None
-        except duckdb.Error as e:
-            tables = ", ".join(table_columns())
-            raise ToolError(
-                f"{type(e).__name__}: {str(e).splitlines()[0]} — tables: {tables}; read the resource "
-                "stepdoctor://schema for the columns"
-            ) from None
-    finally:
-        timer.cancel()
-        con.close()
-    truncated = len(rows) > limit
-    rows = rows[:limit]
-    notes: list[str] = []
-    out = [[_json_cell(v) for v in r] for r in rows]
-    # Bound the bytes too: 1000 rows of call stacks would otherwise be megabytes.
-    size = len(json.dumps(out, default=str))
-    while out and size > QUERY_MAX_JSON_BYTES:
-        keep = max(1, int(len(out) * QUERY_MAX_JSON_BYTES / size * 0.9))
-        out = out[:keep] if keep < len(out) else out[:-1]
-        size = len(json.dumps(out, default=str))
-        truncated = True
-        notes = [
-            f"result cut to {len(out)} rows to stay under {QUERY_MAX_JSON_BYTES // 1024} KB; select fewer "
-            "columns or aggregate"
-        ]
-    return QueryResult(
-        columns=[d[0] for d in desc],
-        types=[str(d[1]) for d in desc],
-        rows=out,
-        row_count=len(out),
-        limit=limit,
-        truncated=truncated,
-        notes=notes,
-    )
-
-
 # --------------------------------------------------------------------------------------------------------
 # Optional catalog modules (written separately; the server degrades to fewer tools without them)
 # --------------------------------------------------------------------------------------------------------
@@ -769,6 +586,7 @@ def create_server(
     *,
     cache_dir: str | Path | None = None,
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "WARNING",
+    allow_links: bool = False,
 ) -> MCPServer:
     """Build the MCP server over the tool catalog.
 
@@ -776,8 +594,9 @@ def create_server(
         roots: folders the server may read (default: the current working directory).
         cache_dir: where ingested profiles are cached (default: $STEPDOCTOR_CACHE_DIR, else the user cache).
         log_level: level of the SDK's stderr logging.
+        allow_links: follow symbolic and hard links that stay under the roots (refused by default).
     """
-    allowed = Roots(roots)
+    allowed = Roots(roots, allow_links=allow_links)
     reg = ProfileRegistry(allowed, Path(cache_dir) if cache_dir else None)
     server = MCPServer(
         SERVER_NAME, title="stepdoctor", version=__version__, instructions=INSTRUCTIONS, log_level=log_level
@@ -1377,6 +1196,7 @@ def serve(
     port: int = 8765,
     token: str | None = None,
     cache_dir: str | Path | None = None,
+    allow_links: bool = False,
 ) -> None:
     """Run the server until the client disconnects (stdio) or the process is stopped (http).
 
@@ -1392,7 +1212,7 @@ def serve(
             f"refusing to listen on {host} without a token: pass --token or set "
             "STEPDOCTOR_MCP_TOKEN (clients then send Authorization: Bearer <token>)",
         )
-    server = create_server(roots, cache_dir=cache_dir)
+    server = create_server(roots, cache_dir=cache_dir, allow_links=allow_links)
     roots_text = server.registry.roots.text()  # type: ignore[attr-defined]
     if transport == "stdio":
         logger.info("stepdoctor MCP server on stdio; roots: %s", roots_text)
@@ -1428,6 +1248,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--cache-dir", help="ingest cache (default: $STEPDOCTOR_CACHE_DIR or ~/.cache/stepdoctor)")
     p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--allow-links", action="store_true",
+                   help="follow symbolic and hard links under the roots (refused by default: a link can name a "
+                        "file outside them)")
+    p.add_argument("--query-memory-mb", type=int,
+                   help="memory one read-only SQL query may use (default 512; or STEPDOCTOR_QUERY_MEMORY_MB)")
     p.add_argument("--version", action="version", version=f"stepdoctor-mcp {__version__}")
     return p
 
@@ -1438,8 +1263,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         stream=sys.stderr, level=a.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s"
     )
+    if a.query_memory_mb:
+        os.environ["STEPDOCTOR_QUERY_MEMORY_MB"] = str(a.query_memory_mb)
     try:
-        serve(a.transport, a.root or [], a.host, a.port, a.token, a.cache_dir)
+        serve(a.transport, a.root or [], a.host, a.port, a.token, a.cache_dir, allow_links=a.allow_links)
     except ProfileError as e:
         sys.stderr.write(f"stepdoctor-mcp: error: {e}\n")
         return 2

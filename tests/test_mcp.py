@@ -487,7 +487,7 @@ async def test_paths_outside_the_roots_are_refused(tmp_path: Path):
         err = await call_error(srv, "load_profile", {"path": path})
         assert "outside the allowed roots" in err and str(root.resolve()) in err, err
     err = await call_error(srv, "load_profile", {"path": str(inner)})
-    assert "links to" in err and "outside the allowed roots" in err
+    assert "links outside the allowed roots" in err and str(RANK0) not in err
     err = await call_error(srv, "query", {"path": "/etc", "sql": "SELECT 1"})
     assert "outside the allowed roots" in err
 

@@ -240,6 +240,11 @@ def _version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["mcp"]:   # one parser for `stepdoctor mcp` and `stepdoctor-mcp` (see commands.cmd_mcp)
+        from ..server.app import main as mcp_main
+
+        return mcp_main(args[1:])
     parser = build_parser()
     a = parser.parse_args(argv)
     try:

@@ -80,10 +80,10 @@ def cmd_report(a: argparse.Namespace) -> int:
 
 
 def cmd_mcp(a: argparse.Namespace) -> int:
-    from ..server.app import serve
+    """`stepdoctor mcp ARGS` is `stepdoctor-mcp ARGS`: one parser, so both take the same options."""
+    from ..server.app import main as mcp_main
 
-    serve(transport=a.transport, roots=a.root or [], host=a.host, port=a.port, token=a.token)
-    return 0
+    return mcp_main(a.mcp_args)
 
 
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -120,10 +120,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     s.add_argument("--compare", help="a base profile to compare against")
     s.set_defaults(func=cmd_report)
 
-    s = sub.add_parser("mcp", parents=[common], help="run the MCP server")
-    s.add_argument("--transport", choices=["stdio", "http"], default="stdio")
-    s.add_argument("--root", action="append", help="folder the server may read (repeatable)")
-    s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--port", type=int, default=8765)
-    s.add_argument("--token", help="bearer token (required when --host is not loopback)")
+    s = sub.add_parser("mcp", add_help=False, help="run the MCP server (the options of stepdoctor-mcp; "
+                       "`stepdoctor mcp --help` lists them)")
+    s.add_argument("mcp_args", nargs=argparse.REMAINDER)
     s.set_defaults(func=cmd_mcp)

@@ -1,0 +1,85 @@
+"""The MCP server under attack: links out of the roots, hostile paths, a query that would eat the machine,
+and the cache left behind by a killed ingest. Uses only the bundled example (no ../shared needed)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from mcp.server.mcpserver.exceptions import ToolError
+
+from stepdoctor.analysis import store
+from stepdoctor.server.query import run_query
+from stepdoctor.server.roots import Roots
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "cluster4"
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    r = tmp_path / "root"
+    r.mkdir()
+    return r
+
+
+def test_a_hard_link_to_a_file_outside_is_refused_without_echoing_it(tmp_path: Path, root: Path):
+    secret = tmp_path / "secret.csv"
+    secret.write_text("header: topsecret-line-1, a, b\n")
+    os.link(secret, root / "trace.json")
+    with pytest.raises(ToolError) as ei:
+        Roots([root]).resolve(str(root / "trace.json"))
+    assert "hard links" in str(ei.value) and "topsecret" not in str(ei.value)
+    prof = root / "run"
+    prof.mkdir()
+    os.link(secret, prof / "kernel_details.csv")
+    with pytest.raises(ToolError, match="hard links"):
+        Roots([root]).check_tree(prof)
+    Roots([root], allow_links=True).check_tree(prof)   # allowed when asked
+
+
+def test_symlinks_refused_unless_allowed_and_never_out_of_the_roots(tmp_path: Path, root: Path):
+    (root / "inside").mkdir()
+    (root / "inside" / "a.json").write_text("{}")
+    (root / "link").symlink_to(root / "inside")
+    with pytest.raises(ToolError, match="symbolic link"):
+        Roots([root]).resolve(str(root / "link"))
+    assert Roots([root], allow_links=True).resolve(str(root / "link")) == root / "inside"
+    (root / "out").symlink_to(tmp_path)
+    with pytest.raises(ToolError, match="outside the allowed roots"):
+        Roots([root], allow_links=True).resolve(str(root / "out"))
+
+
+@pytest.mark.parametrize("raw,problem", [("a\x00b", "NUL byte"), ("x" * 5000, "longer than"),
+                                         ("/".join(["y" * 300] * 2), "longer than")])
+def test_hostile_paths_get_one_clear_line(root: Path, raw: str, problem: str):
+    with pytest.raises(ToolError, match=problem) as ei:
+        Roots([root]).resolve(raw)
+    assert "\n" not in str(ei.value)
+
+
+def test_a_memory_eating_query_stops_at_the_memory_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("STEPDOCTOR_QUERY_MEMORY_MB", "64")
+    prof = store.open_profile(EXAMPLE, cache_dir=tmp_path / "cache")
+    sql = "SELECT string_agg(repeat('x', 100000), ',') AS s FROM range(20000)"   # ~2 GB of text
+    with pytest.raises(ToolError, match="64 MB"):
+        run_query(prof, sql, 10)
+    r = run_query(prof, "SELECT current_setting('memory_limit') AS m, current_setting('threads') AS t", 10)
+    assert r.rows == [["61.0 MiB", 1]]   # 64 MB as DuckDB shows it (MiB), one thread
+
+
+def test_temporaries_of_a_killed_ingest_are_removed_on_the_next_run(tmp_path: Path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    dead = 2 ** 22 + 12345   # above the default pid_max: no such process
+    stale = [cache / f"abc.duckdb.tmp-{dead}-1", cache / f"abc.duckdb.tmp-{dead}-1.wal"]
+    for f in stale:
+        f.write_bytes(b"x" * 1000)
+    (cache / f"abc.duckdb.tmp-{dead}-1.tmp").mkdir()
+    mine = cache / f"def.duckdb.tmp-{os.getpid()}-1"
+    mine.write_bytes(b"in progress")
+    store.open_profile(EXAMPLE, cache_dir=cache)
+    assert not any(f.exists() for f in stale) and not (cache / f"abc.duckdb.tmp-{dead}-1.tmp").exists()
+    assert mine.exists()   # a live process's build is left alone
+    shutil.rmtree(cache)
