@@ -117,7 +117,7 @@ def test_breakdown_drops_unknown_columns_and_right_aligns_numbers(tmp_path):
     assert "bubble" not in head and "overlap" in head and "compute" in head
     assert "time" in head and "comm not" in head and "_ms" not in head  # readable headers, unit in the title
     row = next(ln for ln in lines if "310.93" in ln)
-    assert row.rstrip().endswith("310.93 │")  # free_ms of rank 0, step 2: right-aligned
+    assert "│ 310.93 │ 15.25 │" in row  # free_ms of rank 0, step 2, right-aligned; then other_ms
 
 
 def test_cli_tables_fit_80_columns_when_piped(tmp_path):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..analysis.checks.base import CheckContext, run_checks
+from ..analysis.checks.base import CheckContext, registry, run_checks
 from ..analysis.checks.env_var import ENV_RULES, RULES_BY_NAME
 from ..analysis.checks.slow_link import link_stats
 from ..analysis.checks.slow_rank import analyse as analyse_slow_ranks
@@ -79,6 +79,11 @@ def issues(ref: ProfileRef, *, min_severity: str = "low", checks: list[str] | No
     """Every applicable check on every rank; findings sorted by severity then impact. `fork=True`: the
     caller (the CLI) controls its whole state and lets a forked helper take half of the checks
     (`run_checks`)."""
+    if checks:
+        known = sorted(registry())
+        bad = [c for c in checks if c not in known]
+        if bad:
+            raise ProfileError(None, f"unknown check {bad[0]!r}; the checks are {', '.join(known)}")
     prof = load(ref)
     ctx = context(prof, ranks)
     run = run_checks(ctx, only=checks, fork=fork)
@@ -96,6 +101,8 @@ def breakdown(ref: ProfileRef, *, ranks: list[int] | None = None, steps: list[in
     prof = load(ref)
     if ranks is not None:
         context(prof, ranks)
+    if steps is not None and (bad := sorted(set(steps) - set(prof.info.steps))):
+        raise ProfileError(prof.path, f"step {bad[0]} not in profile; steps are {_ranks_text(prof.info.steps)}")
     rows = compute_breakdown(prof, ranks=ranks, steps=steps)
     warnings = list(prof.warnings)
     if not rows:
@@ -144,6 +151,8 @@ def top_kernels(ref: ProfileRef, *, rank: int | None = None, step: int | None = 
     """Top device ops by total time, with count, mean/max, share and shapes."""
     if by not in ("name", "type"):
         raise ProfileError(None, f"--by must be name or type, not {by!r}")
+    if top < 1:
+        raise ProfileError(None, f"--top must be at least 1, not {top}")
     prof = load(ref)
     if rank is not None:
         context(prof, [rank])

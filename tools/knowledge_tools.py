@@ -115,7 +115,14 @@ def explanation_markdown(e: Explanation) -> str:
 
 def list_fixes(*, check: str | None = None, vendor: str | None = None, limit: int | None = None) -> FixList:
     fixes = []
-    for f in _kb().load_fixes().values():
+    loaded = _kb().load_fixes().values()
+    if check and not any(check in f.checks for f in loaded):
+        from ..analysis.checks.base import registry
+
+        known = sorted(set(registry()) | {c for f in loaded for c in f.checks})
+        if check not in known:
+            raise ProfileError(None, f"unknown check {check!r}; the checks are {', '.join(known)}")
+    for f in loaded:
         vendors = list(f.applies_to.vendor)
         if check and check not in f.checks:
             continue

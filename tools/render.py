@@ -88,7 +88,9 @@ def _label(header: str, title: str) -> str:
 def _profile_line(p: Any, width: int) -> str:
     """Path, format, ranks, steps, world size, separated by two spaces; broken into lines of `width` only
     between those fields (a long path gets a line of its own, "world size 8" is never split)."""
-    fields = [p.path, f"[{p.format}]", f"ranks {_f(p.ranks)}", f"steps {_f(p.steps)}"]
+    dropped = getattr(p, "dropped_steps", None)
+    steps = f"steps {_f(p.steps)}" + (f" (dropped {_f(dropped)}: partial)" if dropped else "")
+    fields = [p.path, f"[{p.format}]", f"ranks {_f(p.ranks)}", steps]
     fields += [f"world size {p.world_size}"] if p.world_size else []
     lines = [fields[0]]
     for x in fields[1:]:
@@ -102,11 +104,13 @@ def _profile_line(p: Any, width: int) -> str:
 def tables_for(model: BaseModel) -> list[Table]:
     """Plain tables for one output model."""
     if isinstance(model, m.Breakdown):
-        cols = ["rank", "step", "step_ms", "compute_ms", "communication_ms", "comm_not_overlapped_ms", "overlapped_ms",
-                "free_ms", "bubble_ms"]
-        rows = [[_f(getattr(r, c)) for c in cols] for r in model.rows]
-        tot = [[_f(r.rank), _f(r.steps)] + [_f(getattr(r, c)) for c in cols[2:]] for r in model.totals]
-        unknown = ("overlapped_ms", "bubble_ms")  # not every profile has them
+        # step = compute + comm not overlapped + free + other: the columns a reader adds up; communication
+        # and overlapped are shown beside them (overlapped time is inside compute)
+        cols = ["rank", "step", "step_ms", "compute_ms", "comm_not_overlapped_ms", "free_ms", "other_ms",
+                "communication_ms", "overlapped_ms", "bubble_ms"]
+        rows = [[_f(_cell(r, c)) for c in cols] for r in model.rows]
+        tot = [[_f(r.rank), _f(r.steps)] + [_f(_cell(r, c)) for c in cols[2:]] for r in model.totals]
+        unknown = ("overlapped_ms", "bubble_ms", "other_ms")  # not every profile has them
         return [Table("Breakdown per rank and step (ms)", cols, rows, optional=unknown),
                 Table("Totals per rank (ms)", ["rank", "steps", *cols[2:]], tot, optional=unknown)]
     if isinstance(model, m.IssueReport):
@@ -183,6 +187,18 @@ def tables_for(model: BaseModel) -> list[Table]:
         return [Table(f"{model.total} fixes{more}", ["id", "vendors", "checks", "title"], rows,
                       text=("checks", "title"), optional=("vendors", "checks"))]
     return []
+
+
+def _cell(r: Any, col: str) -> Any:
+    """A breakdown cell; `other_ms` is what the step holds beyond compute, exposed communication and free
+    (preparing before the first device task, host time outside the device window), so the row adds up."""
+    if col != "other_ms":
+        return getattr(r, col)
+    parts = (r.step_ms, r.compute_ms, r.comm_not_overlapped_ms, r.free_ms)
+    if any(x is None for x in parts):
+        return None
+    other = parts[0] - parts[1] - parts[2] - parts[3]
+    return other if abs(other) >= 0.005 else 0.0
 
 
 def _calls(x: float | None) -> str:

@@ -1,0 +1,38 @@
+"""Answers that add up and filters that say what is valid (the bundled example: no ../shared needed)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLE = str(Path(__file__).resolve().parent.parent / "examples" / "cluster4")
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "stepdoctor.tools.cli", *args], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("args,says", [
+    (["issues", EXAMPLE, "--check", "nosuch"], "unknown check 'nosuch'; the checks are affinity-api"),
+    (["fixes", "--check", "nosuch"], "unknown check 'nosuch'; the checks are"),
+    (["breakdown", EXAMPLE, "--step", "7"], "step 7 not in profile; steps are 1, 2"),
+    (["kernels", EXAMPLE, "--top", "-3"], "--top must be at least 1, not -3"),
+    (["kernels", EXAMPLE, "--top", "0"], "--top must be at least 1, not 0"),
+])
+def test_bad_filters_are_one_line_errors_naming_the_valid_values(args: list[str], says: str):
+    r = cli(*args)
+    assert r.returncode == 2, r.stdout
+    assert says in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_breakdown_table_columns_add_up_to_step_time():
+    r = cli("breakdown", EXAMPLE, "--format", "markdown")
+    assert r.returncode == 0, r.stderr
+    lines = [x for x in r.stdout.splitlines() if x.startswith("| 0 | 1 |")]
+    cells = [c.strip() for c in lines[0].strip("|").split("|")]
+    step, compute, cno, free, other = (float(c) for c in cells[2:7])
+    assert step == 100.0 and other == 15.25
+    assert compute + cno + free + other == pytest.approx(step, abs=0.02)
