@@ -913,7 +913,7 @@ def create_server(
 
         def explanation_text(exp: Any) -> str:
             if hasattr(kt, "explanation_markdown"):
-                return kt.explanation_markdown(exp)
+                return kt.explanation_markdown(exp, mcp=True)
             return json.dumps(exp.model_dump(mode="json"), indent=1)
 
         @tool(title="Explain a check, a fix or a finding", annotations=READ_ONLY)

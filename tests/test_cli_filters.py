@@ -36,3 +36,17 @@ def test_breakdown_table_columns_add_up_to_step_time():
     step, compute, cno, free, other = (float(c) for c in cells[2:7])
     assert step == 100.0 and other == 15.25
     assert compute + cno + free + other == pytest.approx(step, abs=0.02)
+
+
+def test_explain_reads_as_text_with_runnable_verify_commands():
+    from stepdoctor.tools import knowledge_tools as kt
+
+    for fix_id in ("gc-freeze-before-training", "dataloader-workers-pin-memory", "remove-empty-cache-in-loop"):
+        text = kt.explanation_markdown(kt.explain(fix_id), profile="/runs/a")
+        assert "{'" not in text and "['" not in text, text
+        block = text.split("## Verify", 1)[1].split("```")[1]
+        cmds = [x for x in block.splitlines() if x.strip()]
+        assert cmds and all(c.startswith("stepdoctor ") and "/runs/a" in c for c in cmds), cmds
+    check = kt.explain("gc-pause")
+    assert "(stepdoctor explain gc-freeze-before-training)" in kt.explanation_markdown(check)
+    assert "(explain(id='gc-freeze-before-training'))" in kt.explanation_markdown(check, mcp=True)

@@ -38,7 +38,7 @@ def cmd_explain(a: argparse.Namespace) -> int:
     if a.format == "json":
         _emit(exp, "json")
     else:
-        print(knowledge_tools.explanation_markdown(exp))
+        print(knowledge_tools.explanation_markdown(exp, profile=a.profile))
     return 0
 
 

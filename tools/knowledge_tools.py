@@ -85,7 +85,42 @@ def explain(id: str, *, profile: api.ProfileRef | None = None, finding: int | No
         raise ProfileError(None, str(e).strip("'\"")) from None
 
 
-def explanation_markdown(e: Explanation) -> str:
+def _value_text(v: Any) -> str:
+    """An evidence value or a knowledge-base field as a person reads it (no Python reprs)."""
+    if isinstance(v, dict):
+        if set(v) >= {"text"}:
+            return str(v["text"]) + (f" (source: {v['source']})" if v.get("source") else "")
+        if set(v) >= {"title", "url"}:
+            return f"[{v['title']}]({v['url']})"
+        return ", ".join(f"{k} {_value_text(x)}" for k, x in v.items())
+    if isinstance(v, list | tuple):
+        return ", ".join(_value_text(x) for x in v)
+    if isinstance(v, float):
+        return f"{v:,.3f}".rstrip("0").rstrip(".")
+    return str(v)
+
+
+def verify_commands(verify: str | None, profile: str | None) -> list[str]:
+    """The knowledge base's verify entries ("issues PATH --check gc-pause", "breakdown PATH free_ms") as
+    commands a person can paste: `stepdoctor` in front, the profile's path for PATH, the metric to compare
+    after it as a comment."""
+    out = []
+    for entry in (verify or "").split(";"):
+        words = entry.strip().split()
+        if not words:
+            continue
+        if words[0] == "stepdoctor":
+            words = words[1:]
+        where = profile or "PROFILE"
+        args = [where if w in ("PATH", "PROFILE") else w for w in words]
+        metric = [w for w in args[1:] if w.endswith("_ms") and not w.startswith("-")]
+        cmd = " ".join(w for w in args if w not in metric)
+        out.append(f"stepdoctor {cmd}" + (f"   # compare {', '.join(metric)}" if metric else ""))
+    return out
+
+
+def explanation_markdown(e: Explanation, *, mcp: bool = False, profile: str | None = None) -> str:
+    """The explanation as markdown. `mcp`: point to the MCP tools (explain(id=...)) instead of the CLI."""
     lines = [f"# {e.title}", "", f"`{e.id}` ({e.kind})", ""]
     if e.finding is not None:
         f = e.finding
@@ -95,21 +130,29 @@ def explanation_markdown(e: Explanation) -> str:
         if f.steps:
             lines.append(f"- steps: {', '.join(map(str, f.steps))}")
         if f.impact_ms is not None:
-            lines.append(f"- impact: {f.impact_ms:.2f} ms per step ({f.impact_pct or 0:.1f}% of step)")
+            lines.append(f"- impact: {f.impact_ms:.2f} ms per step ({f.impact_pct or 0:.1f}% of the mean step)")
         for k, v in f.evidence.items():
-            lines.append(f"- {k}: {v}")
+            if v not in (None, [], {}, ""):
+                lines.append(f"- {k.replace('_', ' ')}: {_value_text(v)}")
         lines.append("")
     lines += ["## Why", "", e.why, ""]
     if e.steps:
         lines += ["## What to do", ""] + [f"{i}. {s}" for i, s in enumerate(e.steps, 1)] + [""]
     if e.fixes and e.kind == "check":
-        lines += ["## Fixes", ""] + [f"- `{x}` (stepdoctor explain {x})" for x in e.fixes] + [""]
+        how = (lambda x: f"explain(id='{x}')") if mcp else (lambda x: f"stepdoctor explain {x}")
+        lines += ["## Fixes", ""] + [f"- `{x}` ({how(x)})" for x in e.fixes] + [""]
     if e.expected_gain:
-        lines += ["## Expected gain", "", str(e.expected_gain), ""]
+        lines += ["## Expected gain", "", _value_text(e.expected_gain), ""]
     if e.verify:
-        lines += ["## Verify", "", e.verify, ""]
+        cmds = verify_commands(e.verify, profile)
+        if mcp:
+            lines += ["## Verify", "", "Re-profile, then run list_issues / breakdown on the new profile "
+                      "(as these commands do):", ""]
+        else:
+            lines += ["## Verify", "", "Re-profile, then:", ""]
+        lines += ["```", *cmds, "```", ""]
     if e.references:
-        lines += ["## References", ""] + [f"- {r}" for r in e.references] + [""]
+        lines += ["## References", ""] + [f"- {_value_text(r)}" for r in e.references] + [""]
     return "\n".join(lines)
 
 
