@@ -377,3 +377,22 @@ def test_chromium_renders_the_report(report, tmp_path: Path):
         live.by_id(ident)
     assert len(live.find_all("section", class_="finding")) == len(dom.find_all("section", class_="finding"))
     assert len(live.by_id("chart-breakdown").find_all("rect", data_key="compute")) == 4
+
+
+def test_heatmap_colours_deviation_from_the_median_not_min_to_max():
+    """45.37 vs 45.39 ms (0.04%) must not look like darkest vs lightest; the scale names the median."""
+    from stepdoctor.analysis.metrics.breakdown import BreakdownRow, totals
+    from stepdoctor.tools.report import heatmap
+
+    rows = [BreakdownRow(rank=r, step=1, step_ms=100.0, compute_ms=45.37 + 0.02 * (r % 2), communication_ms=1.0,
+                         comm_not_overlapped_ms=1.0, overlapped_ms=0.0, free_ms=10.0) for r in range(8)]
+    h = heatmap(rows, "compute", totals(rows))
+    fills = {r.fill for r in h.rects if r.key}
+    for f in fills:   # every cell within 1% of white
+        assert all(int(f[i:i + 2], 16) >= 250 for i in (1, 3, 5)), fills
+    assert float(h.data["span-pct"]) == 10.0 and float(h.data["median-ms"]) == pytest.approx(45.38, abs=0.01)
+    assert any(t.text.startswith("median 45.38 ms") for t in h.texts)
+    rows[0].compute_ms = 60.0   # one rank 32% above: full colour, the scale grows to +-32%
+    h = heatmap(rows, "compute", totals(rows))
+    hot = next(r for r in h.rects if r.key == "0:1")
+    assert hot.fill == "#cc6600" and float(h.data["span-pct"]) == pytest.approx(32.2, abs=0.2)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import statistics
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +47,7 @@ SEGMENTS: list[tuple[str, str, str]] = [
     ("free", "free (device idle)", "#a9b4c2"),
     ("other", "other (host lead-in, memory / sync ops)", "#8c6bb1"),
 ]
-HEAT_COLOURS = {"compute": (59, 110, 168), "free": (181, 73, 91)}
+HEAT_COLOURS = {"compute": (204, 102, 0), "free": (181, 73, 91)}   # above the median; below: BELOW_MEDIAN_RGB
 MAX_CHART_RANKS = 128  # more ranks than this: those that stand out are drawn (_rank_selection)
 MAX_HEAT_STEPS = 60
 TOP_KERNELS = 15
@@ -164,15 +165,30 @@ def breakdown_chart(totals: list[BreakdownRow]) -> Chart | None:
     return ch
 
 
+# Colour for cells below the median (faster / less idle than the typical rank).
+BELOW_MEDIAN_RGB = (76, 120, 168)
+# The colour scale spans at least +-10% of the median: differences of a few hundredths of a percent
+# (synchronous training equalises step time) stay white instead of spanning the whole scale.
+MIN_HEAT_SPAN = 0.10
+
+
 def _heat_colour(rgb: tuple[int, int, int], t: float) -> str:
     """White -> rgb as t goes 0 -> 1."""
     t = min(max(t, 0.0), 1.0)
-    r, g, b = (round(255 + (c - 255) * (0.12 + 0.88 * t)) for c in rgb)
+    r, g, b = (round(255 + (c - 255) * t) for c in rgb)
     return f"#{r:02x}{g:02x}{b:02x}"
 
 
+def _deviation_colour(rgb: tuple[int, int, int], dev: float, span: float) -> tuple[str, float]:
+    """(fill, |t|) of a cell `dev` (fraction above the median; negative below) on a scale of +-span."""
+    t = max(-1.0, min(1.0, dev / span))
+    return _heat_colour(rgb if t >= 0 else BELOW_MEDIAN_RGB, abs(t)), abs(t)
+
+
 def heatmap(rows: list[BreakdownRow], metric: str, totals: list[BreakdownRow]) -> Chart | None:
-    """Ranks (rows) × steps (columns), colour = ms of `metric` (compute or free) in that step."""
+    """Ranks (rows) x steps (columns); colour = deviation of `metric` (compute or free, ms) from the median
+    cell, white at the median, the metric's colour above it, blue below, on a symmetric scale of at least
+    +-MIN_HEAT_SPAN that is drawn beside the map."""
     attr = f"{metric}_ms"
     ranks = [t.rank for t in _rank_selection(totals)[0]]
     steps = sorted({r.step for r in rows if r.step is not None})[:MAX_HEAT_STEPS]
@@ -181,65 +197,47 @@ def heatmap(rows: list[BreakdownRow], metric: str, totals: list[BreakdownRow]) -
     if not ranks or not steps or not present:
         return None
     lo, hi = min(present), max(present)
+    med = statistics.median(present)
+    span = max(MIN_HEAT_SPAN, *(abs(v - med) / med for v in present)) if med > 0 else 1.0
     cell_w = max(min(720 // len(steps), 90), 14)
     cell_h = 22 if len(ranks) <= 32 else 12
     left, top_pad = 70, 36
-    width = left + cell_w * len(steps) + 150
-    height = max(top_pad + cell_h * len(ranks) + 20, top_pad + 132)  # room for the colour scale labels
+    width = left + cell_w * len(steps) + 170
+    height = max(top_pad + cell_h * len(ranks) + 20, top_pad + 252)  # room for the colour scale
     rgb = HEAT_COLOURS[metric]
-    ch = Chart(
-        id=f"heatmap-{metric}",
-        title=f"{metric.capitalize()} time per rank and step (ms)",
-        width=width,
-        height=height,
-        data={
-            "metric": metric,
-            "ranks": str(len(ranks)),
-            "steps": str(len(steps)),
-            "min-ms": f"{lo:.3f}",
-            "max-ms": f"{hi:.3f}",
-        },
-    )
+    ch = Chart(id=f"heatmap-{metric}", title=f"{metric.capitalize()} time per rank and step: deviation from "
+               f"the median {med:.2f} ms", width=width, height=height,
+               data={"metric": metric, "ranks": str(len(ranks)), "steps": str(len(steps)), "min-ms": f"{lo:.3f}",
+                     "max-ms": f"{hi:.3f}", "median-ms": f"{med:.3f}", "span-pct": f"{span * 100:.1f}"})
     for j, st in enumerate(steps):
-        ch.texts.append(
-            Text(
-                left + (j + 0.5) * cell_w,
-                top_pad - 8,
-                f"step {st}" if cell_w >= 50 else str(st),
-                anchor="middle",
-                size=10,
-            )
-        )
+        ch.texts.append(Text(left + (j + 0.5) * cell_w, top_pad - 8, f"step {st}" if cell_w >= 50 else str(st),
+                             anchor="middle", size=10))
     for i, rk in enumerate(ranks):
         y = top_pad + i * cell_h
-        ch.texts.append(
-            Text(left - 8, y + cell_h * 0.7, f"rank {rk}", anchor="end", size=10 if cell_h < 20 else 11)
-        )
+        ch.texts.append(Text(left - 8, y + cell_h * 0.7, f"rank {rk}", anchor="end", size=10 if cell_h < 20 else 11))
         for j, st in enumerate(steps):
             v = vals.get((rk, st))
-            t = 0.5 if hi == lo else ((v or 0.0) - lo) / (hi - lo)
-            fill = "#eeeeee" if v is None else _heat_colour(rgb, t)
+            fill, t = ("#eeeeee", 0.0) if v is None else _deviation_colour(rgb, (v - med) / med if med else 0.0,
+                                                                          span)
+            dev = "" if v is None or not med else f" ({(v - med) / med * 100:+.1f}% vs median)"
             label = f"{v:.2f}" if v is not None and cell_w >= 50 and cell_h >= 20 else ""
-            ch.rects.append(
-                Rect(
-                    left + j * cell_w,
-                    y,
-                    cell_w - 1,
-                    cell_h - 1,
-                    fill,
-                    f"rank {rk} step {st}: {'n/a' if v is None else f'{v:.3f} ms'}",
-                    key=f"{rk}:{st}",
-                    label=label,
-                    label_fill="#ffffff" if t > 0.6 else "#1d232b",
-                )
-            )
-    # colour scale
-    sx = left + cell_w * len(steps) + 24
-    for k in range(10):
-        ch.rects.append(Rect(sx, top_pad + k * 12, 14, 12, _heat_colour(rgb, 1 - k / 9), "scale"))
-    ch.texts.append(Text(sx + 20, top_pad + 10, f"{hi:.2f} ms", size=10))
-    ch.texts.append(Text(sx + 20, top_pad + 118, f"{lo:.2f} ms", size=10))
+            ch.rects.append(Rect(left + j * cell_w, y, cell_w - 1, cell_h - 1, fill,
+                                 f"rank {rk} step {st}: {'n/a' if v is None else f'{v:.3f} ms'}{dev}",
+                                 key=f"{rk}:{st}", label=label, label_fill="#ffffff" if t > 0.6 else "#1d232b"))
+    _deviation_scale(ch, left + cell_w * len(steps) + 24, top_pad, rgb, med, span)
     return ch
+
+
+def _deviation_scale(ch: Chart, sx: float, top: float, rgb: tuple[int, int, int], med: float, span: float) -> None:
+    """The colour scale: +span at the top, the median (white) in the middle, -span at the bottom."""
+    n = 21
+    for k in range(n):
+        dev = span * (1 - 2 * k / (n - 1))
+        ch.rects.append(Rect(sx, top + k * 10, 14, 10, _deviation_colour(rgb, dev, span)[0],
+                             f"scale {dev * 100:+.0f}%"))
+    ch.texts.append(Text(sx + 20, top + 9, f"+{span * 100:.0f}% ({med * (1 + span):.2f} ms)", size=10))
+    ch.texts.append(Text(sx + 20, top + 10 * (n // 2) + 8, f"median {med:.2f} ms", size=10))
+    ch.texts.append(Text(sx + 20, top + 10 * n - 1, f"-{span * 100:.0f}% ({med * (1 - span):.2f} ms)", size=10))
 
 
 # ------------------------------------------------------------------------------------------------------
