@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CLUSTER4, KINETO, REPO, need
+from conftest import CLUSTER4, KINETO, need
 from stepdoctor.analysis.ingest.base import ProfileError
 from stepdoctor.tools import api
 from stepdoctor.tools.report import SEVERITY_COLOURS, write_report
@@ -337,10 +337,7 @@ def test_chromium_renders_the_report(report, tmp_path: Path):
     path, _, dom = report
     binary = _chromium()
     # the screenshot first: it is the artifact a person looks at, also when an assertion below fails
-    artifacts = REPO / "artifacts"
-    artifacts.mkdir(exist_ok=True)
-    shot = artifacts / "report.png"
-    shot.unlink(missing_ok=True)
+    shot = tmp_path / "report.png"
     res = subprocess.run(
         [
             *_chrome_args(binary, tmp_path / "ud"),
@@ -396,3 +393,35 @@ def test_heatmap_colours_deviation_from_the_median_not_min_to_max():
     h = heatmap(rows, "compute", totals(rows))
     hot = next(r for r in h.rects if r.key == "0:1")
     assert hot.fill == "#cc6600" and float(h.data["span-pct"]) == pytest.approx(32.2, abs=0.2)
+
+
+LAYOUT_PROBE = """<script>
+document.body.setAttribute("data-sections", Array.from(document.querySelectorAll("main > section"))
+  .map(s => s.id).join(","));
+document.body.setAttribute("data-clipped", Array.from(document.querySelectorAll("pre"))
+  .filter(p => p.scrollWidth > p.clientWidth + 1).length);
+document.body.setAttribute("data-pres", document.querySelectorAll("pre").length);
+</script>"""
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_chromium_lays_the_report_out_top_down_without_clipped_code(tmp_path: Path):
+    """With a comparison: overview, comparison, findings, then the tables; code boxes wrap (nothing
+    overflows its box) at a laptop's width; the heatmap scale is drawn."""
+    from stepdoctor.tools.report import render_report
+
+    binary = _chromium()
+    html = render_report(need(CLUSTER4), compare_base=need(CLUSTER4))
+    page = tmp_path / "probe.html"
+    page.write_text(html.replace("</body>", LAYOUT_PROBE + "</body>"))
+    res = subprocess.run([*_chrome_args(binary, tmp_path / "ud"), "--window-size=1000,2000",
+                          "--virtual-time-budget=2000", "--dump-dom", page.as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    body = parse(res.stdout).find_all("body")[0]
+    order = body.attrs["data-sections"].split(",")
+    assert order[:3] == ["overview", "comparison", "findings"], order
+    assert order.index("kernels") > order.index("findings")
+    assert int(body.attrs["data-pres"]) > 0 and body.attrs["data-clipped"] == "0"
+    assert "median" in parse(res.stdout).by_id("heatmap-compute").all_text()
