@@ -51,6 +51,7 @@ from ..analysis.models import SEVERITY_ORDER, Finding, ProfileInfo
 from ..analysis.store import Profile
 from ..tools import api
 from ..tools import models as m
+from .live_tools import register_live_tools
 from .query import QUERY_DEFAULT_ROWS, QUERY_MAX_ROWS, QueryResult, run_query, text_query
 from .roots import Roots
 
@@ -994,6 +995,7 @@ def create_server(
             return result(res, "\n".join(lines), "pass fix= to get one fix at a time")
 
     # ---- resources -----------------------------------------------------------------------------------
+    register_live_tools(server, allowed, result, catalog_errors, READ_ONLY)
     _register_resources(server, reg, kt)
     _register_prompts(server)
     return server

@@ -86,3 +86,62 @@ def test_a_pickle_that_would_run_code_is_refused(tmp_path: Path):
 def test_nothing_there_is_one_line_error(tmp_path: Path):
     with pytest.raises(ProfileError, match="no Flight Recorder dump"):
         diagnose_hang(tmp_path)
+
+
+@pytest.mark.anyio
+async def test_the_mcp_tool_answers_like_the_cli(tmp_path: Path):
+    from mcp.client import Client
+
+    from stepdoctor.server.app import create_server
+    from stepdoctor.tools.live import render_hang
+
+    shutil.copytree(REAL / "stuck", tmp_path / "stuck")
+    srv = create_server([tmp_path], cache_dir=tmp_path / "cache")
+    async with Client(srv, raise_exceptions=True) as c:
+        r = await c.call_tool("diagnose_hang", {"path": str(tmp_path / "stuck")})
+        assert not r.is_error, r.content[0].text
+        bad = await c.call_tool("diagnose_hang", {"path": "/etc"})
+    assert r.structured_content["divergences"][0]["ranks"] == [5]
+    assert r.content[0].text == render_hang(diagnose_hang(tmp_path / "stuck"))
+    assert bad.is_error and "outside the allowed roots" in bad.content[0].text
+
+
+STUCK_WORKER = """
+import os, sys, time
+def wait_in_collective():
+    while True:
+        time.sleep(0.05)
+def load_batch():
+    while True:
+        time.sleep(0.05)
+open(sys.argv[1], "w").close()
+(load_batch if os.environ["RANK"] == "6" else wait_in_collective)()
+"""
+
+
+def test_snapshot_of_8_live_processes_names_the_one_stuck_elsewhere(tmp_path: Path):
+    import os
+    import subprocess
+    import sys
+
+    if shutil.which("py-spy", path=str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]) is None:
+        pytest.skip("py-spy not installed")
+    script = tmp_path / "w.py"
+    script.write_text(STUCK_WORKER)
+    procs = [subprocess.Popen([sys.executable, str(script), str(tmp_path / f"up{r}")],
+                              env={**os.environ, "RANK": str(r)}) for r in range(8)]
+    try:
+        while len(list(tmp_path.glob("up*"))) < 8:
+            time.sleep(0.05)
+        env = {**os.environ, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
+        snap = subprocess.run([sys.executable, "-m", "stepdoctor.tools.cli", "snapshot",
+                               *[str(p.pid) for p in procs], "-o", str(tmp_path / "stacks")],
+                              capture_output=True, text=True, env=env)
+        assert snap.returncode == 0, snap.stderr
+    finally:
+        for p in procs:
+            p.kill()
+    r = diagnose_hang(tmp_path / "stacks")
+    assert [g.ranks for g in r.stacks.outliers] == [[6]]
+    assert r.stacks.outliers[0].frames[0].startswith("load_batch (w.py:")
+    assert "rank(s) [6] are elsewhere" in r.verdict

@@ -64,3 +64,51 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     s.add_argument("--steps", type=int, default=3, help="steps to capture (default 3)")
     s.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     s.set_defaults(func=cmd_trigger)
+    s = sub.add_parser("snapshot", help="take py-spy stack snapshots of local processes (by PID) for `hang`")
+    s.add_argument("pid", type=int, nargs="+", help="process ids (the rank is read from each one's RANK)")
+    s.add_argument("-o", "--output", required=True, help="folder to write pyspy_rank_<N>.json files into")
+    s.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    s.set_defaults(func=cmd_snapshot)
+
+
+def _rank_of_pid(pid: int) -> int | None:
+    """RANK from the process environment (torchrun sets it), when it can be read."""
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    for kv in env:
+        if kv.startswith(b"RANK="):
+            try:
+                return int(kv[5:])
+            except ValueError:
+                return None
+    return None
+
+
+def cmd_snapshot(a: argparse.Namespace) -> int:
+    import shutil
+    import subprocess
+
+    pyspy = shutil.which("py-spy")
+    if pyspy is None:
+        raise ProfileError(None, "py-spy is not installed: pip install py-spy (it reads another process's "
+                                 "Python stack; root or ptrace permission is needed)")
+    out = Path(a.output)
+    out.mkdir(parents=True, exist_ok=True)
+    failed = []
+    for i, pid in enumerate(a.pid):
+        rank = _rank_of_pid(pid)
+        name = f"pyspy_rank_{rank if rank is not None else i}.json"
+        r = subprocess.run([pyspy, "dump", "--json", "--pid", str(pid)], capture_output=True, text=True,
+                           timeout=60)
+        if r.returncode != 0 or not r.stdout.strip():
+            failed.append(f"pid {pid}: {(r.stderr.strip().splitlines() or ['no output'])[-1][:160]}")
+            continue
+        (out / name).write_text(r.stdout)
+    print(f"{len(a.pid) - len(failed)} stack snapshot(s) in {out}; `stepdoctor hang {out}` compares them")
+    for f in failed:
+        print(f"warning: {f}")
+    if len(failed) == len(a.pid):
+        raise ProfileError(None, f"no snapshot taken ({failed[0]})")
+    return 0
