@@ -166,7 +166,10 @@ def test_breakdown_from_intervals_matches_step_trace_time(cluster: Profile) -> N
 
 
 def test_breakdown_metric_matches_step_trace_time(cluster: Profile) -> None:
-    """The same acceptance through the project's breakdown metric (analysis/metrics/breakdown.py)."""
+    """The same acceptance through the project's breakdown metric (analysis/metrics/breakdown.py), on the
+    columns where the generator follows torch_npu. Its Free and Stage run to the end of the host step,
+    torch_npu's stop at the last kernel or collective: those are checked on real exports
+    (tests/test_real_ascend.py), and here free + the tail after the last kernel make the generator's Free."""
     breakdown = pytest.importorskip("stepdoctor.analysis.metrics.breakdown")
     rows = breakdown.compute_breakdown(cluster)
     vendor = cluster.sql("SELECT * FROM vendor_step_trace")
@@ -178,7 +181,7 @@ def test_breakdown_metric_matches_step_trace_time(cluster: Profile) -> None:
         assert close(r.communication_ms, v.communication_ns / NS_PER_MS), where
         assert close(r.comm_not_overlapped_ms, v.comm_not_overlapped_ns / NS_PER_MS), where
         assert close(r.overlapped_ms, v.overlapped_ns / NS_PER_MS), where
-        assert close(r.free_ms, v.free_ns / NS_PER_MS), where
+        assert close(r.idle_ms - r.preparing_ms, v.free_ns / NS_PER_MS), where
         assert close(r.step_ms, (v.stage_ns + v.bubble_ns) / NS_PER_MS), where
 
 

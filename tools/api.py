@@ -16,7 +16,7 @@ from ..analysis.checks.env_var import ENV_RULES, RULES_BY_NAME
 from ..analysis.checks.slow_link import link_stats
 from ..analysis.checks.slow_rank import analyse as analyse_slow_ranks
 from ..analysis.ingest.base import ProfileError
-from ..analysis.metrics.breakdown import compute_breakdown, totals
+from ..analysis.metrics.breakdown import compute_breakdown, totals, vendor_mismatches
 from ..analysis.models import SEVERITY_ORDER, Finding
 from ..analysis.store import Profile, ProgressFn, open_profile
 from .models import (
@@ -104,7 +104,7 @@ def breakdown(ref: ProfileRef, *, ranks: list[int] | None = None, steps: list[in
     if steps is not None and (bad := sorted(set(steps) - set(prof.info.steps))):
         raise ProfileError(prof.path, f"step {bad[0]} not in profile; steps are {_ranks_text(prof.info.steps)}")
     rows = compute_breakdown(prof, ranks=ranks, steps=steps)
-    warnings = list(prof.warnings)
+    warnings = list(prof.warnings) + vendor_mismatches(prof, rows)
     if not rows:
         warnings.append("no ProfilerStep annotations: no per-step breakdown")
     elif all(r.compute_ms is None for r in rows):

@@ -132,6 +132,8 @@ def task_category(task_type: str | None, name: str, default: str) -> str:
 # offset where decoding failed. `args` stay raw (`msgspec.Raw`) unless the event kind needs them.
 
 BLOCK_BYTES = 32 << 20
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
 # A window that grows beyond this without a decodable piece means the file is corrupt.
 MAX_WINDOW_BYTES = 8 * BLOCK_BYTES
 # By default the file is read in pieces of PIECE_BYTES first: the events of a piece and their rows stay in
@@ -2810,10 +2812,11 @@ class _RankReader:
         matched = [(key, s, ends[key]) for key, s in starts.items() if key in ends]
         if not matched:
             return pairs
-        ids = [as_int(key[1]) for key, _, _ in matched]
+        # Flow ids are opaque: HCCL flows carry ids beyond int64 ("55426082093320372223", as text or a
+        # number). Ids that are not int64 numbers are numbered after the others, stably by first appearance.
+        ids = [i if i is not None and _INT64_MIN <= i <= _INT64_MAX else None
+               for i in (as_int(key[1]) for key, _, _ in matched)]
         if None in ids:
-            # non-numeric flow ids: number them after the numeric ones, stably by first appearance
-            # (by first appearance among all the pairs, the numeric ones included)
             first: dict[str, int] = {}
             codes = [first.setdefault(f"{cat}\0{fid}", len(first)) for (cat, fid), _, _ in matched]
             base = max((i for i in ids if i is not None), default=0) + 1

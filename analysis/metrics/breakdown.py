@@ -8,11 +8,18 @@ to W (all categories):
     communication        = |union(communication ops) ∩ W|
     overlapped           = |comm ∩ compute ∩ W| = compute + communication − |union(comm, compute) ∩ W|
     comm_not_overlapped  = communication − overlapped
-    free                 = |W| − busy                       (device idle inside the window)
+    free                 = |W| − busy                       (device idle inside the window; on Ascend
+                           |W| − |union(compute, comm) ∩ W|, as torch_npu counts it)
     non_compute          = busy − compute                    (HTA's non-compute: comm/memory/sync alone)
     step                 = host ProfilerStep duration        (what the user calls step time)
     preparing            = device_start − host step start    (Ascend "Preparing": host-only lead-in)
     bubble               = Σ receive-op time in the step     (Ascend pipeline bubble), else null
+    stage                = device window − bubble           (Ascend "Stage")
+
+On Ascend ranks the device window is torch_npu's (its Overlap Analysis, step_trace_time.csv): from the
+first start to the last end of the compute and communication ops that start in the reader's window, so
+a memory copy or other task before the first kernel is neither free time nor stage, and "Preparing" runs
+up to the first kernel or collective. On Kineto ranks it is HTA's: every device op counts.
 
 These are the definitions of torch_npu's step_trace_time.csv (Overlap Analysis) and of HTA's temporal
 breakdown (idle = span − union, compute = union of computation kernels); the readers choose W per
@@ -54,12 +61,16 @@ class BreakdownRow(BaseModel):
     free_ms: float | None
     bubble_ms: float | None = None
     preparing_ms: float | None = None
+    stage_ms: float | None = Field(default=None, description="device window minus bubble (Ascend Stage)")
+    idle_ms: float | None = Field(default=None, description="host step time the device spends neither computing "
+                                  "nor communicating (free + lead-in + tail); Kineto: free")
     non_compute_ms: float | None = Field(default=None, description="busy but not computing (HTA non-compute)")
     steps: int | None = Field(default=None, description="number of steps summed (totals only)")
 
 
 _FIELDS = ("step_ms", "device_ms", "compute_ms", "communication_ms", "comm_not_overlapped_ms", "overlapped_ms",
-           "free_ms", "bubble_ms", "preparing_ms", "non_compute_ms")
+           "free_ms", "bubble_ms", "preparing_ms", "stage_ms", "idle_ms", "non_compute_ms")
+_KINETO_FORMATS = ("kineto",)
 
 
 def _ms(ns: float | int | None) -> float | None:
@@ -85,6 +96,7 @@ def compute_breakdown(profile: Profile, *, hta_compat: bool = False, ranks: list
                         f"coalesce(device_end_ns, 0) AS d1 FROM steps {where} ORDER BY rank, step", params)
     rows: list[BreakdownRow] = []
     kineto_ranks = {int(r[0]) for r in profile.rows("SELECT rank FROM ranks WHERE format = 'kineto'")}
+    formats = dict(profile.rows("SELECT rank, format FROM ranks"))
     recv = profile.arrays("SELECT rank, start_ns, elapse_ns FROM comm_ops WHERE op_type IN ('receive', 'recv')")
     recv_rank = np.asarray(recv["rank"], dtype=np.int64)
     st_rank = np.asarray(st["rank"], dtype=np.int64)
@@ -120,6 +132,9 @@ def compute_breakdown(profile: Profile, *, hta_compat: bool = False, ranks: list
         # a step whose device window is unknown but whose rank has device data: the host window
         w0 = np.where(d0_known, np.asarray(st["d0"], dtype=np.int64)[sel], h0)
         w1 = np.where(d1_known, np.asarray(st["d1"], dtype=np.int64)[sel], h1)
+        ascend = formats.get(rank) not in _KINETO_FORMATS
+        if ascend:
+            w0, w1, d0_known = _compute_comm_window(starts[both], ends[both], w0, w1, d0_known)
         busy = all_cov.within(w0, w1)
         comp = comp_cov.within(w0, w1)
         comm = comm_cov.within(w0, w1)
@@ -134,6 +149,7 @@ def compute_breakdown(profile: Profile, *, hta_compat: bool = False, ranks: list
                 m = (r_start >= h0[i]) & (r_start < h1[i])
                 bubble = int(r_elapse[m].sum())
             dev = has_device
+            device = w1[i] - w0[i]
             rows.append(BreakdownRow(
                 rank=int(rank), step=int(step), step_ms=_ms(h1[i] - h0[i]),
                 device_ms=_ms(w1[i] - w0[i]) if dev else None,
@@ -141,12 +157,60 @@ def compute_breakdown(profile: Profile, *, hta_compat: bool = False, ranks: list
                 communication_ms=_ms(comm[i]) if dev else None,
                 comm_not_overlapped_ms=_ms(comm[i] - overl[i]) if dev else None,
                 overlapped_ms=_ms(overl[i]) if dev else None,
-                free_ms=_ms((w1[i] - w0[i]) - busy[i]) if dev else None,
+                # Ascend: idle = not computing or communicating (a lone memory copy is idle too)
+                free_ms=_ms(device - (union_cc[i] if ascend else busy[i])) if dev else None,
                 bubble_ms=_ms(bubble),
                 preparing_ms=_ms(w0[i] - h0[i]) if dev and d0_known[i] else None,
+                stage_ms=_ms(device - (bubble or 0)) if dev else None,
+                idle_ms=(_ms(h1[i] - h0[i] - union_cc[i]) if ascend else _ms(device - busy[i])) if dev else None,
                 non_compute_ms=_ms(busy[i] - comp[i]) if dev else None,
             ))
     return rows
+
+
+def _compute_comm_window(starts: np.ndarray, ends: np.ndarray, w0: np.ndarray, w1: np.ndarray,
+                         known: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per step, [first start, last end) of the compute / communication ops that start in [w0, w1): the
+    window of torch_npu's Overlap Analysis. Steps with no such op keep their window (and are not known)."""
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    lo = np.searchsorted(s, w0, side="left")
+    hi = np.searchsorted(s, w1, side="left")
+    n0, n1, k = w0.copy(), w1.copy(), known.copy()
+    for i in np.flatnonzero(hi > lo).tolist():
+        n0[i], n1[i] = s[lo[i]], e[lo[i]:hi[i]].max()
+    k[hi <= lo] = False
+    return n0, n1, k
+
+
+# Fields of the profiler's own step table (vendor_step_trace, ns) and the breakdown fields they check.
+VENDOR_FIELDS = (("computing_ns", "compute_ms"), ("comm_not_overlapped_ns", "comm_not_overlapped_ms"),
+                 ("free_ns", "free_ms"), ("stage_ns", "stage_ms"), ("bubble_ns", "bubble_ms"),
+                 ("preparing_ns", "preparing_ms"))
+VENDOR_TOLERANCE = 0.005      # 0.5 %: the step table and the timeline must agree this closely
+VENDOR_FLOOR_MS = 0.001       # below 1 µs of difference nothing is reported
+
+
+def vendor_mismatches(profile: Profile, rows: list[BreakdownRow]) -> list[str]:
+    """Warnings where the recomputed breakdown and the profiler's own step table (step_trace_time.csv,
+    analysis.db StepTraceTime) differ by more than 0.5 %, naming rank, step, field and both values."""
+    cols = ", ".join(c for c, _ in VENDOR_FIELDS)
+    table = {(int(r[0]), r[1]): r[2:] for r in profile.rows(f"SELECT rank, step, {cols} FROM vendor_step_trace")}
+    out = []
+    for row in rows:
+        vendor = table.get((row.rank, row.step))
+        if vendor is None:
+            continue
+        for (col, field), v_ns in zip(VENDOR_FIELDS, vendor, strict=True):
+            ours = getattr(row, field)
+            if v_ns is None or ours is None:
+                continue
+            theirs = v_ns / NS_PER_MS
+            diff = abs(ours - theirs)
+            if diff > max(VENDOR_TOLERANCE * abs(theirs), VENDOR_FLOOR_MS):
+                out.append(f"rank {row.rank} step {row.step}: {field} {ours:.3f} ms from the timeline, "
+                           f"{theirs:.3f} ms in the profiler's step table ({col.removesuffix('_ns')})")
+    return out
 
 
 class _OpsByRank:
