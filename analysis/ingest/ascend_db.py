@@ -156,6 +156,16 @@ def _to_int(v: Any) -> int | None:
         return None
 
 
+# "No rank" as the DB export writes it: UINT32_MAX in COMMUNICATION_TASK_INFO.srcRank / dstRank (a task
+# with no peer, e.g. a local reduce), and -1 / UINT64_MAX elsewhere.
+_RANK_SENTINELS = frozenset({-1, 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF})
+
+
+def _rank_or_none(v: Any) -> int | None:
+    r = _to_int(v)
+    return None if r is None or r in _RANK_SENTINELS else r
+
+
 def _to_float(v: Any) -> float | None:
     if type(v) is float:  # REAL cells
         return v
@@ -868,8 +878,9 @@ class _DbReader:
         if db.has("MEMCPY_INFO") and {"globalTaskId", "size"} <= db.tables["MEMCPY_INFO"]:
             memcpy = {g: s for g, s in db.con.execute("SELECT globalTaskId, size FROM MEMCPY_INFO")}
         df["size"] = [memcpy.get(g) for g in df["gtid"]]
-        df["category"] = [_task_category(tt, g in memcpy) for tt, g in zip(df["task_type"], df["gtid"],
-                                                                            strict=False)]
+        info = db.has("COMPUTE_TASK_INFO")
+        df["category"] = [_task_category(tt, g in memcpy, info) for tt, g in zip(df["task_type"], df["gtid"],
+                                                                                  strict=False)]
         return df
 
     def _step_of_tasks(self, df: pd.DataFrame, steps: _Steps, conn_start: dict[Any, int]) -> np.ndarray:
@@ -1069,8 +1080,8 @@ class _DbReader:
                 "op_name": sub["op_name"].tolist(), "name": sub["name"].tolist(),
                 "start_ns": _i64(start.tolist()), "dur_ns": _i64((sub["end"].astype("int64") - start).tolist()),
                 "size_bytes": _i64(_mapped(sub["size"].tolist(), _to_int)), "transport": sub["transport"].tolist(),
-                "link_type": sub["link"].tolist(), "src_rank": _i64(_mapped(sub["src"].tolist(), _to_int)),
-                "dst_rank": _i64(_mapped(sub["dst"].tolist(), _to_int)), "bandwidth_gbps": bw,
+                "link_type": sub["link"].tolist(), "src_rank": _i64(_mapped(sub["src"].tolist(), _rank_or_none)),
+                "dst_rank": _i64(_mapped(sub["dst"].tolist(), _rank_or_none)), "bandwidth_gbps": bw,
             })
             t.has("comm_tasks")
 
@@ -1177,7 +1188,7 @@ class _DbReader:
                 "op": ("hccl_op_name",), "group": ("group_name",), "src": ("src_rank",), "dst": ("dst_rank",),
                 "transport": ("transport_type",), "size": ("transit_size",), "time": ("transit_time",),
                 "bw": ("bandwidth",), "step": ("step",)})
-            src, dst = _mapped(d["src"], _to_int), _mapped(d["dst"], _to_int)  # (TEXT columns)
+            src, dst = _mapped(d["src"], _rank_or_none), _mapped(d["dst"], _rank_or_none)  # (TEXT columns)
             keep = [a is not None and b is not None for a, b in zip(src, dst, strict=True)]
             if not all(keep):
                 d = {c: list(itertools.compress(v, keep)) for c, v in d.items()}
@@ -1282,11 +1293,15 @@ def _framework_category(name: str, api_type: str) -> str:
     return "cpu_op"
 
 
-def _task_category(task_type: str, is_memcpy: bool) -> str:
-    """device_ops.category of a TASK row that is neither a kernel nor an HCCL sub-task."""
+def _task_category(task_type: str, is_memcpy: bool, compute_info: bool) -> str:
+    """device_ops.category of a TASK row that is neither a kernel nor an HCCL sub-task. `compute_info`:
+    the export has COMPUTE_TASK_INFO."""
     tt = task_type.upper()
     if tt.startswith(("KERNEL_AI", "KERNEL_MIX", "AI_CORE", "AI_VECTOR", "AI_CPU", "MIX_", "FFTS")):
-        return "compute"     # a kernel whose COMPUTE_TASK_INFO row is missing: still compute, just unnamed
+        # torch_npu's Computing is the COMPUTE_TASK_INFO tasks alone: an AI_CORE task without a row there
+        # is HCCL's own kernel (it spans a COMMUNICATION_OP exactly) or a runtime helper, and as compute it
+        # would count a collective as computing. Without the table, the task type is all there is.
+        return "other" if compute_info else "compute"
     if is_memcpy or "MEMCPY" in tt or "MEMSET" in tt or "DMA" in tt:
         return "memory"
     if "EVENT" in tt or "NOTIFY" in tt or "WAIT" in tt or "RECORD" in tt or "BARRIER" in tt:
