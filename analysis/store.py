@@ -1214,7 +1214,10 @@ def _profile_info(con: duckdb.DuckDBPyConnection, path: Path) -> ProfileInfo:
 
     ranks = [r[0] for r in con.execute("SELECT rank FROM ranks ORDER BY rank").fetchall()]
     fmts = sorted({r[0] for r in con.execute("SELECT DISTINCT format FROM ranks").fetchall()})
-    steps = [r[0] for r in con.execute("SELECT DISTINCT step FROM steps WHERE kept ORDER BY step").fetchall()]
+    # a rank with only its step table (no trace: step boundaries unknown) still has its steps
+    steps = [r[0] for r in con.execute(
+        "SELECT DISTINCT step FROM (SELECT step FROM steps WHERE kept UNION SELECT step FROM vendor_step_trace "
+        "WHERE step IS NOT NULL AND rank NOT IN (SELECT rank FROM steps)) ORDER BY step").fetchall()]
     dropped = [r[0] for r in con.execute(
         "SELECT DISTINCT step FROM steps WHERE NOT kept AND step NOT IN (SELECT step FROM steps WHERE kept) "
         "ORDER BY step").fetchall()]

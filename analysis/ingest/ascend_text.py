@@ -2336,7 +2336,8 @@ class _RankReader:
     def __init__(self, src: RankSource) -> None:
         self.src = src
         self.root = Path(src.path)
-        self.out = self.root / OUTPUT_DIR
+        # a rank folder holds ASCEND_PROFILER_OUTPUT/; a bare copy of the deliverables is read where it is
+        self.out = self.root / OUTPUT_DIR if (self.root / OUTPUT_DIR).is_dir() else self.root
         self.rank = src.rank if src.rank is not None else 0
         self.t = RankTables(self.rank)
         ms = src.format.startswith("ascend_ms") or self.root.name.endswith("_ascend_ms")
@@ -2498,7 +2499,8 @@ class _RankReader:
     def read(self) -> RankTables:
         if not self.root.is_dir():
             raise ProfileError(self.root, "not a directory")
-        if not self.out.is_dir():
+        if not any((self.out / n).is_file() for n in ("trace_view.json", "kernel_details.csv",
+                                                       "step_trace_time.csv")):
             raise ProfileError(self.root, f"no {OUTPUT_DIR}/ folder: the raw profile was never parsed into "
                                           f"deliverables; {ANALYSE_HINT}")
         self.profiler_info()

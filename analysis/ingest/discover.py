@@ -21,6 +21,8 @@ from pathlib import Path
 
 from .base import ProfileError, RankSource
 
+OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
+
 MAX_DEPTH = 6
 _ASCEND_SUFFIXES = ("_ascend_pt", "_ascend_ms")
 _INFO_RE = re.compile(r"^profiler_info_(\d+)\.json$")
@@ -30,6 +32,7 @@ _KINETO_NAME_RE = re.compile(r"\.(json|json\.gz)$")
 _DIST_RANK_RE = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*(\d+)', re.S)
 _FILE_RANK_RE = re.compile(r"rank[-_]?(\d+)", re.I)
 _HEAD_BYTES = 1 << 20
+_STRING_TS_RE = re.compile(rb'"ts"\s*:\s*"\d')
 
 
 @dataclass
@@ -47,6 +50,12 @@ def discover(path: str | Path) -> Discovery:
         raise ProfileError(p, "no such file or directory")
     if p.is_file():
         if _KINETO_NAME_RE.search(p.name):
+            kind = json_kind(p)
+            if kind == "ascend_trace":
+                return _ascend([p.parent], p)
+            if kind is None:
+                raise ProfileError(p, "not a trace: neither a Kineto trace (an object with traceEvents) nor an "
+                                      "Ascend trace_view.json; pass the profile folder")
             return _kineto([p], p)
         if m := _DB_RE.match(p.name):
             if p.parent.name == "ASCEND_PROFILER_OUTPUT":
@@ -61,13 +70,15 @@ def discover(path: str | Path) -> Discovery:
         raise ProfileError(p, "not a profile: expected a Kineto trace (.json/.json.gz) or a profile directory")
     if not os.access(p, os.R_OK | os.X_OK):
         raise ProfileError(p, "directory is not readable")
+    if p.name == OUTPUT_DIR:   # ASCEND_PROFILER_OUTPUT given directly means its rank folder
+        p = p.parent
 
     ascend_dirs: list[Path] = []
     legacy_dirs: list[Path] = []
     kineto_files: list[Path] = []
+    bare_traces: list[Path] = []
     for root, dirs, files, depth in _walk(p):
-        name = root.name
-        if name.endswith(_ASCEND_SUFFIXES):
+        if _is_ascend_rank(root, dirs, files):
             ascend_dirs.append(root)
             dirs.clear()  # never descend into a rank directory
             continue
@@ -78,15 +89,108 @@ def discover(path: str | Path) -> Discovery:
             # ranks of their own (the legacy reader warns that it skipped them).
             dirs[:] = [d for d in dirs if not d.endswith("_ascend_ms")]
         if depth <= 1:
-            kineto_files.extend(root / f for f in files if _KINETO_NAME_RE.search(f))
+            for f in files:
+                if _KINETO_NAME_RE.search(f):
+                    kind = json_kind(root / f)
+                    if kind == "kineto":
+                        kineto_files.append(root / f)
+                    elif kind == "ascend_trace":
+                        bare_traces.append(root / f)
+    _refuse_unrelated_runs(p, ascend_dirs, legacy_dirs, kineto_files, bare_traces)
     if ascend_dirs:
         return _ascend(ascend_dirs, p)
     if legacy_dirs:
         return _mindspore_legacy(legacy_dirs, p)
     if kineto_files:
         return _kineto(sorted(kineto_files), p)
-    raise ProfileError(p, "no recognizable profile: no *_ascend_pt / *_ascend_ms directory, MindSpore "
-                          "profiler folder or Kineto trace (.json/.json.gz) found")
+    if bare_traces:
+        return _ascend([t.parent for t in bare_traces[:1]], p)
+    raise ProfileError(p, _nothing_found(p))
+
+
+# Files a torch_npu rank folder's ASCEND_PROFILER_OUTPUT/ (or a bare deliverables folder) holds.
+_DELIVERABLES = ("trace_view.json", "kernel_details.csv", "step_trace_time.csv", "communication.json")
+
+
+def _is_ascend_rank(root: Path, dirs: list[str], files: list[str]) -> bool:
+    """A torch_npu / MindSpore rank folder, whatever it is called: `*_ascend_pt` / `*_ascend_ms`, or a
+    folder with ASCEND_PROFILER_OUTPUT/ beside profiler_info_N.json or holding a DB export or deliverables."""
+    if root.name.endswith(_ASCEND_SUFFIXES):
+        return True
+    if OUTPUT_DIR not in dirs:
+        # the deliverables copied out of a rank folder: kernel_details.csv / step_trace_time.csv beside
+        # nothing that makes it another kind of folder
+        return bool({"kernel_details.csv", "step_trace_time.csv"} & set(files)) and \
+            "cluster_step_trace_time.csv" not in files
+    if any(_INFO_RE.match(f) for f in files):
+        return True
+    try:
+        inside = os.listdir(root / OUTPUT_DIR)
+    except OSError:
+        return False
+    return any(_DB_RE.match(n) or n in _DELIVERABLES for n in inside)
+
+
+def json_kind(path: Path) -> str | None:
+    """What a .json / .json.gz file is, from its first bytes: "kineto" (an object with traceEvents),
+    "ascend_trace" (torch_npu's trace_view.json: an array of events with Ascend process names), or None."""
+    try:
+        head = read_head(path, 1 << 16)
+    except ProfileError:
+        return "kineto" if path.name.endswith(".gz") else None   # a damaged trace: the reader says how
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if text.startswith(b"{"):
+        return "kineto" if b'"traceEvents"' in head or b'"schemaVersion"' in head or not head.strip(b"{ \n") \
+            else None
+    if text.startswith(b"["):
+        # torch_npu writes ts as a string of µs ("1704161511420306.491"); its tracks are named Ascend
+        # Hardware, CANN, Overlap Analysis; AscendCL@ / torch_to_npu name its API calls and flows
+        markers = (b"Ascend Hardware", b"CANN", b"Overlap Analysis", b"AscendCL@", b"torch_to_npu")
+        return "ascend_trace" if any(m in head for m in markers) or _STRING_TS_RE.search(head) else None
+    return "kineto" if not text else None   # an empty file: the reader reports it
+
+
+def _refuse_unrelated_runs(root: Path, ascend: list[Path], legacy: list[Path], kineto: list[Path],
+                           bare: list[Path]) -> None:
+    """A folder holding several runs (different kinds of profile, the same rank in different folders, or
+    copied-out deliverables that say nothing of their rank) is not one cluster: one line listing the runs,
+    so the user passes one."""
+    runs: dict[Path, str] = {}
+    loose = [d for d in ascend if not (d / OUTPUT_DIR).is_dir() and _ascend_rank(d)[0] is None]
+    for d in ascend:
+        runs.setdefault(d if d in loose else d.parent, "Ascend")
+    for t in bare:
+        runs.setdefault(t.parent, "Ascend trace")
+    for d in legacy:
+        runs.setdefault(d, "MindSpore profiler")
+    for f in kineto:
+        runs.setdefault(f.parent, "Kineto")
+    if len(runs) < 2:
+        return
+    ranks: dict[int, set[Path]] = {}
+    for d in ascend:
+        r, _, _ = _ascend_rank(d)
+        if r is not None:
+            ranks.setdefault(r, set()).add(d.parent)
+    for d in legacy:
+        for n in os.listdir(d):
+            if m := _MS_LEGACY_RE.match(n):
+                ranks.setdefault(int(m.group(1)), set()).add(d)
+    clash = any(len(v) > 1 for v in ranks.values()) or len(loose) > 1
+    if len(set(runs.values())) > 1 or clash:
+        listed = "; ".join(f"{k.relative_to(root) if k != root else '.'} ({v})" for k, v in sorted(runs.items()))
+        raise ProfileError(root, f"holds {len(runs)} separate runs, not one job: {listed[:600]}; pass one of them")
+
+
+def _nothing_found(p: Path) -> str:
+    names = set(os.listdir(p))
+    if {"cluster_step_trace_time.csv", "cluster_communication.json"} & names:
+        return ("msprof-analyze's cluster_analysis_output, not a profile: pass the folder holding the rank folders "
+                "(*_ascend_pt) it was made from")
+    if names and all((p / n).is_file() and (p / n).stat().st_size == 0 for n in names):
+        return "every file here is empty (0 bytes): nothing to read"
+    return ("no recognizable profile: no torch_npu / MindSpore rank folder (ASCEND_PROFILER_OUTPUT/, "
+            "profiler_info_N.json), MindSpore profiler folder or Kineto trace (.json/.json.gz) found")
 
 
 def _walk(top: Path):

@@ -165,7 +165,31 @@ def compute_breakdown(profile: Profile, *, hta_compat: bool = False, ranks: list
                 idle_ms=(_ms(h1[i] - h0[i] - union_cc[i]) if ascend else _ms(device - busy[i])) if dev else None,
                 non_compute_ms=_ms(busy[i] - comp[i]) if dev else None,
             ))
+    rows += _step_table_rows(profile, set(step_ranks), ranks, steps)
+    rows.sort(key=lambda r: (r.rank, r.step if r.step is not None else -1))
     return rows
+
+
+def _step_table_rows(profile: Profile, timed: set[int], ranks: list[int] | None,
+                     steps: list[int] | None) -> list[BreakdownRow]:
+    """Rows of ranks with no timed steps (no trace) from the profiler's own step table: they keep their
+    breakdown and take part in the cross-rank checks. step_ms is stage + preparing (the host step is
+    unknown); what the table does not hold stays None."""
+    out = []
+    cols = "rank, step, computing_ns, communication_ns, comm_not_overlapped_ns, overlapped_ns, free_ns, " \
+           "stage_ns, bubble_ns, preparing_ns"
+    for r in profile.rows(f"SELECT {cols} FROM vendor_step_trace WHERE step IS NOT NULL ORDER BY rank, step"):
+        rank, step, comp, comm, cno, ovl, free, stage, bubble, prep = r
+        if rank in timed or (ranks is not None and rank not in ranks) or (steps is not None and step not in steps):
+            continue
+        step_ns = None if stage is None else stage + (bubble or 0) + (prep or 0)
+        out.append(BreakdownRow(rank=int(rank), step=int(step), step_ms=_ms(step_ns),
+                                device_ms=_ms(None if stage is None else stage + (bubble or 0)),
+                                compute_ms=_ms(comp), communication_ms=_ms(comm), comm_not_overlapped_ms=_ms(cno),
+                                overlapped_ms=_ms(ovl), free_ms=_ms(free), bubble_ms=_ms(bubble),
+                                preparing_ms=_ms(prep), stage_ms=_ms(stage),
+                                idle_ms=_ms(None if free is None else free + (prep or 0))))
+    return out
 
 
 def _compute_comm_window(starts: np.ndarray, ends: np.ndarray, w0: np.ndarray, w1: np.ndarray,
