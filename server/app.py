@@ -588,6 +588,7 @@ def create_server(
     cache_dir: str | Path | None = None,
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "WARNING",
     allow_links: bool = False,
+    output_schemas: bool = False,
 ) -> MCPServer:
     """Build the MCP server over the tool catalog.
 
@@ -596,6 +597,8 @@ def create_server(
         cache_dir: where ingested profiles are cached (default: $STEPDOCTOR_CACHE_DIR, else the user cache).
         log_level: level of the SDK's stderr logging.
         allow_links: follow symbolic and hard links that stay under the roots (refused by default).
+        output_schemas: declare each tool's output schema in tools/list (~39 KB more context for the model;
+            the structured content is returned either way).
     """
     allowed = Roots(roots, allow_links=allow_links)
     reg = ProfileRegistry(allowed, Path(cache_dir) if cache_dir else None)
@@ -611,7 +614,8 @@ def create_server(
 
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
             text = description or inspect.cleandoc(fn.__doc__ or "")
-            server.add_tool(fn, title=title, description=text, annotations=annotations)
+            server.add_tool(fn, title=title, description=text, annotations=annotations,
+                            structured_output=None if output_schemas else False)
             return fn
 
         return register
@@ -833,11 +837,9 @@ def create_server(
         title="Read-only SQL over the profile tables",
         annotations=READ_ONLY,
         description=(
-            "Read-only SQL (DuckDB) over the profile's normalized tables, for questions the other tools do "
-            "not answer. One SELECT / WITH statement; times are integer ns (`*_ns`), sizes bytes; prefer "
-            "aggregates. Returns columns, types and rows (at most limit). "
-            f"Tables: {', '.join(table_columns())}; the columns are "
-            "in the resource stepdoctor://schema."
+            "Read-only SQL (DuckDB) over the profile's tables, for what the other tools do not answer. One "
+            "SELECT; times integer ns (`*_ns`); prefer aggregates. "
+            f"Tables: {', '.join(table_columns())}; columns in the resource stepdoctor://schema."
         ),
     )
     def query(
@@ -995,7 +997,7 @@ def create_server(
             return result(res, "\n".join(lines), "pass fix= to get one fix at a time")
 
     # ---- resources -----------------------------------------------------------------------------------
-    register_live_tools(server, allowed, result, catalog_errors, READ_ONLY)
+    register_live_tools(server, allowed, result, catalog_errors, READ_ONLY, output_schemas)
     _register_resources(server, reg, kt)
     _register_prompts(server)
     return server
@@ -1199,6 +1201,7 @@ def serve(
     token: str | None = None,
     cache_dir: str | Path | None = None,
     allow_links: bool = False,
+    output_schemas: bool = False,
 ) -> None:
     """Run the server until the client disconnects (stdio) or the process is stopped (http).
 
@@ -1214,7 +1217,7 @@ def serve(
             f"refusing to listen on {host} without a token: pass --token or set "
             "STEPDOCTOR_MCP_TOKEN (clients then send Authorization: Bearer <token>)",
         )
-    server = create_server(roots, cache_dir=cache_dir, allow_links=allow_links)
+    server = create_server(roots, cache_dir=cache_dir, allow_links=allow_links, output_schemas=output_schemas)
     roots_text = server.registry.roots.text()  # type: ignore[attr-defined]
     if transport == "stdio":
         logger.info("stepdoctor MCP server on stdio; roots: %s", roots_text)
@@ -1253,6 +1256,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-links", action="store_true",
                    help="follow symbolic and hard links under the roots (refused by default: a link can name a "
                         "file outside them)")
+    p.add_argument("--output-schemas", action="store_true",
+                   help="declare every tool's output schema in tools/list (off: ~14 KB of tool list instead of "
+                        "~53 KB; the structured content is returned either way)")
     p.add_argument("--query-memory-mb", type=int,
                    help="memory one read-only SQL query may use (default 512; or STEPDOCTOR_QUERY_MEMORY_MB)")
     p.add_argument("--version", action="version", version=f"stepdoctor-mcp {__version__}")
@@ -1268,7 +1274,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.query_memory_mb:
         os.environ["STEPDOCTOR_QUERY_MEMORY_MB"] = str(a.query_memory_mb)
     try:
-        serve(a.transport, a.root or [], a.host, a.port, a.token, a.cache_dir, allow_links=a.allow_links)
+        serve(a.transport, a.root or [], a.host, a.port, a.token, a.cache_dir, allow_links=a.allow_links,
+              output_schemas=a.output_schemas)
     except ProfileError as e:
         sys.stderr.write(f"stepdoctor-mcp: error: {e}\n")
         return 2

@@ -69,7 +69,7 @@ def _default(p: dict[str, Any]) -> str:
 
 def tools_markdown() -> str:
     """The whole page, deterministic (no paths, no times)."""
-    server = create_server()
+    server = create_server(output_schemas=True)
 
     async def collect() -> tuple[list[Any], list[Any], list[Any], list[Any]]:
         return (

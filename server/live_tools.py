@@ -15,16 +15,15 @@ from .roots import Roots
 
 
 def register_live_tools(server: MCPServer, roots: Roots, result: Callable[..., CallToolResult],
-                        errors: Callable[[], Any], annotations: ToolAnnotations) -> None:
+                        errors: Callable[[], Any], annotations: ToolAnnotations, output_schemas: bool) -> None:
     def diagnose_hang_tool(
         path: Annotated[str, Field(description="folder under the server's roots holding the Flight Recorder "
                                                "dumps (<prefix><rank>, e.g. nccl_trace_rank_0) and/or "
                                                "`py-spy dump --json` files, one per rank")],
     ) -> Annotated[CallToolResult, HangReport]:
         """Where the ranks of a hung job diverge: the process group, the first collective some ranks never
-        issued (or issued differently, or never completed), those ranks, their last completed collective,
-        their Python stack, and the ranks whose stack differs from the majority. Ranks without a dump are
-        listed as unknown."""
+        issued (or issued differently, or never completed), those ranks with their stacks, and the ranks
+        whose stack differs from the majority."""
         folder = roots.resolve(path, "dump folder")
         roots.check_tree(folder)
         with errors():
@@ -33,4 +32,4 @@ def register_live_tools(server: MCPServer, roots: Roots, result: Callable[..., C
 
     server.add_tool(diagnose_hang_tool, name="diagnose_hang", title="Diagnose a hung job",
                     description=inspect.cleandoc(diagnose_hang_tool.__doc__ or ""),
-                    annotations=annotations)
+                    annotations=annotations, structured_output=None if output_schemas else False)

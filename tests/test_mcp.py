@@ -45,6 +45,7 @@ TOOLS = {
     "explain",
     "list_fixes",
     "suggest_edit",
+    "diagnose_hang",
 }
 INSPECTOR = "@modelcontextprotocol/inspector@2.12.0"
 
@@ -98,7 +99,8 @@ async def load(server, path: Path = CLUSTER4) -> str:
 # ---------------------------------------------------------------------------------------------------------
 
 
-async def test_tool_list_schemas_and_annotations(server):
+async def test_tool_list_schemas_and_annotations(cache: Path, code_root: Path):
+    server = create_server([REPO / "examples", code_root], cache_dir=cache, output_schemas=True)
     async with Client(server, raise_exceptions=True) as c:
         tools = {t.name: t for t in (await c.list_tools()).tools}
     assert set(tools) == TOOLS
@@ -179,7 +181,8 @@ async def test_breakdown(server):
     assert rows[(0, 2)]["step_ms"] == pytest.approx(350.0, abs=1.0)  # 100 ms + the planted idle tail
     assert rows[(1, 1)]["step_ms"] == pytest.approx(100.0, abs=1.0)
     assert rows[(3, 1)]["compute_ms"] / rows[(0, 1)]["compute_ms"] == pytest.approx(1.4, abs=0.05)
-    assert rows[(0, 2)]["free_ms"] - rows[(1, 2)]["free_ms"] == pytest.approx(250.0, abs=10.0)
+    # the tail after the last kernel is outside torch_npu's device window: idle in the step, not Free
+    assert rows[(0, 2)]["idle_ms"] - rows[(1, 2)]["idle_ms"] == pytest.approx(250.0, abs=10.0)
     assert [t["rank"] for t in d["totals"]] == [0, 1, 2, 3] and d["totals"][0]["steps"] == 2
     assert "rank | steps | step | compute" in text
 
@@ -801,3 +804,16 @@ def test_inspector_cli(cache: Path):
     result = out.get("result", out)
     dims = {d["name"]: d for d in result["structuredContent"]["dimensions"]}
     assert dims["free"]["slow"][0]["rank"] == 0
+
+
+async def test_the_tool_list_is_lean_by_default(cache: Path):
+    """Descriptions and input schemas together stay under 4k tokens (16 KB); output schemas on request."""
+    server = create_server([REPO / "examples"], cache_dir=cache)
+    async with Client(server, raise_exceptions=True) as c:
+        tools = (await c.list_tools()).tools
+    sent = json.dumps([t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in tools])
+    assert len(sent) < 16_000, len(sent)
+    assert all(t.output_schema is None for t in tools)
+    async with Client(server, raise_exceptions=True) as c:
+        r = await c.call_tool("list_fixes", {"check": "gc-pause"})
+    assert r.structured_content["total"] >= 1   # the structured answer is still there
