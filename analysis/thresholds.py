@@ -145,6 +145,12 @@ class _Table:
                                            "pageable host-to-device copy time")
     sync_call_ms: Threshold = Threshold(1.0, "ms per step", "stepdoctor; HTA cuda_sync / critical path",
                                         "host time blocked in stream/device synchronize")
+    sync_idle_ms: Threshold = Threshold(
+        0.5, "ms per step", "stepdoctor; HTA idle_time_breakdown: idle after a sync returns is host-caused",
+        "device idle that follows the synchronize calls of a step, inside that step")
+    memory_api_gpu_step_pct: Threshold = Threshold(
+        3.0, "% of step", "stepdoctor; the msprof-analyze medium priority share, applied per step: PyTorch's "
+        "caching allocator never calls cudaMalloc/cudaFree in steady state", "one allocator API's time in a step")
 
 
 T = _Table()

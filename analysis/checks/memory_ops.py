@@ -11,7 +11,8 @@ whole profile; here it is per step of every rank, one finding per API.
   never calls them; cudaFree also synchronizes the device.
 
 impact_ms = Σ time of that API per step (mean over the rank's kept steps), the rank where it weighs most;
-the host is blocked for that time. Severity: the advisor's time-ratio rule (API time / step: >= 5 % high,
+the host is blocked for that time. On GPU a step also fires when one API takes >= T.memory_api_gpu_step_pct of
+the step (steady-state PyTorch never calls the allocator). Severity: the advisor's time-ratio rule (API time / step: >= 5 % high,
 >= 3 % medium), i.e. the impact rule. The device idle time during the calls is in the evidence.
 """
 
@@ -31,6 +32,7 @@ from ._common import (
     fmt_ms,
     in_steps_mask,
     ranks_text,
+    step_ms_of,
     step_windows,
     steps_text,
     window_counts,
@@ -125,12 +127,19 @@ class MemoryOpsCheck(Check):
         start = np.asarray(np.ma.getdata(a["start_ns"]), dtype=np.int64)[idx]
         dur = np.asarray(np.ma.getdata(a["dur_ns"]), dtype=np.int64)[idx]
         thr_ms = T.memory_api_total_ms.value
+        thr_pct = T.memory_api_gpu_step_pct.value
         steps_of = window_counts(windows)
+        step_ms = step_ms_of(ctx)
         out: list[Finding] = []
         for api, groups in _groups(names, rank, step, dur):
             per_rank: dict[int, dict[str, Any]] = {}
             for r, rows, st, cnt, tot in groups:
                 hit = tot / NS_PER_MS >= thr_ms
+                if ctx.vendor(r) != "ascend":
+                    # GPU: any allocator call in steady state is churn (empty_cache, fragmentation), so a
+                    # share of the step counts too, not only the advisor's absolute total
+                    ms = np.array([step_ms.get((r, int(x))) or np.inf for x in st.tolist()])
+                    hit |= 100.0 * tot / NS_PER_MS / ms >= thr_pct
                 if not hit.any():
                     continue
                 fired = st[hit].tolist()
@@ -164,7 +173,7 @@ class MemoryOpsCheck(Check):
                 ctx, title=f"{short} inside steps ({e.get('calls_per_affected_step', 0):g} calls, "
                            f"{fmt_ms(e.get('ms_per_affected_step', 0))} ms per "
                            "step)", subject=str(api), ranks=rk, steps=steps_seen, impact_ms=ms_w, impact_rank=rank_w,
-                evidence={"threshold_ms_per_step": thr_ms, "per_rank": {str(r): v for r, v in per_rank.items()},
+                evidence={"threshold_ms_per_step": thr_ms, "threshold_gpu_step_pct": thr_pct, "per_rank": {str(r): v for r, v in per_rank.items()},
                           "advice": advice,
                           "rule": "msprof-analyze memory analyzer (per-API total), time-ratio priority",
                           "impact_method": f"Σ {short} time per step, mean over the rank's kept steps, the rank where "

@@ -1,0 +1,124 @@
+"""What the host did while the device idled: idle after synchronize calls, their triggers, profiler overhead.
+
+* `idle_after(starts, ends, t, limit)`: the device idle from host time `t` (a synchronize returned: the
+  device had drained) until the next device op starts, clipped to `limit` (the end of the step's host
+  window: idle beyond the step belongs to the step boundary, not to the sync). A sync that returns while the
+  device is still busy leaves no idle and costs nothing here, however long the host waited.
+* `sync_triggers(ctx, rank, ...)`: the innermost operator that issued each synchronize (`aten::item`,
+  `aten::_local_scalar_dense`, `aten::is_nonzero`, `aten::nonzero`, ...), and where stacks were recorded
+  (with_stack: `python_function` events) the innermost user source line.
+* `profiler_overhead(ctx, rank)`: per-step host overhead of the profiler itself, from the unprofiled step
+  times written next to the traces (`meta/step_times_rank<N>.json`: `step_ms` per iteration and the
+  `profiled_steps`): median profiled step minus median steady unprofiled step, in ms; None when absent.
+
+Units: ns on the timeline, ms in what is returned for people.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+NS_PER_MS = 1e6
+# operators whose host code reads a device value (and so waits for the device); innermost one wins
+TRIGGER_RE = re.compile(r"^aten::(item|_local_scalar_dense|is_nonzero|nonzero|equal|allclose|tolist|cpu|"
+                        r"to|copy_|_to_copy|masked_select|unique.*)$")
+# a Python frame recorded with with_stack: "file.py(123): func"; library frames are skipped for the source line
+_PY_FRAME_RE = re.compile(r"^(?P<file>[^()]+\.py)\((?P<line>\d+)\): (?P<func>.+)$")
+_LIB_PATH_RE = re.compile(r"(site-packages|dist-packages|/torch/|/lib/python3|<built-in)")
+
+
+def idle_after(starts: np.ndarray, ends: np.ndarray, t: np.ndarray, limit: np.ndarray) -> np.ndarray:
+    """Per host time `t` (ns): device idle from `t` to the next op start, clipped to `limit`; 0 when the device
+    is busy at `t` (its wait cost nothing: the device had work). `starts` / `ends`: the merged, disjoint busy
+    intervals of the device, sorted (ns)."""
+    t = np.asarray(t, dtype=np.int64)
+    limit = np.asarray(limit, dtype=np.int64)
+    if starts.size == 0:
+        return np.clip(limit - t, 0, None)
+    i = np.searchsorted(starts, t, side="right")          # intervals [0, i) started at or before t
+    busy = (i > 0) & (ends[np.maximum(i - 1, 0)] > t)
+    nxt = np.where(i < starts.size, starts[np.minimum(i, starts.size - 1)], limit)
+    return np.where(busy, 0, np.clip(np.minimum(nxt, limit) - t, 0, None))
+
+
+def sync_triggers(host: Any, sync_idx: np.ndarray) -> list[dict[str, str | None]]:
+    """Per synchronize call (row index of `host`): its innermost trigger operator and user source line.
+
+    `host`: the rank's host events as a frame with name, tid, start_ns, dur_ns, sorted by start. An event
+    encloses the call when it starts before and ends after it on the same thread; the innermost one is the
+    latest-starting enclosing event."""
+    names = host["name"].astype(str).to_numpy()
+    tid = host["tid"].to_numpy()
+    s = host["start_ns"].to_numpy(dtype=np.int64)
+    e = s + host["dur_ns"].to_numpy(dtype=np.int64)
+    is_trig = np.array([bool(TRIGGER_RE.match(n)) for n in names])
+    frame = np.array([m.group(0) if (m := _PY_FRAME_RE.match(n)) and not _LIB_PATH_RE.search(n) else ""
+                      for n in names], dtype=object)
+    out: list[dict[str, str | None]] = []
+    for k in sync_idx.tolist():
+        enc = (s <= s[k]) & (e >= e[k]) & (np.arange(s.size) != k)
+        trig = np.flatnonzero(enc & is_trig & (tid == tid[k]))
+        # python_function events sit on the same thread as the ops they call
+        src = np.flatnonzero(enc & (frame != "") & (tid == tid[k]))
+        out.append({"trigger": names[trig[np.argmax(s[trig])]] if trig.size else None,
+                    "outer_trigger": names[trig[np.argmin(s[trig])]] if trig.size else None,
+                    "source": str(frame[src[np.argmax(s[src])]]) if src.size else None})
+    return out
+
+
+def _step_times_file(path: Path, rank: int) -> Path | None:
+    for d in (path, path.parent):
+        for cand in (d / "meta" / f"step_times_rank{rank}.json", d / f"step_times_rank{rank}.json"):
+            if cand.is_file():
+                return cand
+    return None
+
+
+def profiler_overhead(profile_path: str | Path | None, rank: int) -> dict[str, float] | None:
+    """{profiled_step_ms, unprofiled_step_ms, overhead_ms} from meta/step_times_rank<N>.json beside the
+    traces, or None (no file, unreadable, or no steady unprofiled steps). The median of the profiled steps
+    is robust to the last one, which also holds the trace export; unprofiled steps are those after the
+    profiled window, else those before it without the first two (warm-up)."""
+    if profile_path is None:
+        return None
+    p = Path(profile_path)
+    f = _step_times_file(p if p.is_dir() else p.parent, rank)
+    if f is None:
+        return None
+    try:
+        d = json.loads(f.read_text())
+        ms = [float(x) for x in d["step_ms"]]
+        prof = sorted(int(x) for x in d["profiled_steps"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not prof or not ms:
+        return None
+    p_ms = [ms[i] for i in prof if 0 <= i < len(ms)]
+    after = [ms[i] for i in range(prof[-1] + 1, len(ms))]
+    before = [ms[i] for i in range(2, prof[0])]
+    u_ms = after or before
+    if not p_ms or not u_ms:
+        return None
+    pm, um = float(np.median(p_ms)), float(np.median(u_ms))
+    return {"profiled_step_ms": round(pm, 3), "unprofiled_step_ms": round(um, 3),
+            "overhead_ms": round(max(pm - um, 0.0), 3), "source": str(f)}
+
+
+def unprofiled_share(profile_path: str | Path | None, rank: int | None, impact_ms: float | None,
+                     profiled_step_ms: float | None) -> tuple[float | None, str]:
+    """(impact as % of the step, which step it was judged against): the unprofiled step of meta/ when
+    known (what the user's run takes without the profiler, whose own host cost inflates the profiled step),
+    else the profiled mean step."""
+    if impact_ms is None:
+        return None, "none"
+    ov = profiler_overhead(profile_path, rank) if rank is not None else None
+    if ov and ov["unprofiled_step_ms"] > 0:
+        return round(100.0 * impact_ms / ov["unprofiled_step_ms"], 2), "unprofiled step (meta/step_times)"
+    if profiled_step_ms:
+        return round(100.0 * impact_ms / profiled_step_ms, 2), "profiled mean step"
+    return None, "none"
