@@ -40,7 +40,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..models import Finding
+from ..metrics.idle import profiler_overhead, unprofiled_share
+from ..models import Finding, severity_from_impact
+from ..severity import Severity
 from ..thresholds import T
 from ._common import (
     HOST_API_CATEGORIES,
@@ -149,27 +151,67 @@ class HostBoundCheck(Check):
             }
         if not per_rank:
             return []
+        for r, e in per_rank.items():
+            per_rank_ms[r] = self._profiler_corrected(ctx, r, e)
         rank_w, ms_w = worst_share(ctx, per_rank_ms)
         rk = sorted(per_rank)
         steps_seen = sorted({s for ss in fired_steps.values() for s in ss})
         e = per_rank[rank_w] if rank_w is not None else {}
+        sev, why = self._severity(ctx, rank_w, ms_w, e)
         tiny = (f"; median kernel {e['median_kernel_us']:.1f} µs vs median launch interval "
                 f"{e['median_launch_interval_us']:.1f} µs: many tiny kernels" if e.get("many_tiny_kernels") else "")
         gap_txt = (f", typical launch gap {e['median_launch_interval_us']:.1f} µs"
                    if e.get("median_launch_interval_us") is not None else "")
         return [self.finding(
             ctx, title=f"Device waits for host launches ({fmt_ms(ms_w or 0)} ms per step on rank {rank_w})",
-            subject="launch", ranks=rk, steps=steps_seen, impact_ms=ms_w, impact_rank=rank_w,
+            subject="launch", ranks=rk, steps=steps_seen, impact_ms=ms_w, impact_rank=rank_w, severity=sev,
             evidence={"threshold_free_pct": thr_free, "threshold_late_launch_pct": thr_late,
-                      "per_rank": {str(r): v for r, v in per_rank.items()},
+                      "per_rank": {str(r): v for r, v in per_rank.items()}, "severity_rule": why,
                       "impact_method": "late-launch device idle per step (gaps whose next op was launched after "
                                        "the previous op ended; gaps after a synchronize excluded), mean over the "
-                                       "rank's kept steps, worst rank",
+                                       "rank's kept steps, less the profiler's own host overhead per step where "
+                                       "meta/step_times gives the unprofiled step; worst rank",
                       "source": "HTA idle_time_breakdown host_wait; XProf/tb-profiler device idle >= 10 %"},
             message=(f"On {ranks_text(rk)} ({steps_text(steps_seen)}) the device is idle {e.get('free_pct', 0):.1f} % "
                      f"of the step on rank {rank_w} and {e.get('late_launch_share_pct', 0):.1f} % of the idle "
                      f"between ops waits for a late host launch ({fmt_ms(ms_w or 0)} ms per step, thresholds "
-                     f"{thr_free:g} % / {thr_late:g} %){gap_txt}{tiny}."))]
+                     f"{thr_free:g} % / {thr_late:g} %){gap_txt}{tiny}. {why}"))]
+
+    @staticmethod
+    def _profiler_corrected(ctx: CheckContext, rank: int, e: dict[str, Any]) -> float:
+        """Late-launch idle per step that remains without the profiler: the measured idle less the profiler's
+        host overhead per step (profiled minus unprofiled step, meta/step_times), never below 0. The profiler
+        slows every host op it records; the device work does not change, so that host time is idle the device
+        would not see. Without the unprofiled steps the measured idle stands (an upper bound)."""
+        late = float(e["late_launch_idle_ms_per_step"])
+        ov = profiler_overhead(ctx.profile.path, rank)
+        e["profiler_overhead_ms_per_step"] = ov["overhead_ms"] if ov else None
+        e["unprofiled_step_ms"] = ov["unprofiled_step_ms"] if ov else None
+        e["late_launch_idle_without_profiler_ms_per_step"] = (round(max(late - ov["overhead_ms"], 0.0), 4)
+                                                              if ov else None)
+        return max(late - ov["overhead_ms"], 0.0) if ov else late
+
+    @staticmethod
+    def _severity(ctx: CheckContext, rank: int | None, ms: float | None, e: dict[str, Any]) -> tuple[Severity, str]:
+        """The impact rule on the share of the unprofiled step (else the profiled one), capped at medium
+        unless the run is launch-rate bound: the median kernel is shorter than the median launch call itself,
+        so no host (with or without the profiler) can issue kernels as fast as the device runs them. Otherwise
+        the idle is host work between launches that the profiler inflates (each recorded op costs host time)."""
+        pct, basis = unprofiled_share(ctx.profile.path, rank, ms, ctx.mean_step_ms(rank))
+        sev = severity_from_impact(pct)
+        kern, call = e.get("median_kernel_us"), e.get("median_launch_call_us")
+        rate_bound = kern is not None and call is not None and kern < call
+        e["launch_rate_bound"] = rate_bound
+        ov = e.get("profiler_overhead_ms_per_step")
+        shrink = (f"The profiler adds about {ov:.3g} ms of host time per step (profiled vs unprofiled step); the "
+                  "idle above is net of it." if ov else
+                  f"Launch calls take {call:.3g} µs under the profiler; without it the host-side share shrinks."
+                  if call is not None else "")
+        if sev == "high" and not rate_bound:
+            return "medium", (f"{pct:g} % of the {basis}, but kernels (median {kern} µs) outlast a launch call "
+                              f"(median {call} µs): the host is slow between launches, not at launching; at most "
+                              f"medium. {shrink}")
+        return sev, f"{pct if pct is not None else 'unknown'} % of the {basis}. {shrink}"
 
     @staticmethod
     def _rank_stats(ctx: CheckContext, rank: int, w: list[list[Any]], host: dict[str, np.ndarray],
