@@ -29,12 +29,14 @@ from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 
+from ..metrics.idle import COLLECTIVE_RE
 from ..metrics.intervals import merge
 from ..models import Finding
 from ..thresholds import T
 from ._common import (
     DeviceTimeline,
     by_rank,
+    by_value,
     columns,
     fmt_ms,
     host_silences,
@@ -201,11 +203,20 @@ class GcPauseCheck(Check):
         """One rank's host silences inside a step while the device idles (host: its host ops)."""
         q0, q1 = host_silences(host, int(GPU_SILENCE_MS * NS_PER_MS))
         gaps: list[dict[str, Any]] = []
+        # an open collective (gloo:all_reduce, nccl:..., c10d::...) spanning the silence: the host threads wait
+        # for peer ranks (a straggler), which is not a GC pause
+        coll = by_value(host["name"], lambda n: bool(COLLECTIVE_RE.search(str(n))))
+        cs = host["start_ns"].to_numpy(dtype=np.int64)[coll]
+        ce = cs + host["dur_ns"].to_numpy(dtype=np.int64)[coll]
+        waits = 0
         if q0.size:
             for g0, g1 in zip(q0.tolist(), q1.tolist(), strict=True):
                 hit = np.flatnonzero((w["start_ns"] <= g0) & (w["end_ns"] >= g1))
                 if hit.size == 0:
                     continue   # between steps: the profiler or the loop, not inside a training step
+                if ((cs <= g0) & (ce >= g1)).any():
+                    waits += 1
+                    continue
                 idle = int(timeline.idle(g0, g1)[0])
                 if idle < GPU_SILENCE_DEVICE_IDLE * (g1 - g0):
                     continue   # the device still had work queued: a silent host costs nothing yet
@@ -214,7 +225,10 @@ class GcPauseCheck(Check):
                              "start_offset_ms": round((g0 - int(w["start_ns"][first])) / NS_PER_MS, 3),
                              "gap_ms": round((g1 - g0) / NS_PER_MS, 3),
                              "device_idle_ms": round(idle / NS_PER_MS, 3), "device_idle_ns": idle})
-        return _conjectured_stats(gaps, len(w["step"]), "no host event on any thread while the device idles")
+        st = _conjectured_stats(gaps, len(w["step"]), "no host event on any thread while the device idles")
+        if st is not None:
+            st["silences_in_collective_waits"] = waits
+        return st
 
     def _finding_conjectured(self, ctx: CheckContext, per_rank: dict[int, dict[str, Any]]) -> Finding:
         rank_w, ms_w = worst_share(ctx, {r: v["impact_ms_per_step"] for r, v in per_rank.items()})
@@ -229,7 +243,7 @@ class GcPauseCheck(Check):
                 {"threshold_silence_ms": GPU_SILENCE_MS, "threshold_device_idle_ratio": GPU_SILENCE_DEVICE_IDLE,
                  "rule": "stepdoctor: host silence while the device idles (Kineto records no GC)"})
         return self.finding(
-            ctx, title=f"Likely Python GC: {e.get('gaps', 0)} host stall(s) of up to {e.get('max_gap_ms', 0):.3g} ms "
+            ctx, title=f"Likely Python GC or untraced host work: {e.get('gaps', 0)} host stall(s) of up to {e.get('max_gap_ms', 0):.3g} ms "
                        "with no host activity", subject="conjectured GC", ranks=rk, steps=steps_seen,
             impact_ms=ms_w, impact_rank=rank_w, severity="medium",
             evidence={**rule, "per_rank": {str(r): v for r, v in per_rank.items()},
@@ -237,9 +251,10 @@ class GcPauseCheck(Check):
             message=(f"On {ranks_text(rk)} ({steps_text(steps_seen)}) the host went silent for up to "
                      f"{e.get('max_gap_ms', 0):.3g} ms ({e.get('gaps', 0)} gap(s) on rank {rank_w}, "
                      f"{e.get('what', '')}) and the device idled {fmt_ms(ms_w or 0)} ms per step: this is what a "
-                     "Python GC pause looks like when GC is not recorded (untraced host work such as I/O or "
-                     "compilation, or events filtered out of the trace, look the same). Confirm by recording GC "
-                     "(torch_npu experimental_config gc_detect_threshold) or by running with gc.freeze() / "
+                     "Python GC pause looks like when GC is not recorded (untraced host work such as I/O, "
+                     "time.sleep or compilation, or events filtered out of the trace, look the same). Confirm by "
+                     + ("recording GC (torch_npu experimental_config gc_detect_threshold)" if ascend else
+                        "timing collections with gc.callbacks") + " or by running with gc.freeze() / "
                      "gc.disable() around steps."))
 
 

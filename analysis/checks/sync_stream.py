@@ -26,7 +26,8 @@ from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 
-from ..metrics.idle import idle_after, sync_triggers, unprofiled_share
+from ..metrics.idle import COLLECTIVE_RE, idle_after, sync_triggers, unprofiled_share
+from ..metrics.intervals import Coverage
 from ..models import Finding, severity_from_impact
 from ..severity import Severity
 from ..thresholds import T
@@ -237,6 +238,10 @@ class SyncStreamCheck(Check):
         limit = np.array([w_end.get(int(s), 0) for s in step_of.tolist()], dtype=np.int64)
         tl = DeviceTimeline.of(ctx, rank)
         idle = idle_after(tl.starts, tl.ends, end, limit) if not tl.empty else np.zeros(idx.size, np.int64)
+        # idle while a collective is open on the host is a wait for peer ranks (slow-rank's), not the sync's
+        coll = SyncStreamCheck._collectives(ctx, rank)
+        in_coll = coll.within(end, end + idle) if coll.s.size else np.zeros(idx.size, np.int64)
+        idle = np.maximum(idle - in_coll, 0)
         per_step: dict[str, dict[str, float]] = {}
         by_api: dict[str, int] = {}
         names = ev["name"][idx]
@@ -258,6 +263,16 @@ class SyncStreamCheck(Check):
             "syncs_leaving_device_idle_per_step": round(leaving / n, 2),
             "triggers": SyncStreamCheck._triggers(ctx, rank, ev, idx[idle > 0]),
             "by_step": per_step}
+
+    @staticmethod
+    def _collectives(ctx: CheckContext, rank: int) -> Coverage:
+        """The rank's host collective annotations (gloo:all_reduce, nccl:..., c10d::...) as a coverage."""
+        h = ctx.sql("SELECT name, start_ns, dur_ns FROM host_ops WHERE rank = ? AND category NOT IN ('runtime', "
+                    "'driver', 'kernel')", [int(rank)])
+        m = by_value(h["name"], lambda n: bool(COLLECTIVE_RE.search(str(n)))) if len(h) else np.zeros(0, bool)
+        s = h["start_ns"].to_numpy(dtype=np.int64)[m] if len(h) else np.empty(0, np.int64)
+        d = h["dur_ns"].to_numpy(dtype=np.int64)[m] if len(h) else np.empty(0, np.int64)
+        return Coverage(s, s + d)
 
     @staticmethod
     def _triggers(ctx: CheckContext, rank: int, ev: dict[str, np.ndarray], idx: np.ndarray) -> list[dict[str, Any]]:

@@ -27,6 +27,9 @@ NS_PER_MS = 1e6
 # operators whose host code reads a device value (and so waits for the device); innermost one wins
 TRIGGER_RE = re.compile(r"^aten::(item|_local_scalar_dense|is_nonzero|nonzero|equal|allclose|tolist|cpu|"
                         r"to|copy_|_to_copy|masked_select|unique.*)$")
+# host annotations of collectives (Kineto: gloo:all_reduce, nccl:all_reduce, record_param_comms, c10d::...):
+# host time inside them is a wait for peer ranks
+COLLECTIVE_RE = re.compile(r"^(gloo|nccl|rccl|hccl|mpi|ucc):|^c10d::|record_param_comms|^ProcessGroup\w*::", re.I)
 # a Python frame recorded with with_stack: "file.py(123): func"; library frames are skipped for the source line
 _PY_FRAME_RE = re.compile(r"^(?P<file>[^()]+\.py)\((?P<line>\d+)\): (?P<func>.+)$")
 _LIB_PATH_RE = re.compile(r"(site-packages|dist-packages|/torch/|/lib/python3|<built-in)")
