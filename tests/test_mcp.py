@@ -26,7 +26,8 @@ from mcp import Client, ClientSession, StdioServerParameters, stdio_client
 from conftest import CLUSTER4, REPO, SHARED, need
 from stepdoctor.analysis import store
 from stepdoctor.server import app as mcp_app
-from stepdoctor.server.app import TEXT_CAP, cap_text, create_server
+from stepdoctor.server.answers import TEXT_CAP, cap_text
+from stepdoctor.server.app import create_server
 
 pytestmark = pytest.mark.anyio
 
@@ -258,9 +259,11 @@ async def test_env_audit(server):
 async def test_env_audit_on_many_ranks_keeps_the_odd_ranks(server, monkeypatch):
     """With more ranks than EVIDENCE_RANKS a variable shows the ranks of its rarest values (a rank whose
     value differs stays) and the answer says so."""
+    from stepdoctor.server import answers
     from stepdoctor.tools.models import EnvVariable
 
-    monkeypatch.setattr(mcp_app, "EVIDENCE_RANKS", 1)
+    for mod in (mcp_app, answers):   # the tool reads the limit in app, the trimming in answers
+        monkeypatch.setattr(mod, "EVIDENCE_RANKS", 1)
     pid = await load(server)
     d, _ = await call(server, "env_audit", {"profile_id": pid})
     v = {x["name"]: x for x in d["variables"]}
@@ -270,7 +273,7 @@ async def test_env_audit_on_many_ranks_keeps_the_odd_ranks(server, monkeypatch):
     odd = EnvVariable(name="HCCL_ALGO", status="unknown",
                       values_by_rank={r: ("level0:NA;level1:ring" if r != 700 else "level0:NA;level1:H-D_R")
                                       for r in range(1024)})
-    monkeypatch.setattr(mcp_app, "EVIDENCE_RANKS", 3)
+    monkeypatch.setattr(answers, "EVIDENCE_RANKS", 3)
     assert mcp_app._trimmed_variable(odd).values_by_rank == {0: "level0:NA;level1:ring", 1: "level0:NA;level1:ring",
                                                              700: "level0:NA;level1:H-D_R"}
 
