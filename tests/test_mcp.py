@@ -125,6 +125,7 @@ async def test_tool_list_schemas_and_annotations(cache: Path, code_root: Path):
 
 
 async def test_load_profile_reports_progress_and_summary(tmp_path: Path):
+    need(CLUSTER4)  # its roots are the shared data
     srv = create_server([SHARED], cache_dir=tmp_path / "cache")  # empty cache: a real ingest
     progress: list[tuple[float, float | None, str | None]] = []
 
@@ -573,6 +574,7 @@ async def test_twenty_concurrent_calls_agree(server):
 
 
 async def test_concurrent_loads_ingest_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    need(CLUSTER4)  # its roots are the shared data
     calls: list[Path] = []
     real = store.build_database
 
@@ -630,6 +632,7 @@ def _mcp_command() -> list[str]:
 
 
 async def test_stdio_subprocess(cache: Path):
+    need(CLUSTER4)  # its roots are the shared data
     cmd = _mcp_command()
     params = StdioServerParameters(
         command=cmd[0], args=[*cmd[1:], "mcp", "--root", str(SHARED)], env=_child_env(cache), cwd=str(REPO)
@@ -648,6 +651,7 @@ async def test_stdio_subprocess(cache: Path):
 
 async def test_stdio_subprocess_legacy_session(cache: Path):
     """The handshake-era client (2025-11-25 initialize) that older hosts use."""
+    need(CLUSTER4)  # its roots are the shared data
     cmd = _mcp_command()
     params = StdioServerParameters(
         command=cmd[0], args=[*cmd[1:], "mcp", "--root", str(SHARED)], env=_child_env(cache), cwd=str(REPO)
@@ -711,6 +715,7 @@ class HttpServer:
 
 @pytest.fixture
 def http_server(cache: Path):
+    need(CLUSTER4)  # its roots are the shared data
     srv = HttpServer(cache)
     yield srv
     srv.stop()
@@ -718,6 +723,7 @@ def http_server(cache: Path):
 
 @pytest.fixture
 def http_server_with_token(cache: Path):
+    need(CLUSTER4)  # its roots are the shared data
     srv = HttpServer(cache, "--token", "s3cret-token")
     yield srv
     srv.stop()
