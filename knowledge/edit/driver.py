@@ -1,0 +1,355 @@
+"""Run a fix's edit items over one file, combine fixes, build the diff and write it (`--apply`)."""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..loader import get_fix
+from ..schema import Fix
+from .pycalls import _handle_add_kwargs, _handle_remove_call, _handle_replace_callee, _handle_unwrap_call
+from .pyinsert import _handle_insert_after_import, _handle_insert_before_loop, _import_edit
+from .pymodule import _Module
+from .shell import _handle_env_python, _handle_env_shell
+from .text import (
+    SHELL_SUFFIXES,
+    EditConflictError,
+    EditLocation,
+    EditResult,
+    FileKind,
+    Status,
+    _apply_text_edits,
+    _line_map,
+    _LineMap,
+    _map_back,
+    _one_line,
+    _Outcome,
+    _Source,
+)
+
+# ----------------------------------------------------------------------------------------------------
+# driver
+
+
+_PY_HANDLERS = {
+    "add_kwargs": _handle_add_kwargs,
+    "replace_callee": _handle_replace_callee,
+    "remove_call": _handle_remove_call,
+    "unwrap_call": _handle_unwrap_call,
+    "insert_before_loop": _handle_insert_before_loop,
+    "insert_after_import": _handle_insert_after_import,
+}
+
+
+def _file_kind(path: Path, text: str) -> FileKind:
+    if path.suffix == ".py":
+        return "python"
+    if path.suffix in SHELL_SUFFIXES:
+        return "shell"
+    first = text.split("\n", 1)[0]
+    if first.startswith("#!"):
+        if "python" in first:
+            return "python"
+        if re.search(r"\b(ba|z|k|da)?sh\b", first):
+            return "shell"
+    raise ValueError(f"{path}: not a Python file (.py) or shell launch script (.sh); cannot edit it")
+
+
+def _check_params(params: dict[str, Any] | None) -> dict[str, Any]:
+    """Caller parameters become Python literals in the edit (repr), so only literal-able types are allowed."""
+
+    def ok(value: Any) -> bool:
+        if value is None or type(value) in (bool, int, float, str):
+            return True
+        if isinstance(value, list | tuple):
+            return all(ok(v) for v in value)
+        if isinstance(value, dict):
+            return all(isinstance(k, str) and ok(v) for k, v in value.items())
+        return False
+
+    params = dict(params or {})
+    for key, value in params.items():
+        if not ok(value):
+            raise TypeError(
+                f"edit parameter {key!r} must be a number, string, bool, None or a list / dict of "
+                f"those, got {type(value).__name__}"
+            )
+    return params
+
+
+def _template(fix: Fix, frameworks: set[str] | None) -> str | None:
+    parts = []
+    for edit in fix.code_edit:
+        if frameworks and edit.framework != "any" and edit.framework not in frameworks:
+            continue
+        parts.append(
+            f"# {fix.id} ({edit.framework}): {edit.locate.description}\n"
+            f"# before:\n{edit.before.rstrip()}\n# after:\n{edit.after.rstrip()}"
+        )
+    if not parts and frameworks:
+        return _template(fix, None)  # nothing for this file's framework: show every variant
+    if not parts and fix.env:
+        lines = [f"export {v.name}={v.value}" if v.value is not None else f"unset {v.name}" for v in fix.env]
+        parts.append(f"# {fix.id}: in the launch script\n" + "\n".join(lines))
+    return "\n\n".join(parts) or None
+
+
+@dataclass
+class _FixRun:
+    text: str
+    status: Status
+    outcome: _Outcome
+    template: str | None
+
+
+def _run_fix(fix: Fix, text: str, kind: FileKind, params: dict[str, Any], history: list[_LineMap]) -> _FixRun:
+    """Apply every applicable edit item of `fix` to `text`, one after the other, re-parsing in between.
+
+    Applicable: shell files take the `env` edit; Python files take the non-template edits whose framework
+    matches the file's imports (all of them when the file imports neither torch nor mindspore) and whose
+    `requires_params` / `unless_params` fit the caller's parameters. `history` collects the line shifts of
+    every applied batch so all locations are reported in lines of the original file.
+    """
+    total = _Outcome()
+    changed = False
+    explicit = set(params)
+    frameworks: set[str] | None = None
+    if kind == "shell":
+        if any(e.kind == "env" for e in fix.code_edit):
+            new_text, outcome, deltas = _handle_env_shell(text, fix, params)
+            for loc in outcome.locations:
+                loc.line = _map_back(loc.line, history)
+            total.merge(outcome)
+            if new_text != text:
+                history.append(deltas)
+                text, changed = new_text, True
+        else:
+            total.notes.append("this fix has no launch-script edit")
+    else:
+        try:
+            mod = _Module(_Source(text))
+        except SyntaxError as exc:
+            raise ValueError(f"cannot parse the Python file: {exc.msg} (line {exc.lineno})") from None
+        frameworks = mod.frameworks() or None
+        for edit in fix.code_edit:
+            if edit.kind == "template":
+                continue
+            if frameworks and edit.framework != "any" and edit.framework not in frameworks:
+                continue
+            if edit.requires_params and not set(edit.requires_params) <= explicit:
+                continue
+            if edit.unless_params and set(edit.unless_params) & explicit:
+                continue
+            merged = {**edit.params, **params}
+            if edit.kind == "env":
+                outcome = _handle_env_python(mod, fix, params)
+            else:
+                outcome = _PY_HANDLERS[edit.kind](mod, edit, merged, explicit)
+            if not outcome.edits and not outcome.matched and edit.locate.present_if_calls:
+                present = mod.has_call(edit.locate.present_if_calls)
+                if present is not None:  # e.g. the optimizer is already torch_npu.optim.NpuFusedAdamW
+                    outcome = _Outcome(
+                        matched=True,
+                        locations=[
+                            EditLocation(
+                                line=present.lineno,
+                                what=f"already uses {_one_line(mod.src.segment(present.func), 60)}",
+                            )
+                        ],
+                    )
+            if outcome.edits:
+                # Imports go first in the edit list: at an equal offset they must end up above the code.
+                for module in edit.imports:
+                    imp = None if module in outcome.imports_done else _import_edit(mod, module)
+                    if imp is not None:
+                        outcome.edits.insert(0, imp)
+                        outcome.locations.append(
+                            EditLocation(line=mod.src.line_of(imp.start), what=f"added import {module}")
+                        )
+            for loc in outcome.locations:
+                loc.line = _map_back(loc.line, history)
+            total.merge(outcome)
+            if outcome.edits:
+                new_text = _apply_text_edits(text, outcome.edits)
+                try:
+                    ast.parse(new_text)
+                except SyntaxError as exc:  # a bug in an edit kind; never hand out a broken file
+                    raise RuntimeError(
+                        f"edit {edit.kind} of fix {fix.id} produced invalid Python "
+                        f"({exc.msg}, line {exc.lineno}); please report it"
+                    ) from None
+                if new_text != text:
+                    history.append(_line_map(mod.src, outcome.edits))
+                    text, changed = new_text, True
+                    mod = _Module(_Source(text))
+    status: Status = "changed" if changed else "already-applied" if total.matched else "no-spot"
+    template = _template(fix, frameworks) if status == "no-spot" else None
+    return _FixRun(text, status, total, template)
+
+
+def _unified_diff(old: str, new: str, name: str) -> str:
+    """difflib unified diff with git-style a/ b/ headers; marks a missing final newline like git does, so
+    `git apply` accepts the patch."""
+    if old == new:
+        return ""
+    out = []
+    for line in difflib.unified_diff(
+        old.splitlines(keepends=True), new.splitlines(keepends=True), fromfile=f"a/{name}", tofile=f"b/{name}"
+    ):
+        if line.endswith("\n"):
+            out.append(line)
+        else:
+            out.append(line + "\n\\ No newline at end of file\n")
+    return "".join(out)
+
+
+def _diff_name(path: Path, root: Path | None) -> str:
+    """Path for the a/ b/ headers: relative to `root` (default: the current directory); the bare file name
+    when the file lies outside it (git apply refuses absolute paths and `..`)."""
+    base = root if root is not None else Path.cwd()
+    try:
+        return path.resolve().relative_to(base.resolve()).as_posix()
+    except ValueError:
+        return path.name
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no such file") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not UTF-8 text") from None
+
+
+def _result(
+    path: Path, fix_label: str, original: str, runs: list[tuple[str, _FixRun]], final: str, root: Path | None
+) -> EditResult:
+    changed = final != original
+    statuses = [run.status for _, run in runs]
+    status: Status = (
+        "changed"
+        if changed
+        else "already-applied"
+        if statuses and all(s == "already-applied" for s in statuses)
+        else "no-spot"
+    )
+    locations = [loc for _, run in runs for loc in run.outcome.locations]
+    parts = []
+    for fix_id, run in runs:
+        whats = "; ".join(f"line {loc.line}: {loc.what}" for loc in run.outcome.locations)
+        notes = "; ".join(run.outcome.notes)
+        if run.status == "changed":
+            text = f"{fix_id}: changed {path} ({whats})"
+        elif run.status == "already-applied":
+            text = f"{fix_id}: already applied in {path}, nothing to change ({whats})"
+        else:
+            text = f"{fix_id}: no place to apply it automatically in {path}; see the template"
+        parts.append(text + (f". Notes: {notes}" if notes else ""))
+    templates = [run.template for _, run in runs if run.template]
+    return EditResult(
+        path=str(path),
+        fix=fix_label,
+        changed=changed,
+        status=status,
+        diff=_unified_diff(original, final, _diff_name(path, root)),
+        message="\n".join(parts),
+        template="\n\n".join(templates) or None,
+        locations=locations,
+        base_sha256=hashlib.sha256(original.encode("utf-8")).hexdigest(),
+        patched_text=final if changed else None,
+    )
+
+
+def suggest_edit(
+    code_path: Path | str, fix_id: str, *, params: dict[str, Any] | None = None, root: Path | None = None
+) -> EditResult:
+    """Propose the edit of fix `fix_id` to one file, without writing anything.
+
+    `params` fill the fix's `${placeholders}` (numbers a finding computed, e.g. `num_parallel_workers=12` or
+    `all_reduce_fusion_config=[85, 160]`); a parameter the caller passes also overrides an existing literal.
+    `params["env"]` (a name or a list of names) limits an environment fix to the variables a finding flagged.
+    Diff headers are `a/REL` / `b/REL` with REL relative to `root` (default: the current directory when the
+    file is under it, else the file name), so `git apply` run from that directory accepts the diff.
+    Raises KeyError for an unknown fix id, FileNotFoundError / ValueError for unreadable or unsupported files.
+    """
+    return suggest_edits_for_fixes(code_path, [fix_id], params=params, root=root)
+
+
+def suggest_edits_for_fixes(
+    code_path: Path | str,
+    fix_ids: list[str],
+    *,
+    params: dict[str, Any] | None = None,
+    root: Path | None = None,
+) -> EditResult:
+    """Combine several fixes on one file into one diff: each fix is applied to the text the previous one
+    produced, in the given order; locations refer to lines of the original file."""
+    if not fix_ids:
+        raise ValueError("no fix ids given")
+    path = Path(code_path)
+    fixes = [get_fix(i) for i in fix_ids]
+    original = _read(path)
+    kind = _file_kind(path, original)
+    checked = _check_params(params)
+    text = original
+    runs: list[tuple[str, _FixRun]] = []
+    history: list[_LineMap] = []
+    for fix in fixes:
+        run = _run_fix(fix, text, kind, checked, history)
+        runs.append((fix.id, run))
+        text = run.text
+    return _result(path, ",".join(fix_ids), original, runs, text, root)
+
+
+def _backup_path(path: Path) -> Path:
+    """FILE.bak, or FILE.bak.1, FILE.bak.2, ... when earlier backups exist (never overwritten)."""
+    candidate = path.with_name(path.name + ".bak")
+    n = 0
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.name}.bak.{n}")
+    return candidate
+
+
+def apply_edit(result: EditResult, backup: bool = True) -> Path | None:
+    """Write the patched file of a `suggest_edit` result (the `--apply` of the CLI).
+
+    Returns the backup path (or None when `backup` is False or nothing changes). Refuses with
+    EditConflictError when the file no longer has the content the diff was computed against, and with
+    ValueError when the result carries no patched text (e.g. it was rebuilt from JSON). The new content is
+    written to a temporary file beside the target and renamed over it, keeping the file mode, so a crash
+    cannot leave a half-written file.
+    """
+    if not result.changed:
+        return None
+    if result.patched_text is None:
+        raise ValueError(
+            "this result carries no patched text (was it loaded from JSON?); run suggest_edit again"
+        )
+    path = Path(result.path)
+    current = _read(path)
+    if hashlib.sha256(current.encode("utf-8")).hexdigest() != result.base_sha256:
+        raise EditConflictError(f"{path} changed since the edit was suggested; run suggest-edit again")
+    saved: Path | None = None
+    if backup:
+        saved = _backup_path(path)
+        shutil.copy2(path, saved)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(result.patched_text.encode("utf-8"))
+        shutil.copymode(path, tmp_name)
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    return saved

@@ -1,0 +1,370 @@
+"""Python edits on calls: keyword arguments, swapped callees, removed calls, unwrapped wrappers."""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from ..schema import CodeEdit, KwargSpec, placeholders, render_template
+from .pymodule import _NOT_LITERAL, _literal, _Module, _same_literal
+from .text import EditLocation, _one_line, _Outcome, _Source, _TextEdit
+
+# ----------------------------------------------------------------------------------------------------
+# keyword arguments
+
+
+def _is_positive_int(value: Any) -> bool:
+    return type(value) is int and value > 0
+
+
+def _kwarg_ok(spec: KwargSpec, current: Any, rendered: str, explicit: bool) -> bool:
+    """Whether an existing literal keyword value already satisfies the spec (see KwargSpec docs)."""
+    wanted = _literal(ast.parse(rendered, mode="eval").body)
+    if explicit:
+        return _same_literal(current, wanted)
+    if spec.keep_existing:
+        return True
+    if spec.ok_min is not None:
+        return type(current) in (int, float) and current >= spec.ok_min
+    if spec.ok_values is not None:
+        return any(_same_literal(current, ok) for ok in spec.ok_values)
+    return _same_literal(current, wanted)
+
+
+def _call_args(call: ast.Call) -> list[ast.AST]:
+    return sorted([*call.args, *call.keywords], key=lambda n: (n.lineno, n.col_offset))  # type: ignore[attr-defined]
+
+
+def _removal_edits(src: _Source, call: ast.Call, removed: list[ast.keyword]) -> list[_TextEdit]:
+    """Delete keywords with their separating commas. Runs of adjacent removed arguments are deleted as one
+    span: from the end of the argument before the run, or (for a leading run) up to the next argument."""
+    args = _call_args(call)
+    drop = [any(a is r for r in removed) for a in args]
+    edits = []
+    i = 0
+    while i < len(args):
+        if not drop[i]:
+            i += 1
+            continue
+        j = i
+        while j + 1 < len(args) and drop[j + 1]:
+            j += 1
+        if i > 0:
+            edits.append(_TextEdit(src.span(args[i - 1])[1], src.span(args[j])[1], ""))
+        elif j + 1 < len(args):
+            edits.append(_TextEdit(src.span(args[i])[0], src.span(args[j + 1])[0], ""))
+        else:  # every argument goes: empty the parentheses
+            open_paren = src.text.index("(", src.span(call.func)[1])
+            edits.append(_TextEdit(open_paren + 1, src.span(call)[1] - 1, ""))
+        i = j + 1
+    return edits
+
+
+def _insertion_edit(src: _Source, call: ast.Call, kept: list[ast.AST], pairs: list[str]) -> _TextEdit:
+    """Insert `name=value` items after the last kept argument, following the call's layout: one argument
+    per line (with or without a trailing comma) when the arguments already sit on their own lines; otherwise
+    on the same line, filled up to 100 characters and continued under the first argument."""
+    call_end = src.span(call)[1]
+    close = call_end - 1  # the ")" of the call
+    if not kept:
+        return _TextEdit(close, close, ", ".join(pairs))
+    anchor = kept[-1]
+    anchor_end = src.span(anchor)[1]
+    nl = src.newline
+    if anchor.lineno > call.lineno:  # type: ignore[attr-defined]
+        indent = src.indent(anchor.lineno)  # type: ignore[attr-defined]
+        between = src.text[anchor_end:close]
+        if between.lstrip().startswith(","):
+            comma = anchor_end + between.index(",") + 1
+            return _TextEdit(comma, comma, "".join(f"{nl}{indent}{p}," for p in pairs))
+        return _TextEdit(anchor_end, anchor_end, "".join(f",{nl}{indent}{p}" for p in pairs))
+    line_no = src.line_of(anchor_end)
+    line_start = src.line_start(line_no)
+    column = anchor_end - line_start
+    tail = len(src.lines[line_no - 1].rstrip("\r\n")) - column  # ")" and whatever follows it on the line
+    first = _call_args(call)[0]
+    hang = " " * (src.span(first)[0] - src.line_start(first.lineno))  # type: ignore[attr-defined]
+    text = ""
+    for index, pair in enumerate(pairs):
+        extra = tail if index == len(pairs) - 1 else 0
+        if column + 2 + len(pair) + 1 + extra <= 100:
+            text += ", " + pair
+            column += 2 + len(pair)
+        else:
+            text += f",{nl}{hang}{pair}"
+            column = len(hang) + len(pair)
+    return _TextEdit(anchor_end, anchor_end, text)
+
+
+def _edit_kwargs(
+    mod: _Module,
+    call: ast.Call,
+    specs: list[KwargSpec],
+    remove: list[str],
+    params: dict[str, Any],
+    explicit: set[str],
+    force_change: bool = False,
+) -> _Outcome:
+    """Add or adjust keyword arguments of one call (the add_kwargs algorithm).
+
+    For each spec: an existing literal that satisfies it is kept, an unsatisfying literal is replaced in
+    place, a non-literal (variable, expression) is kept and reported; a missing keyword is added unless the
+    call forwards `**kwargs` (the added name could collide) or its `only_if_positive` partner is not a
+    positive literal. `remove` keywords are deleted only when the call changes anyway (or `force_change`).
+    """
+    src = mod.src
+    out = _Outcome(matched=True)
+    present = {kw.arg: kw for kw in call.keywords if kw.arg}
+    has_star_kwargs = any(kw.arg is None for kw in call.keywords)
+    final: dict[str, Any] = {name: _literal(kw.value) for name, kw in present.items()}
+    additions: list[str] = []
+    replaced: list[str] = []
+    for spec in specs:
+        rendered = render_template(spec.value, params)
+        is_explicit = bool(placeholders(spec.value) & explicit)
+        if spec.only_if_positive and not _is_positive_int(final.get(spec.only_if_positive)):
+            if spec.name not in present:
+                out.notes.append(
+                    f"`{spec.name}` not added: it needs `{spec.only_if_positive}` > 0 as a literal"
+                )
+            continue
+        if spec.name in present:
+            kw = present[spec.name]
+            current = _literal(kw.value)
+            if current is _NOT_LITERAL:
+                expect = (
+                    f">= {spec.ok_min:g}" if spec.ok_min is not None and not is_explicit else f"== {rendered}"
+                )
+                out.notes.append(
+                    f"kept `{spec.name}={_one_line(src.segment(kw.value), 40)}` (not a literal; "
+                    f"check that it is {expect})"
+                )
+                continue
+            if _kwarg_ok(spec, current, rendered, is_explicit):
+                continue
+            start, end = src.span(kw.value)
+            out.edits.append(_TextEdit(start, end, rendered))
+            replaced.append(f"{spec.name}={_one_line(src.segment(kw.value), 30)} -> {rendered}")
+            final[spec.name] = _literal(ast.parse(rendered, mode="eval").body)
+        elif has_star_kwargs:
+            out.notes.append(
+                f"`{spec.name}` not added: the call forwards **kwargs, which may already carry it"
+            )
+        else:
+            additions.append(f"{spec.name}={rendered}")
+            final[spec.name] = _literal(ast.parse(rendered, mode="eval").body)
+    changed = bool(additions or replaced or force_change)
+    removed = [present[name] for name in remove if name in present] if changed else []
+    if removed:
+        out.edits += _removal_edits(src, call, removed)
+    if additions:
+        kept = [a for a in _call_args(call) if not any(a is r for r in removed)]
+        out.edits.append(_insertion_edit(src, call, kept, additions))
+    if additions:
+        out.locations.append(EditLocation(line=call.lineno, what="added " + ", ".join(additions)))
+    if replaced:
+        out.locations.append(EditLocation(line=call.lineno, what="changed " + ", ".join(replaced)))
+    if removed:
+        out.locations.append(
+            EditLocation(line=call.lineno, what="removed " + ", ".join(f"{kw.arg}=" for kw in removed))
+        )
+    return out
+
+
+def _matching_calls(mod: _Module, edit: CodeEdit) -> list[tuple[ast.Call, str | None]]:
+    """Calls the edit's `locate` selects, with the matched qualified target (None for method matches)."""
+    loc = edit.locate
+    if loc.require_imports_any and not (mod.packages & set(loc.require_imports_any)):
+        return []
+    found: list[tuple[ast.Call, str | None]] = []
+    for call in mod.calls():
+        if loc.in_loop and call not in mod.in_loop:
+            continue
+        target = mod.match_call(call, loc.calls) if loc.calls else None
+        if target is None and loc.methods:
+            if not (isinstance(call.func, ast.Attribute) and call.func.attr in loc.methods):
+                continue
+            if len(call.args) + len(call.keywords) < loc.min_args:
+                continue
+            first = (
+                call.args[0]
+                if call.args
+                else next((k.value for k in call.keywords if k.arg == "device"), None)
+            )
+            if loc.skip_first_arg and _literal(first) in loc.skip_first_arg:
+                continue
+            receiver = mod.src.segment(call.func.value).lower()
+            if any(word in receiver for word in loc.skip_receivers):
+                continue
+        elif target is None:
+            continue
+        found.append((call, target))
+    return found
+
+
+def _handle_add_kwargs(mod: _Module, edit: CodeEdit, params: dict[str, Any], explicit: set[str]) -> _Outcome:
+    out = _Outcome()
+    # Numbers the caller passes for this edit override "already configured".
+    overridden = explicit & {name for spec in edit.kwargs for name in placeholders(spec.value)}
+    for call, _ in _matching_calls(mod, edit):
+        present = {kw.arg for kw in call.keywords}
+        if edit.satisfied_by_kwargs and present & set(edit.satisfied_by_kwargs) and not overridden:
+            out.matched = True
+            out.locations.append(
+                EditLocation(
+                    line=call.lineno,
+                    what=f"{_one_line(mod.src.segment(call.func), 40)}(...) already sets "
+                    f"{', '.join(sorted(present & set(edit.satisfied_by_kwargs)))}",
+                )
+            )
+            continue
+        sub = _edit_kwargs(mod, call, edit.kwargs, edit.remove_kwargs, params, explicit)
+        callee = _one_line(mod.src.segment(call.func), 40)
+        if sub.locations:
+            sub.locations = [
+                EditLocation(
+                    line=call.lineno, what=f"{callee}(...): " + "; ".join(loc.what for loc in sub.locations)
+                )
+            ]
+        else:
+            sub.locations = [EditLocation(line=call.lineno, what=f"{callee}(...) already has the arguments")]
+        out.merge(sub)
+    return out
+
+
+def _handle_replace_callee(
+    mod: _Module, edit: CodeEdit, params: dict[str, Any], explicit: set[str]
+) -> _Outcome:
+    out = _Outcome()
+    for call, target in _matching_calls(mod, edit):
+        if target is None or target not in edit.replacements:
+            continue
+        new = edit.replacements[target]
+        sub = _edit_kwargs(mod, call, edit.kwargs, edit.remove_kwargs, params, explicit, force_change=True)
+        start, end = mod.src.span(call.func)
+        sub.edits.append(_TextEdit(start, end, new))
+        whats = [
+            f"{_one_line(mod.src.segment(call.func), 40)} -> {new}",
+            *(loc.what for loc in sub.locations),
+        ]
+        sub.locations = [EditLocation(line=call.lineno, what="; ".join(whats))]
+        out.merge(sub)
+    return out
+
+
+def _delete_statements(mod: _Module, stmts: list[ast.stmt]) -> list[_TextEdit]:
+    """Delete whole statements. A block left empty keeps one `pass` (at the first statement's place)."""
+    src = mod.src
+    edits: list[_TextEdit] = []
+    by_block: dict[int, tuple[list[ast.stmt], list[ast.stmt]]] = {}
+    for stmt in stmts:
+        block = mod.block_of(stmt)
+        by_block.setdefault(id(block), (block, []))[1].append(stmt)
+    for block, doomed in by_block.values():
+        empties = len(doomed) == len(block)
+        for index, stmt in enumerate(sorted(doomed, key=lambda s: s.lineno)):
+            replacement = ""
+            if empties and index == 0:
+                replacement = src.indent(stmt.lineno) + "pass" + src.newline
+            if mod.owns_lines(stmt):
+                end_line = stmt.end_lineno + 1  # type: ignore[operator]
+                end = src.line_start(end_line)
+                if end == len(src.text) and not src.text.endswith(("\n", "\r")):
+                    replacement = replacement.rstrip("\r\n")
+                edits.append(_TextEdit(src.line_start(stmt.lineno), end, replacement))
+            else:
+                start, end = src.span(stmt)
+                edits.append(_TextEdit(start, end, "pass"))
+    return edits
+
+
+def _handle_remove_call(mod: _Module, edit: CodeEdit, params: dict[str, Any], explicit: set[str]) -> _Outcome:
+    """Delete call statements (inside loops when locate.in_loop). An `if` whose body holds only such calls
+    and has no `else` goes with them, so `if step % 10 == 0: torch.cuda.empty_cache()` disappears whole."""
+    out = _Outcome()
+    doomed: list[ast.stmt] = []
+    for call in mod.calls():
+        target = mod.match_call(call, edit.locate.calls)
+        if target is None:
+            continue
+        stmt = mod.statement_of(call)
+        if not (isinstance(stmt, ast.Expr) and stmt.value is call):
+            out.notes.append(f"line {call.lineno}: `{target}()` is part of a larger statement; left as is")
+            continue
+        if edit.locate.in_loop and call not in mod.in_loop:
+            out.notes.append(
+                f"line {call.lineno}: `{_one_line(mod.src.segment(call))}` is outside loops; left as is"
+            )
+            continue
+        doomed.append(stmt)
+        out.locations.append(
+            EditLocation(line=call.lineno, what=f"removed {_one_line(mod.src.segment(call))}")
+        )
+    # Fold `if cond: <only doomed statements>` (no else) into one doomed `if`, innermost first.
+    changed = True
+    while changed:
+        changed = False
+        for stmt in list(doomed):
+            parent = mod.parents.get(stmt)
+            if (
+                isinstance(parent, ast.If)
+                and not parent.orelse
+                and parent not in doomed
+                and all(any(s is d for d in doomed) for s in parent.body)
+            ):
+                doomed = [d for d in doomed if not any(d is s for s in parent.body)] + [parent]
+                changed = True
+                break
+    if doomed:
+        out.matched = True
+        out.edits += _delete_statements(mod, doomed)
+    else:
+        where = " inside loops" if edit.locate.in_loop else ""
+        out.notes.append(
+            f"nothing to remove: no {' / '.join(f'{c}()' for c in edit.locate.calls[:2])} "
+            f"statement{where} in this file"
+        )
+    return out
+
+
+def _handle_unwrap_call(mod: _Module, edit: CodeEdit, params: dict[str, Any], explicit: set[str]) -> _Outcome:
+    """Replace `wrapper(x, ...)` by `x`; a statement `x = wrapper(x)` becomes pointless and is deleted."""
+    out = _Outcome()
+    doomed: list[ast.stmt] = []
+    for call in mod.calls():
+        target = mod.match_call(call, edit.locate.calls)
+        if target is None:
+            continue
+        inner = (
+            call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "module"), None)
+        )
+        if inner is None:
+            out.notes.append(f"line {call.lineno}: `{target}` has no argument to keep; left as is")
+            continue
+        out.matched = True
+        stmt = mod.statement_of(call)
+        inner_src = mod.src.segment(inner)
+        if (
+            isinstance(stmt, ast.Assign)
+            and stmt.value is call
+            and len(stmt.targets) == 1
+            and mod.src.segment(stmt.targets[0]) == inner_src
+            and mod.owns_lines(stmt)
+        ):
+            doomed.append(stmt)
+            out.locations.append(
+                EditLocation(line=stmt.lineno, what=f"removed {_one_line(mod.src.segment(stmt))}")
+            )
+        else:
+            start, end = mod.src.span(call)
+            out.edits.append(_TextEdit(start, end, inner_src))
+            out.locations.append(
+                EditLocation(line=call.lineno, what=f"replaced {target}(...) by {inner_src}")
+            )
+    out.edits += _delete_statements(mod, doomed)
+    if not out.matched:
+        out.notes.append(
+            f"nothing to remove: no call to {edit.locate.calls[0]} in this file (if the profile "
+            f"still shows it, look where the model is built)"
+        )
+    return out
