@@ -28,6 +28,7 @@ kernels gain less. Severity: the impact rule.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, ClassVar
 
@@ -194,11 +195,17 @@ class Fp32ComputeCheck(Check):
         top = e.get("top_fp32_ops") or [{"op": "matmul"}]
         subject = str(top[0]["op"])
         ascend = ctx.vendor(rank_w) == "ascend"
+        pre_ampere = False
         if ctx.framework(rank_w) == "mindspore":
             fix = ("mixed precision (Model(..., amp_level='O2') for training, auto_mixed_precision(net, 'O2') or "
                    "to_float(mstype.float16) for inference; check accuracy)")
         elif ascend:
             fix = "mixed precision (torch.autocast('npu', dtype=torch.bfloat16))"
+        elif (cc := _compute_capability(ctx, rank_w)) is not None and cc < (8, 0):
+            pre_ampere = True
+            # bf16 tensor cores and TF32 arrive with Ampere (compute capability 8.0); Volta/Turing have fp16 ones
+            fix = (f"fp16 mixed precision (torch.autocast('cuda', dtype=torch.float16) with torch.amp.GradScaler; "
+                   f"this GPU is compute capability {cc[0]}.{cc[1]}: no bf16 or TF32 before 8.0)")
         else:
             fix = ("mixed precision (torch.autocast('cuda', dtype=torch.bfloat16)), or at least TF32 "
                    "(torch.backends.cuda.matmul.allow_tf32 = True)")
@@ -206,7 +213,7 @@ class Fp32ComputeCheck(Check):
         of_step = f" of the {step:.4g} ms step" if step else ""
         phase = next((f" (forward{' + backward' if k == 'fp_and_bp' else ''} {v:.4g} ms{of_step})"
                       for k, v in (e.get("phases_ms") or {}).items() if k in ("fp", "fp_and_bp")), "")
-        return [self.finding(
+        f = self.finding(
             ctx, title=f"{e.get('fp32_share_pct', 0):.0f} % of matmul/conv/attention time runs in float32 "
                        f"({subject})", subject=subject, ranks=rk, steps=steps_seen, impact_ms=ms_w,
             impact_rank=rank_w,
@@ -217,7 +224,12 @@ class Fp32ComputeCheck(Check):
             message=(f"On {ranks_text(rk)} ({steps_text(steps_seen)}) {e.get('fp32_share_pct', 0):.1f} % of the "
                      f"matmul/conv/attention time is float32 (>= {thr:g} %): {e.get('fp32_ms_per_step', 0):.3g} ms per "
                      f"step on rank {rank_w}, mostly {subject}{phase}; {fix} would save about {fmt_ms(ms_w or 0)} ms per "
-                     f"step at an assumed {FP32_SPEEDUP:g}x speedup."))]
+                     f"step at an assumed {FP32_SPEEDUP:g}x speedup."))
+        if pre_ampere:   # TF32 needs compute capability 8.0: that fix would not apply on this GPU
+            f.fixes = [x for x in f.fixes if "tf32" not in x]
+        if not ascend:   # NPU fixes never answer a GPU run
+            f.fixes = [x for x in f.fixes if not x.startswith(("npu-", "ascend-"))]
+        return [f]
 
     @staticmethod
     def _phases(ctx: CheckContext, rank: int) -> dict[str, Any]:
@@ -312,3 +324,22 @@ class Fp32ComputeCheck(Check):
         df = df.assign(label=map_by_value(df["name"], lambda n: gpu_family(str(n))), precision=prec,
                        dtypes=df["types"])
         return df[cols]
+
+
+def _compute_capability(ctx: CheckContext, rank: int | None) -> tuple[int, int] | None:
+    """(major, minor) of the rank's GPU from the trace's deviceProperties (Kineto metadata), or None."""
+    if rank is None:
+        return None
+    rows = ctx.profile.rows("SELECT value_json FROM metadata WHERE rank = ? AND key = 'deviceProperties'",
+                            [int(rank)])
+    dev = ctx.profile.rows("SELECT device_id FROM ranks WHERE rank = ?", [int(rank)])
+    dev_id = dev[0][0] if dev else None
+    for (v,) in rows:
+        try:
+            props = [p for p in json.loads(v) if isinstance(p, dict)]
+        except (TypeError, ValueError):
+            continue
+        p = next((p for p in props if p.get("id") == dev_id), props[0] if props else None)
+        if p and isinstance(p.get("computeMajor"), int):
+            return int(p["computeMajor"]), int(p.get("computeMinor") or 0)
+    return None

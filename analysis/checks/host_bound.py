@@ -65,6 +65,7 @@ from ._common import (
     worst_share,
 )
 from .base import Check, CheckContext, register
+from .sync_stream import SyncStreamCheck
 
 # A late-launch gap is charged to a stall when stalls cover at least this share of it.
 STALL_SHARE = T.host_bound_stall_share.value
@@ -162,7 +163,7 @@ class HostBoundCheck(Check):
                 f"{e['median_launch_interval_us']:.1f} µs: many tiny kernels" if e.get("many_tiny_kernels") else "")
         gap_txt = (f", typical launch gap {e['median_launch_interval_us']:.1f} µs"
                    if e.get("median_launch_interval_us") is not None else "")
-        return [self.finding(
+        f = self.finding(
             ctx, title=f"Device waits for host launches ({fmt_ms(ms_w or 0)} ms per step on rank {rank_w})",
             subject="launch", ranks=rk, steps=steps_seen, impact_ms=ms_w, impact_rank=rank_w, severity=sev,
             evidence={"threshold_free_pct": thr_free, "threshold_late_launch_pct": thr_late,
@@ -175,7 +176,12 @@ class HostBoundCheck(Check):
             message=(f"On {ranks_text(rk)} ({steps_text(steps_seen)}) the device is idle {e.get('free_pct', 0):.1f} % "
                      f"of the step on rank {rank_w} and {e.get('late_launch_share_pct', 0):.1f} % of the idle "
                      f"between ops waits for a late host launch ({fmt_ms(ms_w or 0)} ms per step, thresholds "
-                     f"{thr_free:g} % / {thr_late:g} %){gap_txt}{tiny}. {why}"))]
+                     f"{thr_free:g} % / {thr_late:g} %){gap_txt}{tiny}. {why}"))
+        # late launches are not synchronous launches (those gaps follow a sync and are excluded above):
+        # "unset *_LAUNCH_BLOCKING" only where the recorded environment sets it
+        if not SyncStreamCheck._blocking_env(ctx, rk):
+            f.fixes = [x for x in f.fixes if "launch-blocking" not in x]
+        return [f]
 
     @staticmethod
     def _profiler_corrected(ctx: CheckContext, rank: int, e: dict[str, Any]) -> float:
