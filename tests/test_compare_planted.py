@@ -304,7 +304,9 @@ def test_stream_syncs_name_the_sync_call_not_the_matmul_that_waits_in_it(gen: Ge
     (nb, mb), (nt, mt) = _calls_per_step(b, name), _calls_per_step(t, name)
     c = gen.compare("asc-base", "asc-sync")
     free = statistics.mean(st_delta(b, t, "Free").values())
-    assert c.breakdown_delta.free_ms == pytest.approx(free, abs=2e-3)
+    # the generator's Free runs to the end of the host step, torch_npu's (and the breakdown's) stops at the
+    # last kernel or collective: the deltas agree to 1 %
+    assert c.breakdown_delta.free_ms == pytest.approx(free, rel=0.01)
     assert c.verdict.startswith(f"step time {c.delta_ms:+.1f} ms (+{c.delta_pct:.1f}%), mostly free (")
     assert printed(c.verdict, "mostly free") == pytest.approx(free, abs=PRINTED)
     # aten::mm grows more (+19 ms: the syncs run inside it) but its call count is unchanged
