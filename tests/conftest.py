@@ -35,31 +35,3 @@ def need(path: Path) -> Path:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-def spy_fallback(monkeypatch: pytest.MonkeyPatch, module) -> list[Path]:
-    """Record the files a native reading path (`kineto_scan`, `ascend_scan`) handed to the msgspec path."""
-    seen: list[Path] = []
-    real = module.scan
-
-    def scan(path):
-        try:
-            return real(path)
-        except module.Fallback:
-            seen.append(path)
-            raise
-
-    monkeypatch.setattr(module, "scan", scan)
-    return seen
-
-
-def assert_same_error(read, problem: str) -> None:
-    """`read(native)` raises the same ProfileError (matching `problem`) on both reading paths."""
-    from stepdoctor.analysis.ingest.base import ProfileError
-
-    messages = []
-    for native in (True, False):
-        with pytest.raises(ProfileError, match=problem) as ei:
-            read(native)
-        messages.append(str(ei.value))
-    assert messages[0] == messages[1]

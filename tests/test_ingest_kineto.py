@@ -21,20 +21,13 @@ import pytest
 
 from conftest import KINETO, need
 from stepdoctor.analysis import store
-from stepdoctor.analysis.ingest import kineto, kineto_scan
+from stepdoctor.analysis.ingest import kineto
 from stepdoctor.analysis.ingest.base import ProfileError, RankSource
 from stepdoctor.analysis.metrics.breakdown import compute_breakdown, totals
 from stepdoctor.analysis.metrics.intervals import Coverage
 
 REF = KINETO / "reference"
 
-
-@pytest.fixture(autouse=True, params=["native", "msgspec"])
-def reader_path(request, monkeypatch):
-    """Every test here runs on both reading paths: the C scanner (the default where it is built) and the
-    msgspec path (machines without a compiler, and the fallback for what the scanner hands back)."""
-    monkeypatch.setenv("STEPDOCTOR_PURE_PYTHON", "1" if request.param == "msgspec" else "0")
-    return request.param
 
 # dataset -> (trace path, hta_compat): float-µs traces need HTA's ceil/floor rounding
 PARITY = {
@@ -322,7 +315,6 @@ def tiny_pieces(monkeypatch):
     """Pieces of ~2 KiB so small files exercise the streaming cuts, the buffer refill and the tail."""
     monkeypatch.setattr(kineto, "_PIECE", 2048)
     monkeypatch.setattr(kineto, "_BLOCK", 512)
-    monkeypatch.setattr(kineto_scan, "_BLOCK", 512)
 
 
 def _same_tables(a: kineto.RankTables, b: kineto.RankTables) -> None:
@@ -338,7 +330,6 @@ def test_streaming_equals_whole_file_on_a_real_trace(tmp_path, monkeypatch):
     whole = _read(path)
     monkeypatch.setattr(kineto, "_PIECE", 16 << 10)
     monkeypatch.setattr(kineto, "_BLOCK", 4 << 10)
-    monkeypatch.setattr(kineto_scan, "_BLOCK", 4 << 10)
     _same_tables(whole, _read(path))
 
 

@@ -375,13 +375,8 @@ def _text_column(values: Any) -> Any:
 
 
 def _all_text(values: Any) -> bool:
-    """Every value a str or None (exactly str: a subclass goes through pandas): the C scanner's
-    `text_kinds` when it is built, else a set of the types."""
-    try:
-        from ._tracescan import text_kinds  # type: ignore[attr-defined]
-    except ImportError:  # not built (or an older build without it)
-        return set(map(type, values)) <= {str, type(None)}
-    return bool(text_kinds(values) < 2)
+    """Every value a str or None (exactly str: a subclass goes through pandas)."""
+    return set(map(type, values)) <= {str, type(None)}
 
 
 def _via_pandas(values: Any, duck_type: str) -> np.ndarray:

@@ -727,7 +727,7 @@ def _canonical_raws(raws: list[msgspec.Raw]) -> list[msgspec.Raw]:
     """The raw `Input Dims` / `Input type` values made canonical: a value that is not a JSON list (a
     string, null) counts as absent, as the loose decode has it, and a list written with newlines, tabs
     or escapes (a pretty-printed trace) is re-encoded compactly, as the loose decode does, so a value
-    gives the same text whichever decode read its piece (and on the native path)."""
+    gives the same text whichever decode read its piece."""
     out = []
     for r in raws:
         if r:
@@ -1036,13 +1036,7 @@ def read_rank(src: RankSource) -> RankTables:
     gc_was_enabled = gc.isenabled()
     gc.disable()  # millions of short-lived allocations, no cycles: the cyclic GC would only cost time
     try:
-        from . import kineto_scan  # the native path; it imports this module
-
-        scanned = None
-        if kineto_scan.available():
-            with contextlib.suppress(kineto_scan.Fallback):
-                scanned = kineto_scan.scan(path)
-        doc, folder = scanned or _read_events(path)
+        doc, folder = _read_events(path)
     finally:
         if gc_was_enabled:
             gc.enable()
