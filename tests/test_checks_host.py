@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -518,3 +519,114 @@ def test_columns_gives_none_for_null_text_and_nan_for_null_numbers(tmp_path: Pat
     got = columns(ctx, "SELECT * FROM (VALUES ('a', 1), (NULL, NULL), ('b', 3)) t(s, n)")
     assert got["s"].tolist() == ["a", None, "b"]
     assert got["n"][0] == 1 and got["n"][2] == 3 and got["n"][1] != got["n"][1]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Idle attribution (analysis/metrics/idle.py) and the real-run rules built on it
+
+def _kineto_sync_trace(path: Path, *, busy: bool, collective: bool = False, wait: str = "gloo:all_reduce") -> Path:
+    """A one-rank CUDA Kineto trace of 3 steps. busy=False: 8 kernels per step of 50 µs, each followed by
+    `aten::is_nonzero > aten::item > aten::_local_scalar_dense > cudaStreamSynchronize` that returns 1 µs after
+    its kernel, then 200 µs of host work before the next launch (the device idles ~210 µs per sync).
+    busy=True: one 5 ms kernel, then `loss.item()` waits for it (blocked ~5 ms) at the end of the step.
+    collective: a 30 ms host silence in each step, spanned by an open `wait` annotation on another thread."""
+    ev: list[dict[str, Any]] = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}}]
+    t, corr = 1000.0, 1
+
+    def kernel(at: float, dur: float) -> None:
+        nonlocal corr
+        ev.extend([{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": at,
+                    "dur": 5.0, "args": {"correlation": corr}},
+                   {"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_nn", "pid": 0, "tid": 7,
+                    "ts": at + 10, "dur": dur, "args": {"correlation": corr, "stream": 7, "device": 0}}])
+        corr += 1
+
+    def sync(outer: str, at: float, until: float) -> None:
+        ops = [outer, "aten::item", "aten::_local_scalar_dense"] if outer != "aten::item" else \
+            ["aten::item", "aten::_local_scalar_dense"]
+        for k, name in enumerate(ops):
+            ev.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": at + k,
+                       "dur": until - at + 4 - 2 * k})
+        ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": 1, "tid": 1,
+                   "ts": at + len(ops), "dur": until - at - len(ops)})
+
+    for step in (1, 2, 3):
+        t0 = t
+        if busy:
+            kernel(t, 5000.0)
+            sync("aten::item", t + 20, t + 5011)
+            t += 5020
+        else:
+            for _ in range(8):
+                kernel(t, 50.0)
+                sync("aten::is_nonzero", t + 20, t + 61)
+                t += 261
+        if collective:
+            ev.append({"ph": "X", "cat": "user_annotation", "name": wait, "pid": 1, "tid": 9,
+                       "ts": t + 5, "dur": 30_010.0})
+            t += 30_020
+            kernel(t, 50.0)
+            t += 70
+        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": 1, "tid": 1,
+                   "ts": t0 - 1, "dur": t - t0 + 2})
+        t += 10.0
+    doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H100", "numSms": 132,
+                                                     "computeMajor": 9, "computeMinor": 0}], "traceEvents": ev}
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "rank0.pt.trace.json").write_text(json.dumps(doc))
+    return path
+
+
+def test_idle_after_a_sync() -> None:
+    from stepdoctor.analysis.metrics.idle import idle_after
+
+    s = np.array([0, 100, 300], dtype=np.int64)
+    e = np.array([50, 200, 400], dtype=np.int64)
+    got = idle_after(s, e, np.array([60, 150, 250, 450]), np.array([1000, 1000, 280, 1000]))
+    # idle to the next start; busy at 150 costs nothing; clipped to the limit; after the last op: to the limit
+    assert got.tolist() == [40, 0, 30, 550]
+
+
+def test_profiler_overhead_from_meta(tmp_path: Path) -> None:
+    from stepdoctor.analysis.metrics.idle import profiler_overhead
+
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "meta").mkdir()
+    (tmp_path / "meta" / "step_times_rank0.json").write_text(json.dumps(
+        {"rank": 0, "step_ms": [900, 50, 30, 30, 36, 35, 38, 1100, 24, 25, 24], "profiled_steps": [4, 5, 6, 7]}))
+    ov = profiler_overhead(tmp_path / "traces", 0)
+    # median of the profiled steps (the export step 7 does not move it) minus the steady steps after them
+    assert ov is not None and ov["profiled_step_ms"] == 37.0 and ov["unprofiled_step_ms"] == 24.0
+    assert ov["overhead_ms"] == 13.0
+    assert profiler_overhead(tmp_path / "traces", 1) is None                 # no file for that rank
+    (tmp_path / "meta" / "step_times_rank0.json").write_text("{not json")
+    assert profiler_overhead(tmp_path / "traces", 0) is None                 # damaged: unknown, no traceback
+
+
+def test_sync_stream_counts_idle_after_syncs_with_their_trigger(tmp_path: Path) -> None:
+    res = _analyse(_kineto_sync_trace(tmp_path / "many", busy=False), tmp_path / "cache")
+    f = res.one("sync-stream")
+    e = _ev(f, 0)
+    assert f.subject == "cudaStreamSynchronize" and e["syncs_leaving_device_idle_per_step"] == 8
+    # 8 syncs x (200 µs host work + 10 µs launch latency) of device idle per step
+    assert f.impact_ms == pytest.approx(8 * 0.210, abs=0.02)
+    top = e["triggers"][0]
+    assert (top["trigger"], top["outer_trigger"]) == ("aten::_local_scalar_dense", "aten::is_nonzero")
+    assert "cuda-launch-blocking-off" not in f.fixes                      # nothing set CUDA_LAUNCH_BLOCKING
+
+
+def test_sync_waiting_for_a_busy_device_costs_nothing(tmp_path: Path) -> None:
+    res = _analyse(_kineto_sync_trace(tmp_path / "busy", busy=True), tmp_path / "cache")
+    # loss.item() blocks ~5 ms per step, but the device was busy all that time: no finding
+    assert res.scalar("SELECT max(dur_ns) FROM host_ops WHERE name = 'cudaStreamSynchronize'") > 4.9 * MS
+    assert not res.of("sync-stream")
+
+
+def test_gc_conjecture_skips_waits_in_a_collective(tmp_path: Path) -> None:
+    res = _analyse(_kineto_sync_trace(tmp_path / "coll", busy=True, collective=True), tmp_path / "cache")
+    assert not res.of("gc-pause")       # 30 ms silences, but gloo:all_reduce is open: a wait for peers
+    plain = _analyse(_kineto_sync_trace(tmp_path / "plain", busy=True, collective=True, wait="my_region"),
+                     tmp_path / "cache")
+    f = plain.one("gc-pause")           # the same silences under a plain annotation: GC or untraced work
+    assert f.subject == "conjectured GC" and _ev(f, 0)["max_gap_ms"] >= 30
+    assert "untraced" in f.title and "torch_npu" not in f.message
