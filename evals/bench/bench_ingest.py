@@ -34,9 +34,7 @@ over the tree are reported. CPU: user+system seconds of every process of the tre
 the child measured around the call, imports excluded (pandas included: stepdoctor's store no longer
 imports it, the analyses do), so a loaded machine shows as wall >> CPU; the ratios are printed for both.
 
-Readers: the C trace scanner (`analysis/ingest/_tracescan.c`) where it is built, which is what users run;
-`--pure-python` measures the msgspec path instead (STEPDOCTOR_PURE_PYTHON=1), and `--compare-paths` adds,
-to each round, stepdoctor's ingest on the msgspec path (the gain of the scanner, side by side).
+Readers: one parse path (msgspec and the standard library).
 
 `--repeat R` runs R rounds of (2, 4, 5) in a row; 3 runs once. Wall times on these machines drift by
 ±15-40 % from one minute to the next, so a ratio is taken within a round, where the tools ran side by
@@ -374,7 +372,6 @@ class Round:
     floor: list[Sampled]
     sd: Sampled
     hta: Sampled | None
-    sd_pure: Sampled | None = None  # --compare-paths: the same ingest on the msgspec path
 
     @property
     def sd_total(self) -> float:
@@ -415,10 +412,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hta-python", type=Path, default=DEFAULT_HTA,
                     help="python of a venv with holistictraceanalysis==0.5.0 (skipped when absent)")
     ap.add_argument("--no-hta", action="store_true")
-    ap.add_argument("--pure-python", action="store_true",
-                    help="measure the readers' msgspec path (STEPDOCTOR_PURE_PYTHON=1), not the C scanner")
-    ap.add_argument("--compare-paths", action="store_true",
-                    help="in each round, also run stepdoctor's ingest on the msgspec path, side by side")
     ap.add_argument("--repeat", type=int, default=1,
                     help="rounds of (floor, stepdoctor, HTA); the table shows the round of median stepdoctor "
                          "time, the ratios each round's and their median")
@@ -454,10 +447,6 @@ def main(argv: list[str] | None = None) -> int:
         largest = max(sizes)
     me = [sys.executable, "-m", "stepdoctor.evals.bench.bench_ingest", "--child"]
     env = dict(os.environ, PYTHONHASHSEED="0")
-    if a.pure_python:
-        env["STEPDOCTOR_PURE_PYTHON"] = "1"
-    from stepdoctor.analysis.ingest import kineto_scan
-    native = kineto_scan.available() and env.get("STEPDOCTOR_PURE_PYTHON", "") in ("", "0")
 
     hta_script = None
     if a.vendor == "kineto" and not a.no_hta and a.hta_python.exists():
@@ -474,19 +463,12 @@ def main(argv: list[str] | None = None) -> int:
                 sd = run_sampled([*me, "stepdoctor", str(data), str(Path(cache) / "db")],
                                  dict(one_blas_thread(dict(env)), BENCH_PHASE_FILE=str(phase)), phase)
             hta = run_sampled([str(a.hta_python), hta_script, str(data)]) if hta_script else None
-            sd_pure = None
-            if a.compare_paths:
-                with tempfile.TemporaryDirectory(prefix="stepdoctor-bench-cache-") as cache:
-                    phase = Path(cache) / "phase"
-                    sd_pure = run_sampled([*me, "stepdoctor", str(data), str(Path(cache) / "db")],
-                                          dict(one_blas_thread(dict(env)), BENCH_PHASE_FILE=str(phase),
-                                               STEPDOCTOR_PURE_PYTHON="1"), phase)
-            rounds.append(Round(floor, sd, hta, sd_pure))
+            rounds.append(Round(floor, sd, hta))
     finally:
         if hta_script:
             os.unlink(hta_script)
     mid = sorted(rounds, key=lambda r: r.sd_total)[(len(rounds) - 1) // 2]  # the round of median stepdoctor time
-    floor, sd, hta, sd_pure = mid.floor, mid.sd, mid.hta, mid.sd_pure
+    floor, sd, hta = mid.floor, mid.sd, mid.hta
 
     floor_cpu = sum(x.result["cpu_s"] for x in floor)
     floor_wall = sum(x.result["wall_s"] for x in floor)
@@ -497,7 +479,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{a.ranks} {a.vendor} ranks, {_mb(sum(raw_sizes))} ({_mb(sum(sizes))} on disk, largest file {_mb(largest)}), "
           f"{sum(x.result['events'] for x in floor):,} events; {os.cpu_count()} CPUs; "
           f"load average {os.getloadavg()[0]:.1f}")
-    print("readers: " + ("the C trace scanner (_tracescan)" if native else "the msgspec path (no C scanner)"))
     print()
     hdr = f"{'measurement':44s} {'wall s':>8s} {'CPU s':>8s} {'max proc':>10s} {'tree':>10s}"
     print(hdr)
@@ -512,9 +493,6 @@ def main(argv: list[str] | None = None) -> int:
         part_cpu, max(x.result["maxrss_b"] for x in reads), None)
     row("stepdoctor ingest (open_profile)", sd.result["ingest_s"], sd.cpu_s, sd.peak_proc_b, sd.peak_tree_b)
     row("stepdoctor breakdown", sd.result["analyses_s"], 0.0, None, None)
-    if sd_pure is not None:
-        row("stepdoctor ingest, msgspec path", sd_pure.result["ingest_s"], sd_pure.cpu_s, sd_pure.peak_proc_b,
-            sd_pure.peak_tree_b)
     sd_total = sd.result["ingest_s"] + sd.result["analyses_s"]
     if hta is not None:
         row("HTA 0.5.0 load", hta.result["load_s"], hta.cpu_s, hta.peak_proc_b, hta.peak_tree_b)
@@ -529,10 +507,6 @@ def main(argv: list[str] | None = None) -> int:
     if len(rounds) > 1:
         print(f"    per round: {_each(r.floor_ratio for r in rounds)}; "
               f"median {statistics.median(r.floor_ratio for r in rounds):.2f}")
-    if sd_pure is not None:
-        gains = [r.sd_pure.result["ingest_s"] / r.sd.result["ingest_s"] for r in rounds if r.sd_pure is not None]
-        print(f"  ingest wall, msgspec path / this path           {statistics.median(gains):6.2f}   "
-              f"(per round: {_each(gains)}; CPU {sd_pure.cpu_s / sd.cpu_s:.2f})")
     print(f"  peak RSS / largest file: read_rank process     {max(x.result['maxrss_read_b'] for x in reads) / largest:6.2f}")
     print(f"  peak RSS / largest file: ingest, max process   {sd.peak_proc_b / largest:6.2f}   "
           f"(tree {sd.peak_tree_b / largest:.2f})")
