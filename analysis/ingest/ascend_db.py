@@ -84,6 +84,8 @@ REQUIRED_TABLES = ("STRING_IDS", "TASK")
 EXPECTED_TABLES = {
     "pytorch": ("COMPUTE_TASK_INFO", "CANN_API", "PYTORCH_API", "STEP_TIME", "META_DATA", "AICORE_FREQ"),
     "mindspore": ("COMPUTE_TASK_INFO", "CANN_API"),
+    # a raw msprof DB (msprof_*.db) has no framework layer: no PYTORCH_API, STEP_TIME or META_DATA
+    "msprof": ("COMPUTE_TASK_INFO", "CANN_API"),
 }
 COMM_MB = 1_000_000          # communication.json / analysis.db "MB" are 10^6 bytes
 INVALID_ID = 4294967295      # msprof's "no value" for 32-bit ids (Context ID, Model ID ...)
@@ -1266,7 +1268,7 @@ class _DbReader:
         if self.t_min is not None:
             self.t.has("trace")      # a host/device timeline, the DB twin of trace_view.json
         self.t.add("ranks", source_path=str(self.rank_dir), format=self.src.format, vendor="ascend",
-                   framework=self.framework, framework_version=meta.framework_version, device_name=device_name,
+                   framework=None if self.framework == "msprof" else self.framework, framework_version=meta.framework_version, device_name=device_name,
                    device_id=device_id, world_size=meta.world_size, ai_core_num=meta.ai_core_num,
                    aiv_num=meta.aiv_num, rated_freq_mhz=meta.rated_freq_mhz, profiler_level=meta.profiler_level,
                    with_stack=meta.with_stack, time_origin_ns=self.t_min)
