@@ -21,7 +21,7 @@ from .check_ids import CHECK_IDS
 Vendor = Literal["ascend", "cuda", "rocm", "any"]
 Framework = Literal["pytorch", "mindspore", "any"]
 
-# The edit kinds `knowledge/edit.py` implements; `template` means "show before/after, edit by hand".
+# The edit kinds the package `knowledge/edit/` implements; `template` means "show before/after, edit by hand".
 EditKind = Literal[
     "add_kwargs",  # add / adjust keyword arguments of matching calls
     "replace_callee",  # swap the called function (e.g. torch.optim.AdamW -> torch_npu.optim.NpuFusedAdamW)
@@ -30,6 +30,9 @@ EditKind = Literal[
     "insert_before_loop",  # insert statements before the outermost training loop
     "insert_after_import",  # insert statements right after `import <module>`
     "env",  # set / unset the fix's `env` variables in shell scripts and os.environ
+    "remove_sync_guard",  # delete per-step `if not <tensor check>: raise` / `assert <tensor check>` (a sync)
+    "unwrap_with",  # replace `with ctx(...):` by its body (e.g. a forced SDPA math backend)
+    "set_attribute",  # set `a.b.c = value` where the file assigns another literal (e.g. allow_tf32 = False)
     "template",  # no automatic edit
 ]
 EDIT_KINDS: tuple[str, ...] = get_args(EditKind)
@@ -140,6 +143,15 @@ class Locate(_Strict):
     present_if_calls: list[str] = Field(
         default_factory=list, description="qualified calls whose presence means the fix is already in place"
     )
+    attributes: list[str] = Field(
+        default_factory=list, description="set_attribute: dotted assignment targets (aliases resolved)"
+    )
+    arg_names: list[str] = Field(
+        default_factory=list, description="unwrap_with: only contexts whose arguments name one of these"
+    )
+    kwarg_equals: dict[str, ParamValue] = Field(
+        default_factory=dict, description="add_kwargs: only calls whose keyword has this literal value"
+    )
 
     @field_validator("calls", "present_if_calls")
     @classmethod
@@ -176,13 +188,21 @@ class CodeEdit(_Strict):
     satisfied_by_kwargs: list[str] = Field(
         default_factory=list, description="a matching call carrying one of these keywords is already fixed"
     )
+    assign_value: str | None = Field(default=None, description="set_attribute: the Python literal to assign")
+    skip_if_matched: bool = Field(
+        default=False, description="skip when an earlier edit item of the same fix found its place"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> CodeEdit:
         kind = self.kind
-        need_calls = kind in ("add_kwargs", "replace_callee", "unwrap_call", "remove_call")
+        need_calls = kind in (
+            "add_kwargs", "replace_callee", "unwrap_call", "remove_call", "remove_sync_guard", "unwrap_with"
+        )
         if need_calls and not (self.locate.calls or self.locate.methods):
             raise ValueError(f"{kind} edit needs locate.calls or locate.methods")
+        if kind == "set_attribute" and not (self.locate.attributes and self.assign_value):
+            raise ValueError("set_attribute edit needs locate.attributes and assign_value")
         if kind == "add_kwargs" and not self.kwargs:
             raise ValueError("add_kwargs edit needs kwargs")
         if kind == "replace_callee":

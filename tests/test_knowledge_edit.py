@@ -627,7 +627,7 @@ def test_combined_fixes_make_one_diff_with_original_line_numbers(tmp_path):
     assert by_text["torch.optim.AdamW(...): added fused=True; removed foreach="] == adamw_line
     assert by_text["removed torch.cuda.empty_cache()"] == cache_line
     for fix_id in fix_ids:
-        assert f"{fix_id}: changed" in result.message
+        assert f"{fix_id}: proposes an edit of" in result.message
     # Combined twice: nothing left to do.
     path.write_text(patched, encoding="utf-8")
     again = suggest_edits_for_fixes(path, fix_ids, root=tmp_path)

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..loader import get_fix
 from ..schema import Fix
+from .pyblocks import _handle_remove_sync_guard, _handle_set_attribute, _handle_unwrap_with
 from .pycalls import _handle_add_kwargs, _handle_remove_call, _handle_replace_callee, _handle_unwrap_call
 from .pyinsert import _handle_insert_after_import, _handle_insert_before_loop, _import_edit
 from .pymodule import _Module
@@ -46,6 +47,9 @@ _PY_HANDLERS = {
     "unwrap_call": _handle_unwrap_call,
     "insert_before_loop": _handle_insert_before_loop,
     "insert_after_import": _handle_insert_after_import,
+    "remove_sync_guard": _handle_remove_sync_guard,
+    "unwrap_with": _handle_unwrap_with,
+    "set_attribute": _handle_set_attribute,
 }
 
 
@@ -148,6 +152,8 @@ def _run_fix(fix: Fix, text: str, kind: FileKind, params: dict[str, Any], histor
                 continue
             if edit.unless_params and set(edit.unless_params) & explicit:
                 continue
+            if edit.skip_if_matched and total.matched:  # an earlier item of this fix already covers the file
+                continue
             merged = {**edit.params, **params}
             if edit.kind == "env":
                 outcome = _handle_env_python(mod, fix, params)
@@ -248,7 +254,8 @@ def _result(
         whats = "; ".join(f"line {loc.line}: {loc.what}" for loc in run.outcome.locations)
         notes = "; ".join(run.outcome.notes)
         if run.status == "changed":
-            text = f"{fix_id}: changed {path} ({whats})"
+            # a suggestion writes nothing: the message says what the diff would do, never that it was done
+            text = f"{fix_id}: proposes an edit of {path} ({whats})"
         elif run.status == "already-applied":
             text = f"{fix_id}: already applied in {path}, nothing to change ({whats})"
         else:

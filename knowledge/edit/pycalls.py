@@ -198,6 +198,11 @@ def _matching_calls(mod: _Module, edit: CodeEdit) -> list[tuple[ast.Call, str | 
                 continue
         elif target is None:
             continue
+        if loc.kwarg_equals and not all(
+            any(k.arg == name and _same_literal(_literal(k.value), value) for k in call.keywords)
+            for name, value in loc.kwarg_equals.items()
+        ):
+            continue
         found.append((call, target))
     return found
 

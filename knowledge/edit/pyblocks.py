@@ -1,0 +1,208 @@
+"""Python edits on whole statements: per-step sync guards, forcing context managers, attribute switches.
+
+- `remove_sync_guard`: `if not torch.isfinite(x).all(): raise ...` or `assert torch.isfinite(x).all()` in
+  code that runs every step (a loop body or a module's `forward`) makes the host wait for the device at each
+  evaluation; the reviewer-accepted fix deletes the check (it guards nothing the loss check cannot).
+- `unwrap_with`: `with sdpa_kernel(SDPBackend.MATH):` pins attention to the slow math kernel; the fix is
+  the body without the `with`, dedented, and the import names that only the context used are dropped.
+- `set_attribute`: `torch.backends.cuda.matmul.allow_tf32 = False` is corrected in place to the fix's value.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from ..schema import CodeEdit
+from .pycalls import _delete_statements
+from .pymodule import _NOT_LITERAL, _literal, _Module, _same_literal
+from .text import EditLocation, _one_line, _Outcome, _TextEdit
+
+# Functions whose body runs once per step even though no loop encloses it in the file.
+_PER_STEP_FUNCTIONS = frozenset({"forward", "training_step", "train_step", "step"})
+
+
+def _enclosing_function(mod: _Module, node: ast.AST) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    while node in mod.parents:
+        node = mod.parents[node]
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            return node
+    return None
+
+
+def _runs_per_step(mod: _Module, stmt: ast.stmt) -> bool:
+    if stmt in mod.in_loop:
+        return True
+    func = _enclosing_function(mod, stmt)
+    return func is not None and func.name in _PER_STEP_FUNCTIONS
+
+
+def _syncing_call(mod: _Module, test: ast.AST, edit: CodeEdit) -> ast.Call | None:
+    """The first call in `test` that reads a device tensor on the host (a located call or method)."""
+    for node in ast.walk(test):
+        if not isinstance(node, ast.Call):
+            continue
+        if edit.locate.calls and mod.match_call(node, edit.locate.calls):
+            return node
+        if isinstance(node.func, ast.Attribute) and node.func.attr in edit.locate.methods:
+            return node
+    return None
+
+
+def _is_guard(stmt: ast.stmt) -> bool:
+    """`assert ...`, or `if ...:` whose body only raises / warns / prints and that has no else branch."""
+    if isinstance(stmt, ast.Assert):
+        return True
+    if not isinstance(stmt, ast.If) or stmt.orelse:
+        return False
+    for inner in stmt.body:
+        if isinstance(inner, ast.Raise):
+            continue
+        if isinstance(inner, ast.Expr) and isinstance(inner.value, ast.Call):
+            continue  # a logging / warnings call that reports the failed check
+        return False
+    return True
+
+
+def _handle_remove_sync_guard(
+    mod: _Module, edit: CodeEdit, params: dict[str, Any], explicit: set[str]
+) -> _Outcome:
+    """Delete guards whose condition reads a tensor on the host in code that runs every step."""
+    out = _Outcome()
+    doomed: list[ast.stmt] = []
+    for stmt in ast.walk(mod.tree):
+        if not isinstance(stmt, ast.If | ast.Assert) or not _is_guard(stmt) or not _runs_per_step(mod, stmt):
+            continue
+        call = _syncing_call(mod, stmt.test, edit)
+        if call is None:
+            continue
+        doomed.append(stmt)
+        out.matched = True
+        out.locations.append(
+            EditLocation(
+                line=stmt.lineno,
+                what=f"removed the per-step check `{_one_line(mod.src.segment(stmt.test), 60)}` "
+                f"(a host-device sync each time it runs)",
+            )
+        )
+    if doomed:
+        out.edits += _delete_statements(mod, doomed)
+        out.notes.append("to keep a NaN guard, check the loss every N steps (one sync per N steps)")
+    return out
+
+
+def _names_in(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _unused_import_edits(mod: _Module, dropped: list[ast.AST]) -> tuple[list[_TextEdit], list[str], int]:
+    """Edits removing `from M import a, b` names that were used only inside the `dropped` nodes."""
+    inside = {id(n) for d in dropped for n in ast.walk(d)}
+    candidates = set().union(*(_names_in(d) for d in dropped)) if dropped else set()
+    used_elsewhere = {
+        n.id for n in ast.walk(mod.tree) if isinstance(n, ast.Name) and id(n) not in inside
+    }
+    unused = candidates - used_elsewhere
+    edits: list[_TextEdit] = []
+    removed: list[str] = []
+    first_line = 0
+    doomed: list[ast.stmt] = []
+    for stmt in mod.tree.body:
+        if not isinstance(stmt, ast.ImportFrom) or stmt.level or stmt.module is None:
+            continue
+        gone = [a for a in stmt.names if (a.asname or a.name) in unused]
+        if not gone:
+            continue
+        removed += [a.asname or a.name for a in gone]
+        first_line = first_line or stmt.lineno
+        kept = [a for a in stmt.names if a not in gone]
+        if not kept:
+            doomed.append(stmt)
+            continue
+        names = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in kept)
+        start, end = mod.src.span(stmt)
+        edits.append(_TextEdit(start, end, f"from {stmt.module} import {names}"))
+    edits += _delete_statements(mod, doomed)
+    return edits, removed, first_line
+
+
+def _with_matches(mod: _Module, stmt: ast.stmt, edit: CodeEdit) -> bool:
+    if not isinstance(stmt, ast.With | ast.AsyncWith) or len(stmt.items) != 1:
+        return False
+    ctx = stmt.items[0].context_expr
+    if not isinstance(ctx, ast.Call) or stmt.items[0].optional_vars is not None:
+        return False
+    if not mod.match_call(ctx, edit.locate.calls):
+        return False
+    if not edit.locate.arg_names:
+        return True
+    named = {n.attr for a in [*ctx.args, *(k.value for k in ctx.keywords)] for n in ast.walk(a)
+             if isinstance(n, ast.Attribute)} | set().union(*(_names_in(a) for a in ctx.args))
+    return bool(named & set(edit.locate.arg_names))
+
+
+def _handle_unwrap_with(mod: _Module, edit: CodeEdit, params: dict[str, Any], explicit: set[str]) -> _Outcome:
+    """Replace each matching `with ctx(...):` (on its own lines) by its body, dedented one level."""
+    out = _Outcome()
+    src = mod.src
+    dropped: list[ast.AST] = []
+    for stmt in ast.walk(mod.tree):
+        if not _with_matches(mod, stmt, edit) or not mod.owns_lines(stmt):
+            continue
+        assert isinstance(stmt, ast.With | ast.AsyncWith)
+        body_first = stmt.body[0].lineno
+        if body_first == stmt.lineno:  # `with x: y` on one line: no block to dedent
+            out.notes.append(f"line {stmt.lineno}: one-line `with`; edit it by hand")
+            continue
+        cut = len(src.indent(body_first)) - len(src.indent(stmt.lineno))
+        strings = [n for n in ast.walk(stmt) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+        if any(s.end_lineno != s.lineno for s in strings):  # dedenting would change a multi-line string
+            out.notes.append(f"line {stmt.lineno}: the block holds a multi-line string; edit it by hand")
+            continue
+        lines = src.lines[body_first - 1 : stmt.end_lineno]
+        # lines keep their own line ends; a blank line keeps only its end, an under-indented continuation
+        # line (inside brackets) loses just its leading blanks
+        body = "".join(
+            line.lstrip(" \t") if not line.strip() or line[:cut].strip() else line[cut:] for line in lines
+        )
+        end = src.line_start(stmt.end_lineno + 1)  # type: ignore[operator]
+        out.edits.append(_TextEdit(src.line_start(stmt.lineno), end, body))
+        dropped.append(stmt.items[0].context_expr)
+        out.matched = True
+        out.locations.append(
+            EditLocation(line=stmt.lineno, what=f"removed `with {_one_line(src.segment(dropped[-1]), 60)}:`")
+        )
+    if dropped:
+        edits, names, line = _unused_import_edits(mod, dropped)
+        out.edits += edits
+        if names:
+            out.locations.append(EditLocation(line=line, what=f"dropped the unused import of {', '.join(names)}"))
+    return out
+
+
+def _handle_set_attribute(
+    mod: _Module, edit: CodeEdit, params: dict[str, Any], explicit: set[str]
+) -> _Outcome:
+    """Set `target = assign_value` where the file assigns another literal to a located attribute."""
+    out = _Outcome()
+    wanted_src = edit.assign_value or ""
+    wanted = _literal(ast.parse(wanted_src, mode="eval").body)
+    for stmt in ast.walk(mod.tree):
+        if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
+            continue
+        name, resolved = mod.qualname(stmt.targets[0])
+        if not resolved or name not in edit.locate.attributes:
+            continue
+        out.matched = True
+        current = _literal(stmt.value)
+        if current is _NOT_LITERAL:
+            out.notes.append(f"line {stmt.lineno}: {name} is set from an expression; kept")
+        elif _same_literal(current, wanted):
+            out.locations.append(EditLocation(line=stmt.lineno, what=f"{name} is already {wanted_src}"))
+        else:
+            start, end = mod.src.span(stmt.value)
+            out.edits.append(_TextEdit(start, end, wanted_src))
+            out.locations.append(
+                EditLocation(line=stmt.lineno, what=f"changed {name} = {mod.src.segment(stmt.value)} -> {wanted_src}")
+            )
+    return out
