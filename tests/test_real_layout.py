@@ -1,6 +1,6 @@
-"""Layouts recognised by content on the real profiles (../shared/data/real): rank folders whatever they are
-called, ASCEND_PROFILER_OUTPUT given directly, a bare trace_view.json, a rank with only its step table, and
-folders holding unrelated runs refused with one line that lists them."""
+"""Layouts recognised by content on the real profiles (../shared/data/real): every folder gives the right kind,
+ranks and formats, whatever it is called, or one line (exit 2) that says what it is and what to pass instead;
+a folder holding unrelated runs is refused with the runs listed, never merged into one cluster."""
 
 from __future__ import annotations
 
@@ -12,40 +12,155 @@ from pathlib import Path
 import pytest
 
 from conftest import SHARED, need
+from stepdoctor.analysis.ingest.base import ProfileError
 from stepdoctor.analysis.ingest.discover import discover
 from stepdoctor.tools import api
 
 REAL = SHARED / "real"
 FIX = REAL / "ascend" / "msinsight-server-fixtures"
+PROF0 = "ascend/mindinsight-fixtures/profiler/PROF_000001_20230818142704322_COJGGGCANRMICFBC"
+PROF1 = "ascend/mindinsight-fixtures/profiler/PROF_000001_20230818142704567_GQFAMHBKGODKJMLA"
+
+# (path under real/, kind, [(rank, format, how the rank was found, source path relative to real/)])
+CASES = [
+    ("ascend/msinsight-pt-text-l0", "ascend",
+     [(0, "ascend_pt_text", "profiler_info_0.json", "ascend/msinsight-pt-text-l0/rank0_ascend_pt"),
+      (1, "ascend_pt_text", "profiler_info_1.json", "ascend/msinsight-pt-text-l0/rank1_ascend_pt")]),
+    ("ascend/msinsight-pt-text-l1", "ascend",
+     [(0, "ascend_pt_text", "profiler_info_0.json", "ascend/msinsight-pt-text-l1/rank0_ascend_pt"),
+      (1, "ascend_pt_text", "profiler_info_1.json", "ascend/msinsight-pt-text-l1/rank1_ascend_pt")]),
+    ("ascend/msinsight-pt-db-l0", "ascend",
+     [(0, "ascend_pt_db", "profiler_info_0.json", "ascend/msinsight-pt-db-l0/rank0_ascend_pt"),
+      (1, "ascend_pt_db", "profiler_info_1.json", "ascend/msinsight-pt-db-l0/rank1_ascend_pt")]),
+    ("ascend/msinsight-pt-db-l1/rank1_ascend_pt/ASCEND_PROFILER_OUTPUT", "ascend",   # the output folder: its rank
+     [(1, "ascend_pt_db", "profiler_info_1.json", "ascend/msinsight-pt-db-l1/rank1_ascend_pt")]),
+    ("ascend/msinsight-pt-db-l1/rank0_ascend_pt/ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler_0.db", "ascend",
+     [(0, "ascend_pt_db", "profiler_info_0.json", "ascend/msinsight-pt-db-l1/rank0_ascend_pt")]),
+    # rank folders not named *_ascend_pt: profiler_info_N.json + ASCEND_PROFILER_OUTPUT/, no trace
+    ("ascend/msinsight-server-fixtures/test_rank_0", "ascend",
+     [(0, "ascend_pt_text", "profiler_info_0.json", "ascend/msinsight-server-fixtures/test_rank_0")]),
+    ("ascend/msinsight-server-fixtures/test_rank_1/ASCEND_PROFILER_OUTPUT", "ascend",
+     [(1, "ascend_pt_text", "profiler_info_1.json", "ascend/msinsight-server-fixtures/test_rank_1")]),
+    # a DB export renamed .dat, found by its SQLite header; the reader gets the file itself
+    ("ascend/msinsight-server-fixtures/multiDevice/msprof_db", "ascend",
+     [(0, "ascend_pt_db", "placeholder",
+       "ascend/msinsight-server-fixtures/multiDevice/msprof_db/ASCEND_PROFILER_OUTPUT/ascend_pytorch_profiler.dat")]),
+    # bare Ascend traces, told from Kineto by their content (array of events, string ts, Ascend tracks)
+    ("ascend/msinsight-server-fixtures/heatMap/trace_view.json", "ascend",
+     [(0, "ascend_pt_text", "placeholder", "ascend/msinsight-server-fixtures/heatMap")]),
+    ("ascend/mstt-fixtures/timeline_advice/trace_view.json", "ascend",
+     [(0, "ascend_pt_text", "placeholder", "ascend/mstt-fixtures/timeline_advice")]),
+    ("ascend/mstt-fixtures/timeline_advice", "ascend",
+     [(0, "ascend_pt_text", "placeholder", "ascend/mstt-fixtures/timeline_advice")]),
+    ("ascend/mstt-fixtures/compute_advice_data", "ascend",   # a copied-out kernel_details.csv
+     [(0, "ascend_pt_text", "placeholder", "ascend/mstt-fixtures/compute_advice_data")]),
+    # raw msprof: PROF_* with device_*/ (rank_id from info.json, not the device id), msprof_*.db,
+    # mindstudio_profiler_output/ (its parent is the collection)
+    (PROF0, "ascend_msprof", [(0, "ascend_msprof", "device_0/info.json.0", PROF0)]),
+    (PROF1, "ascend_msprof", [(1, "ascend_msprof", "device_1/info.json.1", PROF1)]),
+    ("ascend/msinsight-server-fixtures/full_db", "ascend_msprof",
+     [(0, "ascend_msprof", "placeholder", "ascend/msinsight-server-fixtures/full_db/msprof_0.db")]),
+    ("ascend/msinsight-server-fixtures/full_db/msprof_0.db", "ascend_msprof",
+     [(0, "ascend_msprof", "placeholder", "ascend/msinsight-server-fixtures/full_db/msprof_0.db")]),
+    ("ascend/msinsight-server-fixtures/msprof/normal", "ascend_msprof",
+     [(0, "ascend_msprof", "placeholder", "ascend/msinsight-server-fixtures/msprof/normal")]),
+    ("ascend/msinsight-server-fixtures/msprof/slice/mindstudio_profiler_output", "ascend_msprof",
+     [(0, "ascend_msprof", "placeholder", "ascend/msinsight-server-fixtures/msprof/slice")]),
+    # MindSpore <= 2.3 flat profiler folders (their PROF_* children are the raw data, not more ranks)
+    ("ascend/mindinsight-fixtures/profiler", "mindspore_legacy",
+     [(0, "mindspore_legacy", "step_trace_raw_0_detail_time.csv", "ascend/mindinsight-fixtures/profiler"),
+      (10, "mindspore_legacy", "step_trace_raw_10_detail_time.csv", "ascend/mindinsight-fixtures/profiler")]),
+    ("ascend/mindinsight-fixtures/run_1", "mindspore_legacy",
+     [(1, "mindspore_legacy", "step_trace_raw_1_detail_time.csv", "ascend/mindinsight-fixtures/run_1/normal_run/profiler")]),
+    ("ascend/mindinsight-fixtures/run_2/normal_run", "mindspore_legacy",
+     [(1, "mindspore_legacy", "step_trace_raw_1_detail_time.csv", "ascend/mindinsight-fixtures/run_2/normal_run/profiler")]),
+    ("ascend/mindinsight-fixtures/cluster_propose", "mindspore_legacy",
+     [(r, "mindspore_legacy", f"step_trace_raw_{r}_detail_time.csv", "ascend/mindinsight-fixtures/cluster_propose")
+      for r in range(4)]),
+    ("gpu-h100/gloo2_straggler/traces", "kineto",
+     [(0, "kineto", "distributedInfo.rank", "gpu-h100/gloo2_straggler/traces/vm_0.1795736822135944433.pt.trace.json.gz"),
+      (1, "kineto", "distributedInfo.rank", "gpu-h100/gloo2_straggler/traces/vm_1.1795736822148655725.pt.trace.json.gz")]),
+    ("gpu-h100/ddp1", "kineto",   # the run folder: its traces/ one level down
+     [(0, "kineto", "distributedInfo.rank", "gpu-h100/ddp1/traces/vm_0.1795736863741679397.pt.trace.json.gz")]),
+]
 
 
-@pytest.mark.parametrize("rel,kind,ranks", [
-    ("ascend/msinsight-server-fixtures/test_rank_0", "ascend", [0]),          # not named *_ascend_pt
-    ("ascend/msinsight-server-fixtures/test_rank_0/ASCEND_PROFILER_OUTPUT", "ascend", [0]),
-    ("ascend/msinsight-server-fixtures/heatMap/trace_view.json", "ascend", [0]),   # a bare trace, by content
-    ("ascend/mstt-fixtures/timeline_advice", "ascend", [0]),
-    ("ascend/msinsight-pt-text-l1", "ascend", [0, 1]),
-    ("ascend/mindinsight-fixtures/cluster_propose", "mindspore_legacy", [0, 1, 2, 3]),
-    ("kineto/param-resnet-1gpu", "kineto", [0]),
-    ("gpu-h100/gloo2_straggler/traces", "kineto", [0, 1]),
-])
-def test_layout_by_content(rel: str, kind: str, ranks: list[int]):
+@pytest.mark.parametrize("rel,kind,want", CASES, ids=[c[0].split("/", 1)[-1] for c in CASES])
+def test_layout_by_content(rel: str, kind: str, want: list[tuple[int, str, str, str]]):
     d = discover(need(REAL / rel))
-    assert d.kind == kind and [s.rank for s in d.sources] == ranks
+    got = [(s.rank, s.format, s.rank_how, s.path.relative_to(REAL).as_posix()) for s in d.sources]
+    assert d.kind == kind and got == want
+    # a placeholder rank is always said
+    assert sum("placeholder rank" in w for w in d.warnings) == sum(w[2] == "placeholder" for w in want)
+
+
+# Kineto folders: one trace each; the rank from distributedInfo.rank where the trace has it, else a
+# placeholder with a warning (single-process traces carry no distributedInfo)
+KINETO_DIST = {"tracelens-b200-eager", "tracelens-mi300-resnet-actckpt", "tracelens-mi300-xdit-sd35"}
+
+
+def _kineto_dirs() -> list[Path]:
+    roots = [REAL / "kineto", REAL / "gpu-h100"]
+    if not all(r.is_dir() for r in roots):
+        return []
+    return sorted(p for p in (REAL / "kineto").iterdir() if p.is_dir()) + \
+        sorted(p / "traces" for p in (REAL / "gpu-h100").iterdir() if (p / "traces").is_dir())
+
+
+@pytest.mark.parametrize("folder", _kineto_dirs(), ids=lambda p: p.relative_to(REAL).as_posix())
+def test_every_kineto_folder_is_one_kineto_rank(folder: Path):
+    d = discover(folder)
+    traces = sorted(f for f in folder.iterdir() if f.name.endswith((".json", ".json.gz")))
+    assert d.kind == "kineto" and [s.format for s in d.sources] == ["kineto"] * len(traces)
+    assert sorted(s.path for s in d.sources) == traces
+    if folder.name == "gloo2_straggler" or folder.parent.name == "gloo2_straggler":
+        assert [s.rank for s in d.sources] == [0, 1]
+    else:
+        dist = folder.name in KINETO_DIST or folder.parent.name == "ddp1"
+        assert [(s.rank, s.rank_how) for s in d.sources] == [(0, "distributedInfo.rank" if dist else "placeholder")]
 
 
 @pytest.mark.parametrize("rel,says", [
+    # parents of unrelated runs: one line listing the runs, never one cluster with placeholder ranks
     ("ascend", "separate runs, not one job"),
-    ("ascend/mindinsight-fixtures", "holds 4 separate runs"),
-    ("ascend/mstt-fixtures", "advisor_backend_compute_advice (Ascend); compute_advice_data (Ascend)"),
-    ("ascend/msinsight-server-fixtures/cluster_analysis_output", "msprof-analyze's cluster_analysis_output"),
-    ("ascend/msinsight-server-fixtures/metadata", "no recognizable profile"),
-    ("ascend/msinsight-server-fixtures/msprof", "no recognizable profile"),
+    ("ascend/mindinsight-fixtures", "holds 4 separate runs, not one job: cluster_propose (MindSpore profiler); "
+                                    "profiler (MindSpore profiler); run_1/normal_run/profiler (MindSpore profiler); "
+                                    "run_2/normal_run/profiler (MindSpore profiler)"),
+    ("ascend/mstt-fixtures", "holds 3 separate runs, not one job: advisor_backend_compute_advice (Ascend); "
+                             "compute_advice_data (Ascend); timeline_advice (Ascend trace)"),
+    ("ascend/msinsight-server-fixtures", "holds 5 separate runs, not one job: test_rank_0, test_rank_1 (Ascend); "
+                                         "full_db (msprof); heatMap (Ascend trace); msprof (msprof); "
+                                         "multiDevice (Ascend)"),
+    ("ascend/msinsight-server-fixtures/msprof", "holds 2 msprof collections that are not ranks of one job"),
+    ("kineto", "holds 13 separate runs, not one job"),
+    ("gpu-h100", "holds 12 separate runs, not one job"),
+    # not profiles: say what it is and what to pass
+    ("ascend/msinsight-server-fixtures/cluster_analysis_output", "msprof-analyze's cluster_analysis_output, not a "
+                                                                 "profile"),
+    ("ascend/mstt-fixtures/cluster_analysis_output", "msprof-analyze's cluster_analysis_output, not a profile"),
+    ("ascend/msinsight-server-fixtures/metadata", "only torch_npu's profiler_metadata.json"),
+    ("ascend/msinsight-server-fixtures/metadata/profiler_metadata.json", "run description, not a trace"),
+    ("ascend/msinsight-server-fixtures/test_kernel_parse", "only msprof op_summary CSVs"),
 ])
 def test_not_one_job_is_one_line_exit_2(rel: str, says: str):
-    r = subprocess.run([sys.executable, "-m", "stepdoctor.tools.cli", "issues", str(need(REAL / rel))],
-                       capture_output=True, text=True)
+    with pytest.raises(ProfileError, match="pass "):
+        discover(need(REAL / rel))
+    r = subprocess.run([sys.executable, "-m", "stepdoctor.tools.cli", "breakdown", str(REAL / rel),
+                        "--format", "json"], capture_output=True, text=True)
     assert r.returncode == 2 and says in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert "Traceback" not in r.stderr and r.stdout == ""
+
+
+def test_rank_id_from_profiler_info_json_as_a_string(tmp_path: Path):
+    """A rank folder whose profiler_info file has no rank in its name: rank_id inside (a string here) is the
+    rank, not the device id."""
+    src = need(FIX / "test_rank_1")
+    dst = tmp_path / "anyname"
+    shutil.copytree(src, dst)
+    (dst / "profiler_info_1.json").rename(dst / "profiler_info.json")
+    (dst / "profiler_info.json").write_text('{"rank_id": "5", "device_id": 1}')
+    d = discover(dst)
+    assert [(s.rank, s.rank_how) for s in d.sources] == [(5, "profiler_info.json rank_id")]
 
 
 def test_ranks_with_only_their_step_table_keep_their_breakdown(tmp_path: Path):

@@ -1,0 +1,224 @@
+"""Find the ranks in a PATH and tell their format.
+
+Accepted PATHs (cli-contract.md): one `*_ascend_pt` / `*_ascend_ms` directory, a folder holding many of
+them (searched to depth 6), a MindSpore <= 2.3 `profiler/` folder, one Kineto trace file
+(`.json`, `.json.gz`, `.pt.trace.json`), or a folder of Kineto files.
+
+Rank ids: Ascend from `profiler_info_{rank}.json` (then the DB file suffix); Kineto from
+`distributedInfo.rank` in the file head (compact JSON too), else from the file name, else a unique
+placeholder with a warning. Two Ascend directories for the same rank: the newest timestamp wins, with a
+warning (msprof-analyze does the same).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..base import ProfileError, RankSource
+from .content import (
+    _DB_RE,
+    _INFO_RE,
+    _KINETO_NAME_RE,
+    _MS_LEGACY_RE,
+    _MSPROF_DB_RE,
+    MSPROF_OUTPUT_DIR,
+    OUTPUT_DIR,
+    _ascend_rank,
+    _is_ascend_rank,
+    _is_msprof_rank,
+    _listdir,
+    _msprof_rank,
+    _sqlite_db,
+    _timestamp_of,
+    _walk,
+    json_kind,
+    kineto_rank,
+    read_head,
+)
+from .runs import _nothing_found, _refuse_unrelated_runs
+
+__all__ = ["MSPROF_OUTPUT_DIR", "OUTPUT_DIR", "Discovery", "discover", "json_kind", "kineto_rank", "read_head"]
+
+
+@dataclass
+class Discovery:
+    path: Path
+    kind: str                                   # ascend | mindspore_legacy | kineto
+    sources: list[RankSource]
+    warnings: list[str] = field(default_factory=list)
+
+
+def discover(path: str | Path) -> Discovery:
+    """Classify PATH and list its ranks. Raises ProfileError when nothing recognizable is there."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise ProfileError(p, "no such file or directory")
+    if p.is_file():
+        if p.name in ("profiler_metadata.json",) or _INFO_RE.match(p.name):
+            raise ProfileError(p, f"{p.name} is torch_npu's run description, not a trace: pass the rank folder "
+                                  "that holds it beside ASCEND_PROFILER_OUTPUT/")
+        if _MSPROF_DB_RE.match(p.name):
+            return _msprof([p], p)
+        if _KINETO_NAME_RE.search(p.name):
+            kind = json_kind(p)
+            if kind == "ascend_trace":
+                return _ascend([p.parent], p)
+            if kind is None:
+                raise ProfileError(p, "not a trace: neither a Kineto trace (an object with traceEvents) nor an "
+                                      "Ascend trace_view.json; pass the profile folder")
+            return _kineto([p], p)
+        if m := _DB_RE.match(p.name):
+            if p.parent.name == "ASCEND_PROFILER_OUTPUT":
+                return _ascend([p.parent.parent], p)
+            # a DB export copied out of its rank directory: the file itself is the rank
+            src = RankSource(path=p, format=f"ascend_{'ms' if m.group(1) == 'mindspore' else 'pt'}_db",
+                             rank=int(m.group(2)) if m.group(2) is not None else None, rank_how=p.name)
+            warnings: list[str] = []
+            if src.rank is None:
+                _assign_placeholders({}, [src], warnings, "no rank in the DB file name")
+            return Discovery(p, "ascend", [src], warnings)
+        raise ProfileError(p, "not a profile: expected a Kineto trace (.json/.json.gz) or a profile directory")
+    if not os.access(p, os.R_OK | os.X_OK):
+        raise ProfileError(p, "directory is not readable")
+    if p.name in (OUTPUT_DIR, MSPROF_OUTPUT_DIR):   # a deliverables folder given directly means its rank folder
+        p = p.parent
+
+    ascend_dirs: list[Path] = []
+    legacy_dirs: list[Path] = []
+    kineto_files: list[Path] = []
+    bare_traces: list[Path] = []
+    msprof: list[Path] = []
+    for root, dirs, files, depth in _walk(p):
+        if _is_ascend_rank(root, dirs, files):
+            ascend_dirs.append(root)
+            dirs.clear()  # never descend into a rank directory
+            continue
+        if any(_MS_LEGACY_RE.match(f) for f in files):
+            legacy_dirs.append(root)
+            # MindSpore 2.4 writes the run twice: these flat files plus rank-*_ascend_ms/ children in the new
+            # layout. Only the flat files have iteration interval / fp_and_bp / tail, so the children are not
+            # ranks of their own (the legacy reader warns that it skipped them); its PROF_* folders are the
+            # raw data those files were made from.
+            dirs[:] = [d for d in dirs if not d.endswith("_ascend_ms") and not d.startswith("PROF_")]
+            continue
+        if _is_msprof_rank(root, dirs, files):
+            msprof.append(root)
+            dirs.clear()
+            continue
+        msprof += [root / f for f in files if _MSPROF_DB_RE.match(f)]
+        if depth <= 2:   # a run folder with its traces/ one level down, or a parent of such runs
+            for f in files:
+                if _KINETO_NAME_RE.search(f):
+                    kind = json_kind(root / f)
+                    if kind == "kineto":
+                        kineto_files.append(root / f)
+                    elif kind == "ascend_trace":
+                        bare_traces.append(root / f)
+    _refuse_unrelated_runs(p, ascend_dirs, legacy_dirs, kineto_files, bare_traces, msprof)
+    if ascend_dirs:
+        return _ascend(ascend_dirs, p)
+    if legacy_dirs:
+        return _mindspore_legacy(legacy_dirs, p)
+    if msprof:
+        return _msprof(msprof, p)
+    if kineto_files:
+        return _kineto(sorted(kineto_files), p)
+    if bare_traces:
+        return _ascend([t.parent for t in bare_traces[:1]], p)
+    raise ProfileError(p, _nothing_found(p))
+
+
+def _ascend(dirs: list[Path], root: Path) -> Discovery:
+    warnings: list[str] = []
+    by_rank: dict[int, RankSource] = {}
+    unknown: list[RankSource] = []
+    kinds = set()
+    for d in sorted(dirs):
+        rank, how, fmt = _ascend_rank(d)
+        kinds.add(fmt.split("_")[1])
+        # a DB export not named *.db (found by its SQLite header): the reader is given the file itself
+        renamed = _sqlite_db(d / OUTPUT_DIR) if fmt.endswith("_db") and not any(
+            _DB_RE.match(n) for n in _listdir(d / OUTPUT_DIR)) else None
+        src = RankSource(path=renamed or d, format=fmt, rank=rank, rank_how=how,
+                         extra={"timestamp": _timestamp_of(d)})
+        if rank is None:
+            unknown.append(src)
+            continue
+        if (prev := by_rank.get(rank)) is not None:
+            newer, older = (src, prev) if src.extra["timestamp"] >= prev.extra["timestamp"] else (prev, src)
+            warnings.append(f"rank {rank}: two profiles ({older.path.name}, {newer.path.name}); "
+                            f"kept the newest {newer.path.name}")
+            by_rank[rank] = newer
+        else:
+            by_rank[rank] = src
+    if len(kinds) > 1:
+        warnings.append("both torch_npu (_ascend_pt) and MindSpore (_ascend_ms) profiles found; analysed together")
+    _assign_placeholders(by_rank, unknown, warnings, "no profiler_info_{rank}.json")
+    return Discovery(root, "ascend", [by_rank[r] for r in sorted(by_rank)], warnings)
+
+
+def _msprof(found: list[Path], root: Path) -> Discovery:
+    """Raw msprof collections (PROF_* folders, mindstudio_profiler_output/ parents, msprof_*.db files)."""
+    warnings: list[str] = []
+    by_rank: dict[int, RankSource] = {}
+    unknown: list[RankSource] = []
+    for f in sorted(found):
+        rank, how = _msprof_rank(f)
+        src = RankSource(path=f, format="ascend_msprof", rank=rank, rank_how=how)
+        if rank is None or rank in by_rank:
+            unknown.append(src)
+        else:
+            by_rank[rank] = src
+    if len(found) > 1 and unknown:
+        # collections that do not say their rank (or repeat one) cannot be told from separate runs
+        listed = "; ".join(str(f.relative_to(root)) if f != root else "." for f in sorted(found))
+        raise ProfileError(root, f"holds {len(found)} msprof collections that are not ranks of one job (no or "
+                                 f"repeated rank_id): {listed[:600]}; pass one of them")
+    _assign_placeholders(by_rank, unknown, warnings, "no rank_id in device_*/info.json")
+    return Discovery(root, "ascend_msprof", [by_rank[r] for r in sorted(by_rank)], warnings)
+
+
+def _mindspore_legacy(dirs: list[Path], root: Path) -> Discovery:
+    sources: list[RankSource] = []
+    warnings: list[str] = []
+    seen: set[int] = set()
+    for d in sorted(dirs):
+        for n in sorted(os.listdir(d)):
+            if (m := _MS_LEGACY_RE.match(n)) and int(m.group(1)) not in seen:
+                r = int(m.group(1))
+                seen.add(r)
+                sources.append(RankSource(path=d, format="mindspore_legacy", rank=r, rank_how=n))
+    return Discovery(root, "mindspore_legacy", sorted(sources, key=lambda s: s.rank or 0), warnings)
+
+
+def _kineto(files: list[Path], root: Path) -> Discovery:
+    warnings: list[str] = []
+    by_rank: dict[int, RankSource] = {}
+    unknown: list[RankSource] = []
+    for f in files:
+        rank, how = kineto_rank(f)
+        src = RankSource(path=f, format="kineto", rank=rank, rank_how=how)
+        if rank is None:
+            unknown.append(src)
+        elif rank in by_rank:
+            warnings.append(f"rank {rank}: two traces ({by_rank[rank].path.name}, {f.name}); "
+                            f"the second gets a placeholder rank")
+            unknown.append(src)
+        else:
+            by_rank[rank] = src
+    _assign_placeholders(by_rank, unknown, warnings, "no distributedInfo.rank and no rank in the file name")
+    return Discovery(root, "kineto", [by_rank[r] for r in sorted(by_rank)], warnings)
+
+
+def _assign_placeholders(by_rank: dict[int, RankSource], unknown: list[RankSource],
+                         warnings: list[str], why: str) -> None:
+    """Give rank-less sources unique ids after the known ones, saying so."""
+    nxt = max(by_rank, default=-1) + 1
+    for src in unknown:
+        while nxt in by_rank:
+            nxt += 1
+        src.rank, src.rank_how = nxt, "placeholder"
+        by_rank[nxt] = src
+        warnings.append(f"{src.path.name}: {why}; using placeholder rank {nxt}")

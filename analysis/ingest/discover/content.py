@@ -1,0 +1,207 @@
+"""What a file or folder is, by its content: the recognisers and rank readers behind `discover()`.
+
+Each recogniser looks at names inside a folder and at a file's first bytes (JSON head, SQLite header), never at
+the folder's own name alone, so a rank folder copied under any name is still found.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import zlib
+from pathlib import Path
+
+from ..base import ProfileError
+
+OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
+MSPROF_OUTPUT_DIR = "mindstudio_profiler_output"
+MAX_DEPTH = 6
+_ASCEND_SUFFIXES = ("_ascend_pt", "_ascend_ms")
+_INFO_RE = re.compile(r"^profiler_info_(\d+)\.json$")
+_DB_RE = re.compile(r"^ascend_(pytorch|mindspore)_profiler(?:_(\d+))?\.db$")
+_MS_LEGACY_RE = re.compile(r"^step_trace_raw_(\d+)_detail_time\.csv$")
+_KINETO_NAME_RE = re.compile(r"\.(json|json\.gz)$")
+_DIST_RANK_RE = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*(\d+)', re.S)
+_FILE_RANK_RE = re.compile(r"rank[-_]?(\d+)", re.I)
+_MSPROF_DB_RE = re.compile(r"^msprof_[\w.-]*\.db$")
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_HEAD_BYTES = 1 << 20
+_STRING_TS_RE = re.compile(rb'"ts"\s*:\s*"\d')
+
+
+# Files a torch_npu rank folder's ASCEND_PROFILER_OUTPUT/ (or a bare deliverables folder) holds.
+_DELIVERABLES = ("trace_view.json", "kernel_details.csv", "step_trace_time.csv", "communication.json")
+
+
+def _walk(top: Path):
+    """os.walk limited to MAX_DEPTH levels, sorted for determinism, skipping unreadable dirs."""
+    base_depth = len(top.parts)
+    for root, dirs, files in os.walk(top, onerror=None, followlinks=False):
+        r = Path(root)
+        depth = len(r.parts) - base_depth
+        dirs.sort()
+        if depth >= MAX_DEPTH:
+            dirs.clear()
+        yield r, dirs, sorted(files), depth
+
+
+def _listdir(d: Path) -> list[str]:
+    try:
+        return os.listdir(d)
+    except OSError:
+        return []
+
+
+def _is_ascend_rank(root: Path, dirs: list[str], files: list[str]) -> bool:
+    """A torch_npu / MindSpore rank folder, whatever it is called: `*_ascend_pt` / `*_ascend_ms`, or a
+    folder with ASCEND_PROFILER_OUTPUT/ beside profiler_info_N.json or holding a DB export or deliverables."""
+    if root.name.endswith(_ASCEND_SUFFIXES):
+        return True
+    if OUTPUT_DIR not in dirs:
+        # the deliverables copied out of a rank folder: kernel_details.csv / step_trace_time.csv beside
+        # nothing that makes it another kind of folder
+        return bool({"kernel_details.csv", "step_trace_time.csv"} & set(files)) and \
+            "cluster_step_trace_time.csv" not in files
+    if any(_INFO_RE.match(f) for f in files):
+        return True
+    try:
+        inside = os.listdir(root / OUTPUT_DIR)
+    except OSError:
+        return False
+    return any(_DB_RE.match(n) or n in _DELIVERABLES for n in inside) or _sqlite_db(root / OUTPUT_DIR) is not None
+
+
+def _is_msprof_rank(root: Path, dirs: list[str], files: list[str]) -> bool:
+    """A raw msprof collection (one process): `PROF_*` with device_*/ or host/ data, or any folder holding the
+    exported mindstudio_profiler_output/."""
+    if MSPROF_OUTPUT_DIR in dirs:
+        return True
+    return root.name.startswith("PROF_") and (
+        any(d.startswith("device_") or d == "host" for d in dirs) or any(_MSPROF_DB_RE.match(f) for f in files))
+
+
+def _sqlite_db(out: Path) -> Path | None:
+    """A torch_npu / MindSpore DB export in OUTPUT_DIR that is recognised by its SQLite header, whatever its
+    extension (copies renamed to .dat exist), when no `*.db` of the usual name is there."""
+    try:
+        names = sorted(os.listdir(out))
+    except OSError:
+        return None
+    for n in names:
+        if n.startswith(("ascend_pytorch_profiler", "ascend_mindspore_profiler")) and (out / n).is_file():
+            try:
+                with open(out / n, "rb") as f:
+                    if f.read(16) == _SQLITE_MAGIC:
+                        return out / n
+            except OSError:
+                continue
+    return None
+
+
+def _json_int(path: Path, key: str) -> int | None:
+    """A non-negative integer (or digit string) at the top level of a JSON object file; None otherwise."""
+    try:
+        obj = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    v = obj.get(key) if isinstance(obj, dict) else None
+    if isinstance(v, str) and v.strip().isdigit():
+        return int(v)
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
+def _ascend_rank(d: Path) -> tuple[int | None, str, str]:
+    """(rank, how, format) of one *_ascend_pt/_ms dir."""
+    framework = "ms" if d.name.endswith("_ascend_ms") else "pt"
+    rank: int | None = None
+    how = ""
+    try:
+        names = sorted(os.listdir(d))
+    except OSError as e:
+        raise ProfileError(d, f"cannot list directory ({e.strerror})") from None
+    for n in names:
+        if m := _INFO_RE.match(n):
+            rank, how = int(m.group(1)), n
+            break
+    if rank is None:   # profiler_info.json (single card) or profiler_metadata.json carry rank_id, maybe a string
+        for n in [n for n in names if n.startswith("profiler_info") and n.endswith(".json")] + \
+                 ["profiler_metadata.json"]:
+            if n in names and (r := _json_int(d / n, "rank_id")) is not None:
+                rank, how = r, f"{n} rank_id"
+                break
+    out = d / "ASCEND_PROFILER_OUTPUT"
+    fmt = f"ascend_{framework}_text"
+    if out.is_dir():
+        for n in sorted(os.listdir(out)):
+            if m := _DB_RE.match(n):
+                fmt = f"ascend_{framework}_db"
+                if rank is None and m.group(2) is not None:
+                    rank, how = int(m.group(2)), n
+        if fmt.endswith("_text") and (db := _sqlite_db(out)) is not None:
+            fmt = f"ascend_{'ms' if db.name.startswith('ascend_mindspore') else 'pt'}_db"
+    return rank, how, fmt
+
+
+def _msprof_rank(p: Path) -> tuple[int | None, str]:
+    """rank_id of an msprof collection from device_*/info.json.* (−1 or absent: unknown). The device id in the
+    folder name is not the rank."""
+    if p.is_dir():
+        for info in sorted(p.glob("device_*/info.json.*")) + sorted(p.glob("*/device_*/info.json.*")):
+            if info.name.endswith(".done"):
+                continue
+            if (r := _json_int(info, "rank_id")) is not None:
+                return r, f"{info.parent.name}/{info.name}"
+    return None, ""
+
+
+def _timestamp_of(d: Path) -> int:
+    """The 17-digit timestamp msprof-analyze keys on: 3rd field from the end split on '_'."""
+    parts = d.name.split("_")
+    if len(parts) >= 3 and parts[-3].isdigit():
+        return int(parts[-3])
+    return int(d.stat().st_mtime_ns)
+
+
+def json_kind(path: Path) -> str | None:
+    """What a .json / .json.gz file is, from its first bytes: "kineto" (an object with traceEvents),
+    "ascend_trace" (torch_npu's trace_view.json: an array of events with Ascend process names), or None."""
+    try:
+        head = read_head(path, 1 << 16)
+    except ProfileError:
+        return "kineto" if path.name.endswith(".gz") else None   # a damaged trace: the reader says how
+    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if text.startswith(b"{"):
+        return "kineto" if b'"traceEvents"' in head or b'"schemaVersion"' in head or not head.strip(b"{ \n") \
+            else None
+    if text.startswith(b"["):
+        # torch_npu writes ts as a string of µs ("1704161511420306.491"); its tracks are named Ascend
+        # Hardware, CANN, Overlap Analysis; AscendCL@ / torch_to_npu name its API calls and flows
+        markers = (b"Ascend Hardware", b"CANN", b"Overlap Analysis", b"AscendCL@", b"torch_to_npu")
+        return "ascend_trace" if any(m in head for m in markers) or _STRING_TS_RE.search(head) else None
+    return "kineto" if not text else None   # an empty file: the reader reports it
+
+
+def read_head(path: Path, n: int = _HEAD_BYTES) -> bytes:
+    """The first n bytes of a trace, decompressed when gzip; raises ProfileError on a corrupt gzip."""
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(2)
+            f.seek(0)
+            if magic == b"\x1f\x8b":
+                with gzip.GzipFile(fileobj=f) as g:
+                    return g.read(n)
+            return f.read(n)
+    except (OSError, EOFError, zlib.error) as e:
+        raise ProfileError(path, f"cannot read: corrupt or truncated gzip ({e})") from None
+
+
+def kineto_rank(path: Path) -> tuple[int | None, str]:
+    """Rank of a Kineto file: distributedInfo.rank in the head, else the file name."""
+    head = read_head(path)
+    if m := _DIST_RANK_RE.search(head):
+        return int(m.group(1)), "distributedInfo.rank"
+    if m := _FILE_RANK_RE.search(path.name):
+        return int(m.group(1)), "file name"
+    return None, ""

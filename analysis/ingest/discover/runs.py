@@ -1,0 +1,78 @@
+"""Refusals: a folder holding several unrelated runs, or something that is not a profile, gets one line that
+says what was found and what to pass instead."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..base import ProfileError
+from .content import _MS_LEGACY_RE, OUTPUT_DIR, _ascend_rank, _msprof_rank, kineto_rank
+
+
+def _refuse_unrelated_runs(root: Path, ascend: list[Path], legacy: list[Path], kineto: list[Path],
+                           bare: list[Path], msprof: list[Path]) -> None:
+    """A folder holding several runs (different kinds of profile, the same rank in different folders, or
+    copied-out deliverables that say nothing of their rank) is not one cluster: one line listing the runs,
+    so the user passes one."""
+    runs: dict[Path, str] = {}
+    for m in msprof:
+        runs.setdefault(m.parent, "msprof")
+    loose = [d for d in ascend if not (d / OUTPUT_DIR).is_dir() and _ascend_rank(d)[0] is None]
+    for d in ascend:
+        runs.setdefault(d if d in loose else d.parent, "Ascend")
+    for t in bare:
+        runs.setdefault(t.parent, "Ascend trace")
+    for d in legacy:
+        runs.setdefault(d, "MindSpore profiler")
+    for f in kineto:
+        runs.setdefault(f.parent, "Kineto")
+    if len(runs) < 2:
+        return
+    ranks: dict[int, set[Path]] = {}
+    for d in ascend:
+        r, _, _ = _ascend_rank(d)
+        if r is not None:
+            ranks.setdefault(r, set()).add(d.parent)
+    for d in legacy:
+        for n in os.listdir(d):
+            if m := _MS_LEGACY_RE.match(n):
+                ranks.setdefault(int(m.group(1)), set()).add(d)
+    kineto_ranks: list[int | None] = []
+    for f in kineto if len({f.parent for f in kineto}) > 1 else []:
+        try:
+            r, _ = kineto_rank(f)
+        except ProfileError:
+            r = None
+        kineto_ranks.append(r)
+        if r is not None:
+            ranks.setdefault(r, set()).add(f.parent)
+    msprof_ranks = [_msprof_rank(m)[0] for m in msprof] if len({m.parent for m in msprof}) > 1 else []
+    for m, r in zip(msprof, msprof_ranks, strict=False):
+        if r is not None:
+            ranks.setdefault(r, set()).add(m.parent)
+    # traces in different folders that do not say their rank cannot be told apart from separate runs
+    clash = any(len(v) > 1 for v in ranks.values()) or len(loose) > 1 or None in kineto_ranks + msprof_ranks
+    if len(set(runs.values())) > 1 or clash:
+        here = ", ".join(d.name for d in ascend if d.parent == root)   # rank folders directly in root
+        listed = "; ".join(f"{k.relative_to(root) if k != root else here or '.'} ({v})"
+                           for k, v in sorted(runs.items()))
+        raise ProfileError(root, f"holds {len(runs)} separate runs, not one job: {listed[:600]}; pass one of them")
+
+
+def _nothing_found(p: Path) -> str:
+    names = set(os.listdir(p))
+    if {"cluster_step_trace_time.csv", "cluster_communication.json"} & names:
+        return ("msprof-analyze's cluster_analysis_output, not a profile: pass the folder holding the rank folders "
+                "(*_ascend_pt) it was made from")
+    if "profiler_metadata.json" in names and not any(n.endswith((".csv", ".db")) for n in names):
+        return ("only torch_npu's profiler_metadata.json (the run description), no profile data: pass the rank "
+                "folder that holds ASCEND_PROFILER_OUTPUT/")
+    if any(n.startswith("op_summary") and n.endswith(".csv") for n in names):
+        return ("only msprof op_summary CSVs (per-operator totals, no timeline): pass the PROF_* folder or "
+                "the folder holding mindstudio_profiler_output/")
+    if names and all((p / n).is_file() and (p / n).stat().st_size == 0 for n in names):
+        return "every file here is empty (0 bytes): nothing to read"
+    return ("no recognizable profile: no torch_npu / MindSpore rank folder (ASCEND_PROFILER_OUTPUT/, "
+            "profiler_info_N.json), MindSpore profiler folder, msprof PROF_* folder or msprof_*.db, or Kineto "
+            "trace (.json/.json.gz) found")
