@@ -145,3 +145,11 @@ def test_snapshot_of_8_live_processes_names_the_one_stuck_elsewhere(tmp_path: Pa
     assert [g.ranks for g in r.stacks.outliers] == [[6]]
     assert r.stacks.outliers[0].frames[0].startswith("load_batch (w.py:")
     assert "rank(s) [6] are elsewhere" in r.verdict
+
+
+def test_real_debug_server_stack_dump_names_the_stuck_rank():
+    r = diagnose_hang(REAL / "stuck_debug_server")
+    groups = {tuple(g.ranks): g.frames for g in r.stacks.groups}
+    assert groups[(5,)][0] == "load_batch (hang_job.py:28)"
+    assert groups[(0, 1, 2, 3, 4, 6, 7)][0] == "all_reduce (distributed_c10d.py:3252)"
+    assert [g.ranks for g in r.stacks.outliers] == [[5]]

@@ -1,10 +1,16 @@
 """Group the ranks of a hung job by the Python stack of their main thread, and name the ranks whose stack
 differs from the majority.
 
-Input: `py-spy dump --json --pid PID` output, one file per rank (a list of threads, each with `thread_name`,
-`owns_gil`, `active` and `frames` [{name, filename, line, ...}], innermost first). The rank is the integer after
-"rank" in the file name, else the file's trailing integer. The main thread is the one named MainThread, else
-the first thread. Two ranks are alike when their main threads have the same (function, file, line) frames.
+Inputs:
+  * `py-spy dump --json --pid PID`, one file per rank (a list of threads, each with `thread_name`, `owns_gil`,
+    `active` and `frames` [{name, filename, line, ...}], innermost first). The rank is the integer after
+    "rank" in the file name, else the file's trailing integer; the main thread is the one named
+    MainThread, else the first.
+  * the `stacks_<time>.txt` files torch.distributed.debug's server writes: per rank a section
+    "=== Rank N: <address> ===" holding Python's faulthandler dump ('Thread 0x... (most recent call
+    first):' then '  File "f.py", line 12 in name'); the main thread is the one whose outermost frame is
+    `<module>`, else the last thread listed (faulthandler lists it last).
+Two ranks are alike when their main threads have the same (function, file, line) frames.
 """
 
 from __future__ import annotations
@@ -40,6 +46,27 @@ def _frame_text(f: dict[str, Any]) -> str:
     return f"{f.get('name', '?')} ({file}:{f.get('line', '?')})"
 
 
+_RANK_SECTION = re.compile(r"^=== Rank (\d+):.*===$", re.M)
+_THREAD = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+ \(most recent call first\):$", re.M)
+_FRAME = re.compile(r'^\s+File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<name>.+)$', re.M)
+
+
+def debug_server_stacks(text: str) -> dict[int, list[str]]:
+    """rank -> main-thread frames ('function (file:line)', innermost first) of a debug-server stacks dump."""
+    out: dict[int, list[str]] = {}
+    marks = list(_RANK_SECTION.finditer(text))
+    for i, m in enumerate(marks):
+        body = text[m.end():marks[i + 1].start() if i + 1 < len(marks) else len(text)]
+        threads = [t for t in _THREAD.split(body)[1:]]
+        stacks = [[f"{f['name'].strip()} ({f['file'].rsplit('/', 1)[-1]}:{f['line']})" for f in _FRAME.finditer(t)]
+                  for t in threads]
+        stacks = [st for st in stacks if st]
+        if stacks:
+            main = next((st for st in stacks if st[-1].startswith("<module> ")), stacks[-1])
+            out[int(m.group(1))] = main
+    return out
+
+
 def stack_files(folders: list[Path]) -> list[Path]:
     """The py-spy JSON files in `folders`: a JSON list whose head names threads."""
     out = []
@@ -52,13 +79,27 @@ def stack_files(folders: list[Path]) -> list[Path]:
                 continue
             if head.lstrip().startswith(b"[") and b'"thread_id"' in head:
                 out.append(p)
+        for p in sorted(folder.glob("*.txt")):   # the debug server's dumps: the newest one is read
+            try:
+                with open(p, "rb") as f:
+                    if f.read(64).startswith(b"=== Rank "):
+                        out.append(p)
+            except OSError:
+                continue
     return out
 
 
 def group_stacks(files: list[Path]) -> StackReport:
     by_stack: dict[tuple[str, ...], list[int]] = defaultdict(list)
     bad: list[str] = []
-    for p in files:
+    dumps = sorted(p for p in files if p.suffix == ".txt")
+    if dumps:   # periodic dumps: the newest shows where the ranks are now
+        try:
+            for rank, frames in debug_server_stacks(dumps[-1].read_text(errors="replace")).items():
+                by_stack[tuple(frames)].append(rank)
+        except OSError as e:
+            bad.append(f"{dumps[-1]}: {e.strerror}")
+    for p in (p for p in files if p.suffix != ".txt"):
         rank = _rank_of(p)
         try:
             frames = _main_thread(json.loads(p.read_bytes()))

@@ -48,10 +48,16 @@ def main() -> None:
     ap.add_argument("--hang-step", type=int, default=4)
     ap.add_argument("--hang-rank", type=int, default=5)
     ap.add_argument("--timeout", type=float, default=600.0)
+    ap.add_argument("--debug-server-dir", help="also start torch.distributed.debug's server, dumping every "
+                                               "rank's stacks into this folder every 3 s (needs aiohttp, jinja2)")
     a = ap.parse_args()
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=a.timeout))
     rank, world = dist.get_rank(), dist.get_world_size()
     evens = dist.new_group([r for r in range(world) if r % 2 == 0])
+    if a.debug_server_dir:
+        from torch.distributed.debug import start_debug_server
+
+        start_debug_server(port=26011, dump_dir=a.debug_server_dir, dump_interval=3.0, enabled_dumps={"stacks"})
     os.makedirs(f"{a.out}/pids", exist_ok=True)
     with open(f"{a.out}/pids/{rank}", "w") as f:
         f.write(str(os.getpid()))
