@@ -33,6 +33,7 @@ EditKind = Literal[
     "remove_sync_guard",  # delete per-step `if not <tensor check>: raise` / `assert <tensor check>` (a sync)
     "unwrap_with",  # replace `with ctx(...):` by its body (e.g. a forced SDPA math backend)
     "set_attribute",  # set `a.b.c = value` where the file assigns another literal (e.g. allow_tf32 = False)
+    "periodic_in_loop",  # statements before the training loop + `if step % every == 0:` ones at its end
     "template",  # no automatic edit
 ]
 EDIT_KINDS: tuple[str, ...] = get_args(EditKind)
@@ -118,6 +119,10 @@ class KwargSpec(_Strict):
     only_if_positive: str | None = Field(
         default=None, description="add only when this other keyword is a positive int literal after the edit"
     )
+    only_if_changed: str | None = Field(
+        default=None,
+        description="add only when the same edit adds or changes this other keyword (listed before it)",
+    )
 
 
 class Locate(_Strict):
@@ -189,6 +194,9 @@ class CodeEdit(_Strict):
         default_factory=list, description="a matching call carrying one of these keywords is already fixed"
     )
     assign_value: str | None = Field(default=None, description="set_attribute: the Python literal to assign")
+    periodic: list[str] = Field(
+        default_factory=list, description="periodic_in_loop: statements run every `params.every` steps"
+    )
     skip_if_matched: bool = Field(
         default=False, description="skip when an earlier edit item of the same fix found its place"
     )
@@ -211,12 +219,14 @@ class CodeEdit(_Strict):
             for old, new in self.replacements.items():
                 if not (QUALNAME_RE.match(old) and QUALNAME_RE.match(new)):
                     raise ValueError(f"replacement names must be dotted names: {old!r} -> {new!r}")
+        if kind == "periodic_in_loop" and not (self.periodic and isinstance(self.params.get("every"), int)):
+            raise ValueError("periodic_in_loop edit needs periodic statements and an int params.every")
         if kind in ("insert_before_loop", "insert_after_import") and not self.statements:
             raise ValueError(f"{kind} edit needs statements")
         if kind == "insert_after_import" and not self.locate.after_import:
             raise ValueError("insert_after_import edit needs locate.after_import")
         known = set(self.params) | set(self.requires_params)
-        sources = [k.value for k in self.kwargs] + list(self.statements)
+        sources = [k.value for k in self.kwargs] + list(self.statements) + list(self.periodic)
         for source in sources:
             missing = placeholders(source) - known
             if missing:
@@ -228,7 +238,7 @@ class CodeEdit(_Strict):
         sample: dict[str, Any] = {name: [1] for name in self.requires_params} | dict(self.params)
         for spec in self.kwargs:
             _parse_or_raise(render_template(spec.value, sample), "eval", f"kwarg {spec.name}")
-        for statement in self.statements:
+        for statement in [*self.statements, *self.periodic]:
             _parse_or_raise(render_template(statement, sample), "exec", "statement")
         return self
 

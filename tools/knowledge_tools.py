@@ -184,8 +184,12 @@ def suggest_edit(code_path: str | Path, *, fix: str | None = None, profile: api.
                  apply: bool = False) -> EditSuggestion:
     """A unified diff applying one fix (or every fix a profile's findings point to) to a training script.
 
-    With a profile, the first fix of each finding is taken in priority order, and the finding's own numbers
-    (`evidence.fix_params`, and the flagged variable for env-var findings) fill the fix's parameters.
+    With a profile, every fix of every finding is tried, findings in priority order and each finding's fixes
+    in its own order; a fix is applied where the code matches it (the others report "no place" or "already
+    applied"), each on the text the previous one produced. The finding's own numbers
+    (`evidence.fix_params`, and the flagged variable for env-var findings) fill the fix's parameters; the
+    first finding that names a parameter wins. Only `apply=True` writes, and then the message names the
+    backup; a suggestion never claims to have changed the file.
     """
     from ..knowledge import edit
 
@@ -208,9 +212,9 @@ def suggest_edit(code_path: str | Path, *, fix: str | None = None, profile: api.
                 continue
             if f.check == "env-var" and f.subject:
                 env_names.append(f.subject)
-            if f.fixes[0] not in fix_ids:
-                fix_ids.append(f.fixes[0])
-                params.update(f.evidence.get("fix_params", {}) if isinstance(f.evidence, dict) else {})
+            fix_ids += [i for i in f.fixes if i not in fix_ids]
+            found = f.evidence.get("fix_params", {}) if isinstance(f.evidence, dict) else {}
+            params.update({k: v for k, v in found.items() if k not in params})
         if not fix_ids:
             return EditSuggestion(path=str(p), fixes=[], changed=False, diff="",
                                   messages=["the profile's findings point to no fix"])
@@ -226,4 +230,7 @@ def suggest_edit(code_path: str | Path, *, fix: str | None = None, profile: api.
         backup = edit.apply_edit(res, backup=True)
         out.applied = True
         out.backup = str(backup) if backup else None
+        out.messages.append(f"wrote {p}" + (f" (the original is kept in {backup})" if backup else ""))
+    elif apply:
+        out.messages.append(f"nothing to write: {p} is left as it was")
     return out

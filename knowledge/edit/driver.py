@@ -15,7 +15,12 @@ from typing import Any
 
 from ..loader import get_fix
 from ..schema import Fix
-from .pyblocks import _handle_remove_sync_guard, _handle_set_attribute, _handle_unwrap_with
+from .pyblocks import (
+    _handle_periodic_in_loop,
+    _handle_remove_sync_guard,
+    _handle_set_attribute,
+    _handle_unwrap_with,
+)
 from .pycalls import _handle_add_kwargs, _handle_remove_call, _handle_replace_callee, _handle_unwrap_call
 from .pyinsert import _handle_insert_after_import, _handle_insert_before_loop, _import_edit
 from .pymodule import _Module
@@ -50,6 +55,7 @@ _PY_HANDLERS = {
     "remove_sync_guard": _handle_remove_sync_guard,
     "unwrap_with": _handle_unwrap_with,
     "set_attribute": _handle_set_attribute,
+    "periodic_in_loop": _handle_periodic_in_loop,
 }
 
 

@@ -6,6 +6,8 @@
 - `unwrap_with`: `with sdpa_kernel(SDPBackend.MATH):` pins attention to the slow math kernel; the fix is
   the body without the `with`, dedented, and the import names that only the context used are dropped.
 - `set_attribute`: `torch.backends.cuda.matmul.allow_tf32 = False` is corrected in place to the fix's value.
+- `periodic_in_loop`: statements before the training loop (`gc.disable()`) and, at the end of its body,
+  `if step % every == 0:` statements (`gc.collect()`): one planned pause instead of random ones.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from ..schema import CodeEdit
+from ..schema import CodeEdit, render_template
 from .pycalls import _delete_statements
+from .pyinsert import _insert_lines_edit, _training_loop
 from .pymodule import _NOT_LITERAL, _literal, _Module, _same_literal
 from .text import EditLocation, _one_line, _Outcome, _TextEdit
 
@@ -99,9 +102,7 @@ def _unused_import_edits(mod: _Module, dropped: list[ast.AST]) -> tuple[list[_Te
     """Edits removing `from M import a, b` names that were used only inside the `dropped` nodes."""
     inside = {id(n) for d in dropped for n in ast.walk(d)}
     candidates = set().union(*(_names_in(d) for d in dropped)) if dropped else set()
-    used_elsewhere = {
-        n.id for n in ast.walk(mod.tree) if isinstance(n, ast.Name) and id(n) not in inside
-    }
+    used_elsewhere = {n.id for n in ast.walk(mod.tree) if isinstance(n, ast.Name) and id(n) not in inside}
     unused = candidates - used_elsewhere
     edits: list[_TextEdit] = []
     removed: list[str] = []
@@ -136,8 +137,12 @@ def _with_matches(mod: _Module, stmt: ast.stmt, edit: CodeEdit) -> bool:
         return False
     if not edit.locate.arg_names:
         return True
-    named = {n.attr for a in [*ctx.args, *(k.value for k in ctx.keywords)] for n in ast.walk(a)
-             if isinstance(n, ast.Attribute)} | set().union(*(_names_in(a) for a in ctx.args))
+    named = {
+        n.attr
+        for a in [*ctx.args, *(k.value for k in ctx.keywords)]
+        for n in ast.walk(a)
+        if isinstance(n, ast.Attribute)
+    } | set().union(*(_names_in(a) for a in ctx.args))
     return bool(named & set(edit.locate.arg_names))
 
 
@@ -176,7 +181,9 @@ def _handle_unwrap_with(mod: _Module, edit: CodeEdit, params: dict[str, Any], ex
         edits, names, line = _unused_import_edits(mod, dropped)
         out.edits += edits
         if names:
-            out.locations.append(EditLocation(line=line, what=f"dropped the unused import of {', '.join(names)}"))
+            out.locations.append(
+                EditLocation(line=line, what=f"dropped the unused import of {', '.join(names)}")
+            )
     return out
 
 
@@ -203,6 +210,68 @@ def _handle_set_attribute(
             start, end = mod.src.span(stmt.value)
             out.edits.append(_TextEdit(start, end, wanted_src))
             out.locations.append(
-                EditLocation(line=stmt.lineno, what=f"changed {name} = {mod.src.segment(stmt.value)} -> {wanted_src}")
+                EditLocation(
+                    line=stmt.lineno, what=f"changed {name} = {mod.src.segment(stmt.value)} -> {wanted_src}"
+                )
             )
+    return out
+
+
+def _step_counter(loop: ast.stmt) -> str | None:
+    """The step variable of `for step, ... in enumerate(...)` (or `for step in range(...)`), else None."""
+    if not isinstance(loop, ast.For | ast.AsyncFor) or not isinstance(loop.iter, ast.Call):
+        return None
+    func = loop.iter.func
+    name = func.id if isinstance(func, ast.Name) else None
+    if name == "enumerate" and isinstance(loop.target, ast.Tuple) and loop.target.elts:
+        first = loop.target.elts[0]
+        return first.id if isinstance(first, ast.Name) else None
+    if name == "range" and isinstance(loop.target, ast.Name):
+        return loop.target.id
+    return None
+
+
+def _handle_periodic_in_loop(
+    mod: _Module, edit: CodeEdit, params: dict[str, Any], explicit: set[str]
+) -> _Outcome:
+    """Insert `statements` above the training loop and `if <step> % every == 0:` + `periodic` at the end of
+    its body. Needs a step counter in the loop header; already applied when a located call is present."""
+    out = _Outcome()
+    src = mod.src
+    present = mod.has_call(edit.locate.present_if_calls) if edit.locate.present_if_calls else None
+    if present is not None:
+        out.matched = True
+        out.locations.append(
+            EditLocation(line=present.lineno, what=f"already calls {_one_line(src.segment(present))}")
+        )
+        return out
+    loop = _training_loop(mod)
+    step = _step_counter(loop) if loop is not None else None
+    if loop is None or step is None:
+        out.notes.append("no training loop with a step counter (`for step, batch in enumerate(loader)`)")
+        return out
+    assert isinstance(loop, ast.For | ast.AsyncFor)
+    out.matched = True
+    every = int(params.get("every", edit.params.get("every", 100)))
+    before = ([f"# {edit.comment}"] if edit.comment else []) + [
+        render_template(t, params) for t in edit.statements
+    ]
+    out.edits.append(_insert_lines_edit(src, loop.lineno - 1, before, src.indent(loop.lineno)))
+    last = loop.body[-1]
+    if isinstance(last, ast.Break | ast.Continue | ast.Return | ast.Raise) and len(loop.body) > 1:
+        last = loop.body[-2]  # code after an unconditional jump would never run
+    inner = src.indent(loop.body[0].lineno)
+    tail = [f"if {step} % {every} == 0:"] + [f"    {render_template(t, params)}" for t in edit.periodic]
+    out.edits.append(_insert_lines_edit(src, last.end_lineno or last.lineno, tail, inner))
+    out.locations.append(
+        EditLocation(
+            line=loop.lineno, what=f"inserted {'; '.join(before[-len(edit.statements) :])} before the loop"
+        )
+    )
+    out.locations.append(
+        EditLocation(
+            line=last.end_lineno or last.lineno,
+            what=f"inserted {'; '.join(edit.periodic)} every {every} steps at the end of the loop body",
+        )
+    )
     return out

@@ -110,7 +110,7 @@ def _edit_kwargs(
     For each spec: an existing literal that satisfies it is kept, an unsatisfying literal is replaced in
     place, a non-literal (variable, expression) is kept and reported; a missing keyword is added unless the
     call forwards `**kwargs` (the added name could collide) or its `only_if_positive` partner is not a
-    positive literal. `remove` keywords are deleted only when the call changes anyway (or `force_change`).
+    positive literal, or its `only_if_changed` partner is not added / changed by this edit. `remove` keywords are deleted only when the call changes anyway (or `force_change`).
     """
     src = mod.src
     out = _Outcome(matched=True)
@@ -119,6 +119,7 @@ def _edit_kwargs(
     final: dict[str, Any] = {name: _literal(kw.value) for name, kw in present.items()}
     additions: list[str] = []
     replaced: list[str] = []
+    touched: set[str] = set()  # keywords this edit adds or changes
     for spec in specs:
         rendered = render_template(spec.value, params)
         is_explicit = bool(placeholders(spec.value) & explicit)
@@ -128,6 +129,8 @@ def _edit_kwargs(
                     f"`{spec.name}` not added: it needs `{spec.only_if_positive}` > 0 as a literal"
                 )
             continue
+        if spec.only_if_changed and spec.only_if_changed not in touched and spec.name not in present:
+            continue  # a tuning extra that belongs with the change it follows, not on its own
         if spec.name in present:
             kw = present[spec.name]
             current = _literal(kw.value)
@@ -145,6 +148,7 @@ def _edit_kwargs(
             start, end = src.span(kw.value)
             out.edits.append(_TextEdit(start, end, rendered))
             replaced.append(f"{spec.name}={_one_line(src.segment(kw.value), 30)} -> {rendered}")
+            touched.add(spec.name)
             final[spec.name] = _literal(ast.parse(rendered, mode="eval").body)
         elif has_star_kwargs:
             out.notes.append(
@@ -152,6 +156,7 @@ def _edit_kwargs(
             )
         else:
             additions.append(f"{spec.name}={rendered}")
+            touched.add(spec.name)
             final[spec.name] = _literal(ast.parse(rendered, mode="eval").body)
     changed = bool(additions or replaced or force_change)
     removed = [present[name] for name in remove if name in present] if changed else []
