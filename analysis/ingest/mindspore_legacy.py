@@ -54,6 +54,7 @@ NS_PER_MS = 1_000_000
 _STREAM_RE = re.compile(r"^stream_(\d+)_(\d+)_(.+)$")
 _OP_TYPE_RE = re.compile(r"([A-Za-z][A-Za-z0-9]*)-op\d+$")
 _CLUSTER_RE = re.compile(r"^ascend_cluster_analyse_(.+)_(\d+)_(\d+)_(\d+)\.csv$")
+_TRACE_PHASES = ("iteration_interval", "fp_and_bp", "tail")
 _IO_KEY_RE = re.compile(r"^(input|output)_(\d+)$", re.I)
 
 
@@ -379,22 +380,44 @@ class _LegacyReader:
         if n:
             self.t.has("hccl_raw")
 
+    def _vendor_row(self, step: int, vals: dict[str, int | None]) -> None:
+        """MindInsight's cluster file is MindSpore's own per-step table, the twin of torch_npu's
+        step_trace_time: computation (AI Core time) -> Computing, communication_alone -> Communication(Not
+        Overlapped), stage_time -> Stage, receive_alone (pure Receive, the pipeline bubble) -> Bubble; the
+        file has no Free, Preparing, Overlapped or total Communication, which stay NULL."""
+        if all(vals.get(c) is None for c in ("computation_time", "communication_alone_time", "stage_time",
+                                              "receive_alone_time")):
+            return         # the data-parallel variant (iteration_interval, fp_and_bp, tail) is not this table
+        self.t.add("vendor_step_trace", step=step, computing_ns=vals.get("computation_time"),
+                   comm_not_overlapped_ns=vals.get("communication_alone_time"), stage_ns=vals.get("stage_time"),
+                   bubble_ns=vals.get("receive_alone_time"))
+
     def _cluster(self) -> None:
         """ascend_cluster_analyse_{mode}_{stages}_{size}_{r}.csv: per-step ms columns -> step_phases."""
         for path in sorted(self.dir.glob(f"ascend_cluster_analyse_*_{self.r}.csv")):
             m = _CLUSTER_RE.match(path.name)
             if not m or int(m.group(4)) != self.r:
                 continue
-            header, rows = _read_csv(path, self.t)
-            body = rows[:-1] if len(rows) > 1 else rows     # last row = average
-            steps = [w[0] for w in self.windows]
-            for i, r in enumerate(body):
-                step = steps[i] if i < len(steps) else i + 1
-                for col in header:
-                    v = _dec_ns(r.get(col, ""), NS_PER_MS)
-                    if v is not None:
-                        self.t.add("step_phases", step=step, phase=col.strip().lower(), dur_ns=v)
-            self.t.has("cluster_analyse")
             self.t.add("metadata", key="cluster_analyse", value_json=json.dumps(
                 {"file": path.name, "parallel_mode": m.group(1), "stage_num": int(m.group(2)),
                  "rank_size": int(m.group(3))}))
+            header, rows = _read_csv(path, self.t)
+            if {h.strip().lower() for h in header} <= set(_TRACE_PHASES):
+                # the data-parallel variant repeats the step trace's own columns in its 10 ns ticks (not
+                # ms): already read from step_trace_raw, so nothing new here
+                continue
+            body = rows[:-1] if len(rows) > 1 else rows     # last row = average
+            steps = [w[0] for w in self.windows]
+            if steps and len(body) != len(steps):
+                self.t.warn(f"{path.name}: {len(body)} step row(s) for {len(steps)} step(s) in the step trace; "
+                            "rows matched to steps in order")
+            for i, r in enumerate(body):
+                step = steps[i] if i < len(steps) else i + 1
+                vals = {col.strip().lower(): _dec_ns(r.get(col, ""), NS_PER_MS) for col in header}
+                for col, v in vals.items():
+                    if v is not None:
+                        self.t.add("step_phases", step=step, phase=col, dur_ns=v)
+                self._vendor_row(step, vals)
+            self.t.has("cluster_analyse")
+            if self.t.count("vendor_step_trace"):
+                self.t.has("vendor_step_trace")
