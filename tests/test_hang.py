@@ -153,3 +153,11 @@ def test_real_debug_server_stack_dump_names_the_stuck_rank():
     assert groups[(5,)][0] == "load_batch (hang_job.py:28)"
     assert groups[(0, 1, 2, 3, 4, 6, 7)][0] == "all_reduce (distributed_c10d.py:3252)"
     assert [g.ranks for g in r.stacks.outliers] == [[5]]
+
+
+def test_torch_npu_hccl_dumps_named_by_rank_alone(tmp_path: Path):
+    """torch_npu writes TORCH_HCCL_DEBUG_INFO_TEMP_FILE<rank>; with the prefix '/dumps/' the files are named
+    '0', '1', ... Its keys are torch's (version 2.4, hccl: op names)."""
+    write_hang(tmp_path, world=16, culprit=9, mode="stuck", backend="hccl", prefix="", version="2.4")
+    d = diagnose_hang(tmp_path).divergences[0]
+    assert (d.kind, d.ranks, d.op) == ("missing", [9], "hccl:all_reduce")

@@ -1,5 +1,6 @@
 """Read PyTorch Flight Recorder dumps (NCCL and Gloo process groups; torch_npu's HCCL recorder writes the same
-shape) into plain records, one per rank.
+keys, version "2.4" with `hccl_comm_state`, to TORCH_HCCL_DEBUG_INFO_TEMP_FILE<rank>) into plain records, one
+per rank.
 
 A dump is the pickle (or JSON, from `_dump_fr_trace_json`) of a dict with `version`, `pg_config`, `pg_status`
 and `entries`. Files are named `<prefix><rank>`: the prefix is TORCH_FR_DUMP_TEMP_FILE or, before torch 2.8,
@@ -150,7 +151,8 @@ def dump_files(folder: Path) -> list[dict[int, Path]]:
     (the rank). JSON stack snapshots are not candidates."""
     by_prefix: dict[str, dict[int, Path]] = {}
     for p in sorted(folder.iterdir()):
-        if (m := _RANK_RE.match(p.name)) and m.group("prefix") and p.is_file() and _looks_like_dump(p):
+        # the prefix may be empty: torch_npu's TORCH_HCCL_DEBUG_INFO_TEMP_FILE=/tmp/ writes /tmp/<rank>
+        if (m := _RANK_RE.match(p.name)) and p.is_file() and _looks_like_dump(p):
             by_prefix.setdefault(m.group("prefix"), {})[int(m.group("rank"))] = p
     return list(by_prefix.values())
 

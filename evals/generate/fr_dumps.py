@@ -21,7 +21,7 @@ def _entry(seq: int, op: str, t_ns: int, state: str, pg: tuple[str, str]) -> dic
 
 
 def write_hang(out: Path, world: int, culprit: int, mode: str, steps: int = 20, backend: str = "nccl",
-               prefix: str = "nccl_trace_rank_") -> None:
+               prefix: str = "nccl_trace_rank_", version: str = "2.10") -> None:
     """Every rank issues `steps` all_reduces on the default group; at the last one `culprit` issues a
     barrier instead (`skip`) or nothing (`stuck`). NCCL marks all but the last completed."""
     out.mkdir(parents=True, exist_ok=True)
@@ -36,7 +36,7 @@ def write_hang(out: Path, world: int, culprit: int, mode: str, steps: int = 20, 
             state = "scheduled" if last or backend == "gloo" else "completed"
             entries.append(_entry(seq, op, t0 + seq * 10_000_000 + r, state, pg))
         done = steps - 1 if backend == "nccl" else -1
-        doc = {"version": "2.10", "pg_config": {"0": {"name": "0", "desc": "default_pg",
+        doc = {"version": version, "pg_config": {"0": {"name": "0", "desc": "default_pg",
                                                       "ranks": str(list(range(world)))}},
                "comm_lib_version": "2.28.9",
                "pg_status": {"0": {"last_enqueued_collective": n, "last_started_collective": -1,
