@@ -39,6 +39,23 @@ class _Table:
     slow_rank_min_excess_pct: Threshold = Threshold(
         0.5, "% of mean step", "stepdoctor (keeps negligible differences from being named)",
         "minimum excess over the median, as share of step, for a rank to be named")
+    # stragglers by arrival at collectives (analysis/metrics/collectives.py)
+    straggler_dixon_alpha: Threshold = Threshold(
+        0.05, "significance", "Dixon (1951) Q test r10, used for 3-10 ranks; msprof-analyze uses 3-sigma beyond",
+        "significance level of the per-collective test that the last rank arrived abnormally late")
+    straggler_sigma: Threshold = Threshold(
+        3.0, "standard deviations", f"{MSPROF} slow rank 3-sigma rule",
+        "beyond 10 ranks, how far below the other ranks' mean wait the last arriver's wait must be")
+    straggler_min_wait_ms: Threshold = Threshold(
+        0.5, "ms", "stepdoctor (below this a late arrival is launch jitter)",
+        "the median wait of the other ranks at a collective for its last arriver to count as late")
+    straggler_last_share: Threshold = Threshold(
+        0.25, "share of collectives", "stepdoctor; HTA reports the share of collectives each rank is last",
+        "share of its matched collectives a rank must arrive last at (significantly) to be named")
+    # pipeline stage imbalance
+    stage_imbalance_pct: Threshold = Threshold(
+        10.0, "% of the fastest stage's compute", f"{MSPROF} pipeline-parallel stage analysis (stage_time per stage)",
+        "how much more compute per step a stage must have than the lightest stage to be named")
     # slow link
     slow_link_ratio: Threshold = Threshold(
         0.8, "x median bandwidth", "stepdoctor; msprof-analyze slow link has no threshold (prints min/avg/max)",

@@ -12,6 +12,9 @@ from __future__ import annotations
 CHECK_IDS: dict[str, str] = {
     "slow-rank": "one or more ranks are slower than the others in a dimension; "
     "`subject` = `compute` | `communication` | `free`",
+    "stage-imbalance": "pipeline-parallel stages do unequal work: one stage's ranks compute clearly longer than "
+    "the other stages' and the rest wait for them; `ranks` = that stage's ranks, `subject` = the stage "
+    '(e.g. `"stage 1 of 2"`)',
     "slow-link": "a link or a rank's links have clearly lower bandwidth than their peers; "
     '`subject` = `"src->dst"` or transport',
     "env-var": "an environment variable is set to a value that costs performance; `subject` = its name",
@@ -67,6 +70,7 @@ CHECK_TITLES: dict[str, str] = {
     "memory-ops": "Allocator calls inside steps",
     "h2d-pageable": "Pageable host-to-device copies",
     "fp32-compute": "Float32 compute where mixed precision applies",
+    "stage-imbalance": "Pipeline stage imbalance",
 }
 
 # Where each check can fire. Ascend-only checks read Ascend-specific data (AI core pipe ratios, block
@@ -98,6 +102,7 @@ CHECK_VENDORS: dict[str, tuple[str, ...]] = {
     "memory-ops": ("ascend", *_GPU),
     "h2d-pageable": ("ascend", *_GPU),
     "fp32-compute": ("ascend", *_GPU),
+    "stage-imbalance": ("ascend", *_GPU),
 }
 
 # Checks whose fix on Ascend differs between torch_npu and MindSpore code: each needs a fix for both
@@ -113,6 +118,7 @@ CHECK_FRAMEWORKS_ASCEND: dict[str, tuple[str, ...]] = {
     "aicpu-op": ("pytorch", "mindspore"),
     "slow-rank": ("pytorch", "mindspore"),
     "env-var": ("pytorch", "mindspore"),
+    "stage-imbalance": ("pytorch", "mindspore"),
 }
 
 # Checks where `Finding.subject` names exactly what the fix must match (an env var, a replacement API):

@@ -19,6 +19,11 @@ Algorithm, per dimension and per step, over the ranks present in that step:
 
 impact_ms = the rank's excess summed over its slow steps / the number of steps (time the whole job
 loses per step, since synchronous peers wait for it). Severity from impact (rules doc priority rule).
+
+Arrival (metrics/collectives.py): collectives matched across ranks name the rank that arrives last and
+what it did before arriving (dimension `arrival`). When such stragglers exist, a rank that only waits for
+them is never named: its compute/free/communication finding is dropped unless its excess reaches the wait
+the stragglers cause per step.
 """
 
 from __future__ import annotations
@@ -27,7 +32,9 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
+from ..metrics import collectives
 from ..metrics.intervals import merge
 from ..metrics.names import short_name
 from ..models import Finding
@@ -142,6 +149,43 @@ def _analyse(ctx: CheckContext) -> dict[str, DimensionStats]:
     return out
 
 
+def arrival(ctx: CheckContext) -> collectives.Arrivals:
+    """Stragglers by arrival at matched collectives, with what each did before arriving, once per context."""
+    return ctx.memo("slow-rank.arrival", lambda: _arrival(ctx))
+
+
+_BEFORE_TEXT = {"compute_kernels": "compute kernels", "data_loading": "data loading",
+                "host_ops": "host work", "untraced": "nothing traced (sleep, GC, I/O or an untraced thread)"}
+
+
+def _arrival(ctx: CheckContext) -> collectives.Arrivals:
+    steps = Counter(r.rank for r in ctx.breakdown if r.step is not None)
+    def sql(q: str) -> pd.DataFrame:
+        d = ctx.sql(q)
+        return d if ctx.ranks is None or d.empty else d[d["rank"].isin(ctx.ranks)]
+
+    a = collectives.arrivals(sql, dict(steps), ctx.mean_step_ms())
+    for r in a.stragglers:
+        cur = ctx.profile.cursor()
+        try:
+            a.ranks[r].before = collectives.before_arrival(cur, r, a.late)
+        finally:
+            cur.close()
+    return a
+
+
+def _arrival_text(ra: collectives.RankArrival) -> str:
+    b = ra.before
+    if not b:
+        return ""
+    n = max(len(ra.steps), 1)
+    text = f"before arriving it spends {b['window_ms'] / n:.1f} ms per step on {_BEFORE_TEXT[b['cause']]}"
+    parts = [f"{_BEFORE_TEXT[k].split(' (')[0]} {b[k] / n:.1f} ms" for k in _BEFORE_TEXT if k != b["cause"] and b[k]]
+    if b["cause"] == "host_ops" and b["top_host_ops"]:
+        text += " (" + ", ".join(f"{h['name']} {h['ms'] / n:.1f} ms" for h in b["top_host_ops"]) + ")"
+    return text + (f"; also {', '.join(parts)}" if parts else "")
+
+
 def _compute_cause(ctx: CheckContext, e: SlowEntry) -> tuple[str, dict]:
     """Op types whose per-step time on the slow rank exceeds the median of the other ranks most."""
     steps = e.steps
@@ -235,11 +279,15 @@ class SlowRankCheck(Check):
     def run(self, ctx: CheckContext) -> list[Finding]:
         if len(ctx.all_ranks) < 2:
             return []
-        out = []
+        arr = arrival(ctx)
+        out: list[Finding] = []
+        worst_wait = max((arr.ranks[r].caused_per_step_ms for r in arr.stragglers), default=0.0)
         for dim, stats in analyse(ctx).items():
             for e in stats.slow:
                 if e.evidence.get("waiting_only"):
                     continue
+                if arr.stragglers and e.rank not in arr.stragglers and e.excess_ms < worst_wait:
+                    continue  # it waits for a straggler; its small excess is not why the job is slow
                 f = self.finding(
                     ctx, title=f"rank {e.rank} is slower in {dim} (+{e.excess_ms:.2f} ms, +{e.excess_pct:.0f}%)",
                     subject=dim, ranks=[e.rank], steps=e.steps, impact_ms=e.impact_ms,
@@ -255,7 +303,47 @@ class SlowRankCheck(Check):
                             f"(+{e.excess_ms:.2f} ms): {e.cause}.")
                 f.fixes = _cause_fixes(ctx, e, f.fixes)
                 out.append(f)
+        # a straggler already named in compute/free keeps one finding, its arrival record as evidence
+        for r in arr.stragglers:
+            own = [f for f in out if f.ranks == [r] and f.subject in ("compute", "free")]
+            if not own:
+                out.append(self._arrival_finding(ctx, arr, r))
+                continue
+            ra = arr.ranks[r]
+            own[0].evidence["arrival"] = {"matched": ra.matched, "last": ra.last, "share_last": ra.share_last,
+                                          "wait_caused_per_step_ms": ra.caused_per_step_ms,
+                                          "before_arrival": ra.before}
+            own[0].message += (f" It arrives last at {ra.last} of {ra.matched} collectives; the other ranks wait "
+                               f"{ra.caused_per_step_ms:.2f} ms per step for it.")
         return out
+
+
+    def _arrival_finding(self, ctx: CheckContext, arr: collectives.Arrivals, r: int) -> Finding:
+        ra = arr.ranks[r]
+        why = _arrival_text(ra)
+        f = self.finding(
+            ctx, title=(f"rank {r} arrives last at {ra.last} of {ra.matched} collectives; the other ranks wait "
+                        f"{ra.caused_per_step_ms:.2f} ms per step for it"),
+            subject="arrival", ranks=[r], steps=ra.steps, impact_ms=ra.caused_per_step_ms,
+            evidence={"dimension": "arrival", "source": arr.source, "matched": ra.matched, "last": ra.last,
+                      "share_last": ra.share_last, "wait_caused_ms": ra.caused_ms,
+                      "wait_caused_per_step_ms": ra.caused_per_step_ms, "before_arrival": ra.before,
+                      "share_last_by_rank": {str(k): v.share_last for k, v in sorted(arr.ranks.items())
+                                             if v.last}, "waiting_ranks_named": False,
+                      "thresholds": {"dixon_alpha": T.straggler_dixon_alpha.value, "sigma": T.straggler_sigma.value,
+                                     "min_wait_ms": T.straggler_min_wait_ms.value,
+                                     "last_share": T.straggler_last_share.value},
+                      "impact_method": "union of the others' waits before its late arrivals / its steps"},
+            message=(f"Rank {r} arrives last, significantly, at {ra.last} of its {ra.matched} matched collectives "
+                     f"({100 * ra.share_last:.0f}%); the other ranks wait {ra.caused_per_step_ms:.2f} ms per step "
+                     f"for it" + (f": {why}." if why else ".")))
+        if ctx.fixes_for is not None and ra.before:
+            lead = {"untraced": "gc-pause", "data_loading": "slow-dataloader", "host_ops": "host-bound"}.get(
+                ra.before["cause"])
+            if lead:
+                f.fixes = list(dict.fromkeys([*ctx.fixes_for(lead, ctx.vendor(r), ctx.framework(r), None)[:2],
+                                              *f.fixes]))
+        return f
 
 
 def _cause_fixes(ctx: CheckContext, e: SlowEntry, fixes: list[str]) -> list[str]:

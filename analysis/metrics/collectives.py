@@ -1,0 +1,196 @@
+"""Match collectives across ranks and find who arrives last (stragglers by arrival).
+
+Sources, one row per collective instance per rank (times on the rank's own clock, ns):
+  * comm_ops whose op_type is a collective (NCCL/RCCL kernels from Kineto, HCCL ops from Ascend); its
+    elapse is the whole op on that rank, waiting for peers included;
+  * for a rank without comm_ops, its CPU-side collectives in host_ops (`gloo:all_reduce` ...): gloo runs
+    collectives on the CPU and Kineto records them as user annotations spanning the wait.
+Point-to-point ops (send/receive) are left out: their wait belongs to pipeline schedules (stage-imbalance).
+
+Matching: the n-th instance of collective C in group G on one rank is the n-th on every rank of G. A
+group name may be missing (legacy Ascend files), so ranks are also split by how many instances of (G, C)
+they hold: ranks with different counts are in different groups (e.g. data-parallel groups of different
+pipeline stages) and are never matched together.
+
+Arrival: a collective ends at about the same moment on every rank, so a rank that arrives later waits
+less; the last arriver has the shortest duration and every other rank waits about (its duration − the
+shortest). This needs no cross-rank clock alignment. Per instance, the shortest duration x1 is tested as an
+outlier among the n durations: n = 2 no test (only the wait threshold), 3-10 Dixon's Q = (x2−x1)/(xn−x1)
+against its 95 % critical value, beyond 10 the 3-sigma rule on the other ranks' durations (msprof-analyze).
+The wait it causes = the median of the other ranks' durations − x1 (ms); it must reach
+T.straggler_min_wait_ms. All per-instance statistics are numpy over one sorted frame: no loop over ranks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ..thresholds import T
+from .intervals import merge
+
+COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast", "alltoall", "alltoallv", "reduce",
+               "barrier", "allgatherv", "reducescattervv", "gather", "scatter")
+
+# Dixon r10 critical values, two-sided 95 % (Rorabacher 1991), n = 3..10.
+_DIXON_Q95 = {3: 0.970, 4: 0.829, 5: 0.710, 6: 0.625, 7: 0.568, 8: 0.526, 9: 0.493, 10: 0.466}
+
+_NORM = "lower(regexp_replace({c}, '[^A-Za-z]', '', 'g'))"
+
+
+@dataclass
+class RankArrival:
+    """One rank's arrival record over its matched collectives."""
+
+    rank: int
+    matched: int                 # collective instances matched with at least one other rank
+    last: int                    # instances where it arrived last, significantly
+    share_last: float            # last / matched
+    caused_ms: float             # union of the windows [arrival − others' median wait, arrival] (ms):
+                                 # concurrent collectives (gloo buckets on two threads) wait for the same delay
+    caused_per_step_ms: float    # caused_ms / the rank's steps
+    steps: list[int] = field(default_factory=list)
+    before: dict = field(default_factory=dict)   # what it did before arriving (see `before_arrival`)
+
+
+@dataclass
+class Arrivals:
+    source: str | None           # comm_ops | host_ops (gloo) | comm_ops+host_ops | None
+    instances: int               # matched collective instances
+    ranks: dict[int, RankArrival]
+    stragglers: list[int]        # ranks named late, worst first
+    late: pd.DataFrame           # per significant late instance: rank, step, start_ns, wait_ms
+
+
+def instances(sql) -> tuple[pd.DataFrame, str | None]:
+    """rank, step, start_ns, dur_ns, inst (matched instance id) of every collective seen on 2+ ranks."""
+    coll_list = ",".join(f"'{c}'" for c in COLLECTIVES)
+    q = f"""
+    WITH c AS (
+        SELECT rank, step, coalesce(group_name, '') AS g, {_NORM.format(c='op_type')} AS coll, start_ns,
+               elapse_ns AS dur_ns, 'comm_ops' AS src
+        FROM comm_ops WHERE {_NORM.format(c='op_type')} IN ({coll_list})
+        UNION ALL
+        SELECT rank, step, '' AS g, {_NORM.format(c="substr(name, 6)")} AS coll, start_ns, dur_ns, 'host_ops' AS src
+        FROM host_ops WHERE name LIKE 'gloo:%' AND rank NOT IN (SELECT DISTINCT rank FROM comm_ops)
+    ), o AS (
+        SELECT *, row_number() OVER (PARTITION BY rank, g, coll ORDER BY start_ns) AS k,
+               count(*) OVER (PARTITION BY rank, g, coll) AS cnt FROM c
+    )
+    SELECT rank, step, start_ns, dur_ns, src, dense_rank() OVER (ORDER BY g, coll, cnt, k) AS inst FROM o
+    """
+    df = sql(q)
+    if df.empty:
+        return df, None
+    n = df.groupby("inst")["rank"].transform("size")
+    df = df[n >= 2].reset_index(drop=True)
+    srcs = sorted(set(df["src"]))
+    return df, "+".join(srcs) if srcs else None
+
+
+def per_instance(df: pd.DataFrame) -> pd.DataFrame:
+    """Per instance: the last arriver, n, its wait deficit and whether it is a significant straggler."""
+    d = df.sort_values(["inst", "dur_ns"], kind="stable").reset_index(drop=True)
+    inst = d["inst"].to_numpy()
+    dur = d["dur_ns"].to_numpy(np.float64) / 1e6
+    starts = np.flatnonzero(np.r_[True, inst[1:] != inst[:-1]])
+    n = np.diff(np.r_[starts, len(d)])
+    x1, x2 = dur[starts], dur[starts + 1]
+    xn = dur[starts + n - 1]
+    # statistics of the other ranks (all but the shortest) per instance
+    seg = np.repeat(np.arange(len(starts)), n)
+    first = np.zeros(len(d), bool)
+    first[starts] = True
+    others = ~first
+    cnt_o = np.bincount(seg[others], minlength=len(starts))
+    mean_o = np.bincount(seg[others], weights=dur[others], minlength=len(starts)) / cnt_o
+    var_o = np.bincount(seg[others], weights=dur[others] ** 2, minlength=len(starts)) / cnt_o - mean_o ** 2
+    std_o = np.sqrt(np.clip(var_o, 0, None))
+    # median of the others: sorted within each segment, the middle of positions 1..n-1
+    lo = starts + 1 + (n - 2) // 2
+    hi = starts + 1 + (n - 1) // 2
+    med_o = (dur[lo] + dur[hi]) / 2
+    wait = med_o - x1
+    rng = xn - x1
+    q = np.divide(x2 - x1, rng, out=np.zeros_like(rng), where=rng > 0)
+    qcrit = np.array([_DIXON_Q95.get(int(k), 1.0) for k in np.minimum(n, 10)])
+    z_ok = np.where(std_o > 0, (mean_o - x1) >= T.straggler_sigma.value * std_o, wait > 0)
+    test = np.where(n == 2, True, np.where(n <= 10, q >= qcrit, z_ok))
+    sig = test & (wait >= T.straggler_min_wait_ms.value)
+    return pd.DataFrame({"inst": inst[starts], "n": n, "rank": d["rank"].to_numpy()[starts],
+                         "step": d["step"].to_numpy()[starts], "start_ns": d["start_ns"].to_numpy()[starts],
+                         "wait_ms": wait, "significant": sig})
+
+
+def arrivals(sql, step_counts: dict[int, int], mean_step_ms: float | None) -> Arrivals:
+    """Who arrives last at matched collectives, and which ranks are stragglers.
+
+    step_counts: rank -> steps, used when no matched collective carries a step number.
+    A rank is named when it arrives last, significantly, at >= T.straggler_last_share of its matched
+    collectives and the waits it causes per step reach T.slow_rank_min_excess_pct % of the mean step."""
+    df, source = instances(sql)
+    if df.empty:
+        return Arrivals(source, 0, {}, [], pd.DataFrame())
+    pi = per_instance(df)
+    matched = df.groupby("rank").size()
+    # per step = over the steps its matched collectives fall in (the profiler's last step, dropped from the
+    # breakdown, still holds collectives); the caller's step count when none has a step
+    seen = df.dropna(subset=["step"]).groupby("rank")["step"].nunique()
+    late = pi[pi["significant"]]
+    last = late.groupby("rank").size()
+    caused = {int(r): float(np.sum(np.subtract(*windows(g)[::-1]))) / 1e6 for r, g in late.groupby("rank")}
+    out: dict[int, RankArrival] = {}
+    for rank, m in matched.items():
+        r = int(rank)
+        nl = int(last.get(rank, 0))
+        c = caused.get(r, 0.0)
+        per_step = c / max(int(seen.get(rank, 0)) or step_counts.get(r, 1), 1)
+        steps = sorted({int(s) for s in late.loc[late["rank"] == rank, "step"].dropna()}) if nl else []
+        out[r] = RankArrival(r, int(m), nl, round(nl / int(m), 3), round(c, 3), round(per_step, 3), steps)
+    floor = (T.slow_rank_min_excess_pct.value / 100.0) * (mean_step_ms or 0.0)
+    named = [r for r, a in out.items() if a.last >= 1 and a.share_last >= T.straggler_last_share.value
+             and a.caused_per_step_ms >= max(floor, T.straggler_min_wait_ms.value)]
+    named.sort(key=lambda r: -out[r].caused_per_step_ms)
+    return Arrivals(source, int(pi.shape[0]), out, named, late.reset_index(drop=True))
+
+
+def windows(late: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint windows (ns, the late rank's clock) in which the others waited for it: union of
+    [arrival − wait, arrival] over its late instances."""
+    w1 = late["start_ns"].to_numpy(np.int64)
+    return merge(w1 - (late["wait_ms"].to_numpy(np.float64) * 1e6).astype(np.int64), w1)
+
+
+_SKIP_HOST = ("ProfilerStep#%", "gloo:%", "c10d::%", "nccl:%", "record_param_comms%")
+
+
+def before_arrival(cursor, rank: int, late: pd.DataFrame, limit: int = 200) -> dict:
+    """What `rank` did in the `wait_ms` before each late arrival (ms summed over the windows):
+    compute kernels on the device, data loading and other outermost host ops, and the rest untraced.
+    `cause` is the largest of compute / dataloader / host / untraced."""
+    w0, w1 = windows(late.loc[late["rank"] == rank])
+    if w0.size == 0:
+        return {}
+    w = pd.DataFrame({"w0": w0[:limit], "w1": w1[:limit]})
+    cursor.register("win", w)
+    ov = "greatest(0, least(o.start_ns + o.dur_ns, win.w1) - greatest(o.start_ns, win.w0)) / 1e6"
+    skip = " AND ".join(f"o.name NOT LIKE '{p}'" for p in _SKIP_HOST)
+    compute = cursor.execute(f"SELECT coalesce(sum({ov}), 0) FROM device_ops o JOIN win ON o.start_ns < win.w1 "
+                             f"AND o.start_ns + o.dur_ns > win.w0 WHERE o.rank = ? AND o.category = 'compute'",
+                             [rank]).fetchone()[0]
+    host = cursor.execute(f"SELECT o.name, o.category, sum({ov}) AS ms FROM host_ops o JOIN win ON o.start_ns < "
+                          f"win.w1 AND o.start_ns + o.dur_ns > win.w0 WHERE o.rank = ? AND coalesce(o.depth, 0) = 0 "
+                          f"AND {skip} GROUP BY ALL ORDER BY ms DESC", [rank]).df()
+    cursor.unregister("win")
+    total = float((w["w1"] - w["w0"]).sum()) / 1e6
+    dl = float(host.loc[(host["category"] == "dataloader") | host["name"].str.contains("ataLoader|dataloader"),
+                        "ms"].sum()) if not host.empty else 0.0
+    other = float(host["ms"].sum()) - dl if not host.empty else 0.0
+    untraced = max(0.0, total - max(float(compute), dl + other))
+    parts = {"compute_kernels": float(compute), "data_loading": dl, "host_ops": other, "untraced": untraced}
+    cause = max(parts, key=lambda k: parts[k])
+    top = [{"name": n, "category": c, "ms": round(float(m), 3)} for n, c, m in host.head(3).itertuples(index=False)]
+    return {"cause": cause, "window_ms": round(total, 3), **{k: round(v, 3) for k, v in parts.items()},
+            "top_host_ops": top}
