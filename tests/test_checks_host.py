@@ -630,3 +630,21 @@ def test_gc_conjecture_skips_waits_in_a_collective(tmp_path: Path) -> None:
     f = plain.one("gc-pause")           # the same silences under a plain annotation: GC or untraced work
     assert f.subject == "conjectured GC" and _ev(f, 0)["max_gap_ms"] >= 30
     assert "untraced" in f.title and "torch_npu" not in f.message
+
+
+def test_idle_attribution_names_what_the_host_did() -> None:
+    from stepdoctor.analysis.metrics.idle import attribute_idle, idle_gaps
+
+    starts = np.array([0, 100, 300, 600, 1000, 1500], dtype=np.int64)
+    ends = np.array([50, 200, 400, 700, 1100, 1600], dtype=np.int64)
+    g0, g1 = idle_gaps(starts, ends, 0, 1600)
+    assert list(zip(g0.tolist(), g1.tolist(), strict=True)) == [(50, 100), (200, 300), (400, 600), (700, 1000),
+                                                                (1100, 1500)]
+    host = pd.DataFrame({"name": ["cudaStreamSynchronize", "cudaFree", "enumerate(DataLoader)#_SingleProcess"
+                                  "DataLoaderIter.__next__", "gloo:all_reduce", "cudaLaunchKernel"],
+                         "start_ns": [10, 410, 700, 1100, 250], "dur_ns": [50, 150, 300, 400, 5]})
+    silences = (np.array([210], np.int64), np.array([290], np.int64))
+    got = attribute_idle(g0, g1, host, silences).tolist()
+    assert got == ["sync", "gc_or_untraced", "allocator", "dataloader", "collective_wait"]
+    # nothing recorded over a gap: the host was launching (too slowly)
+    assert attribute_idle(g0[:1], g1[:1], host.iloc[4:], (np.empty(0, np.int64),) * 2).tolist() == ["launch"]

@@ -40,7 +40,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..metrics.idle import profiler_overhead, unprofiled_share
+from ..metrics.idle import ATTRIBUTION_KINDS, attribute_idle, idle_gaps, profiler_overhead, unprofiled_share
 from ..models import Finding, severity_from_impact
 from ..severity import Severity
 from ..thresholds import T
@@ -50,10 +50,12 @@ from ._common import (
     NS_PER_MS,
     NS_PER_US,
     SYNC_RE,
+    DeviceTimeline,
     by_rank,
     by_value,
     columns,
     fmt_ms,
+    host_silences,
     host_stalls,
     kept_steps,
     rank_ordered,
@@ -154,11 +156,15 @@ class HostBoundCheck(Check):
             return []
         for r, e in per_rank.items():
             per_rank_ms[r] = self._profiler_corrected(ctx, r, e)
+            e["idle_attribution_ms_per_step"] = self._attribution(ctx, r, w_by_rank[int(r)])
         rank_w, ms_w = worst_share(ctx, per_rank_ms)
         rk = sorted(per_rank)
         steps_seen = sorted({s for ss in fired_steps.values() for s in ss})
         e = per_rank[rank_w] if rank_w is not None else {}
         sev, why = self._severity(ctx, rank_w, ms_w, e)
+        attr = sorted(((v, k) for k, v in (e.get("idle_attribution_ms_per_step") or {}).items() if v > 0), reverse=True)
+        why += (" Device idle inside the step by what the host did: "
+                + ", ".join(f"{k.replace('_', ' ')} {v:.3g} ms" for v, k in attr) + " per step.") if attr else ""
         tiny = (f"; median kernel {e['median_kernel_us']:.1f} µs vs median launch interval "
                 f"{e['median_launch_interval_us']:.1f} µs: many tiny kernels" if e.get("many_tiny_kernels") else "")
         gap_txt = (f", typical launch gap {e['median_launch_interval_us']:.1f} µs"
@@ -182,6 +188,22 @@ class HostBoundCheck(Check):
         if not SyncStreamCheck._blocking_env(ctx, rk):
             f.fixes = [x for x in f.fixes if "launch-blocking" not in x]
         return [f]
+
+    @staticmethod
+    def _attribution(ctx: CheckContext, rank: int, w: list[list[Any]]) -> dict[str, float]:
+        """Device idle inside the rank's kept steps by what the host did meanwhile (metrics.idle), ms per step:
+        only the `launch` part is this check's; the others are named for the checks that own them."""
+        ev = ctx.sql("SELECT name, category, start_ns, dur_ns FROM host_ops WHERE rank = ? ORDER BY start_ns",
+                     [int(rank)])
+        tl = DeviceTimeline.of(ctx, rank)
+        silences = host_silences(ev, int(T.conjectured_gc_gpu_silence_ms.value * NS_PER_MS))
+        tot = dict.fromkeys(ATTRIBUTION_KINDS, 0)
+        for _step, w0, w1 in zip(*w, strict=True):
+            g0, g1 = idle_gaps(tl.starts, tl.ends, int(w0), int(w1))
+            for kind, d in zip(attribute_idle(g0, g1, ev, silences).tolist(), (g1 - g0).tolist(), strict=True):
+                tot[kind] += int(d)
+        n = max(len(w[0]), 1)
+        return {k: round(v / NS_PER_MS / n, 4) for k, v in tot.items()}
 
     @staticmethod
     def _profiler_corrected(ctx: CheckContext, rank: int, e: dict[str, Any]) -> float:

@@ -125,3 +125,56 @@ def unprofiled_share(profile_path: str | Path | None, rank: int | None, impact_m
     if profiled_step_ms:
         return round(100.0 * impact_ms / profiled_step_ms, 2), "profiled mean step"
     return None, "none"
+
+
+_DATALOADER_RE = re.compile(r"enumerate\(DataLoader\)|_MultiProcessingDataLoaderIter|_SingleProcessDataLoaderIter|"
+                            r"dataloader", re.I)
+_ALLOC_RE = re.compile(r"^(cudaMalloc|cudaFree|hipMalloc|hipFree|cuMemAlloc|cuMemFree)", re.I)
+_SYNC_NAME_RE = re.compile(r"^(cuda|hip)(Stream|Device|Event)Synchronize$|^cudaMemcpy$|^hipMemcpy$")
+ATTRIBUTION_KINDS = ("collective_wait", "dataloader", "allocator", "sync", "gc_or_untraced", "launch")
+
+
+def idle_gaps(starts: np.ndarray, ends: np.ndarray, w0: int, w1: int) -> tuple[np.ndarray, np.ndarray]:
+    """Idle stretches of the device inside [w0, w1): between consecutive merged busy intervals only (the time
+    before the first and after the last op of the window is the step boundary's)."""
+    m = (ends > w0) & (starts < w1)
+    s, e = np.maximum(starts[m], w0), np.minimum(ends[m], w1)
+    if s.size < 2:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    g0, g1 = e[:-1], s[1:]
+    k = g1 > g0
+    return g0[k], g1[k]
+
+
+def attribute_idle(g0: np.ndarray, g1: np.ndarray, host: Any, silences: tuple[np.ndarray, np.ndarray]
+                   ) -> np.ndarray:
+    """What the host did in each device idle stretch [g0, g1) (ns), one of ATTRIBUTION_KINDS, first match:
+    an open collective (waiting for peers), a data-loader fetch, allocator calls (each covering at least half
+    of the stretch), a synchronize that returned inside it (the device drained, the host then relaunched),
+    a host silence over half of it (GC or untraced Python work: Kineto records neither), else launching
+    (the host was dispatching work but not fast enough to keep the device busy). `host`: name, start_ns,
+    dur_ns of the rank's host events; `silences`: host_silences of the rank."""
+    from .intervals import Coverage
+
+    out = np.full(g0.size, "launch", dtype=object)
+    if g0.size == 0:
+        return out
+    names = host["name"].astype(str).to_numpy()
+    s = host["start_ns"].to_numpy(dtype=np.int64)
+    e = s + host["dur_ns"].to_numpy(dtype=np.int64)
+    gap = (g1 - g0).astype(np.float64)
+
+    def share(rx: re.Pattern[str]) -> np.ndarray:
+        m = np.array([bool(rx.search(n)) for n in names], dtype=bool)
+        return Coverage(s[m], e[m]).within(g0, g1) / gap if m.any() else np.zeros(g0.size)
+
+    sync_m = np.array([bool(_SYNC_NAME_RE.match(n)) for n in names], dtype=bool)
+    se = np.sort(e[sync_m])
+    j = np.searchsorted(se, g0, side="left")
+    synced = (j < se.size) & (se[np.minimum(j, max(se.size - 1, 0))] < g1) if se.size else np.zeros(g0.size, bool)
+    silent = Coverage(*silences).within(g0, g1) / gap if silences[0].size else np.zeros(g0.size)
+    rules = [("gc_or_untraced", silent >= 0.5), ("sync", synced), ("allocator", share(_ALLOC_RE) >= 0.5),
+             ("dataloader", share(_DATALOADER_RE) >= 0.5), ("collective_wait", share(COLLECTIVE_RE) >= 0.5)]
+    for kind, hit in rules:          # the last rule that matches wins: reverse precedence order
+        out[hit] = kind
+    return out
