@@ -20,6 +20,8 @@ Algorithm, per dimension and per step, over the ranks present in that step:
 impact_ms = the rank's excess summed over its slow steps / the number of steps (time the whole job
 loses per step, since synchronous peers wait for it). Severity from impact (rules doc priority rule).
 
+With pipeline stages known (stage_imbalance.stage_of_ranks) the median is taken per step and stage.
+
 Arrival (metrics/collectives.py): collectives matched across ranks name the rank that arrives last and
 what it did before arriving (dimension `arrival`). When such stragglers exist, a rank that only waits for
 them is never named: its compute/free/communication finding is dropped unless its excess reaches the wait
@@ -40,6 +42,7 @@ from ..metrics.names import short_name
 from ..models import Finding
 from ..thresholds import T
 from .base import Check, CheckContext, register
+from .stage_imbalance import stage_of_ranks
 
 # "free" is judged on the device's idle time in the whole host step (idle_ms): on Ascend the profiler's
 # Free stops at the last kernel, and a rank that idles after it (GC, I/O) is still the slow one.
@@ -97,16 +100,20 @@ def analyse(ctx: CheckContext) -> dict[str, DimensionStats]:
 
 def _analyse(ctx: CheckContext) -> dict[str, DimensionStats]:
     rows = [r for r in ctx.breakdown if r.step is not None]
-    by_step: dict[int, list] = defaultdict(list)
+    # pipeline stages do different work by design: a rank is compared with the ranks of its own stage
+    # (stage-imbalance judges the stages against each other)
+    st = stage_of_ranks(ctx)
+    stage = st[0] if st else {}
+    by_step: dict[tuple[int, int], list] = defaultdict(list)
     for r in rows:
-        by_step[r.step].append(r)
+        by_step[(r.step, stage.get(r.rank, -1))].append(r)
     n_steps = Counter(r.rank for r in rows)  # (one pass: a scan per rank was quadratic in the ranks)
     out: dict[str, DimensionStats] = {}
     for dim, col in DIMENSIONS.items():
         slow_acc: dict[int, list[tuple[int, float, float, float]]] = defaultdict(list)
         fast_acc: dict[int, list[tuple[int, float, float, float]]] = defaultdict(list)
         medians, spreads = [], []
-        for step, rs in sorted(by_step.items()):
+        for (step, _stage), rs in sorted(by_step.items()):
             vals = {r.rank: getattr(r, col) for r in rs if getattr(r, col) is not None}
             if len(vals) < 2:
                 continue

@@ -1,0 +1,134 @@
+"""Multi-rank straggler and pipeline scenarios written straight into a profile store (no trace files), so
+that 8 to 1,024 ranks build in a second and the cross-rank checks can be tested at scale.
+
+`build(out, n_ranks, scenario)` writes `out/profile.duckdb` with the normalized schema
+(analysis/schema.sql) and `open_store(path)` opens it as a read-only `Profile`, like `open_profile` does
+for a cached ingest. Each rank runs `steps` steps of STEP_MS on a Kineto-like CUDA/PyTorch layout:
+
+    [step start] 1 ms host launch | compute kernel (COMPUTE_MS ± jitter) | allreduce (NCCL kernel + comm op)
+
+Every allreduce of a step ends at the same moment on every rank of its group (the last arrival + 5 ms of
+transfer), so a rank that arrives late has the shortest collective, as on real hardware. Scenarios:
+  * `late`: rank `culprit` starts its compute LATE_MS late with nothing traced before it (HTA's case);
+  * `host`: rank `culprit` runs a data-loader fetch of HOST_MS on the host before its compute;
+  * `stage`: 4 pipeline stages of n/4 consecutive ranks (pipeline process groups in `distributedInfo`);
+    the last stage computes STAGE_EXTRA times longer; allreduces run within each stage's data-parallel group.
+Jitter is seeded: the same call writes the same store.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+STEP_MS = 100.0
+COMPUTE_MS = 40.0
+LATE_MS = 7.5
+HOST_MS = 20.0
+STAGE_EXTRA = 1.5
+XFER_MS = 5.0
+SCENARIOS = ("late", "host", "stage")
+_MS = 1_000_000
+
+
+def _plan(n: int, scenario: str, culprit: int, rng: np.random.Generator, steps: int) -> dict[str, np.ndarray]:
+    """Per (step, rank): delay before compute, compute duration and the collective group (ns / labels)."""
+    delay = np.zeros((steps, n))
+    comp = COMPUTE_MS + rng.normal(0, 0.05, (steps, n))
+    group = np.zeros(n, dtype=np.int64)
+    if scenario == "late":
+        delay[:, culprit] = LATE_MS
+    elif scenario == "host":
+        delay[:, culprit] = HOST_MS
+    elif scenario == "stage":
+        per = max(n // 4, 1)
+        group = np.minimum(np.arange(n) // per, 3)
+        comp[:, group == 3] *= STAGE_EXTRA
+    else:
+        raise ValueError(f"scenario must be one of {SCENARIOS}, not {scenario!r}")
+    return {"delay": delay, "comp": comp, "group": group}
+
+
+def _tables(n: int, scenario: str, culprit: int, steps: int, seed: int) -> dict[str, pd.DataFrame]:
+    rng = np.random.default_rng(seed)
+    p = _plan(n, scenario, culprit, rng, steps)
+    ranks = np.arange(n)
+    st, dev, comm, host = [], [], [], []
+    for s in range(steps):
+        t0 = s * STEP_MS
+        c0 = t0 + 1.0 + p["delay"][s]
+        c1 = c0 + p["comp"][s]
+        end = np.zeros(n)
+        for g in np.unique(p["group"]):
+            m = p["group"] == g
+            end[m] = c1[m].max() + XFER_MS
+        st.append(pd.DataFrame({"rank": ranks, "step": s + 1, "start_ns": int(t0 * _MS),
+                                "end_ns": int((t0 + STEP_MS) * _MS)}))
+        dev.append(pd.DataFrame({"rank": ranks, "step": s + 1, "name": "sm90_xmma_gemm_bf16", "category": "compute",
+                                 "task_type": "kernel", "stream_id": 7, "start_ns": (c0 * _MS).astype(np.int64),
+                                 "dur_ns": ((c1 - c0) * _MS).astype(np.int64)}))
+        dev.append(pd.DataFrame({"rank": ranks, "step": s + 1, "name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
+                                 "category": "communication", "task_type": "kernel", "stream_id": 20,
+                                 "start_ns": (c1 * _MS).astype(np.int64), "dur_ns": ((end - c1) * _MS).astype(np.int64),
+                                 "collective": "allreduce", "group_name": [f"dp{g}" for g in p["group"]]}))
+        comm.append(pd.DataFrame({"rank": ranks, "step": s + 1, "name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
+                                  "op_type": "allreduce", "group_name": [f"dp{g}" for g in p["group"]],
+                                  "start_ns": (c1 * _MS).astype(np.int64),
+                                  "elapse_ns": ((end - c1) * _MS).astype(np.int64)}))
+        host.append(pd.DataFrame({"rank": ranks, "step": s + 1, "name": f"ProfilerStep#{s + 1}",
+                                  "category": "user_annotation", "tid": 1, "start_ns": int(t0 * _MS),
+                                  "dur_ns": int(STEP_MS * _MS), "depth": 0}))
+        if scenario == "host":
+            host.append(pd.DataFrame({"rank": [culprit], "step": s + 1, "category": "dataloader", "tid": 1,
+                                      "name": "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__",
+                                      "start_ns": int((t0 + 1.0) * _MS), "dur_ns": int(HOST_MS * _MS), "depth": 1}))
+    per = max(n // 4, 1)
+    md = [{"rank": r, "key": "distributedInfo", "value_json": json.dumps({
+        "backend": "nccl", "rank": r, "world_size": n, "pg_config": (
+            [{"pg_name": "pp", "pg_desc": "PIPELINE_MODEL_PARALLEL_GROUP",
+              "ranks": [r % per + k * per for k in range(4)]}] if scenario == "stage" else [])})} for r in range(n)]
+    return {"ranks": pd.DataFrame({"rank": ranks, "source_path": [f"rank{r}" for r in ranks], "format": "kineto",
+                                   "vendor": "cuda", "framework": "pytorch", "device_name": "NVIDIA H100",
+                                   "world_size": n}),
+            "steps": pd.concat(st), "device_ops": pd.concat(dev), "comm_ops": pd.concat(comm),
+            "host_ops": pd.concat(host), "metadata": pd.DataFrame(md),
+            "capabilities": pd.DataFrame({"rank": np.repeat(ranks, 3),
+                                          "name": np.tile(["steps", "kernels", "comm"], n)})}
+
+
+def build(out: Path, n_ranks: int, scenario: str, *, culprit: int | None = None, steps: int = 3,
+          seed: int = 0) -> Path:
+    """Write the scenario's store to out/profile.duckdb (replaced) and return its path. culprit defaults
+    to the middle rank (late / host)."""
+    import duckdb
+
+    from stepdoctor.analysis.ingest.base import schema_sql
+
+    out.mkdir(parents=True, exist_ok=True)
+    db = out / "profile.duckdb"
+    db.unlink(missing_ok=True)
+    tabs = _tables(n_ranks, scenario, n_ranks // 2 if culprit is None else culprit, steps, seed)
+    con = duckdb.connect(str(db))
+    try:
+        con.execute(schema_sql())
+        for name, df in tabs.items():
+            cols = ", ".join(df.columns)
+            con.register("df", df)
+            con.execute(f"INSERT INTO {name} ({cols}) SELECT {cols} FROM df")
+            con.unregister("df")
+    finally:
+        con.close()
+    return db
+
+
+def open_store(db: Path):
+    """Open a store written by `build` read-only as a `Profile`."""
+    import duckdb
+
+    from stepdoctor.analysis.store import Profile, _profile_info
+
+    con = duckdb.connect(str(db), read_only=True)
+    return Profile(path=db.parent, db_path=db, info=_profile_info(con, db.parent), warnings=[], con=con)
