@@ -50,3 +50,26 @@ def test_explain_reads_as_text_with_runnable_verify_commands():
     check = kt.explain("gc-pause")
     assert "(stepdoctor explain gc-freeze-before-training)" in kt.explanation_markdown(check)
     assert "(explain(id='gc-freeze-before-training'))" in kt.explanation_markdown(check, mcp=True)
+
+
+@pytest.mark.parametrize("args,says", [
+    (["report", EXAMPLE, "--format", "json", "-o", "/tmp/r.json"], "unrecognized arguments: --format json"),
+    (["demo", "--format", "json"], "unrecognized arguments: --format json"),
+    (["report", EXAMPLE, "-o", "/nonexistent-folder/r.html"], "no such folder for the report"),
+    (["suggest-edit", EXAMPLE, "--fix", "gc-freeze-before-training"], "is a folder: pass the training script"),
+])
+def test_meaningless_options_and_wrong_targets_are_refused(args: list[str], says: str):
+    r = cli(*args)
+    assert r.returncode == 2 and says in r.stderr, r.stderr
+
+
+def test_every_positional_and_option_has_help():
+    from stepdoctor.tools.cli import build_parser
+
+    p = build_parser()
+    sub = next(a for a in p._actions if a.dest == "command")
+    for name, sp in sub.choices.items():
+        for action in sp._actions:
+            if action.dest in ("help", "mcp_args"):
+                continue
+            assert action.help, f"stepdoctor {name}: {action.dest} has no help"

@@ -189,9 +189,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"stepdoctor {_version()}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    from .commands import PROFILE_HELP
+
     s = sub.add_parser("issues", parents=[common], help="every applicable check, findings by priority")
-    s.add_argument("path")
-    s.add_argument("--min-severity", choices=list(SEVERITY_ORDER), default="low")
+    s.add_argument("path", help=PROFILE_HELP)
+    s.add_argument("--min-severity", choices=list(SEVERITY_ORDER), default="low",
+                   help="leave out findings below this severity")
     s.add_argument("--fail-on", choices=list(SEVERITY_ORDER), help="exit 1 when a finding of this severity or "
                    "worse is reported")
     s.add_argument("--check", action="append", help="only this check id (repeatable)")
@@ -199,33 +202,35 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_issues)
 
     s = sub.add_parser("breakdown", parents=[common], help="per rank and step: compute / communication / free")
-    s.add_argument("path")
+    s.add_argument("path", help=PROFILE_HELP)
     s.add_argument("--rank", help="only these ranks, e.g. 0,3")
     s.add_argument("--step", help="only these steps, e.g. 5,6")
     s.set_defaults(func=cmd_breakdown)
 
     s = sub.add_parser("slow-ranks", parents=[common], help="ranks slower than their peers, with steps and causes")
-    s.add_argument("path")
+    s.add_argument("path", help=PROFILE_HELP)
     s.set_defaults(func=cmd_slow_ranks)
 
     s = sub.add_parser("slow-links", parents=[common], help="links with low bandwidth")
-    s.add_argument("path")
-    s.add_argument("--top", type=int, default=20)
+    s.add_argument("path", help=PROFILE_HELP)
+    s.add_argument("--top", type=int, default=20, help="links to list (default 20)")
     s.set_defaults(func=cmd_slow_links)
 
     s = sub.add_parser("kernels", parents=[common], help="top device ops")
-    s.add_argument("path")
-    s.add_argument("--rank", type=int)
-    s.add_argument("--step", type=int)
-    s.add_argument("--top", type=int, default=20)
-    s.add_argument("--by", choices=["name", "type"], default="name")
+    s.add_argument("path", help=PROFILE_HELP)
+    s.add_argument("--rank", type=int, help="only this rank")
+    s.add_argument("--step", type=int, help="only this step")
+    s.add_argument("--top", type=int, default=20, help="ops to list (default 20)")
+    s.add_argument("--by", choices=["name", "type"], default="name", help="group by kernel name or op type")
     s.set_defaults(func=cmd_kernels)
 
     s = sub.add_parser("env", parents=[common], help="environment variable audit across ranks")
-    s.add_argument("path")
+    s.add_argument("path", help=PROFILE_HELP)
     s.set_defaults(func=cmd_env)
 
-    s = sub.add_parser("demo", parents=[common], help="breakdown, issues and report on the bundled example")
+    debug_only = argparse.ArgumentParser(add_help=False)
+    debug_only.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    s = sub.add_parser("demo", parents=[debug_only], help="breakdown, issues and report on the bundled example")
     s.add_argument("-o", "--output", help="where to write the demo HTML report")
     s.set_defaults(func=cmd_demo)
 

@@ -55,6 +55,8 @@ def cmd_suggest_edit(a: argparse.Namespace) -> int:
 
     if not a.fix and not a.profile:
         raise ProfileError(None, "suggest-edit needs --fix ID or --profile PATH")
+    if Path(a.code_path).is_dir():
+        raise ProfileError(a.code_path, "is a folder: pass the training script (a .py or launch .sh file)")
     res = knowledge_tools.suggest_edit(a.code_path, fix=a.fix, profile=a.profile, apply=a.apply)
     if a.format == "json":
         _emit(res, "json")
@@ -72,8 +74,10 @@ def cmd_report(a: argparse.Namespace) -> int:
     from . import api
     from .report import write_report
 
-    prof = api.load(a.path)
     out = Path(a.output)
+    if not out.parent.is_dir():
+        raise ProfileError(out.parent, "no such folder for the report (create it first)")
+    prof = api.load(a.path)
     write_report(prof, out, compare_base=a.compare)
     print(f"wrote {out}")
     return 0
@@ -86,38 +90,44 @@ def cmd_mcp(a: argparse.Namespace) -> int:
     return mcp_main(a.mcp_args)
 
 
+PROFILE_HELP = ("profile: a rank folder (*_ascend_pt, *_ascend_ms, any folder with ASCEND_PROFILER_OUTPUT/), a "
+                "folder of ranks, a MindSpore profiler/ folder, a Kineto trace (.json/.json.gz) or a folder of traces")
+
+
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    debug_only = argparse.ArgumentParser(add_help=False)
+    debug_only.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     s = sub.add_parser("compare", parents=[common], help="why did step time change between two runs (or ranks)")
-    s.add_argument("base")
-    s.add_argument("target", nargs="?")
+    s.add_argument("base", help="the reference run (" + PROFILE_HELP + ")")
+    s.add_argument("target", nargs="?", help="the run to explain (omit with --rank-vs)")
     s.add_argument("--rank", type=int, help="compare this rank only")
     s.add_argument("--step", type=int, help="compare this step only")
-    s.add_argument("--top", type=int, default=15)
+    s.add_argument("--top", type=int, default=15, help="changes to list (default 15)")
     s.add_argument("--rank-vs", nargs=2, metavar=("A", "B"), help="inside BASE: rank B (slow) against rank A")
     s.set_defaults(func=cmd_compare)
 
     s = sub.add_parser("explain", parents=[common], help="explain a check id or a fix id")
-    s.add_argument("id")
+    s.add_argument("id", help="a check id (stepdoctor fixes lists them) or a fix id")
     s.add_argument("--profile", help="explain a finding of this profile with its numbers")
     s.add_argument("--finding", type=int, help="finding number (1-based, as `issues` lists them)")
     s.set_defaults(func=cmd_explain)
 
     s = sub.add_parser("fixes", parents=[common], help="list knowledge-base fixes")
-    s.add_argument("--check")
-    s.add_argument("--vendor", choices=["ascend", "cuda", "rocm", "any"])
+    s.add_argument("--check", help="only the fixes of this check id")
+    s.add_argument("--vendor", choices=["ascend", "cuda", "rocm", "any"], help="only fixes for this vendor")
     s.set_defaults(func=cmd_fixes)
 
     s = sub.add_parser("suggest-edit", parents=[common], help="a unified diff applying a fix to training code")
-    s.add_argument("code_path")
-    s.add_argument("--fix")
+    s.add_argument("code_path", help="the training script to change (.py, or a launch .sh for env fixes)")
+    s.add_argument("--fix", help="the fix id to apply")
     s.add_argument("--profile", help="apply every fix the profile's findings point to")
     s.add_argument("--apply", action="store_true", help="write the change (keeps a .bak backup)")
     s.set_defaults(func=cmd_suggest_edit)
 
-    s = sub.add_parser("report", parents=[common], help="write a self-contained HTML report")
-    s.add_argument("path")
-    s.add_argument("-o", "--output", required=True)
-    s.add_argument("--compare", help="a base profile to compare against")
+    s = sub.add_parser("report", parents=[debug_only], help="write a self-contained HTML report")
+    s.add_argument("path", help=PROFILE_HELP)
+    s.add_argument("-o", "--output", required=True, help="the .html file to write (its folder must exist)")
+    s.add_argument("--compare", help="a base profile to compare against (the report adds the comparison)")
     s.set_defaults(func=cmd_report)
 
     s = sub.add_parser("mcp", add_help=False, help="run the MCP server (the options of stepdoctor-mcp; "
