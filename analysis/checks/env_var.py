@@ -3,7 +3,8 @@
 Rules are msprof-analyze's environment_variable_analysis (advisor 26.2.0, rules doc §5.3), applied to
 every rank (the advisor reads only the first metadata file). A variable whose value differs between
 ranks is a finding too: a launcher that sets it on some nodes only is a common cause of one slow rank.
-Priority is fixed high for a bad value, as the advisor does; inconsistent values are medium.
+Priority is fixed high for a bad value of one of the advisor's variables, as its rules document sets; the
+GPU variables (stepdoctor's rules, no measured impact) and inconsistent values are medium.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ class EnvRule:
     bad: Callable[[str | None], bool]
     recommended: str            # value to set, or "unset"
     why: str
+    # the advisor's rule (fixed high priority in its rules document); stepdoctor's own rules have no measured
+    # impact behind them and are at most medium
+    advisor: bool = True
 
 
 ENV_RULES: tuple[EnvRule, ...] = (
@@ -54,10 +58,10 @@ ENV_RULES: tuple[EnvRule, ...] = (
     EnvRule("HCCL_RDMA_SL", lambda v: not _unset(v), "unset unless the network team set it",
             "a non-default RDMA service level must match the PFC priority"),
     EnvRule("CUDA_LAUNCH_BLOCKING", lambda v: (v or "").strip() == "1", "0 (or unset)",
-            "1 makes every CUDA launch synchronous"),
+            "1 makes every CUDA launch synchronous", advisor=False),
     EnvRule("PYTORCH_CUDA_ALLOC_CONF",
             lambda v: v is not None and "expandable_segments:true" not in v.replace(" ", "").lower(),
-            "expandable_segments:True", "fixed-size segments fragment device memory"),
+            "expandable_segments:True", "fixed-size segments fragment device memory", advisor=False),
 )
 RULES_BY_NAME = {r.name: r for r in ENV_RULES}
 
@@ -86,7 +90,7 @@ class EnvVarCheck(Check):
                 shown = ", ".join(repr(v) if v else "unset" for v in values)
                 out.append(self.finding(
                     ctx, title=f"{name}={shown} on {_ranks_text(bad_ranks, ranks)}", subject=str(name),
-                    ranks=bad_ranks, severity="high",
+                    ranks=bad_ranks, severity="high" if rule.advisor else "medium",
                     evidence={"values_by_rank": {str(r): by_rank[r] for r in bad_ranks},
                               "recommended": rule.recommended, "rule": "msprof-analyze environment_variable_analysis"},
                     message=f"{name} is {shown} on {_ranks_text(bad_ranks, ranks)}: {rule.why}. "
