@@ -79,6 +79,9 @@ OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 ANALYSIS_DBS = ("analysis.db", "communication_analyzer.db")
 TEXT_DELIVERABLES = ("trace_view.json", "kernel_details.csv", "step_trace_time.csv", "op_statistic.csv",
                      "communication.json", "communication_matrix.json", "operator_details.csv")
+# Largest start gap between an analysis.db CommAnalyzerTime row and its COMMUNICATION_OP (measured 13.4 µs on
+# msinsight-pt-db-l1; the ops of one step are >= 2 ms apart there).
+COMM_MATCH_NS = 100_000.0
 REQUIRED_TABLES = ("STRING_IDS", "TASK")
 # Tables a default capture has (torch_npu system-test list); their absence is worth a warning.
 EXPECTED_TABLES = {
@@ -1064,9 +1067,11 @@ class _DbReader:
                 "collective": comm["collective"].tolist(), "group_name": comm["group"].tolist(),
             })
             # op names repeat every step: the analyzer rows are matched on (name, group) + nearest start
-            self.comm_index: dict[tuple[str, str | None], list[tuple[int, int]]] = {}
-            for i, (n, g, s0) in enumerate(zip(comm["name"], comm["group"], start, strict=False)):
-                self.comm_index.setdefault((n, g), []).append((int(s0), i))
+            # (name, group) -> [(start ns, step or -1, index)]
+            self.comm_index: dict[tuple[str, str | None], list[tuple[int, int, int]]] = {}
+            for i, (n, g, s0, sp) in enumerate(zip(comm["name"], comm["group"], start, comm["step"].to_numpy(),
+                                                   strict=False)):
+                self.comm_index.setdefault((n, g), []).append((int(s0), int(sp), i))
             self.comm_extra: dict[int, dict[str, int | None]] = {}
             self.comm_rows = {
                 "step": steps, "name": comm["name"].tolist(), "op_type": comm["collective"].tolist(),
@@ -1131,11 +1136,16 @@ class _DbReader:
                                                          _floats(d["start"]), d["transit"], d["wait"], d["sync"],
                                                          d["idle"], d["step"], strict=False):
                 cands = index.get((str(op), grp), [])
+                sn = _step_number(stp)
+                if sn is not None and any(c[1] == sn for c in cands):
+                    cands = [c for c in cands if c[1] == sn]
                 if st is None or not cands:
                     continue
-                # start_timestamp is µs stored as REAL (sub-µs digits lost): nearest op within 2 µs
-                gap, i = min((abs(s0 - st * 1000.0), i) for s0, i in cands)
-                if gap <= 2000.0:
+                # start_timestamp (µs as REAL) is the analyzer's own op start: on torch_npu 2.x DB exports it
+                # trails COMMUNICATION_OP.startNs by ~13 µs, so the nearest op of the same name, group and
+                # step within COMM_MATCH_NS is the one (names repeat only across steps)
+                gap, i = min((abs(s0 - st * 1000.0), i) for s0, _, i in cands)
+                if gap <= COMM_MATCH_NS:
                     extra[i] = {"transit_ns": _ms_ns(tr), "wait_ns": _ms_ns(wa), "sync_ns": _ms_ns(sy),
                                 "idle_ns": _ms_ns(idl)}
                     by_step[(str(op), grp, stp)] = i
