@@ -132,7 +132,13 @@ def task_category(task_type: str | None, name: str, default: str) -> str:
 # offset where decoding failed. `args` stay raw (`msgspec.Raw`) unless the event kind needs them.
 
 BLOCK_BYTES = 32 << 20
-_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+# Ids that mean "none" in torch_npu / CANN exports (UINT32_MAX, -1, UINT64_MAX): NULL, never joined on.
+SENTINEL_IDS = frozenset({4294967295, -1, 18446744073709551615})
+
+
+def _sentinel_id(value: Any) -> bool:
+    """Whether an opaque id (int, numeral text, Decimal) is one of SENTINEL_IDS."""
+    return as_int(value) in SENTINEL_IDS
 
 # A window that grows beyond this without a decodable piece means the file is corrupt.
 MAX_WINDOW_BYTES = 8 * BLOCK_BYTES
@@ -431,7 +437,7 @@ _INT64_FIELDS = frozenset({"h_start", "h_dur", "d_start", "d_dur", "c_start", "c
 _START_FIELDS = frozenset({"h_start", "d_start", "c_start", "o_start"})  # the X events min_ts is taken from
 # Communication argument columns joined into numpy by `_finish` (what `_trace_device_tasks` takes rows of):
 # nullable ints as masked int64 arrays (the list of values when one is beyond int64), bandwidth as float64
-# (NaN: none). The native path hands in such arrays, the msgspec path lists.
+# (NaN: none).
 _NULLABLE_INT_FIELDS = frozenset({"c_size", "c_src", "c_dst", "c_conn", "c_msg_bytes"})
 _FLOAT_FIELDS = frozenset({"c_bw"})
 
@@ -534,16 +540,7 @@ class TraceParser:
     # -- decoding -------------------------------------------------------------------------------------
 
     def parse(self) -> TraceColumns:
-        """The trace as columns: on the native path (`ascend_scan`) where it is built, else (or when it hands
-        the file back) with the default block size read in pieces first (see PIECE_BYTES)."""
-        from . import ascend_scan  # it imports this module
-
-        if self.block == BLOCK_BYTES and ascend_scan.available():
-            try:
-                self.out = ascend_scan.scan(self.path)
-                return self.out
-            except ascend_scan.Fallback:
-                pass
+        """The trace as columns: with the default block size read in pieces first (see PIECE_BYTES)."""
         if self.block == BLOCK_BYTES:
             try:
                 self.out = TraceParser(self.path, PIECE_BYTES)._parse(8 * PIECE_BYTES)
@@ -894,7 +891,7 @@ class TraceParser:
 
     def hw_columns(self, task_type: list[Any], stream_id: list[Any], physic: list[Any], task_id: list[Any],
                    conn: list[Any], tids: Sequence[Any]) -> list[Sequence[Any]]:
-        """The Hardware arg columns from the args' values as decoded (shared with the native path)."""
+        """The Hardware arg columns from the args' values as decoded."""
         stream = _ints(stream_id)
         if None in stream:
             phys = _ints(physic)
@@ -914,8 +911,7 @@ class TraceParser:
     def comm_columns(self, size: list[Any], transport: list[Any], link: list[Any], src: list[Any],
                      dst: list[Any], bw: list[Any], conn: list[Any], data_type: list[Any],
                      count: list[Any]) -> list[Sequence[Any]]:
-        """The Communication arg columns from the args' values as decoded (the native path converts clean
-        columns itself, with the same results: `ascend_scan._Native._comm_args`)."""
+        """The Communication arg columns from the args' values as decoded."""
         return [_ints(size), self._labels(transport), self._labels(link), _ints(src), _ints(dst), _floats(bw),
                 _ints(conn), message_bytes(_ints(count), data_type)]
 
@@ -1984,7 +1980,7 @@ def _csv_header(path: Path) -> list[str]:
     return names
 
 
-# Without the C scanner (which reads a plain CSV of any size: `_native_csv`), a CSV up to this size that
+# A CSV up to this size that
 # has nothing DuckDB's reader treats specially is split here: the small per-rank files (step_trace_time,
 # op_statistic, a short kernel_details) cost DuckDB 1-4 ms a query, ~10 ms of a small rank's ~75 ms, and a
 # split 0.05-0.3 ms; above it, one Python str per cell costs more than DuckDB.
@@ -2032,85 +2028,13 @@ def _plain_csv(path: Path, header: list[str]) -> list[list[str | None]] | None:
     return [[c if c else None for c in col] for col in zip(*rows, strict=True)] if rows else [[] for _ in header]
 
 
-def _native_csv(path: Path, header: list[str], cols: list[Converted]) -> _Frame | None:
-    """`query_converted`'s frame of a plain CSV (`_plain_csv`'s dialect, any size) read by the C scanner
-    (`Scanner.csv`): numerals converted from the bytes as `_plain_column` converts them, text kept as string
-    ids, so that no Python object is made per cell. A column read as two kinds, or whose numerals are not
-    plain, is read as text and goes through `_plain_column`. None when the extension is off, the file is
-    not plain or not UTF-8, has no rows, or a column is not convertible here (DuckDB then decides).
-
-    Why: a 9 MB kernel_details.csv (64k rows, a rank of 400k trace events) read by DuckDB as text peaked at
-    +91 MB, and DuckDB kept ~29 MB of it afterwards; Python's own split is only taken under
-    PLAIN_CSV_BYTES."""
-    from . import kineto_scan
-
-    if not kineto_scan.available():
-        return None
-    t = kineto_scan._tracescan
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return None
-    if not data.isascii():
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-    index = {}
-    for name in dict.fromkeys(col for _, col, _ in cols):
-        index[name] = header.index(name)
-    kinds = [t.CSV_SKIP] * len(header)
-    wanted: dict[str, set[str]] = {}
-    for _, col, kind in cols:
-        wanted.setdefault(col, set()).add(kind)
-    as_text = {_TEXT: t.CSV_TEXT, _QTEXT: t.CSV_QTEXT, **_NUMERAL_KINDS}
-    for col, ks in wanted.items():
-        (kind,) = ks if len(ks) == 1 else (None,)
-        kinds[index[col]] = as_text.get(kind, t.CSV_RAW)
-    scanner = t.Scanner([])
-    got = scanner.csv(data, len(header), kinds)
-    if got is None:
-        return None
-    columns, strs = got
-    redo = [j for j, k in enumerate(kinds) if k in (t.N_INT, t.N_NS, t.N_FLOAT) and columns[j] is None]
-    if redo:  # numerals that are not plain: as text, for `_plain_column` to judge
-        again = scanner.csv(data, len(header), [t.CSV_RAW if j in redo else t.CSV_SKIP for j in range(len(header))])
-        if again is None:
-            return None
-        for j in redo:
-            columns[j] = again[0][j]
-        strs += again[1]
-        kinds = [t.CSV_RAW if j in redo else k for j, k in enumerate(kinds)]
-    del data
-    texts = np.empty(len(strs) + 1, dtype=object)  # the last slot answers for -1 (NULL)
-    texts[:-1] = strs
-    out: dict[str, Any] = {}
-    n = None
-    for alias, col, kind in cols:
-        j = index[col]
-        c = columns[j]
-        if kinds[j] in (t.N_INT, t.N_NS, t.N_FLOAT):
-            values = np.frombuffer(c[0], dtype=np.float64 if kind == _FLOAT else np.int64)
-            mask = np.frombuffer(c[1], dtype=bool)
-            col_out: Any = values if kind == _FLOAT or not mask.any() else _ma(values, mask)
-        else:
-            col_out = texts[np.frombuffer(c, dtype=np.int32)]
-            if kinds[j] == t.CSV_RAW:
-                col_out = _plain_column(col_out.tolist(), kind, True)
-                if col_out is None:
-                    return None
-                if type(col_out) is list:
-                    col_out = _objects(_interned(col_out))
-        out[alias] = col_out
-        n = len(col_out)
-    if not n:
-        return None
-    return _Frame(out, n)
-
-
-def _csv_source(names: list[str]) -> str:
+def _csv_source(names: list[str], parallel: bool = True) -> str:
+    """The `read_csv` call of a CSV with these header names, every column VARCHAR. `parallel=False` for a
+    file with line breaks inside quoted cells (operator_details.csv call stacks): DuckDB's parallel scanner
+    refuses those together with null_padding."""
     cols = ", ".join("'" + n.replace("'", "''") + "': 'VARCHAR'" for n in names)
-    return _CSV.format(columns="{" + cols + "}")
+    src = _CSV.format(columns="{" + cols + "}")
+    return src if parallel else src[:-1] + ", parallel=false)"
 
 
 def _q(col: str) -> str:
@@ -2159,17 +2083,6 @@ _PLAIN_FLOATS = re.compile(r"-?[0-9]{1,15}(?:\.[0-9]{1,15})?(?:\n-?[0-9]{1,15}(?
 _MILLI_NUMERALS = re.compile(r"-?[0-9]{1,18}\.[0-9]{3}(?:\n-?[0-9]{1,18}\.[0-9]{3})*")
 
 
-_NUMERAL_KINDS = {_INT: 0, _NS: 1, _FLOAT: 2}  # _tracescan.N_INT, N_NS, N_FLOAT
-
-
-def _native_numerals() -> Callable[..., Any] | None:
-    """`_tracescan.numerals` (the numeral cells of a text column, as `_plain_column` converts them, in C)
-    when the extension is built and on; None otherwise."""
-    from . import kineto_scan
-
-    return kineto_scan._tracescan.numerals if kineto_scan.available() else None
-
-
 def _plain_column(cells: list[str | None], kind: str, nulls: bool) -> Any:
     """The `_Frame` column DuckDB gives for the `_sql_of` conversion `kind` of VARCHAR `cells` (None: NULL),
     or None when a non-NULL cell (after trim and NULLIF) is not a plain numeral that both convert alike.
@@ -2179,14 +2092,6 @@ def _plain_column(cells: list[str | None], kind: str, nulls: bool) -> Any:
     (NaN marks them in a float column). int: at most 15 digits, no decimals (exact as DOUBLE, so round()
     keeps it); ns: at most 18 integer digits (absolute epoch µs have 16) and 3 decimals, scaled exactly as
     DECIMAL(38,3) does, when all fit BIGINT (DuckDB's TRY_CAST gives NULL for the others)."""
-    if kind in _NUMERAL_KINDS and (native := _native_numerals()) is not None:
-        got = native(cells, _NUMERAL_KINDS[kind])
-        if got is not None:  # (else the code below decides, as it always has)
-            data = np.frombuffer(got[0], dtype=np.float64 if kind == _FLOAT else np.int64)
-            mask = np.frombuffer(got[1], dtype=bool)
-            if kind == _FLOAT or not mask.any():
-                return data
-            return _ma(data, mask)
     chars = _TRIM + '"' if kind == _QTEXT else _TRIM
     texts = ([c if c is None else c.strip(chars) for c in cells] if nulls
              else list(map(str.strip, cells, itertools.repeat(chars))))  # type: ignore[arg-type]
@@ -2443,17 +2348,22 @@ class _RankReader:
 
     def query_csv(self, path: Path, select: list[str], *, required: bool = False) -> _Frame | None:
         """Run the converting SELECT over a CSV; a parse failure raises (required file) or warns (None)."""
-        try:
-            source = _csv_source(self._csv_columns[path])
-            got = self.con.execute(f"SELECT {', '.join(select)} FROM {source}", [str(path)]).fetchnumpy()
-            cols = {name: _frame_column(a) for name, a in got.items()}
-            return _Frame(cols, len(next(iter(cols.values()))) if cols else 0)
-        except duckdb.Error as e:
-            problem = f"cannot parse CSV: {str(e).splitlines()[0]}"
-            if required:
-                raise ProfileError(path, problem) from None
-            self.warn(path, f"{problem}; skipped")
-            return None
+        error = ""
+        for parallel in (True, False):
+            try:
+                source = _csv_source(self._csv_columns[path], parallel)
+                got = self.con.execute(f"SELECT {', '.join(select)} FROM {source}", [str(path)]).fetchnumpy()
+                cols = {name: _frame_column(a) for name, a in got.items()}
+                return _Frame(cols, len(next(iter(cols.values()))) if cols else 0)
+            except duckdb.Error as e:
+                error = str(e)
+                if "parallel=false" not in error:  # the one failure the serial scanner does not have
+                    break
+        problem = f"cannot parse CSV: {error.splitlines()[0] if error else 'unknown error'}"
+        if required:
+            raise ProfileError(path, problem) from None
+        self.warn(path, f"{problem}; skipped")
+        return None
 
     def query_converted(self, path: Path, cols: list[Converted], *, required: bool = False) -> _Frame | None:
         """`query_csv` of the `_sql_of` conversions `cols`, converted in Python (`_plain_column`) when every
@@ -2463,9 +2373,6 @@ class _RankReader:
         frame = None
         names = list(dict.fromkeys(col for _, col, _ in cols))
         header = self._csv_columns[path]
-        native = _native_csv(path, header, cols)
-        if native is not None:
-            return native
         plain = _plain_csv(path, header)
         if plain is not None:  # what DuckDB reads from it, without DuckDB's ~1-4 ms per query
             cells = {name: plain[header.index(name)] for name in names}
@@ -2518,9 +2425,9 @@ class _RankReader:
         kd = self.kernel_details()
         tr = self.trace()
         self.t.settled()
-        if kd is None and tr is None:
-            raise ProfileError(self.out, "no device data: neither trace_view.json nor kernel_details.csv is "
-                                         f"present; {ANALYSE_HINT}")
+        if kd is None and tr is None and not (self.out / "step_trace_time.csv").is_file():
+            raise ProfileError(self.out, "no device data: neither a readable trace_view.json nor "
+                                         f"kernel_details.csv nor step_trace_time.csv; {ANALYSE_HINT}")
         steps = self.steps(tr)
         host = pairs = None
         if tr is not None:
@@ -2750,7 +2657,14 @@ class _RankReader:
         if not path.is_file():
             self.warn(path, "missing: no host ops, steps, launch links, communication tasks or frequency samples")
             return None
-        tr = TraceParser(path).parse()
+        try:
+            tr = TraceParser(path).parse()
+        except ProfileError as e:
+            # A damaged trace costs what it holds: the rank keeps its CSVs, step table and communication
+            # files (read() refuses the rank only when nothing usable is left).
+            self.warn(path, f"{e.problem.split(';')[0]}: skipped; no host ops, steps, launch links, "
+                            "communication tasks or frequency samples")
+            return None
         if tr.n_events == 0:
             self.warn(path, "no events")
         else:
@@ -2811,18 +2725,13 @@ class _RankReader:
                     starts[key] = j
             elif ph == "f" and key not in ends and kinds.get(pid) in _DEVICE_KINDS:
                 ends[key] = j
-        matched = [(key, s, ends[key]) for key, s in starts.items() if key in ends]
+        # A sentinel id (UINT32_MAX, -1, UINT64_MAX) names no flow: pairing on it would join unrelated events.
+        matched = [(key, s, ends[key]) for key, s in starts.items() if key in ends and not _sentinel_id(key[1])]
         if not matched:
             return pairs
-        # Flow ids are opaque: HCCL flows carry ids beyond int64 ("55426082093320372223", as text or a
-        # number). Ids that are not int64 numbers are numbered after the others, stably by first appearance.
-        ids = [i if i is not None and _INT64_MIN <= i <= _INT64_MAX else None
-               for i in (as_int(key[1]) for key, _, _ in matched)]
-        if None in ids:
-            first: dict[str, int] = {}
-            codes = [first.setdefault(f"{cat}\0{fid}", len(first)) for (cat, fid), _, _ in matched]
-            base = max((i for i in ids if i is not None), default=0) + 1
-            ids = [i if i is not None else base + c for i, c in zip(ids, codes, strict=True)]
+        # Flow ids are opaque (HCCL's exceed int64: "55426082093320372223", as text or a number), and only
+        # join a flow's two ends: each (cat, id) is interned to a dense int64, 0, 1, ... by first start.
+        ids = list(range(len(matched)))
         s_rows = [s for _, s, _ in matched]
         f_rows = [f for _, _, f in matched]
         ts = tr.fl_ts.tolist()
@@ -3310,9 +3219,7 @@ class _RankReader:
             if self.world_size not in (None, 1) or self.t.count("comm_tasks") or self.groups:
                 self.warn(path, "missing: per-op wait/transit times and bandwidth unknown")
             return
-        from . import comm_scan  # (it imports this module)
-
-        res = self._comm_json(path, _COMM_TYPED, _comm_json_columns, comm_scan.comm_columns)
+        res = self._comm_json(path, _COMM_TYPED, _comm_json_columns)
         if res is None:
             return
         ops, bands, packets, skipped = res
@@ -3327,22 +3234,16 @@ class _RankReader:
             self.t.has("comm_ops")
         self.t.has("comm_json")
 
-    def _comm_json(self, path: Path, typed: msgspec.json.Decoder, columns: Callable[..., Any],
-                   native: Callable[[Path], Any]) -> Any:
+    def _comm_json(self, path: Path, typed: msgspec.json.Decoder, columns: Callable[..., Any]) -> Any:
         """`columns(data, exact, typed)` of a communication*.json, or None with the warning `load_json` gives.
 
-        First `native(path)` (`comm_scan`: the C scanner's trees of the file read a block at a time, the same
-        columns as decoding (1) gives; None when the extension is off or the file is not one it takes). Then
-        the file is read whole, and three decodings,
-        the first that works: (1) into `typed`'s structs (only the keys this reader uses, no
+        The file is read whole, and three decodings, the first that works: (1) into `typed`'s structs (only the keys this reader uses, no
         dict per entry; ms / MB / GB/s numbers as floats, the rest as text), (2) generically into dicts with
         numbers as their text (float_hook=str: a third of the cost of Decimal), for a file of another shape or
         a float that cannot be shown exact, (3) with numbers as Decimal, as this reader always did, for a file
         whose meaning depends on how numbers decode (`_NumbersAsText`). Columns are converted a column at a
         time by the exact helpers (`_scaled_floats`, `_scaled_ints` ...).
         """
-        if (res := native(path)) is not None:
-            return res
         data = self._json_bytes(path)
         if data is None:
             return None
@@ -3383,10 +3284,7 @@ class _RankReader:
             if self.world_size not in (None, 1) or self.groups:
                 self.warn(path, "missing: per-link bandwidth unknown")
             return
-        from . import comm_scan  # (it imports this module)
-
-        res = self._comm_json(path, _MATRIX_TYPED, self._matrix_columns,
-                              lambda src: comm_scan.matrix_columns(src, self))
+        res = self._comm_json(path, _MATRIX_TYPED, self._matrix_columns)
         if res is None:
             return
         cols, unmapped, bad_keys = res

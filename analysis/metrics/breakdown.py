@@ -11,9 +11,11 @@ to W (all categories):
     free                 = |W| − busy                       (device idle inside the window; on Ascend
                            |W| − |union(compute, comm) ∩ W|, as torch_npu counts it)
     non_compute          = busy − compute                    (HTA's non-compute: comm/memory/sync alone)
-    step                 = host ProfilerStep duration        (what the user calls step time)
+    step                 = host ProfilerStep duration        (what the user calls step time); on Ascend
+                           ranks with a step table, its Stage + Bubble (step_source says which)
     preparing            = device_start − host step start    (Ascend "Preparing": host-only lead-in)
-    bubble               = Σ receive-op time in the step     (Ascend pipeline bubble), else null
+    bubble               = Σ receive-op time in the step     (Ascend pipeline bubble: 0 without receives),
+                           else null
     stage                = device window − bubble           (Ascend "Stage")
 
 On Ascend ranks the device window is torch_npu's (its Overlap Analysis, step_trace_time.csv): from the
@@ -66,9 +68,13 @@ class BreakdownRow(BaseModel):
                                   "nor communicating (free + lead-in + tail); Kineto: free")
     non_compute_ms: float | None = Field(default=None, description="busy but not computing (HTA non-compute)")
     steps: int | None = Field(default=None, description="number of steps summed (totals only)")
+    host_step_ms: float | None = Field(default=None, description="host ProfilerStep duration (None: no trace)")
+    step_source: str | None = Field(default=None, description="where step_ms comes from: 'step_table' (the "
+                                    "profiler's Stage + Bubble, step_trace_time.csv / StepTraceTime) or 'host' "
+                                    "(the host ProfilerStep span)")
 
 
-_FIELDS = ("step_ms", "device_ms", "compute_ms", "communication_ms", "comm_not_overlapped_ms", "overlapped_ms",
+_FIELDS = ("step_ms", "host_step_ms", "device_ms", "compute_ms", "communication_ms", "comm_not_overlapped_ms", "overlapped_ms",
            "free_ms", "bubble_ms", "preparing_ms", "stage_ms", "idle_ms", "non_compute_ms")
 _KINETO_FORMATS = ("kineto",)
 
@@ -97,7 +103,11 @@ def compute_breakdown(profile: Profile, *, hta_compat: bool = False, ranks: list
     rows: list[BreakdownRow] = []
     kineto_ranks = {int(r[0]) for r in profile.rows("SELECT rank FROM ranks WHERE format = 'kineto'")}
     formats = dict(profile.rows("SELECT rank, format FROM ranks"))
-    recv = profile.arrays("SELECT rank, start_ns, elapse_ns FROM comm_ops WHERE op_type IN ('receive', 'recv')")
+    # Receive ops (the pipeline bubble): communication.json's, else the trace's hcom_receive* tasks
+    recv = profile.arrays(
+        "SELECT rank, start_ns, elapse_ns FROM comm_ops WHERE op_type IN ('receive', 'recv') UNION ALL "
+        "SELECT rank, start_ns, dur_ns FROM device_ops WHERE category = 'communication' "
+        "AND lower(name) LIKE 'hcom_receive%' AND rank NOT IN (SELECT DISTINCT rank FROM comm_ops)")
     recv_rank = np.asarray(recv["rank"], dtype=np.int64)
     st_rank = np.asarray(st["rank"], dtype=np.int64)
     step_ranks = np.unique(st_rank).tolist()
@@ -144,14 +154,16 @@ def compute_breakdown(profile: Profile, *, hta_compat: bool = False, ranks: list
         r_start = np.asarray(recv["start_ns"], dtype=np.int64)[r_sel]
         r_elapse = np.asarray(recv["elapse_ns"], dtype=np.int64)[r_sel]
         for i, step in enumerate(np.asarray(st["step"])[sel].tolist()):
-            bubble = None
+            # Ascend: torch_npu's Bubble is 0 without receives; elsewhere unknown unless there are some
+            bubble = 0 if ascend and has_device else None
             if r_start.size:
                 m = (r_start >= h0[i]) & (r_start < h1[i])
                 bubble = int(r_elapse[m].sum())
             dev = has_device
             device = w1[i] - w0[i]
             rows.append(BreakdownRow(
-                rank=int(rank), step=int(step), step_ms=_ms(h1[i] - h0[i]),
+                rank=int(rank), step=int(step), step_ms=_ms(h1[i] - h0[i]), host_step_ms=_ms(h1[i] - h0[i]),
+                step_source="host",
                 device_ms=_ms(w1[i] - w0[i]) if dev else None,
                 compute_ms=_ms(comp[i]) if dev else None,
                 communication_ms=_ms(comm[i]) if dev else None,
@@ -165,16 +177,29 @@ def compute_breakdown(profile: Profile, *, hta_compat: bool = False, ranks: list
                 idle_ms=(_ms(h1[i] - h0[i] - union_cc[i]) if ascend else _ms(device - busy[i])) if dev else None,
                 non_compute_ms=_ms(busy[i] - comp[i]) if dev else None,
             ))
+    _steps_from_step_table(profile, rows)
     rows += _step_table_rows(profile, set(step_ranks), ranks, steps)
     rows.sort(key=lambda r: (r.rank, r.step if r.step is not None else -1))
     return rows
 
 
+def _steps_from_step_table(profile: Profile, rows: list[BreakdownRow]) -> None:
+    """step_ms = the profiler's Stage + Bubble where its step table has the (rank, step): torch_npu's step
+    runs from its first to its last device task, the host span (kept in host_step_ms) adds the launch
+    lead-in and the host tail, which the profiler counts in neither."""
+    table = {(int(r[0]), int(r[1])): r[2] for r in profile.rows(
+        "SELECT rank, step, stage_ns + coalesce(bubble_ns, 0) FROM vendor_step_trace "
+        "WHERE step IS NOT NULL AND stage_ns IS NOT NULL")}
+    for row in rows:
+        if (ns := table.get((row.rank, row.step))) is not None:
+            row.step_ms, row.step_source = _ms(ns), "step_table"
+
+
 def _step_table_rows(profile: Profile, timed: set[int], ranks: list[int] | None,
                      steps: list[int] | None) -> list[BreakdownRow]:
     """Rows of ranks with no timed steps (no trace) from the profiler's own step table: they keep their
-    breakdown and take part in the cross-rank checks. step_ms is stage + preparing (the host step is
-    unknown); what the table does not hold stays None."""
+    breakdown and take part in the cross-rank checks. step_ms is Stage + Bubble, as on traced ranks (the
+    host step is unknown); what the table does not hold stays None."""
     out = []
     cols = "rank, step, computing_ns, communication_ns, comm_not_overlapped_ns, overlapped_ns, free_ns, " \
            "stage_ns, bubble_ns, preparing_ns"
@@ -182,8 +207,9 @@ def _step_table_rows(profile: Profile, timed: set[int], ranks: list[int] | None,
         rank, step, comp, comm, cno, ovl, free, stage, bubble, prep = r
         if rank in timed or (ranks is not None and rank not in ranks) or (steps is not None and step not in steps):
             continue
-        step_ns = None if stage is None else stage + (bubble or 0) + (prep or 0)
+        step_ns = None if stage is None else stage + (bubble or 0)
         out.append(BreakdownRow(rank=int(rank), step=int(step), step_ms=_ms(step_ns),
+                                step_source="step_table" if step_ns is not None else None,
                                 device_ms=_ms(None if stage is None else stage + (bubble or 0)),
                                 compute_ms=_ms(comp), communication_ms=_ms(comm), comm_not_overlapped_ms=_ms(cno),
                                 overlapped_ms=_ms(ovl), free_ms=_ms(free), bubble_ms=_ms(bubble),
