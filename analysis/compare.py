@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from .metrics.breakdown import BreakdownRow, compute_breakdown
+from .metrics.names import kernel_label, operator_label, strip_address
 from .store import Profile
 
 HOST_OP_CATS = ("cpu_op", "user_annotation", "python_function", "dataloader", "gc", "other")
@@ -178,6 +179,8 @@ def op_table(side: Side, kind: str, *, by_family: bool = False, by_launch: bool 
         cats = HOST_OP_CATS if kind == "op" else HOST_API_CATS
         df = p.sql(f"SELECT name AS key, dur_ns FROM host_ops WHERE {where} AND category IN "
                    f"({','.join(repr(c) for c in cats)})")
+        # Python names carry object addresses that differ per process: without them they match across runs
+        df["key"] = df["key"].map(strip_address)
     elif kind == "comm":
         # Ascend: HCCL ops by type and group; GPU: the NCCL kernels themselves (HTA's op set)
         df = pd.DataFrame() if "kineto" in p.info.format else p.sql(
@@ -270,3 +273,110 @@ def dict_changes(a: dict[str, str | None], b: dict[str, str | None]) -> list[tup
         return None if v is None or v == "" else v
 
     return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if norm(a.get(k)) != norm(b.get(k))]
+
+
+# Host calls that wait for the device: their time grows because something earlier on the device grew, so
+# they are effects. `.item()` / `_local_scalar_dense` copy a scalar device-to-host; a plain cudaMemcpy is
+# synchronous.
+SYNC_WAIT = re.compile(r"^(cuda|hip)(Stream|Device|Event)Synchronize$|^(cuda|hip)Memcpy$|^(cuda|hip)MemcpyDtoH|"
+                       r"^aten::(item|_local_scalar_dense|is_nonzero)$|^aclrtSynchronize(Stream|Device)", re.I)
+# Python-level frames and Module annotations contain the aten ops they call, like ProfilerStep: not causes
+# of their own on the host side.
+PY_FRAME = re.compile(r"^<built-in |^\S+\.py\(\d+\): |^nn\.Module: |^torch/|^<listcomp>")
+
+
+def is_sync_wait(name: str) -> bool:
+    return bool(SYNC_WAIT.search(name))
+
+
+def operator_table(side: Side) -> pd.DataFrame:
+    """Device time (ms per step) by the operator that launched it: columns op, inner, kernel, count, total_ms.
+
+    A kernel is tied to its launch through the correlation id (device_ops -> runtime/driver host_ops); the
+    operator is the outermost cpu_op on the launching thread whose interval holds the launch (the aten op a
+    person calls, or autograd's `evaluate_function: XBackward0` on the backward thread), `inner` the innermost
+    one (the aten op the launch belongs to, e.g. aten::bmm inside aten::scaled_dot_product_attention). Kernels whose launch
+    is not in the trace or has no enclosing cpu_op are left out (they stay in the kernel table). Kineto only;
+    empty elsewhere."""
+    p = side.profile
+    cols = ["op", "inner", "kernel", "count", "total_ms"]
+    if "kineto" not in p.info.format:
+        return pd.DataFrame(columns=cols)
+    where = f"{_in('d.rank', side.ranks)} AND {_in('d.step', side.steps)}"
+    df = p.sql(
+        "WITH k AS (SELECT d.rank, d.name, d.dur_ns, r.tid, r.start_ns AS ls, r.start_ns + r.dur_ns AS le, "
+        "row_number() OVER () AS kid FROM device_ops d JOIN host_ops r ON r.rank = d.rank "
+        "AND r.correlation_id = d.correlation_id AND r.category IN ('runtime', 'driver') "
+        f"WHERE {where} AND d.category = 'compute') "
+        "SELECT arg_min(c.name, c.depth) AS op, arg_max(c.name, c.depth) AS inner, any_value(k.name) AS kernel, any_value(k.dur_ns) AS dur_ns "
+        "FROM k JOIN host_ops c ON c.rank = k.rank AND c.tid = k.tid AND c.category = 'cpu_op' "
+        "AND c.start_ns <= k.ls AND c.start_ns + c.dur_ns >= k.le GROUP BY k.kid")
+    if df.empty:
+        return pd.DataFrame(columns=cols)
+    df["op"] = df["op"].map(operator_label)
+    df["inner"] = df["inner"].map(operator_label)
+    df["kernel"] = df["kernel"].map(kernel_label)
+    g = df.groupby(["op", "inner", "kernel"], as_index=False).agg(count=("dur_ns", "size"), total_ns=("dur_ns", "sum"))
+    g["count"] = g["count"] / side.n
+    g["total_ms"] = g["total_ns"] / 1e6 / side.n
+    return g[cols]
+
+
+def operator_deltas(base: pd.DataFrame, target: pd.DataFrame) -> pd.DataFrame:
+    """Per operator: delta_ms (target − base device time per step) and `kernels`, what moved most inside it
+    in the direction of the operator's change (at most three): the inner aten ops where they differ from the
+    operator, else the kernel labels. Largest |delta| first."""
+    m = base.merge(target, on=["op", "inner", "kernel"], how="outer", suffixes=("_b", "_t")).fillna(
+        {"total_ms_b": 0.0, "total_ms_t": 0.0, "count_b": 0.0, "count_t": 0.0})
+    if m.empty:
+        return pd.DataFrame(columns=["op", "delta_ms", "base_ms", "target_ms", "kernels"])
+    m["d"] = m["total_ms_t"] - m["total_ms_b"]
+    rows = []
+    for op, g in m.groupby("op"):
+        d = float(g["d"].sum())
+        sign = 1 if d >= 0 else -1
+        moved = g[g["d"] * sign > 0]
+        by = "inner" if (moved["inner"] != op).any() else "kernel"
+        ks = moved.groupby(by)["d"].sum().sort_values(key=lambda s: -s * sign).index
+        rows.append({"op": str(op), "delta_ms": d, "base_ms": float(g["total_ms_b"].sum()),
+                     "target_ms": float(g["total_ms_t"].sum()), "kernels": list(dict.fromkeys(ks))[:3]})
+    out = pd.DataFrame(rows)
+    return out.reindex(out["delta_ms"].abs().sort_values(ascending=False).index)
+
+
+# Fixes that need hardware: bf16 / TF32 need compute capability 8.0 (Ampere); NPU fixes are for Ascend only,
+# CUDA fixes for NVIDIA only.
+_NEEDS_AMPERE = re.compile(r"tf32|bf16", re.I)
+_NPU_FIX = re.compile(r"^(npu|ascend|hccl|aclnn|aicpu|aoe|mindspore|mindspeed)-")
+_CUDA_FIX = re.compile(r"^(cuda|nccl)-")
+
+
+def compute_capability(prof: Profile, ranks: list[int]) -> tuple[int, int] | None:
+    """(major, minor) from the trace's deviceProperties (Kineto metadata) of the first rank, or None."""
+    import json
+
+    df = prof.sql(f"SELECT value_json FROM metadata WHERE {_in('rank', ranks)} AND key = 'deviceProperties' LIMIT 1")
+    if df.empty:
+        return None
+    try:
+        props = json.loads(df.iloc[0]["value_json"])
+    except (ValueError, TypeError):
+        return None
+    for p in props if isinstance(props, list) else [props]:
+        if isinstance(p, dict) and isinstance(p.get("computeMajor"), int):
+            return int(p["computeMajor"]), int(p.get("computeMinor") or 0)
+    return None
+
+
+def fix_fits(fix: str, vendor: str | None, cc: tuple[int, int] | None, env: dict[str, str | None]) -> bool:
+    """Whether a fix id can apply to this run: its hardware (vendor, compute capability) and, for fixes that
+    unset a variable, whether the run set it."""
+    v = (vendor or "").lower()
+    if _NPU_FIX.match(fix) and v and v != "ascend" and "huawei" not in v:
+        return False
+    if _CUDA_FIX.match(fix) and ("ascend" in v or "huawei" in v):
+        return False
+    if _NEEDS_AMPERE.search(fix) and cc is not None and cc < (8, 0):
+        return False
+    var = {"cuda-launch-blocking-off": "CUDA_LAUNCH_BLOCKING", "ascend-launch-blocking-off": "ASCEND_LAUNCH_BLOCKING"}
+    return fix not in var or (env.get(var[fix]) or "0") not in ("0", "")

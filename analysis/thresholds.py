@@ -168,6 +168,9 @@ class _Table:
     memory_api_gpu_step_pct: Threshold = Threshold(
         3.0, "% of step", "stepdoctor; the msprof-analyze medium priority share, applied per step: PyTorch's "
         "caching allocator never calls cudaMalloc/cudaFree in steady state", "one allocator API's time in a step")
+    compare_hidden_compute_pct: Threshold = Threshold(
+        10.0, "% of base compute", "stepdoctor; a profiled channels_last regression grew device compute 68% "
+        "while the host-bound profiled step shrank", "compute growth a compare names although the step did not grow")
 
 
 T = _Table()

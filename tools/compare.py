@@ -6,6 +6,7 @@ and writes the verdict sentence.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,6 +16,7 @@ from ..analysis import compare as core
 from ..analysis.ingest.base import ProfileError
 from ..analysis.metrics.names import short_name
 from ..analysis.models import SEVERITY_ORDER, Finding
+from ..analysis.thresholds import T
 from . import api
 from .models import BreakdownDelta, Change, Comparison, EnvChange, RankDelta, RunSide
 
@@ -98,6 +100,9 @@ def _changes(b: core.Side, t: core.Side, cross: bool, noise: float = _ZERO_MS) -
     # host annotations nest (ProfilerStep, ## forward ##) so they would "explain" everything: rank them last,
     # but before rows that did not move (jitter, or ops that only exist on both sides)
     nest = df["kind"].eq("op") & df["name"].str.match(r"^(ProfilerStep#|## |#)", na=False)
+    # sync waits are effects of device time elsewhere, Python frames hold the aten ops they call
+    nest |= df["kind"].isin(("op", "api")) & df["name"].map(
+        lambda n: core.is_sync_wait(str(n)) or bool(core.PY_FRAME.search(str(n))))
     same = (df["delta_ms"].abs() < noise) & (df["count_base"].round(3) == df["count_target"].round(3))
     return pd.concat([df[~nest & ~same], df[nest & ~same], df[same]])
 
@@ -126,6 +131,8 @@ def _candidates(changes: pd.DataFrame, dim: str, sign: int, noise: float) -> pd.
     if dim in ("compute", "communication", "memory"):
         c = c[c["dim"].eq(dim)]
     c = c[~(c["kind"].eq("op") & c["name"].str.match(_NEST, na=False))]
+    # a sync wait grows because the device work it waits for grew: an effect, never the cause named
+    c = c[~c["name"].map(lambda n: core.is_sync_wait(str(n)) or bool(core.PY_FRAME.search(str(n))))]
     if c.empty:
         return c.assign(shapes=[])
     kernel = c["kind"].eq("kernel")
@@ -152,7 +159,24 @@ def _calls(count_base: float, count_target: float) -> str:
     return f", {count_base:.0f} -> {count_target:.0f} calls/step"
 
 
-def _top_of(changes: pd.DataFrame, dim: str, sign: int, noise: float) -> str:
+def _top_ops(ops: pd.DataFrame, sign: int, noise: float) -> str:
+    """Up to 3 operators whose launched device time moved by `sign`, each at least a tenth of the first,
+    with what moved inside each: "aten::scaled_dot_product_attention +20.4 ms (aten::bmm, ...)"."""
+    c = ops[ops["delta_ms"] * sign >= noise]
+    c = c.reindex((c["delta_ms"] * sign).sort_values(ascending=False).index)
+    if c.empty:
+        return ""
+    c = c[c["delta_ms"] * sign >= 0.1 * sign * c["delta_ms"].iloc[0]]
+    parts = [f"{r.op} {r.delta_ms:+.1f} ms" + (f" ({', '.join(r.kernels)})" if r.kernels else "")
+             for r in c.head(3).itertuples(index=False)]
+    return ": " + ", ".join(parts)
+
+
+def _top_of(changes: pd.DataFrame, dim: str, sign: int, noise: float, ops: pd.DataFrame | None = None) -> str:
+    if dim == "compute" and ops is not None and not ops.empty:
+        text = _top_ops(ops, sign, noise)
+        if text:
+            return text
     cand = _candidates(changes, dim, sign, noise)
     # up to 3 compute causes, each at least a tenth of the first (a 1.2 ms AI-CPU op, not "+0.0 ms" riders)
     cand = cand[(cand["delta_ms"] * sign) >= 0.1 * sign * cand["delta_ms"].iloc[0]] if not cand.empty else cand
@@ -245,16 +269,52 @@ def _finding_text(f: Finding, changes: pd.DataFrame) -> str:
             f"{calls + ', ' if calls else ''}{rows['delta_ms'].sum():+.1f} ms")
 
 
+@dataclass
+class _Context:
+    """What the verdict needs beyond the op changes: device time by launching operator (Kineto), the base
+    compute time (ms per step) and which fix ids fit the target's hardware and environment."""
+
+    ops: pd.DataFrame | None = None
+    base_compute_ms: float | None = None
+    fits: Callable[[str], bool] = lambda _fix: True
+
+
+def _fix_of(findings: list[Finding], fits: Callable[[str], bool]) -> str | None:
+    """The first fitting fix of the most severe, most costly finding that has one."""
+    for f in sorted(findings, key=lambda f: (SEVERITY_ORDER[f.severity], -(f.impact_ms or 0))):
+        ok = [x for x in f.fixes if fits(x)]
+        if ok:
+            return ok[0]
+    return None
+
+
+def _hidden_compute(delta: float, dims: dict[str, float], ctx: _Context, noise: float) -> str | None:
+    """Device compute that grew while the step did not grow with it: the host bounds the step (under the
+    profiler, often the profiler's own overhead), so the device work hides in what was idle time."""
+    grew = dims.get("compute")
+    base = ctx.base_compute_ms
+    if grew is None or not base or grew < max(noise, T.compare_hidden_compute_pct.value / 100 * base) or delta >= 0.5 * grew:
+        return None
+    free = dims.get("free")
+    idle = f"; device idle {free:+.1f} ms" if free is not None else ""
+    return (f"device compute {grew:+.1f} ms per step ({100 * grew / base:+.0f}%) is hidden because the host bounds "
+            f"the step under the profiler{idle}{_top_of(pd.DataFrame(columns=_COLUMNS), 'compute', 1, noise, ctx.ops) or ''}")
+
+
 def _verdict(delta: float | None, pct: float | None, dims: dict[str, float], changes: pd.DataFrame,
              env: list[EnvChange], new: list[Finding], cfg: list[EnvChange] | None = None,
              late: _Late | None = None, late_changes: pd.DataFrame | None = None,
-             noise: float = _ZERO_MS) -> tuple[str, str | None]:
-    """One sentence naming the largest cause with numbers, and the next step."""
+             noise: float = _ZERO_MS, ctx: _Context | None = None) -> tuple[str, str | None]:
+    """One sentence naming the largest cause with numbers, and the next step (a fix of a new finding that
+    explains the change and fits the target's hardware)."""
+    ctx = ctx or _Context()
     if delta is None:
         return "step time unknown on one side (no ProfilerStep); see top_changes", None
     head = f"step time {delta:+.1f} ms ({pct:+.1f}%)" if pct is not None else f"step time {delta:+.1f} ms"
-    fix = next((f.fixes[0] for f in sorted(new, key=lambda f: (SEVERITY_ORDER[f.severity], -(f.impact_ms or 0)))
-                if f.fixes), None)
+    hidden = _hidden_compute(delta, dims, ctx, noise)
+    if hidden:
+        return f"{head}, but {hidden}", _fix_of(_related(new, "compute"), ctx.fits)
+    fix = _fix_of(new, ctx.fits)
     hw = [c for c in (cfg or []) if c.name in ("device_name", "world_size", "vendor")]
     setup = "different setup: " + ", ".join(f"{c.name} {c.base} -> {c.target}" for c in hw) if hw else ""
     small = pct is not None and abs(pct) < core.NOISE_PCT
@@ -281,13 +341,13 @@ def _verdict(delta: float | None, pct: float | None, dims: dict[str, float], cha
                 f"its peers wait {late.wait_ms:+.1f} ms in communication){_top_of(late_changes, late.dim, 1, noise)}")
         dim = late.dim
     else:
-        text = f"{head}, mostly {dim} ({dims[dim]:+.1f} ms){_top_of(changes, dim, sign, noise)}"
+        text = f"{head}, mostly {dim} ({dims[dim]:+.1f} ms){_top_of(changes, dim, sign, noise, ctx.ops)}"
         # a second dimension that moved the same way by a good part of the first is a second cause: name it
         # (e.g. a run that is slower in compute and also copies 250x more, each with its own fix)
         rest = [k for k in dims if k != dim and sign * dims[k] > 0 and sign * dims[k] >= _ALSO_SHARE * abs(dims[dim])]
         if rest:
             also = max(rest, key=lambda k: sign * dims[k])
-            text += f"; also {also} ({dims[also]:+.1f} ms){_top_of(changes, also, sign, noise)}"
+            text += f"; also {also} ({dims[also]:+.1f} ms){_top_of(changes, also, sign, noise, ctx.ops)}"
     if setup:
         text += "; " + setup
     related = _related(new, dim)
@@ -295,7 +355,8 @@ def _verdict(delta: float | None, pct: float | None, dims: dict[str, float], cha
         text += f"; new finding: {related[0].title}"
     elif env:
         text += f"; environment changed: {env[0].name} {env[0].base or 'unset'} -> {env[0].target or 'unset'}"
-    return text, fix
+    # "next" only from a finding that explains the dimension named: a fix for something else is not the next step
+    return text, _fix_of(related, ctx.fits)
 
 
 _DIM_OF_CHECK = {
@@ -332,14 +393,18 @@ def _build(b: core.Side, t: core.Side, *, top: int, notes: list[str], new: list[
                         free_ms=_d(b.free_ms, t.free_ms), memory_ms=_d(b.memory_ms, t.memory_ms),
                         host_ms=_d(b.host_ms, t.host_ms))
     dims = _dim_deltas(b, t)
+    env_t = core.env_of(t.profile, t.ranks)
+    cc, vendor = core.compute_capability(t.profile, t.ranks), t.profile.info.vendor
+    ctx = _Context(ops=None if cross else core.operator_deltas(core.operator_table(b), core.operator_table(t)),
+                   base_compute_ms=b.compute_ms, fits=lambda fx: core.fix_fits(fx, vendor, cc, env_t))
     if rank_pair is not None:
-        fix = _verdict(delta, pct, dims, changes, env, new, cfg, noise=noise)[1]
+        fix = _verdict(delta, pct, dims, changes, env, new, cfg, noise=noise, ctx=ctx)[1]
         verdict = _rank_verdict(dims, changes, rank_pair[0], rank_pair[1], new, noise)
     else:
         late = _late_rank(b, t)
         late_changes = (_changes(core.rank_side(b, late.base_rank), core.rank_side(t, late.target_rank), cross,
                                  noise) if late is not None else None)
-        verdict, fix = _verdict(delta, pct, dims, changes, env, new, cfg, late, late_changes, noise)
+        verdict, fix = _verdict(delta, pct, dims, changes, env, new, cfg, late, late_changes, noise, ctx)
     per_rank = [RankDelta(base_rank=br, target_rank=tr,
                           **{k: _d(b.per_rank[br].get(k), t.per_rank[tr].get(k))
                              for k in ("step_ms", "compute_ms", "communication_ms", "free_ms")})

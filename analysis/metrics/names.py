@@ -104,3 +104,59 @@ def display_names(names: Sequence[str], width: int) -> list[str]:
         alt = s[:head] + "…" + s[max(part - 3, head):]
         shown[k] = alt if len(alt) <= width else alt[:max(width - 1, 0)] + "…"
     return shown
+
+
+# Python-level names carry the object's address ("<built-in method to of Tensor object at 0x7f72809f2990>"),
+# which differs in every process: without it the same call matches across runs.
+_ADDRESS = re.compile(r"\s+at 0x[0-9a-fA-F]+")
+
+
+def strip_address(name: str) -> str:
+    """A host op / Python function name without ` at 0x...` object addresses."""
+    return _ADDRESS.sub("", name)
+
+
+# The one kernel-name table: (pattern on the full signature, label builder). First match wins. GEMM
+# libraries encode the element type in the name (f32f32 / bf16 / tf32); it is what a reader acts on.
+_DTYPES = (("tf32", "tf32"), ("bf16", "bf16"), ("bfloat16", "bf16"), ("f16", "fp16"), ("half", "fp16"),
+           ("f32", "fp32"), ("float", "fp32"))
+
+
+def _dtype(name: str) -> str:
+    low = name.lower()
+    return next((label for key, label in _DTYPES if key in low), "")
+
+
+def _gemm(name: str) -> str:
+    low = name.lower()
+    lib = "cutlass" if "cutlass" in low else "cublas" if ("xmma" in low or "cublas" in low or "gemm" in low) else ""
+    extra = " ".join(x for x in (lib, _dtype(name)) if x)
+    return f"gemm ({extra})" if extra else "gemm"
+
+
+_KERNEL_TABLE: tuple[tuple[re.Pattern[str], object], ...] = (
+    (re.compile(r"fmha|flash_?(fwd|bwd|attn)|cudnn.*(attention|sdpa)|fused_attention", re.I),
+     lambda n: f"attention kernel ({_dtype(n)})" if _dtype(n) else "attention kernel"),
+    (re.compile(r"gemm|xmma|cutlass::Kernel|cublas|wgrad|dgrad", re.I), _gemm),
+    (re.compile(r"nccl|rccl", re.I), lambda n: "nccl " + re.sub(r"^nccl(Dev)?Kernel_?", "", short_name(n, 40))),
+)
+
+
+def kernel_label(name: str) -> str:
+    """A kernel name a person reads: GEMM / attention kernels by library and dtype (`gemm (cutlass bf16)`),
+    PyTorch's templated elementwise / reduce kernels by their last name without `_kernel` and without
+    namespaces, templates and arguments (`void at::native::vectorized_elementwise_kernel<4, ...>(...)` ->
+    `vectorized_elementwise`); other names as `short_name` gives them, last component only."""
+    for rx, build in _KERNEL_TABLE:
+        if rx.search(name):
+            return build(name)  # type: ignore[operator]
+    s = short_name(name, 400).split("::")[-1]
+    s = re.sub(r"_kernel(_cuda|_impl)?$|^kernel_", "", s) or s
+    return s if len(s) <= 60 else s[:59] + "…"
+
+
+def operator_label(name: str) -> str:
+    """An operator name for prose: autograd's `autograd::engine::evaluate_function: BmmBackward0` ->
+    `BmmBackward0`; addresses removed."""
+    s = strip_address(name)
+    return s.split("evaluate_function: ", 1)[1] if "evaluate_function: " in s else s
