@@ -156,7 +156,9 @@ def heatmap(rows: list[BreakdownRow], metric: str, totals: list[BreakdownRow]) -
     """Ranks (rows) x steps (columns); colour = deviation of `metric` (compute or free, ms) from the median
     cell, white at the median, the metric's colour above it, blue below, on a symmetric scale of at least
     +-MIN_HEAT_SPAN that is drawn beside the map."""
-    attr = f"{metric}_ms"
+    # "free": the device's idle time in the whole host step (free + before the first kernel + after the last),
+    # what a person looks for; torch_npu's Free stops at the last kernel and would hide an idle tail
+    attr = {"compute": "compute_ms", "free": "idle_ms"}[metric]
     ranks = [t.rank for t in _rank_selection(totals)[0]]
     steps = sorted({r.step for r in rows if r.step is not None})[:MAX_HEAT_STEPS]
     vals = {(r.rank, r.step): getattr(r, attr) for r in rows}
@@ -172,8 +174,8 @@ def heatmap(rows: list[BreakdownRow], metric: str, totals: list[BreakdownRow]) -
     width = left + cell_w * len(steps) + 170
     height = max(top_pad + cell_h * len(ranks) + 20, top_pad + 252)  # room for the colour scale
     rgb = HEAT_COLOURS[metric]
-    ch = Chart(id=f"heatmap-{metric}", title=f"{metric.capitalize()} time per rank and step: deviation from "
-               f"the median {med:.2f} ms", width=width, height=height,
+    ch = Chart(id=f"heatmap-{metric}", title=f"{'Compute' if metric == 'compute' else 'Device idle'} time per rank "
+               f"and step: deviation from the median {med:.2f} ms", width=width, height=height,
                data={"metric": metric, "ranks": str(len(ranks)), "steps": str(len(steps)), "min-ms": f"{lo:.3f}",
                      "max-ms": f"{hi:.3f}", "median-ms": f"{med:.3f}", "span-pct": f"{span * 100:.1f}"})
     for j, st in enumerate(steps):
