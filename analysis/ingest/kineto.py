@@ -42,8 +42,9 @@ ingest warnings. Categories:
 
 Steps and device windows (chosen so that breakdown totals over the kept steps equal HTA 0.5.0's
 temporal breakdown, see metrics/breakdown.py):
-  * a step is a CPU `user_annotation` `ProfilerStep#N` (regex `ProfilerStep\\s*#\\s*(\\d+)`) on the
-    thread that has most of them; GPU copies (`gpu_user_annotation`, AMD) are not steps. Host window =
+  * a step is a host `ProfilerStep#N` event of any host category (`user_annotation`; `cpu_op` / legacy
+    `Operator` in PyTorch 1.8; regex `ProfilerStep\\s*#\\s*(\\d+)`) on the thread that has most of them,
+    the first event per step number (a step written twice counts once); GPU copies (`gpu_user_annotation`, AMD) are not steps. Host window =
     the annotation. With >= 2 steps the last one gets `kept=False` (HTA drops it: the profiler usually
     cuts it short). A trace without any ProfilerStep gets one step 0 spanning the whole trace.
   * HTA keeps (with >= 2 step names) only the device ops whose correlated CPU event starts before the
@@ -77,6 +78,7 @@ import zlib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, BinaryIO, ClassVar, Union
@@ -248,7 +250,10 @@ class _Fields(msgspec.Struct, gc=False):
     name: str = ""
     pid: int | str | None = None
     tid: int | str | None = None
-    ts: float | None = None        # µs; JSON ints arrive as floats (exact below 2^53)
+    # µs. `ts` is decoded from the numeral's text (an epoch-µs float such as 1610366662254410.123 has no
+    # binary float within 0.25 µs of it) and made integer ns by `ts_ns`; `dur` stays a float: durations
+    # are below 2^43 µs, where `us_to_ns` gives the exact ns of a numeral with up to 3 decimals
+    ts: Decimal | None = None
     dur: float | None = None
     args: _Args = _NO_ARGS
 
@@ -342,7 +347,7 @@ def _coerce_event(e: _LooseEvent) -> _Event:
         return v if isinstance(v, (int, str)) and not isinstance(v, bool) else None
 
     return _Event(ph=text(e.ph, ""), cat=text(e.cat, None), name=text(e.name, ""), pid=ident(e.pid),
-                  tid=ident(e.tid), ts=num(e.ts), dur=num(e.dur), args=args)
+                  tid=ident(e.tid), ts=_decimal(e.ts), dur=num(e.dur), args=args)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -390,6 +395,22 @@ def collective_op_type(collective: str | None, kernel_name: str | None = None) -
         if m:
             return _OP_TYPES.get(m.group(1).lower())
     return None
+
+
+def ts_ns(ts: Decimal) -> int:
+    """A decimal µs timestamp as integer ns, rounded half-even below the ns (exact: no binary float)."""
+    return int(ts.scaleb(3).to_integral_value())
+
+
+def _decimal(v: Any) -> Decimal | None:
+    """A loose JSON value as a finite Decimal (a float keeps its shortest repr), else None."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        return None
+    try:
+        d = Decimal(repr(v) if isinstance(v, float) else v)
+    except InvalidOperation:
+        return None
+    return d if d.is_finite() else None
 
 
 def us_to_ns(us: np.ndarray) -> np.ndarray:
@@ -821,9 +842,9 @@ class _Folder:
         # interned shape / dtype texts (they repeat every step); "" (absent, or no inputs) -> None
         self.texts: dict[str, str | None] = {"": None}
         self.has_shapes = False
-        self.gpu_step_starts: list[float] = []
+        self.gpu_step_starts: list[int] = []  # ns
         self.gpu_step_names: set[int] = set()
-        self.memory: list[tuple[float, str, int | None, int | None]] = []
+        self.memory: list[tuple[int, str, int | None, int | None]] = []
         self.skipped: Counter[str] = Counter()
         self.no_dur = 0
 
@@ -852,7 +873,7 @@ class _Folder:
                     dc_add(code)
                 elif c == "gpu_user_annotation":
                     if (m := _STEP_RE.match(e.name)) and e.ts is not None:
-                        self.gpu_step_starts.append(float(e.ts))
+                        self.gpu_step_starts.append(ts_ns(e.ts))
                         self.gpu_step_names.add(int(m.group(1)))
                 elif c not in _IGNORED_CATS:
                     self.skipped[c or "(none)"] += 1
@@ -864,7 +885,8 @@ class _Folder:
             self._fold_device(*self._with_times(dl, dc))
 
     def _with_times(self, evs: list[_Event], codes: list[int]
-                    ) -> tuple[list[_Event], list[int], list[float], list[float]]:
+                    ) -> tuple[list[_Event], list[int], list[int], list[float]]:
+        """The events with a time, their codes, `ts` as int ns and `dur` as float µs."""
         ts = [e.ts for e in evs]
         dur = [e.dur for e in evs]
         # complete events without ts/dur carry no time: skipped (like HTA); so are times whose ns do not
@@ -878,7 +900,7 @@ class _Folder:
             codes = [codes[i] for i in keep]
             ts = [ts[i] for i in keep]
             dur = [dur[i] for i in keep]
-        return evs, codes, ts, dur  # type: ignore[return-value]
+        return evs, codes, [ts_ns(t) for t in ts], dur  # type: ignore[return-value,arg-type]
 
     def _ids(self, evs: list[_Event]) -> np.ndarray:
         ids = self.name_ids
@@ -888,13 +910,13 @@ class _Folder:
             got = [ids.setdefault(n, len(ids)) for n in names]
         return np.array(got, dtype=np.int32)
 
-    def _fold_host(self, hl: list[_Event], codes: list[int], ts: list[float], dur: list[float]) -> None:
+    def _fold_host(self, hl: list[_Event], codes: list[int], ts: list[int], dur: list[float]) -> None:
         base = self.host.n
         cols = self.host.done
         cols["name"].append(self._ids(hl))
         cols["cat"].append(np.array(codes, dtype=np.int8))
         cols["tid"].append(_int_column([e.tid for e in hl]))
-        cols["ts"].append(np.array(ts, dtype=np.float64))
+        cols["ts"].append(np.array(ts, dtype=np.int64))
         cols["dur"].append(np.array(dur, dtype=np.float64))
         args = [e.args for e in hl]
         cols["corr"].append(_int_column([a.correlation for a in args]))
@@ -916,7 +938,7 @@ class _Folder:
                                           None if a.pg_name is None else str(a.pg_name))
         self.host.n = base + len(hl)
 
-    def _fold_device(self, dl: list[_Event], codes: list[int], ts: list[float], dur: list[float]) -> None:
+    def _fold_device(self, dl: list[_Event], codes: list[int], ts: list[int], dur: list[float]) -> None:
         base = self.dev.n
         cols = self.dev.done
         cols["name"].append(self._ids(dl))
@@ -932,7 +954,7 @@ class _Folder:
         cols["device"].append(np.array([a.device if a.device is not None else
                                         (e.pid if type(e.pid) is int else _NONE)
                                         for a, e in zip(args, dl, strict=True)], dtype=np.int64))
-        cols["ts"].append(np.array(ts, dtype=np.float64))
+        cols["ts"].append(np.array(ts, dtype=np.int64))
         cols["dur"].append(np.array(dur, dtype=np.float64))
         cols["corr"].append(_int_column([a.correlation for a in args]))
         cols["ext"].append(_int_column([a.external_id for a in args]))
@@ -954,7 +976,7 @@ class _Folder:
         dt = a.device_type
         kind = _DEVICE_TYPE_NAMES.get(dt, f"device_type{dt}") if dt is not None else "unknown"
         comp = kind if kind == "cpu" else f"{kind}:{a.device_id if a.device_id is not None else 0}"
-        self.memory.append((float(e.ts), comp, a.total_allocated, a.total_reserved))
+        self.memory.append((ts_ns(e.ts), comp, a.total_allocated, a.total_reserved))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1081,7 +1103,7 @@ def _build(t: RankTables, src: RankSource, path: Path, doc: _Doc, f: _Folder) ->
     h_nid = h.column("name", np.int32)
     h_cat = h.column("cat", np.int8)
     h_tid = h.column("tid", np.int64)
-    h_start = us_to_ns(h.column("ts", np.float64))
+    h_start = h.column("ts", np.int64)
     h_dur = np.maximum(us_to_ns(h.column("dur", np.float64)), 0)
     h_corr = h.column("corr", np.int64)
     h_ext = h.column("ext", np.int64)
@@ -1093,7 +1115,7 @@ def _build(t: RankTables, src: RankSource, path: Path, doc: _Doc, f: _Folder) ->
     d_task = d.column("task", np.int8)
     d_stream = d.column("stream", np.int64)
     d_dev = d.column("device", np.int64)
-    d_start = us_to_ns(d.column("ts", np.float64))
+    d_start = d.column("ts", np.int64)
     d_dur = np.maximum(us_to_ns(d.column("dur", np.float64)), 0)
     d_end = d_start + d_dur
     d_corr = d.column("corr", np.int64)
@@ -1105,9 +1127,10 @@ def _build(t: RankTables, src: RankSource, path: Path, doc: _Doc, f: _Folder) ->
     # ---- data loader annotations get their own host category
     h_cat[is_dataloader_name[h_nid] & ((h_cat == _H_CPU_OP) | (h_cat == _H_USER_ANN))] = _H_DATALOADER
 
-    # ---- steps: CPU ProfilerStep#N on the thread that has most of them
+    # ---- steps: host ProfilerStep#N of any category (user_annotation; cpu_op / legacy `Operator` in older
+    # PyTorch; python_function) on the thread that has most of them, one event per step number
     h_stepname = step_of_name[h_nid]
-    all_step_idx = np.flatnonzero((h_cat == _H_USER_ANN) & (h_stepname >= 0))
+    all_step_idx = np.flatnonzero(h_stepname >= 0)
     step_idx = all_step_idx
     if step_idx.size:
         tids, counts = np.unique(h_tid[step_idx], return_counts=True)
@@ -1146,7 +1169,7 @@ def _build(t: RankTables, src: RankSource, path: Path, doc: _Doc, f: _Folder) ->
     if step_name_count >= 2:
         # HTA's cutoff: the latest start of any ProfilerStep# event that is not a GPU kernel, i.e. CPU
         # annotations on any thread and gpu_user_annotation copies alike
-        gpu_copies = us_to_ns(np.array(f.gpu_step_starts, dtype=np.float64))
+        gpu_copies = np.array(f.gpu_step_starts, dtype=np.int64)
         cutoff = int(np.concatenate([h_start[all_step_idx], gpu_copies]).max())
         # HTA treats a device op without a correlation (or with no stream) as a CPU event kept by its
         # own start; Event/Context Sync are GPU events even without one
@@ -1325,7 +1348,7 @@ def _build(t: RankTables, src: RankSource, path: Path, doc: _Doc, f: _Folder) ->
     for k, v in meta.items():
         t.add("metadata", key=k, value_json=msgspec.json.encode(v).decode())
     if f.memory:
-        mts = us_to_ns(np.array([m[0] for m in f.memory], dtype=np.float64)).tolist()
+        mts = [m[0] for m in f.memory]
         t.extend("memory_records", {
             "ts_ns": mts, "component": [m[1] for m in f.memory],
             "allocated_bytes": [m[2] for m in f.memory], "reserved_bytes": [m[3] for m in f.memory],
