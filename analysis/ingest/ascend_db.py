@@ -296,12 +296,19 @@ class Db:
             self.tables[name] = cols
         self._strings: dict[int, str] | None = None
         self._enums: dict[str, dict[int, str]] = {}
+        self.damaged: set[str] = set()      # tables whose rows could not be read
 
     def has(self, table: str) -> bool:
         return table in self.tables
 
     def count(self, table: str) -> int:
-        return int(self.con.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0]) if self.has(table) else 0
+        if not self.has(table):
+            return 0
+        try:
+            return int(self.con.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0])
+        except sqlite3.DatabaseError:
+            self.damaged.add(table)
+            return 0
 
     def col(self, table: str, *names: str) -> str | None:
         """First of `names` the table has (schema drift: blockNum | blockDim ...)."""
@@ -343,7 +350,12 @@ class Db:
         if not self.has(table) or not sel:
             return {a: [] for a in wanted}
         sql = f'SELECT {", ".join(sel)} FROM "{table}" {where} {order}'
-        rows = self.con.execute(sql).fetchall()
+        try:
+            rows = self.con.execute(sql).fetchall()
+        except sqlite3.DatabaseError:
+            # a damaged table (malformed pages) costs only its own rows; run() warns once with the count
+            self.damaged.add(table)
+            return {a: [] for a in wanted}
         cols = list(zip(*rows, strict=False)) if rows else [() for _ in sel]
         out: dict[str, list[Any]] = {}
         i = 0
@@ -468,14 +480,49 @@ def read_rank(src: RankSource) -> RankTables:
     """Parse one rank's DB export into normalized tables (see the module docstring for the mapping)."""
     db_path, rank_dir, framework = find_db(src)
     tables = RankTables(src.rank if src.rank is not None else 0)
-    with open_ro(db_path) as con:
-        db = Db(con, db_path)
-        missing = [t for t in REQUIRED_TABLES if not db.has(t)]
-        if missing:
-            raise ProfileError(db_path, f"missing required table(s) {', '.join(missing)}: not an Ascend "
-                                        f"profiler DB export")
-        reader = _DbReader(db, tables, rank_dir, framework, src)
-        reader.run()
+    try:
+        with open_ro(db_path) as con:
+            db = Db(con, db_path)
+            missing = [t for t in REQUIRED_TABLES if not db.has(t)]
+            if missing:
+                raise ProfileError(db_path, f"missing required table(s) {', '.join(missing)}: not an Ascend "
+                                            f"profiler DB export")
+            reader = _DbReader(db, tables, rank_dir, framework, src)
+            reader.run()
+            if db.damaged:
+                tables.warn(f"{db_path.name}: {len(db.damaged)} table(s) unreadable (damaged file), their rows "
+                            f"lost: {', '.join(sorted(db.damaged))}")
+    except (ProfileError, sqlite3.DatabaseError) as e:
+        # the main DB is unusable: the step table in analysis.db still gives the rank's breakdown
+        only = _step_table_only(db_path, rank_dir, framework, src)
+        if only is None:
+            raise e if isinstance(e, ProfileError) else ProfileError(db_path, f"damaged SQLite file ({e})") from e
+        return only
+    return tables
+
+
+def _step_table_only(db_path: Path, rank_dir: Path, framework: str, src: RankSource) -> RankTables | None:
+    """A rank from analysis.db's StepTraceTime alone (when the main DB is unreadable); None without one."""
+    path = next((db_path.parent / n for n in ANALYSIS_DBS if (db_path.parent / n).is_file()), None)
+    if path is None:
+        return None
+    tables = RankTables(src.rank if src.rank is not None else 0)
+    try:
+        with open_ro(path) as con:
+            adb = Db(con, path)
+            reader = _DbReader(adb, tables, rank_dir, framework, src)
+            reader._step_trace_time(adb)
+    except (ProfileError, sqlite3.DatabaseError):
+        return None
+    if not tables.count("vendor_step_trace"):
+        return None
+    tables.warn(f"{db_path.name}: unreadable (damaged SQLite file); the rank keeps only the step table of "
+                f"{path.name} ({tables.count('vendor_step_trace')} step row(s)), no timeline")
+    meta = read_rank_meta(rank_dir, tables)
+    tables.add("ranks", source_path=str(rank_dir), format=src.format, vendor="ascend",
+               framework=None if framework == "msprof" else framework, framework_version=meta.framework_version,
+               device_name=meta.device_name, device_id=meta.device_id, world_size=meta.world_size,
+               profiler_level=meta.profiler_level)
     return tables
 
 
