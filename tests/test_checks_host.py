@@ -544,6 +544,10 @@ def _kineto_sync_trace(path: Path, *, busy: bool, collective: bool = False, wait
     def sync(outer: str, at: float, until: float) -> None:
         ops = [outer, "aten::item", "aten::_local_scalar_dense"] if outer != "aten::item" else \
             ["aten::item", "aten::_local_scalar_dense"]
+        # with_stack frames: the user's function, then a library frame inside it (skipped for the source)
+        for k, name in enumerate(("train.py(42): forward", "torch/nn/modules/module.py(1736): _call_impl")):
+            ev.append({"ph": "X", "cat": "python_function", "name": name, "pid": 1, "tid": 1, "ts": at - 6 + k,
+                       "dur": until - at + 12 - 2 * k})
         for k, name in enumerate(ops):
             ev.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": at + k,
                        "dur": until - at + 4 - 2 * k})
@@ -612,6 +616,8 @@ def test_sync_stream_counts_idle_after_syncs_with_their_trigger(tmp_path: Path) 
     assert f.impact_ms == pytest.approx(8 * 0.210, abs=0.02)
     top = e["triggers"][0]
     assert (top["trigger"], top["outer_trigger"]) == ("aten::_local_scalar_dense", "aten::is_nonzero")
+    assert top["source"] == "train.py(42): forward" and top["calls"] == 8 * len(res.ctx.steps_of(0))
+    assert "aten::is_nonzero" in f.message and "train.py(42)" in f.message
     assert "cuda-launch-blocking-off" not in f.fixes                      # nothing set CUDA_LAUNCH_BLOCKING
 
 

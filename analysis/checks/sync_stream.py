@@ -311,7 +311,8 @@ class SyncStreamCheck(Check):
                     "rule": "msprof-analyze synchronize_stream (fixed high priority)"}
         else:
             trig = (e.get("triggers") or [{}])[0]
-            by = "".join([f" from {trig['trigger']}" if trig.get("trigger") else "",
+            op = " > ".join(dict.fromkeys(x for x in (trig.get("outer_trigger"), trig.get("trigger")) if x))
+            by = "".join([f" from {op}" if op else "",
                           f" at {trig['source']}" if trig.get("source") else ""])
             what = (f"{e.get('syncs_leaving_device_idle_per_step', 0):g} {subject} calls per step{by} leave the "
                     f"device idle {fmt_ms(e.get('impact_ms_per_step', 0))} ms per step on rank {rank_w} until the "

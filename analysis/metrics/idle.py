@@ -6,7 +6,8 @@
   device is still busy leaves no idle and costs nothing here, however long the host waited.
 * `sync_triggers(ctx, rank, ...)`: the innermost operator that issued each synchronize (`aten::item`,
   `aten::_local_scalar_dense`, `aten::is_nonzero`, `aten::nonzero`, ...), and where stacks were recorded
-  (with_stack: `python_function` events) the innermost user source line.
+  (with_stack: `python_function` events) the innermost user frame as Kineto names it, "file.py(line): function"
+  (the line is where that function starts; library frames such as torch/ are skipped).
 * `profiler_overhead(ctx, rank)`: per-step host overhead of the profiler itself, from the unprofiled step
   times written next to the traces (`meta/step_times_rank<N>.json`: `step_ms` per iteration and the
   `profiled_steps`): median profiled step minus median steady unprofiled step, in ms; None when absent.
@@ -32,7 +33,8 @@ TRIGGER_RE = re.compile(r"^aten::(item|_local_scalar_dense|is_nonzero|nonzero|eq
 COLLECTIVE_RE = re.compile(r"^(gloo|nccl|rccl|hccl|mpi|ucc):|^c10d::|record_param_comms|^ProcessGroup\w*::", re.I)
 # a Python frame recorded with with_stack: "file.py(123): func"; library frames are skipped for the source line
 _PY_FRAME_RE = re.compile(r"^(?P<file>[^()]+\.py)\((?P<line>\d+)\): (?P<func>.+)$")
-_LIB_PATH_RE = re.compile(r"(site-packages|dist-packages|/torch/|/lib/python3|<built-in)")
+_LIB_PATH_RE = re.compile(r"(site-packages|dist-packages|(^|/)(torch|torch_npu|numpy|contextlib|functools|"
+                          r"threading|multiprocessing)/|/lib/python3|<built-in|^<)")
 
 
 def idle_after(starts: np.ndarray, ends: np.ndarray, t: np.ndarray, limit: np.ndarray) -> np.ndarray:
