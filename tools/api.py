@@ -15,6 +15,8 @@ from ..analysis.checks.base import CheckContext, registry, run_checks
 from ..analysis.checks.env_var import ENV_RULES, RULES_BY_NAME
 from ..analysis.checks.slow_link import link_stats
 from ..analysis.checks.slow_rank import analyse as analyse_slow_ranks
+from ..analysis.checks.slow_rank import arrival as slow_rank_arrival
+from ..analysis.checks.stage_imbalance import stage_of_ranks
 from ..analysis.ingest.base import ProfileError
 from ..analysis.metrics.breakdown import compute_breakdown, totals, vendor_mismatches
 from ..analysis.models import SEVERITY_ORDER, Finding
@@ -26,6 +28,7 @@ from .models import (
     IssueReport,
     Kernel,
     Link,
+    RankVerdict,
     SlowDimension,
     SlowLinks,
     SlowRank,
@@ -126,11 +129,42 @@ def slow_ranks(ref: ProfileRef) -> SlowRanks:
                           slow=[conv(e) for e in s.slow],
                           late_arrivals=[conv(e) for e in s.fast] if name == "communication" else [])
             for name, s in stats.items()]
-    run = run_checks(ctx, only=["slow-rank"])
+    run = run_checks(ctx, only=["slow-rank", "stage-imbalance"])
     warnings = list(prof.warnings)
     if len(prof.info.ranks) < 2:
         warnings.append("one rank only: nothing to compare it with")
-    return SlowRanks(profile=prof.info, dimensions=dims, findings=run.findings, warnings=warnings)
+    return SlowRanks(profile=prof.info, dimensions=dims, findings=run.findings, warnings=warnings,
+                     ranks=_rank_verdicts(ctx, run.findings), stragglers=slow_rank_arrival(ctx).stragglers)
+
+
+def _rank_verdicts(ctx: CheckContext, findings: list[Finding]) -> list[RankVerdict]:
+    """Every rank with its verdict: straggler (arrives last) > slow (a dimension) > heavy pipeline stage >
+    waits for a straggler > ok, and the cause the finding gives."""
+    arr = slow_rank_arrival(ctx)
+    st = stage_of_ranks(ctx)
+    stages = st[0] if st else {}
+    named: dict[int, Finding] = {}
+    for f in findings:
+        for r in f.ranks:
+            named.setdefault(r, f)
+    out = []
+    for r in ctx.all_ranks:
+        ra = arr.ranks.get(r)
+        f = named.get(r)
+        common = {"rank": r, "stage": stages[r] + 1 if r in stages else None,
+                  "matched_collectives": ra.matched if ra else None, "arrived_last": ra.last if ra else None,
+                  "wait_caused_per_step_ms": ra.caused_per_step_ms if ra else None}
+        if f is not None:
+            verdict = ("straggler" if r in arr.stragglers else
+                       "heavy-stage" if f.check == "stage-imbalance" else "slow")
+            out.append(RankVerdict(verdict=verdict, cause=f.message, finding=f.title, **common))
+        elif arr.stragglers:
+            waits = [s for s in arr.stragglers if s != r]
+            out.append(RankVerdict(verdict="waits", waits_for=waits, cause=(
+                f"it waits at collectives for rank(s) {', '.join(map(str, waits))}, which arrive last"), **common))
+        else:
+            out.append(RankVerdict(verdict="ok", cause="no dimension beyond its peers and no late arrival", **common))
+    return out
 
 
 def slow_links(ref: ProfileRef, *, limit: int = 20) -> SlowLinks:

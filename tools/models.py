@@ -49,9 +49,27 @@ class SlowDimension(BaseModel):
                                                       "(they arrive last and make the others wait)")
 
 
+class RankVerdict(BaseModel):
+    """One rank's answer to "is it slow, and why"."""
+
+    rank: int
+    verdict: Literal["straggler", "slow", "heavy-stage", "waits", "ok"] = Field(
+        description="straggler: arrives last at collectives; slow: slower than its peers in a dimension; "
+                    "heavy-stage: in the pipeline stage that computes most; waits: only waits for a straggler")
+    cause: str
+    finding: str | None = Field(None, description="title of the finding that names this rank")
+    stage: int | None = Field(None, description="pipeline stage, 1-based, when stages are known")
+    matched_collectives: int | None = None
+    arrived_last: int | None = Field(None, description="collectives it arrived last at (significantly)")
+    wait_caused_per_step_ms: float | None = Field(None, description="the other ranks' wait for it per step")
+    waits_for: list[int] = Field(default_factory=list)
+
+
 class SlowRanks(_WithProfile):
     dimensions: list[SlowDimension]
     findings: list[Finding]
+    ranks: list[RankVerdict] = Field(default_factory=list, description="every rank, with its verdict and cause")
+    stragglers: list[int] = Field(default_factory=list, description="ranks that arrive last at collectives")
 
 
 class Link(BaseModel):

@@ -175,7 +175,7 @@ def _arrival(ctx: CheckContext) -> collectives.Arrivals:
     for r in a.stragglers:
         cur = ctx.profile.cursor()
         try:
-            a.ranks[r].before = collectives.before_arrival(cur, r, a.late)
+            a.ranks[r].before = collectives.before_arrival(cur, r, a)
         finally:
             cur.close()
     return a
@@ -185,12 +185,12 @@ def _arrival_text(ra: collectives.RankArrival) -> str:
     b = ra.before
     if not b:
         return ""
-    n = max(len(ra.steps), 1)
-    text = f"before arriving it spends {b['window_ms'] / n:.1f} ms per step on {_BEFORE_TEXT[b['cause']]}"
-    parts = [f"{_BEFORE_TEXT[k].split(' (')[0]} {b[k] / n:.1f} ms" for k in _BEFORE_TEXT if k != b["cause"] and b[k]]
-    if b["cause"] == "host_ops" and b["top_host_ops"]:
-        text += " (" + ", ".join(f"{h['name']} {h['ms'] / n:.1f} ms" for h in b["top_host_ops"]) + ")"
-    return text + (f"; also {', '.join(parts)}" if parts else "")
+    c = b["cause"]
+    text = (f"before each late arrival it spends {b['excess_ms'][c]:.1f} ms more than the other ranks on "
+            f"{_BEFORE_TEXT[c]} ({b['rank_ms'][c]:.1f} vs {b['peer_median_ms'][c]:.1f} ms)")
+    if c == "host_ops" and b["top_host_ops"]:
+        text += "; its host ops: " + ", ".join(f"{h['name']} {h['ms']:.1f} ms" for h in b["top_host_ops"])
+    return text
 
 
 def _compute_cause(ctx: CheckContext, e: SlowEntry) -> tuple[str, dict]:

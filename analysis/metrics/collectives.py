@@ -61,7 +61,8 @@ class Arrivals:
     instances: int               # matched collective instances
     ranks: dict[int, RankArrival]
     stragglers: list[int]        # ranks named late, worst first
-    late: pd.DataFrame           # per significant late instance: rank, step, start_ns, wait_ms
+    late: pd.DataFrame           # per significant late instance: inst, rank, step, start_ns, wait_ms
+    rows: pd.DataFrame = field(default_factory=pd.DataFrame)   # every matched row (see `instances`)
 
 
 def instances(sql) -> tuple[pd.DataFrame, str | None]:
@@ -153,7 +154,7 @@ def arrivals(sql, step_counts: dict[int, int], mean_step_ms: float | None) -> Ar
     named = [r for r, a in out.items() if a.last >= 1 and a.share_last >= T.straggler_last_share.value
              and a.caused_per_step_ms >= max(floor, T.straggler_min_wait_ms.value)]
     named.sort(key=lambda r: -out[r].caused_per_step_ms)
-    return Arrivals(source, int(pi.shape[0]), out, named, late.reset_index(drop=True))
+    return Arrivals(source, int(pi.shape[0]), out, named, late.reset_index(drop=True), df)
 
 
 def windows(late: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -164,33 +165,70 @@ def windows(late: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 
 _SKIP_HOST = ("ProfilerStep#%", "gloo:%", "c10d::%", "nccl:%", "record_param_comms%")
+PARTS = ("compute_kernels", "data_loading", "host_ops", "untraced")
 
 
-def before_arrival(cursor, rank: int, late: pd.DataFrame, limit: int = 200) -> dict:
-    """What `rank` did in the `wait_ms` before each late arrival (ms summed over the windows):
-    compute kernels on the device, data loading and other outermost host ops, and the rest untraced.
-    `cause` is the largest of compute / dataloader / host / untraced."""
-    w0, w1 = windows(late.loc[late["rank"] == rank])
-    if w0.size == 0:
+def lead_up(rows: pd.DataFrame, insts: np.ndarray) -> pd.DataFrame:
+    """Per (rank, inst) of the given instances, the lead-up window on that rank (ns, its own clock): from
+    the latest end of its earlier collectives (else its step start) to its arrival. Across the step
+    boundary on purpose: work at the end of a step (after the optimizer) delays the next step's first
+    collective. Collectives overlapping on two threads (gloo) leave an empty window."""
+    r = rows.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
+    ends = (r["start_ns"] + r["dur_ns"]).groupby(r["rank"]).cummax()
+    r["prev_end"] = ends.groupby(r["rank"]).shift(1)
+    return r[r["inst"].isin(insts)][["rank", "inst", "step", "start_ns", "prev_end"]].reset_index(drop=True)
+
+
+def before_arrival(cursor, rank: int, arr: Arrivals, limit: int = 64) -> dict:
+    """What `rank` did before its late arrivals, against the other ranks of the same collectives.
+
+    For each of its late instances (up to `limit`) and every rank in it, the lead-up window (`lead_up`) is
+    split into compute kernels (device), data loading and other outermost host ops, and untraced (window −
+    the larger of compute and host). Per part: the late rank's ms per instance minus the median of the
+    other ranks'; `cause` = the part with the largest excess (what made it late)."""
+    insts = arr.late.loc[arr.late["rank"] == rank, "inst"].to_numpy()[:limit]
+    if insts.size == 0 or arr.rows.empty:
         return {}
-    w = pd.DataFrame({"w0": w0[:limit], "w1": w1[:limit]})
-    cursor.register("win", w)
+    w = lead_up(arr.rows, insts)
+    cursor.register("lw", w)
+    cursor.execute("CREATE OR REPLACE TEMP TABLE win AS SELECT lw.rank, lw.inst, "
+                   "coalesce(lw.prev_end, s.start_ns, lw.start_ns)::BIGINT AS w0, lw.start_ns::BIGINT AS w1 "
+                   "FROM lw LEFT JOIN steps s ON s.rank = lw.rank AND s.step = lw.step")
+    cursor.unregister("lw")
     ov = "greatest(0, least(o.start_ns + o.dur_ns, win.w1) - greatest(o.start_ns, win.w0)) / 1e6"
     skip = " AND ".join(f"o.name NOT LIKE '{p}'" for p in _SKIP_HOST)
-    compute = cursor.execute(f"SELECT coalesce(sum({ov}), 0) FROM device_ops o JOIN win ON o.start_ns < win.w1 "
-                             f"AND o.start_ns + o.dur_ns > win.w0 WHERE o.rank = ? AND o.category = 'compute'",
-                             [rank]).fetchone()[0]
-    host = cursor.execute(f"SELECT o.name, o.category, sum({ov}) AS ms FROM host_ops o JOIN win ON o.start_ns < "
-                          f"win.w1 AND o.start_ns + o.dur_ns > win.w0 WHERE o.rank = ? AND coalesce(o.depth, 0) = 0 "
-                          f"AND {skip} GROUP BY ALL ORDER BY ms DESC", [rank]).df()
-    cursor.unregister("win")
-    total = float((w["w1"] - w["w0"]).sum()) / 1e6
-    dl = float(host.loc[(host["category"] == "dataloader") | host["name"].str.contains("ataLoader|dataloader"),
-                        "ms"].sum()) if not host.empty else 0.0
-    other = float(host["ms"].sum()) - dl if not host.empty else 0.0
-    untraced = max(0.0, total - max(float(compute), dl + other))
-    parts = {"compute_kernels": float(compute), "data_loading": dl, "host_ops": other, "untraced": untraced}
-    cause = max(parts, key=lambda k: parts[k])
-    top = [{"name": n, "category": c, "ms": round(float(m), 3)} for n, c, m in host.head(3).itertuples(index=False)]
-    return {"cause": cause, "window_ms": round(total, 3), **{k: round(v, 3) for k, v in parts.items()},
-            "top_host_ops": top}
+    dl = "(o.category = 'dataloader' OR o.name ILIKE '%dataloader%')"
+    # outermost host ops: the least depth of the rank's ops once the step annotations are left out (a Kineto
+    # ProfilerStep#N is depth 0 and holds everything else at depth 1)
+    cursor.execute(f"CREATE OR REPLACE TEMP TABLE base AS SELECT o.rank, min(coalesce(o.depth, 0)) AS d "
+                   f"FROM host_ops o WHERE o.rank IN (SELECT DISTINCT rank FROM win) AND {skip} GROUP BY o.rank")
+    df = cursor.execute(f"""
+        WITH c AS (SELECT win.rank, win.inst, sum({ov}) AS ms FROM win JOIN device_ops o ON o.rank = win.rank
+                   AND o.start_ns < win.w1 AND o.start_ns + o.dur_ns > win.w0 WHERE o.category = 'compute'
+                   GROUP BY ALL),
+             h AS (SELECT win.rank, win.inst, sum(CASE WHEN {dl} THEN {ov} ELSE 0 END) AS dl_ms,
+                          sum(CASE WHEN {dl} THEN 0 ELSE {ov} END) AS host_ms
+                   FROM win JOIN host_ops o ON o.rank = win.rank AND o.start_ns < win.w1
+                   AND o.start_ns + o.dur_ns > win.w0 JOIN base b ON b.rank = o.rank
+                   WHERE coalesce(o.depth, 0) = b.d AND {skip} GROUP BY ALL)
+        SELECT win.rank, win.inst, greatest(win.w1 - win.w0, 0) / 1e6 AS window_ms,
+               coalesce(c.ms, 0) AS compute_kernels, coalesce(h.dl_ms, 0) AS data_loading,
+               coalesce(h.host_ms, 0) AS host_ops
+        FROM win LEFT JOIN c USING (rank, inst) LEFT JOIN h USING (rank, inst)""").df()
+    top = cursor.execute(f"SELECT o.name, o.category, sum({ov}) AS ms FROM win JOIN host_ops o ON o.rank = win.rank "
+                         f"AND o.start_ns < win.w1 AND o.start_ns + o.dur_ns > win.w0 JOIN base b ON b.rank = o.rank "
+                         f"WHERE win.rank = ? AND coalesce(o.depth, 0) = b.d AND {skip} "
+                         f"GROUP BY ALL ORDER BY ms DESC LIMIT 3",
+                         [rank]).fetchall()
+    cursor.execute("DROP TABLE IF EXISTS win; DROP TABLE IF EXISTS base")
+    df["untraced"] = (df["window_ms"] - np.maximum(df["compute_kernels"], df["data_loading"] + df["host_ops"])).clip(0)
+    mine = df[df["rank"] == rank][["window_ms", *PARTS]].mean()
+    peers = df[df["rank"] != rank].groupby("rank")[["window_ms", *PARTS]].mean().median()
+    excess = {k: float(mine[k] - peers[k]) for k in PARTS}
+    cause = max(excess, key=lambda k: excess[k])
+    return {"cause": cause, "instances": int(insts.size), "window_ms": round(float(mine["window_ms"]), 3),
+            "peer_window_ms": round(float(peers["window_ms"]), 3),
+            "rank_ms": {k: round(float(mine[k]), 3) for k in PARTS},
+            "peer_median_ms": {k: round(float(peers[k]), 3) for k in PARTS},
+            "excess_ms": {k: round(v, 3) for k, v in excess.items()},
+            "top_host_ops": [{"name": n, "category": c, "ms": round(float(m), 3)} for n, c, m in top]}

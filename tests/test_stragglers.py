@@ -1,0 +1,128 @@
+"""Stragglers by arrival and pipeline stage imbalance: the late rank / heavy stage is named, the ranks that
+wait for it are not; generated stores at 8, 64 and 1,024 ranks, and the real runs that showed the gaps."""
+
+from __future__ import annotations
+
+import csv
+import statistics
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import SHARED, need
+from stepdoctor.analysis.checks.base import CheckContext, run_checks
+from stepdoctor.analysis.metrics import collectives
+from stepdoctor.evals.generate import stragglers as gen
+from stepdoctor.tools import api
+
+REAL = SHARED / "real"
+GLOO2 = REAL / "gpu-h100" / "gloo2_straggler" / "traces"
+PIPE = REAL / "ascend" / "mindinsight-fixtures" / "cluster_propose"
+MEDIUM_UP = ("medium", "high", "critical")
+
+
+def _run(prof):
+    t = time.perf_counter()
+    run = run_checks(CheckContext(prof), only=["slow-rank", "stage-imbalance"])
+    return run.findings, time.perf_counter() - t
+
+
+@pytest.mark.parametrize("n", [8, 64, 1024])
+@pytest.mark.parametrize(("scenario", "excess_ms", "cause"), [("late", gen.LATE_MS, "untraced"),
+                                                             ("host", gen.HOST_MS, "data_loading")])
+def test_generated_straggler_named_and_waiters_not(tmp_path, n, scenario, excess_ms, cause):
+    prof = gen.open_store(gen.build(tmp_path, n, scenario))
+    findings, secs = _run(prof)
+    culprit = n // 2
+    assert [f.ranks for f in findings if f.check == "slow-rank"] == [[culprit]]
+    f = findings[0]
+    assert f.severity == "high"
+    arr = f.evidence["arrival"]
+    assert arr["last"] == arr["matched"] == 3                       # last at every step's allreduce
+    # the others wait the culprit's delay (plus the jitter of their own compute, 0.05 ms sd)
+    assert arr["wait_caused_per_step_ms"] == pytest.approx(excess_ms, abs=0.2)
+    assert arr["before_arrival"]["cause"] == cause
+    assert "arrives last at 3 of 3 collectives" in f.message
+    if n == 1024:
+        print(f"\n1024 ranks, {scenario}: slow-rank + stage-imbalance in {secs:.2f} s")
+        assert secs < 30                                            # generous: 2-3 s on 2 loaded cores
+
+
+@pytest.mark.parametrize("n", [8, 64, 1024])
+def test_generated_stage_imbalance_names_the_last_stage(tmp_path, n):
+    prof = gen.open_store(gen.build(tmp_path, n, "stage"))
+    findings, secs = _run(prof)
+    per = n // 4
+    assert [(f.check, f.subject) for f in findings] == [("stage-imbalance", "stage 4 of 4")]
+    f = findings[0]
+    assert f.ranks == list(range(3 * per, n))
+    assert f.evidence["gap_ms"] == pytest.approx(gen.COMPUTE_MS * (gen.STAGE_EXTRA - 1), abs=0.2)
+    assert "last stage" in f.message and "fewer layers" in f.message
+    if n == 1024:
+        print(f"\n1024 ranks, stage: {secs:.2f} s")
+        assert secs < 30
+
+
+def test_per_instance_tests_dixon_and_sigma():
+    # 5 ranks: rank 4 arrives last by 3 ms (shortest wait), the others within 0.1 ms: Dixon Q = 0.97 > 0.710
+    durs = [10.0, 10.05, 10.1, 9.95, 7.0]
+    df = pd.DataFrame({"inst": 1, "rank": range(5), "step": 1, "start_ns": 0,
+                       "dur_ns": (np.array(durs) * 1e6).astype(np.int64)})
+    pi = collectives.per_instance(df)
+    assert pi.loc[0, "rank"] == 4 and bool(pi.loc[0, "significant"])
+    assert pi.loc[0, "wait_ms"] == pytest.approx(10.025 - 7.0, abs=1e-6)
+    # the same spread without an outlier: Q = 0.05 / 0.15 below the critical value, nobody is late
+    df["dur_ns"] = (np.array([10.0, 10.05, 10.1, 9.95, 9.9]) * 1e6).astype(np.int64)
+    assert not bool(collectives.per_instance(df).loc[0, "significant"])
+    # 40 ranks: 3-sigma on the other ranks' durations
+    rng = np.random.default_rng(1)
+    d = 10 + rng.normal(0, 0.05, 40)
+    d[7] = 8.0
+    df = pd.DataFrame({"inst": 1, "rank": range(40), "step": 1, "start_ns": 0, "dur_ns": (d * 1e6).astype(np.int64)})
+    pi = collectives.per_instance(df)
+    assert pi.loc[0, "rank"] == 7 and bool(pi.loc[0, "significant"])
+
+
+def test_gloo2_straggler_names_rank1_not_rank0():
+    sr = api.slow_ranks(need(GLOO2))
+    named = {(f.check, tuple(f.ranks)): f for f in sr.findings}
+    assert ("slow-rank", (1,)) in named
+    assert not [f for f in sr.findings if f.check == "slow-rank" and 0 in f.ranks and f.severity in MEDIUM_UP]
+    f = named[("slow-rank", (1,))]
+    ev = f.evidence.get("arrival") or f.evidence
+    # 3 gloo allreduces per step over steps 4-7, rank 1 last at all 12; its 50 ms sleep is untraced
+    assert (ev["matched"], ev["last"]) == (12, 12)
+    b = ev["before_arrival"]
+    assert b["cause"] == "untraced"
+    # summed over its 12 lead-up windows / 4 steps: the 50 ms time.sleep per step, nothing traced in it
+    assert b["rank_ms"]["untraced"] * b["instances"] / 4 == pytest.approx(50, abs=4)
+    assert b["excess_ms"]["untraced"] > 10 * max(b["excess_ms"]["compute_kernels"], b["excess_ms"]["host_ops"])
+    verdicts = {v.rank: v for v in sr.ranks}
+    assert verdicts[1].verdict == "straggler" and verdicts[0].verdict == "waits" and verdicts[0].waits_for == [1]
+    assert sr.stragglers == [1]
+
+
+def _pipeline_csv_compute(rank: int) -> list[float]:
+    with (PIPE / f"ascend_cluster_analyse_pipeline-parallel_2_4_{rank}.csv").open() as fh:
+        rows = [float(r["computation_time"]) for r in csv.DictReader(fh)]
+    # one row per step of step_trace_raw (5 steps); the CSVs hold a 6th row that no step matches
+    return rows[:5]
+
+
+def test_cluster_propose_stage_imbalance_names_second_stage():
+    sr = api.slow_ranks(need(PIPE))
+    st = [f for f in sr.findings if f.check == "stage-imbalance"]
+    assert len(st) == 1
+    f = st[0]
+    assert f.subject == "stage 2 of 2" and f.ranks == [2, 3]
+    # the numbers the files give: median computation_time per rank over its steps, median over a stage's ranks
+    stage = [statistics.median([statistics.median(_pipeline_csv_compute(r)) for r in rs]) for rs in ([0, 1], [2, 3])]
+    assert f.evidence["stages"][0]["compute_ms"] == pytest.approx(stage[0], abs=0.001)     # 14.667 ms
+    assert f.evidence["stages"][1]["compute_ms"] == pytest.approx(stage[1], abs=0.001)     # 123.042 ms
+    assert f.evidence["gap_ms"] == pytest.approx(stage[1] - stage[0], abs=0.002)           # 108.375 ms
+    assert f.severity == "high" and f.impact_ms == pytest.approx(f.evidence["gap_ms"], abs=0.01)
+    assert f.fixes[0] == "pipeline-stage-rebalance"
+    assert {v.rank: v.verdict for v in sr.ranks} == {0: "ok", 1: "ok", 2: "heavy-stage", 3: "heavy-stage"}
+    assert [v.stage for v in sr.ranks] == [1, 1, 2, 2]
