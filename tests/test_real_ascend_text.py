@@ -127,8 +127,8 @@ def _launch_pairs(rank_dir: Path) -> list[tuple[int, int]]:
 
 
 def test_flow_ids_beyond_int64_are_interned(tmp_path: Path):
-    """The Level1 HCCL flow id beyond int64 pairs its flow whether written as a string or as a number (ids
-    interned densely, 0..n-1); flows whose id is a sentinel (UINT32_MAX) pair nothing, and the device task
+    """The Level1 HCCL flow id beyond int64 pairs its flow whether written as a string or as a number (an id
+    beyond int64 interned after the others); flows whose id is a sentinel (UINT32_MAX) pair nothing, and the device task
     they ended on loses its launch link."""
     src = need(ASC / LEVELS[1] / "rank0_ascend_pt")
     rank = tmp_path / "rank0_ascend_pt"
@@ -136,7 +136,11 @@ def test_flow_ids_beyond_int64_are_interned(tmp_path: Path):
     tv = rank / OUT / "trace_view.json"
     events = json.loads(tv.read_text())
     as_string, linked = _launch_pairs(rank), _linked(rank)
-    assert len(as_string) == 420 and [c for c, _ in as_string] == list(range(420))   # async_npu + HostToDevice
+    assert len(as_string) == 420                       # async_npu + HostToDevice flows
+    ids = [c for c, _ in as_string]
+    assert all(0 <= c < 1 << 63 for c in ids)
+    # the task the big flow ends on has its two flows (async_npu, HostToDevice) paired
+    assert len({c for c, ts in as_string if ts == 1736408883717530550}) == 2
     big = [e for e in events if e.get("ph") in ("s", "f") and e.get("id") == BIG_FLOW_ID]
     assert len(big) == 2
     end = next(e for e in big if e["ph"] == "f")
@@ -244,3 +248,13 @@ def test_damaged_trace_keeps_the_rank(tmp_path: Path):
     assert r0.step_source == "step_table" and r0.free_ms == pytest.approx(25.908102)
     prof = api.load(str(tmp_path))
     assert dict(prof.rows("SELECT rank, count(*) FROM device_ops GROUP BY 1"))[0] == 191
+
+
+def test_task_type_other_kernels_are_compute():
+    """mstt-fixtures/timeline_advice (a bare trace_view.json of an older CANN): every hardware task is typed
+    'Other'; the kernels (aclnn*, trans_*, Conv2D*) are compute, the two MEMCPY_ASYNC tasks memory."""
+    path = need(ASC / "mstt-fixtures" / "timeline_advice")
+    prof = api.load(str(path))
+    assert dict(prof.rows("SELECT category, count(*) FROM device_ops GROUP BY 1")) == {"compute": 274, "memory": 2}
+    b = api.breakdown(str(path))
+    assert b.rows and all(r.compute_ms and r.compute_ms > 0 for r in b.rows)

@@ -119,6 +119,15 @@ def task_category(task_type: str | None, name: str, default: str) -> str:
         return "memory"
     if any(k in tt for k in ("EVENT", "NOTIFY", "WAIT", "WRITE_VALUE", "BARRIER", "SYNC")):
         return "sync"
+    if tt == "OTHER":
+        # Older CANN types every hardware task "Other" (mstt-fixtures/timeline_advice: aclnn*, trans_*,
+        # Conv2D* kernels and MEMCPY): the name tells copies and waits from kernels.
+        up = name.upper()
+        if up.startswith(("MEMCPY", "MEMSET")) or "DMA" in up:
+            return "memory"
+        if up.startswith(("EVENT", "NOTIFY", "WAIT")):
+            return "sync"
+        return "compute"
     return default
 
 
@@ -134,6 +143,7 @@ def task_category(task_type: str | None, name: str, default: str) -> str:
 BLOCK_BYTES = 32 << 20
 # Ids that mean "none" in torch_npu / CANN exports (UINT32_MAX, -1, UINT64_MAX): NULL, never joined on.
 SENTINEL_IDS = frozenset({4294967295, -1, 18446744073709551615})
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 def _sentinel_id(value: Any) -> bool:
@@ -2729,9 +2739,16 @@ class _RankReader:
         matched = [(key, s, ends[key]) for key, s in starts.items() if key in ends and not _sentinel_id(key[1])]
         if not matched:
             return pairs
-        # Flow ids are opaque (HCCL's exceed int64: "55426082093320372223", as text or a number), and only
-        # join a flow's two ends: each (cat, id) is interned to a dense int64, 0, 1, ... by first start.
-        ids = list(range(len(matched)))
+        # Flow ids are opaque (HCCL's exceed int64: "55426082093320372223", as text or a number). An int64 id
+        # is kept: it is the CANN connection id the DB export joins on, shared by a task's async_npu and
+        # HostToDevice flows. Any other (cat, id) is interned after the largest, by first appearance.
+        ids = [i if i is not None and _INT64_MIN <= i <= _INT64_MAX else None
+               for i in (as_int(key[1]) for key, _, _ in matched)]
+        if None in ids:
+            base = max((i for i in ids if i is not None), default=-1) + 1
+            first: dict[tuple[Any, Any], int] = {}
+            ids = [i if i is not None else base + first.setdefault(key, len(first))
+                   for i, (key, _, _) in zip(ids, matched, strict=True)]
         s_rows = [s for _, s, _ in matched]
         f_rows = [f for _, _, f in matched]
         ts = tr.fl_ts.tolist()
@@ -3008,10 +3025,13 @@ class _RankReader:
 
     @staticmethod
     def _categories(task_type: Sequence[Any], name: Sequence[Any], default: str) -> np.ndarray:
-        """`task_category` of each row, computed once per distinct (task type, hcom_ name) pair."""
-        keys = list(zip([tt if isinstance(tt, str) else None for tt in task_type],
-                        [str(n).startswith("hcom_") for n in name], strict=True))
-        table = {key: task_category(key[0], "hcom_" if key[1] else "", default) for key in set(keys)}
+        """`task_category` of each row, computed once per distinct (task type, hcom_ name) pair; tasks typed
+        "Other" (older CANN) per name, which is all that tells them apart."""
+        types = [tt if isinstance(tt, str) else None for tt in task_type]
+        keys = list(zip(types, [str(n) if tt is not None and tt.upper() == "OTHER" else str(n).startswith("hcom_")
+                                for tt, n in zip(types, name, strict=True)], strict=True))
+        table = {key: task_category(key[0], key[1] if isinstance(key[1], str) else "hcom_" if key[1] else "",
+                                    default) for key in set(keys)}
         return _objects(list(map(table.__getitem__, keys)))
 
     def _device_steps(self, start: np.ndarray, corr: np.ma.MaskedArray, source: np.ma.MaskedArray,
