@@ -86,6 +86,7 @@ from typing import Any, BinaryIO, ClassVar, Union
 import msgspec
 import numpy as np
 
+from ..metrics.comm_kinds import comm_kernel_name, comm_launcher_name, comm_streams, launched_inside
 from .base import Coded, ProfileError, RankSource, RankTables
 
 # --------------------------------------------------------------------------------------------------
@@ -139,7 +140,6 @@ WHERE d.rank = $1 AND d.stream_id IS NOT NULL AND (
 # COMPUTATION = not matching `^nccl.*Kernel|.*Memcpy|^Memset|.*Sync`; OTHER = the rest. We keep its
 # compute set exactly (so compute time matches) and widen communication to RCCL/HCCL/ncclDevKernel names
 # and to kernels carrying a `Collective name` arg.
-_COMM_RE = re.compile(r"^nccl|ncclDevKernel|ncclKernel|^rccl|^hccl", re.I)
 _MEMORY_RE = re.compile(r"^(hip)?Memcpy|^(hip)?Memset|^dma")
 _SYNC_RE = re.compile(r"^Stream Wait Event|^(Stream|Event|Context|Device) Sync|^event_(wait|record)$")
 # names HTA (0.5.0 + v0.6.1 exclusions) does not count as computation
@@ -367,7 +367,7 @@ def classify_device_op(name: str, task_type: str, has_collective: bool = False) 
         return "sync"
     if task_type in ("gpu_memcpy", "gpu_memset"):
         return "memory"
-    if has_collective or _COMM_RE.search(name):
+    if has_collective or comm_kernel_name(name):
         return "communication"
     if _MEMORY_RE.match(name):
         return "memory"
@@ -1036,6 +1036,44 @@ def _step_of(ts: np.ndarray, st_start: np.ndarray, st_end: np.ndarray, st_num: n
     return np.where(inside, st_num[ic], _NONE)
 
 
+def _launcher_ops(names: list[str], h_nid: np.ndarray, h_cat: np.ndarray, h_tid: np.ndarray,
+                  h_start: np.ndarray, h_dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Host ops whose name says communication (comm_kinds rule 2), and which host events (runtime /
+    driver launch calls) start inside one of them on the same thread: (is_launcher_op, launched_inside)."""
+    is_op = np.array([comm_launcher_name(str(n)) for n in names], dtype=bool)[h_nid] if h_nid.size else \
+        np.zeros(0, dtype=bool)
+    is_op &= (h_cat != _H_RUNTIME) & (h_cat != _H_DRIVER)
+    calls = (h_cat == _H_RUNTIME) | (h_cat == _H_DRIVER)
+    inside = np.zeros(h_nid.size, dtype=bool)
+    if is_op.any() and calls.any():
+        ci = np.flatnonzero(calls)
+        inside[ci] = launched_inside(h_tid[is_op], h_start[is_op], h_start[is_op] + h_dur[is_op],
+                                     h_tid[ci], h_start[ci])
+    return is_op, inside
+
+
+def _comm_by_launcher_and_stream(labels: np.ndarray, inverse: np.ndarray, launch: np.ndarray,
+                                 is_kernel: np.ndarray, stream: np.ndarray,
+                                 launchers: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Kernels launched inside a communication op, or on a communication stream, become communication
+    (comm_kinds rules 2 and 3); memcpy / memset / sync keep their category. Returns (labels, inverse)."""
+    _, inside = launchers
+    by_launch = is_kernel & (launch >= 0) & inside[np.clip(launch, 0, None)] if inside.size else \
+        np.zeros(launch.size, dtype=bool)
+    is_comm = labels[inverse] == "communication"
+    comm_so_far = (is_comm | by_launch) & is_kernel
+    streams = comm_streams(stream, is_kernel & (stream >= 0), comm_so_far)
+    by_stream = is_kernel & (stream >= 0) & np.isin(stream, streams)
+    make = (by_launch | by_stream) & ~is_comm
+    if not make.any():
+        return labels, inverse
+    if "communication" not in labels.tolist():
+        labels = np.append(labels, np.array(["communication"], dtype=object))
+    inverse = inverse.copy()
+    inverse[make] = labels.tolist().index("communication")
+    return labels, inverse
+
+
 def _vendor(meta: dict[str, Any], n_dev: int, has_mtia: bool, hip_runtime: bool) -> str:
     props = meta.get("deviceProperties") or []
     names = " ".join(str(p.get("name", "")) for p in props if isinstance(p, dict))
@@ -1279,6 +1317,9 @@ def _build(t: RankTables, src: RankSource, path: Path, doc: _Doc, f: _Folder) ->
         labels = np.array([classify_device_op(str(names[k // 2 // len(_DEVICE_TASKS)]),
                                               _DEVICE_TASKS[(k // 2) % len(_DEVICE_TASKS)], bool(k % 2))
                            for k in uniq.tolist()], dtype=object)
+        labels, inverse = _comm_by_launcher_and_stream(
+            labels, inverse, launch, d_task == _D_KERNEL, d_stream,
+            _launcher_ops(names, h_nid, h_cat, h_tid, h_start, h_dur))
         category = labels[inverse]
         collective = np.full(nd, None, dtype=object)
         group = np.full(nd, None, dtype=object)
