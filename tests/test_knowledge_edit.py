@@ -746,14 +746,26 @@ def test_bad_inputs_raise_clear_errors(tmp_path):
 
 
 def test_insert_after_import_adds_the_import_only_to_files_that_use_torch(tmp_path):
-    gpu = _copy(tmp_path, "gpu_ddp_train.py")
-    result = _suggest(gpu, "npu-jit-compile-off")
-    patched = _check_applies(tmp_path, "gpu_ddp_train.py", result)
+    # A script that names no device takes the NPU settings after its torch imports.
+    neutral = tmp_path / "neutral.py"
+    neutral.write_text(
+        "import torch\nfrom torch.utils.data import DataLoader, DistributedSampler\n\n"
+        "model = torch.nn.Linear(2, 2)\n",
+        encoding="utf-8",
+    )
+    patched = _suggest(neutral, "npu-jit-compile-off").patched_text or ""
+    ast.parse(patched)
     assert (
         "from torch.utils.data import DataLoader, DistributedSampler\nimport torch_npu\n"
         "torch_npu.npu.set_compile_mode(jit_compile=False)\n"
         "torch_npu.npu.config.allow_internal_format = False\n"
     ) in patched
+
+    # A script that runs on CUDA is never ported to torch_npu behind the user's back.
+    gpu = _copy(tmp_path, "gpu_ddp_train.py")
+    result = _suggest(gpu, "npu-jit-compile-off")
+    assert result.diff == "" and result.status == "no-spot"
+    assert "this edit brings in ascend APIs; the file runs on cuda" in result.message
 
     plain = tmp_path / "tool.py"
     plain.write_text("import json\n\nprint(json.dumps({}))\n", encoding="utf-8")

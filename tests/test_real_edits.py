@@ -17,6 +17,7 @@ import pytest
 
 from conftest import SHARED, need
 from stepdoctor.knowledge.edit import EditResult, suggest_edits_for_fixes
+from stepdoctor.knowledge.loader import load_fixes
 from stepdoctor.tools.knowledge_tools import suggest_edit
 
 REAL = SHARED / "real"
@@ -151,6 +152,19 @@ def test_healthy_scripts_get_no_diff(run: str) -> None:
     assert res.status == "already-applied", res.message
 
 
+ALL_RUNS = sorted(PLANTED) + HEALTHY + ["gloo2_straggler"]
+
+
+@pytest.mark.parametrize("run", ALL_RUNS)
+def test_ascend_only_edits_never_touch_a_cuda_script(run: str) -> None:
+    """The H100 scripts run on CUDA: an NPU fused API (torch_npu optimizer, HF32, jit mode) is not offered."""
+    ascend_only = [f.id for f in load_fixes().values() if list(f.applies_to.vendor) == ["ascend"] and f.code_edit]
+    assert "npu-fused-optimizer" in ascend_only
+    for fix in ascend_only:
+        res = _result(run, [fix])
+        assert res.diff == "" and "torch_npu" not in (res.patched_text or ""), (fix, res.message)
+
+
 def test_straggler_sleep_has_no_automatic_edit() -> None:
     """gloo2_straggler's rank 1 does extra host work: balancing it is a human decision (template only)."""
     res = _result("gloo2_straggler", ["slow-rank-load-imbalance"])
@@ -181,7 +195,7 @@ PROFILE_NEEDS = {
 }
 
 
-@pytest.mark.parametrize("run", sorted(PLANTED) + HEALTHY + ["gloo2_straggler"])
+@pytest.mark.parametrize("run", ALL_RUNS)
 def test_profile_drives_the_same_edit(tmp_path: Path, run: str) -> None:
     script = _script(run)
     out = suggest_edit(script, profile=str(need(H100 / run)))

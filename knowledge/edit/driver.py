@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..loader import get_fix
-from ..schema import Fix
+from ..schema import CodeEdit, Fix
 from .pyblocks import (
     _handle_periodic_in_loop,
     _handle_remove_sync_guard,
@@ -112,6 +112,23 @@ def _template(fix: Fix, frameworks: set[str] | None) -> str | None:
     return "\n\n".join(parts) or None
 
 
+_DEVICE_WORDS = {"ascend": re.compile(r"\btorch_npu\b|\.npu\b"), "cuda": re.compile(r"\.cuda\b|\bcuda\.")}
+
+
+def _foreign_device(edit: CodeEdit, devices: set[str]) -> str | None:
+    """The vendor whose API the edit would introduce into a file that visibly runs on another one, else
+    None (a file that names no device, or names that vendor, takes the edit)."""
+    if not devices:
+        return None
+    produced = " ".join(
+        [*edit.statements, *edit.periodic, *edit.imports, *edit.replacements.values(), *(k.value for k in edit.kwargs)]
+    )
+    for vendor, pattern in _DEVICE_WORDS.items():
+        if vendor not in devices and pattern.search(produced):
+            return vendor
+    return None
+
+
 @dataclass
 class _FixRun:
     text: str
@@ -149,6 +166,7 @@ def _run_fix(fix: Fix, text: str, kind: FileKind, params: dict[str, Any], histor
         except SyntaxError as exc:
             raise ValueError(f"cannot parse the Python file: {exc.msg} (line {exc.lineno})") from None
         frameworks = mod.frameworks() or None
+        devices = mod.devices()
         for edit in fix.code_edit:
             if edit.kind == "template":
                 continue
@@ -157,6 +175,11 @@ def _run_fix(fix: Fix, text: str, kind: FileKind, params: dict[str, Any], histor
             if edit.requires_params and not set(edit.requires_params) <= explicit:
                 continue
             if edit.unless_params and set(edit.unless_params) & explicit:
+                continue
+            foreign = _foreign_device(edit, devices)
+            if foreign:
+                # e.g. an NPU fused optimizer offered for a script that runs on CUDA: never port it silently
+                total.notes.append(f"this edit brings in {foreign} APIs; the file runs on {'/'.join(sorted(devices))}")
                 continue
             if edit.skip_if_matched and total.matched:  # an earlier item of this fix already covers the file
                 continue
@@ -265,7 +288,9 @@ def _result(
         elif run.status == "already-applied":
             text = f"{fix_id}: already applied in {path}, nothing to change ({whats})"
         else:
-            text = f"{fix_id}: no place to apply it automatically in {path}; see the template"
+            text = f"{fix_id}: no place to apply it automatically in {path}" + (
+                "; see the template" if run.template else ""
+            )
         parts.append(text + (f". Notes: {notes}" if notes else ""))
     templates = [run.template for _, run in runs if run.template]
     return EditResult(

@@ -97,6 +97,25 @@ class _Module:
             found.add("pytorch")
         return found
 
+    def devices(self) -> set[str]:
+        """Accelerator vendors the file visibly targets: `cuda` for `torch.cuda.*`, `.cuda()` or a "cuda"
+        device string, `ascend` for torch_npu imports, `.npu()` or an "npu" device string. Empty when the
+        file names neither (a fix is then never ruled out by vendor)."""
+        found: set[str] = set()
+        if "torch_npu" in self.packages:
+            found.add("ascend")
+        for node in ast.walk(self.tree):
+            word = None
+            if isinstance(node, ast.Attribute):
+                word = node.attr
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                word = node.value.split(":", 1)[0]
+            if word == "cuda":
+                found.add("cuda")
+            elif word == "npu":
+                found.add("ascend")
+        return found
+
     def qualname(self, expr: ast.AST) -> tuple[str | None, bool]:
         """Dotted name of an expression with its first part resolved through the imports, and whether that
         resolution succeeded (False for local variables and star imports)."""
