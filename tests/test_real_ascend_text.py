@@ -258,3 +258,25 @@ def test_task_type_other_kernels_are_compute():
     assert dict(prof.rows("SELECT category, count(*) FROM device_ops GROUP BY 1")) == {"compute": 274, "memory": 2}
     b = api.breakdown(str(path))
     assert b.rows and all(r.compute_ms and r.compute_ms > 0 for r in b.rows)
+
+
+@pytest.mark.parametrize("fixture,rows,first_shape,first_start_ns", [
+    # 46 columns, OP State, the start time quoted with a tab inside ("1736413971558972.912\t")
+    ("compute_advice_data", 29, "81920,4096;8192,512", 1736413971558972912),
+    # 33 columns, no OP State, ArithmeticUtilization PMU columns
+    ("advisor_backend_compute_advice", 591, "544404480", None),
+])
+def test_mstt_kernel_details_column_sets(tmp_path: Path, fixture: str, rows: int, first_shape: str,
+                                         first_start_ns: int | None):
+    """mstt's two kernel_details.csv column sets, with triple-quoted shapes ('\"\"\"81920,4096;8192,512\"\"\"'),
+    read as the only file of a rank: every row kept, shapes without their quotes, exact start ns."""
+    rank = tmp_path / "rank0_ascend_pt" / OUT
+    rank.mkdir(parents=True)
+    shutil.copy(need(ASC / "mstt-fixtures" / fixture / "kernel_details.csv"), rank)
+    frames, warnings, _ = _read(rank.parent)
+    dev = frames["device_ops"]
+    assert len(dev) == rows and (dev["category"] == "compute").sum() >= rows - 19
+    assert dev["input_shapes"].iloc[0] == first_shape
+    if first_start_ns is not None:
+        assert int(dev["start_ns"].iloc[0]) == first_start_ns
+    assert not [w for w in warnings if "cannot parse" in w]
