@@ -141,3 +141,19 @@ def test_unreadable_db_keeps_the_step_table(tmp_path: Path, monkeypatch):
         (_out(job, rank) / "analysis.db").unlink()
     monkeypatch.setenv("STEPDOCTOR_CACHE_DIR", str(tmp_path / "cache"))
     assert cli_main(["breakdown", str(job)]) == 2
+
+
+def test_opaque_connection_ids_are_interned(tmp_path: Path):
+    """TASK.connectionId is a plain INTEGER column, so an id beyond int64 arrives as TEXT: it is opaque and stored
+    as a dense negative BIGINT (CANN_API.connectionId is an INTEGER PRIMARY KEY: always int64 there)."""
+    job = _damaged_copy(tmp_path)
+    db = _out(job, 0) / "ascend_pytorch_profiler_0.db"
+    with sqlite3.connect(db) as con:
+        (conn,) = con.execute("SELECT t.connectionId FROM TASK t JOIN COMPUTE_TASK_INFO c "
+                              "ON c.globalTaskId = t.globalTaskId ORDER BY t.startNs LIMIT 1").fetchone()
+        n = con.execute("UPDATE TASK SET connectionId = ? WHERE connectionId = ?", (str(2**64 - 7), conn)).rowcount
+    assert n >= 1
+    prof = api.load(str(job))
+    assert prof.rows("SELECT DISTINCT correlation_id FROM device_ops WHERE rank = 0 AND correlation_id < 0") == \
+        [(-1,)]
+    assert prof.rows("SELECT count(*) FROM device_ops WHERE rank = 0 AND category = 'compute'") == [(187,)]

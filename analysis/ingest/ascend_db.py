@@ -535,6 +535,7 @@ class _DbReader:
         self.src = src
         self.name = db.path.name
         self.t_min: int | None = None
+        self.opaque: dict[str, int] = {}     # opaque id text -> its dense negative BIGINT (see _ids)
 
     def seen(self, starts: Any) -> None:
         """Track the earliest start over everything emitted (ranks.time_origin_ns)."""
@@ -549,6 +550,20 @@ class _DbReader:
 
     def warn(self, msg: str) -> None:
         self.t.warn(f"{self.name}: {msg}")
+
+    def _ids(self, values: list[Any]) -> pd.arrays.IntegerArray:
+        """Opaque link ids (connection / correlation) as BIGINT: an int in int64 range stays itself, anything
+        else (a text id, an int beyond int64) gets a dense negative id of its own, the same one wherever it
+        appears on this rank (ids in the DB are >= 0, so the two ranges never meet)."""
+        out: list[int | None] = []
+        for v in values:
+            if v is None or v is pd.NA or (isinstance(v, float) and v != v):
+                out.append(None)
+            elif isinstance(v, (int, np.integer)) and 0 <= int(v) < 2**63:
+                out.append(int(v))
+            else:
+                out.append(self.opaque.setdefault(str(v), -1 - len(self.opaque)))
+        return _i64(out)
 
     # ---- orchestration ---------------------------------------------------------------------------------
     def run(self) -> None:
@@ -700,7 +715,7 @@ class _DbReader:
             "step": _steps_or_na(_assign_steps(start, steps.start, steps.end, steps.ids)),
             "name": d["name"], "category": ["cann"] * start.size, "tid": _i64(tid.tolist()),
             "start_ns": _i64(start.tolist()), "dur_ns": _i64((end - start).tolist()),
-            "correlation_id": _i64([c if c in dev_conns else None for c in d["conn"]]),
+            "correlation_id": self._ids([c if c in dev_conns else None for c in d["conn"]]),
             "depth": _i64(nesting_depth(gtid, start, end).tolist()),
         })
         self.t.has("host_ops", "cann_api")
@@ -735,7 +750,7 @@ class _DbReader:
         self._extend("host_ops", {
             **cols, "step": _steps_or_na(_assign_steps(start, steps.start, steps.end, steps.ids)),
             "tid": _i64((gtid & 0xFFFFFFFF).tolist()), "start_ns": _i64(start.tolist()),
-            "dur_ns": _i64((end - start).tolist()), "correlation_id": _i64(cols["correlation_id"]),
+            "dur_ns": _i64((end - start).tolist()), "correlation_id": self._ids(cols["correlation_id"]),
             "depth": _i64(nesting_depth(gtid, start, end).tolist()),
         })
 
@@ -1070,7 +1085,7 @@ class _DbReader:
             "task_type": df["task_type"].tolist(),
             "stream_id": _i64(df["stream"].tolist()) if "stream" in df else None,
             "start_ns": _i64(start.tolist()), "dur_ns": _i64((df["end"].astype("int64") - start).tolist()),
-            "correlation_id": _i64(df["conn"].tolist()) if "conn" in df else None,
+            "correlation_id": self._ids(df["conn"].tolist()) if "conn" in df else None,
             "block_dim": _i64([_to_int(x) for x in df["block_dim"]]),
             "mix_block_dim": _i64([_to_int(x) for x in df["mix_block_dim"]]),
             "op_state": df["op_state"].tolist(), "input_shapes": df["input_shapes"].tolist(),
@@ -1097,7 +1112,7 @@ class _DbReader:
             "category": df["category"].tolist(), "task_type": df["task_type"].tolist(),
             "stream_id": _i64(df["stream"].tolist()), "start_ns": _i64(start.tolist()),
             "dur_ns": _i64((df["end"].astype("int64") - start).tolist()),
-            "correlation_id": _i64(df["conn"].tolist()), "size_bytes": _i64(df["size"].tolist()),
+            "correlation_id": self._ids(df["conn"].tolist()), "size_bytes": _i64(df["size"].tolist()),
         })
 
     def _emit_comm(self, comm: pd.DataFrame | None, sub: pd.DataFrame | None) -> None:
@@ -1110,7 +1125,7 @@ class _DbReader:
                 "step": steps, "name": comm["name"].tolist(), "op_type": comm["op_type_raw"].tolist(),
                 "category": ["communication"] * len(comm), "task_type": ["HCCL"] * len(comm),
                 "start_ns": _i64(start.tolist()), "dur_ns": _i64(dur.tolist()),
-                "correlation_id": _i64(comm["conn"].tolist()), "size_bytes": _i64(comm["size"].tolist()),
+                "correlation_id": self._ids(comm["conn"].tolist()), "size_bytes": _i64(comm["size"].tolist()),
                 "collective": comm["collective"].tolist(), "group_name": comm["group"].tolist(),
             })
             # op names repeat every step: the analyzer rows are matched on (name, group) + nearest start
