@@ -137,17 +137,93 @@ class _FixRun:
     template: str | None
 
 
+def _skip_reason(edit: CodeEdit, frameworks: set[str] | None, devices: set[str], explicit: set[str],
+                 matched: bool) -> str | None:
+    """Why an edit item does not run on this file ("" for a silent skip), or None when it runs."""
+    if edit.kind == "template":
+        return ""
+    if frameworks and edit.framework != "any" and edit.framework not in frameworks:
+        return ""
+    if edit.requires_params and not set(edit.requires_params) <= explicit:
+        return ""
+    if edit.unless_params and set(edit.unless_params) & explicit:
+        return ""
+    foreign = _foreign_device(edit, devices)
+    if foreign:  # e.g. an NPU fused optimizer offered for a script that runs on CUDA: never port it silently
+        return f"this edit brings in {foreign} APIs; the file runs on {'/'.join(sorted(devices))}"
+    if edit.skip_if_matched and matched:  # an earlier item of this fix already covers the file
+        return ""
+    return None
+
+
+def _python_item(mod: _Module, fix: Fix, edit: CodeEdit, params: dict[str, Any]) -> _Outcome:
+    """Run one edit item; a located `present_if_calls` call counts as already applied; needed imports go
+    first in the edit list (at an equal offset they must end up above the code)."""
+    if edit.kind == "env":
+        outcome = _handle_env_python(mod, fix, params)
+    else:
+        outcome = _PY_HANDLERS[edit.kind](mod, edit, {**edit.params, **params}, set(params))
+    if not outcome.edits and not outcome.matched and edit.locate.present_if_calls:
+        present = mod.has_call(edit.locate.present_if_calls)
+        if present is not None:  # e.g. the optimizer is already torch_npu.optim.NpuFusedAdamW
+            what = f"already uses {_one_line(mod.src.segment(present.func), 60)}"
+            outcome = _Outcome(matched=True, locations=[EditLocation(line=present.lineno, what=what)])
+    if outcome.edits:
+        for module in edit.imports:
+            imp = None if module in outcome.imports_done else _import_edit(mod, module)
+            if imp is not None:
+                outcome.edits.insert(0, imp)
+                outcome.locations.append(EditLocation(line=mod.src.line_of(imp.start), what=f"added import {module}"))
+    return outcome
+
+
+def _run_python(fix: Fix, text: str, params: dict[str, Any], history: list[_LineMap],
+                total: _Outcome) -> tuple[str, set[str] | None]:
+    """Apply the applicable items of `fix` to Python `text` one after the other, re-parsing in between."""
+    try:
+        mod = _Module(_Source(text))
+    except SyntaxError as exc:
+        raise ValueError(f"cannot parse the Python file: {exc.msg} (line {exc.lineno})") from None
+    frameworks = mod.frameworks() or None
+    devices = mod.devices()
+    for edit in fix.code_edit:
+        reason = _skip_reason(edit, frameworks, devices, set(params), total.matched)
+        if reason is not None:
+            if reason:
+                total.notes.append(reason)
+            continue
+        outcome = _python_item(mod, fix, edit, params)
+        for loc in outcome.locations:
+            loc.line = _map_back(loc.line, history)
+        total.merge(outcome)
+        if not outcome.edits:
+            continue
+        new_text = _apply_text_edits(text, outcome.edits)
+        try:
+            ast.parse(new_text)
+        except SyntaxError as exc:  # a bug in an edit kind; never hand out a broken file
+            raise RuntimeError(
+                f"edit {edit.kind} of fix {fix.id} produced invalid Python "
+                f"({exc.msg}, line {exc.lineno}); please report it"
+            ) from None
+        if new_text != text:
+            history.append(_line_map(mod.src, outcome.edits))
+            text = new_text
+            mod = _Module(_Source(text))
+    return text, frameworks
+
+
 def _run_fix(fix: Fix, text: str, kind: FileKind, params: dict[str, Any], history: list[_LineMap]) -> _FixRun:
     """Apply every applicable edit item of `fix` to `text`, one after the other, re-parsing in between.
 
     Applicable: shell files take the `env` edit; Python files take the non-template edits whose framework
-    matches the file's imports (all of them when the file imports neither torch nor mindspore) and whose
-    `requires_params` / `unless_params` fit the caller's parameters. `history` collects the line shifts of
-    every applied batch so all locations are reported in lines of the original file.
+    matches the file's imports (all of them when the file imports neither torch nor mindspore), whose
+    `requires_params` / `unless_params` fit the caller's parameters and that bring in no API of a device
+    the file does not run on. `history` collects the line shifts of every applied batch so all locations
+    are reported in lines of the original file.
     """
     total = _Outcome()
-    changed = False
-    explicit = set(params)
+    original = text
     frameworks: set[str] | None = None
     if kind == "shell":
         if any(e.kind == "env" for e in fix.code_edit):
@@ -157,75 +233,12 @@ def _run_fix(fix: Fix, text: str, kind: FileKind, params: dict[str, Any], histor
             total.merge(outcome)
             if new_text != text:
                 history.append(deltas)
-                text, changed = new_text, True
+                text = new_text
         else:
             total.notes.append("this fix has no launch-script edit")
     else:
-        try:
-            mod = _Module(_Source(text))
-        except SyntaxError as exc:
-            raise ValueError(f"cannot parse the Python file: {exc.msg} (line {exc.lineno})") from None
-        frameworks = mod.frameworks() or None
-        devices = mod.devices()
-        for edit in fix.code_edit:
-            if edit.kind == "template":
-                continue
-            if frameworks and edit.framework != "any" and edit.framework not in frameworks:
-                continue
-            if edit.requires_params and not set(edit.requires_params) <= explicit:
-                continue
-            if edit.unless_params and set(edit.unless_params) & explicit:
-                continue
-            foreign = _foreign_device(edit, devices)
-            if foreign:
-                # e.g. an NPU fused optimizer offered for a script that runs on CUDA: never port it silently
-                total.notes.append(f"this edit brings in {foreign} APIs; the file runs on {'/'.join(sorted(devices))}")
-                continue
-            if edit.skip_if_matched and total.matched:  # an earlier item of this fix already covers the file
-                continue
-            merged = {**edit.params, **params}
-            if edit.kind == "env":
-                outcome = _handle_env_python(mod, fix, params)
-            else:
-                outcome = _PY_HANDLERS[edit.kind](mod, edit, merged, explicit)
-            if not outcome.edits and not outcome.matched and edit.locate.present_if_calls:
-                present = mod.has_call(edit.locate.present_if_calls)
-                if present is not None:  # e.g. the optimizer is already torch_npu.optim.NpuFusedAdamW
-                    outcome = _Outcome(
-                        matched=True,
-                        locations=[
-                            EditLocation(
-                                line=present.lineno,
-                                what=f"already uses {_one_line(mod.src.segment(present.func), 60)}",
-                            )
-                        ],
-                    )
-            if outcome.edits:
-                # Imports go first in the edit list: at an equal offset they must end up above the code.
-                for module in edit.imports:
-                    imp = None if module in outcome.imports_done else _import_edit(mod, module)
-                    if imp is not None:
-                        outcome.edits.insert(0, imp)
-                        outcome.locations.append(
-                            EditLocation(line=mod.src.line_of(imp.start), what=f"added import {module}")
-                        )
-            for loc in outcome.locations:
-                loc.line = _map_back(loc.line, history)
-            total.merge(outcome)
-            if outcome.edits:
-                new_text = _apply_text_edits(text, outcome.edits)
-                try:
-                    ast.parse(new_text)
-                except SyntaxError as exc:  # a bug in an edit kind; never hand out a broken file
-                    raise RuntimeError(
-                        f"edit {edit.kind} of fix {fix.id} produced invalid Python "
-                        f"({exc.msg}, line {exc.lineno}); please report it"
-                    ) from None
-                if new_text != text:
-                    history.append(_line_map(mod.src, outcome.edits))
-                    text, changed = new_text, True
-                    mod = _Module(_Source(text))
-    status: Status = "changed" if changed else "already-applied" if total.matched else "no-spot"
+        text, frameworks = _run_python(fix, text, params, history, total)
+    status: Status = "changed" if text != original else "already-applied" if total.matched else "no-spot"
     template = _template(fix, frameworks) if status == "no-spot" else None
     return _FixRun(text, status, total, template)
 
