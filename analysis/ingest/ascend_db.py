@@ -1083,9 +1083,9 @@ class _DbReader:
             "step": _steps_or_na(df["step"].to_numpy()), "name": df["name"].tolist(),
             "op_type": df["op_type"].tolist(), "category": ["compute"] * len(df),
             "task_type": df["task_type"].tolist(),
-            "stream_id": _i64(df["stream"].tolist()) if "stream" in df else None,
+            "stream_id": _i64(df["stream"].tolist() if "stream" in df else [None] * len(df)),
             "start_ns": _i64(start.tolist()), "dur_ns": _i64((df["end"].astype("int64") - start).tolist()),
-            "correlation_id": self._ids(df["conn"].tolist()) if "conn" in df else None,
+            "correlation_id": self._ids(df["conn"].tolist() if "conn" in df else [None] * len(df)),
             "block_dim": _i64([_to_int(x) for x in df["block_dim"]]),
             "mix_block_dim": _i64([_to_int(x) for x in df["mix_block_dim"]]),
             "op_state": df["op_state"].tolist(), "input_shapes": df["input_shapes"].tolist(),
@@ -1145,7 +1145,8 @@ class _DbReader:
             start = sub["start"].astype("int64")
             bw = [float(b) / 1e9 if b is not None else None for b in sub["bw"]]  # B/s -> GB/s (= bytes/ns)
             t.extend("comm_tasks", {
-                "step": _steps_or_na(sub["step"].to_numpy()) if "step" in sub else None,
+                # without COMMUNICATION_OP (a raw msprof DB) the tasks have no op and so no step
+                "step": _steps_or_na(sub["step"].to_numpy()) if "step" in sub else _i64([None] * len(sub)),
                 "op_name": sub["op_name"].tolist(), "name": sub["name"].tolist(),
                 "start_ns": _i64(start.tolist()), "dur_ns": _i64((sub["end"].astype("int64") - start).tolist()),
                 "size_bytes": _i64(_mapped(sub["size"].tolist(), _to_int)), "transport": sub["transport"].tolist(),

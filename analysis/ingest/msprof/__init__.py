@@ -21,7 +21,7 @@ from ..ascend_db import Db, _DbReader, open_ro
 from ..base import ProfileError, RankSource, RankTables
 from .timeline import read_timeline_dir
 
-MSPROF_DB_RE = re.compile(r"^msprof(?:_(\d+))?\.db$")
+MSPROF_DB_RE = re.compile(r"^msprof(?:_[\w.-]*)?\.db$")
 DEVICE_DIR_RE = re.compile(r"^device_(\d+)$")
 
 
