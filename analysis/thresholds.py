@@ -47,7 +47,7 @@ class _Table:
         3.0, "standard deviations", f"{MSPROF} slow rank 3-sigma rule",
         "beyond 10 ranks, how far below the other ranks' mean wait the last arriver's wait must be")
     straggler_min_wait_ms: Threshold = Threshold(
-        0.5, "ms", "stepdoctor (below this a late arrival is launch jitter)",
+        0.2, "ms", "stepdoctor (keeps launch jitter, tens of µs, from counting as a late arrival)",
         "the median wait of the other ranks at a collective for its last arriver to count as late")
     straggler_last_share: Threshold = Threshold(
         0.25, "share of collectives", "stepdoctor; HTA reports the share of collectives each rank is last",
@@ -165,6 +165,9 @@ class _Table:
     sync_idle_ms: Threshold = Threshold(
         0.5, "ms per step", "stepdoctor; HTA idle_time_breakdown: idle after a sync returns is host-caused",
         "device idle that follows the synchronize calls of a step, inside that step")
+    sync_idle_count: Threshold = Threshold(
+        4, "per step", "stepdoctor; one loss.item() per step is normal logging, a sync per layer scales with depth "
+        "and hides behind the profiler's own host cost", "syncs leaving the device idle: severity at least medium")
     memory_api_gpu_step_pct: Threshold = Threshold(
         3.0, "% of step", "stepdoctor; the msprof-analyze medium priority share, applied per step: PyTorch's "
         "caching allocator never calls cudaMalloc/cudaFree in steady state", "one allocator API's time in a step")
