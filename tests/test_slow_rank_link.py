@@ -50,3 +50,16 @@ def test_cluster4_slow_link_names_rank2(cluster4):
     assert [f.ranks for f in sl.findings] == [[2]]
     f = sl.findings[0]
     assert f.evidence["links"] and all(2 in (lk["src"], lk["dst"]) for lk in f.evidence["links"])
+
+
+def test_cluster4_rank3_arrives_last_and_the_others_only_wait(cluster4):
+    sr = api.slow_ranks(cluster4)
+    assert sr.stragglers == [3]
+    v = {x.rank: x for x in sr.ranks}
+    # 8 HCCL allreduces (4 per step): rank 3's take 0.95 ms, the others' 1.3 ms: it arrives 0.35 ms late at each
+    assert (v[3].verdict, v[3].arrived_last, v[3].matched_collectives) == ("straggler", 8, 8)
+    assert v[3].wait_caused_per_step_ms == pytest.approx(4 * 0.35, abs=0.01)
+    assert [v[r].verdict for r in (1, 2)] == ["waits", "waits"] and v[1].waits_for == [3]
+    assert v[0].verdict == "slow"                                      # its own 250 ms idle at the end of step 2
+    comp = next(f for f in sr.findings if f.subject == "compute")
+    assert comp.evidence["arrival"]["last"] == 8 and "arrives last at 8 of 8" in comp.message

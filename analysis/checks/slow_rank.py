@@ -320,8 +320,9 @@ class SlowRankCheck(Check):
             own[0].evidence["arrival"] = {"matched": ra.matched, "last": ra.last, "share_last": ra.share_last,
                                           "wait_caused_per_step_ms": ra.caused_per_step_ms,
                                           "before_arrival": ra.before}
+            why = _arrival_text(ra)
             own[0].message += (f" It arrives last at {ra.last} of {ra.matched} collectives; the other ranks wait "
-                               f"{ra.caused_per_step_ms:.2f} ms per step for it.")
+                               f"{ra.caused_per_step_ms:.2f} ms per step for it" + (f": {why}." if why else "."))
         return out
 
 
