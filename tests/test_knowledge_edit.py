@@ -815,3 +815,84 @@ def test_training_loop_detection_prefers_the_real_training_loop(tmp_path):
     none.write_text("for key in data:\n    print(key)\n", encoding="utf-8")
     result = _suggest(none, "gc-freeze-before-training")
     assert result.status == "no-spot" and "no training loop found" in result.message
+
+
+def _edit_text(tmp_path: Path, code: str, fix: str) -> EditResult:
+    path = tmp_path / "snippet.py"
+    path.write_text(code, encoding="utf-8")
+    return suggest_edit(path, fix, root=tmp_path)
+
+
+def test_sync_guards_go_only_where_a_tensor_is_read_every_step(tmp_path):
+    code = (
+        "import numpy as np\nimport torch\n\n\nclass Block(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        assert torch.isfinite(x).all(), 'bad'\n"
+        "        if self.debug:\n            if torch.isnan(x).any():\n                raise ValueError(x)\n"
+        "        return x\n\n\n"
+        "def setup(x):\n    if not torch.isfinite(x).all():\n        raise ValueError('checked once')\n\n\n"
+        "for step in range(10):\n    arr = np.ones(3)\n    if not arr.all():\n        raise ValueError('numpy')\n"
+        "    if torch.isnan(loss):\n        print('nan')\n    else:\n        pass\n"
+    )
+    res = _edit_text(tmp_path, code, "remove-host-device-syncs")
+    patched = res.patched_text or ""
+    assert "assert torch.isfinite" not in patched and "torch.isnan(x).any()" not in patched
+    assert "        if self.debug:\n            pass\n" in patched  # the emptied block keeps a pass
+    assert "raise ValueError('checked once')" in patched  # set-up code runs once: kept
+    assert "raise ValueError('numpy')" in patched  # NumPy is no device sync
+    assert "print('nan')" in patched  # an if with an else branch is logic, not a guard
+    ast.parse(patched)
+    assert [loc.line for loc in res.locations] == [7, 9]
+
+
+def test_unwrap_with_keeps_other_backends_and_imports_still_used(tmp_path):
+    code = (
+        "import torch.nn.functional as F\nfrom torch.nn.attention import SDPBackend, sdpa_kernel\n\n\n"
+        "def attn(q, k, v):\n"
+        "    with sdpa_kernel(SDPBackend.MATH):\n"
+        "        y = F.scaled_dot_product_attention(\n    q, k, v)  # odd indent\n\n        y = y * 2\n"
+        "    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):\n        z = F.scaled_dot_product_attention(q, k, v)\n"
+        "    return y, z\n"
+    )
+    res = _edit_text(tmp_path, code, "sdpa-fused-attention")
+    patched = res.patched_text or ""
+    assert "SDPBackend.MATH" not in patched
+    assert "    y = F.scaled_dot_product_attention(\nq, k, v)  # odd indent\n\n    y = y * 2\n" in patched
+    assert "with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):" in patched  # a fused backend choice stays
+    assert "from torch.nn.attention import SDPBackend, sdpa_kernel\n" in patched  # still used below
+    ast.parse(patched)
+
+
+def test_set_attribute_and_disabled_autocast(tmp_path):
+    code = (
+        "import torch\nimport torch.backends.cudnn as cudnn\n\nflag = False\n"
+        "torch.backends.cuda.matmul.allow_tf32 = flag\ncudnn.allow_tf32 = False\n"
+        "with torch.autocast('cuda'):\n    pass\nwith torch.autocast('cuda', enabled=False):\n    pass\n"
+    )
+    tf32 = _edit_text(tmp_path, code, "cuda-tf32-matmul")
+    patched = tf32.patched_text or ""
+    assert "allow_tf32 = flag\n" in patched and "cudnn.allow_tf32 = True\n" in patched  # alias resolved
+    assert "set_float32_matmul_precision" not in patched  # the file sets TF32 itself: no second switch
+    assert "set from an expression; kept" in tf32.message
+    amp = _edit_text(tmp_path, code, "torch-autocast-bf16")
+    assert _changed_lines(amp.diff) == (
+        ["with torch.autocast('cuda', enabled=False):"],
+        ["with torch.autocast('cuda', dtype=torch.bfloat16):"],
+    )
+
+
+def test_periodic_collect_needs_a_step_counter(tmp_path):
+    loop = "import gc\n\nfor batch in loader:\n    loss = model(batch)\n    loss.backward()\n"
+    res = _edit_text(tmp_path, loop, "gc-disable-collect-periodically")
+    assert res.status == "no-spot" and "step counter" in res.message and res.template
+    counted = (
+        "import torch\n\nfor step, batch in enumerate(loader):\n    loss = model(batch)\n"
+        "    loss.backward()\n    continue\n"
+    )
+    patched = _edit_text(tmp_path, counted, "gc-disable-collect-periodically").patched_text or ""
+    assert "import gc\n" in patched and "gc.disable()\nfor step" in patched
+    # the collect goes before the trailing jump, where it runs
+    assert "    loss.backward()\n    if step % 100 == 0:\n        gc.collect()\n    continue\n" in patched
+    again = tmp_path / "again.py"
+    again.write_text(patched, encoding="utf-8")
+    assert suggest_edit(again, "gc-disable-collect-periodically", root=tmp_path).status == "already-applied"

@@ -41,15 +41,13 @@ def _runs_per_step(mod: _Module, stmt: ast.stmt) -> bool:
 
 
 def _syncing_call(mod: _Module, test: ast.AST, edit: CodeEdit) -> ast.Call | None:
-    """The first call in `test` that reads a device tensor on the host (a located call or method)."""
-    for node in ast.walk(test):
-        if not isinstance(node, ast.Call):
-            continue
-        if edit.locate.calls and mod.match_call(node, edit.locate.calls):
-            return node
-        if isinstance(node.func, ast.Attribute) and node.func.attr in edit.locate.methods:
-            return node
-    return None
+    """The located tensor call in `test` (`torch.isfinite(...)`), when the test also reads it on the host
+    through a located method (`.all()`, `.item()`) or by being a condition itself. A test without a located
+    call is left alone: `arr.all()` on a NumPy array is no device sync."""
+    tensor = next(
+        (n for n in ast.walk(test) if isinstance(n, ast.Call) and mod.match_call(n, edit.locate.calls)), None
+    )
+    return tensor
 
 
 def _is_guard(stmt: ast.stmt) -> bool:

@@ -206,14 +206,7 @@ def _handle_env_shell(text: str, fix: Fix, params: dict[str, Any]) -> tuple[str,
     out = _Outcome()
     lines = text.splitlines(keepends=True)
     nl = "\r\n" if "\r\n" in text else "\n"
-    assigns: list[_ShellAssign] = []
-    unsets: dict[str, list[int]] = {}
-    for index, line in enumerate(lines):
-        assigns += _parse_shell_line(index, line)
-        match = _SHELL_UNSET_RE.match(line.rstrip("\r\n"))
-        if match:
-            for name in match.group("names").split():
-                unsets.setdefault(name, []).append(index)
+    assigns, unsets = _scan_shell(lines)
     insert_at = _shell_insert_point(lines, assigns, unsets)
 
     token_edits: dict[int, list[tuple[int, int, str]]] = {}  # line -> [(start, end, text)] within the line
@@ -289,6 +282,32 @@ def _handle_env_shell(text: str, fix: Fix, params: dict[str, Any]) -> tuple[str,
 
     if not (token_edits or whole_line or added):
         return text, out, []
+    new_text = _assemble_shell(lines, nl, insert_at, added, whole_line, token_edits)
+    return new_text, out, [(insert_at + 1, len(added), insert_at + 1, len(added))] if added else []
+
+
+def _scan_shell(lines: list[str]) -> tuple[list[_ShellAssign], dict[str, list[int]]]:
+    """Every assignment of the script, and the 0-based lines of each variable's `unset`s."""
+    assigns: list[_ShellAssign] = []
+    unsets: dict[str, list[int]] = {}
+    for index, line in enumerate(lines):
+        assigns += _parse_shell_line(index, line)
+        match = _SHELL_UNSET_RE.match(line.rstrip("\r\n"))
+        if match:
+            for name in match.group("names").split():
+                unsets.setdefault(name, []).append(index)
+    return assigns, unsets
+
+
+def _assemble_shell(
+    lines: list[str],
+    nl: str,
+    insert_at: int,
+    added: list[str],
+    whole_line: dict[int, str],
+    token_edits: dict[int, list[tuple[int, int, str]]],
+) -> str:
+    """The script with whole-line replacements, in-line token edits and `added` lines before `insert_at`."""
     result: list[str] = []
     for index, line in enumerate(lines):
         if index == insert_at:
@@ -303,4 +322,4 @@ def _handle_env_shell(text: str, fix: Fix, params: dict[str, Any]) -> tuple[str,
         if result and not result[-1].endswith(("\n", "\r")):
             result[-1] += nl
         result += [f"{a}{nl}" for a in added]
-    return "".join(result), out, [(insert_at + 1, len(added), insert_at + 1, len(added))] if added else []
+    return "".join(result)
