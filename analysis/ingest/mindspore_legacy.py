@@ -10,7 +10,7 @@ Input (mindspore-format-and-db.md §1.2, §2.1, §3, §4.1, §5.1), every file s
 | `aicore_intermediate_{r}_detail.csv` / `output_op_compute_time_{r}.txt` | device_ops task type; per-op totals when there is no timeline |
 | `minddata_pipeline_raw_{r}.csv`, `minddata_pipeline_summary_{r}.json/.csv`, `minddata_cpu_utilization_{r}.json`, `device_queue_profiling_{r}.txt`, `dataset_iterator_profiling_{r}.txt`, `minddata_aicpu_{r}.txt` | dataset_ops, metadata (see `mindspore_extra.read_minddata`) |
 | `hccl_raw_{r}.csv` | step_phases `communication`, `comm_wait` |
-| `ascend_cluster_analyse_{mode}_{stages}_{size}_{r}.csv` | step_phases named after its columns (computation, communication_alone, ...) |
+| `ascend_cluster_analyse_{mode}_{stages}_{size}_{r}.csv` | step_phases named after its columns (computation, communication_alone, ...); vendor_step_trace (model/pipeline variants; the data-parallel variant repeats the step trace in ticks and is skipped) |
 | `profiler_info_{r}.json`, `step_trace_point_info_{r}.json` | ranks, metadata |
 
 Units: step trace values are 10 ns device ticks (MindInsight: 100 000 per ms) -> × 10 ns; absolute points
