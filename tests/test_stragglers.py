@@ -50,6 +50,23 @@ def test_generated_straggler_named_and_waiters_not(tmp_path, n, scenario, excess
         assert secs < 30                                            # generous: 2-3 s on 2 loaded cores
 
 
+def test_late_at_5_of_8_collectives_names_the_late_rank_not_the_waiters(tmp_path):
+    # the 8-rank V100 case: one rank starts its step 7.5 ms late and arrives last at 5 of 8 collectives;
+    # slow-ranks used to name the two ranks that waited longest as "slower in compute (+0.18 ms)"
+    prof = gen.open_store(gen.build(tmp_path, 8, "late", culprit=5, steps=8, late_steps=5))
+    findings, _ = _run(prof)
+    assert [f.ranks for f in findings] == [[5]]
+    f = findings[0]
+    arr = f.evidence.get("arrival") or f.evidence
+    assert (arr["last"], arr["matched"]) == (5, 8)
+    # 7.5 ms in 5 of 8 steps: 4.69 ms per step over the 8; per late arrival 7.5 ms more untraced than its peers
+    assert arr["wait_caused_per_step_ms"] == pytest.approx(gen.LATE_MS * 5 / 8, abs=0.15)
+    assert arr["before_arrival"]["excess_ms"]["untraced"] == pytest.approx(gen.LATE_MS, abs=0.2)
+    sr = api.slow_ranks(prof)
+    assert sr.stragglers == [5]
+    assert {v.verdict for v in sr.ranks if v.rank != 5} == {"waits"}
+
+
 @pytest.mark.parametrize("n", [8, 64, 1024])
 def test_generated_stage_imbalance_names_the_last_stage(tmp_path, n):
     prof = gen.open_store(gen.build(tmp_path, n, "stage"))

@@ -34,8 +34,10 @@ SCENARIOS = ("late", "host", "stage")
 _MS = 1_000_000
 
 
-def _plan(n: int, scenario: str, culprit: int, rng: np.random.Generator, steps: int) -> dict[str, np.ndarray]:
-    """Per (step, rank): delay before compute, compute duration and the collective group (ns / labels)."""
+def _plan(n: int, scenario: str, culprit: int, rng: np.random.Generator, steps: int,
+          late_steps: int | None) -> dict[str, np.ndarray]:
+    """Per (step, rank): delay before compute, compute duration and the collective group (ms / labels).
+    late_steps: the culprit is late in only the first that many steps (late / host)."""
     delay = np.zeros((steps, n))
     comp = COMPUTE_MS + rng.normal(0, 0.05, (steps, n))
     group = np.zeros(n, dtype=np.int64)
@@ -49,12 +51,15 @@ def _plan(n: int, scenario: str, culprit: int, rng: np.random.Generator, steps: 
         comp[:, group == 3] *= STAGE_EXTRA
     else:
         raise ValueError(f"scenario must be one of {SCENARIOS}, not {scenario!r}")
+    if late_steps is not None:
+        delay[late_steps:, :] = 0.0
     return {"delay": delay, "comp": comp, "group": group}
 
 
-def _tables(n: int, scenario: str, culprit: int, steps: int, seed: int) -> dict[str, pd.DataFrame]:
+def _tables(n: int, scenario: str, culprit: int, steps: int, seed: int,
+            late_steps: int | None) -> dict[str, pd.DataFrame]:
     rng = np.random.default_rng(seed)
-    p = _plan(n, scenario, culprit, rng, steps)
+    p = _plan(n, scenario, culprit, rng, steps, late_steps)
     ranks = np.arange(n)
     st, dev, comm, host = [], [], [], []
     for s in range(steps):
@@ -81,7 +86,7 @@ def _tables(n: int, scenario: str, culprit: int, steps: int, seed: int) -> dict[
         host.append(pd.DataFrame({"rank": ranks, "step": s + 1, "name": f"ProfilerStep#{s + 1}",
                                   "category": "user_annotation", "tid": 1, "start_ns": int(t0 * _MS),
                                   "dur_ns": int(STEP_MS * _MS), "depth": 0}))
-        if scenario == "host":
+        if scenario == "host" and (late_steps is None or s < late_steps):
             host.append(pd.DataFrame({"rank": [culprit], "step": s + 1, "category": "dataloader", "tid": 1,
                                       "name": "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__",
                                       "start_ns": int((t0 + 1.0) * _MS), "dur_ns": int(HOST_MS * _MS), "depth": 1}))
@@ -100,9 +105,9 @@ def _tables(n: int, scenario: str, culprit: int, steps: int, seed: int) -> dict[
 
 
 def build(out: Path, n_ranks: int, scenario: str, *, culprit: int | None = None, steps: int = 3,
-          seed: int = 0) -> Path:
+          seed: int = 0, late_steps: int | None = None) -> Path:
     """Write the scenario's store to out/profile.duckdb (replaced) and return its path. culprit defaults
-    to the middle rank (late / host)."""
+    to the middle rank (late / host); late_steps limits its delay to the first that many steps."""
     import duckdb
 
     from stepdoctor.analysis.ingest.base import schema_sql
@@ -110,7 +115,7 @@ def build(out: Path, n_ranks: int, scenario: str, *, culprit: int | None = None,
     out.mkdir(parents=True, exist_ok=True)
     db = out / "profile.duckdb"
     db.unlink(missing_ok=True)
-    tabs = _tables(n_ranks, scenario, n_ranks // 2 if culprit is None else culprit, steps, seed)
+    tabs = _tables(n_ranks, scenario, n_ranks // 2 if culprit is None else culprit, steps, seed, late_steps)
     con = duckdb.connect(str(db))
     try:
         con.execute(schema_sql())
