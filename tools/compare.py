@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..analysis import compare as core
+from ..analysis.checks.base import registry
 from ..analysis.ingest.base import ProfileError
 from ..analysis.metrics.names import short_name
 from ..analysis.models import SEVERITY_ORDER, Finding
@@ -276,6 +277,7 @@ class _Context:
 
     ops: pd.DataFrame | None = None
     base_compute_ms: float | None = None
+    base_step_ms: float | None = None
     fits: Callable[[str], bool] = lambda _fix: True
 
 
@@ -293,7 +295,10 @@ def _hidden_compute(delta: float, dims: dict[str, float], ctx: _Context, noise: 
     profiler, often the profiler's own overhead), so the device work hides in what was idle time."""
     grew = dims.get("compute")
     base = ctx.base_compute_ms
-    if grew is None or not base or grew < max(noise, T.compare_hidden_compute_pct.value / 100 * base) or delta >= 0.5 * grew:
+    # large against the device's own work and not lost in step-level noise (the same 1% as a step change)
+    floor = max(noise, T.compare_hidden_compute_pct.value / 100 * base if base else 0.0,
+                core.NOISE_PCT / 100 * (ctx.base_step_ms or 0.0))
+    if grew is None or not base or grew < floor or delta >= 0.5 * grew:
         return None
     free = dims.get("free")
     idle = f"; device idle {free:+.1f} ms" if free is not None else ""
@@ -311,12 +316,12 @@ def _verdict(delta: float | None, pct: float | None, dims: dict[str, float], cha
     if delta is None:
         return "step time unknown on one side (no ProfilerStep); see top_changes", None
     head = f"step time {delta:+.1f} ms ({pct:+.1f}%)" if pct is not None else f"step time {delta:+.1f} ms"
-    hidden = _hidden_compute(delta, dims, ctx, noise)
-    if hidden:
-        return f"{head}, but {hidden}", _fix_of(_related(new, "compute"), ctx.fits)
-    fix = _fix_of(new, ctx.fits)
     hw = [c for c in (cfg or []) if c.name in ("device_name", "world_size", "vendor")]
     setup = "different setup: " + ", ".join(f"{c.name} {c.base} -> {c.target}" for c in hw) if hw else ""
+    hidden = _hidden_compute(delta, dims, ctx, noise)
+    if hidden:
+        return f"{head}, but {hidden}" + (f"; {setup}" if setup else ""), _fix_of(_related(new, "compute"), ctx.fits)
+    fix = _fix_of(new, ctx.fits)
     small = pct is not None and abs(pct) < core.NOISE_PCT
     if small or not dims:
         lead = []
@@ -359,7 +364,9 @@ def _verdict(delta: float | None, pct: float | None, dims: dict[str, float], cha
     return text, _fix_of(related, ctx.fits)
 
 
-_DIM_OF_CHECK = {
+# Until each check class declares `dimension` (analysis/checks/base.py), the dimensions of the checks that
+# explain something other than compute; a class's own declaration wins.
+_UNDECLARED_DIMENSION = {
     "communication": {"slow-link", "small-packet", "bandwidth-contention", "retransmission", "byte-misalignment",
                       "exposed-comm-tail"},
     "memory": {"h2d-pageable"},
@@ -369,10 +376,13 @@ _DIM_OF_CHECK = {
 
 
 def _dim_of(check: str) -> str:
-    for dim, checks in _DIM_OF_CHECK.items():
-        if check in checks:
-            return dim
-    return "compute"
+    """The breakdown dimension a finding of `check` explains: the check class's `dimension`, else the table
+    above, else compute."""
+    cls = registry().get(check)
+    declared = getattr(cls, "dimension", None) if cls is not None else None
+    if declared:
+        return str(declared)
+    return next((dim for dim, checks in _UNDECLARED_DIMENSION.items() if check in checks), "compute")
 
 
 def _related(new: list[Finding], dim: str) -> list[Finding]:
@@ -396,7 +406,7 @@ def _build(b: core.Side, t: core.Side, *, top: int, notes: list[str], new: list[
     env_t = core.env_of(t.profile, t.ranks)
     cc, vendor = core.compute_capability(t.profile, t.ranks), t.profile.info.vendor
     ctx = _Context(ops=None if cross else core.operator_deltas(core.operator_table(b), core.operator_table(t)),
-                   base_compute_ms=b.compute_ms, fits=lambda fx: core.fix_fits(fx, vendor, cc, env_t))
+                   base_compute_ms=b.compute_ms, base_step_ms=b.step_ms, fits=lambda fx: core.fix_fits(fx, vendor, cc, env_t))
     if rank_pair is not None:
         fix = _verdict(delta, pct, dims, changes, env, new, cfg, noise=noise, ctx=ctx)[1]
         verdict = _rank_verdict(dims, changes, rank_pair[0], rank_pair[1], new, noise)

@@ -144,6 +144,10 @@ class Check:
     needs_by_vendor: ClassVar[dict[str, tuple[str, ...]]] = {}
     vendors: ClassVar[tuple[str, ...]] = ("ascend", "cuda", "rocm")
     description: ClassVar[str] = ""                   # what it detects and how (generated docs)
+    # the breakdown dimension whose time a finding of this check explains: compute | communication | memory |
+    # free (device idle, host-caused). `compare` ties a new finding to the dimension its verdict names.
+    # None: not declared; compare then counts the finding under compute.
+    dimension: ClassVar[str | None] = None
 
     def needs_for(self, vendor: str | None) -> tuple[str, ...]:
         return self.needs_by_vendor.get(vendor or "", self.needs)
