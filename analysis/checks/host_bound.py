@@ -22,9 +22,12 @@ Algorithm, per rank and kept step, inside the step's device window:
    - `unknown` when the op has no launch in the trace (HCCL / NCCL ops launched by the runtime);
 3. late share = late-launch gap time / all inter-op gap time.
 
-impact_ms = the late-launch idle per step (mean over the rank's kept steps): the device time the host
-failed to fill. It is what a faster dispatch could at most win back. Severity: the impact rule (the advisor
-has no fixed priority for this; its "operator dispatch" rule is a time ratio).
+impact_ms = the late-launch idle per step (mean over the rank's kept steps) less the profiler's own host
+overhead per step where meta/step_times_rank<N>.json gives unprofiled step times (metrics.idle): the device
+time the host failed to fill that a run without the profiler would still lose. Severity: the impact rule on
+the unprofiled step, and high only when launch-rate bound (median kernel shorter than the median launch
+call: no host keeps such a device busy); otherwise at most medium. The evidence attributes all device idle
+inside the steps to what the host did (metrics.idle.attribute_idle); only the launching part is this check's.
 
 Evidence adds what makes a step host-bound in practice: kernels per step, their median duration, the
 median interval between consecutive launches and the launch call's median duration; "many tiny kernels"
@@ -87,7 +90,9 @@ class HostBoundCheck(Check):
     }
     description = ("Per rank and step: device idle >= 10 % of the step, and >= 50 % of the idle between device "
                    "ops is HTA 'host_wait' (the next op's launch started after the previous op ended). Impact is "
-                   "that late-launch idle per step; evidence names the launch gap and kernel sizes.")
+                   "that late-launch idle per step less the profiler's own host overhead (unprofiled step times); "
+                   "high only when kernels are shorter than a launch call; evidence names the launch gap, kernel "
+                   "sizes and what the host did in all device idle.")
 
     def run(self, ctx: CheckContext) -> list[Finding]:
         ranks = self.applicable_ranks(ctx)

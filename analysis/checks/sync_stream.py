@@ -6,17 +6,20 @@ Rules:
   co-occurrence. co-occurrence ratio = co-occurrences / `Node@launch` calls; it is an issue when the ratio
   > T.sync_co_occurrence (0.5). Priority fixed HIGH, as the advisor does. The usual cause is
   ASCEND_LAUNCH_BLOCKING=1 (its recorded value is put in the evidence).
-* CUDA / ROCm (stepdoctor, HTA cuda_sync / critical-path sync edges): a `cudaStreamSynchronize`,
-  `cudaDeviceSynchronize`, `cudaEventSynchronize`, `hipStreamSynchronize`... runtime call that follows at
-  least one launch on its thread (since the previous sync) blocks the host until the device drains. It is an
-  issue in a step where the host time blocked in such calls is >= T.sync_call_ms. Severity: the impact rule
-  (the advisor's fixed priority belongs to its co-occurrence rule, not to this one).
+* CUDA / ROCm (stepdoctor, HTA idle_time_breakdown): a `cudaStreamSynchronize`, `cudaDeviceSynchronize`,
+  `cudaEventSynchronize`, `hipStreamSynchronize`... runtime call that follows at least one launch on its
+  thread (since the previous sync) returns once the device has drained; the device then idles until the host
+  launches again. That idle (metrics.idle.idle_after: from the sync's return to the next device op, inside
+  the step's host window, less any time a collective is open on the host) is the sync's cost; a sync that
+  waits for a busy device leaves none, however long the host waited. A step with >= T.sync_idle_ms of it
+  fires. Each sync is traced to the operator that issued it (aten::item, aten::_local_scalar_dense,
+  aten::is_nonzero, aten::nonzero...) and, with stacks, the user's frame.
+  Severity: the impact rule against the unprofiled step (meta/step_times, else the profiled mean step), at
+  least medium when >= T.sync_idle_count such syncs run per step (a sync per layer).
 
-Impact, per step: min(host time blocked in synchronize calls that follow launches, device idle time inside
-the step's host window). Reasoning: without the synchronize the host would queue the next work and do its own
-work (Python, dispatch, data loading) while the device runs, so the step can shrink by at most the blocked
-time; and it can never shrink by more than the time the device was idle. This is an upper bound, stated as
-such in the evidence; the mean over the rank's kept steps is reported, for the worst rank.
+Ascend impact, per step: min(host time blocked in synchronize calls that follow launches, device idle time
+inside the step's host window), an upper bound; GPU impact: the idle above. Mean over the rank's kept steps,
+for the worst rank.
 """
 
 from __future__ import annotations
@@ -67,8 +70,11 @@ class SyncStreamCheck(Check):
         "rocm": ("kernels",),
     }
     description = ("Ascend: aclrtSynchronizeStream immediately after Node@launch for more than half of the "
-                   "launches (msprof-analyze, fixed high). GPU: stream/device synchronize calls after launches "
-                   "blocking the host >= 1 ms per step. Impact: blocked time, capped by the device idle time.")
+                   "launches (msprof-analyze, fixed high; impact: blocked time capped by the device idle time). GPU: "
+                   "the device idle each synchronize after launches leaves behind (from its return to the next "
+                   "device op, in the step; a sync that waits for a busy device costs nothing) >= 0.5 ms per step, "
+                   "with its trigger operator and source frame; severity against the unprofiled step, at least "
+                   "medium from 4 such syncs per step.")
 
     def run(self, ctx: CheckContext) -> list[Finding]:
         ranks = self.applicable_ranks(ctx)
