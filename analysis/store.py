@@ -73,6 +73,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from . import machine, one_blas_thread
@@ -97,14 +98,41 @@ def reader_version() -> str:
     return h.hexdigest()[:16]
 
 
-# format -> "module:function" of the reader; imported lazily so a broken optional reader cannot break others.
-READERS: dict[str, str] = {
-    "kineto": "stepdoctor.analysis.ingest.kineto:read_rank",
-    "ascend_pt_text": "stepdoctor.analysis.ingest.ascend_text:read_rank",
-    "ascend_ms_text": "stepdoctor.analysis.ingest.ascend_text:read_rank",
-    "ascend_pt_db": "stepdoctor.analysis.ingest.ascend_db:read_rank",
-    "ascend_ms_db": "stepdoctor.analysis.ingest.ascend_db:read_rank",
-    "mindspore_legacy": "stepdoctor.analysis.ingest.mindspore_legacy:read_rank",
+# format -> the reader's module, imported when a rank of that format is read (a reader's dependencies load only
+# when needed, and a broken optional reader cannot break the others); each module has `read_rank(src)`.
+def _kineto() -> ModuleType:
+    from .ingest import kineto
+    return kineto
+
+
+def _ascend_text() -> ModuleType:
+    from .ingest import ascend_text
+    return ascend_text
+
+
+def _ascend_db() -> ModuleType:
+    from .ingest import ascend_db
+    return ascend_db
+
+
+def _mindspore_legacy() -> ModuleType:
+    from .ingest import mindspore_legacy
+    return mindspore_legacy
+
+
+def _msprof() -> ModuleType:
+    from .ingest import msprof
+    return msprof
+
+
+READERS: dict[str, Callable[[], ModuleType]] = {
+    "kineto": _kineto,
+    "ascend_pt_text": _ascend_text,
+    "ascend_ms_text": _ascend_text,
+    "ascend_pt_db": _ascend_db,
+    "ascend_ms_db": _ascend_db,
+    "mindspore_legacy": _mindspore_legacy,
+    "ascend_msprof": _msprof,
 }
 
 # Below this many input bytes in total, ingest runs in this process: starting the child processes (~0.1 s)
@@ -208,12 +236,12 @@ def fingerprint(disc: Discovery, listing: Listing | None = None) -> str:
 
 
 def _reader(fmt: str) -> Callable[[RankSource], RankTables]:
-    mod_name, func = READERS[fmt].split(":")
+    if fmt not in READERS:
+        raise ProfileError(None, f"no reader for format {fmt}")
     try:
-        mod = importlib.import_module(mod_name)
+        return READERS[fmt]().read_rank
     except ModuleNotFoundError as e:
         raise ProfileError(None, f"no reader for format {fmt} in this build ({e.name})") from None
-    return getattr(mod, func)
 
 
 # The readers that can hand a rank's finished tables on while they read (`RankTables.stream`)

@@ -101,15 +101,12 @@ def test_damaged_timeline_costs_only_its_file(tmp_path: Path):
 
 def test_breakdown_through_discovery_and_store(monkeypatch):
     """The whole path: discovery names these ascend_msprof, the store keeps every row, the breakdown runs."""
-    from stepdoctor.analysis import store
     from stepdoctor.analysis.ingest.discover import discover
     from stepdoctor.tools import api
 
     job, db = need(PROF / "PROF_000001_20230818142704322_COJGGGCANRMICFBC"), need(SERVER / "full_db")
     if discover(job).sources[0].format != "ascend_msprof":
         pytest.skip("discovery does not recognise raw msprof folders here")
-    monkeypatch.setitem(store.READERS, "ascend_msprof",
-                        store.READERS.get("ascend_msprof", "stepdoctor.analysis.ingest.msprof:read_rank"))
     b = api.breakdown(str(job))
     assert b.profile.steps == list(range(1, 11)) and all(r.compute_ms > 0 for r in b.rows)
     b = api.breakdown(str(db))
