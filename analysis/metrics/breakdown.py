@@ -184,12 +184,14 @@ def compute_breakdown(profile: Profile, *, hta_compat: bool = False, ranks: list
 
 
 def _steps_from_step_table(profile: Profile, rows: list[BreakdownRow]) -> None:
-    """step_ms = the profiler's Stage + Bubble where its step table has the (rank, step): torch_npu's step
-    runs from its first to its last device task, the host span (kept in host_step_ms) adds the launch
-    lead-in and the host tail, which the profiler counts in neither."""
+    """step_ms = the profiler's Stage + Bubble where torch_npu's step table has the (rank, step): its step
+    runs from the first to the last kernel or collective that starts in the step, the host span (kept in
+    host_step_ms) adds the launch lead-in (Preparing) and the host tail. MindSpore's table keeps the host
+    step: its checks weigh host-side waits against the whole iteration."""
     table = {(int(r[0]), int(r[1])): r[2] for r in profile.rows(
-        "SELECT rank, step, stage_ns + coalesce(bubble_ns, 0) FROM vendor_step_trace "
-        "WHERE step IS NOT NULL AND stage_ns IS NOT NULL")}
+        "SELECT v.rank, v.step, v.stage_ns + coalesce(v.bubble_ns, 0) FROM vendor_step_trace v "
+        "JOIN ranks r ON r.rank = v.rank WHERE v.step IS NOT NULL AND v.stage_ns IS NOT NULL "
+        "AND coalesce(r.framework, 'pytorch') = 'pytorch'")}
     for row in rows:
         if (ns := table.get((row.rank, row.step))) is not None:
             row.step_ms, row.step_source = _ms(ns), "step_table"
