@@ -163,6 +163,21 @@ def test_rank_id_from_profiler_info_json_as_a_string(tmp_path: Path):
     assert [(s.rank, s.rank_how) for s in d.sources] == [(5, "profiler_info.json rank_id")]
 
 
+def test_rank_folders_stating_different_world_sizes_are_separate_runs(tmp_path: Path):
+    """Two rank folders in different sub-folders, distinct rank ids, but profiler_metadata.json says world size
+    8 in one and 2 in the other: two jobs, refused with both listed; with equal world sizes, one job."""
+    for r, sub in ((0, "a"), (1, "b")):
+        shutil.copytree(need(FIX / f"test_rank_{r}"), tmp_path / sub / f"test_rank_{r}")
+    for r, sub, ws in ((0, "a", 8), (1, "b", 2)):
+        (tmp_path / sub / f"test_rank_{r}" / "profiler_metadata.json").write_text(
+            f'{{"distributed_args": {{"rank": {r}, "world_size": {ws}}}}}')
+    with pytest.raises(ProfileError, match=r"holds 2 separate runs, not one job: a \(Ascend\); b \(Ascend\)"):
+        discover(tmp_path)
+    (tmp_path / "a" / "test_rank_0" / "profiler_metadata.json").write_text(
+        '{"distributed_args": {"rank": 0, "world_size": 2}}')
+    assert [s.rank for s in discover(tmp_path).sources] == [0, 1]
+
+
 def test_ranks_with_only_their_step_table_keep_their_breakdown(tmp_path: Path):
     """test_rank_0/1: profiler_info, kernel_details, communication*.json and step_trace_time.csv, no trace."""
     for r in (0, 1):

@@ -1,13 +1,20 @@
-"""Find the ranks in a PATH and tell their format.
+"""Find the ranks in a PATH and tell their format, by content rather than by folder name.
 
-Accepted PATHs (cli-contract.md): one `*_ascend_pt` / `*_ascend_ms` directory, a folder holding many of
-them (searched to depth 6), a MindSpore <= 2.3 `profiler/` folder, one Kineto trace file
-(`.json`, `.json.gz`, `.pt.trace.json`), or a folder of Kineto files.
+Kinds (searched to depth 6): torch_npu / MindSpore rank folders, whatever they are called (profiler_info_N.json
+or a DB export / deliverables in ASCEND_PROFILER_OUTPUT/, `*_ascend_pt` / `*_ascend_ms`; DB exports also found by
+their SQLite header when renamed); MindSpore <= 2.3 flat `profiler/` folders (step_trace_raw_*); raw msprof
+(`PROF_*` with device_*/ or host/, a folder holding mindstudio_profiler_output/, `msprof_*.db`: format
+ascend_msprof); a bare Ascend trace_view.json (an event array with Ascend tracks / string timestamps); Kineto
+traces (a JSON object with traceEvents, .json or .json.gz, to depth 2). ASCEND_PROFILER_OUTPUT/ or
+mindstudio_profiler_output/ given directly means the folder above it.
 
-Rank ids: Ascend from `profiler_info_{rank}.json` (then the DB file suffix); Kineto from
-`distributedInfo.rank` in the file head (compact JSON too), else from the file name, else a unique
-placeholder with a warning. Two Ascend directories for the same rank: the newest timestamp wins, with a
-warning (msprof-analyze does the same).
+Rank ids: Ascend from `profiler_info_{rank}.json`, else `rank_id` in profiler_info / profiler_metadata.json
+(a string too), else the DB file suffix; msprof from `rank_id` in device_*/info.json.*; Kineto from
+`distributedInfo.rank` in the file head (compact JSON too), else from the file name. The device id is never
+the rank. Otherwise a unique placeholder with a warning. Two Ascend directories for the same rank in one folder:
+the newest timestamp wins, with a warning (msprof-analyze does the same). A folder holding several unrelated
+runs (different kinds, a rank id repeated across sub-folders, rank-less traces in different folders, different
+stated world sizes) is refused with one line listing them (runs.py).
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ says what was found and what to pass instead."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -52,7 +53,10 @@ def _refuse_unrelated_runs(root: Path, ascend: list[Path], legacy: list[Path], k
         if r is not None:
             ranks.setdefault(r, set()).add(m.parent)
     # traces in different folders that do not say their rank cannot be told apart from separate runs
-    clash = any(len(v) > 1 for v in ranks.values()) or len(loose) > 1 or None in kineto_ranks + msprof_ranks
+    # ranks of one job agree on the world size where their metadata states it
+    sizes = {w for d in ascend if (w := _world_size(d)) is not None}
+    clash = any(len(v) > 1 for v in ranks.values()) or len(loose) > 1 or None in kineto_ranks + msprof_ranks \
+        or len(sizes) > 1
     if len(set(runs.values())) > 1 or clash:
         here = ", ".join(d.name for d in ascend if d.parent == root)   # rank folders directly in root
         listed = "; ".join(f"{k.relative_to(root) if k != root else here or '.'} ({v})"
@@ -76,3 +80,20 @@ def _nothing_found(p: Path) -> str:
     return ("no recognizable profile: no torch_npu / MindSpore rank folder (ASCEND_PROFILER_OUTPUT/, "
             "profiler_info_N.json), MindSpore profiler folder, msprof PROF_* folder or msprof_*.db, or Kineto "
             "trace (.json/.json.gz) found")
+
+
+def _world_size(d: Path) -> int | None:
+    """The world size a torch_npu / MindSpore rank folder states: profiler_metadata.json
+    distributed_args.world_size, else profiler_info*.json rank_size; None when neither says."""
+    for name, path in (("profiler_metadata.json", ("distributed_args", "world_size")), ("", ("rank_size",))):
+        files = [d / name] if name else sorted(d.glob("profiler_info*.json"))
+        for f in files:
+            try:
+                v = json.loads(f.read_bytes())
+            except (OSError, ValueError):
+                continue
+            for key in path:
+                v = v.get(key) if isinstance(v, dict) else None
+            if isinstance(v, int | str) and str(v).isdigit() and int(v) > 0:
+                return int(v)
+    return None
