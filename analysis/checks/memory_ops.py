@@ -11,9 +11,10 @@ whole profile; here it is per step of every rank, one finding per API.
   never calls them; cudaFree also synchronizes the device.
 
 impact_ms = Σ time of that API per step (mean over the rank's kept steps), the rank where it weighs most;
-the host is blocked for that time. On GPU a step also fires when one API takes >= T.memory_api_gpu_step_pct of
-the step (steady-state PyTorch never calls the allocator). Severity: the advisor's time-ratio rule (API time / step: >= 5 % high,
->= 3 % medium), i.e. the impact rule. The device idle time during the calls is in the evidence.
+the host is blocked for that time. On GPU a step also fires when one API takes >= T.memory_api_gpu_step_pct
+of the step (steady-state PyTorch never calls the allocator). Severity: the advisor's time-ratio rule (API
+time / step: >= 5 % high, >= 3 % medium), i.e. the impact rule. The device idle time during the calls is in
+the evidence.
 """
 
 from __future__ import annotations
@@ -102,7 +103,8 @@ class MemoryOpsCheck(Check):
     }
     description = ("Total time per step of each allocator API (aclMallocMemInner, aclrtFree, aclrtFreePhysical; "
                    "cudaMalloc / cudaFree) on every rank; >= 10 ms per step is an issue (msprof-analyze memory "
-                   "analyzer). Impact: that time per step.")
+                   "analyzer), on GPU also >= 3 % of the step (steady-state PyTorch never calls the allocator). "
+                   "Impact: that time per step.")
 
     def run(self, ctx: CheckContext) -> list[Finding]:
         ranks = self.applicable_ranks(ctx)
@@ -173,7 +175,8 @@ class MemoryOpsCheck(Check):
                 ctx, title=f"{short} inside steps ({e.get('calls_per_affected_step', 0):g} calls, "
                            f"{fmt_ms(e.get('ms_per_affected_step', 0))} ms per "
                            "step)", subject=str(api), ranks=rk, steps=steps_seen, impact_ms=ms_w, impact_rank=rank_w,
-                evidence={"threshold_ms_per_step": thr_ms, "threshold_gpu_step_pct": thr_pct, "per_rank": {str(r): v for r, v in per_rank.items()},
+                evidence={"threshold_ms_per_step": thr_ms, "threshold_gpu_step_pct": thr_pct,
+                          "per_rank": {str(r): v for r, v in per_rank.items()},
                           "advice": advice,
                           "rule": "msprof-analyze memory analyzer (per-API total), time-ratio priority",
                           "impact_method": f"Σ {short} time per step, mean over the rank's kept steps, the rank where "
