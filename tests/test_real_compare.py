@@ -12,10 +12,10 @@ import pytest
 
 from conftest import SHARED, need
 from stepdoctor.analysis import compare as core
+from stepdoctor.analysis import compare_verdict as cv
 from stepdoctor.analysis.metrics.names import kernel_label, operator_label, strip_address
 from stepdoctor.evals.score_real import score_compare
 from stepdoctor.tools import api
-from stepdoctor.tools import compare as tc
 from stepdoctor.tools.compare import compare_runs
 
 REAL = SHARED / "real"
@@ -125,12 +125,12 @@ def test_fixes_respect_hardware_and_environment() -> None:
 def test_hidden_compute_is_said() -> None:
     ops = pd.DataFrame([{"op": "aten::convolution", "delta_ms": 11.5, "base_ms": 15.0, "target_ms": 26.5,
                          "kernels": ["aten::cudnn_convolution"]}])
-    ctx = tc._Context(ops=ops, base_compute_ms=17.6, base_step_ms=60.0)
+    ctx = cv.VerdictContext(ops=ops, base_compute_ms=17.6, base_step_ms=60.0)
     dims = {"compute": 12.0, "communication": 0.0, "free": -15.0, "memory": 0.1, "host": 0.0}
-    empty = pd.DataFrame(columns=tc._COLUMNS)
-    text, _ = tc._verdict(-2.9, -4.8, dims, empty, [], [], ctx=ctx)
+    empty = pd.DataFrame(columns=cv.CHANGE_COLUMNS)
+    text, _ = cv.verdict_sentence(-2.9, -4.8, dims, empty, [], [], ctx=ctx)
     assert "compute +12.0 ms" in text and "(+68%)" in text and "hidden" in text
     assert "aten::convolution +11.5 ms" in text
     small = dict(dims, compute=0.3)    # under 10% of base compute: the free drop leads
-    text, _ = tc._verdict(-2.9, -4.8, small, empty, [], [], ctx=ctx)
+    text, _ = cv.verdict_sentence(-2.9, -4.8, small, empty, [], [], ctx=ctx)
     assert "hidden" not in text and "mostly free" in text
