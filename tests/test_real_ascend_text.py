@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -48,16 +49,11 @@ def _read(path: Path, rank: int = 0) -> tuple[dict[str, Any], list[str], set[str
 def test_cli_exits_0(level: str, command: str, tmp_path: Path):
     env_cache = {"STEPDOCTOR_CACHE_DIR": str(tmp_path / "cache")}
     r = subprocess.run([sys.executable, "-m", "stepdoctor.tools.cli", command, str(need(ASC / level)),
-                        "--format", "json"], capture_output=True, text=True, env={**_env(), **env_cache})
+                        "--format", "json"], capture_output=True, text=True, env={**os.environ, **env_cache})
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["profile"]["ranks"] == [0, 1]
     assert not [w for w in out["warnings"] if "cannot parse" in w or "step table" in w], out["warnings"]
-
-
-def _env() -> dict[str, str]:
-    import os
-    return dict(os.environ)
 
 
 @pytest.mark.parametrize("level", LEVELS)
