@@ -184,12 +184,15 @@ def test_bad_rank_is_skipped_with_a_warning_in_child_processes(tmp_path, monkeyp
 
 
 def test_an_ascend_rank_failing_after_it_sent_tables_is_removed(tmp_path, monkeypatch):
-    """A parse worker sends an Ascend rank's communication tables before it reads trace_view.json; when that
-    file then fails the rank, the rows already inserted go, and the other ranks are stored."""
+    """A parse worker sends an Ascend rank's communication tables before it reads its device data; when the
+    rank then has none (an empty trace_view.json, no kernel_details.csv, no step table), the rows already
+    inserted go, and the other ranks are stored. (A merely damaged trace keeps the rank.)"""
     prof_dir = tmp_path / "prof"
     shutil.copytree(need(CLUSTER4), prof_dir)
-    bad = next(prof_dir.glob("node0_40002_*")) / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
-    bad.write_bytes(bad.read_bytes()[:5000])
+    out = next(prof_dir.glob("node0_40002_*")) / "ASCEND_PROFILER_OUTPUT"
+    (out / "trace_view.json").write_bytes(b"")
+    for name in ("kernel_details.csv", "step_trace_time.csv"):
+        (out / name).unlink()
     monkeypatch.setattr(store, "PARALLEL_MIN_BYTES", 0)
     prof = store.open_profile(prof_dir, cache_dir=tmp_path / "cache", workers=2)
     assert prof.info.ranks == [0, 1, 3]
