@@ -143,3 +143,25 @@ def test_kernel_count_and_exact_ns_starts(name: str) -> None:
     raw = [e for e in _events(_trace(folder)) if e.get("ph") == "X" and e.get("cat") in ("kernel", "Kernel")]
     got = np.array(sorted(r[0] for r in prof.rows("SELECT start_ns FROM device_ops WHERE task_type = 'kernel'")))
     assert got.tolist() == sorted(_ns(e["ts"]) for e in raw)
+
+
+def test_stepless_trace_leaves_leading_initialisation_out() -> None:
+    """param-linear-1gpu: ~1 s of cuBLAS / context initialisation (a long cudaFree) before the first GPU
+    work. The one step starts at the first device op's launch call; what starts before it has no step."""
+    folder = need(REAL / "kineto" / "param-linear-1gpu")
+    evs = [e for e in _events(_trace(folder)) if e.get("ph") == "X" and "ts" in e]
+    dev = [e for e in evs if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    first = min(dev, key=lambda e: _ns(e["ts"]))
+    corr = first["args"]["correlation"]
+    launch = min(_ns(e["ts"]) for e in evs if e.get("cat") == "cuda_runtime" and e["args"].get("correlation") == corr)
+    # the end: the last host or device event (the profiler's own `Trace` span is not one)
+    end = max(_ns(e["ts"]) + _ns(e["dur"]) for e in evs if e.get("cat") in (
+        "cpu_op", "user_annotation", "cuda_runtime", "cuda_driver", "python_function", "kernel", "gpu_memcpy",
+        "gpu_memset"))
+    prof = store.open_profile(folder)
+    assert prof.rows("SELECT step, start_ns, end_ns FROM steps") == [(0, launch, end)]
+    frees = prof.rows("SELECT step FROM host_ops WHERE name = 'cudaFree' AND start_ns < ?", [launch])
+    assert frees and all(s is None for (s,) in frees)
+    (row,) = compute_breakdown(prof)
+    assert row.step_ms == pytest.approx((end - launch) / 1e6, abs=1e-6)
+    assert any("initialisation" in w for w in prof.warnings)

@@ -1074,6 +1074,32 @@ def _comm_by_launcher_and_stream(labels: np.ndarray, inverse: np.ndarray, launch
     return labels, inverse
 
 
+def _stepless_window(first_ns: int | None, h_start: np.ndarray, h_dur: np.ndarray, h_cat: np.ndarray,
+                     h_nid: np.ndarray, names: np.ndarray, d_start: np.ndarray, launch: np.ndarray
+                     ) -> tuple[int | None, str]:
+    """Start (ns) of the one step of a trace without ProfilerStep, and a note saying how it was chosen.
+
+    Host time before the first device op's launch call (or the first device op, when its launch is not
+    in the trace) is initialisation: CUDA context creation, library handles (a first cuBLAS / cuDNN call
+    runs a long cudaFree), module loading. It runs once, so it is left out of the window. A trace
+    without device ops keeps its whole span."""
+    if first_ns is None or not d_start.size:
+        return first_ns, ": the whole trace"
+    firsts = [int(d_start.min())]
+    if (launch >= 0).any():
+        firsts.append(int(h_start[launch[launch >= 0]].min()))
+    win0 = min(firsts)
+    if win0 <= first_ns:
+        return first_ns, ": the whole trace (its first event is GPU work or its launch)"
+    before = np.flatnonzero(((h_cat == _H_RUNTIME) | (h_cat == _H_DRIVER)) & (h_start < win0))
+    biggest = ""
+    if before.size:
+        k = before[np.argmax(h_dur[before])]
+        biggest = f", the longest call there {names[h_nid[k]]} {int(h_dur[k]) / 1e6:.1f} ms"
+    return win0, (f": it starts at the first GPU work's launch, {(win0 - first_ns) / 1e6:.1f} ms after the "
+                  f"trace starts; the time before it is initialisation and belongs to no step{biggest}")
+
+
 def _vendor(meta: dict[str, Any], n_dev: int, has_mtia: bool, hip_runtime: bool) -> str:
     props = meta.get("deviceProperties") or []
     names = " ".join(str(p.get("name", "")) for p in props if isinstance(p, dict))
@@ -1280,13 +1306,16 @@ def _build(t: RankTables, src: RankSource, path: Path, doc: _Doc, f: _Folder) ->
           with_stack=with_stack, time_origin_ns=origin)
 
     # ---- steps
+    window_note = ""
     if synthetic_step:
         all_ends = [int(a.max()) for a in (h_start + h_dur, d_end) if a.size]
-        if first_ns is not None:
-            t.add("steps", step=0, start_ns=first_ns, end_ns=max(all_ends), kept=True,
+        win0, window_note = _stepless_window(first_ns, h_start, h_dur, h_cat, h_nid, names, d_start, launch)
+        if win0 is not None:
+            t.add("steps", step=0, start_ns=win0, end_ns=max(all_ends), kept=True,
                   device_start_ns=span0, device_end_ns=span1)
-        h_step = np.where(h_step == _NONE, 0, h_step)
-        d_step = np.where(d_step == _NONE, 0, d_step)
+            # what starts before the window (initialisation) belongs to no step
+            h_step = np.where(h_start < win0, _NONE, np.where(h_step == _NONE, 0, h_step))
+            d_step = np.where(d_start < win0, _NONE, np.where(d_step == _NONE, 0, d_step))
     else:
         kept_flags = [True] * n_steps
         if n_steps >= 2:
@@ -1400,7 +1429,7 @@ def _build(t: RankTables, src: RankSource, path: Path, doc: _Doc, f: _Folder) ->
     if nd == 0:
         t.warn("no GPU events: device breakdown unavailable")
     if synthetic_step:
-        t.warn("no ProfilerStep#N annotations: the whole trace is analysed as one step (step 0)")
+        t.warn("no ProfilerStep#N annotations: the trace is analysed as one step (step 0)" + window_note)
     if not props and nd:
         t.warn("no deviceProperties: device name and SM count unknown")
     if not dist:
