@@ -351,21 +351,27 @@ _NPU_FIX = re.compile(r"^(npu|ascend|hccl|aclnn|aicpu|aoe|mindspore|mindspeed)-"
 _CUDA_FIX = re.compile(r"^(cuda|nccl)-")
 
 
+# pre-Ampere NVIDIA parts by name (NVIDIA's CUDA GPUs table); Ampere and later carry deviceProperties
+_CC_BY_NAME = ((re.compile(r"V100|Titan V", re.I), (7, 0)), (re.compile(r"T4\b|RTX 20|Quadro RTX|TITAN RTX", re.I), (7, 5)),
+               (re.compile(r"P100", re.I), (6, 0)), (re.compile(r"P4\b|P40|GTX 10|TITAN X", re.I), (6, 1)))
+
+
 def compute_capability(prof: Profile, ranks: list[int]) -> tuple[int, int] | None:
-    """(major, minor) from the trace's deviceProperties (Kineto metadata) of the first rank, or None."""
+    """(major, minor) from the trace's deviceProperties (Kineto metadata) of the first rank, else from a
+    known pre-Ampere device name, else None (unknown: no fix is held back for it)."""
     import json
 
     df = prof.sql(f"SELECT value_json FROM metadata WHERE {_in('rank', ranks)} AND key = 'deviceProperties' LIMIT 1")
-    if df.empty:
-        return None
     try:
-        props = json.loads(df.iloc[0]["value_json"])
+        props = json.loads(df.iloc[0]["value_json"]) if not df.empty else []
     except (ValueError, TypeError):
-        return None
+        props = []
     for p in props if isinstance(props, list) else [props]:
         if isinstance(p, dict) and isinstance(p.get("computeMajor"), int):
             return int(p["computeMajor"]), int(p.get("computeMinor") or 0)
-    return None
+    # traces before deviceProperties (PyTorch 1.8): the device name, where one is recorded
+    name = config_of(prof, ranks).get("device_name") or ""
+    return next((cc for rx, cc in _CC_BY_NAME if rx.search(name)), None)
 
 
 def fix_fits(fix: str, vendor: str | None, cc: tuple[int, int] | None, env: dict[str, str | None]) -> bool:

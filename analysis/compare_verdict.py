@@ -98,7 +98,9 @@ def _top_ops(ops: pd.DataFrame, sign: int, noise: float) -> str:
     if c.empty:
         return ""
     c = c[c["delta_ms"] * sign >= 0.1 * sign * c["delta_ms"].iloc[0]]
-    parts = [f"{r.op} {r.delta_ms:+.1f} ms" + (f" ({', '.join(r.kernels)})" if r.kernels else "")
+    # two decimals under 1 ms, so a small change does not read "+0.0 ms"
+    parts = [f"{r.op} {r.delta_ms:+.{1 if abs(r.delta_ms) >= 1 else 2}f} ms"
+             + (f" ({', '.join(r.kernels)})" if r.kernels else "")
              for r in c.head(3).itertuples(index=False)]
     return ": " + ", ".join(parts)
 

@@ -120,6 +120,9 @@ def test_fixes_respect_hardware_and_environment() -> None:
     assert not core.fix_fits("npu-fusion-attention", "cuda", (9, 0), {})
     assert not core.fix_fits("cuda-launch-blocking-off", "cuda", (9, 0), {})
     assert core.fix_fits("cuda-launch-blocking-off", "cuda", (9, 0), {"CUDA_LAUNCH_BLOCKING": "1"})
+    turing = api.load(need(REAL / "kineto" / "param-resnet-1gpu"))   # RTX 2080 Ti
+    cc = core.compute_capability(turing, turing.info.ranks)
+    assert cc == (7, 5) and not core.fix_fits("cuda-tf32-matmul", turing.info.vendor, cc, {})
 
 
 def test_hidden_compute_is_said() -> None:
