@@ -314,9 +314,13 @@ def window_counts(windows: pd.DataFrame) -> dict[int, int]:
 
 
 def step_ms_of(ctx: CheckContext) -> dict[tuple[int, int], float]:
-    """(rank, step) -> host step time in ms, from the breakdown (once per context; do not modify)."""
-    return ctx.memo("common.step_ms", lambda: {(r.rank, int(r.step)): float(r.step_ms) for r in ctx.breakdown
-                                               if r.step is not None and r.step_ms is not None})
+    """(rank, step) -> host step time in ms, from the breakdown (once per context; do not modify). On torch_npu
+    ranks step_ms is the profiler's Stage + Bubble; host-side waits are weighed against the host step."""
+    def host(r) -> float | None:
+        return r.host_step_ms if getattr(r, "host_step_ms", None) is not None else r.step_ms
+
+    return ctx.memo("common.step_ms", lambda: {(r.rank, int(r.step)): float(host(r)) for r in ctx.breakdown
+                                               if r.step is not None and host(r) is not None})
 
 
 def worst_share(ctx: CheckContext, per_rank_ms: dict[int, float]) -> tuple[int | None, float | None]:
