@@ -298,23 +298,11 @@ def verdict_sentence(delta: float | None, pct: float | None, dims: dict[str, flo
 
 # Until each check class declares `dimension` (analysis/checks/base.py), the dimensions of the checks that
 # explain something other than compute; a class's own declaration wins.
-_UNDECLARED_DIMENSION = {
-    "communication": {"slow-link", "small-packet", "bandwidth-contention", "retransmission", "byte-misalignment",
-                      "exposed-comm-tail"},
-    "memory": {"h2d-pageable"},
-    "free": {"host-bound", "slow-dataloader", "gc-pause", "op-compile", "sync-stream", "memory-ops",
-             "env-var", "sync-batchnorm"},
-}
-
-
 def _dim_of(check: str) -> str:
-    """The breakdown dimension a finding of `check` explains: the check class's `dimension`, else the table
-    above, else compute."""
+    """The breakdown dimension a finding of `check` explains: the check class's `dimension` (compute for a
+    check this build does not know)."""
     cls = registry().get(check)
-    declared = getattr(cls, "dimension", None) if cls is not None else None
-    if declared:
-        return str(declared)
-    return next((dim for dim, checks in _UNDECLARED_DIMENSION.items() if check in checks), "compute")
+    return (cls.dimension if cls is not None else None) or "compute"
 
 
 def _related(new: list[Finding], dim: str) -> list[Finding]:

@@ -41,5 +41,6 @@ def test_every_catalog_check_is_registered_once():
     assert set(reg) == ids
     for cid, cls in reg.items():
         assert cls.description, f"{cid} has no description for the docs"
+        assert cls.dimension in ("compute", "communication", "memory", "free"), f"{cid} declares no dimension"
         mod = Path(__import__(cls.__module__, fromlist=["x"]).__file__).stem
         assert mod == cid.replace("-", "_"), f"{cid} lives in {mod}.py"

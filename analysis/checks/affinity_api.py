@@ -294,6 +294,7 @@ def _per_rank(g: pd.DataFrame, steps: dict[int, list[int]]) -> dict[str, dict]:
 @register
 class AffinityApiCheck(Check):
     id = "affinity-api"
+    dimension = "compute"
     title = "Fusible op sequence (affinity API)"
     needs = ("framework_ops",)
     vendors = ("ascend",)

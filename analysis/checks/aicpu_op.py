@@ -65,6 +65,7 @@ def has_double(*dtypes: Any) -> bool:
 @register
 class AicpuOpCheck(Check):
     id = "aicpu-op"
+    dimension = "compute"
     title = "Operators on AI CPU"
     needs = ("kernel_details",)
     vendors = ("ascend",)

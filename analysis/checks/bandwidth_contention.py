@@ -70,6 +70,7 @@ def overlaps(starts: np.ndarray, ends: np.ndarray, k_starts: np.ndarray, k_ends:
 @register
 class BandwidthContentionCheck(Check):
     id = "bandwidth-contention"
+    dimension = "communication"
     title = "Communication / compute bandwidth contention"
     needs = ("comm_json", "kernel_details")
     vendors = ("ascend",)

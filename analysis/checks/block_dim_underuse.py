@@ -72,6 +72,7 @@ def _cores(task_type: str, ai_core: int | None, aiv: int | None) -> tuple[int | 
 @register
 class BlockDimCheck(Check):
     id = "block-dim-underuse"
+    dimension = "compute"
     title = "Kernels use too few cores"
     needs = ("kernel_details", "block_dim", "core_counts")
     vendors = ("ascend",)

@@ -36,6 +36,7 @@ from .base import Check, CheckContext, register
 @register
 class ByteMisalignmentCheck(Check):
     id = "byte-misalignment"
+    dimension = "communication"
     title = "Communication byte misalignment"
     needs = ("comm_tasks",)
     vendors = ("ascend",)

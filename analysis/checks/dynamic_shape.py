@@ -32,6 +32,7 @@ from .base import Check, CheckContext, register
 @register
 class DynamicShapeCheck(Check):
     id = "dynamic-shape"
+    dimension = "compute"
     title = "Dynamic-shape operators"
     needs = ("kernel_details", "op_state")
     vendors = ("ascend",)

@@ -69,6 +69,7 @@ RULES_BY_NAME = {r.name: r for r in ENV_RULES}
 @register
 class EnvVarCheck(Check):
     id = "env-var"
+    dimension = "free"
     title = "Environment variables that cost performance"
     needs = ("env",)
     description = ("Audits the environment recorded with the profile (torch_npu profiler_metadata.json "

@@ -85,6 +85,7 @@ class _RankOps:
 @register
 class ExposedCommTailCheck(Check):
     id = "exposed-comm-tail"
+    dimension = "communication"
     title = "Exposed gradient communication tail"
     vendors = ("ascend", "cuda", "rocm")
     description = ("Per rank and step: communication after the last compute op before the step's final block of "

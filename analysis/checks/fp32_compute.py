@@ -138,6 +138,7 @@ def gpu_family(name: str) -> str:
 @register
 class Fp32ComputeCheck(Check):
     id = "fp32-compute"
+    dimension = "compute"
     title = "Float32 compute where mixed precision applies"
     vendors = ("ascend", "cuda", "rocm")
     needs_by_vendor: ClassVar[dict[str, tuple[str, ...]]] = {

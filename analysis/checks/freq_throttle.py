@@ -73,6 +73,7 @@ def mean_freq(
 @register
 class FreqThrottleCheck(Check):
     id = "freq-throttle"
+    dimension = "compute"
     title = "AI core frequency throttling"
     needs = ("freq", "rated_freq")
     vendors = ("ascend",)

@@ -58,6 +58,7 @@ GPU_SILENCE_DEVICE_IDLE = T.conjectured_gc_gpu_device_idle_ratio.value
 @register
 class GcPauseCheck(Check):
     id = "gc-pause"
+    dimension = "free"
     title = "Python GC pauses"
     vendors = ("ascend", "cuda", "rocm")
     needs_by_vendor: ClassVar[dict[str, tuple[str, ...]]] = {

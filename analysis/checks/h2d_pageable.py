@@ -30,6 +30,7 @@ NS_PER_MS = 1e6
 @register
 class H2dPageableCheck(Check):
     id = "h2d-pageable"
+    dimension = "memory"
     title = "Pageable host-to-device copies"
     vendors = ("ascend", "cuda", "rocm")
     needs_by_vendor: ClassVar[dict[str, tuple[str, ...]]] = {

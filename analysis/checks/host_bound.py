@@ -81,6 +81,7 @@ _DEVICE_QUERY = ("SELECT start_ns, dur_ns, correlation_id FROM device_ops WHERE 
 @register
 class HostBoundCheck(Check):
     id = "host-bound"
+    dimension = "free"
     title = "Host-bound launch"
     vendors = ("ascend", "cuda", "rocm")
     needs_by_vendor: ClassVar[dict[str, tuple[str, ...]]] = {

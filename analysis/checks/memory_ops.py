@@ -94,6 +94,7 @@ def _groups(names: np.ndarray, rank: np.ndarray, step: np.ndarray,
 @register
 class MemoryOpsCheck(Check):
     id = "memory-ops"
+    dimension = "free"
     title = "Allocator calls inside steps"
     vendors = ("ascend", "cuda", "rocm")
     needs_by_vendor: ClassVar[dict[str, tuple[str, ...]]] = {

@@ -200,6 +200,7 @@ def optimization_space(ratios: dict[str, np.ndarray], bounds: dict[str, float]) 
 @register
 class MisalignedShapeCheck(Check):
     id = "misaligned-shape"
+    dimension = "compute"
     title = "Misaligned matmul / attention shapes"
     needs = ("kernel_details", "shapes")
     vendors = ("ascend",)

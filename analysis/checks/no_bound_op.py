@@ -75,6 +75,7 @@ def bound_headroom(max_ratio: np.ndarray | float, threshold: float) -> np.ndarra
 @register
 class NoBoundOpCheck(Check):
     id = "no-bound-op"
+    dimension = "compute"
     title = "Kernels bound by nothing"
     needs = ("kernel_details", "pipe_ratios")
     vendors = ("ascend",)

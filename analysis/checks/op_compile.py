@@ -42,6 +42,7 @@ API = "aclopCompileAndExecute"
 @register
 class OpCompileCheck(Check):
     id = "op-compile"
+    dimension = "free"
     title = "Operator compilation inside steps"
     needs = ("cann_api",)
     vendors = ("ascend",)

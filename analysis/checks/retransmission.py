@@ -26,6 +26,7 @@ from .base import Check, CheckContext, register
 @register
 class RetransmissionCheck(Check):
     id = "retransmission"
+    dimension = "communication"
     title = "RDMA retransmission"
     needs = ("comm_json",)
     vendors = ("ascend",)

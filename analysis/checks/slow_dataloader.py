@@ -82,6 +82,7 @@ def iterator_kind(name: str) -> str:
 @register
 class SlowDataloaderCheck(Check):
     id = "slow-dataloader"
+    dimension = "free"
     title = "Slow data loader"
     vendors = ("ascend", "cuda", "rocm")
     description = ("PyTorch: a dataloader host op >= 10 ms (msprof-analyze, fixed high), naming the single- or "

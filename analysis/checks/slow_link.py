@@ -95,6 +95,7 @@ def rank_transport_stats(ctx: CheckContext) -> pd.DataFrame:
 @register
 class SlowLinkCheck(Check):
     id = "slow-link"
+    dimension = "communication"
     title = "Slow link"
     needs = ("comm_json",)
     vendors = ("ascend",)

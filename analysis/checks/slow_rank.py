@@ -277,6 +277,7 @@ def _comm_cause(ctx: CheckContext, e: SlowEntry, late: dict[int, SlowEntry]) -> 
 @register
 class SlowRankCheck(Check):
     id = "slow-rank"
+    dimension = "compute"
     title = "Slow rank"
     needs = ("steps",)
     vendors = ("ascend", "cuda", "rocm", "mtia")

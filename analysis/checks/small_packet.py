@@ -60,6 +60,7 @@ def _limits() -> dict[str, tuple[float, str]]:
 @register
 class SmallPacketCheck(Check):
     id = "small-packet"
+    dimension = "communication"
     title = "Small communication packets"
     needs = ("comm_json",)
     vendors = ("ascend", *GPU_VENDORS)

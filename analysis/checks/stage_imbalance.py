@@ -90,6 +90,7 @@ def stage_compute(ctx: CheckContext, stages: dict[int, int]) -> tuple[dict[int, 
 @register
 class StageImbalanceCheck(Check):
     id = "stage-imbalance"
+    dimension = "compute"
     title = "Pipeline stage imbalance"
     needs = ("steps",)
     vendors = ("ascend", "cuda", "rocm")

@@ -64,6 +64,7 @@ def marker_kind(name: str) -> str | None:
 @register
 class SyncBatchNormCheck(Check):
     id = "sync-batchnorm"
+    dimension = "free"
     title = "SyncBatchNorm in training"
     vendors = ("ascend", "cuda", "rocm")
     # Ascend needs the framework (Python) ops the marker is one of; Kineto traces always carry their cpu ops

@@ -62,6 +62,7 @@ BLOCKING_ENV = ("ASCEND_LAUNCH_BLOCKING", "CUDA_LAUNCH_BLOCKING", "HIP_LAUNCH_BL
 @register
 class SyncStreamCheck(Check):
     id = "sync-stream"
+    dimension = "free"
     title = "Stream synchronization after launches"
     vendors = ("ascend", "cuda", "rocm")
     needs_by_vendor: ClassVar[dict[str, tuple[str, ...]]] = {
