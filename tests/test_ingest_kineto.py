@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import re
 from decimal import Decimal
 from pathlib import Path
 
@@ -436,38 +437,55 @@ def _raises(path: Path, match: str) -> ProfileError:
     return ei.value
 
 
+def _damaged(path: Path, match: str) -> str:
+    """The file loads, keeping the events read before the damage, with one warning naming the damage."""
+    t = _read(path)
+    (w,) = [w for w in t.warnings if "is damaged" in w]
+    assert re.search(match, w), w
+    assert int(re.search(r"the (\d+) host and device events", w).group(1)) > 0
+    return w
+
+
 def test_bad_input_messages(tmp_path, tiny_pieces):
     good = json.dumps(_small_trace(30), indent=2).encode()
     _raises(_write(tmp_path, "empty.json", b""), "^.*: empty file$")
     _raises(_write(tmp_path, "blank.json", b"  \n\t "), "empty file")
     _raises(_write(tmp_path, "empty.json.gz", gzip.compress(b"")), "empty file")
-    e = _raises(_write(tmp_path, "trunc.json", good[: len(good) // 2]), "invalid JSON: truncated")
-    assert "byte" in e.problem
-    _raises(_write(tmp_path, "trunc_obj.json", good.rstrip()[:-1]), "invalid JSON: truncated")
+    # damage after some pieces were read: those events are kept, the warning says what was wrong
+    w = _damaged(_write(tmp_path, "trunc.json", good[: len(good) // 2]), "invalid JSON: truncated")
+    assert "byte" in w
+    _damaged(_write(tmp_path, "trunc_obj.json", good.rstrip()[:-1]), "invalid JSON: truncated")
     # a syntax error deep inside the event array: reported with its absolute byte offset
     pos = good.index(b'"dur"', len(good) // 2)
     bad = good[:pos] + b"?" + good[pos + 1:]
-    e = _raises(_write(tmp_path, "bad.json", bad), r"invalid JSON: .* at byte \d+")
-    at = int(e.problem.rsplit("byte ", 1)[1])
+    w = _damaged(_write(tmp_path, "bad.json", bad), r"invalid JSON: .* at byte \d+")
+    at = int(re.search(r"at byte (\d+)", w).group(1))
     assert abs(at - pos) <= 2, (at, pos)
+    # damage before any event was read: nothing usable, the error stands
+    _raises(_write(tmp_path, "trunc_head.json", good[:40]), "invalid JSON")
     _raises(_write(tmp_path, "notjson.json", b"hello"), "invalid JSON")
     _raises(_write(tmp_path, "none.json", b'{"schemaVersion": 1, "deviceProperties": []}'), "no traceEvents")
     _raises(_write(tmp_path, "scalar.json", b'{"traceEvents": 5}'), "traceEvents")
     comp = gzip.compress(good)
-    _raises(_write(tmp_path, "cut.json.gz", comp[: len(comp) // 2]), "^.*: corrupt gzip")
+    _damaged(_write(tmp_path, "cut.json.gz", comp[: len(comp) // 2]), "corrupt gzip")
+    _raises(_write(tmp_path, "cut_head.json.gz", comp[:30]), "^.*: corrupt gzip")
     mangled = bytearray(comp)
     for i in range(len(mangled) // 3, len(mangled) // 3 + 64):
         mangled[i] ^= 0x55
-    _raises(_write(tmp_path, "corrupt.json.gz", bytes(mangled)), "corrupt gzip")
+    _damaged(_write(tmp_path, "corrupt.json.gz", bytes(mangled)), "corrupt gzip")
 
 
 def test_bad_input_through_open_profile(tmp_path):
     good = json.dumps(_small_trace(3)).encode()
     d = tmp_path / "prof"
     d.mkdir()
-    (d / "rank0.json").write_bytes(good[:-40])
+    (d / "rank0.json").write_bytes(good[:-40])  # cut inside the last event: the others are kept
+    prof = store.open_profile(d, cache_dir=tmp_path / "cache")
+    assert any("is damaged (invalid JSON: truncated" in w for w in prof.warnings)
+    assert prof.rows("SELECT count(*) FROM device_ops")[0][0] == 3
+    (d / "rank0.json").write_bytes(good[:good.index(b"traceEvents") + 20])  # cut before any whole event
     with pytest.raises(ProfileError, match="invalid JSON: truncated"):
-        store.open_profile(d, cache_dir=tmp_path / "cache")
+        store.open_profile(d, cache_dir=tmp_path / "cache2")
 
 
 def test_unexpected_value_types_fall_back_to_loose_decoding(tmp_path):

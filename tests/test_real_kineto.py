@@ -165,3 +165,22 @@ def test_stepless_trace_leaves_leading_initialisation_out() -> None:
     (row,) = compute_breakdown(prof)
     assert row.step_ms == pytest.approx((end - launch) / 1e6, abs=1e-6)
     assert any("initialisation" in w for w in prof.warnings)
+
+
+@pytest.mark.parametrize("damage", ["gzip_cut", "json_cut"])
+def test_damaged_file_keeps_the_events_before_the_damage(damage: str, tmp_path: Path) -> None:
+    """A gzip cut short or a JSON cut mid-event keeps the events read before the damage, with a warning
+    that counts them; a file damaged before any event is read still fails (exit 2)."""
+    src = _trace(need(REAL / "kineto" / "kineto-tb-resnet50-nw0"))
+    data = src.read_bytes()
+    out = tmp_path / "run" / ("worker0.pt.trace.json.gz" if damage == "gzip_cut" else "worker0.pt.trace.json")
+    out.parent.mkdir()
+    out.write_bytes(data[: len(data) // 3] if damage == "gzip_cut" else gzip.decompress(data)[:6_000_000])
+    prof = store.open_profile(out.parent)
+    (warning,) = [w for w in prof.warnings if "is damaged" in w]
+    kept = int(re.search(r"the (\d+) host and device events", warning).group(1))
+    stored = prof.rows("SELECT (SELECT count(*) FROM host_ops) + (SELECT count(*) FROM device_ops)")[0][0]
+    assert kept > 1000 and stored <= kept
+    assert [s for (s,) in prof.rows("SELECT step FROM steps ORDER BY step")][:2] == [5, 6]
+    out.write_bytes(data[:200] if damage == "gzip_cut" else gzip.decompress(data)[:200])
+    assert cli_main(["breakdown", str(out.parent)]) == 2

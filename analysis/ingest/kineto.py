@@ -72,7 +72,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import gzip
 import re
 import zlib
 from collections import Counter
@@ -434,6 +433,7 @@ class _Doc:
     meta: dict[str, Any] = field(default_factory=dict)
     top_level_list: bool = False
     head: bytes = b""  # what was read before falling back to the whole-document decode
+    damage: str | None = None  # why reading stopped early (a cut gzip, truncated JSON), events kept
 
 
 class _Source:
@@ -448,21 +448,65 @@ class _Source:
         magic = self._raw.read(2)
         self._raw.seek(0)
         self.gz = magic == b"\x1f\x8b"
-        self._f: BinaryIO = gzip.GzipFile(fileobj=self._raw) if self.gz else self._raw
+        self._f: BinaryIO = self._raw
+        # gzip is inflated here, not by GzipFile, so that the bytes inflated before damage (a file cut
+        # short, a corrupt block) are returned: the damage then reads as the end of the stream, and
+        # `damage` holds the error for the caller
+        self._z = zlib.decompressobj(31) if self.gz else None
+        self.damage: ProfileError | None = None
         self.eof = False
 
     def read(self, n: int) -> bytes:
         if self.eof:
             return b""
+        if self._z is not None:
+            return self._inflate(n)
         try:
             data = self._f.read(n)
-        except (OSError, EOFError, zlib.error) as e:
-            if self.gz:
-                raise ProfileError(self.path, f"corrupt gzip ({e})") from None
+        except OSError as e:
             raise ProfileError(self.path, f"cannot read ({e})") from None
         if not data:
             self.eof = True
         return data
+
+    def _inflate(self, n: int) -> bytes:
+        """Up to about n inflated bytes (members of a multi-member gzip in turn); b"" at the end."""
+        z = self._z
+        assert z is not None
+        out: list[bytes] = []
+        have = 0
+        while have < n:
+            try:
+                comp = z.unconsumed_tail or self._raw.read(64 << 10)
+                if not comp:
+                    if not z.eof:
+                        self.eof = True
+                        self.damage = ProfileError(self.path, "corrupt gzip (Compressed file ended before "
+                                                     "the end-of-stream marker was reached)")
+                    break
+                data = z.decompress(comp, n - have)
+            except OSError as e:
+                self.eof = True
+                self.damage = ProfileError(self.path, f"cannot read ({e})")
+                break
+            except zlib.error as e:
+                self.eof = True
+                self.damage = ProfileError(self.path, f"corrupt gzip ({e})")
+                break
+            out.append(data)
+            have += len(data)
+            if z.eof:  # end of a member: another member, or the end (zero padding counts as the end)
+                if z.unused_data:
+                    self._raw.seek(-len(z.unused_data), 1)
+                nxt = self._raw.read(1)
+                if nxt in (b"", b"\0"):
+                    self.eof = True
+                    break
+                self._raw.seek(-1, 1)
+                self._z = z = zlib.decompressobj(31)
+        if not have:
+            self.eof = True
+        return b"".join(out)
 
     def read_all(self) -> bytes:
         parts = []
@@ -600,6 +644,7 @@ def _iter_events(src: _Source, doc: _Doc) -> Iterator[list[_Event]]:
             except msgspec.DecodeError as e:
                 end = _split_array_end(piece, e)
                 if end is None:
+                    yield _events_before_damage(piece, _err_pos(e))
                     raise _invalid(src.path, e, base + pos - 1, base + len(buf)) from None
                 yield _decode_events(piece[:end])
                 _read_tail(src, piece[end:], doc, base + pos - 1 + end)
@@ -664,6 +709,27 @@ def _iter_events(src: _Source, doc: _Doc) -> Iterator[list[_Event]]:
         pos = 1
 
 
+def _events_before_damage(piece: bytes, at: int | None) -> list[_Event]:
+    """The whole events of `[ ...` that precede a decode error at byte `at` (None: unknown, the end): the
+    piece is cut after the last `},` before it at which the part before decodes (at most _MAX_CUT_TRIES
+    tries); [] when none does. The caller then raises the error; the reader keeps these events."""
+    hi = len(piece) if at is None else min(at, len(piece))
+    for _ in range(_MAX_CUT_TRIES):
+        j = piece.rfind(b"}", 1, hi)
+        if j < 0:
+            break
+        k = j + 1
+        while k < len(piece) and piece[k] in _WS:
+            k += 1
+        if k < len(piece) and piece[k] == 0x2C:
+            try:
+                return _decode_events(piece[: j + 1] + b"]")
+            except msgspec.DecodeError:
+                pass
+        hi = j
+    return []
+
+
 def _finish_rest(src: _Source, piece: bytes, doc: _Doc, offset: int) -> Iterator[list[_Event]]:
     try:
         yield _decode_events(piece)
@@ -672,6 +738,7 @@ def _finish_rest(src: _Source, piece: bytes, doc: _Doc, offset: int) -> Iterator
     except msgspec.DecodeError as e:
         end = _split_array_end(piece, e)
         if end is None:
+            yield _events_before_damage(piece, _err_pos(e))
             raise _invalid(src.path, e, offset, offset + len(piece)) from None
         yield _decode_events(piece[:end])
         _read_tail(src, piece[end:], doc, offset + end)
@@ -1135,12 +1202,22 @@ def _read_events(path: Path) -> tuple[_Doc, _Folder]:
     doc = _Doc()
     folder = _Folder()
     source = _Source(path)
+    error: ProfileError | None = None
     try:
         for evs in _iter_events(source, doc):
             folder.fold(evs)
             del evs
+    except ProfileError as e:
+        error = e
     finally:
         source.close()
+    # damage (a gzip or JSON cut short, a corrupt block, a syntax error): the whole events before it are
+    # kept; a gzip error explains a JSON one that follows from it. Nothing read: the error stands (exit 2)
+    error = source.damage or error
+    if error is not None:
+        if not (folder.host.n or folder.dev.n):
+            raise error
+        doc.damage = error.problem
     return doc, folder
 
 
@@ -1428,6 +1505,9 @@ def _build(t: RankTables, src: RankSource, path: Path, doc: _Doc, f: _Folder) ->
     # ---- what the trace lacks
     if nd == 0:
         t.warn("no GPU events: device breakdown unavailable")
+    if doc.damage:
+        t.warn(f"{path.name} is damaged ({doc.damage}): the {f.host.n + f.dev.n} host and device events read "
+               "before the damage are kept, the rest of the file is lost")
     if synthetic_step:
         t.warn("no ProfilerStep#N annotations: the trace is analysed as one step (step 0)" + window_note)
     if not props and nd:
