@@ -184,3 +184,18 @@ def test_damaged_file_keeps_the_events_before_the_damage(damage: str, tmp_path: 
     assert [s for (s,) in prof.rows("SELECT step FROM steps ORDER BY step")][:2] == [5, 6]
     out.write_bytes(data[:200] if damage == "gzip_cut" else gzip.decompress(data)[:200])
     assert cli_main(["breakdown", str(out.parent)]) == 2
+
+
+def test_gloo_collectives_are_host_side_comm_ops() -> None:
+    """gloo2_straggler: each `gloo:all_reduce` host annotation is a comm op with the host start and
+    duration (ns from the numeral text), per rank and step, so cross-rank checks can match them."""
+    folder = need(REAL / "gpu-h100" / "gloo2_straggler" / "traces")
+    prof = store.open_profile(folder)
+    got = sorted(prof.rows("SELECT rank, start_ns, elapse_ns, op_type FROM comm_ops WHERE name = 'gloo:all_reduce'"))
+    want = []
+    for rank, path in enumerate(sorted(p for p in folder.iterdir() if ".json" in p.name)):
+        doc_rank = json.loads(gzip.decompress(path.read_bytes()))["distributedInfo"]["rank"]
+        want += [(doc_rank, _ns(e["ts"]), _ns(e["dur"]), "allreduce") for e in _events(path)
+                 if e.get("cat") == "user_annotation" and e.get("name") == "gloo:all_reduce"]
+        assert rank in (0, 1)
+    assert got == sorted(want) and len(got) == 24

@@ -1103,6 +1103,30 @@ def _step_of(ts: np.ndarray, st_start: np.ndarray, st_end: np.ndarray, st_num: n
     return np.where(inside, st_num[ic], _NONE)
 
 
+_GLOO_RE = re.compile(r"^gloo:(\w+)$")
+
+
+def _host_collectives(t: RankTables, names: np.ndarray, h_nid: np.ndarray, h_cat: np.ndarray,
+                      h_step: np.ndarray, h_start: np.ndarray, h_dur: np.ndarray) -> None:
+    """Gloo collectives run on the host: their `gloo:<op>` annotation (start and duration on the host
+    clock) becomes a comm_ops row so that cross-rank checks can match them. The trace gives no process
+    group, sequence number or Collective name for them (c10d::allreduce_ carries only Input Dims), so
+    group_name and size are unknown (null)."""
+    ids = [i for i, n in enumerate(names.tolist()) if _GLOO_RE.match(str(n))]
+    if not ids or not h_nid.size:
+        return
+    rows = np.flatnonzero(np.isin(h_nid, ids) & (h_cat == _H_USER_ANN))
+    if not rows.size:
+        return
+    ops = [collective_op_type(_GLOO_RE.match(str(names[h_nid[i]])).group(1)) for i in rows.tolist()]  # type: ignore[union-attr]
+    t.extend("comm_ops", {
+        "step": _ints(h_step[rows]), "name": [str(names[h_nid[i]]) for i in rows.tolist()], "op_type": ops,
+        "group_name": [None] * rows.size, "start_ns": h_start[rows].tolist(), "elapse_ns": h_dur[rows].tolist(),
+        "size_bytes": [None] * rows.size,
+    })
+    t.has("comm_ops")
+
+
 def _launcher_ops(names: list[str], h_nid: np.ndarray, h_cat: np.ndarray, h_tid: np.ndarray,
                   h_start: np.ndarray, h_dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Host ops whose name says communication (comm_kinds rule 2), and which host events (runtime /
@@ -1460,6 +1484,8 @@ def _build(t: RankTables, src: RankSource, path: Path, doc: _Doc, f: _Folder) ->
             t.has("correlation")
         if (d_grid != _NONE).any():
             t.has("block_dim")
+
+    _host_collectives(t, names, h_nid, h_cat, h_step, h_start, h_dur)
 
     # ---- host_ops
     if nh:
