@@ -15,6 +15,9 @@ import pytest
 
 from conftest import CLUSTER4, KINETO, need
 from stepdoctor.analysis import store
+from stepdoctor.analysis.checks.base import registry
+
+N_CHECKS = len(registry())   # derived: adding a check changes no test
 
 SPLIT = r"""
 import json, os, sys, threading
@@ -79,7 +82,7 @@ def test_split_checks_run_once_each_in_two_processes_and_report_what_a_serial_ru
     assert got["findings"] > (20 if data == "cluster4" else 0)
     assert got["ranks"] == (4 if data == "cluster4" else 2)
     ids = [cid for _, cid in ran]
-    assert len(ids) == len(set(ids)) == 24, "each check exactly once"
+    assert len(ids) == len(set(ids)) == N_CHECKS, "each check exactly once"
     pids = {pid for pid, _ in ran}
     assert len(pids) == 2 and got["parent"] in pids, "the helper took checks too"
 
@@ -88,14 +91,14 @@ def test_split_checks_run_once_each_in_two_processes_and_report_what_a_serial_ru
 def test_checks_a_dead_or_stuck_helper_took_are_run_by_the_caller(tmp_path, mode):
     got, ran = _run(need(CLUSTER4), tmp_path, mode)
     assert got["forked"] == [True] and got["same"]
-    assert sorted(cid for _, cid in ran) == sorted({cid for _, cid in ran}) and len(ran) == 24
+    assert sorted(cid for _, cid in ran) == sorted({cid for _, cid in ran}) and len(ran) == N_CHECKS
     assert {pid for pid, _ in ran} == {got["parent"]}
 
 
 def test_a_process_with_a_second_thread_runs_the_checks_itself(tmp_path):
     got, ran = _run(need(CLUSTER4), tmp_path, "threaded")
     assert got["forked"] == [False] and got["same"] and got["ranks"] == 4
-    assert {pid for pid, _ in ran} == {got["parent"]} and len(ran) == 24
+    assert {pid for pid, _ in ran} == {got["parent"]} and len(ran) == N_CHECKS
 
 
 def test_a_process_that_wrote_a_database_runs_the_checks_itself(tmp_path):
@@ -103,11 +106,11 @@ def test_a_process_that_wrote_a_database_runs_the_checks_itself(tmp_path):
     opened a database for writing is never forked (store.fork_safe)."""
     got, ran = _run(need(CLUSTER4), tmp_path, "normal", cached=False)
     assert got["forked"] == [False] and got["same"]
-    assert {pid for pid, _ in ran} == {got["parent"]} and len(ran) == 24
+    assert {pid for pid, _ in ran} == {got["parent"]} and len(ran) == N_CHECKS
 
 
 def test_one_usable_cpu_runs_the_checks_here(tmp_path):
     """With one usable CPU the helper would only take turns with this process: none is forked."""
     got, ran = _run(need(CLUSTER4), tmp_path, "one-cpu")
     assert got["forked"] == [False] and got["same"] and got["ranks"] == 4
-    assert {pid for pid, _ in ran} == {got["parent"]} and len(ran) == 24
+    assert {pid for pid, _ in ran} == {got["parent"]} and len(ran) == N_CHECKS

@@ -51,10 +51,13 @@ def test_no_recognizable_profile(tmp_path):
 
 
 def test_truncated_json(tmp_path):
+    """A trace cut in half keeps the events before the cut, with a warning that counts them."""
     f = _kineto_trace(tmp_path)
     data = f.read_bytes()
     f.write_bytes(data[: len(data) // 2])
-    assert_one_line_error(run("breakdown", str(f), cache=tmp_path / "c"), f.name)
+    r = run("breakdown", str(f), cache=tmp_path / "c")
+    assert r.returncode == 0, r.stderr
+    assert "read before the damage are kept" in r.stdout and "Traceback" not in r.stderr
 
 
 def test_invalid_json(tmp_path):
