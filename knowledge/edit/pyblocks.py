@@ -17,7 +17,7 @@ from typing import Any
 
 from ..schema import CodeEdit, render_template
 from .pycalls import _delete_statements
-from .pyinsert import _insert_lines_edit, _training_loop
+from .pyinsert import _already_applied, _insert_lines_edit, _training_loop
 from .pymodule import _NOT_LITERAL, _literal, _Module, _same_literal
 from .text import EditLocation, _one_line, _Outcome, _TextEdit
 
@@ -236,12 +236,7 @@ def _handle_periodic_in_loop(
     its body. Needs a step counter in the loop header; already applied when a located call is present."""
     out = _Outcome()
     src = mod.src
-    present = mod.has_call(edit.locate.present_if_calls) if edit.locate.present_if_calls else None
-    if present is not None:
-        out.matched = True
-        out.locations.append(
-            EditLocation(line=present.lineno, what=f"already calls {_one_line(src.segment(present))}")
-        )
+    if _already_applied(mod, edit, out):
         return out
     loop = _training_loop(mod)
     step = _step_counter(loop) if loop is not None else None

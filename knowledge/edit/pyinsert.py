@@ -151,17 +151,23 @@ def _training_loop(mod: _Module) -> ast.stmt | None:
     return None
 
 
+def _already_applied(mod: _Module, edit: CodeEdit, out: _Outcome) -> bool:
+    """True (and `out` says where) when the script already makes a call of `locate.present_if_calls`: the
+    edit is in place and nothing is inserted twice."""
+    present = mod.has_call(edit.locate.present_if_calls) if edit.locate.present_if_calls else None
+    if present is None:
+        return False
+    out.matched = True
+    out.locations.append(EditLocation(line=present.lineno, what=f"already calls {_one_line(mod.src.segment(present))}"))
+    return True
+
+
 def _handle_insert_before_loop(
     mod: _Module, edit: CodeEdit, params: dict[str, Any], explicit: set[str]
 ) -> _Outcome:
     out = _Outcome()
     src = mod.src
-    present = mod.has_call(edit.locate.present_if_calls) if edit.locate.present_if_calls else None
-    if present is not None:
-        out.matched = True
-        out.locations.append(
-            EditLocation(line=present.lineno, what=f"already calls {_one_line(src.segment(present))}")
-        )
+    if _already_applied(mod, edit, out):
         return out
     anchor = _training_loop(mod)
     if anchor is None:
