@@ -1,8 +1,7 @@
 """Twelve real H100 runs with one planted problem each: every expected.json entry must pass.
 
 Each entry of each `*/expected.json` is one test (scored by stepdoctor.evals.score_real exactly as the data's
-README defines it). Entries owned by other work (cross-rank slow-rank, compare verdicts) are xfail, not strict:
-they are reported, and pass here once that work lands.
+README defines it): the slow-rank, host-side and compare entries alike, all required to pass.
 """
 
 from __future__ import annotations
@@ -19,10 +18,6 @@ REAL = SHARED / "real"
 H100 = REAL / "gpu-h100"
 
 # (scenario, kind, check or compare key) -> why it is not this module's to fix
-OWNED_ELSEWHERE = {
-    ("gloo2_straggler", "must_find", "slow-rank"): "slow-rank over gloo is the cross-rank analysis's (stragglers)",
-    ("gloo2_straggler", "must_not_find", "slow-rank"): "slow-rank over gloo is the cross-rank analysis's",
-}
 
 
 def _entries() -> list[tuple[str, str, int]]:
@@ -56,12 +51,7 @@ def _params():
     ps = []
     for path, kind, i in _entries():
         key = _key(path, kind, i)
-        marks = []
-        if key[1] == "compare":
-            marks.append(pytest.mark.xfail(strict=False, reason="compare verdicts are the compare work's"))
-        elif key in OWNED_ELSEWHERE:
-            marks.append(pytest.mark.xfail(strict=False, reason=OWNED_ELSEWHERE[key]))
-        ps.append(pytest.param(path, kind, i, id=f"{key[0]}-{kind}-{i}-{key[2]}", marks=marks))
+        ps.append(pytest.param(path, kind, i, id=f"{key[0]}-{kind}-{i}-{key[2]}"))
     return ps or [pytest.param(None, None, None, id="no-data")]
 
 
