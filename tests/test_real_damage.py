@@ -69,9 +69,7 @@ CASES = [
     Case("missing", TEXT, "rank1_ascend_pt/profiler_info_1.json", [0, 1],
          r"rank1_ascend_pt: no profiler_info_\{rank\}\.json; using placeholder rank 1"),
     Case("missing", SERVER, "test_rank_0/ASCEND_PROFILER_OUTPUT/communication.json", [0, 1],
-         r"rank 0: ASCEND_PROFILER_OUTPUT/communication\.json: missing", parts=SRV,
-         xfail="ascend_text: a missing communication.json (communication ops, bandwidth) is not warned about, "
-               "unlike the other deliverables"),
+         r"rank 0: ASCEND_PROFILER_OUTPUT/communication\.json: missing", parts=SRV),
     Case("bad_utf8", TEXT, OUT1 + "kernel_details.csv", [0, 1],
          r"rank 1: ASCEND_PROFILER_OUTPUT/kernel_details\.csv: .*(UTF-8|utf-8)",
          xfail="ascend_text: one invalid UTF-8 byte in kernel_details.csv drops the whole rank ('rank skipped: "

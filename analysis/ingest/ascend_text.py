@@ -3236,7 +3236,8 @@ class _RankReader:
         """
         path = self.out / "communication.json"
         if not path.is_file():
-            if self.world_size not in (None, 1) or self.t.count("comm_tasks") or self.groups:
+            # Level0 never writes it; at any other level (or an unknown one) its absence loses data
+            if self.profiler_level != "Level0" or self.world_size not in (None, 1) or self.groups:
                 self.warn(path, "missing: per-op wait/transit times and bandwidth unknown")
             return
         res = self._comm_json(path, _COMM_TYPED, _comm_json_columns)
