@@ -3226,6 +3226,10 @@ class _RankReader:
                        ("preparing", "preparing_ns")):
             if c in df:
                 cols[out] = _i64(df[c])
+        masks = [np.ma.getmaskarray(v) for k, v in cols.items() if k != "step"]
+        short = int(np.logical_or.reduce(masks).sum()) if masks else 0
+        if short:   # a cut row: its fields stay unknown (null), never 0
+            self.warn(path, f"{short} row(s) with empty fields: those values are unknown for their steps")
         self.t.extend("vendor_step_trace", cols)
         self.t.has("vendor_step_trace")
 
