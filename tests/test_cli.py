@@ -87,8 +87,10 @@ def test_csv_missing_required_columns(tmp_path):
     header = lines[0].split(",")
     keep = [i for i, h in enumerate(header) if h not in ("Name", "Duration(us)")]
     kd.write_text("\n".join(",".join(c for i, c in enumerate(ln.split(",")) if i in keep) for ln in lines[:1]) + "\n")
-    # with the trace gone too, kernel_details is the only device source, so its columns are required
+    # with the trace and the step table gone too, kernel_details is the only device source: its columns are
+    # required
     (kd.parent / "trace_view.json").unlink()
+    (kd.parent / "step_trace_time.csv").unlink()
     assert_one_line_error(run("breakdown", str(root), cache=tmp_path / "c"), "kernel_details.csv")
 
 

@@ -71,9 +71,7 @@ CASES = [
     Case("missing", SERVER, "test_rank_0/ASCEND_PROFILER_OUTPUT/communication.json", [0, 1],
          r"rank 0: ASCEND_PROFILER_OUTPUT/communication\.json: missing", parts=SRV),
     Case("bad_utf8", TEXT, OUT1 + "kernel_details.csv", [0, 1],
-         r"rank 1: ASCEND_PROFILER_OUTPUT/kernel_details\.csv: .*(UTF-8|utf-8)",
-         xfail="ascend_text: one invalid UTF-8 byte in kernel_details.csv drops the whole rank ('rank skipped: "
-               "not a readable CSV'), trace_view.json and step_trace_time.csv included"),
+         r"rank 1: ASCEND_PROFILER_OUTPUT/kernel_details\.csv: .*(UTF-8|utf-8)"),
     Case("bad_utf8", TEXT, OUT1 + "trace_view.json", [0, 1],
          r"rank 1: ASCEND_PROFILER_OUTPUT/trace_view\.json: invalid JSON .*skipped; no host ops"),
     Case("short_row", TEXT, OUT1 + "step_trace_time.csv", [0, 1],

@@ -2575,6 +2575,19 @@ class _RankReader:
     # -- kernel_details.csv ---------------------------------------------------------------------------
 
     def kernel_details(self) -> _Frame | None:
+        """kernel_details.csv as a frame; a damaged file costs only itself when the trace or the step table can
+        still give the rank its device data (ProfileError otherwise)."""
+        try:
+            return self._kernel_details()
+        except ProfileError as e:
+            others = [n for n in ("trace_view.json", "step_trace_time.csv") if (self.out / n).is_file()]
+            if not others:
+                raise
+            self.warn(self.out / "kernel_details.csv", f"{e.problem}; skipped (kernel types, shapes and pipe "
+                                                       f"ratios unknown; the rank keeps {' and '.join(others)})")
+            return None
+
+    def _kernel_details(self) -> _Frame | None:
         path = self.out / "kernel_details.csv"
         if not path.is_file():
             # msprof's op_summary carries the same columns under other names (ascend_columns.KERNEL_DETAILS)
