@@ -89,8 +89,8 @@ WORKER = textwrap.dedent("""
     run, rank = Path(sys.argv[1]), int(sys.argv[2])
     w = StepWatch(run, recorder=FakeRecorder, analyze=False, rank=rank, world_size=3)
     (run / f"ready_{{rank}}").write_text("")
-    for _ in range(400):
-        time.sleep(0.01)
+    for _ in range(300):
+        time.sleep(0.05)   # a step long enough that a loaded machine's scheduling cannot eat the 2-step lead
         w.step()
         if w.captures:
             break
