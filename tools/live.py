@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from ..analysis.hang import HangReport, diagnose_hang
@@ -90,7 +91,8 @@ def cmd_snapshot(a: argparse.Namespace) -> int:
     import shutil
     import subprocess
 
-    pyspy = shutil.which("py-spy")
+    # py-spy installed in the same environment as stepdoctor is found without that environment on PATH
+    pyspy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
     if pyspy is None:
         raise ProfileError(None, "py-spy is not installed: pip install py-spy (it reads another process's "
                                  "Python stack; root or ptrace permission is needed)")
@@ -103,12 +105,14 @@ def cmd_snapshot(a: argparse.Namespace) -> int:
         r = subprocess.run([pyspy, "dump", "--json", "--pid", str(pid)], capture_output=True, text=True,
                            timeout=60)
         if r.returncode != 0 or not r.stdout.strip():
-            failed.append(f"pid {pid}: {(r.stderr.strip().splitlines() or ['no output'])[-1][:160]}")
+            lines = r.stderr.strip().splitlines() or ["no output"]
+            why = next((ln for ln in lines if ln.lower().startswith("error")), lines[0])   # not its backtrace
+            failed.append(f"pid {pid}: {why.strip()[:160]}")
             continue
         (out / name).write_text(r.stdout)
+    if len(failed) == len(a.pid):
+        raise ProfileError(None, f"no snapshot taken ({failed[0]})")
     print(f"{len(a.pid) - len(failed)} stack snapshot(s) in {out}; `stepdoctor hang {out}` compares them")
     for f in failed:
         print(f"warning: {f}")
-    if len(failed) == len(a.pid):
-        raise ProfileError(None, f"no snapshot taken ({failed[0]})")
     return 0
