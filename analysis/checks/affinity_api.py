@@ -296,6 +296,9 @@ class AffinityApiCheck(Check):
     id = "affinity-api"
     dimension = "compute"
     title = "Fusible op sequence (affinity API)"
+    fires_when = "an op sequence has a fused / vendor-optimized replacement; `subject` = the replacement API"
+    thresholds = ("affinity_min_occurrences",)
+    subject_keyed = True
     needs = ("framework_ops",)
     vendors = ("ascend",)
     description = (

@@ -67,6 +67,9 @@ class AicpuOpCheck(Check):
     id = "aicpu-op"
     dimension = "compute"
     title = "Operators on AI CPU"
+    fires_when = "operators run on AI CPU; `subject` = op type"
+    thresholds = ("aicpu_task_us",)
+    frameworks = ("pytorch", "mindspore")
     needs = ("kernel_details",)
     vendors = ("ascend",)
     description = (

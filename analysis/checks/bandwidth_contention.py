@@ -72,6 +72,8 @@ class BandwidthContentionCheck(Check):
     id = "bandwidth-contention"
     dimension = "communication"
     title = "Communication / compute bandwidth contention"
+    fires_when = "communication slows down while it overlaps compute"
+    thresholds = ("contention_sdma_gbps",)
     needs = ("comm_json", "kernel_details")
     vendors = ("ascend",)
     description = (

@@ -134,11 +134,17 @@ class CheckContext:
         return pct, severity_from_impact(pct)
 
 
-class Check:
-    """Base class of one check (subclass per module)."""
+VENDORS: tuple[str, ...] = ("ascend", "cuda", "rocm")
+FRAMEWORKS: tuple[str, ...] = ("pytorch", "mindspore")
 
-    id: ClassVar[str]
+
+class Check:
+    """Base class of one check (subclass per module). The class is the only record of a check: the
+    knowledge base, the MCP resources, compare and the generated docs read these attributes."""
+
+    id: ClassVar[str]                                 # stable, kebab-case; docs/contract.md lists them
     title: ClassVar[str]
+    fires_when: ClassVar[str] = ""                    # one line, the contract's "fires when" column
     needs: ClassVar[tuple[str, ...]] = ()            # capabilities required on a rank
     # per-vendor capabilities where they differ (a Kineto trace has runtime calls, Ascend a CANN API table)
     needs_by_vendor: ClassVar[dict[str, tuple[str, ...]]] = {}
@@ -148,6 +154,14 @@ class Check:
     # free (device idle, host-caused). `compare` ties a new finding to the dimension its verdict names.
     # None: not declared; compare then counts the finding under compute.
     dimension: ClassVar[str | None] = None
+    # names in `analysis/thresholds.py` (`T.<name>`) this check decides with; docs link them to the table
+    thresholds: ClassVar[tuple[str, ...]] = ()
+    # frameworks whose fix differs on Ascend (the knowledge base must answer each); () = framework-neutral
+    frameworks: ClassVar[tuple[str, ...]] = ()
+    # `Finding.subject` names exactly what the fix must match (an env var, a replacement API): a fix that
+    # does not name the subject is a wrong answer. The fixes themselves name the checks they answer
+    # (`checks:` in knowledge/fixes/*.yaml), so the link between a check and its fixes has one home.
+    subject_keyed: ClassVar[bool] = False
 
     def needs_for(self, vendor: str | None) -> tuple[str, ...]:
         return self.needs_by_vendor.get(vendor or "", self.needs)

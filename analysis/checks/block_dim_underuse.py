@@ -74,6 +74,7 @@ class BlockDimCheck(Check):
     id = "block-dim-underuse"
     dimension = "compute"
     title = "Kernels use too few cores"
+    fires_when = "kernels use fewer cores than the device has"
     needs = ("kernel_details", "block_dim", "core_counts")
     vendors = ("ascend",)
     description = (

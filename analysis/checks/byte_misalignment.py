@@ -38,6 +38,8 @@ class ByteMisalignmentCheck(Check):
     id = "byte-misalignment"
     dimension = "communication"
     title = "Communication byte misalignment"
+    fires_when = "communication sizes are not multiples of the transfer alignment"
+    thresholds = ("byte_align",)
     needs = ("comm_tasks",)
     vendors = ("ascend",)
     description = (

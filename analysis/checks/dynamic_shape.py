@@ -34,6 +34,8 @@ class DynamicShapeCheck(Check):
     id = "dynamic-shape"
     dimension = "compute"
     title = "Dynamic-shape operators"
+    fires_when = "operators are compiled for dynamic shapes"
+    frameworks = ("pytorch", "mindspore")
     needs = ("kernel_details", "op_state")
     vendors = ("ascend",)
     description = (

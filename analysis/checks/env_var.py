@@ -71,6 +71,10 @@ class EnvVarCheck(Check):
     id = "env-var"
     dimension = "free"
     title = "Environment variables that cost performance"
+    fires_when = "an environment variable is set to a value that costs performance; `subject` = its name"
+    thresholds = ("aclnn_cache_limit_min",)
+    frameworks = ("pytorch", "mindspore")
+    subject_keyed = True
     needs = ("env",)
     description = ("Audits the environment recorded with the profile (torch_npu profiler_metadata.json "
                    "ENV_VARIABLES) on every rank against msprof-analyze's rules, and flags variables whose "

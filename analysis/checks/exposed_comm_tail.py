@@ -87,6 +87,9 @@ class ExposedCommTailCheck(Check):
     id = "exposed-comm-tail"
     dimension = "communication"
     title = "Exposed gradient communication tail"
+    fires_when = "gradient communication after backward is not overlapped (fusion / bucket split helps)"
+    thresholds = ("exposed_tail_pct", "tail_proposed_buckets")
+    frameworks = ("pytorch", "mindspore")
     vendors = ("ascend", "cuda", "rocm")
     description = ("Per rank and step: communication after the last compute op before the step's final block of "
                    "collectives, not hidden by compute and not followed by device idle, >= 3 % of the step "

@@ -140,6 +140,12 @@ class Fp32ComputeCheck(Check):
     id = "fp32-compute"
     dimension = "compute"
     title = "Float32 compute where mixed precision applies"
+    fires_when = (
+        "matmul / convolution / attention time is dominated by float32 kernels where mixed precision "
+        "(fp16 / bf16) applies"
+    )
+    thresholds = ("fp32_share_pct", "fp32_speedup")
+    frameworks = ("pytorch", "mindspore")
     vendors = ("ascend", "cuda", "rocm")
     needs_by_vendor: ClassVar[dict[str, tuple[str, ...]]] = {
         "ascend": ("dtypes",),

@@ -75,6 +75,8 @@ class FreqThrottleCheck(Check):
     id = "freq-throttle"
     dimension = "compute"
     title = "AI core frequency throttling"
+    fires_when = "the AI core frequency dropped below its rated value"
+    thresholds = ("freq_drop",)
     needs = ("freq", "rated_freq")
     vendors = ("ascend",)
     description = (

@@ -60,6 +60,12 @@ class GcPauseCheck(Check):
     id = "gc-pause"
     dimension = "free"
     title = "Python GC pauses"
+    fires_when = "Python garbage collection stalls the host"
+    thresholds = (
+        "conjectured_gc_acl_count_per_us", "conjectured_gc_acl_time_ratio", "conjectured_gc_free_ms",
+        "conjectured_gc_gpu_device_idle_ratio", "conjectured_gc_gpu_silence_ms", "gc_ms",
+    )
+    frameworks = ("pytorch", "mindspore")
     vendors = ("ascend", "cuda", "rocm")
     needs_by_vendor: ClassVar[dict[str, tuple[str, ...]]] = {
         "ascend": ("steps", "host_ops"),

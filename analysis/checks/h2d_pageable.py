@@ -32,6 +32,8 @@ class H2dPageableCheck(Check):
     id = "h2d-pageable"
     dimension = "memory"
     title = "Pageable host-to-device copies"
+    fires_when = "host-to-device copies from pageable memory"
+    thresholds = ("h2d_pageable_ms",)
     vendors = ("ascend", "cuda", "rocm")
     needs_by_vendor: ClassVar[dict[str, tuple[str, ...]]] = {
         "cuda": ("kernels",),

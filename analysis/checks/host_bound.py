@@ -83,6 +83,12 @@ class HostBoundCheck(Check):
     id = "host-bound"
     dimension = "free"
     title = "Host-bound launch"
+    fires_when = "the device waits for the host to launch work (launch overhead, dispatch)"
+    thresholds = (
+        "conjectured_gc_gpu_silence_ms", "host_bound_free_pct", "host_bound_late_launch_pct",
+        "host_bound_stall_share",
+    )
+    frameworks = ("pytorch", "mindspore")
     vendors = ("ascend", "cuda", "rocm")
     needs_by_vendor: ClassVar[dict[str, tuple[str, ...]]] = {
         "ascend": ("steps", "correlation"),

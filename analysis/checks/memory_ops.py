@@ -96,6 +96,8 @@ class MemoryOpsCheck(Check):
     id = "memory-ops"
     dimension = "free"
     title = "Allocator calls inside steps"
+    fires_when = "the allocator frees / mallocs device memory inside steps"
+    thresholds = ("memory_api_gpu_step_pct", "memory_api_total_ms")
     vendors = ("ascend", "cuda", "rocm")
     needs_by_vendor: ClassVar[dict[str, tuple[str, ...]]] = {
         "ascend": ("cann_api",),

@@ -202,6 +202,11 @@ class MisalignedShapeCheck(Check):
     id = "misaligned-shape"
     dimension = "compute"
     title = "Misaligned matmul / attention shapes"
+    fires_when = "matmul / attention shapes miss the alignment the hardware wants"
+    thresholds = (
+        "cube_align", "cube_bound_mac", "cube_bound_mte2", "cube_min_mib", "fa_align", "fa_bound_mte2",
+        "fa_bound_vec", "fa_grad_bound_fixpipe",
+    )
     needs = ("kernel_details", "shapes")
     vendors = ("ascend",)
     description = (

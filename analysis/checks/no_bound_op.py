@@ -77,6 +77,8 @@ class NoBoundOpCheck(Check):
     id = "no-bound-op"
     dimension = "compute"
     title = "Kernels bound by nothing"
+    fires_when = "kernels are bound by nothing (all pipe ratios low)"
+    thresholds = ("no_bound_min_us", "no_bound_ratio")
     needs = ("kernel_details", "pipe_ratios")
     vendors = ("ascend",)
     description = (

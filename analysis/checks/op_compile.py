@@ -44,6 +44,8 @@ class OpCompileCheck(Check):
     id = "op-compile"
     dimension = "free"
     title = "Operator compilation inside steps"
+    fires_when = "operators are compiled during training steps"
+    thresholds = ("op_compile_count",)
     needs = ("cann_api",)
     vendors = ("ascend",)
     description = ("Counts AscendCL@aclopCompileAndExecute per step on every rank; >= 20 in a step means online "

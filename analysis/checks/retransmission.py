@@ -28,6 +28,8 @@ class RetransmissionCheck(Check):
     id = "retransmission"
     dimension = "communication"
     title = "RDMA retransmission"
+    fires_when = "RDMA transfers were retransmitted"
+    thresholds = ("retransmission_ms",)
     needs = ("comm_json",)
     vendors = ("ascend",)
     description = (

@@ -84,6 +84,12 @@ class SlowDataloaderCheck(Check):
     id = "slow-dataloader"
     dimension = "free"
     title = "Slow data loader"
+    fires_when = "the data loader holds the step"
+    thresholds = (
+        "dataloader_ms", "dataloader_workers_headroom", "minddata_child_fuller",
+        "minddata_host_queue_empty", "minddata_leaf_queue_low", "minddata_worker_cpu_high_pct",
+    )
+    frameworks = ("pytorch", "mindspore")
     vendors = ("ascend", "cuda", "rocm")
     description = ("PyTorch: a dataloader host op >= 10 ms (msprof-analyze, fixed high), naming the single- or "
                    "multi-process iterator; MindSpore: a mean iteration interval >= 10 ms, naming the dataset "

@@ -97,6 +97,11 @@ class SlowLinkCheck(Check):
     id = "slow-link"
     dimension = "communication"
     title = "Slow link"
+    fires_when = (
+        "a link or a rank's links have clearly lower bandwidth than their peers; `subject` = "
+        '`"src->dst"` or transport'
+    )
+    thresholds = ("slow_link_ratio",)
     needs = ("comm_json",)
     vendors = ("ascend",)
     description = ("Links (communication matrix) and per-rank transports (communication.json) whose bandwidth is "

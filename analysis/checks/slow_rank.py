@@ -279,6 +279,15 @@ class SlowRankCheck(Check):
     id = "slow-rank"
     dimension = "compute"
     title = "Slow rank"
+    fires_when = (
+        "one or more ranks are slower than the others in a dimension; `subject` = `compute` | "
+        "`communication` | `free`"
+    )
+    thresholds = (
+        "slow_link_ratio", "slow_rank_dim_excess_pct", "slow_rank_min_excess_pct", "slow_rank_robust_z",
+        "straggler_dixon_alpha", "straggler_last_share", "straggler_min_wait_ms", "straggler_sigma",
+    )
+    frameworks = ("pytorch", "mindspore")
     needs = ("steps",)
     vendors = ("ascend", "cuda", "rocm", "mtia")
     description = ("Per step and dimension (compute, communication not overlapped, free), ranks beyond the median "

@@ -62,6 +62,9 @@ class SmallPacketCheck(Check):
     id = "small-packet"
     dimension = "communication"
     title = "Small communication packets"
+    fires_when = "collectives move packets too small to use the link bandwidth"
+    thresholds = ("nccl_small_msg_mb", "small_packet_ratio", "small_packet_rdma_mb", "small_packet_sdma_mb")
+    frameworks = ("pytorch", "mindspore")
     needs = ("comm_json",)
     vendors = ("ascend", *GPU_VENDORS)
     gpu_needs: ClassVar[tuple[str, ...]] = ("nccl_msg_sizes",)

@@ -92,6 +92,13 @@ class StageImbalanceCheck(Check):
     id = "stage-imbalance"
     dimension = "compute"
     title = "Pipeline stage imbalance"
+    fires_when = (
+        "pipeline-parallel stages do unequal work: one stage's ranks compute clearly longer than the "
+        "other stages' and the rest wait for them; `ranks` = that stage's ranks, `subject` = the stage "
+        '(e.g. `"stage 1 of 2"`)'
+    )
+    thresholds = ("slow_rank_min_excess_pct", "stage_imbalance_pct")
+    frameworks = ("pytorch", "mindspore")
     needs = ("steps",)
     vendors = ("ascend", "cuda", "rocm")
     description = ("Groups ranks into pipeline stages (MindSpore cluster files, pipeline process groups) and "

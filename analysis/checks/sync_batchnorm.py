@@ -66,6 +66,8 @@ class SyncBatchNormCheck(Check):
     id = "sync-batchnorm"
     dimension = "free"
     title = "SyncBatchNorm in training"
+    fires_when = "SyncBatchNorm runs during training"
+    thresholds = ("syncbn_count",)
     vendors = ("ascend", "cuda", "rocm")
     # Ascend needs the framework (Python) ops the marker is one of; Kineto traces always carry their cpu ops
     needs_by_vendor: ClassVar[dict[str, tuple[str, ...]]] = {

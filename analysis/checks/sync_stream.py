@@ -64,6 +64,8 @@ class SyncStreamCheck(Check):
     id = "sync-stream"
     dimension = "free"
     title = "Stream synchronization after launches"
+    fires_when = "the host synchronizes the stream after launches (e.g. launch blocking)"
+    thresholds = ("sync_co_occurrence", "sync_idle_count", "sync_idle_ms")
     vendors = ("ascend", "cuda", "rocm")
     needs_by_vendor: ClassVar[dict[str, tuple[str, ...]]] = {
         "ascend": ("cann_api",),
