@@ -398,9 +398,45 @@ def test_heatmap_colours_deviation_from_the_median_not_min_to_max():
     assert hot.fill == "#cc6600" and float(h.data["span-pct"]) == pytest.approx(32.2, abs=0.2)
 
 
+def test_timeline_of_one_step_shows_the_late_rank_and_the_waiting_rank(tmp_path: Path):
+    """gloo2_straggler (real H100 run, 2 ranks; rank 1 sleeps 50 ms per step on the host): one row per rank
+    on one axis aligned on the collectives' ends; rank 0 spends its step waiting in the all-reduce, rank 1
+    arrives last and idles; the two host step windows are ~50 ms apart."""
+    from conftest import SHARED
+
+    prof = need(SHARED / "real" / "gpu-h100" / "gloo2_straggler")
+    out = write_report(prof, tmp_path / "gloo.html")
+    dom = parse(out.read_text(encoding="utf-8"))
+    tl = dom.by_id("chart-timeline")
+    assert tl.attrs["data-ranks"] == "2" and tl.attrs["data-aligned"] == "true"
+    assert tl.attrs["data-stragglers"] == "1" and tl.attrs["data-step"] in ("4", "5", "6")
+    assert 150.0 < float(tl.attrs["data-span-ms"]) < 170.0  # a ~105 ms step, the ranks ~50 ms apart
+    labels = [t.all_text() for t in tl.find_all("text")]
+    assert "rank 1 (arrives last)" in labels and "rank 0 (waits)" in labels
+    totals = [re.search(r"compute ([\d.]+), comm ([\d.]+).*idle ([\d.]+)", t) for t in labels]
+    (c0, m0, i0), (c1, m1, i1) = [tuple(map(float, x.groups())) for x in totals if x]
+    assert c0 == pytest.approx(5.35, abs=0.2) and c1 == pytest.approx(5.35, abs=0.2)
+    assert m0 > m1 + 20.0   # rank 0 waits in the all-reduce for rank 1
+    assert i1 > i0 + 20.0   # rank 1's device idles through its 50 ms sleep
+    assert tl.find_all("rect", data_key="0:comm") and tl.find_all("rect", data_key="1:idle")
+
+
+def test_no_timeline_for_one_rank(tmp_path: Path):
+    out = write_report(need(RANK0), tmp_path / "one.html")
+    assert not parse(out.read_text(encoding="utf-8")).find_all("svg", id="chart-timeline")
+
+
 LAYOUT_PROBE = """<script>
 document.body.setAttribute("data-sections", Array.from(document.querySelectorAll("main > section"))
   .map(s => s.id).join(","));
+const tl = document.getElementById("chart-timeline");
+if (tl) {
+  const vb = tl.viewBox.baseVal, box = tl.getBoundingClientRect();
+  document.body.setAttribute("data-timeline-out", Array.from(tl.querySelectorAll("text, rect"))
+    .filter(e => { const b = e.getBBox(); return b.x < -0.5 || b.x + b.width > vb.width + 0.5; }).length);
+  document.body.setAttribute("data-timeline-fits", box.right <= document.documentElement.clientWidth + 0.5
+    && box.width > 300);
+}
 document.body.setAttribute("data-clipped", Array.from(document.querySelectorAll("pre"))
   .filter(p => p.scrollWidth > p.clientWidth + 1).length);
 document.body.setAttribute("data-pres", document.querySelectorAll("pre").length);
@@ -428,3 +464,5 @@ def test_chromium_lays_the_report_out_top_down_without_clipped_code(tmp_path: Pa
     assert order.index("kernels") > order.index("findings")
     assert int(body.attrs["data-pres"]) > 0 and body.attrs["data-clipped"] == "0"
     assert "median" in parse(res.stdout).by_id("heatmap-compute").all_text()
+    # the timeline is drawn, every label and bar inside its box, the box inside the page
+    assert body.attrs["data-timeline-out"] == "0" and body.attrs["data-timeline-fits"] == "true"

@@ -37,6 +37,7 @@ from ..analysis.store import Profile
 from . import api
 from . import models as m
 from .report_charts import MAX_CHART_RANKS, SEGMENTS, Chart, breakdown_chart, compare_chart, heatmap
+from .report_timeline import step_timeline
 
 __all__ = ["MAX_CHART_RANKS", "breakdown_chart", "heatmap", "render_report", "write_report"]
 
@@ -178,6 +179,16 @@ def straggler_card(findings: list[Finding]) -> dict[str, Any] | None:
     return None
 
 
+def stragglers(findings: list[Finding]) -> list[int]:
+    """Ranks the slow-rank check names as arriving last at collectives (their own finding, or the arrival
+    record on their compute / free finding), worst first."""
+    out: list[int] = []
+    for f in findings:
+        if f.check == "slow-rank" and (f.evidence.get("dimension") == "arrival" or "arrival" in f.evidence):
+            out += [r for r in f.ranks if r not in out]
+    return out
+
+
 def _safe(label: str, fn: Any, warnings: list[str]) -> Any:
     """A report section that fails must not lose the whole report; it becomes a warning instead."""
     try:
@@ -234,9 +245,12 @@ def render_report(profile: api.ProfileRef, compare_base: api.ProfileRef | None =
     charts: list[Chart] = []
     heatmaps: list[Chart] = []
     rank_rows: list[dict[str, Any]] = []
+    timeline: Chart | None = None
     if bd is not None:
         if (c := breakdown_chart(bd.totals)) is not None:
             charts.append(c)
+        timeline = _safe("timeline", lambda: step_timeline(prof, bd.rows, bd.totals, stragglers(findings)),
+                         section_warnings)
         for metric in ("compute", "free"):
             if (h := heatmap(bd.rows, metric, bd.totals)) is not None:
                 heatmaps.append(h)
@@ -272,6 +286,7 @@ def render_report(profile: api.ProfileRef, compare_base: api.ProfileRef | None =
             by_severity=by_sev,
             severity_colours=SEVERITY_COLOURS,
             charts=charts,
+            timeline=timeline,
             heatmaps=heatmaps,
             rank_rows=rank_rows,
             kernels=kernels,
