@@ -15,11 +15,10 @@ from importlib.resources.abc import Traversable
 import yaml
 from pydantic import ValidationError
 
-from .check_ids import CHECK_IDS, SUBJECT_KEYED_CHECKS
-from .schema import Fix
+from .schema import Fix, check_catalog
 
-# libyaml's C loader when PyYAML was built with it: the 62 files parse in ~0.01 s instead of ~0.11 s, a
-# cost every `stepdoctor issues` pays on its first finding. Same safe subset of YAML either way.
+# libyaml's C loader when PyYAML was built with it (several times faster; every `stepdoctor issues` loads
+# the fixes on its first finding). Same safe subset of YAML either way.
 _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 __all__ = ["FixLoadError", "fixes_dir", "fixes_for", "get_fix", "load_fixes", "subject_matches"]
@@ -125,12 +124,13 @@ def fixes_for(
     written for this vendor / framework before generic ones, then fixes that list `check` earlier in their
     `checks`, then id for a stable order.
     """
-    if check not in CHECK_IDS:
-        raise KeyError(f"unknown check id {check!r}; known: {', '.join(sorted(CHECK_IDS))}")
+    checks = check_catalog()
+    if check not in checks:
+        raise KeyError(f"unknown check id {check!r}; known: {', '.join(sorted(checks))}")
     candidates = [
         f for f in _load_cached().values() if check in f.checks and f.applies_to.matches(vendor, framework)
     ]
-    if subject and check in SUBJECT_KEYED_CHECKS:
+    if subject and checks[check].subject_keyed:
         candidates = [f for f in candidates if subject_matches(f, subject)]
     candidates.sort(
         key=lambda f: (

@@ -1,5 +1,4 @@
-"""Render the knowledge base for people: one Markdown section per fix, the generated `docs/fixes.md` page,
-and the data behind `stepdoctor explain CHECK_ID` / `explain FIX_ID`.
+"""Render the knowledge base for people: one Markdown section per fix and the generated `docs/fixes.md` page.
 
 `python -m stepdoctor.knowledge.render > docs/fixes.md` regenerates the page; a test fails when the
 committed page differs from the output, so the page can never drift from the YAML files.
@@ -9,13 +8,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
-from typing import Any
 
-from .check_ids import CHECK_IDS, CHECK_TITLES, CHECK_VENDORS
-from .loader import fixes_for, get_fix, load_fixes
-from .schema import Fix
+from .loader import fixes_for, load_fixes
+from .schema import Fix, check_catalog
 
-__all__ = ["explain_check", "explain_fix", "render_fix_markdown", "render_fixes_doc"]
+__all__ = ["render_fix_markdown", "render_fixes_doc"]
 
 
 def _cell(text: str) -> str:
@@ -109,12 +106,12 @@ def render_fixes_doc(fixes: Iterable[Fix]) -> str:
         "| check | fires when | vendors | fixes (most specific first) |",
         "| --- | --- | --- | --- |",
     ]
-    for check, description in CHECK_IDS.items():
+    for check, cls in check_catalog().items():
         ids = [i for i in fixes_for(check) if i in known]
         links = ", ".join(f"[`{i}`](#{i})" for i in ids) or "—"
         out.append(
-            f'| <a id="check-{check}"></a>`{check}` | {_cell(description)} | '
-            f"{', '.join(CHECK_VENDORS[check])} | {links} |"
+            f'| <a id="check-{check}"></a>`{check}` | {_cell(cls.fires_when)} | '
+            f"{', '.join(cls.vendors)} | {links} |"
         )
     out += ["", "## All fixes", ""]
     for fix in fixes:
@@ -122,59 +119,6 @@ def render_fixes_doc(fixes: Iterable[Fix]) -> str:
         out.append("")
         out.append(render_fix_markdown(fix))
     return "\n".join(out).rstrip("\n") + "\n"
-
-
-def explain_check(check_id: str) -> dict[str, Any]:
-    """Data for `stepdoctor explain CHECK_ID`: the keys of the `Explanation` model (cli-contract.md) plus
-    `description`, `vendors` and `fixes` (id, title, vendors, frameworks per fix, most specific first)."""
-    if check_id not in CHECK_IDS:
-        raise KeyError(f"unknown check id {check_id!r}; known: {', '.join(sorted(CHECK_IDS))}")
-    ids = fixes_for(check_id)
-    fixes = [get_fix(i) for i in ids]
-    return {
-        "id": check_id,
-        "kind": "check",
-        "title": CHECK_TITLES[check_id],
-        "description": CHECK_IDS[check_id],
-        "why": f"Fires when {CHECK_IDS[check_id]}.",
-        "vendors": list(CHECK_VENDORS[check_id]),
-        "steps": [f"{f.title} (fix `{f.id}`)" for f in fixes],
-        "code_edit": [],
-        "verify": [f"issues PATH --check {check_id}"],
-        "references": [],
-        "fixes": [
-            {
-                "id": f.id,
-                "title": f.title,
-                "vendors": list(f.applies_to.vendor),
-                "frameworks": list(f.applies_to.framework),
-            }
-            for f in fixes
-        ],
-        "finding": None,
-    }
-
-
-def explain_fix(fix_id: str) -> dict[str, Any]:
-    """Data for `stepdoctor explain FIX_ID` in the `Explanation` shape (plus the fix's other fields)."""
-    fix = get_fix(fix_id)
-    data = fix.model_dump(mode="json")
-    return {
-        "id": fix.id,
-        "kind": "fix",
-        "title": fix.title,
-        "why": fix.why,
-        "steps": list(fix.steps),
-        "code_edit": data["code_edit"],
-        "verify": list(fix.verify),
-        "references": data["references"],
-        "finding": None,
-        "checks": list(fix.checks),
-        "applies_to": data["applies_to"],
-        "env": data["env"],
-        "expected_gain": data["expected_gain"],
-        "risks": list(fix.risks),
-    }
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 
 Every model forbids extra fields so a typo in a YAML key fails at load time instead of being ignored.
 Validation is strict about the things other parts of stepdoctor rely on: the id is kebab-case and
-equals the file stem, every check id is in the catalog (`check_ids.CHECK_IDS`), every `verify` entry
+equals the file stem, every check id is a registered check class (`analysis/checks/`), every `verify` entry
 names a stepdoctor command, and every code-edit template renders to Python that parses once its
 `${param}` placeholders are filled with their defaults.
 """
@@ -10,13 +10,14 @@ names a stepdoctor command, and every code-edit template renders to Python that 
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import string
 from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from .check_ids import CHECK_IDS
+from ..analysis.checks.base import Check, registry
 
 Vendor = Literal["ascend", "cuda", "rocm", "any"]
 Framework = Literal["pytorch", "mindspore", "any"]
@@ -38,7 +39,7 @@ EditKind = Literal[
 ]
 EDIT_KINDS: tuple[str, ...] = get_args(EditKind)
 
-# `verify` entries start with one of these stepdoctor commands (cli-contract.md).
+# `verify` entries start with one of these stepdoctor commands (docs/contract.md).
 VERIFY_COMMANDS: tuple[str, ...] = (
     "issues",
     "breakdown",
@@ -56,6 +57,12 @@ QUALNAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*$
 _SENTENCE_END_RE = re.compile(r"(?<!\be\.g)(?<!\bi\.e)(?<!\betc)(?<!\bvs)[.!?](?=\s+\S)")
 
 ParamValue = int | float | bool | str | list[Any] | dict[str, Any] | None
+
+
+@functools.cache
+def check_catalog() -> dict[str, type[Check]]:
+    """The check classes by id (the registry is complete once every check module is imported)."""
+    return registry()
 
 
 class _Strict(BaseModel):
@@ -304,7 +311,7 @@ class Fix(_Strict):
     title: str = Field(min_length=5)
     applies_to: AppliesTo
     checks: list[str] = Field(
-        min_length=1, description="check ids (cli-contract.md catalog) this fix answers"
+        min_length=1, description="check ids (the check registry; docs/checks.md) this fix answers"
     )
     primary_for: list[str] = Field(
         default_factory=list,
@@ -338,9 +345,10 @@ class Fix(_Strict):
     @field_validator("checks")
     @classmethod
     def _checks(cls, values: list[str]) -> list[str]:
-        unknown = [v for v in values if v not in CHECK_IDS]
+        known = check_catalog()
+        unknown = [v for v in values if v not in known]
         if unknown:
-            raise ValueError(f"unknown check ids {unknown}; known: {sorted(CHECK_IDS)}")
+            raise ValueError(f"unknown check ids {unknown}; known: {sorted(known)}")
         if len(set(values)) != len(values):
             raise ValueError("duplicate check ids")
         return values
@@ -363,7 +371,7 @@ class Fix(_Strict):
                     f"verify entry must start with a stepdoctor command {VERIFY_COMMANDS}: {value!r}"
                 )
             match = re.search(r"--check\s+(\S+)", value)
-            if match and match.group(1) not in CHECK_IDS:
+            if match and match.group(1) not in check_catalog():
                 raise ValueError(f"verify names an unknown check: {match.group(1)!r}")
         return values
 

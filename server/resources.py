@@ -19,7 +19,9 @@ logger = logging.getLogger("stepdoctor.mcp")
 
 def _register_resources(server: MCPServer, reg: ProfileRegistry, kt: Any | None) -> None:
     """Fix and check pages from the knowledge base, the schema, and a loaded profile's issue report."""
-    from ..knowledge.check_ids import CHECK_IDS
+    from ..analysis.checks.base import registry
+
+    checks = registry()
 
     @server.resource(
         "stepdoctor://schema",
@@ -39,7 +41,7 @@ def _register_resources(server: MCPServer, reg: ProfileRegistry, kt: Any | None)
         description="every check id with what makes it fire",
     )
     def checks_index() -> str:
-        return "# Checks\n\n" + "\n".join(f"- `{k}`: {v}" for k, v in CHECK_IDS.items()) + "\n"
+        return "# Checks\n\n" + "\n".join(f"- `{k}`: {c.fires_when}" for k, c in checks.items()) + "\n"
 
     @server.resource(
         "stepdoctor://checks/{check_id}",
@@ -49,14 +51,14 @@ def _register_resources(server: MCPServer, reg: ProfileRegistry, kt: Any | None)
         description="what a check detects and the fixes that answer it",
     )
     def check_resource(check_id: str) -> str:
-        if check_id not in CHECK_IDS:
-            raise ResourceNotFoundError(f"unknown check {check_id!r}; known: {', '.join(CHECK_IDS)}")
+        if check_id not in checks:
+            raise ResourceNotFoundError(f"unknown check {check_id!r}; known: {', '.join(checks)}")
         if kt is not None and hasattr(kt, "explanation_markdown"):
             try:
                 return kt.explanation_markdown(kt.explain(check_id))
             except ProfileError as e:
                 logger.info("explain(%s) failed: %s; falling back to the catalog text", check_id, e)
-        lines = [f"# {check_id}", "", CHECK_IDS[check_id], ""]
+        lines = [f"# {check_id}", "", checks[check_id].fires_when, ""]
         try:
             fixes = [f for f in _fix_index().values() if check_id in f.checks]
         except ImportError:

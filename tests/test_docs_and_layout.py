@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import REPO
-from stepdoctor.analysis.checks.base import registry
+from stepdoctor.analysis.checks.base import FRAMEWORKS, VENDORS, registry
+from stepdoctor.analysis.thresholds import all_thresholds
 from stepdoctor.tools.gendocs import checks_markdown
 
 
@@ -37,10 +41,22 @@ def test_every_catalog_check_is_registered_once():
     text = contract.read_text(encoding="utf-8").split("## Check catalog", 1)[1].split("\n## ", 1)[0]
     ids = set(re.findall(r"^\| `([a-z0-9-]+)` \|", text, re.M))
     assert ids, "no check catalog in docs/contract.md"
-    reg = registry()
-    assert set(reg) == ids
-    for cid, cls in reg.items():
-        assert cls.description, f"{cid} has no description for the docs"
-        assert cls.dimension in ("compute", "communication", "memory", "free"), f"{cid} declares no dimension"
-        mod = Path(__import__(cls.__module__, fromlist=["x"]).__file__).stem
-        assert mod == cid.replace("-", "_"), f"{cid} lives in {mod}.py"
+    assert set(registry()) == ids
+
+
+@pytest.mark.parametrize("cid", sorted(registry()))
+def test_check_class_declares_its_metadata(cid):
+    """The class is the only record of a check: a missing or unknown attribute fails here."""
+    cls = registry()[cid]
+    assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", cid)
+    assert cls.title and cls.fires_when and cls.description, f"{cid}: title, fires_when, description"
+    assert cls.dimension in ("compute", "communication", "memory", "free"), f"{cid} declares no dimension"
+    assert cls.vendors and set(cls.vendors) <= {*VENDORS, "mtia"}, cid
+    assert set(cls.frameworks) <= set(FRAMEWORKS), cid
+    assert set(cls.needs_by_vendor) <= set(cls.vendors), cid
+    table = all_thresholds()
+    assert set(cls.thresholds) <= set(table), f"{cid} names unknown thresholds"
+    path = Path(sys.modules[cls.__module__].__file__ or "")
+    assert path.stem == cid.replace("-", "_"), f"{cid} lives in {path.stem}.py"
+    used = set(re.findall(r"\bT\.([a-z_0-9]+)", path.read_text(encoding="utf-8")))
+    assert used <= set(cls.thresholds), f"{cid}: add {sorted(used - set(cls.thresholds))} to `thresholds`"
