@@ -12,6 +12,7 @@ from conftest import CLUSTER4, KINETO, SHARED, need
 from stepdoctor.analysis import store
 from stepdoctor.analysis.ingest.base import ProfileError, parse_us_to_ns
 from stepdoctor.analysis.ingest.discover import discover
+from stepdoctor.analysis.store import forks, pool, wire, writer
 
 
 def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
@@ -36,11 +37,10 @@ def test_second_open_uses_cache_and_writes_nothing_into_profile(tmp_path, monkey
     cache = tmp_path / "cache"
     p1 = store.open_profile(prof_dir, cache_dir=cache)
     assert not p1.from_cache
-    store._OPEN.clear()
+    store.forget_opened()
     calls = []
-    monkeypatch.setattr(store, "read_source", lambda s: calls.append(s) or pytest.fail("parsed again"))
-    p2 = store.open_profile(prof_dir, cache_dir=cache)
-    assert p2.from_cache and not calls
+    p2 = store.open_profile(prof_dir, cache_dir=cache, progress=lambda *a: calls.append(a))
+    assert p2.from_cache and not calls, "parsed again"
     assert p2.info == p1.info
     assert _snapshot(prof_dir) == before
     assert [f.name for f in cache.iterdir() if f.suffix == ".duckdb"] == [p1.db_path.name]
@@ -53,33 +53,30 @@ def test_changed_input_reingests(tmp_path):
     a = store.open_profile(prof_dir, cache_dir=cache)
     f = next(prof_dir.glob("*rank-1*"))
     os.utime(f, ns=(f.stat().st_atime_ns, f.stat().st_mtime_ns + 10**9))
-    store._OPEN.clear()
+    store.forget_opened()
     b = store.open_profile(prof_dir, cache_dir=cache)
     assert a.db_path != b.db_path and not b.from_cache
 
 
-def test_crash_mid_ingest_leaves_no_usable_cache(tmp_path, monkeypatch):
+def test_crash_mid_ingest_leaves_no_usable_cache(tmp_path):
     prof_dir = need(KINETO / "trace_filter")
     cache = tmp_path / "cache"
 
-    def boom(disc, out, **kw):
-        out.write_bytes(b"half a database")
+    def boom(done, total, label):  # after the first rank is in the half-built database
+        assert list(cache.glob("*.tmp-*")), "the database is built under a temporary name"
         raise RuntimeError("killed")
 
-    monkeypatch.setattr(store, "build_database", boom)
-    with pytest.raises(RuntimeError):
-        store.open_profile(prof_dir, cache_dir=cache, refresh=True)
+    with pytest.raises(RuntimeError, match="killed"):
+        store.open_profile(prof_dir, cache_dir=cache, refresh=True, engine="here", progress=boom)
     assert not list(cache.glob("*.duckdb")), "a partial database must never be left under the final name"
     assert not list(cache.glob("*.tmp-*"))
 
 
 def test_parallel_ingest_equals_serial(tmp_path, monkeypatch):
     prof_dir = need(KINETO / "trace_filter")
-    monkeypatch.setattr(store, "PARALLEL_MIN_BYTES", 0)
-    par = store.open_profile(prof_dir, cache_dir=tmp_path / "par", workers=2)
-    store._OPEN.clear()
-    monkeypatch.setattr(store, "PARALLEL_MIN_BYTES", 1 << 60)
-    ser = store.open_profile(prof_dir, cache_dir=tmp_path / "ser", workers=1)
+    par = store.open_profile(prof_dir, cache_dir=tmp_path / "par", workers=2, engine="pool")
+    store.forget_opened()
+    ser = store.open_profile(prof_dir, cache_dir=tmp_path / "ser", engine="here")
     for t in ("steps", "device_ops", "host_ops"):
         q = f"SELECT * FROM {t} ORDER BY ALL"
         assert par.sql(q).equals(ser.sql(q)), t
@@ -146,12 +143,10 @@ def _profile_rows(prof: store.Profile) -> dict[str, list[tuple]]:
 def test_ingest_tables_equal_the_frames_reference(data, path, tmp_path, monkeypatch):
     prof_dir = need(SHARED / data)
     if path == "children":  # parse workers + ingest process, real row-group size and chunks
-        monkeypatch.setattr(store, "PARALLEL_MIN_BYTES", 0)
-        prof = store.open_profile(prof_dir, cache_dir=tmp_path, workers=2)
+        prof = store.open_profile(prof_dir, cache_dir=tmp_path, workers=2, engine="pool")
     else:  # in this process, with tiny row groups: many commits, blocks split across them
-        monkeypatch.setattr(store, "PARALLEL_MIN_BYTES", 1 << 60)
-        monkeypatch.setattr(store, "ROW_GROUP_ROWS", 2048)
-        prof = store.open_profile(prof_dir, cache_dir=tmp_path, workers=1)
+        monkeypatch.setattr(writer, "ROW_GROUP_ROWS", 2048)
+        prof = store.open_profile(prof_dir, cache_dir=tmp_path, engine="here")
     got, want = _profile_rows(prof), _reference_rows(discover(prof_dir))
     assert sum(map(len, want.values())) > 1000
     for t in want:
@@ -172,15 +167,14 @@ def test_bad_rank_is_skipped_with_a_warning_in_child_processes(tmp_path, monkeyp
     prof_dir = tmp_path / "prof"
     shutil.copytree(need(KINETO / "trace_filter"), prof_dir)
     (prof_dir / "sampled_rank-7.json").write_text('{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, ')
-    monkeypatch.setattr(store, "PARALLEL_MIN_BYTES", 0)
-    prof = store.open_profile(prof_dir, cache_dir=tmp_path / "cache", workers=2)
+    prof = store.open_profile(prof_dir, cache_dir=tmp_path / "cache", workers=2, engine="pool")
     assert prof.info.ranks == [0, 1]
     assert any(w.startswith("rank skipped:") and "sampled_rank-7.json" in w for w in prof.warnings)
-    store._OPEN.clear()
+    store.forget_opened()
     (prof_dir / "sampled_rank-0.json.gz").unlink()
     (prof_dir / "sampled_rank-1.json.gz").unlink()
     with pytest.raises(ProfileError, match=r"sampled_rank-7\.json"):
-        store.open_profile(prof_dir, cache_dir=tmp_path / "cache", workers=2)
+        store.open_profile(prof_dir, cache_dir=tmp_path / "cache", workers=2, engine="pool")
 
 
 def test_an_ascend_rank_failing_after_it_sent_tables_is_removed(tmp_path, monkeypatch):
@@ -193,8 +187,7 @@ def test_an_ascend_rank_failing_after_it_sent_tables_is_removed(tmp_path, monkey
     (out / "trace_view.json").write_bytes(b"")
     for name in ("kernel_details.csv", "step_trace_time.csv"):
         (out / name).unlink()
-    monkeypatch.setattr(store, "PARALLEL_MIN_BYTES", 0)
-    prof = store.open_profile(prof_dir, cache_dir=tmp_path / "cache", workers=2)
+    prof = store.open_profile(prof_dir, cache_dir=tmp_path / "cache", workers=2, engine="pool")
     assert prof.info.ranks == [0, 1, 3]
     assert any(w.startswith("rank skipped:") and "trace_view.json" in w for w in prof.warnings)
     for table in ("comm_ops", "links", "device_ops", "host_ops"):
@@ -238,8 +231,8 @@ def test_streamed_ascend_tables_equal_the_kept_ones(tmp_path):
 def test_writer_refuses_a_taken_rank_id_and_removes_an_aborted_rank(tmp_path):
     import numpy as np
 
-    con, _ = store._connect_for_writing(tmp_path / "w.duckdb")
-    w = store._Writer(con, 1024)
+    con, _ = writer.connect_for_writing(tmp_path / "w.duckdb")
+    w = writer.Writer(con, 1024)
     ops = {"name": np.array(["k"] * 3000, dtype=object),
            "category": np.array(["compute"] * 3000, dtype=object),
            "start_ns": np.arange(3000), "dur_ns": np.ones(3000, dtype=np.int64)}
@@ -262,15 +255,15 @@ def test_writer_refuses_a_taken_rank_id_and_removes_an_aborted_rank(tmp_path):
 def _counting_writer(tmp_path, monkeypatch):
     """(connection, writer, the (table, rows) of every INSERT it makes) on a new database."""
     inserts: list[tuple[str, int]] = []
-    real_insert = store._insert
+    real_insert = writer.insert
 
     def counting(cur, table, cols, rank):
-        inserts.append((table, store._rows(cols)))
+        inserts.append((table, writer.row_count(cols)))
         real_insert(cur, table, cols, rank)
 
-    monkeypatch.setattr(store, "_insert", counting)
-    con, _ = store._connect_for_writing(tmp_path / "w.duckdb")
-    return con, store._Writer(con, 1024), inserts
+    monkeypatch.setattr(writer, "insert", counting)
+    con, _ = writer.connect_for_writing(tmp_path / "w.duckdb")
+    return con, writer.Writer(con, 1024), inserts
 
 
 def test_writer_pools_small_blocks_across_ranks_and_aborts_pooled_rows(tmp_path, monkeypatch):
@@ -280,7 +273,7 @@ def test_writer_pools_small_blocks_across_ranks_and_aborts_pooled_rows(tmp_path,
 
     from stepdoctor.analysis.ingest.base import Coded
 
-    monkeypatch.setattr(store, "CHUNK_ROWS", 50)  # the pool is flushed after 3 blocks of 20 rows
+    monkeypatch.setattr(writer, "CHUNK_ROWS", 50)  # the pool is flushed after 3 blocks of 20 rows
     con, w, inserts = _counting_writer(tmp_path, monkeypatch)
 
     def block(r: int) -> dict:
@@ -352,21 +345,21 @@ def test_parse_worker_death_skips_its_rank(tmp_path):
     good = next(need(KINETO / "trace_filter").glob("*rank-0*"))
     fifo = tmp_path / "rank1.json"
     os.mkfifo(fifo)  # opening it blocks the worker until it is killed
-    con, rows = store._connect_for_writing(tmp_path / "w.duckdb")
-    writer = store._Writer(con, rows)
+    con, rows = writer.connect_for_writing(tmp_path / "w.duckdb")
+    w = writer.Writer(con, rows)
     seen: list[tuple[int, int, str]] = []
 
     def kill_when_blocked() -> None:
         while len(seen) < 1:
             threading.Event().wait(0.05)
         for p in psutil.Process().children(recursive=True):
-            if "_child_main('parse')" in " ".join(p.cmdline()):
+            if "child_main('parse')" in " ".join(p.cmdline()):
                 p.kill()
 
     threading.Thread(target=kill_when_blocked, daemon=True).start()
     sources = [RankSource(path=good, format="kineto", rank=0), RankSource(path=fifo, format="kineto", rank=1)]
-    _, stored, errors = store._run_workers(sources, 1, lambda: writer, lambda *a: seen.append(a))
-    writer.finish([])
+    _, stored, errors = pool.run_workers(sources, 1, lambda: w, lambda *a: seen.append(a))
+    w.finish([])
     assert stored == 1 and len(errors) == 1
     assert "rank1.json: cannot parse: the parse worker died (killed by signal 9" in errors[0]
     assert con.execute("SELECT DISTINCT rank FROM host_ops").fetchall() == [(0,)]
@@ -377,11 +370,10 @@ def test_no_child_interpreter_falls_back_to_ingest_here(tmp_path, monkeypatch):
     import sys
 
     prof_dir = need(KINETO / "trace_filter")
-    monkeypatch.setattr(store, "PARALLEL_MIN_BYTES", 0)
     monkeypatch.setattr(sys, "executable", "/bin/false")  # e.g. an embedded Python: `-c` cannot run
-    prof = store.open_profile(prof_dir, cache_dir=tmp_path, workers=2)
+    prof = store.open_profile(prof_dir, cache_dir=tmp_path, workers=2, engine="pool")
     assert prof.info.ranks == [0, 1]
-    store._OPEN.clear()
+    store.forget_opened()
     monkeypatch.undo()
     ref = store.open_profile(prof_dir, cache_dir=tmp_path / "ref", workers=1)
     assert _profile_rows(prof) == _profile_rows(ref)
@@ -390,11 +382,11 @@ def test_no_child_interpreter_falls_back_to_ingest_here(tmp_path, monkeypatch):
 FORKED_DEATH = r"""
 import json, os, sys
 import psutil
-from stepdoctor.analysis import store
+from stepdoctor.analysis.store import forks, pool, writer
 from stepdoctor.analysis.ingest.base import RankSource
 
-store._NOT_FOR_FORKS.add(os.dup(1))  # as in an ingest process: parse workers are forked
-assert store._may_fork()
+forks.NOT_FOR_FORKS.add(os.dup(1))  # as in an ingest process: parse workers are forked
+assert forks.may_fork()
 
 
 class Writer:  # records what reaches the database
@@ -403,7 +395,7 @@ class Writer:  # records what reaches the database
     def claim(self, r):
         return True
     def data(self, r, table, cols):
-        self.rows[r] = self.rows.get(r, 0) + store._rows(cols)
+        self.rows[r] = self.rows.get(r, 0) + writer.row_count(cols)
     def done(self, r, *info):
         return None
     def abort(self, r):
@@ -422,7 +414,7 @@ def kill_workers(*progress):  # after rank 0 is stored: the worker now blocks op
 w = Writer()
 sources = [RankSource(path=__import__("pathlib").Path(sys.argv[1]), format="kineto", rank=0),
            RankSource(path=__import__("pathlib").Path(sys.argv[2]), format="kineto", rank=1)]
-_, stored, errors = store._run_workers(sources, 1, lambda: w, kill_workers)
+_, stored, errors = pool.run_workers(sources, 1, lambda: w, kill_workers)
 print(json.dumps({"stored": stored, "errors": errors, "rows": w.rows, "killed": len(pids), "forked": forked}))
 """
 
@@ -438,7 +430,7 @@ def test_forked_parse_worker_death_skips_its_rank(tmp_path):
     os.mkfifo(fifo)  # opening it blocks the worker until it is killed
     # the environment of an ingest process (no BLAS thread pool: it forks only while single-threaded)
     out = subprocess.run([sys.executable, "-c", FORKED_DEATH, str(good), str(fifo)], capture_output=True,
-                         text=True, timeout=120, env=store._child_env())
+                         text=True, timeout=120, env=forks.child_env())
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["stored"] == 1 and got["killed"] == 1 and got["forked"] == [True] and got["rows"]["0"] > 1000
@@ -460,23 +452,23 @@ def test_frames_carry_columns_out_of_band_and_intact():
             "c": Coded(np.array([0, -1, 1], dtype=np.int32), ["a", "b"]),
             "o": np.array(["x", None, "zz"], dtype=object)}
     buf = io.BytesIO()
-    store._send(buf, b"D", (3, "host_ops", cols))
+    wire.send(buf, b"D", (3, "host_ops", cols))
     assert buf.tell() < 40_000 * 8 + 2_000  # the int64 column is sent once, as its 320 kB of bytes
     inline = pickle.dumps(cols["i"], protocol=5)
     assert inline not in buf.getvalue()     # ... and not also inside the pickle
     buf.seek(0)
-    kind, (rank, table, got) = store._recv(buf)
+    kind, (rank, table, got) = wire.recv(buf)
     assert (kind, rank, table) == (b"D", 3, "host_ops")
     assert np.array_equal(got["i"], cols["i"]) and got["i"].flags.writeable
     assert isinstance(got["m"], np.ma.MaskedArray)
     assert got["m"].mask.tolist() == [False, True, False, False, True] and got["m"].data.tolist() == [0, 1, 2, 3, 4]
     assert got["c"].decode().tolist() == ["a", None, "b"]
     assert got["o"].tolist() == ["x", None, "zz"]
-    assert store._recv(buf) is None  # end of file
+    assert wire.recv(buf) is None  # end of file
     buf = io.BytesIO()
-    store._send(buf, b"D", cols)
+    wire.send(buf, b"D", cols)
     cut = io.BytesIO(buf.getvalue()[:-10])  # a sender that died mid-buffer: no frame
-    assert store._recv(cut) is None
+    assert wire.recv(cut) is None
 
 
 def test_finished_workers_are_released_not_waited_for(tmp_path):
@@ -484,27 +476,26 @@ def test_finished_workers_are_released_not_waited_for(tmp_path):
     from stepdoctor.analysis.ingest.base import RankSource
 
     files = sorted(need(KINETO / "trace_filter").glob("*.json*"))
-    con, rows = store._connect_for_writing(tmp_path / "w.duckdb")
-    writer = store._Writer(con, rows)
+    con, rows = writer.connect_for_writing(tmp_path / "w.duckdb")
+    w = writer.Writer(con, rows)
     sources = [RankSource(path=f, format="kineto", rank=i) for i, f in enumerate(files)]
-    _, stored, errors = store._run_workers(sources, 2, lambda: writer, lambda *a: None)
-    writer.finish([])
+    _, stored, errors = pool.run_workers(sources, 2, lambda: w, lambda *a: None)
+    w.finish([])
     assert (stored, errors) == (len(files), [])
-    assert len(store._EXITING) == 2
-    store._reap_exiting()
-    assert store._EXITING == []
+    assert forks.reap_exiting() == 2  # both workers were released, none waited for
+    assert forks.reap_exiting() == 0
     assert con.execute("SELECT count(DISTINCT rank) FROM host_ops").fetchone()[0] == len(files)
     con.close()
 
 
 FORK_RULE = r"""
 import json, os
-from stepdoctor.analysis import store
+from stepdoctor.analysis.store import forks, writer
 import stepdoctor.analysis.ingest.ascend_text  # the Ascend reader loads pandas and DuckDB
-store._NOT_FOR_FORKS.add(os.dup(1))             # as in an ingest process
-before = store._may_fork()
-con, _ = store._connect_for_writing(__import__("pathlib").Path(os.environ["DB"]))
-print(json.dumps([before, store._may_fork()]))
+forks.NOT_FOR_FORKS.add(os.dup(1))             # as in an ingest process
+before = forks.may_fork()
+con, _ = writer.connect_for_writing(__import__("pathlib").Path(os.environ["DB"]))
+print(json.dumps([before, forks.may_fork()]))
 """
 
 
@@ -514,7 +505,7 @@ def test_ingest_process_forks_workers_with_duckdb_loaded_but_not_after_opening_a
     import subprocess
     import sys
 
-    env = {**store._child_env(), "DB": str(tmp_path / "x.duckdb")}
+    env = {**forks.child_env(), "DB": str(tmp_path / "x.duckdb")}
     out = subprocess.run([sys.executable, "-c", FORK_RULE], capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [True, False]
@@ -524,20 +515,20 @@ HOST_FORK = r"""
 import json, os, sys, threading
 from pathlib import Path
 from stepdoctor.analysis import store
+from stepdoctor.analysis.store.children import Child
 
-store.PARALLEL_MIN_BYTES = 0
 roles, ran = [], []
-init = store._Child.__init__
+init = Child.__init__
 def spy(self, role, fork=False):
     roles.append([role, fork])
     init(self, role, fork)
-store._Child.__init__ = spy
+Child.__init__ = spy
 if sys.argv[2] == "thread":  # a host running a second thread is never forked
     threading.Thread(target=threading.Event().wait, daemon=True).start()
-prof = store.open_profile(sys.argv[1], cache_dir=Path(sys.argv[3]), workers=2, fork=True,
+prof = store.open_profile(sys.argv[1], cache_dir=Path(sys.argv[3]), workers=2, fork=True, engine="pool",
                           background=lambda: ran.append([r for r, _ in roles]))
 rows = prof.rows("SELECT rank, count(*) FROM host_ops GROUP BY rank ORDER BY rank")
-store._reap_exiting()
+store.reap_exiting()
 print(json.dumps({"roles": roles, "background": ran, "rows": rows}))
 """
 
@@ -552,7 +543,7 @@ def test_cli_host_is_forked_for_the_ingest_process_only_when_it_runs_one_thread(
 
     prof_dir = need(KINETO / "trace_filter")
     out = subprocess.run([sys.executable, "-c", HOST_FORK, str(prof_dir), host, str(tmp_path / "c")],
-                         capture_output=True, text=True, timeout=300, env=store._child_env())
+                         capture_output=True, text=True, timeout=300, env=forks.child_env())
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["roles"] == [["ingest", host == "alone"]], "the host's own record: workers are the child's"
@@ -568,10 +559,11 @@ def test_a_released_child_that_does_not_exit_is_killed_when_reaped():
     import time
 
     stuck = subprocess.Popen(["sleep", "60"])
-    store._EXITING.append(stuck)
+    forks.release(stuck)
     t = time.monotonic()
-    store._reap_exiting(timeout=0.2)
-    assert time.monotonic() - t < 5 and stuck.returncode == -9 and store._EXITING == []
+    assert forks.reap_exiting(timeout=0.2) == 1
+    assert time.monotonic() - t < 5 and stuck.returncode == -9
+    assert forks.reap_exiting() == 0
 
 
 def test_input_stats_walk_like_os_walk(tmp_path):
@@ -597,11 +589,11 @@ def test_input_stats_walk_like_os_walk(tmp_path):
             if p.exists():
                 st = p.stat()
                 want.append((str(p.relative_to(root)), st.st_size, st.st_mtime_ns))
-    got = store._input_stats(RankSource(path=root, format="ascend_pt_text"))
+    got = store.input_stats(RankSource(path=root, format="ascend_pt_text"))
     assert got == want
     assert [n for n, _, _ in got] == ["a.csv", "b.json", "c_link.json", "A/x",
                                       "ASCEND_PROFILER_OUTPUT/trace_view.json", "PROF_1/z.txt",
                                       "PROF_1/device_0/info.json.0"]
     one = root / "b.json"
-    assert store._input_stats(RankSource(path=one, format="kineto")) == [("b.json", one.stat().st_size,
+    assert store.input_stats(RankSource(path=one, format="kineto")) == [("b.json", one.stat().st_size,
                                                                            one.stat().st_mtime_ns)]

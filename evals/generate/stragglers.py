@@ -133,7 +133,7 @@ def open_store(db: Path):
     """Open a store written by `build` read-only as a `Profile`."""
     import duckdb
 
-    from stepdoctor.analysis.store import Profile, _profile_info
+    from stepdoctor.analysis.store import Profile, profile_info
 
     con = duckdb.connect(str(db), read_only=True)
-    return Profile(path=db.parent, db_path=db, info=_profile_info(con, db.parent), warnings=[], con=con)
+    return Profile(path=db.parent, db_path=db, info=profile_info(con, db.parent), warnings=[], con=con)

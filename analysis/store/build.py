@@ -1,0 +1,101 @@
+"""Building a profile's database: which engine parses the ranks, and the serial engine.
+
+Engines (`build_database(engine=...)`), each giving the same database:
+* "here": parse and insert each rank in this process (small inputs: one rank, or under PARALLEL_MIN_BYTES);
+* "pool": child processes on this machine (pool.py), memory bounded per process whatever the ranks;
+* "ray": one Ray task per rank on a cluster (ray_engine.py); Ray is imported only for this engine.
+Without `engine` the input's size chooses between "here" and "pool". A rank that fails is skipped with a
+warning when other ranks are stored; if none is, the first error is raised.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+from .. import machine
+from ..ingest.base import ProfileError
+from ..ingest.discover import Discovery
+from .cache import Listing, input_listing
+from .forks import start_background
+from .parse import parse_rank
+from .pool import ProgressFn, build_in_children
+from .writer import Writer, connect_for_writing, store_parsed
+
+# Below this many input bytes in total, ingest runs in this process: starting the child processes and
+# inserting the last ranks after they are parsed cost more than parsing in parallel saves (figures in
+# evals/bench/). Above it, the children also keep the host process small.
+PARALLEL_MIN_BYTES = 128 << 20
+
+Engine = Literal["here", "pool", "ray"]
+ENGINES: tuple[str, ...] = ("here", "pool", "ray")
+
+
+def build_database(disc: Discovery, out: Path, *, workers: int | None = None,
+                   progress: ProgressFn | None = None, fork: bool = False,
+                   background: Callable[[], None] | None = None, listing: Listing | None = None,
+                   engine: Engine | None = None, ray_address: str | None = None) -> list[str]:
+    """Parse every rank of `disc` into a new database at `out`; returns ingest warnings.
+
+    `workers` (pool): parse workers, by default as many as the usable CPUs and the available memory allow
+    (`machine.plan_workers`). `fork` and `background`: see `open_profile`; `listing`: `input_listing(disc)`
+    when the caller has it; `ray_address`: the cluster for engine "ray" (None: RAY_ADDRESS, else a local one).
+    """
+    if engine is not None and engine not in ENGINES:
+        raise ValueError(f"unknown ingest engine {engine!r} (one of {', '.join(ENGINES)})")
+    n = len(disc.sources)
+    listing = listing or input_listing(disc)
+    total_bytes = sum(size for files in listing for _, size, _ in files)
+    if engine is None:
+        engine = "here" if n == 1 or total_bytes < PARALLEL_MIN_BYTES or os.name != "posix" else "pool"
+    if engine == "pool" and workers is None:
+        workers = machine.plan_workers([
+            (s.format, machine.rank_input_bytes(s.path, [(name, size) for name, size, _ in files]))
+            for s, files in zip(disc.sources, listing, strict=True)]).workers
+    if engine == "pool" and (n == 1 or (workers or 1) <= 1 or os.name != "posix"):
+        engine = "here"
+    result = None
+    if engine == "ray":
+        from .ray_engine import build_with_ray  # the only place Ray is reached from
+
+        start_background(background)
+        result = build_with_ray(disc, out, progress, address=ray_address)
+    elif engine == "pool":
+        result = build_in_children(disc, out, workers or 1, progress, fork, background)
+    else:
+        start_background(background)
+    if result is None:  # "here", or no child interpreter could start
+        result = build_here(disc, out, progress)
+    stored, errors = result
+    if stored == 0:
+        raise ProfileError(None, errors[0] if errors else "no rank could be read")
+    return [*disc.warnings, *(f"rank skipped: {e}" for e in errors)]
+
+
+def build_here(disc: Discovery, out: Path, progress: ProgressFn | None) -> tuple[int, list[str]]:
+    """Parse and insert each rank in this process; (ranks stored, errors of the skipped ones)."""
+    n = len(disc.sources)
+    stored = 0
+    errors: list[str] = []
+    con, rows = connect_for_writing(out)
+    try:
+        writer = Writer(con, rows)
+        for i, src in enumerate(disc.sources):
+            try:
+                t, parts = parse_rank(src)
+                err = store_parsed(writer, t, parts, src)
+                del t, parts
+            except ProfileError as e:
+                err = str(e)
+            if err:
+                errors.append(err)
+            else:
+                stored += 1
+            if progress:
+                progress(i + 1, n, f"rank {src.rank}")
+        writer.finish([*disc.warnings, *(f"rank skipped: {e}" for e in errors)])
+    finally:
+        con.close()
+    return stored, errors

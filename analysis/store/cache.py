@@ -1,0 +1,128 @@
+"""Where a profile's database lives: the cache folder, the fingerprint of the input, stale temporaries.
+
+The fingerprint is a SHA-256 over every input file's relative path, size and mtime (ns), the schema text and
+the reader version: unchanged input -> same cache file -> no parsing at all. Nothing is written next to the
+input: the cache lives under $STEPDOCTOR_CACHE_DIR, else $XDG_CACHE_HOME/stepdoctor, else ~/.cache/stepdoctor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import os
+import re
+import shutil
+from pathlib import Path
+
+from ..ingest.base import RankSource, schema_sql
+from ..ingest.discover import Discovery
+
+
+@functools.cache
+def reader_version() -> str:
+    """A digest of the code that decides what the cache holds (the readers and this package), so a cache built
+    by other code is never reused: an upgrade or a local edit re-parses, unchanged code never does."""
+    h = hashlib.sha256()
+    here = Path(__file__).resolve().parent.parent  # analysis/
+    for f in sorted([*(here / "store").glob("*.py"), *(here / "ingest").rglob("*.py")]):
+        h.update(f.relative_to(here).as_posix().encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def cache_root() -> Path:
+    if d := os.environ.get("STEPDOCTOR_CACHE_DIR"):
+        return Path(d)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "stepdoctor"
+
+
+def input_stats(src: RankSource) -> list[tuple[str, int, int]]:
+    """(path relative to the rank directory, or the file's name; size; mtime in ns) of every file of a rank,
+    in os.walk order (top-down, names sorted, a directory's files before its subdirectories; symlinked
+    directories listed, not entered). One scandir per directory and no Path per file: every warm command
+    walks every input file."""
+    if src.path.is_file():
+        try:
+            st = src.path.stat()
+        except OSError:
+            return []
+        return [(src.path.name, st.st_size, st.st_mtime_ns)]
+    out: list[tuple[str, int, int]] = []
+
+    def walk(top: str, rel: str) -> None:
+        try:
+            with os.scandir(top) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError:
+            return
+        dirs = []
+        for e in entries:
+            try:
+                is_dir = e.is_dir()
+            except OSError:
+                is_dir = False
+            if is_dir:
+                dirs.append(e)
+                continue
+            try:
+                st = e.stat()
+            except OSError:
+                continue
+            out.append((rel + e.name, st.st_size, st.st_mtime_ns))
+        for d in dirs:
+            if not d.is_symlink():
+                walk(d.path, f"{rel}{d.name}/")
+
+    walk(str(src.path), "")
+    return out
+
+
+Listing = list[list[tuple[str, int, int]]]  # `input_stats` of each source of a Discovery, in order
+
+
+def input_listing(disc: Discovery) -> Listing:
+    """Every source's files (`input_stats`): listed once per open, for the fingerprint and the ingest."""
+    return [input_stats(s) for s in disc.sources]
+
+
+def fingerprint(disc: Discovery, listing: Listing | None = None) -> str:
+    h = hashlib.sha256()
+    h.update(schema_sql().encode())
+    h.update(reader_version().encode())
+    for src, files in zip(disc.sources, listing or input_listing(disc), strict=True):
+        h.update(f"\0{src.rank}\0{src.format}\0{src.path}".encode())
+        for name, size, mtime_ns in files:
+            h.update(f"{name}:{size}:{mtime_ns}".encode())
+    return h.hexdigest()[:32]
+
+
+_TMP_RE = re.compile(r"\.duckdb\.tmp-(\d+)-\d+(?:\.wal|\.tmp)?$")
+
+
+def remove_stale_temporaries(root: Path) -> int:
+    """Delete the half-built databases (`*.duckdb.tmp-PID-TID`, its .wal and spill folder) whose process is
+    gone: a killed ingest leaves them, and they are never used. Returns how many paths were removed."""
+    removed = 0
+    with contextlib.suppress(OSError):
+        for q in root.iterdir():
+            m = _TMP_RE.search(q.name)
+            if m is None or _pid_alive(int(m.group(1))):
+                continue
+            with contextlib.suppress(OSError):
+                shutil.rmtree(q) if q.is_dir() else q.unlink()
+                removed += 1
+    return removed
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:   # alive, another user's
+        return True
+    return True

@@ -1,0 +1,131 @@
+"""Parsing one rank: the reader of each format, and its failures turned into one-line ProfileErrors.
+
+This module imports neither duckdb nor pandas nor pydantic at the top, so a parse worker that imports it
+stays small; a reader's own dependencies load when a rank of its format is read.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from ..ingest.base import ProfileError, RankSource, RankTables, StoreError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+# format -> the reader's module, imported when a rank of that format is read (a reader's dependencies load only
+# when needed, and a broken optional reader cannot break the others); each module has `read_rank(src)`.
+def _kineto() -> ModuleType:
+    from ..ingest import kineto
+    return kineto
+
+
+def _ascend_text() -> ModuleType:
+    from ..ingest import ascend_text
+    return ascend_text
+
+
+def _ascend_db() -> ModuleType:
+    from ..ingest import ascend_db
+    return ascend_db
+
+
+def _mindspore_legacy() -> ModuleType:
+    from ..ingest import mindspore_legacy
+    return mindspore_legacy
+
+
+def _msprof() -> ModuleType:
+    from ..ingest import msprof
+    return msprof
+
+
+READERS: dict[str, Callable[[], ModuleType]] = {
+    "kineto": _kineto,
+    "ascend_pt_text": _ascend_text,
+    "ascend_ms_text": _ascend_text,
+    "ascend_pt_db": _ascend_db,
+    "ascend_ms_db": _ascend_db,
+    "mindspore_legacy": _mindspore_legacy,
+    "ascend_msprof": _msprof,
+}
+
+
+def reader(fmt: str) -> Callable[[RankSource], RankTables]:
+    if fmt not in READERS:
+        raise ProfileError(None, f"no reader for format {fmt}")
+    try:
+        return READERS[fmt]().read_rank
+    except ModuleNotFoundError as e:
+        raise ProfileError(None, f"no reader for format {fmt} in this build ({e.name})") from None
+
+
+# The readers that can hand a rank's finished tables on while they read (`RankTables.stream`)
+STREAMING = {"ascend_pt_text", "ascend_ms_text"}
+
+Sink = Callable[[int, str, "dict[str, np.ndarray]"], None]
+
+
+def read_source(src: RankSource, sink: Sink | None = None) -> RankTables:
+    """Parse one rank; every failure becomes a ProfileError naming the file. `sink`: see `parse_rank`."""
+    try:
+        if sink is not None and src.format in STREAMING:
+            return reader(src.format)(src, sink, trim)
+        return reader(src.format)(src)
+    except (ProfileError, StoreError):
+        raise
+    except MemoryError:
+        raise ProfileError(src.path, "out of memory while parsing") from None
+    except Exception as e:  # a reader bug must still give the one-line error, not a traceback
+        raise ProfileError(src.path, f"cannot parse: {type(e).__name__}: {e}") from None
+
+
+Parts = list[tuple[str, "dict[str, np.ndarray]"]]
+
+
+def parse_rank(src: RankSource, sink: Sink | None = None) -> tuple[RankTables, Parts]:
+    """Parse one rank and type its columns for the insert; every failure is a ProfileError naming the file.
+
+    `sink(rank, table, columns)`, for a reader in STREAMING: its big tables' typed blocks as the reader
+    finishes them (they are then not in the parts returned); the rank may fail after some were given."""
+    try:
+        t = read_source(src, sink)
+        return t, list(t.parts())
+    except MemoryError:
+        raise ProfileError(src.path, "out of memory while parsing") from None
+    except ProfileError:
+        raise
+    except Exception as e:  # a value the schema cannot take: the rank is skipped
+        raise ProfileError(src.path, f"cannot store the parsed rows: {e}") from None
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+_GLIBC: list[Any] = []
+TRIM_MIN_FREE = 32 << 20
+
+
+def trim() -> None:
+    """Give the heap's free pages back to the system when at least TRIM_MIN_FREE bytes of it are free
+    (glibc `mallinfo2` / `malloc_trim`; elsewhere nothing). A parse worker calls it when a streaming reader
+    has dropped a big phase's columns (`RankTables.settled`): the freed blocks sit among live ones, and
+    glibc only returns the top of its heap by itself. Below the threshold giving pages back costs more than
+    it saves: each page given back faults again when it is reused."""
+    if not _GLIBC:
+        try:
+            libc = ctypes.CDLL(None)
+            libc.mallinfo2.restype = _MallInfo2
+            _GLIBC.append((libc.mallinfo2, libc.malloc_trim))
+        except (OSError, AttributeError):
+            _GLIBC.append(None)
+    if _GLIBC[0] is not None:
+        info, malloc_trim = _GLIBC[0]
+        if info().fordblks >= TRIM_MIN_FREE:
+            malloc_trim(0)

@@ -1,0 +1,232 @@
+"""The local ingest engine: one ingest process owns the database being built and feeds ranks, one at a
+time, to parse workers (children.py), inserting what comes back as it arrives (writer.py).
+
+The ingest process is a fresh interpreter (`python -c`: no fork of a threaded host, no re-run of an
+unguarded `__main__`), except for a caller that controls its whole state and asks for `fork=True` (the
+CLI): while it runs one thread and has no database open it is forked, so the ingest process starts at once
+with what the caller has loaded. Parse workers are forked from the ingest process after it imported the
+readers and before it opens the database (`forks.may_fork`), as many as the usable CPUs and the available
+memory allow for the largest rank (`machine.plan_workers`). The caller only waits, passing progress on.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import importlib
+import selectors
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+from ..ingest.base import ProfileError, RankSource
+from ..ingest.discover import Discovery
+from .children import Child
+from .forks import host_may_fork, may_fork, reap_exiting, run_in_thread, start_background
+from .parse import reader
+from .wire import readable, recv, send
+from .writer import Writer, connect_for_writing
+
+if TYPE_CHECKING:
+    import duckdb
+
+ProgressFn = Callable[[int, int, str], None]
+
+
+def ingest_main(inp: BinaryIO, out: BinaryIO) -> None:
+    """Ingest process: build the database described by the J frame. It answers H (started), then P
+    frames (progress), and last S (ranks stored, errors) or E (why the build failed)."""
+    frame = recv(inp)
+    if frame is None:
+        return
+    job = frame[1]
+    send(out, b"H", None)
+    cons: list[duckdb.DuckDBPyConnection] = []
+
+    def open_writer() -> Writer:
+        con, rows = connect_for_writing(Path(job["db"]))
+        cons.append(con)
+        return Writer(con, rows)
+
+    # The readers are imported once here, before the workers are forked, so each worker starts with them
+    # loaded (the Ascend reader pulls in pandas and DuckDB, otherwise imported again by each). A reader that
+    # cannot be imported is left to fail in the worker, where it becomes that rank's one-line error.
+    for fmt in sorted({s.format for s in job["sources"]}):
+        with contextlib.suppress(ProfileError):
+            reader(fmt)
+    try:
+        try:
+            writer, stored, errors = run_workers(job["sources"], job["workers"], open_writer,
+                                                  lambda d, n, label: send(out, b"P", (d, n, label)))
+            writer.finish([*job["warnings"], *(f"rank skipped: {e}" for e in errors)])
+        finally:
+            for con in cons:
+                con.close()
+    except Exception as e:  # reported to the parent, which raises it
+        send(out, b"E", f"{type(e).__name__}: {e}")
+        raise SystemExit(1) from None
+    send(out, b"S", (stored, errors))
+    reap_exiting()  # the parse workers, after the parent has its answer
+
+
+def run_workers(sources: list[RankSource], workers: int, open_writer: Callable[[], Writer],
+                 progress: Callable[[int, int, str], None]) -> tuple[Writer, int, list[str]]:
+    """Hand the ranks to `workers` parse workers, one at a time each; insert each block of rows as it
+    arrives: from a worker, the frames it has ready, then from whichever worker is ready. A worker that
+    sends a parsed rank has its frames ready one after the other and is read to its rank's end while
+    the others parse (reading frames from all senders in turn keeps every worker waiting on this one
+    process); a worker that streams a rank's tables as it reads them (`RankTables.stream`) sends a frame
+    now and then, and waiting for its next one would stall the others. A rank's
+    blocks arrive in order, each a run of rows. The database is opened (`open_writer`) once the
+    workers are started, while they parse their first ranks. A worker that dies, or whose rank fails
+    after it sent rows, fails its rank (the rows it sent are removed); a dead one is replaced.
+    """
+    n = len(sources)
+    todo = collections.deque(sources)
+    stored = done = 0
+    errors: list[str] = []
+    startup_failures = 0
+    sel = selectors.DefaultSelector()
+    children: list[Child] = []
+
+    def start() -> None:
+        w = Child("parse", fork=may_fork())
+        children.append(w)
+        sel.register(w.out, selectors.EVENT_READ, w)
+        assign(w)
+
+    def assign(w: Child) -> None:
+        w.task = todo.popleft() if todo else None
+        w.rank, w.refused = None, False
+        if w.task is None or not w.send(b"T", w.task):
+            w.close_input()  # no more work (or it is gone): it exits, its EOF is handled below
+
+    def finished(label: Any, err: str | None) -> None:
+        nonlocal stored, done
+        if err:
+            errors.append(err)
+        else:
+            stored += 1
+        done += 1
+        progress(done, n, f"rank {label}")
+
+    def receive(w: Child, task: RankSource) -> bool | None:
+        """Handle one frame of `w`'s task: None when more follow (D: rows), True when the task is over (R),
+        False when `w` died first."""
+        frame = recv(w.out)
+        if frame is None:
+            if w.rank is not None and not w.refused:
+                writer.abort(w.rank)  # the rows it had sent
+            return False
+        kind, obj = frame
+        if kind == b"D":
+            r, table, cols = obj
+            if w.rank is None:
+                w.rank, w.refused = r, not writer.claim(r)
+            if not w.refused:
+                writer.data(r, table, cols)
+            return None
+        r, info, err = obj  # R: the task is over
+        if err is None:
+            if w.rank is None:
+                w.rank, w.refused = r, not writer.claim(r)
+            if w.refused:
+                err = f"{task.path}: rank {r} was already read from another source"
+            elif (why := writer.done(r, *info)) is not None:
+                err = f"{task.path}: {why}"
+        elif w.rank is not None and not w.refused:
+            writer.abort(w.rank)  # it failed after sending tables it had finished
+        finished(r, err)
+        w.finished += 1
+        return True
+
+    try:
+        for _ in range(max(1, min(workers, n))):
+            start()
+        writer = open_writer()
+        while sel.get_map():
+            for key, _ in sel.select():
+                w: Child = key.data
+                got = receive(w, w.task) if w.task is not None else False
+                while got is None and readable(w.out):  # (see the docstring)
+                    got = receive(w, w.task)
+                if got is None:
+                    continue
+                if got:
+                    assign(w)
+                    if w.task is None:  # nothing left for it: its exit is not waited for
+                        sel.unregister(w.out)
+                        w.release()
+                    continue
+                sel.unregister(w.out)  # EOF: done with its tasks, or died
+                if w.task is None:
+                    w.close()
+                    continue
+                why = w.death()
+                w.close()
+                finished(w.task.rank, f"{w.task.path}: cannot parse: the parse worker died ({why})")
+                startup_failures += not w.finished
+                if startup_failures >= 3 and not stored:  # workers cannot even start: give up
+                    while todo:
+                        src = todo.popleft()
+                        finished(src.rank, f"{src.path}: cannot parse: the parse worker died ({why})")
+                elif todo:
+                    start()
+    finally:
+        for w in children:
+            w.kill()
+    return writer, stored, errors
+
+
+def _preload() -> None:
+    with contextlib.suppress(Exception):  # a failing import fails again where it is used, with its message
+        importlib.import_module("duckdb")
+        importlib.import_module("..models", __package__)
+
+
+def build_in_children(disc: Discovery, out: Path, workers: int, progress: ProgressFn | None,
+                       fork: bool = False, background: Callable[[], None] | None = None
+                       ) -> tuple[int, list[str]] | None:
+    """Build the database in an ingest process with `workers` parse workers; (ranks stored, errors), or None
+    when no child interpreter could start here (the caller then builds in this process)."""
+    # Forked, the ingest process starts at once with what this process has loaded; it imports the readers
+    # itself while `background` (the CLI: pandas, the checks, the models) runs here on the other core
+    # (importing them here first and forking after leaves a core idle meanwhile: slower).
+    child = Child("ingest", fork=fork and host_may_fork())
+    start_background(background)
+    # this process opens the database next, with DuckDB and the pydantic header model: load them while it
+    # only waits for the child
+    run_in_thread(_preload, "preload")
+    started = False
+    result = failure = None
+    try:
+        if child.send(b"J", {"db": str(out), "sources": disc.sources, "workers": workers,
+                             "warnings": list(disc.warnings)}):
+            child.close_input()
+            while (frame := recv(child.out)) is not None:
+                kind, obj = frame
+                if kind == b"H":
+                    started = True
+                elif kind == b"P":
+                    if progress:
+                        progress(*obj)
+                elif kind == b"S":
+                    result = obj
+                    break  # the database is complete and closed: the child's exit is not waited for
+                elif kind == b"E":
+                    failure = obj
+        if result is None:
+            why = failure or f"the ingest process died ({child.death()})"
+            if not started:  # no child interpreter could run here (embedded Python, odd sys.executable...)
+                child.kill()
+                for p in (out, Path(f"{out}.wal")):
+                    p.unlink(missing_ok=True)
+                return None
+            raise RuntimeError(f"ingest failed: {why}")
+        child.release()
+        if not fork:  # a host that asked for fork=True may fork again (settle() reaps then)
+            threading.Thread(target=reap_exiting, daemon=True).start()
+    finally:
+        child.kill()
+    return result

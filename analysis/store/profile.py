@@ -1,0 +1,182 @@
+"""An opened profile: its read-only DuckDB connection and header, memoised per database in this process.
+
+`open_profile`: discover PATH's ranks, fingerprint their files (cache.py); on a miss build the database in
+`<fp>.duckdb.tmp-<pid>-<thread>` and rename it over the cache file only when complete (os.replace is
+atomic), so a crash never leaves a cache that gets used.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..ingest.base import ProfileError
+from ..ingest.discover import discover
+from .build import Engine, build_database
+from .cache import cache_root, fingerprint, input_listing, remove_stale_temporaries
+from .forks import start_background
+from .pool import ProgressFn
+
+if TYPE_CHECKING:
+    import duckdb
+
+    from ..models import ProfileInfo
+
+
+@dataclass
+class Profile:
+    """An opened, ingested profile: a read-only DuckDB connection plus its header."""
+
+    path: Path
+    db_path: Path
+    info: ProfileInfo
+    warnings: list[str]
+    con: duckdb.DuckDBPyConnection
+    from_cache: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A cursor for the calling thread (DuckDB connections are not shared across threads)."""
+        with self._lock:
+            return self.con.cursor()
+
+    def sql(self, query: str, params: list | None = None):
+        """Run a query on a fresh cursor and return a pandas DataFrame."""
+        cur = self.cursor()
+        try:
+            return cur.execute(query, params or []).df()
+        finally:
+            cur.close()
+
+    def arrays(self, query: str, params: list | None = None) -> dict[str, Any]:
+        """Run a query and return its columns as numpy arrays (masked where NULL); no pandas involved."""
+        cur = self.cursor()
+        try:
+            return cur.execute(query, params or []).fetchnumpy()
+        finally:
+            cur.close()
+
+    def rows(self, query: str, params: list | None = None) -> list[tuple]:
+        cur = self.cursor()
+        try:
+            return cur.execute(query, params or []).fetchall()
+        finally:
+            cur.close()
+
+    def has_table_rows(self, table: str) -> bool:
+        return bool(self.rows(f"SELECT 1 FROM {table} LIMIT 1"))
+
+    def capabilities(self, rank: int | None = None) -> set[str]:
+        q = "SELECT DISTINCT name FROM capabilities" + (" WHERE rank = ?" if rank is not None else "")
+        return {r[0] for r in self.rows(q, [rank] if rank is not None else [])}
+
+    def close(self) -> None:
+        with self._lock:
+            self.con.close()
+
+    def reopen(self) -> None:
+        """Close this connection and open a new one on the same database (read-only). Closing the last
+        connection ends the database instance and DuckDB's threads with it, so a single-threaded host
+        may fork in between (`fork_safe()`) and both processes reopen, each with its own instance;
+        cursors taken from the old connection are closed with it."""
+        import duckdb
+
+        with self._lock:
+            self.con.close()
+            self.con = duckdb.connect(str(self.db_path), read_only=True)
+
+
+def profile_info(con: duckdb.DuckDBPyConnection, path: Path) -> ProfileInfo:
+    from ..models import ProfileInfo
+
+    ranks = [r[0] for r in con.execute("SELECT rank FROM ranks ORDER BY rank").fetchall()]
+    fmts = sorted({r[0] for r in con.execute("SELECT DISTINCT format FROM ranks").fetchall()})
+    # a rank with only its step table (no trace: step boundaries unknown) still has its steps
+    steps = [r[0] for r in con.execute(
+        "SELECT DISTINCT step FROM (SELECT step FROM steps WHERE kept UNION SELECT step FROM vendor_step_trace "
+        "WHERE step IS NOT NULL AND rank NOT IN (SELECT rank FROM steps)) ORDER BY step").fetchall()]
+    dropped = [r[0] for r in con.execute(
+        "SELECT DISTINCT step FROM steps WHERE NOT kept AND step NOT IN (SELECT step FROM steps WHERE kept) "
+        "ORDER BY step").fetchall()]
+    ws = con.execute("SELECT max(world_size) FROM ranks").fetchone()[0]
+    vendors = sorted({r[0] for r in con.execute("SELECT DISTINCT vendor FROM ranks").fetchall()})
+    fws = sorted({r[0] for r in con.execute("SELECT DISTINCT framework FROM ranks WHERE framework IS NOT NULL")
+                  .fetchall()})
+    return ProfileInfo(path=str(path), format="+".join(fmts), ranks=ranks, steps=steps,
+                       world_size=int(ws) if ws is not None else None,
+                       vendor="+".join(vendors) or None, framework="+".join(fws) or None,
+                       dropped_steps=dropped)
+
+
+_OPEN: dict[Path, Profile] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+def forget_opened() -> None:
+    """Forget the profiles opened in this process (their connections stay open for their holders), so the
+    next `open_profile` of a path opens its database again, from the cache when it is there."""
+    with _OPEN_LOCK:
+        _OPEN.clear()
+
+
+def open_profile(path: str | Path, *, cache_dir: Path | None = None, workers: int | None = None,
+                 progress: ProgressFn | None = None, refresh: bool = False, fork: bool = False,
+                 background: Callable[[], None] | None = None, engine: Engine | None = None,
+                 ray_address: str | None = None) -> Profile:
+    """Discover, ingest (or reuse the cache) and open PATH read-only.
+
+    Profiles opened in this process are memoised by database path, so concurrent tool calls share one
+    read-only connection and take a cursor each.
+
+    `fork=True` lets a program that controls its whole state (the CLI) have this process forked for the
+    ingest process when it runs one thread and has no database open; any other caller gets a new
+    interpreter (a fork copies whatever a host holds: locks, threads' state, open connections).
+    `background` is work to run in a thread beside the ingest (the CLI's imports): started once no fork
+    can come any more, or at once when the cache has the profile. `engine` and `ray_address`: who parses
+    the ranks on a cache miss (`build_database`); every engine builds the same database, so the cache key
+    does not depend on it.
+    """
+    p = Path(path).expanduser().resolve()
+    disc = discover(p)
+    listing = input_listing(disc)
+    fp = fingerprint(disc, listing)
+    root = Path(cache_dir) if cache_dir else cache_root()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ProfileError(root, f"cannot create the cache directory ({e.strerror})") from None
+    db = root / f"{fp}.duckdb"
+    with _OPEN_LOCK:
+        if not refresh and db in _OPEN:
+            start_background(background)
+            return _OPEN[db]
+        from_cache = db.exists() and not refresh
+        if from_cache:
+            start_background(background)
+        else:
+            remove_stale_temporaries(root)
+            tmp = root / f"{fp}.duckdb.tmp-{os.getpid()}-{threading.get_ident()}"
+            tmp.unlink(missing_ok=True)
+            try:
+                build_database(disc, tmp, workers=workers, progress=progress, fork=fork, background=background,
+                               listing=listing, engine=engine, ray_address=ray_address)
+                os.replace(tmp, db)
+            finally:
+                tmp.unlink(missing_ok=True)
+                Path(str(tmp) + ".wal").unlink(missing_ok=True)
+                shutil.rmtree(str(tmp) + ".tmp", ignore_errors=True)  # DuckDB's spill directory
+        import duckdb
+
+        con = duckdb.connect(str(db), read_only=True)
+        warnings = [r[0] for r in con.execute(
+            "SELECT DISTINCT CASE WHEN rank IS NULL THEN message ELSE 'rank ' || rank || ': ' || message END "
+            "FROM ingest_warnings ORDER BY 1").fetchall()]
+        prof = Profile(path=p, db_path=db, info=profile_info(con, p), warnings=warnings, con=con,
+                       from_cache=from_cache)
+        _OPEN[db] = prof
+        return prof
