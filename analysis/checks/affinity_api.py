@@ -17,8 +17,10 @@ belongs to the step of its first op. Versions: the rule set is the lineage the a
 
 Every rank is checked (T.affinity_min_occurrences: one occurrence is enough, as in the advisor).
 impact_ms is not estimated: what a fused API saves depends on the fused kernel, which the profile does not
-contain; the host and device time of the matched ops is in the evidence. Ascend only (the replacements are
-torch_npu APIs). Severity: the advisor's fixed LOW.
+contain; the host and device time of the matched ops is in the evidence. These rules run on Ascend (the
+replacements are torch_npu APIs). Severity: the advisor's fixed LOW. On CUDA / ROCm ranks the check finds attention
+run by scaled_dot_product_attention's unfused math backend instead, with its measured kernel time
+(_unfused_attention.py).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import bisect
 import re
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -33,6 +36,7 @@ import pandas as pd
 from ..models import Finding
 from ..thresholds import T
 from ._common import NS_PER_MS, by_rank, in_kept_steps, kept_steps, n_steps, ranks_text, step_list, steps_text
+from ._unfused_attention import unfused_attention
 from .base import Check, CheckContext, register
 
 
@@ -300,16 +304,24 @@ class AffinityApiCheck(Check):
     thresholds = ("affinity_min_occurrences",)
     subject_keyed = True
     needs = ("framework_ops",)
-    vendors = ("ascend",)
+    # CUDA / ROCm: the math SDPA backend's kernels, through the launch links (_unfused_attention.py)
+    needs_by_vendor: ClassVar[dict[str, tuple[str, ...]]] = {
+        "cuda": ("steps", "kernels", "correlation"), "rocm": ("steps", "kernels", "correlation")}
+    vendors = ("ascend", "cuda", "rocm")
     description = (
         "First-level aten op sequences and optimizers that torch_npu replaces with a fused API "
-        "(msprof-analyze timeline_fusion_ops rules, CANN 8.0.0 set), on every rank; subject = the API."
+        "(msprof-analyze timeline_fusion_ops rules, CANN 8.0.0 set), on every rank; subject = the API. "
+        "CUDA / ROCm: scaled_dot_product_attention run by the unfused math backend, impact = its kernels' time."
     )
 
     def run(self, ctx: CheckContext) -> list[Finding]:
         ranks = self.applicable_ranks(ctx)
-        if not ranks:
-            return []
+        gpu = [r for r in ranks if ctx.vendor(r) != "ascend"]
+        ranks = [r for r in ranks if ctx.vendor(r) == "ascend"]
+        out = unfused_attention(self, ctx, gpu)
+        return out + self._ascend(ctx, ranks) if ranks else out
+
+    def _ascend(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         marks = ",".join("?" * len(ranks))
         host = ctx.sql(
             "SELECT rank, step, tid, name, start_ns, dur_ns, call_stack FROM host_ops "

@@ -1,0 +1,181 @@
+"""affinity-api on CUDA / ROCm: attention computed unfused by scaled_dot_product_attention's math backend.
+
+`torch.nn.functional.scaled_dot_product_attention` dispatches to a fused kernel (FlashAttention, memory-efficient,
+cuDNN) when the inputs and the enabled backends allow it; otherwise it runs `aten::_scaled_dot_product_attention_math`,
+which materializes the score matrix with bmm, scale, mask, softmax and bmm kernels (one launch per step of the
+formula, each reading and writing the S x S scores). That op in a Kineto trace is the recorded proof that the math
+backend ran (forced by `sdpa_kernel(SDPBackend.MATH)` / `enable_flash=False`, or chosen because the inputs fit no
+fused kernel: fp32 on flash, an unsupported mask or head dim).
+
+Measured per rank over its kept steps, through the launch links (runtime call on the op's thread inside the op's
+window -> correlation id -> device kernel):
+* forward: the kernels launched inside each math op;
+* backward: the kernels of the autograd nodes of the ops the math op ran (`aten::bmm` -> `BmmBackward0`,
+  `aten::_safe_softmax` -> `SafeSoftmaxBackward0`), counted only for ops that run nowhere else in the rank's
+  forward (calls inside autograd nodes are the backward's own; the trace does not say which forward call a node
+  belongs to, so an op shared with other code is left out and the backward share is a lower bound).
+
+impact_ms = forward + backward kernel time per step, the rank where it weighs most: an upper bound of what the
+fused kernel recovers, since its own time (usually a small fraction for long sequences) is not subtracted.
+Severity: the impact rule. subject = `torch.nn.functional.scaled_dot_product_attention` (the fix that removes the
+forced backend or gives the inputs a fused kernel).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from ..models import Finding
+from ._common import (
+    NS_PER_MS,
+    fmt_ms,
+    in_kept_steps,
+    kept_steps,
+    n_steps,
+    ranks_text,
+    steps_text,
+    worst_share,
+)
+
+if TYPE_CHECKING:
+    from .base import Check, CheckContext
+
+MATH_OP = "aten::_scaled_dot_product_attention_math"
+SUBJECT = "torch.nn.functional.scaled_dot_product_attention"
+NODE_PREFIX = "autograd::engine::evaluate_function: "
+_LAUNCH_CATEGORIES = "('runtime', 'driver')"
+_NODE_RE = re.compile(r"^(?P<base>[A-Za-z0-9]+)Backward\d+$")
+
+
+def node_base(op: str) -> str:
+    """The autograd node stem of an aten op: `aten::_safe_softmax` -> `SafeSoftmax`, `aten::bmm` -> `Bmm`."""
+    return "".join(p[:1].upper() + p[1:] for p in op.removeprefix("aten::").split("_") if p)
+
+
+def _math_windows(marks: str) -> str:
+    return (f"WITH m AS (SELECT rank, step, tid, start_ns AS s, start_ns + dur_ns AS e FROM host_ops "
+            f"WHERE name = '{MATH_OP}' AND rank IN ({marks}))")
+
+
+def _forward(ctx: CheckContext, ranks: list[int]) -> pd.DataFrame:
+    """rank, step, calls, kernels, ns: the kernels launched inside the math ops, per (rank, step)."""
+    marks = ",".join("?" * len(ranks))
+    return ctx.sql(
+        _math_windows(marks) + ", k AS (SELECT m.rank, m.step, m.s, d.dur_ns FROM m JOIN host_ops r ON "
+        "r.rank = m.rank AND r.tid = m.tid AND r.start_ns >= m.s AND r.start_ns < m.e "
+        f"AND r.category IN {_LAUNCH_CATEGORIES} AND r.correlation_id IS NOT NULL "
+        "JOIN device_ops d ON d.rank = r.rank AND d.correlation_id = r.correlation_id) "
+        "SELECT m.rank, m.step, count(DISTINCT m.s) AS calls, count(k.dur_ns) AS kernels, "
+        "coalesce(sum(k.dur_ns), 0) AS ns FROM m LEFT JOIN k ON k.rank = m.rank AND k.s = m.s "
+        "GROUP BY m.rank, m.step ORDER BY m.rank, m.step", ranks)
+
+
+def _exclusive_ops(ctx: CheckContext, ranks: list[int]) -> dict[int, set[str]]:
+    """rank -> autograd node stems of the aten ops that run inside the math ops and nowhere else in the rank's
+    forward. Judged per stem, since ops sharing a node (`aten::add`, `aten::add_` -> `AddBackward0`) are one."""
+    marks = ",".join("?" * len(ranks))
+    inside = ctx.sql(
+        _math_windows(marks) + " SELECT c.rank, c.name, count(*) AS n FROM m JOIN host_ops c "
+        "ON c.rank = m.rank AND c.tid = m.tid AND c.start_ns >= m.s AND c.start_ns < m.e "
+        f"AND c.name LIKE 'aten::%' AND c.name <> '{MATH_OP}' GROUP BY c.rank, c.name", ranks)
+    if inside.empty:
+        return {}
+    stems = {str(n): node_base(str(n)) for n in inside["name"].unique()}
+    names = ctx.sql(f"SELECT DISTINCT name FROM host_ops WHERE rank IN ({marks}) AND name LIKE 'aten::%'", ranks)
+    related = [str(n) for n in names["name"] if node_base(str(n)) in set(stems.values())]
+    nm = ",".join("?" * len(related))
+    # forward calls only: a node's backward runs the same aten ops (BmmBackward0 calls aten::bmm)
+    total = ctx.sql(
+        f"WITH nodes AS (SELECT rank, tid, start_ns AS s, start_ns + dur_ns AS e FROM host_ops WHERE rank IN ({marks}) "
+        f"AND name LIKE '{NODE_PREFIX}%'), "
+        f"c AS (SELECT rank, tid, name, start_ns FROM host_ops WHERE rank IN ({marks}) AND name IN ({nm})) "
+        "SELECT c.rank, c.name, count(*) AS n FROM c WHERE NOT EXISTS (SELECT 1 FROM nodes "
+        "WHERE nodes.rank = c.rank AND nodes.tid = c.tid AND c.start_ns >= nodes.s AND c.start_ns < nodes.e) "
+        "GROUP BY c.rank, c.name", [*ranks, *ranks, *related])
+    count_in: dict[tuple[int, str], int] = {}
+    for r, n, k in zip(inside["rank"].tolist(), inside["name"].tolist(), inside["n"].tolist(), strict=True):
+        key = (int(r), stems[str(n)])
+        count_in[key] = count_in.get(key, 0) + int(k)
+    count_all: dict[tuple[int, str], int] = {}
+    for r, n, k in zip(total["rank"].tolist(), total["name"].tolist(), total["n"].tolist(), strict=True):
+        key = (int(r), node_base(str(n)))
+        count_all[key] = count_all.get(key, 0) + int(k)
+    out: dict[int, set[str]] = {}
+    for (rank, stem), k in count_in.items():
+        if k >= count_all.get((rank, stem), 0):
+            out.setdefault(rank, set()).add(stem)
+    return out
+
+
+def _backward(ctx: CheckContext, ranks: list[int], stems: dict[int, set[str]]) -> pd.DataFrame:
+    """rank, step, node, ns: kernels launched by the autograd nodes of the exclusive ops, per (rank, step)."""
+    marks = ",".join("?" * len(ranks))
+    df = ctx.sql(
+        "WITH n AS (SELECT rank, step, tid, name, start_ns AS s, start_ns + dur_ns AS e FROM host_ops "
+        f"WHERE rank IN ({marks}) AND name LIKE '{NODE_PREFIX}%') "
+        "SELECT n.rank, n.step, n.name AS node, sum(d.dur_ns) AS ns FROM n JOIN host_ops r ON r.rank = n.rank "
+        "AND r.tid = n.tid AND r.start_ns >= n.s AND r.start_ns < n.e "
+        f"AND r.category IN {_LAUNCH_CATEGORIES} AND r.correlation_id IS NOT NULL "
+        "JOIN device_ops d ON d.rank = r.rank AND d.correlation_id = r.correlation_id "
+        "GROUP BY n.rank, n.step, n.name", ranks)
+    if df.empty:
+        return df
+    node = df["node"].astype(str).str.removeprefix(NODE_PREFIX)
+    stem = node.map(lambda s: (m["base"] if (m := _NODE_RE.match(s)) else ""))
+    keep = np.fromiter((st in stems.get(int(r), set()) for r, st in zip(df["rank"], stem, strict=True)),
+                       dtype=bool, count=len(df))
+    out = df[keep].copy()
+    out["node"] = node[keep]
+    return out
+
+
+def unfused_attention(check: Check, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
+    """The finding for the GPU ranks in `ranks` that ran the math SDPA backend in their kept steps (or none)."""
+    if not ranks:
+        return []
+    steps = kept_steps(ctx)
+    fwd = in_kept_steps(_forward(ctx, ranks), steps)
+    if fwd.empty:
+        return []
+    math_ranks = sorted({int(r) for r in fwd["rank"]})
+    bwd = in_kept_steps(_backward(ctx, math_ranks, _exclusive_ops(ctx, math_ranks)), steps)
+    per_rank: dict[int, dict[str, Any]] = {}
+    for rank in math_ranks:
+        f = fwd[fwd["rank"] == rank]
+        b = bwd[bwd["rank"] == rank] if not bwd.empty else bwd
+        k = n_steps(steps, rank)
+        f_ms = float(f["ns"].sum()) / NS_PER_MS / k
+        b_ms = float(b["ns"].sum()) / NS_PER_MS / k if not b.empty else 0.0
+        nodes = b.groupby("node")["ns"].sum().sort_values(ascending=False) if not b.empty else pd.Series()
+        per_rank[rank] = {
+            "math_calls_per_step": round(float(f["calls"].sum()) / k, 2),
+            "forward_kernels_per_step": round(float(f["kernels"].sum()) / k, 2),
+            "forward_kernel_ms_per_step": round(f_ms, 4),
+            "backward_kernel_ms_per_step": round(b_ms, 4),
+            "backward_nodes_ms_per_step": {str(n): round(float(v) / NS_PER_MS / k, 4) for n, v in nodes.items()},
+            "impact_ms_per_step": round(f_ms + b_ms, 4),
+            "steps": sorted({int(s) for s in f["step"].dropna()}),
+        }
+    rank_w, ms_w = worst_share(ctx, {r: v["impact_ms_per_step"] for r, v in per_rank.items()})
+    e = per_rank[rank_w if rank_w is not None else math_ranks[0]]
+    st = sorted({s for v in per_rank.values() for s in v["steps"]})
+    nodes_text = ", ".join(e["backward_nodes_ms_per_step"]) or "none attributable"
+    return [check.finding(
+        ctx, title=(f"attention runs unfused (SDPA math backend): {e['math_calls_per_step']:g} calls and "
+                    f"{fmt_ms(ms_w or 0)} ms of kernels per step"),
+        subject=SUBJECT, ranks=math_ranks, steps=st, impact_ms=ms_w, impact_rank=rank_w,
+        evidence={"op": MATH_OP, "per_rank": {str(r): v for r, v in per_rank.items()},
+                  "impact_method": "device time of the kernels the math op launched plus those of the backward "
+                                   "nodes of ops only it runs (lower bound of the backward), per step, worst rank; "
+                                   "an upper bound of the saving: the fused kernel's own time is not subtracted"},
+        message=(f"On {ranks_text(math_ranks)} ({steps_text(st)}) scaled_dot_product_attention ran the math "
+                 f"backend ({MATH_OP}) {e['math_calls_per_step']:g} times per step: "
+                 f"{e['forward_kernels_per_step']:g} separate bmm / softmax / elementwise kernels in the forward "
+                 f"({fmt_ms(e['forward_kernel_ms_per_step'])} ms) and {fmt_ms(e['backward_kernel_ms_per_step'])} ms "
+                 f"in the backward ({nodes_text}) on rank {rank_w}, each writing the full score matrix. Remove "
+                 "the forced math backend (sdpa_kernel(SDPBackend.MATH), enable_flash/enable_mem_efficient=False) "
+                 "or give the inputs a fused kernel (fp16 / bf16, a supported mask and head dim)."))]
