@@ -30,7 +30,7 @@ from conftest import CLUSTER4, need
 from stepdoctor.analysis.ingest import ascend_text as at
 from stepdoctor.analysis.ingest.ascend_columns import KERNEL_DETAILS, normalize_header
 from stepdoctor.analysis.ingest.ascend_common import collective_of, group_hash
-from stepdoctor.analysis.ingest.ascend_text import TraceParser, read_rank, task_category
+from stepdoctor.analysis.ingest.ascend_text import TraceParser, csv_io, read_rank, task_category, trace_events
 from stepdoctor.analysis.ingest.base import ProfileError, RankSource
 from stepdoctor.analysis.store import Profile, open_profile
 
@@ -809,15 +809,13 @@ def test_csv_header_names_columns_as_duckdbs_sniffer_does(tmp_path):
     same header: BOM dropped, empty cells `column<i>`, repeats suffixed, trailing tabs kept."""
     import duckdb
 
-    from stepdoctor.analysis.ingest import ascend_text as at
-
     p = tmp_path / "k.csv"
     p.write_bytes(b'\xef\xbb\xbfName,Name,,Start Time(us)\t,"Dur, (us)"\r\nop,op2,x,"1,5",2\r\n')
     sniffed = [r[0] for r in duckdb.sql(
         f"DESCRIBE SELECT * FROM read_csv('{p}', header=true, all_varchar=true)").fetchall()]
-    assert at._csv_header(p) == sniffed == ["Name", "Name_1", "column2", "Start Time(us)\t", "Dur, (us)"]
+    assert csv_io.csv_header(p) == sniffed == ["Name", "Name_1", "column2", "Start Time(us)\t", "Dur, (us)"]
     con = duckdb.connect()
-    rows = con.execute(f"SELECT * FROM {at._csv_source(at._csv_header(p))}", [str(p)]).fetchall()
+    rows = con.execute(f"SELECT * FROM {csv_io.csv_source(csv_io.csv_header(p))}", [str(p)]).fetchall()
     assert rows == [("op", "op2", "x", "1,5", "2")]
 
 
@@ -837,23 +835,23 @@ def test_trace_start_strings_vectorized_equal_the_per_string_parse(ts, same_widt
     if same_width:  # the vectorized path needs one width: pad the plain ones to the longest
         w = max(map(len, ts))
         ts = [t.rjust(w, "0") if t.replace(".", "", 1).isdigit() else t for t in ts]
-    got = at._starts_ns(ts)
-    assert [None if v is None else int(v) for v in got] == [at._start_ns(t) for t in ts]
+    got = trace_events._starts_ns(ts)
+    assert [None if v is None else int(v) for v in got] == [trace_events._start_ns(t) for t in ts]
 
 
 def test_trace_start_strings_vectorized_path_is_taken_and_exact_at_int64_limits():
     top = str(2**63 - 1)
     ts = [f"{top[:-3]}.{top[-3:]}", "0000000000000001.000", "1700000000000000.125"]
     ts = [t.rjust(20, "0") for t in ts]
-    got = at._starts_ns(ts)
+    got = trace_events._starts_ns(ts)
     assert isinstance(got, np.ndarray) and got.tolist() == [2**63 - 1, 1_000, 1_700_000_000_000_000_125]
     over = str(2**63)
-    assert at._starts_ns([f"{over[:-3]}.{over[-3:]}"]) == [at._start_ns(f"{over[:-3]}.{over[-3:]}")]
+    assert trace_events._starts_ns([f"{over[:-3]}.{over[-3:]}"]) == [trace_events._start_ns(f"{over[:-3]}.{over[-3:]}")]
 
 
 def _duckdb_cells(path: Path) -> list[list[str | None]]:
-    names = at._csv_header(path)
-    got = at._csv_cursor().execute(f"SELECT * FROM {at._csv_source(names)}", [str(path)]).fetchnumpy()
+    names = csv_io.csv_header(path)
+    got = csv_io._csv_cursor().execute(f"SELECT * FROM {csv_io.csv_source(names)}", [str(path)]).fetchnumpy()
     return [list(a.tolist()) for a in got.values()]
 
 
@@ -875,7 +873,7 @@ def test_plain_csv_split_equals_duckdb_or_declines(tmp_path_factory, lines, end,
     if spoiler is not None:
         lines = [*lines[:-1], lines[-1] + spoiler]
     path.write_text(end.join(["h1,h2,h3", *lines]) + end, encoding="utf-8", newline="")
-    plain = at._plain_csv(path, at._csv_header(path))
+    plain = csv_io._plain_csv(path, csv_io.csv_header(path))
     if spoiler is None:
         assert plain is not None
     if plain is not None:
@@ -891,11 +889,11 @@ def test_plain_csv_cases(tmp_path) -> None:
     for text in ("a,b\n1,\n,2\n", "\ufeffa,b\r\n x ,y\t\r\n", "a,b\n3,4", 'a,b\n"1,2",3\n', 'a,"b"\n"",""\n',
                  'a,b\n"x""y",z\n', 'a,b\n"1",2x\n'):
         p = write(text)
-        got = at._plain_csv(p, at._csv_header(p))
+        got = csv_io._plain_csv(p, csv_io.csv_header(p))
         assert got is not None and got == _duckdb_cells(p), text
     for text in ('a,b\nx"y,3\n', 'a,b\n"1\n2",3\n', 'a,b\n"x"y,3\n', "a,b\n1\n", "a,b\n1,2\n\n3,4\n", "a,b\n1,2\r3,4\n", "a,b\n1,2,3\n",
                  'a,b\n1,"2"x\n', "a,b\n1,2\r", "a,b\n1,2\x00\n", "a,b\n\n"):
         p = write(text)
-        assert at._plain_csv(p, at._csv_header(p)) is None, text
+        assert csv_io._plain_csv(p, csv_io.csv_header(p)) is None, text
     big = write("a,b\n" + "1,2\n" * (at.PLAIN_CSV_BYTES // 4 + 1))
-    assert at._plain_csv(big, ["a", "b"]) is None
+    assert csv_io._plain_csv(big, ["a", "b"]) is None

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import SHARED, need
 from stepdoctor.analysis.ingest.ascend_columns import OPERATOR_DETAILS
-from stepdoctor.analysis.ingest.ascend_text import TraceParser, _RankReader, read_rank
+from stepdoctor.analysis.ingest.ascend_text import RankReader, TraceParser, read_rank
 from stepdoctor.analysis.ingest.base import RankSource
 from stepdoctor.tools import api
 
@@ -114,7 +114,7 @@ def _linked(rank_dir: Path) -> set[tuple[str, int]]:
 
 def _launch_pairs(rank_dir: Path) -> list[tuple[int, int]]:
     """(interned id, end ts) of each launch flow the reader pairs."""
-    reader = _RankReader(RankSource(path=rank_dir, format="ascend_pt", rank=0))
+    reader = RankReader(RankSource(path=rank_dir, format="ascend_pt", rank=0))
     try:
         pairs = reader.launch_flows(TraceParser(rank_dir / OUT / "trace_view.json").parse())
     finally:
@@ -161,7 +161,7 @@ def test_flow_ids_beyond_int64_are_interned(tmp_path: Path):
 def test_operator_details_multiline_call_stacks():
     """operator_details.csv quotes call stacks with line breaks inside: read whole, no 'cannot parse'."""
     rank = need(ASC / LEVELS[0] / "rank0_ascend_pt")
-    reader = _RankReader(RankSource(path=rank, format="ascend_pt", rank=0))
+    reader = RankReader(RankSource(path=rank, format="ascend_pt", rank=0))
     try:
         path = rank / OUT / "operator_details.csv"
         res = reader.resolve_csv(path, OPERATOR_DETAILS, required=False)

@@ -141,7 +141,7 @@ def child_floor(path: Path) -> dict[str, Any]:
     import duckdb
     import msgspec
 
-    from stepdoctor.analysis.ingest import ascend_text as at
+    from stepdoctor.analysis.ingest.ascend_text.csv_io import csv_header, csv_source
     from stepdoctor.analysis.ingest.kineto import TraceDoc
 
     ascend_events = msgspec.json.Decoder(list[_ascend_floor_event()])
@@ -160,7 +160,7 @@ def child_floor(path: Path) -> dict[str, Any]:
             elif f.suffix == ".json":
                 keep.append(msgspec.json.decode(data))
             elif f.suffix == ".csv":  # as text columns, declared from the header (no sniffing), like the reader
-                keep.append(con.execute(f"SELECT * FROM {at._csv_source(at._csv_header(f))}",
+                keep.append(con.execute(f"SELECT * FROM {csv_source(csv_header(f))}",
                                         [str(f)]).fetchnumpy())
             elif f.suffix == ".db":
                 db = sqlite3.connect(f"file:{f}?mode=ro&immutable=1", uri=True)

@@ -1,0 +1,200 @@
+"""The rank reader's state and file helpers (paths, warnings, JSON and CSV loading)."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import msgspec
+import numpy as np
+
+from ..ascend_columns import (
+    FileColumns,
+    Resolved,
+    normalize_header,
+)
+from ..base import ProfileError, RankSource, RankTables
+from .common import ANALYSE_HINT, OUTPUT_DIR
+from .csv_io import (
+    Converted,
+    _csv_cursor,
+    _Frame,
+    _frame_column,
+    _plain_column,
+    _plain_csv,
+    _q,
+    _sql_of,
+    csv_header,
+    csv_source,
+)
+from .frames import _interned, _objects
+
+
+class ReaderBase:
+    """One rank directory's state, and the helpers every file's reader uses."""
+
+    def __init__(self, src: RankSource) -> None:
+        self.src = src
+        self.root = Path(src.path)
+        # a rank folder holds ASCEND_PROFILER_OUTPUT/; a bare copy of the deliverables is read where it is
+        self.out = self.root / OUTPUT_DIR if (self.root / OUTPUT_DIR).is_dir() else self.root
+        self.rank = src.rank if src.rank is not None else 0
+        self.t = RankTables(self.rank)
+        ms = src.format.startswith("ascend_ms") or self.root.name.endswith("_ascend_ms")
+        self.framework = "mindspore" if ms else "pytorch"
+        self._con: duckdb.DuckDBPyConnection | None = None  # (see `con`)
+        self.framework_version: str | None = None
+        self.profiler_level: str | None = None
+        self.with_stack: bool | None = None
+        self.profile_memory: bool | None = None
+        self.gc_detect: bool = False
+        self.aic_metrics: str | None = None
+        self.world_size: int | None = None
+        self.device: dict[str, Any] = {}
+        self.groups: dict[str, dict[str, Any]] = {}      # group hash -> {group_name, pg_name, global_ranks}
+        self.time_origin: int | None = None
+        self.comm_task_cols: dict[str, Any] | None = None  # HCCL sub-tasks of the trace (Plane threads)
+        self.device_tasks: dict[str, Any] = {}             # its device task candidates (device_ops)
+        self._csv_columns: dict[Path, list[str]] = {}      # CSV -> its column names (resolve_csv)
+
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection:
+        """A cursor on this thread's CSV database (`_csv_cursor`), made when a CSV first needs DuckDB: the C
+        scanner reads the plain ones, and a database costs a process ~24 MB (a parse worker's own)."""
+        if self._con is None:
+            self._con = _csv_cursor()
+        return self._con
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+
+    # -- helpers --------------------------------------------------------------------------------------
+
+    def rel(self, path: Path) -> str:
+        try:
+            return str(path.relative_to(self.root))
+        except ValueError:
+            return str(path)
+
+    def warn(self, path: Path, message: str) -> None:
+        self.t.warn(f"{self.rel(path)}: {message}")
+
+    def load_json(self, path: Path, *, numbers: Callable[[str], Any] | None = None) -> Any:
+        """Decoded JSON, or None with a warning naming the file (empty / unreadable / invalid).
+
+        `numbers` gets the text of every non-integer JSON number (msgspec float_hook: `Decimal` for exact
+        values, `str` to convert them later); by default they are floats.
+        """
+        data = self._json_bytes(path)
+        return None if data is None else self._decode_json(path, data, numbers)
+
+    def _json_bytes(self, path: Path) -> bytes | None:
+        """The bytes of a JSON file, or None with a warning (unreadable / empty)."""
+        try:
+            data = path.read_bytes()
+        except OSError as e:
+            self.warn(path, f"unreadable ({e.strerror}); skipped")
+            return None
+        if not data or data.isspace():
+            self.warn(path, "empty file; skipped")
+            return None
+        return data
+
+    def _decode_json(self, path: Path, data: bytes, numbers: Callable[[str], Any] | None) -> Any:
+        """`load_json`'s decoding of the bytes of `path`."""
+        try:
+            if numbers is not None:
+                return msgspec.json.Decoder(float_hook=numbers).decode(data)
+            return msgspec.json.decode(data)
+        except msgspec.DecodeError as e:
+            self.warn(path, f"invalid JSON ({e}); skipped")
+            return None
+        except UnicodeDecodeError as e:  # msgspec's own error for a key that is not UTF-8
+            self.warn(path, f"invalid JSON (not UTF-8 at byte {e.start}); skipped")
+            return None
+
+    def resolve_csv(self, path: Path, table: FileColumns, *, required: bool) -> Resolved | None:
+        """Match a CSV header against its column table.
+
+        A required file that is empty, unreadable or lacks required columns raises ProfileError; an optional
+        one is skipped with a warning (None).
+        """
+        def fail(problem: str) -> None:
+            if required:
+                raise ProfileError(path, problem)
+            self.warn(path, f"{problem}; skipped")
+
+        if path.stat().st_size == 0:
+            fail(f"empty file (0 bytes); {ANALYSE_HINT}")
+            return None
+        try:
+            cols = csv_header(path)
+        except (OSError, ValueError, csv.Error) as e:  # UnicodeDecodeError is a ValueError
+            fail(f"not a readable CSV ({str(e).splitlines()[0] if str(e) else type(e).__name__})")
+            return None
+        self._csv_columns[path] = cols
+        res = table.resolve(cols)
+        if res.missing_required:
+            fail(f"missing required columns: {', '.join(res.missing_required)} "
+                 f"(header: {', '.join(normalize_header(c) for c in cols[:12])}{' ...' if len(cols) > 12 else ''})")
+            return None
+        return res
+
+    def query_csv(self, path: Path, select: list[str], *, required: bool = False) -> _Frame | None:
+        """Run the converting SELECT over a CSV; a parse failure raises (required file) or warns (None)."""
+        error = ""
+        for parallel in (True, False):
+            try:
+                source = csv_source(self._csv_columns[path], parallel)
+                got = self.con.execute(f"SELECT {', '.join(select)} FROM {source}", [str(path)]).fetchnumpy()
+                cols = {name: _frame_column(a) for name, a in got.items()}
+                return _Frame(cols, len(next(iter(cols.values()))) if cols else 0)
+            except duckdb.Error as e:
+                error = str(e)
+                if "parallel=false" not in error:  # the one failure the serial scanner does not have
+                    break
+        problem = f"cannot parse CSV: {error.splitlines()[0] if error else 'unknown error'}"
+        if required:
+            raise ProfileError(path, problem) from None
+        self.warn(path, f"{problem}; skipped")
+        return None
+
+    def query_converted(self, path: Path, cols: list[Converted], *, required: bool = False) -> _Frame | None:
+        """`query_csv` of the `_sql_of` conversions `cols`, converted in Python (`_plain_column`) when every
+        cell allows it: DuckDB evaluating the ~25 conversions of a 1,600-row kernel_details.csv costs ~3x
+        the plain read of its columns (~23 vs ~7 ms). Any other file (no rows, a cell that is not plain, a
+        DuckDB error) goes through `query_csv`, which decides."""
+        frame = None
+        names = list(dict.fromkeys(col for _, col, _ in cols))
+        header = self._csv_columns[path]
+        plain = _plain_csv(path, header)
+        if plain is not None:  # what DuckDB reads from it, without DuckDB's ~1-4 ms per query
+            cells = {name: plain[header.index(name)] for name in names}
+            nulls = {name: None in c for name, c in cells.items()}
+        else:
+            try:
+                got = self.con.execute(f"SELECT {', '.join(map(_q, names))} FROM {csv_source(header)}",
+                                       [str(path)]).fetchnumpy()
+            except duckdb.Error:
+                got = {}
+            # by position: DuckDB may rename result columns (its names are case-insensitive)
+            arrays = dict(zip(names, got.values(), strict=True)) if len(got) == len(names) else {}
+            cells = {name: a.tolist() for name, a in arrays.items()}  # masked (NULL) -> None
+            nulls = {name: isinstance(a, np.ma.MaskedArray) for name, a in arrays.items()}
+        if cells and len(cells[names[0]]):
+            out = {}
+            for alias, col, kind in cols:
+                out[alias] = _plain_column(cells[col], kind, nulls[col])
+                if out[alias] is None:
+                    break
+                if type(out[alias]) is list:  # text: one str per distinct value (names repeat every step)
+                    out[alias] = _objects(_interned(out[alias]))
+            else:
+                frame = _Frame(out, len(out[cols[0][0]]))
+        if frame is None:
+            return self.query_csv(path, [_sql_of(*c) for c in cols], required=required)
+        return frame
