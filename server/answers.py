@@ -205,7 +205,9 @@ def _finding_line(i: int | str, f: Finding) -> str:
     if f.steps:
         where.append(f"step {_ints(f.steps)}")
     impact = (
-        f"{_f(f.impact_ms)} ms/step ({_f(f.impact_pct, 1)}%)" if f.impact_ms is not None else "impact unknown"
+        f"{_f(f.impact_ms)} ms per step"
+        + (f" ({_f(f.impact_pct, 1)}% of step)" if f.impact_pct is not None else "")
+        if f.impact_ms is not None else "impact unknown"
     )
     msg = _clip(f.message, 400)
     fixes = f" Fixes: {', '.join(f.fixes[:3])}." if f.fixes else ""
@@ -300,21 +302,28 @@ def text_breakdown(b: BreakdownResult) -> str:
 
 
 def text_slow_ranks(s: SlowRanksResult) -> str:
+    """Per dimension the median rank and the ranks beyond it, each with its baseline in ms (no percentage:
+    over a median of 0.25 ms one says nothing); then the stragglers and who waits for them."""
     lines = [f"Slow ranks — {_profile_line(s.profile)}"]
     for d in s.dimensions:
-        lines.append(f"{d.name}: median {_f(d.median_ms)} ms, spread {_f(d.spread_pct, 1)}% of step")
+        named = [e.rank for e in d.slow]
+        lines.append(f"{d.name}: median rank {_f(d.median_ms)} ms per step, spread {_f(d.spread_pct, 1)}% of step; "
+                     + (f"slower: rank {_ints(named)}" if named else "no rank beyond the median"))
         for e in d.slow:
             lines.append(
-                f"- rank {e.rank} steps {_ints(e.steps)}: {_f(e.value_ms)} ms, +{_f(e.excess_ms)} ms "
-                f"(+{_f(e.excess_pct, 1)}%) — {_clip(e.cause)}"
+                f"- rank {e.rank} steps {_ints(e.steps)}: {_f(e.value_ms)} ms against a median of "
+                f"{_f(e.median_ms)} ms (+{_f(e.excess_ms)} ms) — {_clip(e.cause)}"
             )
         for e in d.late_arrivals:
-            lines.append(
-                f"- rank {e.rank} arrives late (waits {_f(e.value_ms)} ms, {_f(e.excess_ms)} ms under "
-                f"the median) — {_clip(e.cause)}"
-            )
-        if not d.slow and not d.late_arrivals:
-            lines.append("- no slow rank")
+            lines.append(f"- rank {e.rank} steps {_ints(e.steps)}: {_f(e.value_ms)} ms against a median of "
+                         f"{_f(e.median_ms)} ms — {_clip(e.cause)}")
+    for v in s.ranks:
+        if v.verdict == "straggler":
+            lines.append(f"Straggler: rank {v.rank} arrives last at {v.arrived_last} of {v.matched_collectives} "
+                         f"collectives; the others wait {_f(v.wait_caused_per_step_ms)} ms per step for it")
+    waiting = [v.rank for v in s.ranks if v.verdict == "waits"]
+    if waiting:
+        lines.append(f"Only waiting for the straggler(s): rank {_ints(waiting)}")
     lines += [_finding_line(i, f) for i, f in enumerate(s.findings, 1)]
     lines += _warnings_text(s.warnings)
     return "\n".join(lines)

@@ -133,7 +133,7 @@ def test_cli_tables_fit_80_columns_when_piped(tmp_path):
     assert "slow-dataloader" in res.stdout and "fixes: " in res.stdout  # fixes listed under each finding
     # each finding's paragraph hangs under its number, its fixes under the first fix
     first = lines.index(next(ln for ln in lines if ln.startswith("1. Rank 0 spends")))
-    assert lines[first + 1].startswith("   (+250.05 ms)")
+    assert lines[first + 1].startswith("   250.05 ms more (slow in 1 of its 2 steps: 125.03 ms per step")
     fixes = next(i for i in range(first, len(lines)) if lines[i].startswith("   fixes: gc-"))
     assert lines[fixes + 1].startswith(" " * 10 + "slow-rank") and lines[fixes + 3].startswith("2. ")
 

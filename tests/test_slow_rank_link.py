@@ -63,3 +63,82 @@ def test_cluster4_rank3_arrives_last_and_the_others_only_wait(cluster4):
     assert v[0].verdict == "slow"                                      # its own 250 ms idle at the end of step 2
     comp = next(f for f in sr.findings if f.subject == "compute")
     assert comp.evidence["arrival"]["last"] == 8 and "arrives last at 8 of 8" in comp.message
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Numbers that explain themselves (absolute ms with their baseline; no % over a small base; no empty table)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_cluster4_finding_numbers_say_their_baseline(cluster4):
+    """The free finding: 250.05 ms more in 1 of 2 steps is 125.03 ms per step (the impact); the title gives the
+    value and its median, not "+328%"."""
+    rep = api.issues(cluster4, checks=["slow-rank"])
+    free = next(f for f in rep.findings if f.subject == "free")
+    assert free.title == "rank 0 is slower in free: 326.18 ms against a median of 76.13 ms in step 2"
+    assert free.impact_ms == pytest.approx(125.03, abs=0.01)
+    assert "250.05 ms more (slow in 1 of its 2 steps: 125.03 ms per step over all of them, the impact)" \
+        in free.message
+    assert "%" not in free.title and "%" not in free.message
+    comp = next(f for f in rep.findings if f.subject == "compute")
+    assert comp.title.endswith("in steps 1 and 2") and "per step over all" not in comp.message
+    assert comp.evidence["excess_pct"] == pytest.approx(39.8, abs=0.1)   # over an 18.68 ms median: kept
+
+
+def test_cluster4_late_arrival_has_a_cause_and_no_percent_column(cluster4):
+    from stepdoctor.tools.render import tables_for
+
+    sr = api.slow_ranks(cluster4)
+    late = {d.name: d for d in sr.dimensions}["communication"].late_arrivals[0]
+    assert late.cause.startswith("it arrives last at collectives: its communication takes 1.40 ms less")
+    tables = tables_for(sr)
+    assert [t.title.split(":")[0].split(",")[0] for t in tables] == [
+        "Dimensions", "Ranks beyond the median", "Ranks by verdict"]
+    beyond = tables[1]
+    assert "excess_%" not in beyond.header and "median_ms" in beyond.header
+    row = next(r for r in beyond.rows if r[0] == "communication")
+    assert row[1:6] == [3, "1-2", "3.80", "5.20", "-1.40"] and row[6] == late.cause
+    assert all(r[-1] for r in beyond.rows)   # every row says why
+
+
+def test_gloo_straggler_slow_ranks_names_the_straggler_without_empty_tables():
+    """Real H100 run, 2 ranks over gloo: no dimension differs (synchronous steps), the straggler is found by
+    arrival; the answer is a table of dimensions with "none" cells and the verdicts, never an empty table."""
+    from conftest import SHARED
+    from stepdoctor.tools.render import markdown_tables, tables_for
+
+    sr = api.slow_ranks(need(SHARED / "real" / "gpu-h100" / "gloo2_straggler"))
+    tables = tables_for(sr)
+    assert all(t.rows for t in tables) and not any("no slow rank" in t.note for t in tables)
+    dims = tables[0]
+    assert [r[-1] for r in dims.rows] == ["none", "none", "none"]
+    verdicts = next(t for t in tables if t.title == "Ranks by verdict")
+    assert [r[:4] for r in verdicts.rows] == [[0, "waits for 1", "-", "-"], [1, "straggler", "12 of 12", "65.50"]]
+    md = "\n".join(markdown_tables(tables))
+    assert "no slow rank" not in md and "| 1 | straggler | 12 of 12 | 65.50 |" in md
+
+
+def test_arrival_without_a_measurable_cause_says_so():
+    """msinsight DB Level1 (real Atlas A2, 2 ranks): rank 1 is last at 1 of 4 all-reduces, but its compute
+    before the late arrival differs by 0.009 ms: the message must not read "0.0 ms more ... (2.6 vs 2.6 ms)"."""
+    from conftest import SHARED
+
+    rep = api.issues(need(SHARED / "real" / "ascend" / "msinsight-pt-db-l1"), checks=["slow-rank"])
+    f = next(f for f in rep.findings if f.evidence.get("dimension") == "arrival")
+    assert f.evidence["before_arrival"]["excess_ms"]["compute_kernels"] < 0.05
+    assert " 0.0 ms" not in f.message and " 0.00 ms" not in f.message
+    assert "matches the other ranks'" in f.message
+
+
+def test_host_ops_listed_in_a_cause_are_never_0_ms():
+    """msinsight text Level1: the late rank's host ops are listed with their time; none under 0.05 ms."""
+    import re
+
+    from conftest import SHARED
+
+    rep = api.issues(need(SHARED / "real" / "ascend" / "msinsight-pt-text-l1"), checks=["slow-rank"])
+    f = next(f for f in rep.findings if f.evidence.get("dimension") == "arrival")
+    listed = f.message.split("its host ops: ")[1]
+    times = [float(x) for x in re.findall(r" (\d+\.\d+) ms", listed)]
+    assert times and min(times) >= 0.05
+    assert "5.65 ms more than the other ranks on host work (74.9 ms against a median of 69.2 ms)" in f.message

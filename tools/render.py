@@ -72,7 +72,7 @@ def _ranges(ids: Sequence[int], most: int = 6) -> str:
     return ",".join(parts)
 
 
-_LABELS = {"step_ms": "step time", "communication_ms": "comm", "overlapped_ms": "overlap", "impact_%": "%"}
+_LABELS = {"step_ms": "step time", "communication_ms": "comm", "overlapped_ms": "overlap", "impact_%": "% of step"}
 
 
 def _label(header: str, title: str) -> str:
@@ -124,16 +124,7 @@ def tables_for(model: BaseModel) -> list[Table]:
                              [[k, v] for k, v in sorted(model.not_applicable.items())], text=("why",)))
         return out
     if isinstance(model, m.SlowRanks):
-        out = []
-        for d in model.dimensions:
-            rows = [[e.rank, _f(e.steps), _f(e.value_ms), _f(e.excess_ms), _f(e.excess_pct, 1), e.cause]
-                    for e in d.slow]
-            rows += [[e.rank, _f(e.steps), _f(e.value_ms), f"-{_f(e.excess_ms)}", "late arrival", e.cause]
-                     for e in d.late_arrivals]
-            out.append(Table(f"{d.name}: median {_f(d.median_ms)} ms, spread {_f(d.spread_pct)}% of step",
-                             ["rank", "steps", "value_ms", "excess_ms", "excess_%", "cause"], rows,
-                             note="no slow rank" if not rows else "", text=("cause",)))
-        return out
+        return _slow_rank_tables(model)
     if isinstance(model, m.SlowLinks):
         rows = [[lk.src, lk.dst, lk.transport, _f(lk.bandwidth_gbps), _f(lk.median_gbps), _f(lk.size_mb),
                  _f(lk.time_ms, 3)] for lk in model.links]
@@ -187,6 +178,39 @@ def tables_for(model: BaseModel) -> list[Table]:
         return [Table(f"{model.total} fixes{more}", ["id", "vendors", "checks", "title"], rows,
                       text=("checks", "title"), optional=("vendors", "checks"))]
     return []
+
+
+def _slow_rank_tables(model: m.SlowRanks) -> list[Table]:
+    """Per dimension its median and spread and the ranks named; then the ranks beyond the median with their
+    baseline (ms per step, no percentage: over a median of 0.25 ms a percentage says nothing); then every
+    rank that is not simply ok (straggler, waits, slow). No empty table: "none" is a cell."""
+    named = {d.name: [e.rank for e in d.slow] for d in model.dimensions}
+    dims = Table("Dimensions: the median rank per step (ms)", ["dimension", "median_ms", "spread_%_of_step",
+                                                                "slower ranks"],
+                 [[d.name, _f(d.median_ms), _f(d.spread_pct), _f(named[d.name]) if named[d.name] else "none"]
+                  for d in model.dimensions])
+    out = [dims]
+    rows = [[d.name, e.rank, _f(e.steps), _f(e.value_ms), _f(e.median_ms), f"+{_f(e.excess_ms)}", e.cause]
+            for d in model.dimensions for e in d.slow]
+    rows += [[d.name, e.rank, _f(e.steps), _f(e.value_ms), _f(e.median_ms),
+              f"-{_f(e.excess_ms)}", e.cause] for d in model.dimensions for e in d.late_arrivals]
+    if rows:
+        out.append(Table("Ranks beyond the median, in the steps named (ms per step)",
+                         ["dimension", "rank", "steps", "value_ms", "median_ms", "excess_ms", "cause"], rows,
+                         text=("cause",)))
+    verdicts = [v for v in model.ranks if v.verdict != "ok"]
+    if verdicts:
+        ok = len(model.ranks) - len(verdicts)
+        out.append(Table("Ranks by verdict", ["rank", "verdict", "arrived last", "others wait ms/step", "why"],
+                         [[v.rank, v.verdict + (f" for {_f(v.waits_for)}" if v.waits_for else ""),
+                           f"{v.arrived_last} of {v.matched_collectives}" if v.arrived_last else "-",
+                           _f(v.wait_caused_per_step_ms) if v.arrived_last else "-",
+                           v.finding or v.cause] for v in verdicts],
+                         note=f"{ok} other rank(s): no dimension beyond its peers, no late arrival" if ok else "",
+                         text=("why",)))
+    elif model.ranks:
+        dims.note = f"all {len(model.ranks)} ranks ok: no dimension beyond its peers and no late arrival"
+    return out
 
 
 def _cell(r: Any, col: str) -> Any:

@@ -141,6 +141,9 @@ def _analyse(ctx: CheckContext) -> dict[str, DimensionStats]:
         out[dim] = DimensionStats(dim, round(float(np.mean(medians)), 3) if medians else None,
                                   round(max(spreads), 2) if spreads else None, entries(slow_acc), entries(fast_acc))
     late = {e.rank: e for e in out["communication"].fast}
+    for e in late.values():
+        e.cause = (f"it arrives last at collectives: its communication takes {e.excess_ms:.2f} ms less than the "
+                   f"median rank's {e.median_ms:.2f} ms because the other ranks wait for it")
     for dim in ("compute", "free"):
         for e in out[dim].slow:
             e.cause, e.evidence = (_compute_cause(ctx, e) if dim == "compute" else _free_cause(ctx, e))
@@ -181,15 +184,39 @@ def _arrival(ctx: CheckContext) -> collectives.Arrivals:
     return a
 
 
+# Below this, an excess before a late arrival (ms) or a host op's time is not worth a number in a sentence:
+# "0.0 ms more" or "aten::embedding 0.0 ms" reads as a cause and is none.
+MIN_SHOWN_MS = 0.05
+
+
+# A percentage over a median below this (ms) is left out of the evidence: +3731% over 0.25 ms says less
+# than the two numbers it comes from.
+MIN_PCT_BASE_MS = 1.0
+
+
+def ms_text(x: float) -> str:
+    """A duration for a sentence: two decimals under 10 ms (0.25 ms, not 0.2), one above."""
+    return f"{x:.2f} ms" if abs(x) < 10 else f"{x:.1f} ms"
+
+
+def _host_ops_text(ops: list[dict]) -> str:
+    shown = [h for h in ops if h.get("ms", 0.0) >= MIN_SHOWN_MS]
+    return ", ".join(f"{h['name']} {ms_text(h['ms'])}" for h in shown)
+
+
 def _arrival_text(ra: collectives.RankArrival) -> str:
     b = ra.before
     if not b:
         return ""
     c = b["cause"]
-    text = (f"before each late arrival it spends {b['excess_ms'][c]:.1f} ms more than the other ranks on "
-            f"{_BEFORE_TEXT[c]} ({b['rank_ms'][c]:.1f} vs {b['peer_median_ms'][c]:.1f} ms)")
-    if c == "host_ops" and b["top_host_ops"]:
-        text += "; its host ops: " + ", ".join(f"{h['name']} {h['ms']:.1f} ms" for h in b["top_host_ops"])
+    excess = b["excess_ms"][c]
+    if excess < MIN_SHOWN_MS:
+        return ("the traced work before its late arrivals matches the other ranks' (no part differs by "
+                f"{ms_text(MIN_SHOWN_MS)} or more), so the delay is not in this profile's steps")
+    text = (f"before each late arrival it spends {ms_text(excess)} more than the other ranks on "
+            f"{_BEFORE_TEXT[c]} ({ms_text(b['rank_ms'][c])} against a median of {ms_text(b['peer_median_ms'][c])})")
+    if c == "host_ops" and (ops := _host_ops_text(b["top_host_ops"])):
+        text += "; its host ops: " + ops
     return text
 
 
@@ -211,7 +238,7 @@ def _compute_cause(ctx: CheckContext, e: SlowEntry) -> tuple[str, dict]:
            for op, d in delta.head(3).items() if d > 0]
     if not top:
         return "compute kernels run longer", {}
-    text = ", ".join(f"{short_name(op)} +{d:.2f} ms ({v:.2f} vs {b:.2f})" for op, d, v, b in top)
+    text = ", ".join(f"{short_name(op)} +{d:.2f} ms ({v:.2f} against a median of {b:.2f})" for op, d, v, b in top)
     return f"slower kernels: {text} per step", {"top_ops": [
         {"op": op, "delta_ms": d, "rank_ms": v, "peer_median_ms": b} for op, d, v, b in top]}
 
@@ -243,13 +270,13 @@ def _free_cause(ctx: CheckContext, e: SlowEntry) -> tuple[str, dict]:
     ev: dict = {"worst_step": worst, "largest_gap_ms": round(gap_ms, 3), "gap_position": where.replace(" of", "")}
     if host.empty or host["ms"].sum() < 0.01 * gap_ms:
         ev["host_activity"] = []
-        return (f"the device idles {gap_ms:.1f} ms {where} step {worst} with no host activity recorded "
+        return (f"the device idles {ms_text(gap_ms)} {where} step {worst} with no host activity recorded "
                 "(Python GC, I/O, sleep or work outside the profiled threads)"), ev
     top = host.groupby(["name", "category"], as_index=False)["ms"].sum().sort_values("ms", ascending=False).head(3)
     ev["host_activity"] = [{"name": n, "category": c, "ms": round(float(m), 3)}
                            for n, c, m in top.itertuples(index=False)]
-    text = ", ".join(f"{n} {m:.1f} ms" for n, _, m in top.itertuples(index=False))
-    return f"the device idles {gap_ms:.1f} ms {where} step {worst} while the host runs {text}", ev
+    text = _host_ops_text(ev["host_activity"])
+    return f"the device idles {ms_text(gap_ms)} {where} step {worst} while the host runs {text}", ev
 
 
 def _comm_cause(ctx: CheckContext, e: SlowEntry, late: dict[int, SlowEntry]) -> tuple[str, dict]:
@@ -297,6 +324,7 @@ class SlowRankCheck(Check):
         if len(ctx.all_ranks) < 2:
             return []
         arr = arrival(ctx)
+        n_steps = Counter(r.rank for r in ctx.breakdown if r.step is not None)
         out: list[Finding] = []
         worst_wait = max((arr.ranks[r].caused_per_step_ms for r in arr.stragglers), default=0.0)
         for dim, stats in analyse(ctx).items():
@@ -306,18 +334,20 @@ class SlowRankCheck(Check):
                 if arr.stragglers and e.rank not in arr.stragglers and e.excess_ms < worst_wait:
                     continue  # it waits for a straggler; its small excess is not why the job is slow
                 f = self.finding(
-                    ctx, title=f"rank {e.rank} is slower in {dim} (+{e.excess_ms:.2f} ms, +{e.excess_pct:.0f}%)",
+                    ctx, title=(f"rank {e.rank} is slower in {dim}: {e.value_ms:.2f} ms against a median of "
+                                f"{e.median_ms:.2f} ms in {_steps_text(e.steps)}"),
                     subject=dim, ranks=[e.rank], steps=e.steps, impact_ms=e.impact_ms,
                     evidence={"dimension": dim, "value_ms": e.value_ms, "median_ms": e.median_ms,
-                              "excess_ms": e.excess_ms, "excess_pct": e.excess_pct, "spread_pct": stats.spread_pct,
+                              "excess_ms": e.excess_ms, "spread_pct": stats.spread_pct,
+                              **({"excess_pct": e.excess_pct} if e.median_ms >= MIN_PCT_BASE_MS else {}),
                               "thresholds": {"dim_excess_pct": T.slow_rank_dim_excess_pct.value,
                                              "min_excess_pct_of_step": T.slow_rank_min_excess_pct.value,
                                              "robust_z": T.slow_rank_robust_z.value},
                               "impact_method": "excess over the per-step median, summed over slow steps / steps",
                               **e.evidence},
-                    message=f"Rank {e.rank} spends {e.value_ms:.2f} ms in {dim} in step(s) "
-                            f"{', '.join(map(str, e.steps))} against a median of {e.median_ms:.2f} ms "
-                            f"(+{e.excess_ms:.2f} ms): {e.cause}.")
+                    message=f"Rank {e.rank} spends {e.value_ms:.2f} ms in {dim} in {_steps_text(e.steps)} "
+                            f"against a median of {e.median_ms:.2f} ms, {e.excess_ms:.2f} ms more"
+                            f"{_per_step_text(e, n_steps.get(e.rank, 0))}: {e.cause}.")
                 f.fixes = _cause_fixes(ctx, e, f.fixes)
                 out.append(f)
         # a straggler already named in compute/free keeps one finding, its arrival record as evidence
@@ -362,6 +392,24 @@ class SlowRankCheck(Check):
                 f.fixes = list(dict.fromkeys([*ctx.fixes_for(lead, ctx.vendor(r), ctx.framework(r), None)[:2],
                                               *f.fixes]))
         return f
+
+
+def _steps_text(steps: list[int]) -> str:
+    """"step 2", "steps 1 and 2", "steps 1-4" or "steps 1, 3 and 7": the steps a finding's numbers hold for."""
+    if len(steps) == 1:
+        return f"step {steps[0]}"
+    if len(steps) > 2 and steps == list(range(steps[0], steps[-1] + 1)):
+        return f"steps {steps[0]}-{steps[-1]}"
+    return f"steps {', '.join(map(str, steps[:-1]))} and {steps[-1]}"
+
+
+def _per_step_text(e: SlowEntry, steps: int) -> str:
+    """How the finding's impact (ms per step over all the rank's steps) follows from the excess, when the rank
+    is slow in only some of its steps (250 ms in 1 of 2 steps: 125 ms per step)."""
+    if steps <= len(e.steps):
+        return ""
+    return (f" (slow in {len(e.steps)} of its {steps} steps: {e.impact_ms:.2f} ms per step over all of them, "
+            "the impact)")
 
 
 def _cause_fixes(ctx: CheckContext, e: SlowEntry, fixes: list[str]) -> list[str]:
