@@ -136,6 +136,11 @@ class _Table:
         "loop emits host events every few µs-ms", "host gap with no event on any thread, inside a step")
     conjectured_gc_gpu_device_idle_ratio: Threshold = Threshold(
         0.5, "ratio", "stepdoctor", "share of such a host gap the device must be idle")
+    conjectured_gc_fixed_stall_spread: Threshold = Threshold(
+        0.02, "ratio", "stepdoctor; a timed wait (time.sleep, a timeout) repeats to within 0.1 ms, while a CPython "
+        "collection's length follows the objects it traverses and its trigger the allocations since the last one",
+        "(max - min) / median of the longest host silence of every kept step (at least 3) below which it is a "
+        "fixed per-step stall, not GC")
     host_bound_stall_share: Threshold = Threshold(
         0.5, "ratio", "stepdoctor", "share of a late-launch gap covered by GC/alloc/compile/dataloader/silence "
         "to charge it to those instead of launch overhead")

@@ -14,7 +14,11 @@ Rules:
      which no host event of any thread starts or ends and only annotations span it (ProfilerStep#N,
      record_function ranges; a long aten op, runtime call or dataloader fetch spanning it is the host
      working), while the device is idle for at least half of it: the Python threads were stopped and the GPU
-     drained its queue. Priority fixed MEDIUM, like the advisor's conjectured GC.
+     drained its queue. Priority fixed MEDIUM, like the advisor's conjectured GC. A silence that recurs in every
+     kept step (at least 3) with the same length (the longest per step within T.conjectured_gc_fixed_stall_spread
+     of each other) is a fixed per-step stall: a timed wait (time.sleep), blocking I/O or untraced work of a
+     fixed size. GC's length follows the objects it traverses and its trigger the allocations, so it is not
+     GC-like; it is left out of the conjecture and named in a warning (`fixed_stall`).
 
 impact_ms, per step (mean over the rank's kept steps), worst rank:
 * recorded GC: device idle time overlapping the GC events (a pause costs the step only while the device has
@@ -63,7 +67,8 @@ class GcPauseCheck(Check):
     fires_when = "Python garbage collection stalls the host"
     thresholds = (
         "conjectured_gc_acl_count_per_us", "conjectured_gc_acl_time_ratio", "conjectured_gc_free_ms",
-        "conjectured_gc_gpu_device_idle_ratio", "conjectured_gc_gpu_silence_ms", "gc_ms",
+        "conjectured_gc_fixed_stall_spread", "conjectured_gc_gpu_device_idle_ratio", "conjectured_gc_gpu_silence_ms",
+        "gc_ms",
     )
     frameworks = ("pytorch", "mindspore")
     vendors = ("ascend", "cuda", "rocm")
@@ -119,6 +124,11 @@ class GcPauseCheck(Check):
                                               DeviceTimeline.of(ctx, rank))
             elif rank in host:
                 st = self._conjectured_gpu(host[rank], windows.of(rank), DeviceTimeline.of(ctx, rank))
+                fixed = st.pop("fixed_stall", None) if st else None
+                if fixed:
+                    ctx.notes.append(fixed_stall_text(rank, fixed))
+                if st and not st["gaps"]:
+                    st = None
             else:
                 continue
             if st:
@@ -232,9 +242,18 @@ class GcPauseCheck(Check):
                              "start_offset_ms": round((g0 - int(w["start_ns"][first])) / NS_PER_MS, 3),
                              "gap_ms": round((g1 - g0) / NS_PER_MS, 3),
                              "device_idle_ms": round(idle / NS_PER_MS, 3), "device_idle_ns": idle})
+        fixed = _fixed_stall(gaps, len(w["step"]))
+        if fixed is not None:
+            gaps = [g for g in gaps if not g.get("fixed")]
+        for g in gaps:
+            g.pop("fixed", None)
         st = _conjectured_stats(gaps, len(w["step"]), "no host event on any thread while the device idles")
         if st is not None:
             st["silences_in_collective_waits"] = waits
+        elif fixed is not None:
+            st = {"gaps": 0}
+        if fixed is not None and st is not None:
+            st["fixed_stall"] = fixed
         return st
 
     def _finding_conjectured(self, ctx: CheckContext, per_rank: dict[int, dict[str, Any]]) -> Finding:
@@ -315,6 +334,53 @@ def _idle_gaps(timeline: DeviceTimeline, w0: int, w1: int) -> list[tuple[int, in
     s, e = np.maximum(s[m], w0), np.minimum(e[m], w1)
     bounds = np.concatenate(([w0], e)), np.concatenate((s, [w1]))
     return [(int(a), int(b)) for a, b in zip(*bounds, strict=True) if b > a]
+
+
+def _fixed_stall(gaps: list[dict[str, Any]], n_steps: int) -> dict[str, Any] | None:
+    """The longest silence of each kept step when every kept step (at least 3) has one and their lengths agree
+    within T.conjectured_gc_fixed_stall_spread of their median (those gaps are marked `fixed`); else None."""
+    longest: dict[int, dict[str, Any]] = {}
+    for g in gaps:
+        if g["step"] not in longest or g["gap_ms"] > longest[g["step"]]["gap_ms"]:
+            longest[g["step"]] = g
+    if n_steps < 3 or len(longest) < n_steps:
+        return None
+    ms = np.array([g["gap_ms"] for g in longest.values()], dtype=np.float64)
+    median = float(np.median(ms))
+    spread = float(ms.max() - ms.min()) / median if median > 0 else np.inf
+    if spread > T.conjectured_gc_fixed_stall_spread.value:
+        return None
+    for g in longest.values():
+        g["fixed"] = True
+    return {"steps": sorted(longest), "median_ms": round(median, 3), "spread": round(spread, 5),
+            "device_idle_ms_per_step": round(sum(g["device_idle_ns"] for g in longest.values())
+                                             / NS_PER_MS / n_steps, 3),
+            "threshold_spread": T.conjectured_gc_fixed_stall_spread.value}
+
+
+def fixed_stall_text(rank: int, fixed: dict[str, Any]) -> str:
+    return (f"rank {rank}: the host stops {fixed['median_ms']:.3g} ms in every step ({len(fixed['steps'])} steps, "
+            f"lengths within {100 * fixed['spread']:.2g} %) with nothing traced while the device idles "
+            f"{fixed['device_idle_ms_per_step']:.3g} ms per step: a fixed per-step stall (time.sleep, blocking I/O, "
+            "untraced work of a fixed size), not a GC pause; profile with with_stack=True or sample with py-spy to "
+            "see the code")
+
+
+def fixed_stall(ctx: CheckContext, rank: int) -> dict[str, Any] | None:
+    """The fixed per-step host stall of one CUDA / ROCm rank (see `_fixed_stall`), or None: for a check that
+    names what a rank did in an untraced gap (slow-rank) and must not call it GC."""
+    def compute() -> dict[str, Any] | None:
+        if ctx.vendor(rank) == "ascend":
+            return None
+        w = _Windows(step_windows(ctx, [rank]))
+        timeline = DeviceTimeline.of(ctx, rank)
+        if w.n(rank) == 0 or timeline.empty:
+            return None
+        host = ctx.sql("SELECT rank, name, category, start_ns, dur_ns FROM host_ops WHERE rank = ?", [rank])
+        st = GcPauseCheck._conjectured_gpu(host, w.of(rank), timeline)
+        return st.get("fixed_stall") if st else None
+
+    return ctx.memo(f"gc_pause.fixed_stall.{int(rank)}", compute)
 
 
 def _conjectured_stats(gaps: list[dict[str, Any]], n_steps: int, what: str) -> dict[str, Any] | None:
