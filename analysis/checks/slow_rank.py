@@ -42,6 +42,7 @@ from ..metrics.names import short_name
 from ..models import Finding
 from ..thresholds import T
 from .base import Check, CheckContext, register
+from .gc_pause import fixed_stall
 from .stage_imbalance import stage_of_ranks
 
 # "free" is judged on the device's idle time in the whole host step (idle_ms): on Ascend the profiler's
@@ -388,6 +389,8 @@ class SlowRankCheck(Check):
         if ctx.fixes_for is not None and ra.before:
             lead = {"untraced": "gc-pause", "data_loading": "slow-dataloader", "host_ops": "host-bound"}.get(
                 ra.before["cause"])
+            if lead == "gc-pause" and fixed_stall(ctx, r):
+                lead = None   # the same stall every step: a timed wait or fixed work, not GC
             if lead:
                 f.fixes = list(dict.fromkeys([*ctx.fixes_for(lead, ctx.vendor(r), ctx.framework(r), None)[:2],
                                               *f.fixes]))
@@ -419,7 +422,7 @@ def _cause_fixes(ctx: CheckContext, e: SlowEntry, fixes: list[str]) -> list[str]
         return fixes
     host = e.evidence.get("host_activity")
     lead: list[str] = []
-    if host == []:
+    if host == [] and not fixed_stall(ctx, e.rank):
         lead = ctx.fixes_for("gc-pause", ctx.vendor(e.rank), ctx.framework(e.rank), None)
     elif host and any(h.get("category") == "dataloader" or "dataloader" in str(h.get("name", "")).lower()
                       for h in host[:1]):
