@@ -189,9 +189,7 @@ def test_apply_writes_a_backup_and_only_claims_what_it_wrote(tmp_path: Path) -> 
 
 # --profile: today's findings must name the fix. Runs whose findings do not (yet) are xfail, not strict, with
 # the check / fix pair another analysis has to produce.
-PROFILE_NEEDS = {
-    "gloo2_straggler": "gc-pause must not fire on a rank that waits for a peer (it adds gc edits today)",
-}
+PROFILE_NEEDS: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("run", ALL_RUNS)
