@@ -184,6 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
     common.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    common.add_argument("--ray", nargs="?", const="", metavar="ADDRESS", help="parse the ranks in Ray tasks on a "
+                        "cluster (ADDRESS, else RAY_ADDRESS, else a local Ray); needs `pip install ray`")
     p = argparse.ArgumentParser(prog="stepdoctor", description="Why is this training step slow? Diagnose Ascend "
                                 "(torch_npu, MindSpore) and Kineto (GPU) profiles.")
     p.add_argument("--version", action="version", version=f"stepdoctor {_version()}")
@@ -252,6 +254,10 @@ def main(argv: list[str] | None = None) -> int:
         return mcp_main(args[1:])
     parser = build_parser()
     a = parser.parse_args(argv)
+    if getattr(a, "ray", None) is not None:  # every profile this command opens is ingested through Ray
+        from ..analysis.store import use_engine
+
+        use_engine("ray", a.ray or None)
     try:
         rc = a.func(a)
     except ProfileError as e:

@@ -22,7 +22,7 @@ from .cache import (
 from .forks import fork_safe, reap_exiting, release_forked, settle
 from .parse import READERS, STREAMING, Parts, Sink, parse_rank, read_source, reader
 from .pool import ProgressFn
-from .profile import Profile, forget_opened, open_profile, profile_info
+from .profile import Profile, forget_opened, open_profile, profile_info, use_engine
 
 __all__ = [
     "ENGINES",
@@ -53,4 +53,5 @@ __all__ = [
     "release_forked",
     "remove_stale_temporaries",
     "settle",
+    "use_engine",
 ]

@@ -117,6 +117,18 @@ _OPEN: dict[Path, Profile] = {}
 _OPEN_LOCK = threading.Lock()
 
 
+# The engine of this process's ingests when open_profile is not given one (`use_engine`: the CLI's --ray)
+_DEFAULT_ENGINE: dict[str, Any] = {}
+
+
+def use_engine(engine: Engine | None, ray_address: str | None = None) -> None:
+    """Make `engine` (and, for "ray", the cluster's address) the default of every later `open_profile` in
+    this process that names none; None: back to choosing by the input's size."""
+    _DEFAULT_ENGINE.clear()
+    if engine is not None:
+        _DEFAULT_ENGINE.update(engine=engine, ray_address=ray_address)
+
+
 def forget_opened() -> None:
     """Forget the profiles opened in this process (their connections stay open for their holders), so the
     next `open_profile` of a path opens its database again, from the cache when it is there."""
@@ -138,9 +150,11 @@ def open_profile(path: str | Path, *, cache_dir: Path | None = None, workers: in
     interpreter (a fork copies whatever a host holds: locks, threads' state, open connections).
     `background` is work to run in a thread beside the ingest (the CLI's imports): started once no fork
     can come any more, or at once when the cache has the profile. `engine` and `ray_address`: who parses
-    the ranks on a cache miss (`build_database`); every engine builds the same database, so the cache key
-    does not depend on it.
+    the ranks on a cache miss (`build_database`; default: `use_engine`'s); every engine builds the same
+    database, so the cache key does not depend on it.
     """
+    if engine is None and _DEFAULT_ENGINE:
+        engine, ray_address = _DEFAULT_ENGINE["engine"], _DEFAULT_ENGINE["ray_address"]
     p = Path(path).expanduser().resolve()
     disc = discover(p)
     listing = input_listing(disc)

@@ -63,7 +63,10 @@ def _inject_fault(src: RankSource, fault: str) -> None:
 def connect(address: str | None) -> Any:
     """Ray, connected: to `address` ("auto", "ray://host:10001", "host:6379"), else to RAY_ADDRESS when set,
     else to a Ray started here on this machine. A connection made before (a test's cluster) is kept."""
-    import ray
+    try:
+        import ray
+    except ImportError as e:
+        raise ProfileError(None, f"the Ray engine needs Ray ({e}): pip install 'stepdoctor[ray]'") from None
 
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="WARNING",
