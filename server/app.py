@@ -599,6 +599,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-schemas", action="store_true",
                    help="declare every tool's output schema in tools/list (off: ~14 KB of tool list instead of "
                         "~53 KB; the structured content is returned either way)")
+    p.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
+                   help="load_profile parses ranks in Ray tasks (ADDRESS, else RAY_ADDRESS, else a local Ray)")
     p.add_argument("--query-memory-mb", type=int,
                    help="memory one read-only SQL query may use (default 512; or STEPDOCTOR_QUERY_MEMORY_MB)")
     p.add_argument("--version", action="version", version=f"stepdoctor-mcp {__version__}")
@@ -613,6 +615,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     if a.query_memory_mb:
         os.environ["STEPDOCTOR_QUERY_MEMORY_MB"] = str(a.query_memory_mb)
+    if a.ray is not None:
+        from ..analysis.store import use_engine
+
+        use_engine("ray", a.ray or None)
     try:
         serve(a.transport, a.root or [], a.host, a.port, a.token, a.cache_dir, allow_links=a.allow_links,
               output_schemas=a.output_schemas)
