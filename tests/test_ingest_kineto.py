@@ -23,7 +23,9 @@ import pytest
 from conftest import KINETO, need
 from stepdoctor.analysis import store
 from stepdoctor.analysis.ingest import kineto
-from stepdoctor.analysis.ingest.base import ProfileError, RankSource
+from stepdoctor.analysis.ingest.base import ProfileError, RankSource, RankTables
+from stepdoctor.analysis.ingest.kineto import source as kineto_source
+from stepdoctor.analysis.ingest.kineto import steps as kineto_steps
 from stepdoctor.analysis.metrics.breakdown import compute_breakdown, totals
 from stepdoctor.analysis.metrics.intervals import Coverage
 
@@ -303,22 +305,22 @@ def _small_trace(n_steps: int = 3) -> dict:
             "traceName": "x", "displayTimeUnit": "ms", "baseTimeNanoseconds": 1700000000000000000}
 
 
-def _read(path: Path) -> kineto.RankTables:
+def _read(path: Path) -> RankTables:
     return kineto.read_rank(RankSource(path=path, format="kineto", rank=0))
 
 
-def _frame(t: kineto.RankTables, table: str):
+def _frame(t: RankTables, table: str):
     return t.frames()[table]
 
 
 @pytest.fixture
 def tiny_pieces(monkeypatch):
     """Pieces of ~2 KiB so small files exercise the streaming cuts, the buffer refill and the tail."""
-    monkeypatch.setattr(kineto, "_PIECE", 2048)
-    monkeypatch.setattr(kineto, "_BLOCK", 512)
+    monkeypatch.setattr(kineto_source, "_PIECE", 2048)
+    monkeypatch.setattr(kineto_source, "_BLOCK", 512)
 
 
-def _same_tables(a: kineto.RankTables, b: kineto.RankTables) -> None:
+def _same_tables(a: RankTables, b: RankTables) -> None:
     fa, fb = a.frames(), b.frames()
     assert fa.keys() == fb.keys()
     for k in fa:
@@ -329,8 +331,8 @@ def _same_tables(a: kineto.RankTables, b: kineto.RankTables) -> None:
 def test_streaming_equals_whole_file_on_a_real_trace(tmp_path, monkeypatch):
     path = next(need(KINETO / "nccl_parser_config").glob("*.json.gz"))
     whole = _read(path)
-    monkeypatch.setattr(kineto, "_PIECE", 16 << 10)
-    monkeypatch.setattr(kineto, "_BLOCK", 4 << 10)
+    monkeypatch.setattr(kineto_source, "_PIECE", 16 << 10)
+    monkeypatch.setattr(kineto_source, "_BLOCK", 4 << 10)
     _same_tables(whole, _read(path))
 
 
@@ -340,7 +342,7 @@ def test_layouts_and_cut_candidates_inside_strings(layout, tmp_path, tiny_pieces
     if layout == "key_as_value":  # the first '"traceEvents"' in the text is a value: whole-file path
         doc = {"comment": "traceEvents", **doc}
     if layout == "late_key":  # the key comes after more than _HEAD_LIMIT bytes: whole-file path
-        monkeypatch.setattr(kineto, "_HEAD_LIMIT", 80 << 10)
+        monkeypatch.setattr(kineto_source, "_HEAD_LIMIT", 80 << 10)
         doc = {"INFO": ["log line " * 20] * 600, **doc}
     # names with '}' + ',' inside strings and nested objects in args: false cut candidates
     doc["traceEvents"].insert(3, _event('odd}, {"name": "x"}, name', 1500.0, 1.0, nested={"a": {"b": [1, {}]}}))
@@ -396,7 +398,7 @@ def test_nesting_depth():
     start = np.array([0, 10, 20, 100, 5, 100, 40])
     end = np.array([200, 50, 30, 150, 6, 100, 45])
     # 0:[0,200) > 1:[10,50) > 2:[20,30); 6:[40,45) inside 1; 3:[100,150) inside 0; 5: zero-length at 3's start
-    assert kineto._nesting_depth(tid, start, end).tolist() == [0, 1, 2, 1, 0, 2, 2]
+    assert kineto_steps._nesting_depth(tid, start, end).tolist() == [0, 1, 2, 1, 0, 2, 2]
 
 
 def test_memory_records_and_legacy_names(tmp_path):

@@ -1,0 +1,191 @@
+"""The typed event structs msgspec decodes a Kineto trace into, and exact µs -> ns conversion."""
+
+from __future__ import annotations
+
+import contextlib
+from decimal import Decimal, InvalidOperation
+from typing import Any, ClassVar, Union
+
+import msgspec
+import numpy as np
+
+_EPOCH_US = 10**15        # µs timestamps above this (Sep 2001) are on the epoch clock
+
+
+TIME_LIMIT_US = 9e15      # |ts| and |dur| below this (µs) fit int64 ns; an event beyond it is skipped
+
+
+# --------------------------------------------------------------------------------------------------
+# Decoding types: only the fields we store. gc=False: these never form cycles, so the cyclic GC need
+# not track (and repeatedly scan) hundreds of thousands of them.
+# --------------------------------------------------------------------------------------------------
+
+class _Args(msgspec.Struct, gc=False, frozen=True):
+    correlation: int = -1
+    external_id: int = msgspec.field(name="External id", default=-1)
+    stream: int | str | None = None
+    device: int | None = None
+    input_dims: msgspec.Raw = msgspec.field(name="Input Dims", default=msgspec.Raw())
+    input_type: msgspec.Raw = msgspec.field(name="Input type", default=msgspec.Raw())
+    call_stack: str | None = msgspec.field(name="Call stack", default=None)
+    collective: str | None = msgspec.field(name="Collective name", default=None)
+    in_nelems: int | None = msgspec.field(name="In msg nelems", default=None)
+    out_nelems: int | None = msgspec.field(name="Out msg nelems", default=None)
+    dtype: str | None = None
+    group_size: int | None = msgspec.field(name="Group size", default=None)
+    pg_name: str | int | None = msgspec.field(name="Process Group Name", default=None)
+    nbytes: int | None = msgspec.field(name="bytes", default=None)
+    size: int | str | None = None                    # MTIA dma_request bytes (AMD runtime: a string)
+    grid: list[int] | str | None = None              # CUDA grid [x, y, z] (Triton cpu ops: "grid(100,)")
+    sync_kind: str | None = msgspec.field(name="cuda_sync_kind", default=None)
+    total_allocated: int | None = msgspec.field(name="Total Allocated", default=None)
+    total_reserved: int | None = msgspec.field(name="Total Reserved", default=None)
+    device_type: int | None = msgspec.field(name="Device Type", default=None)
+    device_id: int | None = msgspec.field(name="Device Id", default=None)
+
+
+_NO_ARGS = _Args()
+
+
+_EMPTY_RAW = msgspec.Raw()
+
+
+class _Fields(msgspec.Struct, gc=False):
+    """The stored fields of an event."""
+
+    cat: str | None = None
+    name: str = ""
+    pid: int | str | None = None
+    tid: int | str | None = None
+    # µs. `ts` is decoded from the numeral's text (an epoch-µs float such as 1610366662254410.123 has no
+    # binary float within 0.25 µs of it) and made integer ns by `ts_ns`; `dur` stays a float: durations
+    # are below 2^43 µs, where `us_to_ns` gives the exact ns of a numeral with up to 3 decimals
+    ts: Decimal | None = None
+    dur: float | None = None
+    args: _Args = _NO_ARGS
+
+
+class _Event(_Fields):
+    """An event of any phase (what the loose decode gives, see `_coerce_event`)."""
+
+    ph: str = ""
+
+
+# The typed decode picks a struct by the event's "ph" (a msgspec tagged union): complete ("X") and instant
+# ("i") events get every stored field, every other phase an empty struct, so their keys are skipped
+# without building strings or numbers. Flow events ("s"/"f": ~30 % of a GPU trace's events) are never
+# read, and their decode was ~12 % of a trace's. A phase missing from this list (or no "ph" at all) fails
+# the piece's typed decode, which then takes the loose path (`_decode_events`) with the same result.
+_PHASES = "BbCcDEefIMNnOPRstVv()"
+
+
+class _Complete(_Fields, tag_field="ph", tag="X"):
+    ph: ClassVar[str] = "X"
+
+
+class _Instant(_Complete, tag="i"):
+    ph: ClassVar[str] = "i"
+
+
+_SKIPPED = tuple(msgspec.defstruct(f"_Phase{ord(p)}", [("ph", ClassVar[str], p)], tag_field="ph", tag=p,
+                                   gc=False) for p in _PHASES)
+
+
+_TypedEvent = Union[(_Complete, _Instant, *_SKIPPED)]  # a runtime union over a tuple of types
+
+
+class TraceDoc(msgspec.Struct, gc=False):
+    """A whole Kineto document with only the stored fields (the benchmark's parse floor decodes this)."""
+
+    traceEvents: list[_TypedEvent]  # type: ignore[valid-type]
+
+
+class _LooseEvent(msgspec.Struct, gc=False):
+    """Same fields, any JSON types: used for a piece whose values do not fit the strict types."""
+
+    ph: Any = ""
+    cat: Any = None
+    name: Any = ""
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    dur: Any = None
+    args: Any = None
+
+
+_EVENTS = msgspec.json.Decoder(list[_TypedEvent])  # type: ignore[valid-type]
+
+
+_LOOSE_EVENTS = msgspec.json.Decoder(list[_LooseEvent])
+
+
+_RAW_DICT = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+
+_ANY = msgspec.json.Decoder()
+
+
+def _coerce_event(e: _LooseEvent) -> _Event:
+    """Strict event from a loose one: values of unexpected types become the field's default."""
+    def num(v: Any) -> int | float | None:
+        if isinstance(v, bool):
+            return None
+        if isinstance(v, (int, float)):
+            return v
+        if isinstance(v, str):
+            try:
+                return float(v) if any(c in v for c in ".eE") else int(v)
+            except ValueError:
+                return None
+        return None
+
+    args = _NO_ARGS
+    if isinstance(e.args, dict):
+        kw: dict[str, Any] = {}
+        for f in msgspec.structs.fields(_Args):
+            if f.encode_name in e.args:
+                v = e.args[f.encode_name]
+                if f.name in ("input_dims", "input_type"):
+                    if isinstance(v, list):
+                        kw[f.name] = msgspec.Raw(msgspec.json.encode(v))
+                    continue
+                with contextlib.suppress(msgspec.ValidationError, TypeError):
+                    v = msgspec.convert(v, f.type, strict=False)
+                    if not (isinstance(v, int) and not -(2**63) <= v < 2**63):  # ids beyond int64: unknown
+                        kw[f.name] = v
+        args = _Args(**kw)
+
+    def text(v: Any, default: str | None) -> Any:
+        return v if isinstance(v, str) else default
+
+    def ident(v: Any) -> int | str | None:
+        return v if isinstance(v, (int, str)) and not isinstance(v, bool) else None
+
+    return _Event(ph=text(e.ph, ""), cat=text(e.cat, None), name=text(e.name, ""), pid=ident(e.pid),
+                  tid=ident(e.tid), ts=_decimal(e.ts), dur=num(e.dur), args=args)
+
+
+def ts_ns(ts: Decimal) -> int:
+    """A decimal µs timestamp as integer ns, rounded half-even below the ns (exact: no binary float)."""
+    return int(ts.scaleb(3).to_integral_value())
+
+
+def _decimal(v: Any) -> Decimal | None:
+    """A loose JSON value as a finite Decimal (a float keeps its shortest repr), else None."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        return None
+    try:
+        d = Decimal(repr(v) if isinstance(v, float) else v)
+    except InvalidOperation:
+        return None
+    return d if d.is_finite() else None
+
+
+def us_to_ns(us: np.ndarray) -> np.ndarray:
+    """float64 µs -> int64 ns: floor(x)·1000 + round(frac(x)·1000), exact for ns-decimal inputs < 2^43 µs.
+
+    Multiplying by 1000 first would lose the last ns above ~4.5e12 µs (ulp of the product > 0.5 ns).
+    """
+    whole = np.floor(us)
+    frac_ns = np.rint((us - whole) * 1000.0).astype(np.int64)
+    return whole.astype(np.int64) * 1000 + frac_ns

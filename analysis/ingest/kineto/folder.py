@@ -1,0 +1,283 @@
+"""Decoded pieces of events folded into compact per-column arrays (names interned to ids)."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from .events import _ANY, _EMPTY_RAW, TIME_LIMIT_US, _Event, ts_ns
+from .names import _D_MTIA, _DEVICE_CODE, _DEVICE_TYPE_NAMES, _HOST_CODE, _IGNORED_CATS, _STEP_RE, DTYPE_BYTES
+
+# --------------------------------------------------------------------------------------------------
+# Folding events into columns
+# --------------------------------------------------------------------------------------------------
+
+def _int_or_none(v: Any) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, str):
+        s = v.strip()
+        try:
+            return int(s, 0)
+        except ValueError:
+            m = re.search(r"(-?\d+)$", s)  # legacy "stream 7"
+            return int(m.group(1)) if m else None
+    return None
+
+
+def _int_column(values: list[Any]) -> np.ndarray:
+    """ints (the common case, converted in C) or a mix with str/None/ints beyond int64 -> int64, anything
+    that is not an int64 becoming the _NONE sentinel (absent)."""
+    try:
+        a = np.array(values)  # (not dtype=int64: numpy would read "7" and 1.5 as ints, and True as 1)
+    except (TypeError, ValueError, OverflowError):
+        a = None
+    if a is not None and a.dtype == np.int64:
+        return a
+    return np.array([v if type(v) is int and -(2**63) <= v < 2**63 else _NONE for v in values], dtype=np.int64)
+
+
+def _canonical_raws(raws: list[msgspec.Raw]) -> list[msgspec.Raw]:
+    """The raw `Input Dims` / `Input type` values made canonical: a value that is not a JSON list (a
+    string, null) counts as absent, as the loose decode has it, and a list written with newlines, tabs
+    or escapes (a pretty-printed trace) is re-encoded compactly, as the loose decode does, so a value
+    gives the same text whichever decode read its piece."""
+    out = []
+    for r in raws:
+        if r:
+            b = bytes(r)
+            if b[0] != 0x5B:
+                r = _EMPTY_RAW
+            elif any(c in b for c in _NOT_COMPACT):
+                r = msgspec.Raw(msgspec.json.encode(_ANY.decode(b)))
+        out.append(r)
+    return out
+
+
+_NOT_COMPACT = (b"\n", b"\r", b"\t", b"\\")
+
+
+def _shape_texts(raws: list[msgspec.Raw], intern: dict[str, str | None]) -> list[str | None]:
+    """Input Dims JSON -> text, e.g. `[[4096, 1000], [1000, 4000]]` -> "4096,1000;1000,4000" (tensors split
+    by ';' like Ascend; a scalar input is an empty field; nested tensor lists are flattened). Done on one
+    blob per piece (bytes.join takes the Raw buffers directly) so no Python code runs per value; equal
+    texts share one str. An absent arg, a value that is not a list, or no inputs at all, gives None."""
+    blob = b"\x01".join(raws).replace(b" ", b"").replace(b"],[", b";").translate(None, b"[]")
+    parts = blob.decode("utf-8", "replace").split("\x01")
+    return list(map(intern.setdefault, parts, parts))
+
+
+def _type_texts(raws: list[msgspec.Raw], intern: dict[str, str | None]) -> list[str | None]:
+    """Input type JSON -> text: `["float", "Scalar"]` -> "float;Scalar" (same blob technique)."""
+    blob = b"\x01".join(raws).replace(b'", "', b";").replace(b'","', b";").translate(None, b'[]"')
+    parts = blob.decode("utf-8", "replace").split("\x01")
+    return list(map(intern.setdefault, parts, parts))
+
+
+class _Columns:
+    """Per-column accumulation: one array (or list of str) per decoded piece, concatenated at the end."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.done: dict[str, list[Any]] = {n: [] for n in names}
+        self.n = 0
+
+    def column(self, n: str, dtype: Any) -> Any:
+        parts = self.done[n]
+        if dtype is None:
+            out: list[Any] = []
+            for p in parts:
+                out.extend(p)
+            return out
+        if not parts:
+            return np.empty(0, dtype=dtype)
+        return np.concatenate(parts) if len(parts) > 1 else parts[0]
+
+
+_HOST_COLS = ("name", "cat", "tid", "ts", "dur", "corr", "ext", "dims", "types", "stack")
+
+
+_DEV_COLS = ("name", "task", "stream", "device", "ts", "dur", "corr", "ext", "grid", "nbytes")
+
+
+_NONE = -(2**62)  # sentinel for "absent" in int64 columns
+
+
+@dataclass
+class _Comm:
+    collective: str | None
+    in_nelems: int | None
+    out_nelems: int | None
+    dtype: str | None
+    group: str | None
+
+    def size_bytes(self) -> int | None:
+        """Payload of the collective: max(in, out) elements × dtype size (nccl-tests' "size")."""
+        n = max((x for x in (self.in_nelems, self.out_nelems) if x is not None), default=None)
+        es = DTYPE_BYTES.get(self.dtype or "")
+        return n * es if n is not None and es is not None else None
+
+    def in_bytes(self) -> int | None:
+        es = DTYPE_BYTES.get(self.dtype or "")
+        return self.in_nelems * es if self.in_nelems is not None and es is not None else None
+
+
+class _Folder:
+    """Folds decoded events into compact columns, one piece at a time.
+
+    Names are interned to integer ids (`name_ids`, insertion order = id), so per-name work later
+    (step regex, launch table, classification) runs once per distinct name and columns hold int32.
+    """
+
+    def __init__(self) -> None:
+        self.host = _Columns(_HOST_COLS)
+        self.dev = _Columns(_DEV_COLS)
+        self.name_ids: dict[str, int] = {}
+        # call stacks interned like names; the host column "stack" holds their ids (-1: none)
+        self.stack_ids: dict[str, int] = {}
+        self.h_comm: dict[int, _Comm] = {}
+        self.d_comm: dict[int, _Comm] = {}
+        # interned shape / dtype texts (they repeat every step); "" (absent, or no inputs) -> None
+        self.texts: dict[str, str | None] = {"": None}
+        self.has_shapes = False
+        self.gpu_step_starts: list[int] = []  # ns
+        self.gpu_step_names: set[int] = set()
+        self.memory: list[tuple[int, str, int | None, int | None]] = []
+        self.skipped: Counter[str] = Counter()
+        self.no_dur = 0
+
+    def fold(self, evs: list[_Event]) -> None:
+        """Append one decoded piece. Events are split by cat in one pass; each column is then pulled out
+        with a list comprehension (a tight loop per column costs far less than one Python statement per
+        field per event)."""
+        hget = _HOST_CODE.get
+        dget = _DEVICE_CODE.get
+        hl: list[_Event] = []
+        dl: list[_Event] = []
+        hc: list[int] = []
+        dc: list[int] = []
+        h_add, hc_add, d_add, dc_add = hl.append, hc.append, dl.append, dc.append
+        for e in evs:
+            if e.ph == "X":
+                c = e.cat
+                code = hget(c)  # type: ignore[arg-type]
+                if code is not None:
+                    h_add(e)
+                    hc_add(code)
+                    continue
+                code = dget(c)  # type: ignore[arg-type]
+                if code is not None:
+                    d_add(e)
+                    dc_add(code)
+                elif c == "gpu_user_annotation":
+                    if (m := _STEP_RE.match(e.name)) and e.ts is not None:
+                        self.gpu_step_starts.append(ts_ns(e.ts))
+                        self.gpu_step_names.add(int(m.group(1)))
+                elif c not in _IGNORED_CATS:
+                    self.skipped[c or "(none)"] += 1
+            elif e.ph == "i" and e.name == "[memory]":
+                self._memory(e)
+        if hl:
+            self._fold_host(*self._with_times(hl, hc))
+        if dl:
+            self._fold_device(*self._with_times(dl, dc))
+
+    def _with_times(self, evs: list[_Event], codes: list[int]
+                    ) -> tuple[list[_Event], list[int], list[int], list[float]]:
+        """The events with a time, their codes, `ts` as int ns and `dur` as float µs."""
+        ts = [e.ts for e in evs]
+        dur = [e.dur for e in evs]
+        # complete events without ts/dur carry no time: skipped (like HTA); so are times whose ns do not
+        # fit int64 (beyond ~285 years of µs), which no clock writes
+        if None in ts or None in dur or not (min(ts) > -TIME_LIMIT_US and max(ts) < TIME_LIMIT_US
+                                             and min(dur) > -TIME_LIMIT_US and max(dur) < TIME_LIMIT_US):
+            keep = [i for i, e in enumerate(evs) if e.ts is not None and e.dur is not None
+                    and -TIME_LIMIT_US < e.ts < TIME_LIMIT_US and -TIME_LIMIT_US < e.dur < TIME_LIMIT_US]
+            self.no_dur += len(evs) - len(keep)
+            evs = [evs[i] for i in keep]
+            codes = [codes[i] for i in keep]
+            ts = [ts[i] for i in keep]
+            dur = [dur[i] for i in keep]
+        return evs, codes, [ts_ns(t) for t in ts], dur  # type: ignore[return-value,arg-type]
+
+    def _ids(self, evs: list[_Event]) -> np.ndarray:
+        ids = self.name_ids
+        names = [e.name for e in evs]
+        got = list(map(ids.get, names))  # C-level lookups; new names are rare after the first pieces
+        if None in got:
+            got = [ids.setdefault(n, len(ids)) for n in names]
+        return np.array(got, dtype=np.int32)
+
+    def _fold_host(self, hl: list[_Event], codes: list[int], ts: list[int], dur: list[float]) -> None:
+        base = self.host.n
+        cols = self.host.done
+        cols["name"].append(self._ids(hl))
+        cols["cat"].append(np.array(codes, dtype=np.int8))
+        cols["tid"].append(_int_column([e.tid for e in hl]))
+        cols["ts"].append(np.array(ts, dtype=np.int64))
+        cols["dur"].append(np.array(dur, dtype=np.float64))
+        args = [e.args for e in hl]
+        cols["corr"].append(_int_column([a.correlation for a in args]))
+        cols["ext"].append(_int_column([a.external_id for a in args]))
+        dims = [a.input_dims for a in args]
+        if any(dims) and any(dims := _canonical_raws(dims)):
+            cols["dims"].append(_shape_texts(dims, self.texts))
+            cols["types"].append(_type_texts(_canonical_raws([a.input_type for a in args]), self.texts))
+            self.has_shapes = True
+        else:
+            cols["dims"].append([None] * len(hl))
+            cols["types"].append([None] * len(hl))
+        sids = self.stack_ids
+        cols["stack"].append(np.array([sids.setdefault(a.call_stack, len(sids)) if a.call_stack else -1
+                                       for a in args], dtype=np.int32))
+        for i in [i for i, a in enumerate(args) if a.collective is not None or a.in_nelems is not None]:
+            a = args[i]
+            self.h_comm[base + i] = _Comm(a.collective, a.in_nelems, a.out_nelems, a.dtype,
+                                          None if a.pg_name is None else str(a.pg_name))
+        self.host.n = base + len(hl)
+
+    def _fold_device(self, dl: list[_Event], codes: list[int], ts: list[int], dur: list[float]) -> None:
+        base = self.dev.n
+        cols = self.dev.done
+        cols["name"].append(self._ids(dl))
+        cols["task"].append(np.array(codes, dtype=np.int8))
+        args = [e.args for e in dl]
+        streams = [a.stream for a in args]
+        if all(type(s) is int for s in streams):
+            cols["stream"].append(_int_column(streams))
+        else:  # no int `stream` arg: a string ("0x0"), or the tid (legacy "stream 7")
+            fixed = [s if type(s) is int else _int_or_none(s if s is not None else e.tid)
+                     for s, e in zip(streams, dl, strict=True)]
+            cols["stream"].append(_int_column(fixed))
+        cols["device"].append(np.array([a.device if a.device is not None else
+                                        (e.pid if type(e.pid) is int else _NONE)
+                                        for a, e in zip(args, dl, strict=True)], dtype=np.int64))
+        cols["ts"].append(np.array(ts, dtype=np.int64))
+        cols["dur"].append(np.array(dur, dtype=np.float64))
+        cols["corr"].append(_int_column([a.correlation for a in args]))
+        cols["ext"].append(_int_column([a.external_id for a in args]))
+        cols["grid"].append(_int_column([g[0] * g[1] * g[2] if type(g) is list and len(g) == 3 else _NONE
+                                      for g in [a.grid for a in args]]))
+        nbytes = [a.nbytes if a.nbytes is not None else
+                  (_int_or_none(a.size) if t == _D_MTIA else None) for a, t in zip(args, codes, strict=True)]
+        cols["nbytes"].append(_int_column(nbytes))
+        for i in [i for i, a in enumerate(args) if a.collective is not None or a.in_nelems is not None]:
+            a = args[i]
+            self.d_comm[base + i] = _Comm(a.collective, a.in_nelems, a.out_nelems, a.dtype,
+                                          None if a.pg_name is None else str(a.pg_name))
+        self.dev.n = base + len(dl)
+
+    def _memory(self, e: _Event) -> None:
+        a = e.args
+        if e.ts is None or (a.total_allocated is None and a.total_reserved is None):
+            return
+        dt = a.device_type
+        kind = _DEVICE_TYPE_NAMES.get(dt, f"device_type{dt}") if dt is not None else "unknown"
+        comp = kind if kind == "cpu" else f"{kind}:{a.device_id if a.device_id is not None else 0}"
+        self.memory.append((ts_ns(e.ts), comp, a.total_allocated, a.total_reserved))

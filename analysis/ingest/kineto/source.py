@@ -1,0 +1,391 @@
+"""Streaming read of a Kineto file: gzip inflated block by block, the traceEvents array cut into pieces at
+event boundaries and decoded; damage keeps the events read before it."""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import msgspec
+
+from ..base import ProfileError
+from .events import _ANY, _EVENTS, _LOOSE_EVENTS, _RAW_DICT, _coerce_event, _Event
+
+_WS = frozenset(b" \t\r\n")
+
+
+_BLOCK = 512 << 10        # bytes read (decompressed) per read call
+
+
+_PIECE = 512 << 10        # target size of one decoded piece of the traceEvents array (see below)
+
+
+_HEAD_LIMIT = 64 << 20    # how far to look for the "traceEvents" key before decoding the whole file
+
+
+_MAX_CUT_TRIES = 64
+
+
+_BYTE_RE = re.compile(r"\(byte (\d+)\)")
+
+
+# --------------------------------------------------------------------------------------------------
+# Streaming the document
+# --------------------------------------------------------------------------------------------------
+
+@dataclass
+class _Doc:
+    """What the stream found besides the events."""
+
+    meta: dict[str, Any] = field(default_factory=dict)
+    top_level_list: bool = False
+    head: bytes = b""  # what was read before falling back to the whole-document decode
+    damage: str | None = None  # why reading stopped early (a cut gzip, truncated JSON), events kept
+
+
+class _Source:
+    """Decompressed bytes of a trace, read block by block; maps I/O and gzip errors to ProfileError."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self._raw: BinaryIO = open(path, "rb")  # noqa: SIM115 - closed in close()
+        except OSError as e:
+            raise ProfileError(path, f"cannot read ({e.strerror})") from None
+        magic = self._raw.read(2)
+        self._raw.seek(0)
+        self.gz = magic == b"\x1f\x8b"
+        self._f: BinaryIO = self._raw
+        # gzip is inflated here, not by GzipFile, so that the bytes inflated before damage (a file cut
+        # short, a corrupt block) are returned: the damage then reads as the end of the stream, and
+        # `damage` holds the error for the caller
+        self._z = zlib.decompressobj(31) if self.gz else None
+        self.damage: ProfileError | None = None
+        self.eof = False
+
+    def read(self, n: int) -> bytes:
+        if self.eof:
+            return b""
+        if self._z is not None:
+            return self._inflate(n)
+        try:
+            data = self._f.read(n)
+        except OSError as e:
+            raise ProfileError(self.path, f"cannot read ({e})") from None
+        if not data:
+            self.eof = True
+        return data
+
+    def _inflate(self, n: int) -> bytes:
+        """Up to about n inflated bytes (members of a multi-member gzip in turn); b"" at the end."""
+        z = self._z
+        assert z is not None
+        out: list[bytes] = []
+        have = 0
+        while have < n:
+            try:
+                comp = z.unconsumed_tail or self._raw.read(64 << 10)
+                if not comp:
+                    if not z.eof:
+                        self.eof = True
+                        self.damage = ProfileError(self.path, "corrupt gzip (Compressed file ended before "
+                                                     "the end-of-stream marker was reached)")
+                    break
+                data = z.decompress(comp, n - have)
+            except OSError as e:
+                self.eof = True
+                self.damage = ProfileError(self.path, f"cannot read ({e})")
+                break
+            except zlib.error as e:
+                self.eof = True
+                self.damage = ProfileError(self.path, f"corrupt gzip ({e})")
+                break
+            out.append(data)
+            have += len(data)
+            if z.eof:  # end of a member: another member, or the end (zero padding counts as the end)
+                if z.unused_data:
+                    self._raw.seek(-len(z.unused_data), 1)
+                nxt = self._raw.read(1)
+                if nxt in (b"", b"\0"):
+                    self.eof = True
+                    break
+                self._raw.seek(-1, 1)
+                self._z = z = zlib.decompressobj(31)
+        if not have:
+            self.eof = True
+        return b"".join(out)
+
+    def read_all(self) -> bytes:
+        parts = []
+        while chunk := self.read(64 << 20):
+            parts.append(chunk)
+        return b"".join(parts)
+
+    def close(self) -> None:
+        if self._f is not self._raw:
+            self._f.close()
+        self._raw.close()
+
+
+def _err_pos(e: Exception) -> int | None:
+    m = _BYTE_RE.search(str(e))
+    return int(m.group(1)) if m else None
+
+
+def _invalid(path: Path, e: Exception, offset: int, total: int) -> ProfileError:
+    """ProfileError for bad JSON. `offset` maps a position inside the decoded piece to the decompressed
+    stream; `total` is the stream's length (where truncated data ends)."""
+    msg = str(e)
+    if "truncated" in msg:
+        return ProfileError(path, f"invalid JSON: truncated (the data ends at byte {total} inside an unfinished "
+                                  "value)")
+    pos = _err_pos(e)
+    core = _BYTE_RE.sub("", msg).replace("JSON is malformed: ", "").strip()
+    where = f" at byte {offset + pos}" if pos is not None else ""
+    return ProfileError(path, f"invalid JSON: {core}{where}")
+
+
+def _decode_events(piece: bytes | memoryview) -> list[_Event]:
+    """Typed decode of `[ ... ]`; values of unexpected types fall back to a loose decode + coercion."""
+    try:
+        return _EVENTS.decode(piece)
+    except msgspec.ValidationError:
+        return [_coerce_event(e) for e in _LOOSE_EVENTS.decode(piece)]
+
+
+def _split_array_end(piece: bytes, e: Exception) -> int | None:
+    """For a 'trailing characters' error: the length of the leading complete array in `piece`."""
+    if "trailing characters" not in str(e):
+        return None
+    pos = _err_pos(e)
+    k = min(pos if pos is not None else len(piece), len(piece)) - 1
+    # msgspec points at (or just past) the first trailing character; the array's ']' precedes it
+    for _ in range(3):
+        while k >= 0 and piece[k] != 0x5D:
+            k -= 1
+        if k < 0:
+            return None
+        try:
+            msgspec.json.decode(piece[: k + 1], type=list[msgspec.Raw])
+            return k + 1
+        except msgspec.DecodeError:
+            k -= 1
+    return None
+
+
+def _open_array(src: _Source, doc: _Doc) -> tuple[bytearray, int] | None:
+    """Read the head of the document up to the first element of the event list.
+
+    Returns the bytes read so far and the offset just past the list's `[` (filling `doc.meta` with the
+    keys before `traceEvents`, or setting `doc.top_level_list`), or None when the layout needs the
+    whole-document fallback (no `"traceEvents"` key in the first 64 MiB, or the key inside a string);
+    the bytes read are then in `doc.head`."""
+    buf = bytearray()
+    while len(buf) < (1 << 16) and (data := src.read(_BLOCK)):
+        buf += data
+    i = 0
+    if buf[:3] == b"\xef\xbb\xbf":
+        i = 3
+    while i < len(buf) and buf[i] in _WS:
+        i += 1
+    if i >= len(buf):
+        raise ProfileError(src.path, "empty file")
+    first = buf[i]
+    if first == 0x5B:   # '[': a bare list of events
+        doc.top_level_list = True
+        pos = i + 1
+    elif first == 0x7B:  # '{'
+        key = buf.find(b'"traceEvents"', i)
+        while key < 0 and not src.eof and len(buf) < _HEAD_LIMIT:
+            buf += src.read(_BLOCK)
+            key = buf.find(b'"traceEvents"', max(i, len(buf) - _BLOCK - 16))
+        pos = -1
+        if key >= 0:
+            j = key + len(b'"traceEvents"')
+            while j < len(buf) and buf[j] in _WS:
+                j += 1
+            if j < len(buf) and buf[j] == 0x3A:  # ':'
+                j += 1
+                while j < len(buf) and buf[j] in _WS:
+                    j += 1
+                if j < len(buf) and buf[j] == 0x5B:
+                    try:
+                        head = _ANY.decode(bytes(buf[i:key]) + b'"traceEvents":0}')
+                        doc.meta.update({k: v for k, v in head.items() if k != "traceEvents"})
+                        pos = j + 1
+                    except msgspec.DecodeError:
+                        pos = -1  # the key was inside a string: fall back
+        if pos < 0:
+            doc.head = bytes(buf[i:])
+            return None
+    else:
+        raise ProfileError(src.path, f"invalid JSON: expected '{{' or '[' at byte {i}, found {chr(first)!r}")
+    return buf, pos
+
+
+def _iter_events(src: _Source, doc: _Doc) -> Iterator[list[_Event]]:
+    """Yield lists of events in file order, filling `doc` with the top-level metadata."""
+    opened = _open_array(src, doc)
+    if opened is None:
+        yield from _whole_document(src, doc.head + src.read_all(), doc)
+        return
+    buf, pos = opened
+    base = 0  # offset of buf[0] in the decompressed stream
+    while True:
+        if not src.eof and len(buf) - pos < _PIECE:
+            # gather blocks and join once (bytearray += would copy the growing buffer again and again)
+            chunks: list[bytes | bytearray] = [buf]
+            have = len(buf) - pos
+            while not src.eof and have < _PIECE:
+                block = src.read(_BLOCK)
+                chunks.append(block)
+                have += len(block)
+            buf = bytearray().join(chunks)
+            del chunks
+        if src.eof:
+            piece = b"[" + bytes(buf[pos:])
+            try:
+                yield _decode_events(piece)
+                if not doc.top_level_list:
+                    raise ProfileError(src.path, "invalid JSON: truncated (the top-level object is not closed)")
+            except msgspec.DecodeError as e:
+                end = _split_array_end(piece, e)
+                if end is None:
+                    yield _events_before_damage(piece, _err_pos(e))
+                    raise _invalid(src.path, e, base + pos - 1, base + len(buf)) from None
+                yield _decode_events(piece[:end])
+                _read_tail(src, piece[end:], doc, base + pos - 1 + end)
+            return
+        hi = len(buf)
+        done = False
+        for _ in range(_MAX_CUT_TRIES):
+            j = buf.rfind(b"}", pos, hi)
+            if j < 0:
+                break
+            k = j + 1
+            while k < len(buf) and buf[k] in _WS:
+                k += 1
+            if k >= len(buf) or buf[k] != 0x2C:  # not followed by ','
+                hi = j
+                continue
+            # decode in place, without copying the piece: the separator before pos becomes '[' and
+            # the byte after the '}' (',' or whitespace) becomes ']' for the duration of the decode.
+            # msgspec.Raw values keep a buffer export until the consumer drops the events, so `buf` is
+            # never resized after a successful decode (see below).
+            buf[pos - 1] = 0x5B
+            saved = buf[j + 1]
+            buf[j + 1] = 0x5D
+            mv = memoryview(buf)
+            view = mv[pos - 1: j + 2]
+            try:
+                evs = _decode_events(view)  # type: ignore[arg-type]
+            except msgspec.DecodeError as e:
+                view.release()
+                mv.release()
+                buf[j + 1] = saved
+                piece = b"[" + bytes(buf[pos: j + 1]) + b"]"
+                end = _split_array_end(piece, e)
+                if end is not None:  # the events array ended inside this piece
+                    yield _decode_events(piece[:end])
+                    tail = piece[end:-1] + bytes(buf[j + 1:]) + src.read_all()
+                    _read_tail(src, tail, doc, base + pos - 1 + end)
+                    return
+                p = _err_pos(e)
+                if "truncated" not in str(e) and p is not None and p < len(piece) - 2:
+                    raise _invalid(src.path, e, base + pos - 1, base + len(buf)) from None
+                hi = j  # the cut was inside a string or a nested value: try the previous '}'
+                continue
+            yield evs
+            del evs, view, mv
+            pos = k + 1
+            done = True
+            break
+        if not done:
+            # no usable cut in the buffer (one huge event, or an odd layout): read more; if the
+            # buffer keeps growing without a cut, decode the rest in one go
+            if len(buf) - pos > _HEAD_LIMIT:
+                rest = b"[" + bytes(buf[pos:]) + src.read_all()
+                yield from _finish_rest(src, rest, doc, base + pos - 1)
+                return
+            buf += src.read(_BLOCK)
+            continue
+        # continue in a new buffer holding the unconsumed bytes (and the separator before them): the old
+        # one may still be pinned by msgspec.Raw values of events the consumer has not dropped yet
+        base += pos - 1
+        buf = buf[pos - 1:]
+        pos = 1
+
+
+def _events_before_damage(piece: bytes, at: int | None) -> list[_Event]:
+    """The whole events of `[ ...` that precede a decode error at byte `at` (None: unknown, the end): the
+    piece is cut after the last `},` before it at which the part before decodes (at most _MAX_CUT_TRIES
+    tries); [] when none does. The caller then raises the error; the reader keeps these events."""
+    hi = len(piece) if at is None else min(at, len(piece))
+    for _ in range(_MAX_CUT_TRIES):
+        j = piece.rfind(b"}", 1, hi)
+        if j < 0:
+            break
+        k = j + 1
+        while k < len(piece) and piece[k] in _WS:
+            k += 1
+        if k < len(piece) and piece[k] == 0x2C:
+            try:
+                return _decode_events(piece[: j + 1] + b"]")
+            except msgspec.DecodeError:
+                pass
+        hi = j
+    return []
+
+
+def _finish_rest(src: _Source, piece: bytes, doc: _Doc, offset: int) -> Iterator[list[_Event]]:
+    try:
+        yield _decode_events(piece)
+        if not doc.top_level_list:
+            raise ProfileError(src.path, "invalid JSON: truncated (the top-level object is not closed)")
+    except msgspec.DecodeError as e:
+        end = _split_array_end(piece, e)
+        if end is None:
+            yield _events_before_damage(piece, _err_pos(e))
+            raise _invalid(src.path, e, offset, offset + len(piece)) from None
+        yield _decode_events(piece[:end])
+        _read_tail(src, piece[end:], doc, offset + end)
+
+
+def _read_tail(src: _Source, tail: bytes, doc: _Doc, offset: int) -> None:
+    """Parse what follows the traceEvents array: `, "key": value ... }`."""
+    if doc.top_level_list:
+        raise ProfileError(src.path, f"invalid JSON: trailing characters after the event list at byte {offset}")
+    try:
+        rest = _ANY.decode(b'{"traceEvents":0' + tail)
+    except msgspec.DecodeError as e:
+        raise _invalid(src.path, e, offset - len(b'{"traceEvents":0'), offset + len(tail)) from None
+    doc.meta.update({k: v for k, v in rest.items() if k != "traceEvents"})
+
+
+def _whole_document(src: _Source, data: bytes, doc: _Doc) -> Iterator[list[_Event]]:
+    """Fallback: decode the whole document at once."""
+    if not data.strip():
+        raise ProfileError(src.path, "empty file")
+    try:
+        top = _RAW_DICT.decode(data)
+    except msgspec.ValidationError:
+        raise ProfileError(src.path, "no traceEvents: the top-level JSON value is not an object or a list") \
+            from None
+    except msgspec.DecodeError as e:
+        raise _invalid(src.path, e, 0, len(data)) from None
+    if "traceEvents" not in top:
+        keys = ", ".join(sorted(top)[:8]) or "none"
+        raise ProfileError(src.path, f"no traceEvents: not a Kineto / Chrome trace (top-level keys: {keys})")
+    for k, v in top.items():
+        if k != "traceEvents":
+            doc.meta[k] = _ANY.decode(v)
+    raw = bytes(top.pop("traceEvents"))
+    del top
+    try:
+        yield _decode_events(raw)
+    except msgspec.DecodeError:
+        raise ProfileError(src.path, "no traceEvents: `traceEvents` is not a list of events") from None

@@ -1,0 +1,171 @@
+"""Steps, nesting, launchers and host collectives of a folded trace."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from ...metrics.comm_kinds import comm_launcher_name, comm_streams, launched_inside
+from ..base import Coded, RankTables
+from .folder import _NONE
+from .names import _H_DRIVER, _H_RUNTIME, _H_USER_ANN, collective_op_type
+
+# --------------------------------------------------------------------------------------------------
+# Post-processing
+# --------------------------------------------------------------------------------------------------
+
+def _ints(a: np.ndarray, absent: np.ndarray | None = None) -> np.ndarray:
+    """int64 column -> nullable int column (absent = the _NONE sentinel, or the given mask): a numpy
+    masked array, which the store inserts as it is (no Python object per value, no pandas)."""
+    mask = (a == _NONE) if absent is None else absent
+    a = a.astype(np.int64, copy=False)
+    return np.ma.MaskedArray(a, mask=mask) if mask.any() else a
+
+
+def _sparse_text(n: int, values: dict[int, str | None]) -> Coded:
+    """n rows of text, NULL except at the given rows (call stacks, collective names)."""
+    codes = np.full(n, -1, dtype=np.int32)
+    labels: dict[str, int] = {}
+    for i, v in values.items():
+        if v is not None:
+            codes[i] = labels.setdefault(v, len(labels))
+    return Coded(codes, list(labels))
+
+
+def _nesting_depth(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Nesting depth of each interval among the intervals of its thread (0 = outermost).
+
+    Order per thread by (start asc, end desc): a parent precedes its children. The depth of interval i
+    is the number of earlier intervals still open at its start = (its rank in that order) − (number of
+    intervals of the thread that ended at or before its start). Zero-length intervals are treated as
+    ending half a ns after they start, so one at a parent's start counts as its child. O(n log n).
+    """
+    n = tid.size
+    depth = np.zeros(n, dtype=np.int64)
+    if n == 0:
+        return depth
+    s2 = start * 2
+    e2 = np.where(end > start, end * 2, s2 + 1)
+    order = np.lexsort((-e2, s2, tid))
+    t_sorted = tid[order]
+    bounds = np.flatnonzero(np.diff(t_sorted)) + 1
+    for grp in np.split(order, bounds):
+        gs = s2[grp]
+        ends_sorted = np.sort(e2[grp])
+        closed = np.searchsorted(ends_sorted, gs, side="right")
+        depth[grp] = np.maximum(np.arange(grp.size) - closed, 0)
+    return depth
+
+
+def _step_of(ts: np.ndarray, st_start: np.ndarray, st_end: np.ndarray, st_num: np.ndarray) -> np.ndarray:
+    """Step number whose [start, end) contains each ts (HTA's rule), else _NONE. Steps sorted by start."""
+    if st_start.size == 0:
+        return np.full(ts.size, _NONE, dtype=np.int64)
+    i = np.searchsorted(st_start, ts, side="right") - 1
+    ic = np.clip(i, 0, None)
+    inside = (i >= 0) & (ts < st_end[ic])
+    return np.where(inside, st_num[ic], _NONE)
+
+
+_GLOO_RE = re.compile(r"^gloo:(\w+)$")
+
+
+def _host_collectives(t: RankTables, names: np.ndarray, h_nid: np.ndarray, h_cat: np.ndarray,
+                      h_step: np.ndarray, h_start: np.ndarray, h_dur: np.ndarray) -> None:
+    """Gloo collectives run on the host: their `gloo:<op>` annotation (start and duration on the host
+    clock) becomes a comm_ops row so that cross-rank checks can match them. The trace gives no process
+    group, sequence number or Collective name for them (c10d::allreduce_ carries only Input Dims), so
+    group_name and size are unknown (null)."""
+    ids = [i for i, n in enumerate(names.tolist()) if _GLOO_RE.match(str(n))]
+    if not ids or not h_nid.size:
+        return
+    rows = np.flatnonzero(np.isin(h_nid, ids) & (h_cat == _H_USER_ANN))
+    if not rows.size:
+        return
+    ops = [collective_op_type(_GLOO_RE.match(str(names[h_nid[i]])).group(1)) for i in rows.tolist()]  # type: ignore[union-attr]
+    t.extend("comm_ops", {
+        "step": _ints(h_step[rows]), "name": [str(names[h_nid[i]]) for i in rows.tolist()], "op_type": ops,
+        "group_name": [None] * rows.size, "start_ns": h_start[rows].tolist(), "elapse_ns": h_dur[rows].tolist(),
+        "size_bytes": [None] * rows.size,
+    })
+    t.has("comm_ops")
+
+
+def _launcher_ops(names: list[str], h_nid: np.ndarray, h_cat: np.ndarray, h_tid: np.ndarray,
+                  h_start: np.ndarray, h_dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Host ops whose name says communication (comm_kinds rule 2), and which host events (runtime /
+    driver launch calls) start inside one of them on the same thread: (is_launcher_op, launched_inside)."""
+    is_op = np.array([comm_launcher_name(str(n)) for n in names], dtype=bool)[h_nid] if h_nid.size else \
+        np.zeros(0, dtype=bool)
+    is_op &= (h_cat != _H_RUNTIME) & (h_cat != _H_DRIVER)
+    calls = (h_cat == _H_RUNTIME) | (h_cat == _H_DRIVER)
+    inside = np.zeros(h_nid.size, dtype=bool)
+    if is_op.any() and calls.any():
+        ci = np.flatnonzero(calls)
+        inside[ci] = launched_inside(h_tid[is_op], h_start[is_op], h_start[is_op] + h_dur[is_op],
+                                     h_tid[ci], h_start[ci])
+    return is_op, inside
+
+
+def _comm_by_launcher_and_stream(labels: np.ndarray, inverse: np.ndarray, launch: np.ndarray,
+                                 is_kernel: np.ndarray, stream: np.ndarray,
+                                 launchers: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Kernels launched inside a communication op, or on a communication stream, become communication
+    (comm_kinds rules 2 and 3); memcpy / memset / sync keep their category. Returns (labels, inverse)."""
+    _, inside = launchers
+    by_launch = is_kernel & (launch >= 0) & inside[np.clip(launch, 0, None)] if inside.size else \
+        np.zeros(launch.size, dtype=bool)
+    is_comm = labels[inverse] == "communication"
+    comm_so_far = (is_comm | by_launch) & is_kernel
+    streams = comm_streams(stream, is_kernel & (stream >= 0), comm_so_far)
+    by_stream = is_kernel & (stream >= 0) & np.isin(stream, streams)
+    make = (by_launch | by_stream) & ~is_comm
+    if not make.any():
+        return labels, inverse
+    if "communication" not in labels.tolist():
+        labels = np.append(labels, np.array(["communication"], dtype=object))
+    inverse = inverse.copy()
+    inverse[make] = labels.tolist().index("communication")
+    return labels, inverse
+
+
+def _stepless_window(first_ns: int | None, h_start: np.ndarray, h_dur: np.ndarray, h_cat: np.ndarray,
+                     h_nid: np.ndarray, names: np.ndarray, d_start: np.ndarray, launch: np.ndarray
+                     ) -> tuple[int | None, str]:
+    """Start (ns) of the one step of a trace without ProfilerStep, and a note saying how it was chosen.
+
+    Host time before the first device op's launch call (or the first device op, when its launch is not
+    in the trace) is initialisation: CUDA context creation, library handles (a first cuBLAS / cuDNN call
+    runs a long cudaFree), module loading. It runs once, so it is left out of the window. A trace
+    without device ops keeps its whole span."""
+    if first_ns is None or not d_start.size:
+        return first_ns, ": the whole trace"
+    firsts = [int(d_start.min())]
+    if (launch >= 0).any():
+        firsts.append(int(h_start[launch[launch >= 0]].min()))
+    win0 = min(firsts)
+    if win0 <= first_ns:
+        return first_ns, ": the whole trace (its first event is GPU work or its launch)"
+    before = np.flatnonzero(((h_cat == _H_RUNTIME) | (h_cat == _H_DRIVER)) & (h_start < win0))
+    biggest = ""
+    if before.size:
+        k = before[np.argmax(h_dur[before])]
+        biggest = f", the longest call there {names[h_nid[k]]} {int(h_dur[k]) / 1e6:.1f} ms"
+    return win0, (f": it starts at the first GPU work's launch, {(win0 - first_ns) / 1e6:.1f} ms after the "
+                  f"trace starts; the time before it is initialisation and belongs to no step{biggest}")
+
+
+def _vendor(meta: dict[str, Any], n_dev: int, has_mtia: bool, hip_runtime: bool) -> str:
+    props = meta.get("deviceProperties") or []
+    names = " ".join(str(p.get("name", "")) for p in props if isinstance(p, dict))
+    backend = str((meta.get("distributedInfo") or {}).get("backend", "")) if isinstance(
+        meta.get("distributedInfo"), dict) else ""
+    if has_mtia or backend.startswith("mtia"):
+        return "mtia"
+    if hip_runtime or re.search(r"\bAMD\b|Radeon|Instinct|\bMI\d{3}", names):
+        return "rocm"
+    if n_dev or re.search(r"NVIDIA|Tesla|Quadro|GeForce|\bRTX\b", names) or "nccl" in backend:
+        return "cuda"
+    return "cpu"
