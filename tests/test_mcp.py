@@ -22,12 +22,14 @@ import anyio
 import httpx
 import pytest
 from mcp import Client, ClientSession, StdioServerParameters, stdio_client
+from mcp.server.mcpserver.exceptions import ToolError
 
 from conftest import CLUSTER4, REPO, SHARED, need
 from stepdoctor.analysis import store
-from stepdoctor.server import app as mcp_app
-from stepdoctor.server.answers import TEXT_CAP, cap_text
+from stepdoctor.analysis.ingest.base import ProfileError
+from stepdoctor.server.answers import TEXT_CAP, cap_text, trim_evidence
 from stepdoctor.server.app import create_server
+from stepdoctor.server.query import run_query
 
 pytestmark = pytest.mark.anyio
 
@@ -263,8 +265,7 @@ async def test_env_audit_on_many_ranks_keeps_the_odd_ranks(server, monkeypatch):
     from stepdoctor.server import answers
     from stepdoctor.tools.models import EnvVariable
 
-    for mod in (mcp_app, answers):   # the tool reads the limit in app, the trimming in answers
-        monkeypatch.setattr(mod, "EVIDENCE_RANKS", 1)
+    monkeypatch.setattr(answers, "EVIDENCE_RANKS", 1)
     pid = await load(server)
     d, _ = await call(server, "env_audit", {"profile_id": pid})
     v = {x["name"]: x for x in d["variables"]}
@@ -275,7 +276,7 @@ async def test_env_audit_on_many_ranks_keeps_the_odd_ranks(server, monkeypatch):
                       values_by_rank={r: ("level0:NA;level1:ring" if r != 700 else "level0:NA;level1:H-D_R")
                                       for r in range(1024)})
     monkeypatch.setattr(answers, "EVIDENCE_RANKS", 3)
-    assert mcp_app._trimmed_variable(odd).values_by_rank == {0: "level0:NA;level1:ring", 1: "level0:NA;level1:ring",
+    assert answers._trimmed_variable(odd).values_by_rank == {0: "level0:NA;level1:ring", 1: "level0:NA;level1:ring",
                                                              700: "level0:NA;level1:H-D_R"}
 
 
@@ -352,14 +353,14 @@ async def test_query_cannot_read_files_or_write(server, sql, needle):
 def test_query_connection_is_locked_down(server, tmp_path: Path):
     """Below the statement filter: the connection itself refuses files, settings and writes."""
     prof = server.registry.load(CLUSTER4.resolve())[1]
-    r = mcp_app.run_query(
+    r = run_query(
         prof,
         "SELECT current_setting('enable_external_access') AS e, current_setting('lock_configuration') AS l",
         10,
     )
     assert r.rows == [[False, True]]
-    with pytest.raises(mcp_app.ToolError, match="Permission"):
-        mcp_app.run_query(prof, f"SELECT * FROM read_csv('{tmp_path}/x.csv')", 10)
+    with pytest.raises(ToolError, match="Permission"):
+        run_query(prof, f"SELECT * FROM read_csv('{tmp_path}/x.csv')", 10)
 
 
 async def test_explain(server):
@@ -383,10 +384,11 @@ async def test_explain(server):
 async def test_evidence_keyed_by_rank_is_trimmed_to_the_ranks_that_weigh(server, cache, monkeypatch):
     """Answers stay small on big clusters: a map keyed by rank keeps EVIDENCE_RANKS ranks (EXPLAIN_RANKS in
     explain), the heaviest, and says so; the CLI's JSON keeps every rank."""
+    from stepdoctor.server import answers
     from stepdoctor.tools import api
 
-    monkeypatch.setattr(mcp_app, "EVIDENCE_RANKS", 2)
-    monkeypatch.setattr(mcp_app, "EXPLAIN_RANKS", 3)
+    monkeypatch.setattr(answers, "EVIDENCE_RANKS", 2)
+    monkeypatch.setattr(answers, "EXPLAIN_RANKS", 3)
     pid = await load(server)
     d, _ = await call(server, "list_issues", {"profile_id": pid, "limit": 100})
     full = {(f.check, f.subject): f for f in api.issues(api.load(CLUSTER4, cache_dir=cache)).findings}
@@ -415,7 +417,7 @@ def test_trim_evidence_keeps_the_heaviest_ranks_and_the_odd_values():
     f = Finding(check="x", severity="low", title="t", ranks=list(range(20)),
                 evidence={"per_rank": per_rank, "lost_ms_by_rank": lost, "values_by_rank": env, "small": {"0": 1},
                           "threshold": 3})
-    t = mcp_app.trim_evidence(f, 3)
+    t = trim_evidence(f, 3)
     # weights r % 7: 6 on ranks 6 and 13, then 5 on ranks 5, 12, 19 (ties in rank order); kept in rank order
     assert list(t.evidence["per_rank"]) == ["5", "6", "13"]
     assert list(t.evidence["lost_ms_by_rank"]) == ["0", "1", "13"]
@@ -423,7 +425,7 @@ def test_trim_evidence_keeps_the_heaviest_ranks_and_the_odd_values():
     assert t.evidence["small"] == {"0": 1} and t.evidence["threshold"] == 3
     assert set(t.evidence["trimmed"]) == {"per_rank", "lost_ms_by_rank", "values_by_rank"}
     assert f.evidence["per_rank"] is per_rank and len(per_rank) == 20  # the finding itself is unchanged
-    assert mcp_app.trim_evidence(f, 20) is f
+    assert trim_evidence(f, 20) is f
 
 
 async def test_list_fixes(server):
@@ -503,7 +505,7 @@ def test_default_root_is_the_working_directory(tmp_path: Path, monkeypatch: pyte
     monkeypatch.chdir(tmp_path)
     srv = create_server(cache_dir=tmp_path / "cache")
     assert srv.registry.roots.dirs == [tmp_path.resolve()]
-    with pytest.raises(mcp_app.ProfileError, match="existing directory"):
+    with pytest.raises(ProfileError, match="existing directory"):
         create_server([tmp_path / "missing"])
 
 
@@ -583,7 +585,8 @@ async def test_concurrent_loads_ingest_once(tmp_path: Path, monkeypatch: pytest.
         time.sleep(0.3)  # widen the window in which a second load could start its own ingest
         return real(disc, out, **kw)
 
-    monkeypatch.setattr(store, "build_database", counting)
+    # the profile module builds on a cache miss: count the builds there
+    monkeypatch.setattr(sys.modules["stepdoctor.analysis.store.profile"], "build_database", counting)
     srv = create_server([SHARED], cache_dir=tmp_path / "cache")
     ids: list[str] = []
     async with Client(srv, raise_exceptions=True) as c:
