@@ -262,8 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="follow symbolic and hard links under the roots (refused by default: a link can name a "
                         "file outside them)")
     p.add_argument("--output-schemas", action="store_true",
-                   help="declare every tool's output schema in tools/list (off: ~14 KB of tool list instead of "
-                        "~53 KB; the structured content is returned either way)")
+                   help="declare every tool's output schema in tools/list (off: a tool list a few times smaller; "
+                        "the structured content is returned either way)")
     p.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
                    help="load_profile parses ranks in Ray tasks (ADDRESS, else RAY_ADDRESS, else a local Ray)")
     p.add_argument("--query-memory-mb", type=int,

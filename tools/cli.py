@@ -1,4 +1,4 @@
-"""`stepdoctor` command line (cli-contract.md). Exit codes: 0 ok, 1 high findings with --fail-on, 2 error.
+"""`stepdoctor` command line (docs/contract.md). Exit codes: 0 ok, 1 high findings with --fail-on, 2 error.
 
 Errors are one line on stderr naming the file and the problem; no traceback unless --debug.
 """
@@ -12,7 +12,6 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..analysis import one_blas_thread
 
@@ -20,29 +19,8 @@ one_blas_thread(os.environ)  # before numpy is imported (next line): see store.o
 
 from ..analysis.ingest.base import ProfileError  # noqa: E402
 from ..analysis.severity import SEVERITY_ORDER  # noqa: E402
-
-if TYPE_CHECKING:
-    from pydantic import BaseModel
-
-FORMATS = ("table", "json", "markdown")
-
-
-def _emit(model: BaseModel | list, fmt: str) -> None:
-    from pydantic import BaseModel  # not at the top: a cold ingest starts before pydantic is loaded
-
-    from . import render
-
-    if fmt == "json":
-        if isinstance(model, list):
-            import json
-
-            print(json.dumps([x.model_dump(mode="json") if isinstance(x, BaseModel) else x for x in model], indent=2))
-        else:
-            print(model.model_dump_json(indent=2))
-    elif fmt == "markdown":
-        print(render.render_markdown(model) if isinstance(model, BaseModel) else model)
-    else:
-        render.render_table(model) if isinstance(model, BaseModel) else print(model)
+from .commands import FORMATS, PROFILE_HELP, ask  # noqa: E402
+from .commands import emit as _emit  # noqa: E402
 
 
 def _progress():
@@ -67,23 +45,23 @@ def _progress():
 
 def _import_api() -> None:
     with contextlib.suppress(Exception):  # a failing import fails again, with its message, where it is used
-        importlib.import_module(f"{__package__}.api")
+        importlib.import_module(f"{__package__}.catalog")
         from ..analysis.checks.base import registry
 
         registry()  # every check module
         from ..knowledge.loader import load_fixes
 
-        load_fixes()  # the fix files (YAML + validation, ~0.05 s)
+        load_fixes()  # the fix files (YAML + validation)
 
 
 def _load(path: str):
-    """Open PATH. The analysis modules (pandas, the checks, the pydantic models, the fix files: ~0.4 s) are
+    """Open PATH. The analysis modules (pandas, the checks, the pydantic models, the fix files) are
     loaded in a thread meanwhile, started once the ingest process runs: this process is forked for it
     (it controls its whole state and runs one thread until then), so no new interpreter starts, and the
     ingest process imports the readers on one core while this thread imports on the other."""
     from ..analysis.store import open_profile
 
-    background = None if f"{__package__}.api" in sys.modules else _import_api
+    background = None if f"{__package__}.catalog" in sys.modules else _import_api
     return open_profile(path, progress=_progress(), fork=True, background=background)
 
 
@@ -97,10 +75,7 @@ def _ints(text: str | None) -> list[int] | None:
 
 
 def cmd_issues(a: argparse.Namespace) -> int:
-    prof = _load(a.path)
-    from . import api
-
-    rep = api.issues(prof, min_severity=a.min_severity, checks=a.check, ranks=_ints(a.rank), fork=True)
+    rep = ask("issues", _load(a.path), min_severity=a.min_severity, checks=a.check, ranks=_ints(a.rank), fork=True)
     _emit(rep, a.format)
     if a.fail_on and any(SEVERITY_ORDER[f.severity] <= SEVERITY_ORDER[a.fail_on] for f in rep.findings):
         return 1
@@ -108,42 +83,27 @@ def cmd_issues(a: argparse.Namespace) -> int:
 
 
 def cmd_breakdown(a: argparse.Namespace) -> int:
-    prof = _load(a.path)
-    from . import api
-
-    _emit(api.breakdown(prof, ranks=_ints(a.rank), steps=_ints(a.step)), a.format)
+    _emit(ask("breakdown", _load(a.path), ranks=_ints(a.rank), steps=_ints(a.step)), a.format)
     return 0
 
 
 def cmd_slow_ranks(a: argparse.Namespace) -> int:
-    prof = _load(a.path)
-    from . import api
-
-    _emit(api.slow_ranks(prof), a.format)
+    _emit(ask("slow-ranks", _load(a.path)), a.format)
     return 0
 
 
 def cmd_slow_links(a: argparse.Namespace) -> int:
-    prof = _load(a.path)
-    from . import api
-
-    _emit(api.slow_links(prof, limit=a.top), a.format)
+    _emit(ask("slow-links", _load(a.path), limit=a.top), a.format)
     return 0
 
 
 def cmd_kernels(a: argparse.Namespace) -> int:
-    prof = _load(a.path)
-    from . import api
-
-    _emit(api.top_kernels(prof, rank=a.rank, step=a.step, top=a.top, by=a.by), a.format)
+    _emit(ask("kernels", _load(a.path), rank=a.rank, step=a.step, limit=a.top, by=a.by), a.format)
     return 0
 
 
 def cmd_env(a: argparse.Namespace) -> int:
-    prof = _load(a.path)
-    from . import api
-
-    _emit(api.env_audit(prof), a.format)
+    _emit(ask("env", _load(a.path)), a.format)
     return 0
 
 
@@ -154,11 +114,9 @@ def cmd_demo(a: argparse.Namespace) -> int:
         raise ProfileError(ex, "bundled example profile missing from this installation")
     print(f"stepdoctor demo on the bundled example {ex}\n")
     prof = _load(str(ex))
-    from . import api
-
-    _emit(api.breakdown(prof), "table")
+    _emit(ask("breakdown", prof), "table")
     print()
-    _emit(api.issues(prof), "table")
+    _emit(ask("issues", prof), "table")
     try:
         from .report import write_report
     except ImportError:
@@ -190,8 +148,6 @@ def build_parser() -> argparse.ArgumentParser:
                                 "(torch_npu, MindSpore) and Kineto (GPU) profiles.")
     p.add_argument("--version", action="version", version=f"stepdoctor {_version()}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    from .commands import PROFILE_HELP
 
     s = sub.add_parser("issues", parents=[common], help="every applicable check, findings by priority")
     s.add_argument("path", help=PROFILE_HELP)
@@ -283,13 +239,11 @@ def main(argv: list[str] | None = None) -> int:
 def run() -> None:
     """The console entry point: `main()`, then the process ends without the interpreter's teardown.
 
-    Tearing down what a command has loaded (pandas, DuckDB, pydantic, the checks: ~100k objects freed one
-    by one, extension modules finalised) took 0.14-0.16 s after the output was written, 15 % of a warm
-    `issues` (1.0 s) and 6 % of a cold one; `os._exit` takes 0.01 s. Nothing is left to do at that point:
-    the output streams and logging handlers are flushed here, a profile's cache database was renamed into
-    place before the command used it (the read-only connection has nothing to write), and no command
-    leaves a thread with work in progress. An exception (`--debug`) or SystemExit (argparse) leaves the
-    normal way, with its traceback or message.
+    Tearing down what a command loaded (pandas, DuckDB, pydantic, the checks) frees objects one by one after
+    the output is written; nothing is left to do at that point: the output streams and logging handlers are
+    flushed here, a profile's cache database was renamed into place before the command used it, and no
+    command leaves a thread with work in progress. An exception (`--debug`) or SystemExit (argparse) leaves
+    the normal way, with its traceback or message.
     """
     import logging
 

@@ -1,6 +1,9 @@
-"""CLI commands beyond the per-profile views: compare, explain, fixes, suggest-edit, report, mcp.
+"""CLI commands beyond the per-profile views (compare, explain, fixes, suggest-edit, report, mcp) and the
+output every command shares (`emit`).
 
-Each handler imports its module lazily so `stepdoctor breakdown` never pays for jinja2 or the MCP SDK.
+The questions that are catalog entries (compare, explain, fixes, suggest-edit) are answered through
+`tools.catalog`, as the MCP tools are. Each handler imports its modules lazily so `stepdoctor breakdown`
+never pays for jinja2 or the MCP SDK.
 """
 
 from __future__ import annotations
@@ -8,58 +11,90 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..analysis.ingest.base import ProfileError
 
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
-def _emit(model, fmt: str) -> None:
-    from .cli import _emit as emit
+FORMATS = ("table", "json", "markdown")
 
-    emit(model, fmt)
+
+def emit(model: BaseModel | list, fmt: str) -> None:
+    """Print a catalog answer as a table, JSON (docs/contract.md) or markdown."""
+    from pydantic import BaseModel  # not at the top: a cold ingest starts before pydantic is loaded
+
+    from . import render
+
+    if fmt == "json":
+        if isinstance(model, list):
+            import json
+
+            print(json.dumps([x.model_dump(mode="json") if isinstance(x, BaseModel) else x for x in model], indent=2))
+        else:
+            print(model.model_dump_json(indent=2))
+    elif fmt == "markdown":
+        print(render.render_markdown(model) if isinstance(model, BaseModel) else model)
+    else:
+        render.render_table(model) if isinstance(model, BaseModel) else print(model)
+
+
+def ask(command: str, prof, **opts):
+    """Answer through the command's catalog entry, the one the MCP tool uses. The options are taken as
+    argparse typed them (no MCP bounds: the CLI prints every row; the catalog functions check them with
+    messages that name the CLI options); those that are not arguments (`fork`, `apply`) go to the function."""
+    from . import catalog
+
+    args = {k: v for k, v in opts.items() if k in catalog.BY_CLI[command].args.model_fields}
+    rest = {k: v for k, v in opts.items() if k not in args}
+    return catalog.answer(command, prof, catalog.BY_CLI[command].args.model_construct(**args), **rest)
 
 
 def cmd_compare(a: argparse.Namespace) -> int:
-    from . import compare
-
     if a.rank_vs:
-        cmp = compare.compare_ranks(a.base, int(a.rank_vs[0]), int(a.rank_vs[1]), top=a.top)
+        cmp = ask("compare", None, base=a.base, rank_a=int(a.rank_vs[0]), rank_b=int(a.rank_vs[1]), limit=a.top)
     else:
         if not a.target:
             raise ProfileError(None, "compare needs BASE and TARGET (or BASE --rank-vs A B)")
-        cmp = compare.compare_runs(a.base, a.target, rank=a.rank, step=a.step, top=a.top)
-    _emit(cmp, a.format)
+        cmp = ask("compare", None, base=a.base, target=a.target, rank=a.rank, step=a.step, limit=a.top)
+    emit(cmp, a.format)
     return 0
+
+
+def _profile(path: str | None):
+    from . import api
+
+    return api.load(path) if path else None
 
 
 def cmd_explain(a: argparse.Namespace) -> int:
     from . import knowledge_tools
 
-    exp = knowledge_tools.explain(a.id, profile=a.profile, finding=a.finding)
+    if a.finding is not None and not a.profile:
+        raise ProfileError(None, "--finding needs --profile PATH (the profile whose finding to explain)")
+    exp = ask("explain", _profile(a.profile), id=a.id, finding=a.finding)
     if a.format == "json":
-        _emit(exp, "json")
+        emit(exp, "json")
     else:
         print(knowledge_tools.explanation_markdown(exp, profile=a.profile))
     return 0
 
 
 def cmd_fixes(a: argparse.Namespace) -> int:
-    from . import knowledge_tools
-
-    fixes = knowledge_tools.list_fixes(check=a.check, vendor=a.vendor)
-    _emit(fixes.fixes if a.format == "json" else fixes, a.format)  # JSON: the list (cli-contract.md)
+    fixes = ask("fixes", None, check=a.check, vendor=a.vendor, limit=None)
+    emit(fixes.fixes if a.format == "json" else fixes, a.format)  # JSON: the list (docs/contract.md)
     return 0
 
 
 def cmd_suggest_edit(a: argparse.Namespace) -> int:
-    from . import knowledge_tools
-
     if not a.fix and not a.profile:
         raise ProfileError(None, "suggest-edit needs --fix ID or --profile PATH")
     if Path(a.code_path).is_dir():
         raise ProfileError(a.code_path, "is a folder: pass the training script (a .py or launch .sh file)")
-    res = knowledge_tools.suggest_edit(a.code_path, fix=a.fix, profile=a.profile, apply=a.apply)
+    res = ask("suggest-edit", _profile(a.profile), code_path=a.code_path, fix=a.fix, apply=a.apply)
     if a.format == "json":
-        _emit(res, "json")
+        emit(res, "json")
         return 0
     if res.diff:
         sys.stdout.write(res.diff if res.diff.endswith("\n") else res.diff + "\n")

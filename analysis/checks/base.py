@@ -1,14 +1,14 @@
-"""The check framework: one module per check id, one registry, one context.
+"""The check framework: one module per check, one registry, one context.
 
-A check module defines a subclass of `Check` with `id` (from the cli-contract.md catalog), `title`,
-`needs` (capabilities that must exist on a rank for the check to apply there) and `run(ctx)` returning
-findings. The registry imports every module in this package once; `run_checks` runs each applicable
-check and records "not applicable" (with the missing capabilities) for the others, so a missing
+A check module defines a subclass of `Check`; the class is the only record of the check (id, title, the
+contract's "fires when" line, dimension, vendors, needs, thresholds by name, frameworks) and `run(ctx)`
+returns findings. The registry imports every module in this package once and is the check catalog: the
+knowledge base, the MCP resources, compare and the generated docs read it. `run_checks` runs each
+applicable check and records "not applicable" (with the missing capabilities) for the others, so a missing
 optional column turns a check off with a warning and never into a guess.
 
-Checks never fetch fixes themselves beyond asking the `fixes_for` hook in the context, so the core does
-not import the knowledge base's loader at import time (the knowledge base is data about checks, not the
-other way round).
+Checks ask for fixes only through the context's `fixes_for` hook: the knowledge base is data about checks,
+so the core never imports it.
 """
 
 from __future__ import annotations
