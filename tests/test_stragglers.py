@@ -82,6 +82,36 @@ def test_generated_stage_imbalance_names_the_last_stage(tmp_path, n):
         assert secs < 30
 
 
+@pytest.mark.parametrize(("scenario", "source"), [("stage_pg", "process groups carrying send/recv"),
+                                                  ("stage_links", "send/receive partners")])
+@pytest.mark.parametrize("n", [8, 64, 1024])
+def test_generated_stage_from_send_recv_partners(tmp_path, n, scenario, source):
+    """Nothing names the pipeline: the stages come from who sends to whom. In stage_links stage 0 holds the
+    highest ranks, so the heavy last stage is ranks 0..n/4-1 only if the chains are oriented by the end that
+    sends first, not by rank number."""
+    prof = gen.open_store(gen.build(tmp_path, n, scenario))
+    findings, secs = _run(prof)
+    per = n // 4
+    assert [(f.check, f.subject) for f in findings] == [("stage-imbalance", "stage 4 of 4")]
+    f = findings[0]
+    heavy = list(range(per)) if scenario == "stage_links" else list(range(3 * per, n))
+    assert f.ranks == heavy
+    assert f.evidence["stage_source"] == source and f.evidence["stage_count"] == 4
+    assert [s["ranks"][0] for s in f.evidence["stages"]] == ([3 * per, 2 * per, per, 0] if scenario == "stage_links"
+                                                             else [0, per, 2 * per, 3 * per])
+    assert f.evidence["gap_ms"] == pytest.approx(gen.COMPUTE_MS * (gen.STAGE_EXTRA - 1), abs=0.2)
+    if n == 1024:
+        assert secs < 30
+
+
+def test_stage_chains_refuse_what_is_not_a_pipeline():
+    from stepdoctor.analysis.checks.stage_imbalance import _chains
+
+    assert _chains({(0, 2), (2, 4), (1, 3), (3, 5)}) == [[0, 2, 4], [1, 3, 5]]
+    assert _chains({(0, 1), (1, 2), (2, 0)}) is None          # a ring (interleaved schedule): no first stage
+    assert _chains({(0, 1), (0, 2), (0, 3)}) is None          # a rank with three partners
+
+
 def test_per_instance_tests_dixon_and_sigma():
     # 5 ranks: rank 4 arrives last by 3 ms (shortest wait), the others within 0.1 ms: Dixon Q = 0.97 > 0.710
     durs = [10.0, 10.05, 10.1, 9.95, 7.0]

@@ -13,6 +13,11 @@ transfer), so a rank that arrives late has the shortest collective, as on real h
   * `host`: rank `culprit` runs a data-loader fetch of HOST_MS on the host before its compute;
   * `stage`: 4 pipeline stages of n/4 consecutive ranks (pipeline process groups in `distributedInfo`);
     the last stage computes STAGE_EXTRA times longer; allreduces run within each stage's data-parallel group.
+  * `stage_pg`: the same pipeline with nothing naming it: its process groups are unlabelled and only carry the
+    send/recv ops (each stage but the first receives before its compute, each but the last sends after it);
+  * `stage_links`: the same send/recv ops on an Ascend-like layout with no process groups, the partners in
+    `links` (src -> dst), and stage 0 on the highest ranks (stage k = ranks of block 3 - k), so the stage
+    order comes from which end of a chain sends first, not from rank numbers.
 Jitter is seeded: the same call writes the same store.
 """
 
@@ -30,7 +35,9 @@ LATE_MS = 7.5
 HOST_MS = 20.0
 STAGE_EXTRA = 1.5
 XFER_MS = 5.0
-SCENARIOS = ("late", "host", "stage")
+SCENARIOS = ("late", "host", "stage", "stage_pg", "stage_links")
+STAGE_SCENARIOS = ("stage", "stage_pg", "stage_links")
+P2P_MS = 0.5
 _MS = 1_000_000
 
 
@@ -45,9 +52,11 @@ def _plan(n: int, scenario: str, culprit: int, rng: np.random.Generator, steps: 
         delay[:, culprit] = LATE_MS
     elif scenario == "host":
         delay[:, culprit] = HOST_MS
-    elif scenario == "stage":
+    elif scenario in STAGE_SCENARIOS:
         per = max(n // 4, 1)
         group = np.minimum(np.arange(n) // per, 3)
+        if scenario == "stage_links":
+            group = 3 - group
         comp[:, group == 3] *= STAGE_EXTRA
     else:
         raise ValueError(f"scenario must be one of {SCENARIOS}, not {scenario!r}")
@@ -86,22 +95,51 @@ def _tables(n: int, scenario: str, culprit: int, steps: int, seed: int,
         host.append(pd.DataFrame({"rank": ranks, "step": s + 1, "name": f"ProfilerStep#{s + 1}",
                                   "category": "user_annotation", "tid": 1, "start_ns": int(t0 * _MS),
                                   "dur_ns": int(STEP_MS * _MS), "depth": 0}))
+        if scenario in ("stage_pg", "stage_links"):
+            comm.append(_p2p_ops(p["group"], s + 1, c0, c1, scenario))
         if scenario == "host" and (late_steps is None or s < late_steps):
             host.append(pd.DataFrame({"rank": [culprit], "step": s + 1, "category": "dataloader", "tid": 1,
                                       "name": "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__",
                                       "start_ns": int((t0 + 1.0) * _MS), "dur_ns": int(HOST_MS * _MS), "depth": 1}))
     per = max(n // 4, 1)
+
+    def pp(r: int) -> list[dict]:
+        label = {"stage": {"pg_name": "pp", "pg_desc": "PIPELINE_MODEL_PARALLEL_GROUP"},
+                 "stage_pg": {"pg_name": f"{n + r % per}", "pg_desc": "undefined"}}.get(scenario)
+        return [{**label, "ranks": [r % per + k * per for k in range(4)]}] if label else []
+
     md = [{"rank": r, "key": "distributedInfo", "value_json": json.dumps({
-        "backend": "nccl", "rank": r, "world_size": n, "pg_config": (
-            [{"pg_name": "pp", "pg_desc": "PIPELINE_MODEL_PARALLEL_GROUP",
-              "ranks": [r % per + k * per for k in range(4)]}] if scenario == "stage" else [])})} for r in range(n)]
-    return {"ranks": pd.DataFrame({"rank": ranks, "source_path": [f"rank{r}" for r in ranks], "format": "kineto",
+        "backend": "nccl", "rank": r, "world_size": n, "pg_config": pp(r)})}
+          for r in range(n) if scenario != "stage_links"]
+    links = pd.DataFrame(columns=["rank", "step", "op_name", "src_rank", "dst_rank"])
+    if scenario == "stage_links":
+        src = [r for r in range(n) if p["group"][r] < 3]
+        dst = [int(np.flatnonzero((p["group"] == p["group"][r] + 1) & (ranks % per == r % per))[0]) for r in src]
+        links = pd.DataFrame({"rank": src, "step": 1, "op_name": "hcom_send__1_0_1", "src_rank": src,
+                              "dst_rank": dst})
+    return {"links": links,
+            "ranks": pd.DataFrame({"rank": ranks, "source_path": [f"rank{r}" for r in ranks], "format": "kineto",
                                    "vendor": "cuda", "framework": "pytorch", "device_name": "NVIDIA H100",
                                    "world_size": n}),
             "steps": pd.concat(st), "device_ops": pd.concat(dev), "comm_ops": pd.concat(comm),
             "host_ops": pd.concat(host), "metadata": pd.DataFrame(md),
             "capabilities": pd.DataFrame({"rank": np.repeat(ranks, 3),
                                           "name": np.tile(["steps", "kernels", "comm"], n)})}
+
+
+def _p2p_ops(stage: np.ndarray, step: int, c0: np.ndarray, c1: np.ndarray, scenario: str) -> pd.DataFrame:
+    """One step's send/recv ops: a stage > 0 receives just before its compute, a stage < 3 sends after it."""
+    ranks = np.arange(stage.size)
+    per = max(stage.size // 4, 1)
+    recv, send = ranks[stage > 0], ranks[stage < 3]
+    group = (lambda r: [f"{stage.size + x % per}" for x in r]) if scenario == "stage_pg" else (lambda r: None)
+    return pd.DataFrame({
+        "rank": np.concatenate((recv, send)), "step": step,
+        "name": ["hcom_receive__1_0_1"] * recv.size + ["hcom_send__1_0_1"] * send.size,
+        "op_type": ["receive"] * recv.size + ["send"] * send.size,
+        "group_name": group(recv) + group(send) if scenario == "stage_pg" else None,
+        "start_ns": np.concatenate(((c0[recv] - P2P_MS) * _MS, c1[send] * _MS)).astype(np.int64),
+        "elapse_ns": int(P2P_MS * _MS)})
 
 
 def build(out: Path, n_ranks: int, scenario: str, *, culprit: int | None = None, steps: int = 3,
@@ -120,6 +158,8 @@ def build(out: Path, n_ranks: int, scenario: str, *, culprit: int | None = None,
     try:
         con.execute(schema_sql())
         for name, df in tabs.items():
+            if df.empty:
+                continue
             cols = ", ".join(df.columns)
             con.register("df", df)
             con.execute(f"INSERT INTO {name} ({cols}) SELECT {cols} FROM df")
