@@ -685,6 +685,21 @@ def test_kernel_details_missing_required_columns_raises(tmp_path: Path) -> None:
     assert ei.value.problem.startswith("missing required columns: Start Time(us), Duration(us)")
 
 
+def test_a_csv_error_names_the_file_and_columns_never_its_content(tmp_path: Path) -> None:
+    """A kernel_details.csv that is really some other file (say a link to a secret): the error says the file
+    and the missing columns, never a line of what it holds (issue 24)."""
+    rank = copy_rank(tmp_path)
+    kd = rank / OUT / "kernel_details.csv"
+    kd.write_text("topsecret-line-1,a,b\n1,2,3\n")
+    for name in ("trace_view.json", "step_trace_time.csv"):
+        (rank / OUT / name).unlink()
+    with pytest.raises(ProfileError) as ei:
+        read(rank)
+    assert ei.value.path == str(kd) and "topsecret" not in str(ei.value)
+    assert ei.value.problem.startswith("missing required columns: Name, Start Time(us), Duration(us)")
+    assert "the header has 3 columns" in ei.value.problem
+
+
 def test_empty_rank_dir_raises(tmp_path: Path) -> None:
     d = tmp_path / "prof" / "node0_1_20250101120000100_ascend_pt"
     d.mkdir(parents=True)

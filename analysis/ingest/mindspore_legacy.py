@@ -322,7 +322,9 @@ class _LegacyReader:
             start_col = next((h for h in header if h.startswith("start_time")), None)
             dur_col = next((h for h in header if h.startswith("duration")), None)
             if start_col is None or dur_col is None or "op_name" not in header:
-                self.t.warn(f"{timeline.name}: unexpected header {header}; ignored")
+                missing = [c for c, ok in (("op_name", "op_name" in header), ("start_time*", start_col),
+                                           ("duration*", dur_col)) if not ok]
+                self.t.warn(f"{timeline.name}: no {', '.join(missing)} column in the header; ignored")
                 timeline = None
             else:
                 s_unit = NS_PER_MS if "(ms)" in start_col else 1000

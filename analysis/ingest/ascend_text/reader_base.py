@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,6 @@ import numpy as np
 from ..ascend_columns import (
     FileColumns,
     Resolved,
-    normalize_header,
 )
 from ..base import ProfileError, RankSource, RankTables
 from .common import ANALYSE_HINT, OUTPUT_DIR
@@ -139,8 +139,9 @@ class ReaderBase:
         self._csv_columns[path] = cols
         res = table.resolve(cols)
         if res.missing_required:
-            fail(f"missing required columns: {', '.join(res.missing_required)} "
-                 f"(header: {', '.join(normalize_header(c) for c in cols[:12])}{' ...' if len(cols) > 12 else ''})")
+            # the file's own header is never echoed: a file may be a link to one the user cannot read
+            fail(f"missing required columns: {', '.join(res.missing_required)} (the header has {len(cols)} "
+                 f"columns, none of them {'that one' if len(res.missing_required) == 1 else 'these'})")
             return None
         return res
 
@@ -157,7 +158,7 @@ class ReaderBase:
                 error = str(e)
                 if "parallel=false" not in error:  # the one failure the serial scanner does not have
                     break
-        problem = f"cannot parse CSV: {error.splitlines()[0] if error else 'unknown error'}"
+        problem = f"cannot parse CSV: {_without_cells(error.splitlines()[0]) if error else 'unknown error'}"
         if required:
             raise ProfileError(path, problem) from None
         self.warn(path, f"{problem}; skipped")
@@ -198,3 +199,12 @@ class ReaderBase:
         if frame is None:
             return self.query_csv(path, [_sql_of(*c) for c in cols], required=required)
         return frame
+
+
+_QUOTED_RE = re.compile(r"\"[^\"]*\"|'[^']*'")
+
+
+def _without_cells(message: str) -> str:
+    """A DuckDB CSV error with its quoted parts (cell values, file text) replaced by `…`: messages name
+    the file and the line, never echo what the file holds."""
+    return _QUOTED_RE.sub("…", message)
