@@ -8,11 +8,11 @@ import json
 import math
 import os
 import threading
-from typing import Any
+from typing import Annotated, Any
 
 import duckdb
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, WithJsonSchema
 
 from ..analysis.ingest.base import table_columns
 from ..analysis.store import Profile
@@ -35,12 +35,17 @@ def query_memory_mb() -> int:
         return QUERY_MEMORY_MB
 
 
+# A result cell: a JSON value (DuckDB lists and structs arrive as arrays and objects).
+Cell = Annotated[Any, WithJsonSchema({"anyOf": [{"type": t} for t in
+                                                  ("string", "number", "boolean", "null", "array", "object")]})]
+
+
 class QueryResult(BaseModel):
     """Rows of one read-only SQL query over the normalized tables."""
 
     columns: list[str]
     types: list[str] = Field(description="DuckDB type of each column")
-    rows: list[list[Any]]
+    rows: list[list[Cell]]
     row_count: int
     limit: int
     truncated: bool = Field(

@@ -133,3 +133,35 @@ def test_filtered_list_issues_runs_the_checks_once(monkeypatch, tmp_path: Path):
     numbered = [i for i, f in enumerate(full["findings"], 1) if f["severity"] == "high" and 1 in f["ranks"]]
     assert [_finding_key(f) for f in high["findings"]] == [_finding_key(full["findings"][i - 1]) for i in numbered]
     assert high["total"] == len(numbered)
+
+
+_KEYWORDS = {"type", "$ref", "anyOf", "oneOf", "allOf", "enum", "const", "properties"}
+
+
+def _untyped(schema: Any, path: str) -> list[str]:
+    """Schema nodes that accept anything (no validation keyword: what MCP Inspector --strict warns about)
+    or spell several types in one `type` array."""
+    if not isinstance(schema, dict):
+        return []
+    bad = [] if _KEYWORDS & set(schema) else [path]
+    if isinstance(schema.get("type"), list):
+        bad.append(f"{path} (type array)")
+    for key in ("properties", "$defs"):
+        for name, sub in (schema.get(key) or {}).items():
+            bad += _untyped(sub, f"{path}.{key}.{name}")
+    for key in ("anyOf", "oneOf", "allOf"):
+        for i, sub in enumerate(schema.get(key) or []):
+            bad += _untyped(sub, f"{path}.{key}[{i}]")
+    for key in ("items", "additionalProperties"):
+        if isinstance(schema.get(key), dict):
+            bad += _untyped(schema[key], f"{path}.{key}")
+    return bad
+
+
+def test_tool_schemas_are_typed_everywhere():
+    tools = anyio.run(lambda: create_server(output_schemas=True).list_tools())
+    bad = []
+    for t in tools:
+        bad += _untyped(t.input_schema, f"{t.name}.input")
+        bad += _untyped(t.output_schema or {"type": "object"}, f"{t.name}.output")
+    assert not bad, bad

@@ -130,13 +130,15 @@ class Explanation(BaseModel):
     title: str
     why: str
     steps: list[str]
-    code_edit: Any = None
+    code_edit: list[dict[str, Any]] | None = Field(
+        None, description="a fix's code edits (knowledge/schema.py CodeEdit fields: framework, kind, before, after, ...)")
     verify: str | None = None
-    references: list[Any] = Field(default_factory=list)
+    references: list[dict[str, str | None]] = Field(default_factory=list, description="{title, url}")
     finding: Finding | None = None
     fixes: list[str] = Field(default_factory=list, description="fix ids that answer this check / finding")
-    expected_gain: Any = None
-    env: list[Any] = Field(default_factory=list)
+    expected_gain: dict[str, str | None] | None = Field(None, description="{text, source}")
+    env: list[dict[str, Any]] = Field(
+        default_factory=list, description="variables the fix sets (knowledge/schema.py EnvVar fields)")
 
 
 class FixSummary(BaseModel):
