@@ -162,11 +162,12 @@ async def test_list_issues(server):
     assert compute["ranks"] == [3] and 6.0 <= compute["impact_ms"] <= 9.0
     blocking = by[("env-var", "ASCEND_LAUNCH_BLOCKING")]
     assert blocking["ranks"] == [0, 1, 2, 3] and "ascend-launch-blocking-off" in blocking["fixes"]
-    assert d["total"] == len(d["findings"]) and d["truncated"] is False
+    # 31 findings do not fit the text: the structure holds the findings the text shows (answers.result)
+    assert d["total"] == 31 and d["truncated"] is True and 10 <= len(d["findings"]) < 31
     assert "[high] slow-rank (free)" in text and len(text) <= TEXT_CAP
 
     default, _ = await call(server, "list_issues", {"profile_id": pid})
-    assert len(default["findings"]) == min(20, d["total"]) and default["total"] == d["total"]
+    assert len(default["findings"]) == len(d["findings"]) and default["total"] == d["total"]
     assert default["findings"] == d["findings"][:20]
     # filtered lists number the findings as the unfiltered report does: the N that explain(finding=N) takes
     _, ctext = await call(server, "list_issues", {"profile_id": pid, "checks": ["env-var"], "limit": 100})
@@ -397,7 +398,9 @@ async def test_evidence_keyed_by_rank_is_trimmed_to_the_ranks_that_weigh(server,
         whole = full[(f["check"], f["subject"])].evidence
         for key, value in whole.items():
             if isinstance(value, dict) and len(value) > 2 and all(k.isdigit() for k in value):
-                assert len(f["evidence"][key]) == 2 and set(f["evidence"][key]) <= set(value)
+                # a per-rank table is left to explain in a list answer (answers.lean_evidence); a map of numbers stays
+                assert key in f["evidence"]["trimmed"].get("explain", "").split(",") or (
+                    len(f["evidence"][key]) == 2 and set(f["evidence"][key]) <= set(value))
                 assert f["evidence"]["trimmed"][key].startswith(f"2 of {len(value)} ranks shown")
                 checked += 1
     assert checked >= 3
