@@ -10,7 +10,8 @@ Rules:
   `cudaEventSynchronize`, `hipStreamSynchronize`... runtime call that follows at least one launch on its
   thread (since the previous sync) returns once the device has drained; the device then idles until the host
   launches again. That idle (metrics.idle.idle_after: from the sync's return to the next device op, inside
-  the step's host window, less any time a collective is open on the host) is the sync's cost; a sync that
+  the step's host window, less any time a collective is open on the host or a host stall holds it: data
+  loading, allocator calls, GC, a silence with no host event, which their own checks report) is the sync's cost; a sync that
   waits for a busy device leaves none, however long the host waited. A step with >= T.sync_idle_ms of it
   fires. Each sync is traced to the operator that issued it (aten::item, aten::_local_scalar_dense,
   aten::is_nonzero, aten::nonzero...) and, with stacks, the user's frame.
@@ -30,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from ..metrics.idle import COLLECTIVE_RE, idle_after, sync_triggers, unprofiled_share
-from ..metrics.intervals import Coverage
+from ..metrics.intervals import Coverage, union_of
 from ..models import Finding, severity_from_impact
 from ..severity import Severity
 from ..thresholds import T
@@ -43,6 +44,7 @@ from ._common import (
     fmt_ms,
     group_cumsum,
     group_shift,
+    host_stalls,
     in_steps_mask,
     rank_ordered,
     rank_slices,
@@ -247,10 +249,14 @@ class SyncStreamCheck(Check):
         limit = np.array([w_end.get(int(s), 0) for s in step_of.tolist()], dtype=np.int64)
         tl = DeviceTimeline.of(ctx, rank)
         idle = idle_after(tl.starts, tl.ends, end, limit) if not tl.empty else np.zeros(idx.size, np.int64)
-        # idle while a collective is open on the host is a wait for peer ranks (slow-rank's), not the sync's
+        # idle while a collective is open on the host is a wait for peer ranks (slow-rank's), and idle while the
+        # host fetches a batch, allocates, collects garbage or is silent is that stall's (slow-dataloader,
+        # memory-ops, gc-pause report it): only the rest is the sync's
         coll = SyncStreamCheck._collectives(ctx, rank)
-        in_coll = coll.within(end, end + idle) if coll.s.size else np.zeros(idx.size, np.int64)
-        idle = np.maximum(idle - in_coll, 0)
+        stalls = host_stalls(ctx, rank)
+        other = union_of((coll.s, coll.e), (stalls.s, stalls.e))
+        taken = other.within(end, end + idle) if other.s.size else np.zeros(idx.size, np.int64)
+        idle = np.maximum(idle - taken, 0)
         per_step: dict[str, dict[str, float]] = {}
         by_api: dict[str, int] = {}
         names = ev["name"][idx]
