@@ -85,3 +85,41 @@ def test_scorer_scores_every_entry(tmp_path, monkeypatch):
     need(H100)
     monkeypatch.setenv("STEPDOCTOR_CACHE_DIR", str(tmp_path / "cache"))
     assert len(_entries()) == sum(len(_scored(p)) for p in {p for p, _, _ in _entries()})
+
+
+def _issues(run: str, check: str):
+    from stepdoctor.tools import api
+
+    return api.issues(str(need(H100 / run / "traces")), checks=[check])
+
+
+def test_attn_math_unfused_attention_is_named_with_its_kernel_time():
+    """SDPA forced to the math backend: affinity-api names scaled_dot_product_attention with the time of the
+    kernels the math op launched (8 layers, one call each per step) and of the backward nodes only it uses."""
+    rep = _issues("attn_math", "affinity-api")
+    [f] = rep.findings
+    assert f.subject == "torch.nn.functional.scaled_dot_product_attention" and f.ranks == [0]
+    assert f.fixes == ["sdpa-fused-attention"] and f.severity == "high"
+    e = f.evidence["per_rank"]["0"]
+    assert e["math_calls_per_step"] == 8
+    assert e["forward_kernels_per_step"] == 200                       # bmm, softmax, mask and copy kernels
+    assert e["forward_kernel_ms_per_step"] == pytest.approx(20.87, abs=0.05)
+    assert set(e["backward_nodes_ms_per_step"]) == {"SafeSoftmaxBackward0", "BmmBackward0", "MulBackward1"}
+    assert e["backward_kernel_ms_per_step"] == pytest.approx(15.73, abs=0.05)
+    assert f.impact_ms == pytest.approx(e["forward_kernel_ms_per_step"] + e["backward_kernel_ms_per_step"], abs=0.01)
+
+
+@pytest.mark.parametrize("run", ["clean", "ddp1", "compiled", "fp32_no_tf32", "host_bound", "gloo2_straggler"])
+def test_fused_attention_runs_get_no_attention_finding(run):
+    assert _issues(run, "affinity-api").findings == []
+
+
+def test_timed_sleep_of_the_straggler_is_not_called_gc():
+    """gloo2_straggler's rank 1 sleeps 50 ms every step: a silence of the same length each step is a fixed stall,
+    named in a warning, not a GC conjecture; gc_pause's real pauses (51-373 ms) still are one."""
+    rep = _issues("gloo2_straggler", "gc-pause")
+    assert rep.findings == []
+    [w] = [w for w in rep.warnings if "fixed per-step stall" in w]
+    assert w.startswith("rank 1: the host stops 50.2 ms in every step (3 steps")
+    [g] = _issues("gc_pause", "gc-pause").findings
+    assert g.subject == "conjectured GC" and g.evidence["per_rank"]["0"]["max_gap_ms"] == pytest.approx(372.8, abs=0.1)
