@@ -7,33 +7,26 @@ default; a bearer token is required off loopback and checked on every request wh
 served only under the `--root` folders. Logging goes to stderr; in stdio mode nothing here prints.
 """
 
-# No `from __future__ import annotations`: the SDK reads the tools' annotations at registration time, so
-# they must be real objects, not strings naming locals.
+from __future__ import annotations
 
 import argparse
-import inspect
 import logging
 import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-import anyio
-import anyio.from_thread
-import anyio.to_thread
 from mcp.server import MCPServer
-from mcp.server.mcpserver import Context
-from mcp.types import CallToolResult, ToolAnnotations
-from pydantic import Field
+from mcp.types import ToolAnnotations
 
 from .. import __version__
-from ..analysis.ingest.base import ProfileError, table_columns
-from .answers import LoadedProfile, _is_loopback, _optional, catalog_errors, result, text_loaded
+from ..analysis.ingest.base import ProfileError
+from .answers import _is_loopback, _optional, catalog_errors, result
 from .http import http_app
 from .live_tools import register_live_tools
-from .mcp_tools import ID_HELP, PATH_HELP, register_catalog
-from .query import QUERY_DEFAULT_ROWS, QUERY_MAX_ROWS, QueryResult, run_query, text_query
+from .mcp_tools import register_catalog
+from .own_tools import register_load_profile, register_query
 from .registry import ProfileRegistry
 from .resources import _register_prompts, _register_resources
 from .roots import Roots
@@ -60,10 +53,6 @@ READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_worl
 # --------------------------------------------------------------------------------------------------------
 # The server
 # --------------------------------------------------------------------------------------------------------
-
-PathArg = Annotated[str | None, Field(description=PATH_HELP)]
-IdArg = Annotated[str | None, Field(description=ID_HELP)]
-
 
 class StepdoctorServer(MCPServer):
     """The MCP server with its profile registry (shared by every tool call, resources and tests)."""
@@ -96,100 +85,9 @@ def create_server(
     server = StepdoctorServer(reg, name=SERVER_NAME, title="stepdoctor", version=__version__,
                               instructions=INSTRUCTIONS, log_level=log_level)
 
-    def tool(
-        title: str, annotations: ToolAnnotations = READ_ONLY, description: str | None = None
-    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        """`server.tool` with the docstring dedented: clients show the description verbatim."""
-
-        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-            text = description or inspect.cleandoc(fn.__doc__ or "")
-            server.add_tool(fn, title=title, description=text, annotations=annotations,
-                            structured_output=None if output_schemas else False)
-            return fn
-
-        return register
-
-    # ---- load_profile --------------------------------------------------------------------------------
-    @tool(title="Load a profile", annotations=READ_ONLY)
-    async def load_profile(
-        path: Annotated[
-            str,
-            Field(
-                description="Profile folder or Kineto trace under the server's roots, e.g. "
-                "'/data/run1' (folder of *_ascend_pt ranks) or 'trace.json.gz'."
-            ),
-        ],
-        ctx: Context,
-    ) -> Annotated[CallToolResult, LoadedProfile]:
-        """Ingest a profile (once; later calls hit the cache) and return its profile_id and a summary.
-
-        Returns the profile_id to pass to the other tools, the format, ranks, steps, world size and the
-        ingest warnings. Reports progress per rank while parsing.
-        """
-        resolved = allowed.resolve(path)
-        state = {"p": 0.0}
-
-        def progress(done: int, total: int, what: str) -> None:
-            # Called in the ingest thread; progress must increase, and the last unit is "opening".
-            state["p"] = max(state["p"], float(done))
-            anyio.from_thread.run(ctx.report_progress, state["p"], float(total + 1), f"ingested {what}")
-
-        await ctx.report_progress(0.0, None, f"discovering ranks in {resolved}")
-        with catalog_errors():
-            pid, prof = await anyio.to_thread.run_sync(
-                lambda: reg.load(resolved, progress=progress, reopen=True)
-            )
-        n = len(prof.info.ranks)
-        await ctx.report_progress(
-            max(state["p"] + 1.0, float(n + 1)), max(state["p"] + 1.0, float(n + 1)), f"loaded {n} rank(s)"
-        )
-        out = LoadedProfile(
-            profile_id=pid,
-            profile=prof.info,
-            n_ranks=n,
-            n_steps=len(prof.info.steps),
-            from_cache=prof.from_cache,
-            warnings=prof.warnings[:20],
-            warnings_total=len(prof.warnings),
-            next_steps=[
-                f'list_issues(profile_id="{pid}") — prioritized findings with evidence and fixes',
-                f'breakdown(profile_id="{pid}") — compute / communication / free per rank and step',
-                f'slow_ranks / slow_links / top_kernels / env_audit(profile_id="{pid}") — details',
-            ],
-        )
-        return result(out, text_loaded(out), "see the structured content for every warning")
-
+    register_load_profile(server, reg, READ_ONLY, output_schemas)
     register_catalog(server, reg, allowed, READ_ONLY, output_schemas)
-
-    # ---- query ---------------------------------------------------------------------------------------
-    @tool(
-        title="Read-only SQL over the profile tables",
-        annotations=READ_ONLY,
-        description=(
-            "Read-only SQL (DuckDB) over the profile's tables, for what the other tools do not answer. One "
-            "SELECT; times integer ns (`*_ns`); prefer aggregates. "
-            f"Tables: {', '.join(table_columns())}; columns in the resource stepdoctor://schema."
-        ),
-    )
-    def query(
-        sql: Annotated[
-            str,
-            Field(
-                description="one SELECT (or WITH ... SELECT) over the normalized tables, e.g. "
-                '"SELECT rank, count(*) FROM device_ops GROUP BY rank"'
-            ),
-        ],
-        path: PathArg = None,
-        profile_id: IdArg = None,
-        limit: Annotated[
-            int, Field(ge=1, le=QUERY_MAX_ROWS, description="max rows returned")
-        ] = QUERY_DEFAULT_ROWS,
-    ) -> Annotated[CallToolResult, QueryResult]:
-        with catalog_errors():
-            prof = reg.get(path, profile_id)
-        q = run_query(prof, sql, limit)
-        return result(q, text_query(q), "select fewer columns, aggregate, or lower limit")
-
+    register_query(server, reg, READ_ONLY, output_schemas)
     # ---- resources -----------------------------------------------------------------------------------
     register_live_tools(server, allowed, result, catalog_errors, READ_ONLY, output_schemas)
     _register_resources(server, reg, _optional("tools.knowledge_tools"))

@@ -19,6 +19,13 @@ logger = logging.getLogger("stepdoctor.mcp")
 
 def _register_resources(server: MCPServer, reg: ProfileRegistry, kt: Any | None) -> None:
     """Fix and check pages from the knowledge base, the schema, and a loaded profile's issue report."""
+    _register_check_resources(server, kt)
+    _register_fix_resources(server)
+    _register_profile_resources(server, reg)
+
+
+def _register_check_resources(server: MCPServer, kt: Any | None) -> None:
+    """The schema and the check catalog (the registry of check classes)."""
     from ..analysis.checks.base import registry
 
     checks = registry()
@@ -67,6 +74,9 @@ def _register_resources(server: MCPServer, reg: ProfileRegistry, kt: Any | None)
             lines += ["## Fixes", ""] + [f"- `{f.id}`: {f.title}" for f in fixes]
         return "\n".join(lines) + "\n"
 
+
+
+def _register_fix_resources(server: MCPServer) -> None:
     @server.resource(
         "stepdoctor://fixes",
         name="fixes",
@@ -102,6 +112,9 @@ def _register_resources(server: MCPServer, reg: ProfileRegistry, kt: Any | None)
             return f"# {fix.title}\n\n```json\n{fix.model_dump_json(indent=1)}\n```\n"
         return render_fix_markdown(fix)
 
+
+
+def _register_profile_resources(server: MCPServer, reg: ProfileRegistry) -> None:
     @server.resource(
         "stepdoctor://profiles/{profile_id}/issues",
         name="profile-issues",
