@@ -16,7 +16,8 @@ Rules:
   fires. Each sync is traced to the operator that issued it (aten::item, aten::_local_scalar_dense,
   aten::is_nonzero, aten::nonzero...) and, with stacks, the user's frame.
   Severity: the impact rule against the unprofiled step (meta/step_times, else the profiled mean step), at
-  least medium when >= T.sync_idle_count such syncs run per step (a sync per layer).
+  least medium when >= T.sync_idle_count such syncs run per ProfilerStep (a sync per layer; a trace without
+  step annotations is one step of many iterations, where a count per step says nothing).
 
 Ascend impact, per step: min(host time blocked in synchronize calls that follow launches, device idle time
 inside the step's host window), an upper bound; GPU impact: the idle above. Mean over the rank's kept steps,
@@ -342,7 +343,9 @@ class SyncStreamCheck(Check):
             sev = severity_from_impact(pct)
             # many syncs per step (one per layer) drain the queue each time; under the profiler the host is
             # already behind the device, so the measured idle understates what they cost unprofiled
-            if sev == "low" and e.get("syncs_leaving_device_idle_per_step", 0) >= T.sync_idle_count.value:
+            # (per training step: a trace without ProfilerStep annotations is one step holding every iteration)
+            if sev == "low" and e.get("syncs_leaving_device_idle_per_step", 0) >= T.sync_idle_count.value \
+                    and _annotated_steps(ctx, rank_w):
                 sev = "medium"
             rule = {**rule, "severity_share_pct": pct, "severity_basis": basis,
                     "threshold_syncs_per_step_for_medium": T.sync_idle_count.value}
@@ -376,3 +379,11 @@ class SyncStreamCheck(Check):
             if rank in ranks and value is not None and str(value).strip() == "1":
                 out.setdefault(int(rank), {})[str(name)] = "1"
         return out
+
+
+def _annotated_steps(ctx: CheckContext, rank: int | None) -> bool:
+    """Whether the rank's steps are ProfilerStep#N annotations (not the whole trace taken as one step)."""
+    if rank is None:
+        return False
+    df = ctx.sql("SELECT 1 FROM host_ops WHERE rank = ? AND name LIKE 'ProfilerStep#%' LIMIT 1", [int(rank)])
+    return not df.empty
