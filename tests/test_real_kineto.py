@@ -167,6 +167,41 @@ def test_stepless_trace_leaves_leading_initialisation_out() -> None:
     assert any("initialisation" in w for w in prof.warnings)
 
 
+_HOST_CATS = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver", "python_function")
+
+
+def test_stepless_trace_leaves_initialisation_inside_the_first_iteration_out() -> None:
+    """param-resnet-1gpu: no ProfilerStep, one `Optimizer.step#SGD.step` annotation per iteration (30), and
+    a 788 ms cudaFree inside the first forward (cuDNN's first convolution), after GPU work began: longer
+    than a whole later iteration, so the one step starts where the first optimizer step ends. What starts
+    before it has no step, the device window starts at the first op launched in the step, and the warning
+    says how the window was chosen."""
+    folder = need(REAL / "kineto" / "param-resnet-1gpu")
+    evs = [e for e in _events(_trace(folder)) if e.get("ph") == "X" and "ts" in e]
+    opt = sorted(_ns(e["ts"]) + _ns(e["dur"]) for e in evs if e["name"] == "Optimizer.step#SGD.step")
+    assert len(opt) == 30
+    win0 = opt[0]
+    end = max(_ns(e["ts"]) + _ns(e["dur"]) for e in evs if e.get("cat") in (
+        *_HOST_CATS, "kernel", "gpu_memcpy", "gpu_memset"))
+    prof = store.open_profile(folder)
+    assert prof.rows("SELECT step, start_ns, end_ns FROM steps") == [(0, win0, end)]
+    longest = max((e for e in evs if e["name"] == "cudaFree"), key=lambda e: e["dur"])
+    assert _ns(longest["ts"]) < win0 and longest["dur"] / 1e3 == pytest.approx(788.488)
+    assert prof.rows("SELECT step FROM host_ops WHERE name = 'cudaFree' AND start_ns = ?",
+                     [_ns(longest["ts"])]) == [(None,)]
+    launches = {e["args"]["correlation"]: _ns(e["ts"]) for e in evs
+                if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    dev = [e for e in evs if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    d0 = min(_ns(e["ts"]) for e in dev if launches.get(e["args"].get("correlation"), _ns(e["ts"])) >= win0)
+    assert prof.rows("SELECT device_start_ns FROM steps") == [(d0,)]
+    (row,) = compute_breakdown(prof)
+    assert row.step_ms == pytest.approx((end - win0) / 1e6, abs=1e-6)
+    median = float(np.median(np.diff(opt))) / 1e6
+    assert median < longest["dur"] / 1e3
+    (w,) = [w for w in prof.warnings if "initialisation" in w]
+    assert "first of 30 training iterations" in w and "cudaFree 788.5 ms" in w and f"median {median:.1f} ms" in w
+
+
 @pytest.mark.parametrize("damage", ["gzip_cut", "json_cut"])
 def test_damaged_file_keeps_the_events_before_the_damage(damage: str, tmp_path: Path) -> None:
     """A gzip cut short or a JSON cut mid-event keeps the events read before the damage, with a warning

@@ -100,14 +100,22 @@ def _add_steps(t: RankTables, tr: Trace, st: Steps, win: Windows, info: RankInfo
         return ""
     assert tr.launch is not None and tr.h_step is not None and tr.d_step is not None
     all_ends = [int(a.max()) for a in (tr.h_start + tr.h_dur, tr.d_end) if a.size]
-    win0, note = _stepless_window(info.first_ns, tr.h_start, tr.h_dur, tr.h_cat, tr.h_nid, tr.names,
-                                  tr.d_start, tr.launch)
-    if win0 is not None:
-        t.add("steps", step=0, start_ns=win0, end_ns=max(all_ends), kept=True,
-              device_start_ns=win.span0, device_end_ns=win.span1)
-        # what starts before the window (initialisation) belongs to no step
-        tr.h_step = np.where(tr.h_start < win0, _NONE, np.where(tr.h_step == _NONE, 0, tr.h_step))
-        tr.d_step = np.where(tr.d_start < win0, _NONE, np.where(tr.d_step == _NONE, 0, tr.d_step))
+    win0, note = _stepless_window(info.first_ns, tr.h_start, tr.h_dur, tr.h_cat, tr.h_nid, tr.h_tid,
+                                  tr.names, tr.d_start, tr.launch)
+    if win0 is None:
+        return note
+    # what starts before the window (initialisation) belongs to no step; a device op belongs to the step of
+    # its launch, so the device window starts at the first op launched (or, unlaunched, started) in it
+    has_launch = tr.has_launch
+    issued = np.where(has_launch, tr.h_start[np.clip(tr.launch, 0, None)] if tr.nh else 0, tr.d_start)
+    tr.h_step = np.where(tr.h_start < win0, _NONE, np.where(tr.h_step == _NONE, 0, tr.h_step))
+    tr.d_step = np.where(issued < win0, _NONE, np.where(tr.d_step == _NONE, 0, tr.d_step))
+    in_step = (tr.d_step == 0) & (tr.d_stream >= 0)
+    d0 = int(tr.d_start[in_step].min()) if in_step.any() else win.span0
+    if d0 is not None and win.span0 is not None:
+        d0 = max(d0, win.span0)
+    t.add("steps", step=0, start_ns=win0, end_ns=max(all_ends), kept=True, device_start_ns=d0,
+          device_end_ns=win.span1)
     return note
 
 

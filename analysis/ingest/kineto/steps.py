@@ -131,30 +131,69 @@ def _comm_by_launcher_and_stream(labels: np.ndarray, inverse: np.ndarray, launch
     return labels, inverse
 
 
+# PyTorch's optimizers record one `Optimizer.step#<Class>.step` annotation per call: in a trace without
+# ProfilerStep they are the only iteration boundaries the trace itself gives.
+_OPTIMIZER_STEP_RE = re.compile(r"^Optimizer\.step#")
+
+
+def _optimizer_step_ends(h_start: np.ndarray, h_dur: np.ndarray, h_cat: np.ndarray, h_nid: np.ndarray,
+                         h_tid: np.ndarray, names: np.ndarray) -> tuple[np.ndarray, str]:
+    """(sorted end ns, name) of the most frequent `Optimizer.step#...` annotation on one thread."""
+    is_opt = np.fromiter((bool(_OPTIMIZER_STEP_RE.match(str(n))) for n in names), dtype=bool, count=names.size)
+    rows = np.flatnonzero(is_opt[h_nid] & (h_cat == _H_USER_ANN))
+    if not rows.size:
+        return np.empty(0, np.int64), ""
+    keys = h_nid[rows].astype(np.int64) * (1 << 32) + (h_tid[rows] & 0xFFFFFFFF)
+    vals, counts = np.unique(keys, return_counts=True)
+    mine = rows[keys == vals[int(np.argmax(counts))]]
+    return np.sort(h_start[mine] + h_dur[mine]), str(names[h_nid[mine[0]]])
+
+
+def _longest_call(h_start: np.ndarray, h_dur: np.ndarray, h_cat: np.ndarray, lo: int, hi: int) -> int | None:
+    """Host row of the longest runtime / driver call starting in [lo, hi), or None."""
+    rows = np.flatnonzero(((h_cat == _H_RUNTIME) | (h_cat == _H_DRIVER)) & (h_start >= lo) & (h_start < hi))
+    return int(rows[np.argmax(h_dur[rows])]) if rows.size else None
+
+
+def _call_text(k: int | None, h_dur: np.ndarray, h_nid: np.ndarray, names: np.ndarray) -> str:
+    return "" if k is None else f", the longest call there {names[h_nid[k]]} {int(h_dur[k]) / 1e6:.1f} ms"
+
+
 def _stepless_window(first_ns: int | None, h_start: np.ndarray, h_dur: np.ndarray, h_cat: np.ndarray,
-                     h_nid: np.ndarray, names: np.ndarray, d_start: np.ndarray, launch: np.ndarray
-                     ) -> tuple[int | None, str]:
+                     h_nid: np.ndarray, h_tid: np.ndarray, names: np.ndarray, d_start: np.ndarray,
+                     launch: np.ndarray) -> tuple[int | None, str]:
     """Start (ns) of the one step of a trace without ProfilerStep, and a note saying how it was chosen.
 
-    Host time before the first device op's launch call (or the first device op, when its launch is not
-    in the trace) is initialisation: CUDA context creation, library handles (a first cuBLAS / cuDNN call
-    runs a long cudaFree), module loading. It runs once, so it is left out of the window. A trace
-    without device ops keeps its whole span."""
+    Initialisation runs once and is left out of the window: CUDA context creation, library handles (a
+    first cuBLAS / cuDNN call runs a long cudaFree), module loading. Host time before the first device
+    op's launch call (or the first device op, when its launch is not in the trace) is initialisation.
+    Initialisation can also run inside the first forward, after GPU work began (param-resnet-1gpu: a 788 ms
+    cudaFree in cuDNN's first convolution). Where the host records >= 2 optimizer steps
+    (`Optimizer.step#...`, one per iteration), a runtime call in the first iteration that lasts longer than
+    the median whole later iteration cannot be steady-state work: the window then starts where the first
+    optimizer step ends. A trace without device ops keeps its whole span."""
     if first_ns is None or not d_start.size:
         return first_ns, ": the whole trace"
     firsts = [int(d_start.min())]
     if (launch >= 0).any():
         firsts.append(int(h_start[launch[launch >= 0]].min()))
     win0 = min(firsts)
+    ends, opt_name = _optimizer_step_ends(h_start, h_dur, h_cat, h_nid, h_tid, names)
+    if ends.size >= 2 and ends[0] > win0:
+        k = _longest_call(h_start, h_dur, h_cat, win0, int(ends[0]))
+        typical = float(np.median(np.diff(ends)))
+        if k is not None and h_dur[k] > typical:
+            end = int(ends[0])
+            return end, (f": it starts where the first of {ends.size} training iterations ends (its "
+                         f"{opt_name} annotation ends {(end - first_ns) / 1e6:.1f} ms after the trace starts): "
+                         f"that iteration holds one-off initialisation, {names[h_nid[k]]} "
+                         f"{int(h_dur[k]) / 1e6:.1f} ms, longer than a whole later iteration (median "
+                         f"{typical / 1e6:.1f} ms); it and the time before it belong to no step")
     if win0 <= first_ns:
         return first_ns, ": the whole trace (its first event is GPU work or its launch)"
-    before = np.flatnonzero(((h_cat == _H_RUNTIME) | (h_cat == _H_DRIVER)) & (h_start < win0))
-    biggest = ""
-    if before.size:
-        k = before[np.argmax(h_dur[before])]
-        biggest = f", the longest call there {names[h_nid[k]]} {int(h_dur[k]) / 1e6:.1f} ms"
     return win0, (f": it starts at the first GPU work's launch, {(win0 - first_ns) / 1e6:.1f} ms after the "
-                  f"trace starts; the time before it is initialisation and belongs to no step{biggest}")
+                  f"trace starts; the time before it is initialisation and belongs to no step"
+                  f"{_call_text(_longest_call(h_start, h_dur, h_cat, first_ns, win0), h_dur, h_nid, names)}")
 
 
 def _vendor(meta: dict[str, Any], n_dev: int, has_mtia: bool, hip_runtime: bool) -> str:
