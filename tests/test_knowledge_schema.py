@@ -22,11 +22,8 @@ REPO = Path(__file__).resolve().parents[1]
 FIXES = load_fixes()
 CHECKS = check_catalog()
 KB_VENDORS = ("ascend", "cuda", "rocm")   # the vendors a fix can name (schema.Vendor)
-# fixes whose checks cannot run on the fix's vendors yet (fix, check), with the reason
-UNREACHABLE = {
-    ("sdpa-fused-attention", "affinity-api"): "affinity-api matches torch_npu fusion rules on Ascend "
-    "framework ops only; no GPU rule set yet",
-}
+# fixes whose checks cannot run on the fix's vendors yet (fix, check): reason
+UNREACHABLE: dict[tuple[str, str], str] = {}
 
 
 def _raw(fix_id: str) -> dict:
