@@ -116,6 +116,8 @@ def test_gloo_straggler_slow_ranks_names_the_straggler_without_empty_tables():
     assert [r[:4] for r in verdicts.rows] == [[0, "waits for 1", "-", "-"], [1, "straggler", "12 of 12", "65.50"]]
     md = "\n".join(markdown_tables(tables))
     assert "no slow rank" not in md and "| 1 | straggler | 12 of 12 | 65.50 |" in md
+    # the finding names the kept steps only: step 7 is the partial step the profile drops
+    assert [f.steps for f in sr.findings if f.subject == "arrival"] == [[4, 5, 6]]
 
 
 def test_arrival_without_a_measurable_cause_says_so():

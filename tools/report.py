@@ -31,7 +31,7 @@ import jinja2
 from .. import __version__
 from ..analysis.ingest.base import ProfileError
 from ..analysis.metrics.breakdown import per_step
-from ..analysis.metrics.names import short_name
+from ..analysis.metrics.names import display_names
 from ..analysis.models import Finding
 from ..analysis.store import Profile
 from . import api
@@ -46,6 +46,7 @@ logger = logging.getLogger(__name__)
 SEVERITY_COLOURS = {"high": "#B5495B", "medium": "#fcaf17", "low": "#65c294"}
 TOP_KERNELS = 15
 TOP_LINKS = 20
+NAME_WIDTH = 90   # characters of a kernel / op name in a table cell (two lines of the cell's 62ch)
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -161,7 +162,6 @@ def _env() -> jinja2.Environment:
 
     env.filters["ms"] = ms
     env.filters["ints"] = ints
-    env.filters["kernel_name"] = lambda name: short_name(name, 120)
     return env
 
 
@@ -174,7 +174,8 @@ def straggler_card(findings: list[Finding]) -> dict[str, Any] | None:
     for f in findings:
         if f.check in STRAGGLER_CHECKS and f.severity in ("high", "medium") and f.ranks:
             who = f.subject if f.check == "stage-imbalance" else f"rank {', '.join(map(str, f.ranks[:4]))}"
-            cost = f" · {f.impact_ms:.2f} ms per step" if f.impact_ms is not None else ""
+            shown = f.impact_ms is None or f"{f.impact_ms:.2f} ms per step" in f.title
+            cost = "" if shown else f" · {f.impact_ms:.2f} ms per step"
             return {"ranks": f.ranks, "label": who, "detail": f"{f.title}{cost}"}
     return None
 
@@ -269,6 +270,11 @@ def render_report(profile: api.ProfileRef, compare_base: api.ProfileRef | None =
     dropped = [f"steps {', '.join(map(str, prof.info.dropped_steps))} left out (partial)"] \
         if prof.info.dropped_steps else []
     warnings = list(dict.fromkeys([*dropped, *prof.warnings, *(rep.warnings if rep else []), *section_warnings]))
+    # kernel and op names as tables show them (analysis.metrics.names.display_names): the start and the part
+    # that tells two instantiations apart, on a line or two instead of ten; the full name is the cell's title
+    long_names = [k.name for k in (kernels.kernels if kernels else [])]
+    long_names += [c.name for c in (comparison.top_changes if comparison else [])]
+    names = dict(zip(long_names, display_names(long_names, NAME_WIDTH), strict=True))
     env_rows = []
     if env_audit is not None:
         order = {"bad": 0, "unknown": 1, "ok": 2}
@@ -298,6 +304,7 @@ def render_report(profile: api.ProfileRef, compare_base: api.ProfileRef | None =
             warnings=warnings,
             not_applicable=(rep.not_applicable if rep else {}),
             segments=SEGMENTS,
+            names=names,
         )
     )
 

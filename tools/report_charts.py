@@ -137,6 +137,7 @@ BELOW_MEDIAN_RGB = (76, 120, 168)
 # The colour scale spans at least +-10% of the median: differences of a few hundredths of a percent
 # (synchronous training equalises step time) stay white instead of spanning the whole scale.
 MIN_HEAT_SPAN = 0.10
+SCALE_MIN_H = 96   # px of the colour scale beside a heatmap of few ranks
 
 
 def _heat_colour(rgb: tuple[int, int, int], t: float) -> str:
@@ -172,7 +173,9 @@ def heatmap(rows: list[BreakdownRow], metric: str, totals: list[BreakdownRow]) -
     cell_h = 22 if len(ranks) <= 32 else 12
     left, top_pad = 70, 36
     width = left + cell_w * len(steps) + 170
-    height = max(top_pad + cell_h * len(ranks) + 20, top_pad + 252)  # room for the colour scale
+    # the colour scale is as tall as the map, at least SCALE_MIN_H (its three labels must not touch)
+    scale_h = max(cell_h * len(ranks), SCALE_MIN_H)
+    height = top_pad + scale_h + 24
     rgb = HEAT_COLOURS[metric]
     ch = Chart(id=f"heatmap-{metric}", title=f"{'Compute' if metric == 'compute' else 'Device idle'} time per rank "
                f"and step: deviation from the median {med:.2f} ms", width=width, height=height,
@@ -193,21 +196,23 @@ def heatmap(rows: list[BreakdownRow], metric: str, totals: list[BreakdownRow]) -
             ch.rects.append(Rect(left + j * cell_w, y, cell_w - 1, cell_h - 1, fill,
                                  f"rank {rk} step {st}: {'n/a' if v is None else f'{v:.3f} ms'}{dev}",
                                  key=f"{rk}:{st}", label=label, label_fill="#ffffff" if t > 0.6 else "#1d232b"))
-    _deviation_scale(ch, left + cell_w * len(steps) + 24, top_pad, rgb, med, span)
+    _deviation_scale(ch, left + cell_w * len(steps) + 24, top_pad, scale_h, rgb, med, span)
     return ch
 
 
-def _deviation_scale(ch: Chart, sx: float, top: float, rgb: tuple[int, int, int], med: float, span: float) -> None:
-    """The colour scale: +span at the top, the median (white) in the middle, -span at the bottom."""
+def _deviation_scale(ch: Chart, sx: float, top: float, h: float, rgb: tuple[int, int, int], med: float,
+                     span: float) -> None:
+    """The colour scale, `h` px tall: +span at the top, the median (white) in the middle, -span at the bottom."""
     n = 21
+    cell = h / n
     for k in range(n):
         dev = span * (1 - 2 * k / (n - 1))
-        ch.rects.append(Rect(sx, top + k * 10, 14, 10, _deviation_colour(rgb, dev, span)[0],
+        ch.rects.append(Rect(sx, top + k * cell, 14, cell + 0.5, _deviation_colour(rgb, dev, span)[0],
                              f"scale {dev * 100:+.0f}%"))
     ch.texts.append(Text(sx + 20, top + 9, f"+{span * 100:.0f}% ({med * (1 + span):.2f} ms)", size=10))
-    ch.texts.append(Text(sx + 20, top + 10 * (n // 2) + 8, f"median {med:.2f} ms", size=10))
+    ch.texts.append(Text(sx + 20, top + h / 2 + 4, f"median {med:.2f} ms", size=10))
     low = min(span, 1.0)   # nothing is more than 100% below the median
-    ch.texts.append(Text(sx + 20, top + 10 * n - 1, f"-{low * 100:.0f}% ({med * (1 - low):.2f} ms)", size=10))
+    ch.texts.append(Text(sx + 20, top + h - 1, f"-{low * 100:.0f}% ({med * (1 - low):.2f} ms)", size=10))
 
 
 def compare_chart(base: Any, target: Any) -> Chart | None:

@@ -373,7 +373,8 @@ class SlowRankCheck(Check):
         f = self.finding(
             ctx, title=(f"rank {r} arrives last at {ra.last} of {ra.matched} collectives; the other ranks wait "
                         f"{ra.caused_per_step_ms:.2f} ms per step for it"),
-            subject="arrival", ranks=[r], steps=ra.steps, impact_ms=ra.caused_per_step_ms,
+            subject="arrival", ranks=[r], steps=[s for s in ra.steps if s in set(ctx.steps_of(r))],
+            impact_ms=ra.caused_per_step_ms,
             evidence={"dimension": "arrival", "source": arr.source, "matched": ra.matched, "last": ra.last,
                       "share_last": ra.share_last, "wait_caused_ms": ra.caused_ms,
                       "wait_caused_per_step_ms": ra.caused_per_step_ms, "before_arrival": ra.before,
