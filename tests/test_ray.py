@@ -85,6 +85,29 @@ def test_real_profile_through_ray_equals_the_local_store(cluster, tmp_path, data
     _assert_same_store(via_ray, local, min_rows)
 
 
+@needs_ray
+def test_big_tables_through_parquet_shards_give_the_same_store(cluster, tmp_path, monkeypatch):
+    """With a shard folder, a rank's big tables cross as Parquet files inserted by DuckDB; same store, and
+    the files are gone afterwards."""
+    from stepdoctor.analysis.store import ray_engine
+
+    prof = need(REAL / "ascend/msinsight-pt-text-l1")
+    monkeypatch.setenv(ray_engine.SHARDS_ENV, str(tmp_path / "shards"))
+    monkeypatch.setattr(ray_engine, "SHARD_MIN_ROWS", 500)
+    monkeypatch.setattr(ray_engine.Writer, "data_file", _counting(ray_engine.Writer.data_file, seen := []))
+    via_ray = _build(prof, tmp_path / "ray", engine="ray")
+    assert len(seen) >= 4 and sum(seen) > 5_000  # several tables of both ranks went through files
+    assert list((tmp_path / "shards").iterdir()) == []
+    _assert_same_store(via_ray, _build(prof, tmp_path / "local", engine="here"), 10_000)
+
+
+def _counting(method, seen: list):
+    def wrapped(self, rank, table, path, rows):
+        seen.append(rows)
+        return method(self, rank, table, path, rows)
+    return wrapped
+
+
 @pytest.fixture(scope="module")
 def generated_256(tmp_path_factory) -> Path:
     from stepdoctor.evals.generate import Scenario, write_kineto_profile
@@ -141,6 +164,26 @@ def test_a_rank_the_reader_refuses_is_skipped_at_once(cluster, tmp_path):
     assert via_ray.info.ranks == local.info.ranks == [0, 1]
     assert via_ray.warnings == local.warnings
     assert any(w.startswith("rank skipped:") and "sampled_rank-7.json" in w for w in via_ray.warnings)
+
+
+@needs_ray
+def test_the_cli_flag_ingests_through_ray_and_answers_the_same(cluster, tmp_path, monkeypatch, capsys):
+    from stepdoctor.tools import cli
+
+    prof = need(REAL / "gpu-h100/gloo2_straggler")
+    marks = tmp_path / "marks"
+    monkeypatch.setenv(FAULT_ENV, f"0:1:{marks}")  # proof that the ranks went through Ray tasks
+    answers = []
+    for flag in (["--ray"], []):
+        monkeypatch.setenv("STEPDOCTOR_CACHE_DIR", str(tmp_path / f"cache{len(answers)}"))
+        store.forget_opened()
+        try:
+            assert cli.main(["breakdown", str(prof), "--format", "json", *flag]) == 0
+        finally:
+            store.use_engine(None)
+        answers.append(json.loads(capsys.readouterr().out))
+    assert sorted(p.name for p in marks.iterdir()) == ["rank-0.attempt-1", "rank-0.attempt-2"]
+    assert answers[0] == answers[1] and len(answers[0]["rows"]) >= 2
 
 
 NO_RAY = r"""

@@ -9,6 +9,11 @@ results arrive, so every table holds the same rows (a multiset: row order may di
 Memory: at most `in_flight` results wait in the object store (twice the cluster's CPUs by default), and the
 driver holds one rank's columns at a time plus the writer's row groups, whatever the number of ranks.
 
+Shards: with a folder that the tasks and the driver share (`shard_dir`, or STEPDOCTOR_RAY_SHARDS), a task
+writes each table of at least `shard_min_rows` rows of its rank as a Parquet file there and returns its path:
+the big columns then cross compressed, through the shared storage, and DuckDB inserts them from the file
+without Python touching them. The files are removed once inserted.
+
 Failures: a rank whose reader fails (ProfileError) is answered, not raised, and skipped at once (parsing it
 again gives the same error). A task whose process dies (killed, out of memory, a lost node) is retried by
 Ray `max_retries` times; when every attempt failed the rank is skipped with Ray's reason in the warnings.
@@ -18,34 +23,83 @@ This module imports Ray only inside `build_with_ray`: nothing else in stepdoctor
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..ingest.base import ProfileError, RankSource
+from ..ingest.base import Coded, ProfileError, RankSource
 from ..ingest.discover import Discovery
 from .parse import Parts, parse_rank
 from .pool import ProgressFn
-from .writer import Writer, connect_for_writing
+from .writer import CHUNK_ROWS, Writer, connect_for_writing, row_count
 
 # A failed attempt is retried once: a rank is skipped after two failed attempts.
 MAX_RETRIES = 1
 # Test hook: "RANK:FAILURES:DIR" makes the task of rank RANK exit abruptly on its first FAILURES attempts
 # (attempts are counted with marker files in DIR, shared by the nodes of a test cluster on one machine).
 FAULT_ENV = "STEPDOCTOR_RAY_FAULT"
+SHARDS_ENV = "STEPDOCTOR_RAY_SHARDS"
+# A rank's table of at least this many rows goes through a shard when shards are on (smaller ones are not
+# worth a file: an INSERT from a file costs a few milliseconds whatever its size).
+SHARD_MIN_ROWS = 4 * CHUNK_ROWS
 
-TaskResult = tuple[int, Parts, list[str], list[str]] | str  # (rank, parts, warnings, capabilities) | error
+
+@dataclass(frozen=True)
+class ShardFile:
+    """A block of a table written by a task as a Parquet file (columns named as the table's)."""
+
+    path: str
+    rows: int
 
 
-def parse_task(src: RankSource, fault: str | None = None) -> TaskResult:
-    """Run in a Ray worker: parse one rank; its columns, or the one-line error that skips it."""
+Block = dict[str, Any] | ShardFile
+TaskResult = tuple[int, list[tuple[str, Block]], list[str], list[str]] | str  # (rank, parts, warnings, caps) | error
+
+
+def parse_task(src: RankSource, fault: str | None = None, shard_dir: str | None = None,
+               shard_min_rows: int = SHARD_MIN_ROWS) -> TaskResult:
+    """Run in a Ray worker: parse one rank; its columns (big tables as shard files when `shard_dir` is set),
+    or the one-line error that skips it."""
     if fault:
         _inject_fault(src, fault)
     try:
         t, parts = parse_rank(src)
+        blocks = _shards(t.rank, parts, Path(shard_dir), shard_min_rows) if shard_dir else list(parts)
     except ProfileError as e:
         return str(e)
-    return t.rank, parts, list(t.warnings), sorted(t.capabilities)
+    except OSError as e:  # the shard folder
+        return f"{src.path}: cannot write its shard: {e}"
+    return t.rank, blocks, list(t.warnings), sorted(t.capabilities)
+
+
+def _shards(rank: int, parts: Parts, folder: Path, min_rows: int) -> list[tuple[str, Block]]:
+    """Each table of at least `min_rows` rows written to its own Parquet file in `folder`."""
+    out: list[tuple[str, Block]] = []
+    con = None
+    try:
+        for table, cols in parts:
+            n = row_count(cols)
+            if table == "ranks" or n < min_rows:
+                out.append((table, cols))
+                continue
+            if con is None:
+                import duckdb
+
+                folder.mkdir(parents=True, exist_ok=True)
+                con = duckdb.connect(config={"threads": 1})
+            path = folder / f"{uuid.uuid4().hex}-rank{rank}-{table}.parquet"
+            con.register("_part", {c: a.decode() if isinstance(a, Coded) else a for c, a in cols.items()})
+            con.execute("COPY (SELECT * FROM _part) TO '" + str(path).replace("'", "''") + "' (FORMAT parquet)")
+            con.unregister("_part")
+            out.append((table, ShardFile(str(path), n)))
+    finally:
+        if con is not None:
+            con.close()
+    return out
 
 
 def _inject_fault(src: RankSource, fault: str) -> None:
@@ -68,19 +122,42 @@ def connect(address: str | None) -> Any:
     except ImportError as e:
         raise ProfileError(None, f"the Ray engine needs Ray ({e}): pip install 'stepdoctor[ray]'") from None
 
+    _ray_messages_to_stderr()
     if not ray.is_initialized():
         ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="WARNING",
                  configure_logging=False)
     return ray
 
 
+def _ray_messages_to_stderr() -> None:
+    """Ray prints its daemons' messages ("(raylet) A worker died ...") on the driver's stdout, where a command
+    writes its answer (JSON): send them to stderr. This patches a private function of Ray; if a Ray version
+    has no such function, nothing changes."""
+    with contextlib.suppress(Exception):
+        from ray._private import worker
+
+        original = worker.print_to_stdstream
+        if getattr(original, "to_stderr", False):
+            return
+
+        def to_stderr(data: dict, ignore_prefix: bool) -> None:
+            original({**data, "is_err": True}, ignore_prefix)
+
+        to_stderr.to_stderr = True  # type: ignore[attr-defined]
+        worker.print_to_stdstream = to_stderr
+
+
 def build_with_ray(disc: Discovery, out: Path, progress: ProgressFn | None, *, address: str | None = None,
-                   in_flight: int | None = None, max_retries: int = MAX_RETRIES) -> tuple[int, list[str]]:
+                   in_flight: int | None = None, max_retries: int = MAX_RETRIES, shard_dir: Path | None = None,
+                   shard_min_rows: int | None = None) -> tuple[int, list[str]]:
     """Parse every rank of `disc` in Ray tasks and insert them into a new database at `out`; returns (ranks
     stored, errors of the skipped ranks)."""
     ray = connect(address)
     task = ray.remote(num_cpus=1, max_retries=max_retries, retry_exceptions=False)(parse_task)
     fault = os.environ.get(FAULT_ENV)
+    base = shard_dir or os.environ.get(SHARDS_ENV)
+    shards = str(Path(base) / f"{out.name}.shards") if base else None  # this build's own, removed after it
+    min_rows = SHARD_MIN_ROWS if shard_min_rows is None else shard_min_rows
     cpus = int(ray.cluster_resources().get("CPU", 1))
     limit = max(1, in_flight or 2 * cpus)
     todo = list(reversed(disc.sources))
@@ -92,7 +169,7 @@ def build_with_ray(disc: Discovery, out: Path, progress: ProgressFn | None, *, a
         while todo or running:
             while todo and len(running) < limit:  # backpressure: results wait in the store, not here
                 src = todo.pop()
-                running[task.remote(src, fault)] = src
+                running[task.remote(src, fault, shards, min_rows)] = src
             (ref,), _ = ray.wait(list(running), num_returns=1)
             src = running.pop(ref)
             try:
@@ -112,17 +189,29 @@ def build_with_ray(disc: Discovery, out: Path, progress: ProgressFn | None, *, a
         writer.finish([*disc.warnings, *(f"rank skipped: {e}" for e in errors)])
     finally:
         con.close()
+        if shards:  # (a task that died after writing a shard left it here)
+            shutil.rmtree(shards, ignore_errors=True)
     return stored, errors
 
 
-def _insert(writer: Writer, src: RankSource, result: tuple[int, Parts, list[str], list[str]]) -> str | None:
+def _insert(writer: Writer, src: RankSource, result: tuple[int, list[tuple[str, Block]], list[str], list[str]]
+            ) -> str | None:
     rank, parts, warnings, capabilities = result
-    if not writer.claim(rank):
-        return f"{src.path}: rank {rank} was already read from another source"
-    for table, cols in parts:
-        writer.data(rank, table, cols)
-    err = writer.done(rank, warnings, capabilities)
-    return f"{src.path}: {err}" if err else None
+    files = [b.path for _, b in parts if isinstance(b, ShardFile)]
+    try:
+        if not writer.claim(rank):
+            return f"{src.path}: rank {rank} was already read from another source"
+        for table, block in parts:
+            if isinstance(block, ShardFile):
+                writer.data_file(rank, table, block.path, block.rows)
+            else:
+                writer.data(rank, table, block)
+        err = writer.done(rank, warnings, capabilities)
+        return f"{src.path}: {err}" if err else None
+    finally:
+        for f in files:
+            with contextlib.suppress(OSError):
+                os.unlink(f)
 
 
 def _reason(e: Exception) -> str:

@@ -10,6 +10,7 @@ is removed with `DELETE ... WHERE rank = ?`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -78,6 +79,16 @@ def insert(cur: duckdb.DuckDBPyConnection, table: str, cols: dict[str, Any], ran
         cur.unregister("_part")
 
 
+def insert_file(cur: duckdb.DuckDBPyConnection, table: str, path: str, first: int, count: int, rank: int) -> None:
+    """INSERT rows [first, first + count) of a Parquet file (in file order) into `table`."""
+    names = [r[0] for r in cur.execute("SELECT name FROM parquet_schema(?) WHERE num_children IS NULL",
+                                       [path]).fetchall()]
+    cols = ", ".join(f'"{c}"' for c in names)
+    rank_col, rank_val = ("", "") if "rank" in names else ("rank, ", "?, ")
+    cur.execute(f"INSERT INTO {table} ({rank_col}{cols}) SELECT {rank_val}{cols} FROM read_parquet(?) "
+                f"LIMIT {int(count)} OFFSET {int(first)}", ([rank] if rank_val else []) + [path])
+
+
 def row_count(cols: dict[str, Any]) -> int:
     return len(next(iter(cols.values()), ()))
 
@@ -130,9 +141,22 @@ class Writer:
             return
         self._append(table, cols, rank)
 
+    def data_file(self, rank: int, table: str, path: str, rows: int) -> None:
+        """A block of `rows` rows of `table` in a Parquet file (its columns named as the table's; a missing
+        rank column is `rank`): inserted by DuckDB from the file, in the table's transaction like `data`."""
+        if not rows:
+            return
+        self._touched.setdefault(rank, set()).add(table)
+        self._append_rows(table, rows, lambda cur, i, k: insert_file(cur, table, path, i, k, rank))
+
     def _append(self, table: str, cols: dict[str, Any], rank: int) -> None:
-        """Insert a block through the table's own transaction, committed at each row-group boundary."""
         n = row_count(cols)
+        self._append_rows(table, n, lambda cur, i, k: insert(
+            cur, table, cols if k == n else {c: a[i:i + k] for c, a in cols.items()}, rank))
+
+    def _append_rows(self, table: str, n: int, insert_rows: Callable[[Any, int, int], None]) -> None:
+        """Insert `n` rows through the table's own transaction, committed at each row-group boundary:
+        `insert_rows(cursor, first, count)` inserts a run of them."""
         entry = self._open.get(table)
         if entry is None:
             cur = self.con.cursor()
@@ -143,7 +167,7 @@ class Writer:
         i = 0
         while i < n:
             k = min(n - i, self.row_group_rows - have)
-            insert(cur, table, cols if k == n else {c: a[i:i + k] for c, a in cols.items()}, rank)
+            insert_rows(cur, i, k)
             i += k
             have += k
             if have >= self.row_group_rows:  # a full row group: commit, so DuckDB writes it compressed

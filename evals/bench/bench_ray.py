@@ -38,6 +38,36 @@ def _generate(out: Path, ranks: int, events: int) -> Path:
     return out
 
 
+class _AnonPeak:
+    """The peak of this process's private resident memory (RssAnon), sampled every 20 ms in a thread. Peak
+    RSS (ru_maxrss) also counts the pages of Ray's shared-memory object store that the driver has read
+    results from (up to the store's size), which are not the driver's own."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.peak_kb = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("RssAnon:"):
+                    self.peak_kb = max(self.peak_kb, int(line.split()[1]))
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.02):
+            self._sample()
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        return round(self.peak_kb / 1024, 1)
+
+
 def _one(engine: str, prof: str, address: str | None, ray_root: int | None) -> dict:
     """In a fresh driver process: build the store once, report wall, CPU and peak RSS (and the CPU of the
     Ray processes below `ray_root`, sampled before this driver exits: Ray ends a driver's workers with it)."""
@@ -50,10 +80,12 @@ def _one(engine: str, prof: str, address: str | None, ray_root: int | None) -> d
 
         connect(address)
     ray0 = _ray_cpu(ray_root) if ray_root else {}
+    anon = _AnonPeak()
     t0, c0 = time.perf_counter(), time.process_time()
     prof_ = store.open_profile(prof, cache_dir=Path(tempfile.mkdtemp()), engine=engine)  # type: ignore[arg-type]
     wall = time.perf_counter() - t0
     ray_cpu = _cpu_since(ray0, _ray_cpu(ray_root)) if ray_root else 0.0
+    anon_peak_mb = anon.stop()
     rows = prof_.rows("SELECT count(*) FROM device_ops")[0][0]
     me = psutil.Process()
     while me.children():  # released children: reaped so that their CPU and peak count
@@ -62,7 +94,8 @@ def _one(engine: str, prof: str, address: str | None, ray_root: int | None) -> d
     self_ru, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return {"engine": engine, "wall_s": round(wall, 2), "driver_cpu_s": round(time.process_time() - c0, 2),
             "children_cpu_s": round(kids.ru_utime + kids.ru_stime, 2),
-            "driver_peak_mb": round(self_ru.ru_maxrss / 1024, 1), "child_peak_mb": round(kids.ru_maxrss / 1024, 1),
+            "driver_peak_mb": round(self_ru.ru_maxrss / 1024, 1), "driver_anon_peak_mb": anon_peak_mb,
+            "child_peak_mb": round(kids.ru_maxrss / 1024, 1),
             "ranks": len(prof_.info.ranks), "device_ops": rows, "ray_processes_cpu_s": round(ray_cpu, 2)}
 
 
@@ -133,11 +166,10 @@ def main(argv: list[str] | None = None) -> int:
         row = {"ranks": n, "mb": round(size / 2**20, 1), "generate_s": round(time.perf_counter() - t0, 1)}
         base = [sys.executable, "-m", "stepdoctor.evals.bench.bench_ray", "--one"]
         row["pool"] = _run([*base, "pool", str(prof)])
-        r = row["ray"] = _run([*base, "ray", str(prof), "--address", address, "--ray-root", str(me)])
+        row["ray"] = _run([*base, "ray", str(prof), "--address", address, "--ray-root", str(me)])
         for k in ("pool", "ray"):
             e = row[k]
             e["cpu_s"] = round(e["driver_cpu_s"] + e["children_cpu_s"] + e["ray_processes_cpu_s"], 2)
-        row["ray_driver_kb_per_rank"] = round(r["driver_peak_mb"] * 1024 / n, 1)
         if n == a.issues:
             row.update(_issues(prof))
         print(json.dumps(row), flush=True)
