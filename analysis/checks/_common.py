@@ -6,7 +6,6 @@ Kept out of the check modules themselves so each check module holds one check.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +14,17 @@ import pandas as pd
 
 from ..metrics.intervals import Coverage
 from ..thresholds import T
+from ._arrays import (  # noqa: F401  (the checks import these from here)
+    by_rank,
+    by_value,
+    columns,
+    group_cumsum,
+    group_shift,
+    map_by_value,
+    rank_ordered,
+    rank_slices,
+    series_sum,
+)
 from .base import CheckContext
 
 NS_PER_MS = 1e6
@@ -139,17 +149,6 @@ def worst_rank(per_rank_ms: dict[int, float]) -> tuple[int | None, float | None]
         return None, None
     rank = max(sorted(per_rank_ms), key=lambda r: per_rank_ms[r])
     return rank, per_rank_ms[rank]
-
-
-def series_sum(values: np.ndarray) -> Any:
-    """What pandas' Series.sum() gives for these values, without building a Series: NaN counts as 0 and the
-    rest is numpy's (pairwise) sum over the values in their order, so the float result is the same bits."""
-    v = np.asarray(values)
-    if v.dtype.kind == "f":
-        nan = np.isnan(v)
-        if nan.any():
-            v = np.where(nan, 0.0, v)
-    return v.sum()
 
 
 def per_rank_ms(g: pd.DataFrame, col: str, steps: dict[int, list[int]]) -> dict[int, float]:
@@ -351,126 +350,6 @@ def in_steps(df: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
     if df.empty:
         return df
     return df[in_steps_mask(df["rank"].to_numpy(), df["step"].to_numpy(), windows)]
-
-
-def group_cumsum(keys: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Running sum of `values` within each group of equal `keys`, in row order (pandas groupby().cumsum())."""
-    order = np.argsort(keys, kind="stable")
-    k, v = keys[order], values[order]
-    cs = np.cumsum(v)
-    start = np.ones(k.size, dtype=bool)
-    start[1:] = k[1:] != k[:-1]
-    base = np.maximum.accumulate(np.where(start, np.arange(k.size), 0))
-    out = np.empty_like(cs)
-    out[order] = cs - (cs[base] - v[base])
-    return out
-
-
-def group_shift(keys: np.ndarray, values: np.ndarray, fill: Any) -> np.ndarray:
-    """The previous row's value within each group of equal `keys` (row order), `fill` for a group's first row
-    (pandas groupby().shift(1))."""
-    order = np.argsort(keys, kind="stable")
-    k, v = keys[order], values[order]
-    prev = np.empty(v.size, dtype=np.result_type(v.dtype, np.asarray(fill).dtype))
-    prev[:] = fill
-    same = np.zeros(k.size, dtype=bool)
-    same[1:] = k[1:] == k[:-1]
-    prev[1:][same[1:]] = v[:-1][same[1:]]
-    out = np.empty_like(prev)
-    out[order] = prev
-    return out
-
-
-def by_value(values: Any, pred: Callable[[Any], Any]) -> np.ndarray:
-    """bool(pred(v)) for each element of `values`, evaluated once per distinct value: names repeat (a few
-    hundred distinct among tens of thousands of ops), so regex tests per row cost far more than per name."""
-    vals = np.asarray(values, dtype=object)
-    codes, uniques = pd.factorize(vals, use_na_sentinel=True)
-    res = np.fromiter((bool(pred(u)) for u in uniques), dtype=bool, count=len(uniques))
-    out = res[codes] if len(uniques) else np.zeros(len(vals), dtype=bool)
-    na = codes < 0
-    if na.any():   # None / NaN: judged one by one, exactly as given
-        out[na] = [bool(pred(v)) for v in vals[na]]
-    return out
-
-
-def map_by_value(values: Any, fn: Callable[[Any], Any]) -> np.ndarray:
-    """fn(v) for each element of `values` as an object array, computed once per distinct value (None / NaN
-    one by one, exactly as given)."""
-    vals = np.asarray(values, dtype=object)
-    codes, uniques = pd.factorize(vals, use_na_sentinel=True)
-    res = np.empty(len(uniques) + 1, dtype=object)
-    res[:-1] = [fn(u) for u in uniques]
-    out = res[codes]
-    na = codes < 0
-    if na.any():
-        out[na] = [fn(v) for v in vals[na]]
-    return out
-
-
-def columns(ctx: CheckContext, query: str, params: list | None = None) -> dict[str, np.ndarray]:
-    """Query result as plain numpy columns, without pandas: NULL becomes None in text (object) columns and
-    NaN in numeric ones (then float64). Row-wise pandas access dominated several checks' time."""
-    out: dict[str, np.ndarray] = {}
-    for name, col in ctx.profile.arrays(query, params).items():
-        if isinstance(col, np.ma.MaskedArray):
-            # (filled(None) would fill text with numpy's default fill value, '?', not None)
-            col = np.where(np.ma.getmaskarray(col), None, np.ma.getdata(col)) if col.dtype == object \
-                else col.astype("float64").filled(np.nan)
-        out[name] = np.asarray(col)
-    return out
-
-
-def rank_ordered(ctx: CheckContext, ranks: list[int], one_query: str, all_query: str, keys: tuple[str, ...],
-                 extra: list | None = None) -> dict[int, dict[str, np.ndarray]]:
-    """Per rank, the columns of `one_query` (a per-rank query: `rank = ?` first, then `extra` parameters,
-    ORDER BY `keys`), fetched for all ranks at once by `all_query` (the same rows for `rank IN (...)`, ranks
-    first in its parameters, ORDER BY rank and then `keys`; it selects rank and the keys).
-
-    Where a rank's keys are all distinct, the sort leaves one possible order, so its slice of the common
-    result is exactly what its own query returns. DuckDB does not order rows with equal keys the same way in
-    both queries, so a rank with equal keys is fetched by its own query (rare: equal start times)."""
-    extra = list(extra or [])
-    a = columns(ctx, all_query, [*(int(r) for r in ranks), *extra])
-    rank = a["rank"].astype(np.int64)
-    tie = np.zeros(rank.size, dtype=bool)
-    if rank.size > 1:
-        same = rank[1:] == rank[:-1]
-        for k in keys:
-            v = a[k]
-            eq = v[1:] == v[:-1]
-            if v.dtype.kind == "f":
-                eq |= np.isnan(v[1:]) & np.isnan(v[:-1])   # NULLs sort together
-            same &= eq
-        tie[1:] = same
-    slices = {r: (i, j) for r, i, j in rank_slices(rank)}
-    out: dict[int, dict[str, np.ndarray]] = {}
-    for r in ranks:
-        i, j = slices.get(int(r), (0, 0))
-        if tie[i:j].any():
-            out[int(r)] = columns(ctx, one_query, [int(r), *extra])
-        else:
-            out[int(r)] = {k: v[i:j] for k, v in a.items()}
-    return out
-
-
-def by_rank(rank: Any) -> tuple[np.ndarray, list[tuple[int, int, int]]]:
-    """(a stable order sorting `rank`, the `rank_slices` of the sorted ranks): rows split by rank with one
-    sort, each rank's rows in their original order, so sums over a slice add the same values in the same
-    order as a pandas sum per rank (one sort instead of a mask or groupby per rank)."""
-    rank = np.asarray(rank, dtype=np.int64)
-    order = np.argsort(rank, kind="stable")
-    return order, rank_slices(rank[order])
-
-
-def rank_slices(rank: np.ndarray) -> list[tuple[int, int, int]]:
-    """(rank, first row, end row) of each run of equal ranks in a rank column sorted by rank."""
-    if rank.size == 0:
-        return []
-    cut = np.flatnonzero(np.diff(rank)) + 1
-    starts = np.concatenate(([0], cut))
-    ends = np.concatenate((cut, [rank.size]))
-    return [(int(rank[i]), int(i), int(j)) for i, j in zip(starts, ends, strict=True)]
 
 
 def fmt_ms(x: float) -> str:
