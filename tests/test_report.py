@@ -421,6 +421,19 @@ def test_timeline_of_one_step_shows_the_late_rank_and_the_waiting_rank(tmp_path:
     assert tl.find_all("rect", data_key="0:comm") and tl.find_all("rect", data_key="1:idle")
 
 
+def test_timeline_of_cluster4_names_the_straggler_the_slow_rank_and_the_waiters(report):
+    """cluster4 step 2 (the slowest): rank 0 idles ~250 ms at its end (slow in free), rank 3 computes slower
+    and arrives last at every all-reduce, ranks 1 and 2 wait; the axis ticks are round."""
+    _, _, dom = report
+    tl = dom.by_id("chart-timeline")
+    assert tl.attrs["data-step"] == "2" and tl.attrs["data-ranks"] == "4" and tl.attrs["data-aligned"] == "true"
+    labels = [t.all_text() for t in tl.find_all("text")]
+    assert {"rank 0 (slow)", "rank 1 (waits)", "rank 2 (waits)", "rank 3 (arrives last)"} \
+        <= set(labels)
+    assert "step 350.0 ms: compute 18.6, comm 5.2, idle 326.2" in labels
+    assert [x for x in labels if x.endswith(" ms") and x[0].isdigit()] == ["0 ms", "100 ms", "200 ms", "300 ms"]
+
+
 def test_no_timeline_for_one_rank(tmp_path: Path):
     out = write_report(need(RANK0), tmp_path / "one.html")
     assert not parse(out.read_text(encoding="utf-8")).find_all("svg", id="chart-timeline")

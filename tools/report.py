@@ -250,7 +250,8 @@ def render_report(profile: api.ProfileRef, compare_base: api.ProfileRef | None =
     if bd is not None:
         if (c := breakdown_chart(bd.totals)) is not None:
             charts.append(c)
-        timeline = _safe("timeline", lambda: step_timeline(prof, bd.rows, bd.totals, stragglers(findings)),
+        slow = {r for f in findings if f.check in STRAGGLER_CHECKS for r in f.ranks}
+        timeline = _safe("timeline", lambda: step_timeline(prof, bd.rows, bd.totals, stragglers(findings), slow),
                          section_warnings)
         for metric in ("compute", "free"):
             if (h := heatmap(bd.rows, metric, bd.totals)) is not None:

@@ -63,17 +63,27 @@ class Chart:
     data: dict[str, str] = field(default_factory=dict)
 
 
-def _nice_max(v: float) -> float:
-    """A round axis maximum >= v (1, 2, 2.5, 5 x 10^k)."""
+def nice_step(v: float, most: int = 6) -> float:
+    """The smallest round tick step (1, 2, 2.5, 5 x 10^k) that cuts [0, v] into at most `most` parts."""
     if v <= 0:
         return 1.0
     import math
 
-    exp = 10 ** math.floor(math.log10(v))
+    exp = 10 ** math.floor(math.log10(v / most))
     for f in (1, 2, 2.5, 5, 10):
-        if f * exp >= v:
+        if v / (f * exp) <= most:
             return f * exp
     return 10 * exp
+
+
+def _nice_max(v: float) -> float:
+    """A round axis maximum >= v: the next multiple of `nice_step(v)` (105 ms -> 120, 225 -> 250)."""
+    if v <= 0:
+        return 1.0
+    import math
+
+    step = nice_step(v)
+    return step * math.ceil(v / step - 1e-9)
 
 
 def _rank_selection(totals: list[BreakdownRow]) -> tuple[list[BreakdownRow], int]:
@@ -122,8 +132,9 @@ def breakdown_chart(totals: list[BreakdownRow]) -> Chart | None:
         ch.texts.append(Text(x + 4, y + bar_h * 0.72, f"{step:.2f}", size=10, cls="value"))
     axis_y = top_pad + len(means) * (bar_h + gap)
     ch.lines.append((left, axis_y, left + plot_w, axis_y))
-    for k in range(5):
-        v = top * k / 4
+    tick = nice_step(top)
+    for k in range(round(top / tick) + 1):
+        v = tick * k
         x = left + v * scale
         ch.lines.append((x, top_pad - 4, x, axis_y))
         ch.texts.append(Text(x, axis_y + 14, f"{v:g}", anchor="middle", size=10))

@@ -34,7 +34,7 @@ from ..analysis.metrics import collectives
 from ..analysis.metrics.breakdown import BreakdownRow, standing_out
 from ..analysis.metrics.intervals import Coverage
 from ..analysis.store import Profile
-from .report_charts import Chart, Rect, Text
+from .report_charts import Chart, Rect, Text, nice_step
 
 MAX_TIMELINE_RANKS = 16
 PLOT_W = 720          # px of the time axis
@@ -158,8 +158,10 @@ def _lanes(prof: Profile, ranks: list[int], step: int, offsets: dict[int, int]) 
 
 
 def step_timeline(prof: Profile, rows: list[BreakdownRow], totals: list[BreakdownRow],
-                  stragglers: list[int]) -> Chart | None:
-    """The timeline chart of one step for a profile of 2+ ranks; None when there is nothing to draw."""
+                  stragglers: list[int], slow: set[int] | frozenset[int] = frozenset()) -> Chart | None:
+    """The timeline chart of one step for a profile of 2+ ranks; None when there is nothing to draw.
+    Row labels: a straggler "arrives last", a rank another slow-rank finding names (`slow`) is "slow", the
+    others "wait" when there is a straggler."""
     if len({r.rank for r in rows}) < 2:
         return None
     picked = _pick_step(rows)
@@ -185,7 +187,8 @@ def step_timeline(prof: Profile, rows: list[BreakdownRow], totals: list[Breakdow
     px = PLOT_W / max(span_ns, 1)
     for i, ln in enumerate(lanes):
         y = top + i * (row_h + gap)
-        tag = " (arrives last)" if ln.rank in stragglers else (" (waits)" if stragglers else "")
+        tag = (" (arrives last)" if ln.rank in stragglers else " (slow)" if ln.rank in slow
+               else " (waits)" if stragglers else "")
         ch.texts.append(Text(left - 8, y + row_h * 0.72, f"rank {ln.rank}{tag}", anchor="end",
                              cls="straggler" if ln.rank in stragglers else ""))
         _runs(ch, ln, left, y, row_h, span_ns / 1e6 / PLOT_W)
@@ -198,10 +201,12 @@ def step_timeline(prof: Profile, rows: list[BreakdownRow], totals: list[Breakdow
         ch.lines.append((left + ln.w1 * px, y - 2, left + ln.w1 * px, y + row_h + 2))
     axis_y = top + len(lanes) * (row_h + gap)
     ch.lines.append((left, axis_y, left + PLOT_W, axis_y))
-    for k in range(6):
-        x = left + PLOT_W * k / 5
+    span_ms = span_ns / 1e6
+    tick = nice_step(span_ms)
+    for k in range(int(span_ms / tick + 1e-9) + 1):
+        x = left + PLOT_W * k * tick / span_ms
         ch.lines.append((x, axis_y, x, axis_y + 4))
-        ch.texts.append(Text(x, axis_y + 16, f"{span_ns / 1e6 * k / 5:.1f} ms", anchor="middle", size=10))
+        ch.texts.append(Text(x, axis_y + 16, f"{k * tick:g} ms", anchor="middle", size=10))
     return ch
 
 
