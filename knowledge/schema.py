@@ -40,15 +40,7 @@ EditKind = Literal[
 EDIT_KINDS: tuple[str, ...] = get_args(EditKind)
 
 # `verify` entries start with one of these stepdoctor commands (docs/contract.md).
-VERIFY_COMMANDS: tuple[str, ...] = (
-    "issues",
-    "breakdown",
-    "slow-ranks",
-    "slow-links",
-    "kernels",
-    "env",
-    "compare",
-)
+VERIFY_COMMANDS: tuple[str, ...] = ("issues", "breakdown", "slow-ranks", "slow-links", "kernels", "env", "compare")
 
 KEBAB_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]*$")
