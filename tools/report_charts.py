@@ -240,6 +240,7 @@ def compare_chart(base: Any, target: Any) -> Chart | None:
     left, bar_h, width = 70, 26, 760
     scale = (width - left - 120) / top
     ch = Chart(id="chart-compare", title="Per step, base against target (ms)", width=width, height=110,
+               legend=[("compute", parts[0][2]), ("communication", parts[1][2]), ("free (device idle)", parts[2][2])],
                data={"base-ms": f"{steps[0]:.3f}", "target-ms": f"{steps[1]:.3f}"})
     for i, (name, _) in enumerate(sides):
         y = 14 + i * (bar_h + 12)
