@@ -214,6 +214,8 @@ def lean(model: BaseModel) -> dict[str, Any]:
         for k in ("findings", "gone_findings"):
             data[k] = data[k][:COMPARE_FINDINGS]
     _prune(model, data, whole, comparison=isinstance(model, m.Comparison))
+    if isinstance(model, m.Comparison) and model.next_step:
+        data["next_step"] = mcp_hint(model.next_step)   # over MCP a hint names the tool call
     return data
 
 
@@ -508,9 +510,18 @@ def text_comparison(c: Any) -> str:
         lines += [_finding_line(i, f) for i, f in enumerate(c.findings[:5], 1)]
     lines += [f"Note: {n}" for n in c.notes[:5]]
     if c.next_step:
-        lines.append(f"Next: {c.next_step}")
+        lines.append(f"Next: {mcp_hint(c.next_step)}")
     lines += _warnings_text(c.warnings)
     return "\n".join(lines)
+
+
+_CLI_EXPLAIN = re.compile(r"^stepdoctor explain (\S+)$")
+
+
+def mcp_hint(step: str) -> str:
+    """A catalog hint in CLI syntax ("stepdoctor explain X", what the CLI prints) as the MCP tool call."""
+    hit = _CLI_EXPLAIN.match(step.strip())
+    return f'explain(id="{hit.group(1)}")' if hit else step
 
 
 def text_fixes(fl: Any) -> str:

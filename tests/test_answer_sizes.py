@@ -103,3 +103,18 @@ async def test_lean_structured_content_matches_the_output_schemas(tmp_path: Path
                 assert "before_arrival" in arrival.evidence["trimmed"]["explain"]
         r = await c.call_tool("explain", {"id": "slow-rank", "profile_id": pid, "finding": 5})
         assert "top_host_ops" in r.structured_content["finding"]["evidence"]["before_arrival"]   # explain: whole
+
+
+def test_comparison_hint_names_the_mcp_tool_not_the_cli():
+    from stepdoctor.server.answers import lean, mcp_hint, text_comparison
+    from stepdoctor.tools import api
+    from stepdoctor.tools.compare import compare_runs
+
+    assert mcp_hint("stepdoctor explain sdpa-fused-attention") == 'explain(id="sdpa-fused-attention")'
+    assert mcp_hint("lower limit") == "lower limit"
+    h100 = need(SHARED / "real" / "gpu-h100")
+    c = compare_runs(api.load(h100 / "clean"), api.load(h100 / "attn_math"))
+    assert c.next_step and c.next_step.startswith("stepdoctor explain ")   # the CLI's hint
+    text = text_comparison(c)
+    assert "Next: explain(id=" in text and "stepdoctor explain" not in text
+    assert lean(c)["next_step"].startswith('explain(id="')

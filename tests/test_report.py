@@ -434,6 +434,27 @@ def test_timeline_of_cluster4_names_the_straggler_the_slow_rank_and_the_waiters(
     assert [x for x in labels if x.endswith(" ms") and x[0].isdigit()] == ["0 ms", "100 ms", "200 ms", "300 ms"]
 
 
+def test_compare_report_on_real_h100_runs_shows_readable_kernel_names(tmp_path: Path):
+    """attn_math against clean (real H100): the verdict is an overview card; kernel and op names are shown as
+    tables show them (at most NAME_WIDTH characters, the full C++ signature in the title), not 500-character
+    signatures wrapping over ten lines."""
+    from conftest import SHARED
+    from stepdoctor.tools.report import NAME_WIDTH
+
+    h100 = need(SHARED / "real" / "gpu-h100")
+    out = write_report(h100 / "attn_math", tmp_path / "cmp.html", compare_base=h100 / "clean")
+    dom = parse(out.read_text(encoding="utf-8"))
+    card = dom.by_id("card-compare")
+    assert card.find_all("b")[0].all_text() == "+35.78 ms" and card.attrs["href"] == "#comparison"
+    cells = [td for t in ("table-compare-changes", "table-kernels") for td in dom.by_id(t).find_all("td", class_="name")]
+    assert len(cells) >= 20
+    assert all(len(td.all_text()) <= NAME_WIDTH for td in cells)
+    assert max(len(td.attrs["title"]) for td in cells) > 300        # the full signatures are kept
+    shown = [td.all_text() for td in dom.by_id("table-compare-changes").find_all("td", class_="name")]
+    assert len(set(shown)) == len(shown)                             # two instantiations never look the same
+    assert dom.by_id("card-straggler").find_all("b")[0].all_text() == "one rank"
+
+
 def test_no_timeline_for_one_rank(tmp_path: Path):
     out = write_report(need(RANK0), tmp_path / "one.html")
     assert not parse(out.read_text(encoding="utf-8")).find_all("svg", id="chart-timeline")
