@@ -144,3 +144,22 @@ def test_host_ops_listed_in_a_cause_are_never_0_ms():
     times = [float(x) for x in re.findall(r" (\d+\.\d+) ms", listed)]
     assert times and min(times) >= 0.05
     assert "5.65 ms more than the other ranks on host work (74.9 ms against a median of 69.2 ms)" in f.message
+
+
+def test_no_empty_table_is_printed(tmp_path):
+    """gloo2_straggler has no link-level data and no environment: one line each says so, no header over no
+    rows (issue 24: empty tables with "no slow rank" under them)."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import SHARED
+
+    prof = str(need(SHARED / "real" / "gpu-h100" / "gloo2_straggler"))
+    env = {**os.environ, "STEPDOCTOR_CACHE_DIR": str(tmp_path)}
+    outs = {cmd: subprocess.run([sys.executable, "-m", "stepdoctor.tools.cli", cmd, prof], capture_output=True,
+                                text=True, env=env, timeout=300).stdout for cmd in ("slow-links", "env")}
+    assert "┏" not in outs["slow-links"] and "┏" not in outs["env"]
+    assert "no link-level communication data in this" in outs["slow-links"]
+    assert "0 finding(s): no check fired" in outs["slow-links"]
+    assert "Environment audit: no environment variables recorded" in outs["env"]

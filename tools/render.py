@@ -39,6 +39,7 @@ class Table:
     names: tuple[str, ...] = ()     # identifier columns: shortened to the width left, on one line
     optional: tuple[str | tuple[str, ...], ...] = ()  # left out on a narrow terminal, first listed first;
     #                                                    a tuple of columns goes together
+    empty: str = "none"             # printed after the title instead of a table without rows
 
 
 NAME_WIDTH = 80   # a name column's width in Markdown (no terminal to fit)
@@ -118,7 +119,8 @@ def tables_for(model: BaseModel) -> list[Table]:
                  _f(f.impact_pct), f.title, ", ".join(f.fixes[:2])] for i, f in enumerate(model.findings)]
         out = [Table(f"{len(model.findings)} finding(s)", ["#", "severity", "check", "ranks", "steps", "subject",
                                                          "impact_ms", "impact_%", "title", "fixes"], rows,
-                     text=("title",), names=("subject",), optional=("fixes", "subject", "steps", "impact_%"))]
+                     text=("title",), names=("subject",), optional=("fixes", "subject", "steps", "impact_%"),
+                     empty="no check fired")]
         if model.not_applicable:
             out.append(Table("Checks not applicable", ["check", "why"],
                              [[k, v] for k, v in sorted(model.not_applicable.items())], text=("why",)))
@@ -129,7 +131,8 @@ def tables_for(model: BaseModel) -> list[Table]:
         rows = [[lk.src, lk.dst, lk.transport, _f(lk.bandwidth_gbps), _f(lk.median_gbps), _f(lk.size_mb),
                  _f(lk.time_ms, 3)] for lk in model.links]
         out = [Table(f"Links, slowest first ({model.total} in all)", ["src", "dst", "transport", "GB/s",
-                                                                     "median GB/s", "MB", "ms"], rows)]
+                                                                     "median GB/s", "MB", "ms"], rows,
+                     empty="no link-level communication data in this profile")]
         out += tables_for(m.IssueReport(profile=model.profile, findings=model.findings))[:1]
         return out
     if isinstance(model, m.TopKernels):
@@ -171,7 +174,7 @@ def tables_for(model: BaseModel) -> list[Table]:
             shown = " | ".join(repr(x) if x else "unset" for x in vals)
             rows.append([v.name, v.status, shown, v.recommended or "-"])
         return [Table("Environment audit", ["variable", "status", "value(s)", "recommended"], rows,
-                      text=("value(s)", "recommended"))]
+                      text=("value(s)", "recommended"), empty="no environment variables recorded")]
     if isinstance(model, m.FixList):
         rows = [[f.id, ", ".join(f.vendors), ", ".join(f.checks), f.title] for f in model.fixes]
         more = f" (first {len(model.fixes)})" if model.truncated else ""
@@ -247,7 +250,10 @@ def render_table(model: BaseModel) -> None:
         if model.next_step:
             console.print(Text(f"next: {model.next_step}"))
     for t in tables_for(model):
-        console.print(fit_table(t, console.width))
+        if not t.rows:   # a header over no rows reads as a failure; one line says what is empty
+            console.print(Text(f"{t.title}: {t.empty}"))
+        else:
+            console.print(fit_table(t, console.width))
         if t.note:
             console.print(Text(f"  {t.note}"))
     if isinstance(model, m.IssueReport):
@@ -409,7 +415,9 @@ def markdown_tables(tables: Iterable[Table]) -> list[str]:
     lines: list[str] = []
     for t in tables:
         lines += [f"### {t.title}", ""]
-        if t.rows:
+        if not t.rows:
+            lines.append(t.empty[:1].upper() + t.empty[1:] + ".")
+        else:
             cells = [[str(x) for x in r] for r in t.rows]
             _shorten_names(t, cells, NAME_WIDTH)
             lines.append("| " + " | ".join(t.header) + " |")
