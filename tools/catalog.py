@@ -30,7 +30,7 @@ Resolve = Callable[[str], Profile]
 class Args(BaseModel):
     """Base of every tool's arguments: unknown names are errors, never ignored."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)   # validators built on first use (the CLI never validates)
 
 
 class IssuesArgs(Args):
