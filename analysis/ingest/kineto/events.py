@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 from decimal import Decimal, InvalidOperation
 from typing import Any, ClassVar, Union
 
@@ -57,10 +58,10 @@ class _Fields(msgspec.Struct, gc=False):
     name: str = ""
     pid: int | str | None = None
     tid: int | str | None = None
-    # µs. `ts` is decoded from the numeral's text (an epoch-µs float such as 1610366662254410.123 has no
-    # binary float within 0.25 µs of it) and made integer ns by `ts_ns`; `dur` stays a float: durations
-    # are below 2^43 µs, where `us_to_ns` gives the exact ns of a numeral with up to 3 decimals
-    ts: Decimal | None = None
+    # µs. `ts` stays the numeral's text (an epoch-µs float such as 1610366662254410.123 has no binary
+    # float within 0.25 µs of it), made integer ns a piece at a time by `ts_ns_column`; `dur` is a float:
+    # durations are below 2^43 µs, where `us_to_ns` gives the exact ns of a numeral with up to 3 decimals
+    ts: msgspec.Raw = msgspec.Raw()
     dur: float | None = None
     args: _Args = _NO_ARGS
 
@@ -162,12 +163,58 @@ def _coerce_event(e: _LooseEvent) -> _Event:
         return v if isinstance(v, (int, str)) and not isinstance(v, bool) else None
 
     return _Event(ph=text(e.ph, ""), cat=text(e.cat, None), name=text(e.name, ""), pid=ident(e.pid),
-                  tid=ident(e.tid), ts=_decimal(e.ts), dur=num(e.dur), args=args)
+                  tid=ident(e.tid), ts=_raw_numeral(_decimal(e.ts)), dur=num(e.dur), args=args)
 
 
 def ts_ns(ts: Decimal) -> int:
     """A decimal µs timestamp as integer ns, rounded half-even below the ns (exact: no binary float)."""
     return int(ts.scaleb(3).to_integral_value())
+
+
+TIME_LIMIT_NS = int(TIME_LIMIT_US) * 1000
+NO_NS = np.iinfo(np.int64).min   # ts_ns_column: no usable timestamp
+# Whole pieces of `ts` numerals in the two layouts Kineto writes: µs with exactly 3 decimals (ns), or whole
+# µs (older traces). At most 16 integer digits: what fits int64 once in ns is checked after parsing.
+_FIXED3_RE = re.compile(rb"-?\d{1,16}\.\d{3}(?:,-?\d{1,16}\.\d{3})*")
+_WHOLE_RE = re.compile(rb"-?\d{1,16}(?:,-?\d{1,16})*")
+
+
+def _raw_numeral(d: Decimal | None) -> msgspec.Raw:
+    return _EMPTY_RAW if d is None else msgspec.Raw(str(d).encode())
+
+
+def raw_ts_ns(raw: msgspec.Raw) -> int | None:
+    """One raw `ts` (a JSON number, or a string holding one) as integer ns; None when absent, not a finite
+    number, or beyond TIME_LIMIT_US."""
+    b = bytes(raw)
+    if b[:1] == b'"':
+        b = b[1:-1]
+    try:
+        d = Decimal(b.decode("ascii"))
+    except (InvalidOperation, UnicodeDecodeError):
+        return None
+    return ts_ns(d) if d.is_finite() and -TIME_LIMIT_US < d < TIME_LIMIT_US else None
+
+
+def ts_ns_column(raws: list[msgspec.Raw]) -> np.ndarray:
+    """A piece's raw `ts` values as int64 ns (NO_NS: absent, not a number, or beyond TIME_LIMIT_US).
+
+    The numerals are joined and checked as one text: in the layouts Kineto writes (3 decimals, or whole
+    µs) the digits are the ns (or µs) as written, parsed by numpy in C without a Python object per value.
+    Anything else is converted one value at a time through Decimal (`raw_ts_ns`), with the same result."""
+    blob = b",".join(raws)
+    with contextlib.suppress(OverflowError, ValueError):
+        if _FIXED3_RE.fullmatch(blob):
+            ns = np.array(blob.replace(b".", b"").split(b",")).astype(np.int64)
+        elif _WHOLE_RE.fullmatch(blob):
+            us = np.array(blob.split(b",")).astype(np.int64)
+            ns = us * 1000 if np.abs(us).max() < TIME_LIMIT_US else None
+        else:
+            ns = None
+        if ns is not None:
+            return np.where((ns > -TIME_LIMIT_NS) & (ns < TIME_LIMIT_NS), ns, NO_NS)
+    got = [raw_ts_ns(r) for r in raws]
+    return np.array([NO_NS if v is None else v for v in got], dtype=np.int64)
 
 
 def _decimal(v: Any) -> Decimal | None:

@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from .events import _ANY, _EMPTY_RAW, TIME_LIMIT_US, _Event, ts_ns
+from .events import _ANY, _EMPTY_RAW, NO_NS, TIME_LIMIT_US, _Event, raw_ts_ns, ts_ns_column
 from .names import _D_MTIA, _DEVICE_CODE, _DEVICE_TYPE_NAMES, _HOST_CODE, _IGNORED_CATS, _STEP_RE, DTYPE_BYTES
 
 # --------------------------------------------------------------------------------------------------
@@ -62,21 +62,33 @@ def _canonical_raws(raws: list[msgspec.Raw]) -> list[msgspec.Raw]:
 
 
 _NOT_COMPACT = (b"\n", b"\r", b"\t", b"\\")
+_NOT_A_LIST = re.compile(rb"\x01[^\[\x01]")   # a value after the first that does not open a list
 
 
-def _shape_texts(raws: list[msgspec.Raw], intern: dict[str, str | None]) -> list[str | None]:
-    """Input Dims JSON -> text, e.g. `[[4096, 1000], [1000, 4000]]` -> "4096,1000;1000,4000" (tensors split
-    by ';' like Ascend; a scalar input is an empty field; nested tensor lists are flattened). Done on one
-    blob per piece (bytes.join takes the Raw buffers directly) so no Python code runs per value; equal
-    texts share one str. An absent arg, a value that is not a list, or no inputs at all, gives None."""
-    blob = b"\x01".join(raws).replace(b" ", b"").replace(b"],[", b";").translate(None, b"[]")
+def _raw_blob(raws: list[msgspec.Raw]) -> bytes:
+    """The raw values joined by \\x01 (never in JSON text: control characters are escaped), canonical as
+    `_canonical_raws` makes them. The checks run over the joined bytes, in C: a piece whose values are all
+    compact lists or absent (the common case) is joined once and no Python code runs per value."""
+    blob = b"\x01".join(raws)
+    if (blob[:1] not in (b"", b"[", b"\x01") or _NOT_A_LIST.search(blob) is not None
+            or any(c in blob for c in _NOT_COMPACT)):
+        blob = b"\x01".join(_canonical_raws(raws))
+    return blob
+
+
+def _shape_texts(blob: bytes, intern: dict[str, str | None]) -> list[str | None]:
+    """Input Dims JSON (a `_raw_blob`) -> text, e.g. `[[4096, 1000], [1000, 4000]]` -> "4096,1000;1000,4000"
+    (tensors split by ';' like Ascend; a scalar input is an empty field; nested tensor lists are flattened).
+    Done on one blob per piece so no Python code runs per value; equal texts share one str. An absent arg,
+    a value that is not a list, or no inputs at all, gives None."""
+    blob = blob.replace(b" ", b"").replace(b"],[", b";").translate(None, b"[]")
     parts = blob.decode("utf-8", "replace").split("\x01")
     return list(map(intern.setdefault, parts, parts))
 
 
-def _type_texts(raws: list[msgspec.Raw], intern: dict[str, str | None]) -> list[str | None]:
-    """Input type JSON -> text: `["float", "Scalar"]` -> "float;Scalar" (same blob technique)."""
-    blob = b"\x01".join(raws).replace(b'", "', b";").replace(b'","', b";").translate(None, b'[]"')
+def _type_texts(blob: bytes, intern: dict[str, str | None]) -> list[str | None]:
+    """Input type JSON (a `_raw_blob`) -> text: `["float", "Scalar"]` -> "float;Scalar" (same technique)."""
+    blob = blob.replace(b'", "', b";").replace(b'","', b";").translate(None, b'[]"')
     parts = blob.decode("utf-8", "replace").split("\x01")
     return list(map(intern.setdefault, parts, parts))
 
@@ -176,8 +188,8 @@ class _Folder:
                     d_add(e)
                     dc_add(code)
                 elif c == "gpu_user_annotation":
-                    if (m := _STEP_RE.match(e.name)) and e.ts is not None:
-                        self.gpu_step_starts.append(ts_ns(e.ts))
+                    if (m := _STEP_RE.match(e.name)) and (ns := raw_ts_ns(e.ts)) is not None:
+                        self.gpu_step_starts.append(ns)
                         self.gpu_step_names.add(int(m.group(1)))
                 elif c not in _IGNORED_CATS:
                     self.skipped[c or "(none)"] += 1
@@ -189,22 +201,21 @@ class _Folder:
             self._fold_device(*self._with_times(dl, dc))
 
     def _with_times(self, evs: list[_Event], codes: list[int]
-                    ) -> tuple[list[_Event], list[int], list[int], list[float]]:
+                    ) -> tuple[list[_Event], list[int], np.ndarray, list[float]]:
         """The events with a time, their codes, `ts` as int ns and `dur` as float µs."""
-        ts = [e.ts for e in evs]
+        ts = ts_ns_column([e.ts for e in evs])
         dur = [e.dur for e in evs]
         # complete events without ts/dur carry no time: skipped (like HTA); so are times whose ns do not
         # fit int64 (beyond ~285 years of µs), which no clock writes
-        if None in ts or None in dur or not (min(ts) > -TIME_LIMIT_US and max(ts) < TIME_LIMIT_US
-                                             and min(dur) > -TIME_LIMIT_US and max(dur) < TIME_LIMIT_US):
-            keep = [i for i, e in enumerate(evs) if e.ts is not None and e.dur is not None
-                    and -TIME_LIMIT_US < e.ts < TIME_LIMIT_US and -TIME_LIMIT_US < e.dur < TIME_LIMIT_US]
+        if None in dur or (ts == NO_NS).any() or not (min(dur) > -TIME_LIMIT_US and max(dur) < TIME_LIMIT_US):
+            keep = [i for i, (t, d) in enumerate(zip(ts.tolist(), dur, strict=True))
+                    if t != NO_NS and d is not None and -TIME_LIMIT_US < d < TIME_LIMIT_US]
             self.no_dur += len(evs) - len(keep)
             evs = [evs[i] for i in keep]
             codes = [codes[i] for i in keep]
-            ts = [ts[i] for i in keep]
+            ts = ts[keep]
             dur = [dur[i] for i in keep]
-        return evs, codes, [ts_ns(t) for t in ts], dur  # type: ignore[return-value,arg-type]
+        return evs, codes, ts, dur  # type: ignore[return-value]
 
     def _ids(self, evs: list[_Event]) -> np.ndarray:
         ids = self.name_ids
@@ -214,7 +225,7 @@ class _Folder:
             got = [ids.setdefault(n, len(ids)) for n in names]
         return np.array(got, dtype=np.int32)
 
-    def _fold_host(self, hl: list[_Event], codes: list[int], ts: list[int], dur: list[float]) -> None:
+    def _fold_host(self, hl: list[_Event], codes: list[int], ts: np.ndarray, dur: list[float]) -> None:
         base = self.host.n
         cols = self.host.done
         cols["name"].append(self._ids(hl))
@@ -226,9 +237,9 @@ class _Folder:
         cols["corr"].append(_int_column([a.correlation for a in args]))
         cols["ext"].append(_int_column([a.external_id for a in args]))
         dims = [a.input_dims for a in args]
-        if any(dims) and any(dims := _canonical_raws(dims)):
-            cols["dims"].append(_shape_texts(dims, self.texts))
-            cols["types"].append(_type_texts(_canonical_raws([a.input_type for a in args]), self.texts))
+        if any(dims) and (blob := _raw_blob(dims)).strip(b"\x01"):
+            cols["dims"].append(_shape_texts(blob, self.texts))
+            cols["types"].append(_type_texts(_raw_blob([a.input_type for a in args]), self.texts))
             self.has_shapes = True
         else:
             cols["dims"].append([None] * len(hl))
@@ -242,7 +253,7 @@ class _Folder:
                                           None if a.pg_name is None else str(a.pg_name))
         self.host.n = base + len(hl)
 
-    def _fold_device(self, dl: list[_Event], codes: list[int], ts: list[int], dur: list[float]) -> None:
+    def _fold_device(self, dl: list[_Event], codes: list[int], ts: np.ndarray, dur: list[float]) -> None:
         base = self.dev.n
         cols = self.dev.done
         cols["name"].append(self._ids(dl))
@@ -275,9 +286,10 @@ class _Folder:
 
     def _memory(self, e: _Event) -> None:
         a = e.args
-        if e.ts is None or (a.total_allocated is None and a.total_reserved is None):
+        ns = raw_ts_ns(e.ts)
+        if ns is None or (a.total_allocated is None and a.total_reserved is None):
             return
         dt = a.device_type
         kind = _DEVICE_TYPE_NAMES.get(dt, f"device_type{dt}") if dt is not None else "unknown"
         comp = kind if kind == "cpu" else f"{kind}:{a.device_id if a.device_id is not None else 0}"
-        self.memory.append((ts_ns(e.ts), comp, a.total_allocated, a.total_reserved))
+        self.memory.append((ns, comp, a.total_allocated, a.total_reserved))
