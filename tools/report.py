@@ -251,7 +251,10 @@ def render_report(profile: api.ProfileRef, compare_base: api.ProfileRef | None =
         if (c := breakdown_chart(bd.totals)) is not None:
             charts.append(c)
         slow = {r for f in findings if f.check in STRAGGLER_CHECKS for r in f.ranks}
-        timeline = _safe("timeline", lambda: step_timeline(prof, bd.rows, bd.totals, stragglers(findings), slow),
+        late = stragglers(findings)
+        late_steps = next((f.steps for f in findings if late and f.check == "slow-rank" and f.ranks[:1] == late[:1]),
+                          None)
+        timeline = _safe("timeline", lambda: step_timeline(prof, bd.rows, bd.totals, late, slow, late_steps),
                          section_warnings)
         for metric in ("compute", "free"):
             if (h := heatmap(bd.rows, metric, bd.totals)) is not None:

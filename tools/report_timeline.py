@@ -1,8 +1,9 @@
 """The report's per-rank timeline of one step: compute / communication / other device work / idle on a
 shared time axis, one row per rank, so the late rank and the ranks waiting for it are visible.
 
-Which step: the slowest kept step present on two or more ranks (largest mean step time over the ranks); the
-caption says so. Which ranks: all up to MAX_TIMELINE_RANKS, else those that stand out (`standing_out`) plus
+Which step: the slowest kept step present on two or more ranks (largest mean step time over the ranks), among
+the steps the first straggler is late in when there is one (synchronous steps last about as long whether or not
+a rank was late); the caption says which. Which ranks: all up to MAX_TIMELINE_RANKS, else those that stand out (`standing_out`) plus
 every straggler.
 
 Time axis: each rank's clock is shifted so that the collectives matched across ranks (the n-th instance of
@@ -55,13 +56,14 @@ class Lane:
     totals_ms: dict[str, float]
 
 
-def _pick_step(rows: list[BreakdownRow]) -> tuple[int, float] | None:
-    """(step, mean step ms over ranks) of the slowest step present on 2+ ranks."""
+def _pick_step(rows: list[BreakdownRow], among: list[int]) -> tuple[int, float] | None:
+    """(step, mean step ms over ranks) of the slowest step present on 2+ ranks, in `among` if any is."""
     by: dict[int, list[float]] = {}
     for r in rows:
         if r.step is not None and r.step_ms is not None:
             by.setdefault(r.step, []).append(r.step_ms)
     cands = [(statistics.fmean(v), s) for s, v in by.items() if len(v) >= 2]
+    cands = [c for c in cands if c[1] in among] or cands
     if not cands:
         return None
     ms, step = max(cands)
@@ -158,13 +160,14 @@ def _lanes(prof: Profile, ranks: list[int], step: int, offsets: dict[int, int]) 
 
 
 def step_timeline(prof: Profile, rows: list[BreakdownRow], totals: list[BreakdownRow],
-                  stragglers: list[int], slow: set[int] | frozenset[int] = frozenset()) -> Chart | None:
+                  stragglers: list[int], slow: set[int] | frozenset[int] = frozenset(),
+                  late_steps: list[int] | None = None) -> Chart | None:
     """The timeline chart of one step for a profile of 2+ ranks; None when there is nothing to draw.
     Row labels: a straggler "arrives last", a rank another slow-rank finding names (`slow`) is "slow", the
-    others "wait" when there is a straggler."""
+    others "wait" when there is a straggler. `late_steps`: the steps the first straggler is late in."""
     if len({r.rank for r in rows}) < 2:
         return None
-    picked = _pick_step(rows)
+    picked = _pick_step(rows, late_steps or [])
     if picked is None:
         return None
     step, mean_ms = picked
@@ -178,8 +181,10 @@ def step_timeline(prof: Profile, rows: list[BreakdownRow], totals: list[Breakdow
     height = top + len(lanes) * (row_h + gap) + 34
     how = ("ranks aligned on the ends of their matched collectives" if aligned
            else "ranks on their own clocks (no collective matched across ranks: the axis is not aligned)")
-    ch = Chart(id="chart-timeline", title=f"Step {step} on each rank (the slowest kept step, mean "
-               f"{mean_ms:.2f} ms): compute, communication and idle time", width=left + PLOT_W + right,
+    which = (f"the slowest of the steps rank {stragglers[0]} arrives late in" if late_steps and stragglers
+             and step in late_steps else "the slowest kept step")
+    ch = Chart(id="chart-timeline", title=f"Step {step} on each rank ({which}, mean {mean_ms:.2f} ms): compute, "
+               "communication and idle time", width=left + PLOT_W + right,
                height=height, legend=[(label, colour) for _, label, colour in TIMELINE_CLASSES],
                note=how + ("; stragglers (arrive last at collectives) marked" if stragglers else ""),
                data={"step": str(step), "ranks": str(len(lanes)), "aligned": str(aligned).lower(),
