@@ -500,3 +500,23 @@ def test_chromium_lays_the_report_out_top_down_without_clipped_code(tmp_path: Pa
     assert "median" in parse(res.stdout).by_id("heatmap-compute").all_text()
     # the timeline is drawn, every label and bar inside its box, the box inside the page
     assert body.attrs["data-timeline-out"] == "0" and body.attrs["data-timeline-fits"] == "true"
+
+
+def test_timeline_of_a_large_cluster_draws_the_straggler_in_a_late_step(tmp_path: Path):
+    """64 generated ranks, rank 5 starts 7.5 ms late in 5 of 8 steps: at most 16 rows, the straggler among
+    them, the step one it is late in, the axis aligned on the collectives."""
+    from stepdoctor.evals.generate import stragglers as gen
+    from stepdoctor.tools.report import stragglers
+    from stepdoctor.tools.report_timeline import MAX_TIMELINE_RANKS, step_timeline
+
+    prof = gen.open_store(gen.build(tmp_path, 64, "late", culprit=5, steps=8, late_steps=5))
+    bd = api.breakdown(prof)
+    findings = api.issues(prof, checks=["slow-rank"]).findings
+    late = stragglers(findings)
+    assert late == [5]
+    steps = next(f.steps for f in findings if f.ranks == [5])
+    ch = step_timeline(prof, bd.rows, bd.totals, late, {5}, steps)
+    assert ch is not None and int(ch.data["ranks"]) <= MAX_TIMELINE_RANKS and ch.data["aligned"] == "true"
+    assert int(ch.data["step"]) in steps and "arrives late in" in ch.title
+    labels = [t.text for t in ch.texts if t.text.startswith("rank ")]
+    assert "rank 5 (arrives last)" in labels and all(x.endswith("(waits)") for x in labels if "rank 5 " not in x)
