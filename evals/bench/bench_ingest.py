@@ -17,7 +17,7 @@ What one run measures (every measurement in a fresh child process, sampled by th
    every row of every table of its SQLite files fetched). Nothing else;
 3. stepdoctor `read_rank` per file, one core: the reader alone (-> normalized columns in memory), and
    the same plus the rest of ingest's work for one rank, as the ingest processes do it: typing the
-   columns (`RankTables.parts()`, in the parse worker) and inserting them (`store._Writer`, in the
+   columns (`RankTables.parts()`, in the parse worker) and inserting them (`store.writer.Writer`, in the
    ingest process) into a new database, checkpointed;
 4. stepdoctor ingest: `open_profile(dir, fork=True)` into an empty cache, as the CLI runs it (the
    measuring process, with one BLAS thread like the CLI, is forked for the ingest process; discovery,
@@ -181,12 +181,13 @@ def child_floor(path: Path) -> dict[str, Any]:
 
 def child_read(path: Path) -> dict[str, Any]:
     """read_rank alone; then what the rest of ingest does with one rank: `RankTables.parts()` (in the parse
-    worker) and the insert of those columns by `store._Writer` (in the ingest process), checkpointed."""
-    from stepdoctor.analysis import store
+    worker) and the insert of those columns by `store.writer.Writer` (in the ingest process), checkpointed."""
     from stepdoctor.analysis.ingest.discover import discover
+    from stepdoctor.analysis.store.parse import reader
+    from stepdoctor.analysis.store.writer import Writer, connect_for_writing
 
     src = discover(path).sources[0]  # a Kineto file, or a torch_npu text or DB export directory
-    read_rank = store._reader(src.format)
+    read_rank = reader(src.format)
     c0, t0 = time.process_time(), time.perf_counter()
     tables = read_rank(src)
     read_wall, read_cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -194,8 +195,8 @@ def child_read(path: Path) -> dict[str, Any]:
     c1, t1 = time.process_time(), time.perf_counter()
     parts = list(tables.parts())
     with tempfile.TemporaryDirectory() as d:
-        con, rows = store._connect_for_writing(Path(d) / "one.duckdb")
-        writer = store._Writer(con, rows)
+        con, rows = connect_for_writing(Path(d) / "one.duckdb")
+        writer = Writer(con, rows)
         writer.claim(tables.rank)
         for name, cols in parts:  # as the ingest process inserts a rank's columns
             writer.data(tables.rank, name, cols)
