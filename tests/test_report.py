@@ -520,3 +520,19 @@ def test_timeline_of_a_large_cluster_draws_the_straggler_in_a_late_step(tmp_path
     assert int(ch.data["step"]) in steps and "arrives late in" in ch.title
     labels = [t.text for t in ch.texts if t.text.startswith("rank ")]
     assert "rank 5 (arrives last)" in labels and all(x.endswith("(waits)") for x in labels if "rank 5 " not in x)
+
+
+def test_timeline_aligns_torch_npu_level0_ranks_on_their_hccl_kernels():
+    """msinsight text Level0 (real Atlas A2, 2 ranks on one host): no communication.json, so no comm_ops; the
+    hcom_allReduce__868_k_1 kernels carry the same name on both ranks and end within 20 µs (one host clock),
+    so the shift found is that small and the axis is aligned."""
+    from conftest import SHARED
+    from stepdoctor.tools.report_timeline import _offsets, step_timeline
+
+    prof = api.load(need(SHARED / "real" / "ascend" / "msinsight-pt-text-l0"))
+    assert prof.rows("SELECT count(*) FROM comm_ops") == [(0,)]
+    offsets, aligned = _offsets(prof, [0, 1], 50)
+    assert aligned and offsets[0] == 0 and abs(offsets[1]) < 20_000
+    bd = api.breakdown(prof)
+    ch = step_timeline(prof, bd.rows, bd.totals, [])
+    assert ch.data["aligned"] == "true" and ch.data["step"] == "50"

@@ -7,7 +7,8 @@ a rank was late); the caption says which. Which ranks: all up to MAX_TIMELINE_RA
 every straggler.
 
 Time axis: each rank's clock is shifted so that the collectives matched across ranks (the n-th instance of
-the same collective in the same group, `metrics.collectives.instances`) end together: a collective ends at
+the same collective in the same group, `metrics.collectives.instances`; without comm_ops, communication device
+ops of the same name) end together: a collective ends at
 about the same moment on every rank, so this needs no clock synchronisation between hosts. The shift of a
 rank is the median, over the instances it shares with the reference rank in that step (else in the whole
 profile), of (reference end − its end). Without a matched collective the ranks stay on their own clocks
@@ -30,6 +31,7 @@ import statistics
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from ..analysis.metrics import collectives
 from ..analysis.metrics.breakdown import BreakdownRow, standing_out
@@ -77,16 +79,34 @@ def _pick_ranks(totals: list[BreakdownRow], stragglers: list[int]) -> list[int]:
     return sorted(keep | set(stragglers[:4]))
 
 
-def _offsets(prof: Profile, ranks: list[int], step: int) -> tuple[dict[int, int], bool]:
-    """rank -> ns to add to its clock so that matched collectives end together; (offsets, aligned)."""
+# Communication device ops matched by name and occurrence, for ranks without comm_ops rows (torch_npu
+# Level0 writes no communication.json; its hcom_allReduce__868_0_1 ... kernels carry the same name on every
+# rank). Rows of one op recorded twice a nanosecond apart count once (same µs).
+_DEVICE_COMM_SQL = """
+SELECT rank, step, start_ns, dur_ns, name || '#' || row_number() OVER (PARTITION BY rank, name ORDER BY start_ns)
+       AS inst
+FROM (SELECT rank, name, min(step) AS step, min(start_ns) AS start_ns, max(dur_ns) AS dur_ns FROM device_ops
+      WHERE category = 'communication' AND rank IN (SELECT unnest(?::BIGINT[]))
+      GROUP BY rank, name, start_ns // 1000)
+"""
+
+
+def _matched(prof: Profile, ranks: list[int]) -> pd.DataFrame:
+    """rank, step, inst, end of the collectives matched across ranks (metrics.collectives), else of the
+    communication device ops matched by name."""
     try:
         df, _ = collectives.instances(lambda q: prof.sql(q))
-    except Exception:  # a profile without the comm tables' rows: stay on the ranks' clocks
-        return {r: 0 for r in ranks}, False
-    if df.empty:
-        return {r: 0 for r in ranks}, False
+    except Exception:  # a profile without the comm tables' rows: try the device ops
+        df = pd.DataFrame()
+    if df.empty or not set(df["rank"]) & set(ranks):
+        df = prof.sql(_DEVICE_COMM_SQL, [ranks])
     df = df[df["rank"].isin(ranks)]
-    df = df.assign(end=df["start_ns"] + df["dur_ns"])
+    return df.assign(end=df["start_ns"] + df["dur_ns"])[["rank", "step", "inst", "end"]]
+
+
+def _offsets(prof: Profile, ranks: list[int], step: int) -> tuple[dict[int, int], bool]:
+    """rank -> ns to add to its clock so that matched collectives end together; (offsets, aligned)."""
+    df = _matched(prof, ranks)
     in_step = df[df["step"] == step]
     ref = next((r for r in ranks if r in set(in_step["rank"])), None)
     if ref is None:
@@ -98,8 +118,8 @@ def _offsets(prof: Profile, ranks: list[int], step: int) -> tuple[dict[int, int]
     for r in ranks:
         shift = None
         for part in (in_step, df):
-            mine = part[part["rank"] == r].set_index("inst")["end"]
-            theirs = part[part["rank"] == ref].set_index("inst")["end"]
+            mine = part[part["rank"] == r].drop_duplicates("inst").set_index("inst")["end"]
+            theirs = part[part["rank"] == ref].drop_duplicates("inst").set_index("inst")["end"]
             common = mine.index.intersection(theirs.index)
             if len(common):
                 shift = int(np.median(theirs.loc[common].to_numpy() - mine.loc[common].to_numpy()))
@@ -108,11 +128,6 @@ def _offsets(prof: Profile, ranks: list[int], step: int) -> tuple[dict[int, int]
             aligned = False
         out[r] = shift or 0
     return out, aligned
-
-
-def _cov(a: dict, mask: np.ndarray) -> Coverage:
-    s = np.asarray(a["start_ns"], dtype=np.int64)[mask]
-    return Coverage(s, s + np.asarray(a["dur_ns"], dtype=np.int64)[mask])
 
 
 def _lanes(prof: Profile, ranks: list[int], step: int, offsets: dict[int, int]) -> list[Lane]:
