@@ -13,13 +13,15 @@ from typing import Any
 
 import anyio
 
+from ..tools import catalog
 from .app import create_server
 
 HEADER = """# MCP tools
 
 Generated from the server's `tools/list` by `python -m stepdoctor.server.gendocs > docs/tools.md`;
 do not edit by hand (`tests/test_mcp.py` fails when this page is stale). How to connect a client:
-[mcp.md](mcp.md).
+[mcp.md](mcp.md). Each tool with a CLI command is one entry of the tool catalog (`tools/catalog.py`):
+the same arguments and the same answering function; the MCP answer adds limits and a short text.
 
 Every tool that reads a profile takes `path` (a profile folder or Kineto trace under the server's
 `--root` folders) or `profile_id` (returned by `load_profile`). Every tool answers with a short text for
@@ -80,9 +82,11 @@ def tools_markdown() -> str:
         )
 
     tools, resources, templates, prompts = anyio.run(collect)
-    lines = [HEADER, "| tool | what it does |", "|---|---|"]
+    lines = [HEADER, "| tool | CLI command (same catalog entry) | what it does |", "|---|---|---|"]
     for t in tools:
-        lines.append(f"| [`{t.name}`](#{t.name}) | {_cell(_first_sentence(t.description or ''))} |")
+        entry = catalog.BY_NAME.get(t.name)
+        cli = f"`stepdoctor {entry.cli}`" if entry is not None and entry.cli else "-"
+        lines.append(f"| [`{t.name}`](#{t.name}) | {cli} | {_cell(_first_sentence(t.description or ''))} |")
     for t in tools:
         lines += ["", f"## {t.name}", ""]
         if t.title:
