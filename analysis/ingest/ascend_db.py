@@ -487,7 +487,7 @@ def read_rank(src: RankSource) -> RankTables:
             if missing:
                 raise ProfileError(db_path, f"missing required table(s) {', '.join(missing)}: not an Ascend "
                                             f"profiler DB export")
-            reader = _DbReader(db, tables, rank_dir, framework, src)
+            reader = DbReader(db, tables, rank_dir, framework, src)
             reader.run()
             if db.damaged:
                 tables.warn(f"{db_path.name}: {len(db.damaged)} table(s) unreadable (damaged file), their rows "
@@ -510,7 +510,7 @@ def _step_table_only(db_path: Path, rank_dir: Path, framework: str, src: RankSou
     try:
         with open_ro(path) as con:
             adb = Db(con, path)
-            reader = _DbReader(adb, tables, rank_dir, framework, src)
+            reader = DbReader(adb, tables, rank_dir, framework, src)
             reader._step_trace_time(adb)
     except (ProfileError, sqlite3.DatabaseError):
         return None
@@ -526,7 +526,7 @@ def _step_table_only(db_path: Path, rank_dir: Path, framework: str, src: RankSou
     return tables
 
 
-class _DbReader:
+class DbReader:
     def __init__(self, db: Db, tables: RankTables, rank_dir: Path, framework: str, src: RankSource) -> None:
         self.db = db
         self.t = tables
@@ -946,7 +946,7 @@ class _DbReader:
             memcpy = {g: s for g, s in db.con.execute("SELECT globalTaskId, size FROM MEMCPY_INFO")}
         df["size"] = [memcpy.get(g) for g in df["gtid"]]
         info = db.has("COMPUTE_TASK_INFO")
-        df["category"] = [_task_category(tt, g in memcpy, info) for tt, g in zip(df["task_type"], df["gtid"],
+        df["category"] = [db_task_category(tt, g in memcpy, info) for tt, g in zip(df["task_type"], df["gtid"],
                                                                                   strict=False)]
         return df
 
@@ -1368,7 +1368,7 @@ def _framework_category(name: str, api_type: str) -> str:
     return "cpu_op"
 
 
-def _task_category(task_type: str, is_memcpy: bool, compute_info: bool) -> str:
+def db_task_category(task_type: str, is_memcpy: bool, compute_info: bool) -> str:
     """device_ops.category of a TASK row that is neither a kernel nor an HCCL sub-task. `compute_info`:
     the export has COMPUTE_TASK_INFO."""
     tt = task_type.upper()

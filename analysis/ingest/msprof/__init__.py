@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..ascend_db import Db, _DbReader, open_ro
+from ..ascend_db import Db, DbReader, open_ro
 from ..base import ProfileError, RankSource, RankTables
 from .timeline import read_timeline_dir
 
@@ -78,5 +78,5 @@ def read_msprof_db(src: RankSource) -> RankTables:
         missing = [t for t in ("STRING_IDS", "TASK") if not db.has(t)]
         if missing:
             raise ProfileError(p, f"missing required table(s) {', '.join(missing)}: not an msprof DB")
-        _DbReader(db, tables, p.parent, "msprof", src).run()
+        DbReader(db, tables, p.parent, "msprof", src).run()
     return tables

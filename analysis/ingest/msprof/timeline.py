@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ..ascend_db import _task_category
+from ..ascend_db import db_task_category
 from ..base import ProfileError, RankSource, RankTables
 
 _COLL_RE = re.compile(r"(allreduce|allgather|reducescatter|broadcast|alltoall|send|receive|recv|reduce)")
@@ -149,7 +149,7 @@ def _emit_tasks(ev: _Events, steps: list[tuple[int, int, int]], tables: RankTabl
     starts = np.array([r[1] for r in rows], dtype=np.int64)
     tables.extend("device_ops", {
         "step": _step_of(starts, steps), "name": [r[0] for r in rows], "op_type": [None] * len(rows),
-        "category": [_task_category(t, False, False) for t in tt], "task_type": [t or None for t in tt],
+        "category": [db_task_category(t, False, False) for t in tt], "task_type": [t or None for t in tt],
         "stream_id": [r[3].get("Stream Id", r[4]) for r in rows], "start_ns": starts.tolist(),
         "dur_ns": [r[2] for r in rows]})
     tables.has("trace")
