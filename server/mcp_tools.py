@@ -104,10 +104,27 @@ def _suggest_edit(res: m.EditSuggestion, args: catalog.SuggestEditArgs, pid: str
     return res, "\n".join(lines), "pass fix= to get one fix at a time"
 
 
+def _issues_question(prof: Profile | None, args: catalog.IssuesArgs) -> catalog.IssuesArgs:
+    """list_issues asks the catalog for the whole report (one run of the checks; `_issues` filters it and
+    numbers the findings in it), after checking the filters it will apply."""
+    known = registry()
+    bad = [c for c in args.checks or [] if c not in known]
+    if bad:
+        raise ToolError(f"unknown check {bad[0]!r}; the checks are {', '.join(known)}")
+    have = prof.info.ranks if prof is not None else []
+    missing = sorted(set(args.ranks or []) - set(have))
+    if missing:
+        raise ToolError(f"rank {missing[0]} not in profile; ranks are {', '.join(map(str, have))}")
+    return catalog.IssuesArgs()
+
+
 def _plain(text: Callable[[Any], str], narrow: str) -> Budget:
     """A tool whose catalog answer is already bounded by its `limit` argument."""
     return lambda out, args, pid: (out, text(out), narrow)
 
+
+# Where the MCP question differs from the user's arguments (the budget then narrows the answer).
+QUESTIONS: dict[str, Callable[[Any, Any], catalog.Args]] = {"list_issues": _issues_question}
 
 BUDGETS: dict[str, Budget] = {
     "list_issues": _issues,
@@ -168,12 +185,8 @@ def _register(server: MCPServer, tool: catalog.Tool, reg: ProfileRegistry, roots
             prof: Profile | None = None
             if tool.profile == "required" or (tool.profile == "optional" and (path or pid)):
                 prof = reg.get(path, pid)
-            if tool.name == "list_issues":   # one run of the checks; the budget filters (see _issues)
-                _check_ids(args.checks)
-                _ranks_in(prof, args.ranks)
-                out = tool.answer(prof, catalog.IssuesArgs(), reg.ref)
-            else:
-                out = tool.answer(prof, args, reg.ref)
+            ask = QUESTIONS.get(tool.name)
+            out = tool.answer(prof, ask(prof, args) if ask else args, reg.ref)
             shaped, text, narrow = budget(out, args, profile_id_of(prof) if prof is not None else "")
         return a.result(shaped, text, narrow)
 
@@ -186,16 +199,3 @@ def _register(server: MCPServer, tool: catalog.Tool, reg: ProfileRegistry, roots
                     annotations=annotations, structured_output=None if output_schemas else False)
 
 
-def _check_ids(checks: list[str] | None) -> None:
-    known = registry()
-    bad = [c for c in checks or [] if c not in known]
-    if bad:
-        raise ToolError(f"unknown check {bad[0]!r}; the checks are {', '.join(known)}")
-
-
-def _ranks_in(prof: Profile | None, ranks: list[int] | None) -> None:
-    if prof is None or ranks is None:
-        return
-    missing = sorted(set(ranks) - set(prof.info.ranks))
-    if missing:
-        raise ToolError(f"rank {missing[0]} not in profile; ranks are {', '.join(map(str, prof.info.ranks))}")

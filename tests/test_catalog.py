@@ -165,3 +165,17 @@ def test_tool_schemas_are_typed_everywhere():
         bad += _untyped(t.input_schema, f"{t.name}.input")
         bad += _untyped(t.output_schema or {"type": "object"}, f"{t.name}.output")
     assert not bad, bad
+
+
+def test_list_issues_filters_name_the_valid_values(tmp_path: Path):
+    profile = need(REAL / "gpu-h100" / "gloo2_straggler")
+    server = create_server([SHARED], cache_dir=tmp_path / "cache")
+
+    async def error(args: dict[str, Any]) -> str:
+        async with Client(server, raise_exceptions=True) as c:
+            r = await c.call_tool("list_issues", {"path": str(profile), **args})
+        assert r.is_error
+        return r.content[0].text
+
+    assert "unknown check 'nosuch'; the checks are affinity-api" in anyio.run(error, {"checks": ["nosuch"]})
+    assert "rank 7 not in profile; ranks are 0, 1" in anyio.run(error, {"ranks": [7]})
