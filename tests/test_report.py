@@ -474,6 +474,7 @@ if (tl) {
 document.body.setAttribute("data-clipped", Array.from(document.querySelectorAll("pre"))
   .filter(p => p.scrollWidth > p.clientWidth + 1).length);
 document.body.setAttribute("data-pres", document.querySelectorAll("pre").length);
+document.body.setAttribute("data-height", document.documentElement.scrollHeight);
 </script>"""
 
 
@@ -500,6 +501,8 @@ def test_chromium_lays_the_report_out_top_down_without_clipped_code(tmp_path: Pa
     assert "median" in parse(res.stdout).by_id("heatmap-compute").all_text()
     # the timeline is drawn, every label and bar inside its box, the box inside the page
     assert body.attrs["data-timeline-out"] == "0" and body.attrs["data-timeline-fits"] == "true"
+    # 31 findings: low ones folded, code edits open on the first finding only (issue 24: ~19,000 px)
+    assert int(body.attrs["data-height"]) < 14_000   # 11,300 px at 1,000 px wide
 
 
 def test_timeline_of_a_large_cluster_draws_the_straggler_in_a_late_step(tmp_path: Path):
