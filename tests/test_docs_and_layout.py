@@ -12,12 +12,17 @@ import pytest
 from conftest import REPO
 from stepdoctor.analysis.checks.base import FRAMEWORKS, VENDORS, registry
 from stepdoctor.analysis.thresholds import all_thresholds
-from stepdoctor.tools.gendocs import checks_markdown
+from stepdoctor.tools.gendocs import checks_markdown, contract_with_catalog
 
 
 def test_checks_page_is_fresh():
     page = (REPO / "docs" / "checks.md").read_text(encoding="utf-8")
     assert page == checks_markdown(), "docs/checks.md is stale: run `make docs`"
+
+
+def test_contract_check_catalog_is_fresh():
+    text = (REPO / "docs" / "contract.md").read_text(encoding="utf-8")
+    assert text == contract_with_catalog(text), "docs/contract.md's check catalog is stale: run `make docs`"
 
 
 def test_analysis_never_imports_front_ends():

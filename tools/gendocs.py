@@ -1,7 +1,9 @@
-"""Generate docs/checks.md from the check registry, the thresholds table and the knowledge base.
+"""Generate docs/checks.md and the check catalog of docs/contract.md from the check registry, the
+thresholds table and the knowledge base.
 
-`python -m stepdoctor.tools.gendocs` (or `make docs`) rewrites the page; `tests/test_docs_and_layout.py`
-fails when it is stale. Every column comes from a check class attribute, so the catalog has one source.
+`python -m stepdoctor.tools.gendocs` (or `make docs`) rewrites both; `tests/test_docs_and_layout.py` fails
+when either is stale. Every column comes from a check class attribute, so adding a check is its module
+(plus its tests and fix files) and `make docs`.
 """
 
 from __future__ import annotations
@@ -61,10 +63,31 @@ def checks_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
+CATALOG_BEGIN = "<!-- check catalog: generated from the check registry by `make docs`; do not edit by hand -->"
+CATALOG_END = "<!-- end of the generated check catalog -->"
+
+
+def contract_catalog() -> str:
+    """The check catalog table of docs/contract.md: every check id with its class's `fires_when`."""
+    lines = [CATALOG_BEGIN, "", "| id | fires when (thresholds: [checks.md](checks.md)) |", "| --- | --- |"]
+    lines += [f"| `{cid}` | {_cell(cls.fires_when)} |" for cid, cls in registry().items()]
+    return "\n".join([*lines, "", CATALOG_END])
+
+
+def contract_with_catalog(text: str) -> str:
+    """docs/contract.md's text with its generated block replaced by `contract_catalog()`."""
+    head, found, rest = text.partition(CATALOG_BEGIN)
+    if not found:
+        raise ValueError(f"docs/contract.md has no {CATALOG_BEGIN!r} marker")
+    return head + contract_catalog() + rest.partition(CATALOG_END)[2]
+
+
 def main() -> int:
     DOCS.mkdir(exist_ok=True)
     (DOCS / "checks.md").write_text(checks_markdown(), encoding="utf-8")
-    print(f"wrote {DOCS / 'checks.md'}", file=sys.stderr)
+    contract = DOCS / "contract.md"
+    contract.write_text(contract_with_catalog(contract.read_text(encoding="utf-8")), encoding="utf-8")
+    print(f"wrote {DOCS / 'checks.md'} and the check catalog of {contract}", file=sys.stderr)
     return 0
 
 
