@@ -3,8 +3,12 @@
 Rules are msprof-analyze's environment_variable_analysis (advisor 26.2.0, rules doc §5.3), applied to
 every rank (the advisor reads only the first metadata file). A variable whose value differs between
 ranks is a finding too: a launcher that sets it on some nodes only is a common cause of one slow rank.
-Priority is fixed high for a bad value of one of the advisor's variables, as its rules document sets; the
-GPU variables (stepdoctor's rules, no measured impact) and inconsistent values are medium.
+Severity follows what the value does, since no env-var finding has a measured impact: a value that slows every
+launch (`*_LAUNCH_BLOCKING=1`) is high, as msprof-analyze's fixed priority has it; a non-default value someone
+set (a forced HCCL algorithm, debug logging, a traffic class) and values that differ between ranks are medium;
+a recommended setting left at its default (an unset cache size or allocator option) is low, because a profile
+without the cost it would remove gives no reason to rank it above measured problems (the advisor rates these
+high too; the finding's evidence says so).
 """
 
 from __future__ import annotations
@@ -34,23 +38,30 @@ class EnvRule:
     bad: Callable[[str | None], bool]
     recommended: str            # value to set, or "unset"
     why: str
-    # the advisor's rule (fixed high priority in its rules document); stepdoctor's own rules have no measured
-    # impact behind them and are at most medium
+    # "blocking": the value slows every launch (high); "set": someone set a non-default value (medium);
+    # "default": a recommended setting left at its default (low: no cost of it is measured)
+    kind: str = "set"
+    # one of msprof-analyze's rules (fixed high priority in its rules document), or stepdoctor's own
     advisor: bool = True
+
+    @property
+    def severity(self) -> str:
+        return {"blocking": "high", "set": "medium", "default": "low"}[self.kind]
 
 
 ENV_RULES: tuple[EnvRule, ...] = (
     EnvRule("ASCEND_LAUNCH_BLOCKING", lambda v: (v or "").strip() == "1", "0 (or unset)",
-            "1 makes every operator launch synchronous: the host waits for each kernel"),
+            "1 makes every operator launch synchronous: the host waits for each kernel", kind="blocking"),
     EnvRule("ASCEND_GLOBAL_LOG_LEVEL", lambda v: not _unset(v) and (v or "").strip() != "3", "3",
             "debug/info logging (0/1) slows host dispatch"),
     EnvRule("ACLNN_CACHE_LIMIT",
             lambda v: _unset(v) or (_int_or_none(v) or 0) < T.aclnn_cache_limit_min.value, "100000",
-            "a small aclnn operator cache re-builds operators on the host"),
+            "a small aclnn operator cache re-builds operators on the host", kind="default"),
     EnvRule("HOST_CACHE_CAPACITY", lambda v: _unset(v) or _int_or_none(v) == 0, "20",
-            "without a shape cache, dynamic-shape ops are re-prepared on the host"),
+            "without a shape cache, dynamic-shape ops are re-prepared on the host", kind="default"),
     EnvRule("PYTORCH_NPU_ALLOC_CONF", lambda v: "expandable_segments:true" not in (v or "").replace(" ", "").lower(),
-            "expandable_segments:True", "fixed-size segments fragment device memory and force malloc/free"),
+            "expandable_segments:True", "fixed-size segments fragment device memory and force malloc/free",
+            kind="default"),
     EnvRule("HCCL_ALGO", lambda v: not _unset(v), "unset",
             "a forced collective algorithm overrides HCCL's topology-aware choice"),
     EnvRule("HCCL_RDMA_TC", lambda v: not _unset(v), "unset unless the network team set it",
@@ -58,12 +69,13 @@ ENV_RULES: tuple[EnvRule, ...] = (
     EnvRule("HCCL_RDMA_SL", lambda v: not _unset(v), "unset unless the network team set it",
             "a non-default RDMA service level must match the PFC priority"),
     EnvRule("CUDA_LAUNCH_BLOCKING", lambda v: (v or "").strip() == "1", "0 (or unset)",
-            "1 makes every CUDA launch synchronous", advisor=False),
+            "1 makes every CUDA launch synchronous", kind="blocking", advisor=False),
     EnvRule("PYTORCH_CUDA_ALLOC_CONF",
             lambda v: v is not None and "expandable_segments:true" not in v.replace(" ", "").lower(),
             "expandable_segments:True", "fixed-size segments fragment device memory", advisor=False),
 )
 RULES_BY_NAME = {r.name: r for r in ENV_RULES}
+_NO_COST = {"default": " No cost of it is measured in this profile, so it ranks below measured problems."}
 
 
 @register
@@ -95,11 +107,13 @@ class EnvVarCheck(Check):
                 shown = ", ".join(repr(v) if v else "unset" for v in values)
                 out.append(self.finding(
                     ctx, title=f"{name}={shown} on {_ranks_text(bad_ranks, ranks)}", subject=str(name),
-                    ranks=bad_ranks, severity="high" if rule.advisor else "medium",
+                    ranks=bad_ranks, severity=rule.severity,
                     evidence={"values_by_rank": {str(r): by_rank[r] for r in bad_ranks},
-                              "recommended": rule.recommended, "rule": "msprof-analyze environment_variable_analysis"},
+                              "recommended": rule.recommended, "measured_impact": False,
+                              "rule": ("msprof-analyze environment_variable_analysis (fixed high priority)"
+                                       if rule.advisor else "stepdoctor")},
                     message=f"{name} is {shown} on {_ranks_text(bad_ranks, ranks)}: {rule.why}. "
-                            f"Recommended: {rule.recommended}."))
+                            f"Recommended: {rule.recommended}." + _NO_COST.get(rule.kind, "")))
             distinct = {v or "" for v in by_rank.values()}
             if len(distinct) > 1 and len(by_rank) > 1:
                 out.append(self.finding(
