@@ -123,3 +123,15 @@ def test_timed_sleep_of_the_straggler_is_not_called_gc():
     assert w.startswith("rank 1: the host stops 50.2 ms in every step (3 steps")
     [g] = _issues("gc_pause", "gc-pause").findings
     assert g.subject == "conjectured GC" and g.evidence["per_rank"]["0"]["max_gap_ms"] == pytest.approx(372.8, abs=0.1)
+
+
+@pytest.mark.parametrize("run", ["attn_math", "gloo2_straggler", "ddp1"])
+def test_real_recall_scores_a_run(run):
+    """evals/real_recall.py (the recall / false-positive note's command) on three runs: the planted problem is
+    named with its rank and no unplanted finding is medium or high."""
+    from stepdoctor.evals import real_recall
+
+    sc = real_recall.score_set(need(REAL), f"gpu-h100/{run}/traces")
+    assert sc.error is None
+    assert len(sc.planted) == (0 if run == "ddp1" else 1) and all(sc.hits)
+    assert sc.false_positives == []
