@@ -22,13 +22,13 @@ from mcp.types import ToolAnnotations
 
 from .. import __version__
 from ..analysis.ingest.base import ProfileError
-from .answers import _is_loopback, _optional, catalog_errors, result
+from .answers import _is_loopback, catalog_errors, result
 from .http import http_app
 from .live_tools import register_live_tools
 from .mcp_tools import register_catalog
 from .own_tools import register_load_profile, register_query
 from .registry import ProfileRegistry
-from .resources import _register_prompts, _register_resources
+from .resources import register_prompts, register_resources
 from .roots import Roots
 
 logger = logging.getLogger("stepdoctor.mcp")
@@ -90,8 +90,8 @@ def create_server(
     register_query(server, reg, READ_ONLY, output_schemas)
     # ---- resources -----------------------------------------------------------------------------------
     register_live_tools(server, allowed, result, catalog_errors, READ_ONLY, output_schemas)
-    _register_resources(server, reg, _optional("tools.knowledge_tools"))
-    _register_prompts(server)
+    register_resources(server, reg)
+    register_prompts(server)
     return server
 
 

@@ -2,32 +2,29 @@
 
 from __future__ import annotations
 
-import logging
-from typing import Annotated, Any
+from typing import Annotated
 
 from mcp.server import MCPServer
-from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
+from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from pydantic import Field
 
+from ..analysis.checks.base import registry
 from ..analysis.ingest.base import ProfileError, schema_sql
-from ..tools import api
-from .answers import _fix_index
+from ..knowledge.loader import load_fixes
+from ..knowledge.render import render_fix_markdown
+from ..tools import api, knowledge_tools
 from .registry import ProfileRegistry
 
-logger = logging.getLogger("stepdoctor.mcp")
 
-
-def _register_resources(server: MCPServer, reg: ProfileRegistry, kt: Any | None) -> None:
+def register_resources(server: MCPServer, reg: ProfileRegistry) -> None:
     """Fix and check pages from the knowledge base, the schema, and a loaded profile's issue report."""
-    _register_check_resources(server, kt)
+    _register_check_resources(server)
     _register_fix_resources(server)
     _register_profile_resources(server, reg)
 
 
-def _register_check_resources(server: MCPServer, kt: Any | None) -> None:
+def _register_check_resources(server: MCPServer) -> None:
     """The schema and the check catalog (the registry of check classes)."""
-    from ..analysis.checks.base import registry
-
     checks = registry()
 
     @server.resource(
@@ -60,20 +57,7 @@ def _register_check_resources(server: MCPServer, kt: Any | None) -> None:
     def check_resource(check_id: str) -> str:
         if check_id not in checks:
             raise ResourceNotFoundError(f"unknown check {check_id!r}; known: {', '.join(checks)}")
-        if kt is not None and hasattr(kt, "explanation_markdown"):
-            try:
-                return kt.explanation_markdown(kt.explain(check_id))
-            except ProfileError as e:
-                logger.info("explain(%s) failed: %s; falling back to the catalog text", check_id, e)
-        lines = [f"# {check_id}", "", checks[check_id].fires_when, ""]
-        try:
-            fixes = [f for f in _fix_index().values() if check_id in f.checks]
-        except ImportError:
-            fixes = []
-        if fixes:
-            lines += ["## Fixes", ""] + [f"- `{f.id}`: {f.title}" for f in fixes]
-        return "\n".join(lines) + "\n"
-
+        return knowledge_tools.explanation_markdown(knowledge_tools.explain(check_id), mcp=True)
 
 
 def _register_fix_resources(server: MCPServer) -> None:
@@ -85,11 +69,7 @@ def _register_fix_resources(server: MCPServer) -> None:
         description="every fix id with its title",
     )
     def fixes_index() -> str:
-        try:
-            fixes = _fix_index()
-        except ImportError as e:
-            raise ResourceError(f"the knowledge base is not available in this build ({e})") from None
-        return "# Fixes\n\n" + "\n".join(f"- `{k}`: {f.title}" for k, f in sorted(fixes.items())) + "\n"
+        return "# Fixes\n\n" + "\n".join(f"- `{k}`: {f.title}" for k, f in load_fixes().items()) + "\n"
 
     @server.resource(
         "stepdoctor://fixes/{fix_id}",
@@ -99,19 +79,10 @@ def _register_fix_resources(server: MCPServer) -> None:
         description="a fix: why, steps, code edit, expected gain, how to verify, risks",
     )
     def fix_resource(fix_id: str) -> str:
-        try:
-            fixes = _fix_index()
-        except ImportError as e:
-            raise ResourceError(f"the knowledge base is not available in this build ({e})") from None
-        fix = fixes.get(fix_id)
+        fix = load_fixes().get(fix_id)
         if fix is None:
             raise ResourceNotFoundError(f"unknown fix {fix_id!r}; read stepdoctor://fixes for the ids")
-        try:
-            from ..knowledge.render import render_fix_markdown
-        except ImportError:
-            return f"# {fix.title}\n\n```json\n{fix.model_dump_json(indent=1)}\n```\n"
         return render_fix_markdown(fix)
-
 
 
 def _register_profile_resources(server: MCPServer, reg: ProfileRegistry) -> None:
@@ -132,7 +103,7 @@ def _register_profile_resources(server: MCPServer, reg: ProfileRegistry) -> None
             raise ResourceNotFoundError(str(e)) from None
 
 
-def _register_prompts(server: MCPServer) -> None:
+def register_prompts(server: MCPServer) -> None:
     @server.prompt(name="diagnose_profile", title="Diagnose this profile")
     def diagnose_profile(
         path: Annotated[str, Field(description="profile folder or Kineto trace under the server's roots")],
