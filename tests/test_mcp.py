@@ -398,7 +398,7 @@ async def test_evidence_keyed_by_rank_is_trimmed_to_the_ranks_that_weigh(server,
         whole = full[(f["check"], f["subject"])].evidence
         for key, value in whole.items():
             if isinstance(value, dict) and len(value) > 2 and all(k.isdigit() for k in value):
-                # a per-rank table is left to explain in a list answer (answers.lean_evidence); a map of numbers stays
+                # a per-rank table is left to explain in a list answer (lean.lean_evidence); a map of numbers stays
                 assert key in f["evidence"]["trimmed"].get("explain", "").split(",") or (
                     len(f["evidence"][key]) == 2 and set(f["evidence"][key]) <= set(value))
                 assert f["evidence"]["trimmed"][key].startswith(f"2 of {len(value)} ranks shown")
