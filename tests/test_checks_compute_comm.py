@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CLUSTER4, need
+from conftest import CLUSTER4, SHARED, need
 from stepdoctor.analysis.checks.affinity_api import compile_pattern, first_level, match_sequences
 from stepdoctor.analysis.checks.base import CheckContext, CheckRun, run_checks
 from stepdoctor.analysis.checks.block_dim_underuse import unused_share
@@ -490,3 +490,34 @@ def test_affinity_matching_is_on_whole_first_level_names() -> None:
         }
     )
     assert list(first_level(ops)["name"]) == ["aten::add", "aten::layer_norm"]  # empty is inside add
+
+
+def test_hand_written_attention_pattern() -> None:
+    """matmul, a few scale / mask / cast ops, softmax, dropout / casts, matmul: attention by hand; a classifier's
+    matmul -> softmax (no second matmul) or ops between that are not elementwise are not."""
+    from stepdoctor.analysis.checks._unfused_attention import _HAND_RE
+
+    def hit(seq: str) -> bool:
+        return bool(_HAND_RE.search("".join(n + ";" for n in seq.split("-"))))
+
+    assert hit("transpose-matmul-add_-to-softmax-type_as-dropout-matmul")       # T5 (transformers)
+    assert hit("bmm-div-masked_fill-softmax-bmm")
+    assert not hit("linear-matmul-softmax-topk")                                 # a router / classifier head
+    assert not hit("matmul-layer_norm-softmax-matmul")                           # not the attention core
+    assert not hit("matmul-mul-mul-mul-mul-mul-softmax-matmul")                  # too much between
+
+
+def test_real_t5_encoder_attention_is_found_by_hand() -> None:
+    """SD 3.5 inference on MI300X: the T5 text encoder's eager attention (transformers modeling_t5) runs as
+    matmul-add_-to-softmax-type_as-dropout-matmul, 46 times in the profiled step; its kernels are 3.4 ms of a
+    1.2 s step, so low."""
+    from stepdoctor.tools import api
+
+    rep = api.issues(str(need(SHARED / "real" / "kineto" / "tracelens-mi300-xdit-sd35")), checks=["affinity-api"])
+    [f] = rep.findings
+    assert f.subject == "torch.nn.functional.scaled_dot_product_attention" and f.fixes == ["sdpa-fused-attention"]
+    e = f.evidence["per_rank"]["0"]
+    assert e["occurrences_per_step"] == 46
+    assert e["sequences"] == {"matmul-add_-to-softmax-type_as-dropout-matmul": 46}
+    assert e["forward_kernel_ms_per_step"] == pytest.approx(3.41, abs=0.02)
+    assert f.severity == "low"

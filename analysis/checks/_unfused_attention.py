@@ -19,6 +19,13 @@ impact_ms = forward + backward kernel time per step, the rank where it weighs mo
 fused kernel recovers, since its own time (usually a small fraction for long sequences) is not subtracted.
 Severity: the impact rule. subject = `torch.nn.functional.scaled_dot_product_attention` (the fix that removes the
 forced backend or gives the inputs a fused kernel).
+
+Attention written by hand (a second finding, same subject: the fix's template replaces it with SDPA): on a thread's
+first-level aten ops (not nested in another aten op), `matmul | bmm | baddbmm`, at most HAND_MIDDLE elementwise /
+layout ops (scale, mask, bias, casts), `softmax`, at most 3 dropout / cast ops, then `matmul | bmm`: the score
+matrix computed, normalised and applied in separate kernels. impact_ms = the forward kernels those ops launched
+per step (the backward runs generic MmBackward / BmmBackward nodes shared with other code and is not attributed:
+a lower bound).
 """
 
 from __future__ import annotations
@@ -133,7 +140,114 @@ def _backward(ctx: CheckContext, ranks: list[int], stems: dict[int, set[str]]) -
     return out
 
 
+_MATMUL = "(?:matmul|bmm|baddbmm)"
+_MIDDLE = ("mul", "mul_", "div", "div_", "add", "add_", "sub", "masked_fill", "masked_fill_", "where", "to",
+           "_to_copy", "float", "type_as", "contiguous", "view", "reshape", "expand", "transpose", "clone",
+           "scalar_tensor")
+_AFTER = ("dropout", "native_dropout", "to", "_to_copy", "type_as", "contiguous")
+HAND_MIDDLE = 4
+_HAND_RE = re.compile(
+    rf"(?<![^;]){_MATMUL};(?:(?:{'|'.join(_MIDDLE)});){{0,{HAND_MIDDLE}}}(?:softmax|_softmax|_safe_softmax);"
+    rf"(?:(?:{'|'.join(_AFTER)});){{0,3}}{_MATMUL};")
+_SOFTMAX = "('aten::softmax', 'aten::_softmax', 'aten::_safe_softmax')"
+
+
+def _hand_written(ctx: CheckContext, ranks: list[int]) -> pd.DataFrame:
+    """rank, step, tid, start_ns, end_ns, sequence, stack of each hand-written attention (module doc)."""
+    from .affinity_api import first_level, user_frame  # affinity_api imports this module
+
+    marks = ",".join("?" * len(ranks))
+    # only the threads that ran a softmax outside the math backend can hold one
+    ops = ctx.sql(
+        f"WITH t AS (SELECT DISTINCT rank, tid FROM host_ops WHERE rank IN ({marks}) AND name IN {_SOFTMAX}) "
+        "SELECT h.rank, h.step, h.tid, h.name, h.start_ns, h.dur_ns, h.call_stack FROM host_ops h JOIN t "
+        "ON t.rank = h.rank AND t.tid = h.tid WHERE h.name LIKE 'aten::%' "
+        "ORDER BY h.rank, h.tid, h.start_ns, h.dur_ns DESC", ranks)
+    cols = ["rank", "step", "tid", "start_ns", "end_ns", "sequence", "stack"]
+    if ops.empty:
+        return pd.DataFrame(columns=cols)
+    top = first_level(ops)
+    rows: list[tuple] = []
+    for (rank, tid), g in top.groupby(["rank", "tid"], sort=True, dropna=False):
+        names = [str(n).removeprefix("aten::") for n in g["name"]]
+        starts = np.cumsum([0] + [len(n) + 1 for n in names])
+        text = "".join(n + ";" for n in names)
+        s0, e0 = g["start_ns"].to_numpy(np.int64), g["start_ns"].to_numpy(np.int64) + g["dur_ns"].to_numpy(np.int64)
+        for m in _HAND_RE.finditer(text):
+            i, j = int(np.searchsorted(starts, m.start())), int(np.searchsorted(starts, m.end()))
+            rows.append((int(rank), g["step"].iloc[i], tid, int(s0[i]), int(e0[i:j].max()), "-".join(names[i:j]),
+                         user_frame(g["call_stack"].iloc[i])))
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _kernel_ns(ctx: CheckContext, found: pd.DataFrame) -> np.ndarray:
+    """Device time of the kernels launched on each found window's thread inside it (ns per row)."""
+    ranks = sorted({int(r) for r in found["rank"]})
+    marks = ",".join("?" * len(ranks))
+    k = ctx.sql(
+        "SELECT r.rank, r.tid, r.start_ns, d.dur_ns FROM host_ops r JOIN device_ops d ON d.rank = r.rank AND "
+        f"d.correlation_id = r.correlation_id WHERE r.rank IN ({marks}) AND r.category IN {_LAUNCH_CATEGORIES} "
+        "ORDER BY r.rank, r.tid, r.start_ns", ranks)
+    out = np.zeros(len(found), dtype=np.int64)
+    groups = {key: g for key, g in k.groupby(["rank", "tid"], sort=False, dropna=False)}
+    for n, (rank, tid, a, b) in enumerate(zip(found["rank"], found["tid"], found["start_ns"], found["end_ns"],
+                                              strict=True)):
+        g = groups.get((rank, tid))
+        if g is None:
+            continue
+        t = g["start_ns"].to_numpy(np.int64)
+        cum = np.concatenate(([0], np.cumsum(g["dur_ns"].to_numpy(np.int64))))
+        out[n] = cum[np.searchsorted(t, b, side="left")] - cum[np.searchsorted(t, a, side="left")]
+    return out
+
+
+def hand_written_attention(check: Check, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
+    """The finding for the GPU ranks that compute attention by hand in their kept steps (or none)."""
+    if not ranks:
+        return []
+    steps = kept_steps(ctx)
+    found = in_kept_steps(_hand_written(ctx, ranks), steps)
+    if found.empty:
+        return []
+    found = found.assign(ns=_kernel_ns(ctx, found))
+    per_rank: dict[int, dict[str, Any]] = {}
+    for rank, g in found.groupby("rank", sort=True):
+        k = n_steps(steps, int(rank))
+        seqs = g["sequence"].value_counts()
+        per_rank[int(rank)] = {
+            "occurrences_per_step": round(len(g) / k, 2),
+            "forward_kernel_ms_per_step": round(float(g["ns"].sum()) / NS_PER_MS / k, 4),
+            "impact_ms_per_step": round(float(g["ns"].sum()) / NS_PER_MS / k, 4),
+            "sequences": {str(a): int(b) for a, b in seqs.head(3).items()},
+            "code_locations": sorted({str(x) for x in g["stack"].dropna()})[:5],
+            "steps": sorted({int(s) for s in g["step"].dropna()}),
+        }
+    rk = sorted(per_rank)
+    rank_w, ms_w = worst_share(ctx, {r: v["impact_ms_per_step"] for r, v in per_rank.items()})
+    e = per_rank[rank_w if rank_w is not None else rk[0]]
+    st = sorted({s for v in per_rank.values() for s in v["steps"]})
+    seq = next(iter(e["sequences"]))
+    where = f" at {e['code_locations'][0]}" if e["code_locations"] else ""
+    return [check.finding(
+        ctx, title=(f"attention written by hand ({seq}): {e['occurrences_per_step']:g} per step, "
+                    f"{fmt_ms(ms_w or 0)} ms of forward kernels per step"),
+        subject=SUBJECT, ranks=rk, steps=st, impact_ms=ms_w, impact_rank=rank_w,
+        evidence={"pattern": _HAND_RE.pattern, "per_rank": {str(r): v for r, v in per_rank.items()},
+                  "impact_method": "device time of the kernels the matched ops launched in the forward, per step, "
+                                   "worst rank (the backward is not attributed: a lower bound)"},
+        message=(f"On {ranks_text(rk)} ({steps_text(st)}) attention is computed op by op (`{seq}`{where}) "
+                 f"{e['occurrences_per_step']:g} times per step: the score matrix is written, scaled, masked and "
+                 f"normalised in separate kernels ({fmt_ms(e['forward_kernel_ms_per_step'])} ms of forward kernels "
+                 f"per step on rank {rank_w}). F.scaled_dot_product_attention computes it fused (FlashAttention / "
+                 "memory-efficient kernels) when the mask and dtype allow."))]
+
+
 def unfused_attention(check: Check, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
+    """The findings for the GPU ranks in `ranks`: the math SDPA backend, and attention written by hand."""
+    return _math_backend(check, ctx, ranks) + hand_written_attention(check, ctx, ranks)
+
+
+def _math_backend(check: Check, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
     """The finding for the GPU ranks in `ranks` that ran the math SDPA backend in their kept steps (or none)."""
     if not ranks:
         return []
