@@ -19,8 +19,8 @@ Every rank is checked (T.affinity_min_occurrences: one occurrence is enough, as 
 impact_ms is not estimated: what a fused API saves depends on the fused kernel, which the profile does not
 contain; the host and device time of the matched ops is in the evidence. These rules run on Ascend (the
 replacements are torch_npu APIs). Severity: the advisor's fixed LOW. On CUDA / ROCm ranks the check finds attention
-run by scaled_dot_product_attention's unfused math backend instead, with its measured kernel time
-(_unfused_attention.py).
+run by scaled_dot_product_attention's unfused math backend, or written by hand, instead, with its measured kernel
+time (_unfused_attention.py).
 """
 
 from __future__ import annotations
@@ -311,7 +311,8 @@ class AffinityApiCheck(Check):
     description = (
         "First-level aten op sequences and optimizers that torch_npu replaces with a fused API "
         "(msprof-analyze timeline_fusion_ops rules, CANN 8.0.0 set), on every rank; subject = the API. "
-        "CUDA / ROCm: scaled_dot_product_attention run by the unfused math backend, impact = its kernels' time."
+        "CUDA / ROCm: scaled_dot_product_attention run by the unfused math backend, or attention written by hand "
+        "(matmul-softmax-matmul); impact = the kernels' time."
     )
 
     def run(self, ctx: CheckContext) -> list[Finding]:
