@@ -133,6 +133,9 @@ def test_overview_and_breakdown_chart(report):
         100.0, abs=1.0
     )
     assert float(ranks[3][3]) == pytest.approx(26.1, abs=0.5)
+    for r in ranks:   # step = compute + comm not overlapped + free + other (issue 24: tables that add up)
+        assert float(r[2]) == pytest.approx(sum(float(x) for x in r[3:7]), abs=0.002)
+    assert float(ranks[0][6]) - float(ranks[1][6]) == pytest.approx(125.0, abs=5.0)   # rank 0's idle tail
 
 
 def test_heatmaps(report):

@@ -271,6 +271,11 @@ def render_report(profile: api.ProfileRef, compare_base: api.ProfileRef | None =
                     "free": per_step(t.free_ms, t.steps),
                 }
             )
+            r = rank_rows[-1]
+            parts = (r["step"], r["compute"], r["exposed"], r["free"])
+            # what the step holds beyond them (host time outside the device window, memory / sync ops): the
+            # row adds up to the step time, as the CLI's breakdown does
+            r["other"] = None if None in parts else max(parts[0] - parts[1] - parts[2] - parts[3], 0.0)
     dropped = [f"steps {', '.join(map(str, prof.info.dropped_steps))} left out (partial)"] \
         if prof.info.dropped_steps else []
     warnings = list(dict.fromkeys([*dropped, *prof.warnings, *(rep.warnings if rep else []), *section_warnings]))

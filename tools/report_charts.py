@@ -14,7 +14,7 @@ SEGMENTS: list[tuple[str, str, str]] = [
     ("compute", "compute", "#3b6ea8"),
     ("comm", "communication not overlapped", "#e07b39"),
     ("free", "free (device idle)", "#a9b4c2"),
-    ("other", "other (host lead-in, memory / sync ops)", "#8c6bb1"),
+    ("other", "other (host time outside the device window, memory / sync ops)", "#8c6bb1"),
 ]
 HEAT_COLOURS = {"compute": (204, 102, 0), "free": (181, 73, 91)}   # above the median; below: BELOW_MEDIAN_RGB
 MAX_CHART_RANKS = 128  # more ranks than this: those that stand out are drawn (_rank_selection)
