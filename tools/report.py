@@ -274,8 +274,9 @@ def render_report(profile: api.ProfileRef, compare_base: api.ProfileRef | None =
             r = rank_rows[-1]
             parts = (r["step"], r["compute"], r["exposed"], r["free"])
             # what the step holds beyond them (host time outside the device window, memory / sync ops): the
-            # row adds up to the step time, as the CLI's breakdown does
-            r["other"] = None if None in parts else max(parts[0] - parts[1] - parts[2] - parts[3], 0.0)
+            # row adds up to the step time, as the CLI's breakdown does; negative where the device window
+            # outlasts the host step (a GPU that lags its CPU)
+            r["other"] = None if None in parts else parts[0] - parts[1] - parts[2] - parts[3]
     dropped = [f"steps {', '.join(map(str, prof.info.dropped_steps))} left out (partial)"] \
         if prof.info.dropped_steps else []
     warnings = list(dict.fromkeys([*dropped, *prof.warnings, *(rep.warnings if rep else []), *section_warnings]))
