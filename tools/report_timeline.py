@@ -1,18 +1,18 @@
 """The report's per-rank timeline of one step: compute / communication / other device work / idle on a
 shared time axis, one row per rank, so the late rank and the ranks waiting for it are visible.
 
-Which step: the slowest kept step present on two or more ranks (largest mean step time over the ranks), among
-the steps the first straggler is late in when there is one (synchronous steps last about as long whether or not
-a rank was late); the caption says which. Which ranks: all up to MAX_TIMELINE_RANKS, else those that stand out (`standing_out`) plus
-every straggler.
+Which step: the slowest kept step present on two or more ranks (largest mean step time over the ranks),
+among the steps the first straggler is late in when there is one (synchronous steps last about as long
+whether or not a rank was late); the caption says which. Which ranks: all up to MAX_TIMELINE_RANKS, else
+those that stand out (`standing_out`) plus the stragglers.
 
 Time axis: each rank's clock is shifted so that the collectives matched across ranks (the n-th instance of
-the same collective in the same group, `metrics.collectives.instances`; without comm_ops, communication device
-ops of the same name) end together: a collective ends at
-about the same moment on every rank, so this needs no clock synchronisation between hosts. The shift of a
-rank is the median, over the instances it shares with the reference rank in that step (else in the whole
-profile), of (reference end − its end). Without a matched collective the ranks stay on their own clocks
-and the caption says the axis is not aligned.
+the same collective in the same group, `metrics.collectives.instances`; without comm_ops, communication
+device ops of the same name) end together: a collective ends at about the same moment on every rank, so
+this needs no clock synchronisation between hosts. The shift of a rank is the median, over the instances
+it shares with the reference rank in that step (else in the whole profile), of (reference end − its end).
+Without a matched collective the ranks stay on their own clocks and the caption says the axis is not
+aligned.
 
 Classes (priority order, ns intervals clipped to the rank's host step window):
   compute        = union of compute device ops;
