@@ -235,7 +235,7 @@ def test_analysis_db_cells_as_text_or_broken(cluster4_db: Path, tmp_path: Path) 
 
 def test_mapped_converts_each_kind_apart() -> None:
     """Distinct values are converted once, but never merged across kinds (1 == 1.0 == True)."""
-    from stepdoctor.analysis.ingest.ascend_db import _mapped
+    from stepdoctor.analysis.ingest.ascend_db.db import _mapped
 
     calls: list[object] = []
 

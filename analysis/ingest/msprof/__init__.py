@@ -63,7 +63,7 @@ def device_id_of(path: Path) -> int | None:
 
 def read_msprof_db(src: RankSource) -> RankTables:
     """A standalone msprof DB through the DB-export reader (framework "msprof": no framework tables
-    expected, no STEP_TIME -> one window with a warning, see ascend_db._derive_steps)."""
+    expected, no STEP_TIME -> one window with a warning, see ascend_db.steps)."""
     p = src.path
     if p.is_dir():
         cands = sorted(c for c in p.glob("msprof*.db") if MSPROF_DB_RE.match(c.name))
