@@ -57,99 +57,114 @@ class AnalysisTables(ReaderBase):
         Built as columns: the Matrix table has a row per op and link (48k rows on an 8-rank 100k-event rank),
         where one `RankTables.add` per row was half of the rank's read time. Step, group and rank texts
         repeat on every row and are converted once per distinct value (`_mapped`)."""
-        t = self.t
         extra: dict[int, dict[str, int | None]] = {}
-        index = getattr(self, "comm_index", {})
-
-        by_step: dict[tuple[str, str | None, Any], int] = {}     # (op, group, step text) -> comm op index
-        if adb.has("CommAnalyzerTime"):
-            d = adb.fetch("CommAnalyzerTime", {"op": ("hccl_op_name",), "group": ("group_name",),
-                                               "start": ("start_timestamp",), "transit": ("transit_time",),
-                                               "wait": ("wait_time",), "sync": ("synchronization_time",),
-                                               "idle": ("idle_time",), "step": ("step",)})
-            for op, grp, st, tr, wa, sy, idl, stp in zip(d["op"], _mapped(d["group"], _group_id),
-                                                         _floats(d["start"]), d["transit"], d["wait"], d["sync"],
-                                                         d["idle"], d["step"], strict=False):
-                cands = index.get((str(op), grp), [])
-                sn = _step_number(stp)
-                if sn is not None and any(c[1] == sn for c in cands):
-                    cands = [c for c in cands if c[1] == sn]
-                if st is None or not cands:
-                    continue
-                # start_timestamp (µs as REAL) is the analyzer's own op start: on torch_npu 2.x DB exports it
-                # trails COMMUNICATION_OP.startNs by ~13 µs, so the nearest op of the same name, group and
-                # step within COMM_MATCH_NS is the one (names repeat only across steps)
-                gap, i = min((abs(s0 - st * 1000.0), i) for s0, _, i in cands)
-                if gap <= COMM_MATCH_NS:
-                    extra[i] = {"transit_ns": _ms_ns(tr), "wait_ns": _ms_ns(wa), "sync_ns": _ms_ns(sy),
-                                "idle_ns": _ms_ns(idl)}
-                    by_step[(str(op), grp, stp)] = i
+        by_step = self._comm_times(adb, extra) if adb.has("CommAnalyzerTime") else {}
         if adb.has("CommAnalyzerBandwidth"):
-            d = adb.fetch("CommAnalyzerBandwidth", {
-                "op": ("hccl_op_name",), "group": ("group_name",), "transport": ("transport_type",),
-                "size": ("transit_size",), "time": ("transit_time",), "bw": ("bandwidth",),
-                "lpr": ("large_packet_ratio",), "pkt": ("package_size",), "count": ("count",),
-                "total": ("total_duration",), "step": ("step",)})
-            seen: set[tuple[Any, ...]] = set()
-            moved: dict[int, dict[str, int]] = {}   # comm op index -> transport -> bytes
-            bands: list[tuple[Any, ...]] = []
-            packets: list[tuple[Any, ...]] = []
-            sizes, transits, pkts = _floats(d["size"]), _ms_ns_column(d["time"]), _floats(d["pkt"])
-            groups, step_nos = _mapped(d["group"], _group_id), _mapped(d["step"], _step_number)
-            for k, (op_v, tr_v, stp) in enumerate(zip(d["op"], d["transport"], d["step"], strict=False)):
-                op = str(op_v)
-                if op.lower().startswith("total"):
-                    continue
-                size, transit = sizes[k], transits[k]
-                if not size and not transit:
-                    continue     # transports the op did not use (as the text reader skips them)
-                grp = groups[k]
-                transport = str(tr_v)
-                key = (op, grp, tr_v, stp)
-                if key not in seen:
-                    seen.add(key)
-                    size_bytes = round((size or 0.0) * COMM_MB)
-                    if (i := by_step.get((op, grp, stp))) is not None:
-                        moved.setdefault(i, {})[transport.upper()] = size_bytes
-                    bands.append((step_nos[k], op, grp, transport, size_bytes, transit or 0,
-                                  _to_float(d["bw"][k]), _to_float(d["lpr"][k])))
-                pkt = pkts[k]
-                if pkt is not None and d["count"][k] is not None:
-                    packets.append((step_nos[k], op, transport, round(pkt * COMM_MB), int(float(d["count"][k])),
-                                    _ms_ns(d["total"][k]) or 0))
-            if bands:
-                t.extend("comm_bandwidth", dict(zip(("step", "op_name", "group_name", "transport", "size_bytes",
-                                                     "transit_ns", "bandwidth_gbps", "large_packet_ratio"),
-                                                    map(list, zip(*bands, strict=True)), strict=True)))
-            if packets:
-                t.extend("comm_packets", dict(zip(("step", "op_name", "transport", "packet_bytes", "count",
-                                                   "total_ns"), map(list, zip(*packets, strict=True)), strict=True)))
-            if seen:
-                t.has("comm_json")
-            # bytes moved by an op = SDMA (the on-node total, else HCCS + PCIE + SIO) + RDMA, as from the JSON
-            for i, sz in moved.items():
-                onnode = sz.get("SDMA", sum(sz.get(k, 0) for k in ("HCCS", "PCIE", "SIO")))
-                extra.setdefault(i, {})["size_bytes"] = onnode + sz.get("RDMA", 0)
+            self._comm_bandwidth(adb, extra, by_step)
         if adb.has("CommAnalyzerMatrix"):
-            d = adb.fetch("CommAnalyzerMatrix", {
-                "op": ("hccl_op_name",), "group": ("group_name",), "src": ("src_rank",), "dst": ("dst_rank",),
-                "transport": ("transport_type",), "size": ("transit_size",), "time": ("transit_time",),
-                "bw": ("bandwidth",), "step": ("step",)})
-            src, dst = _mapped(d["src"], _rank_or_none), _mapped(d["dst"], _rank_or_none)  # (TEXT columns)
-            keep = [a is not None and b is not None for a, b in zip(src, dst, strict=True)]
-            if not all(keep):
-                d = {c: list(itertools.compress(v, keep)) for c, v in d.items()}
-                src, dst = list(itertools.compress(src, keep)), list(itertools.compress(dst, keep))
-            if src:
-                t.extend("links", {
-                    "step": _mapped(d["step"], _step_number), "op_name": _mapped(d["op"], str),
-                    "group_name": _mapped(d["group"], _group_id), "src_rank": src, "dst_rank": dst,
-                    "transport": d["transport"],
-                    "size_bytes": [None if f is None else round(f * COMM_MB) for f in _floats(d["size"])],
-                    "transit_ns": _ms_ns_column(d["time"]),
-                    "bandwidth_gbps": _floats(d["bw"])})
-                t.has("comm_matrix")
+            self._comm_matrix(adb)
         return extra
+
+    def _comm_times(self, adb: Db, extra: dict[int, dict[str, int | None]]
+                    ) -> dict[tuple[str, str | None, Any], int]:
+        """CommAnalyzerTime: transit / wait / sync / idle ns of each matched comm op into `extra`; returns
+        (op, group, step text) -> comm op index."""
+        index = getattr(self, "comm_index", {})
+        by_step: dict[tuple[str, str | None, Any], int] = {}
+        d = adb.fetch("CommAnalyzerTime", {"op": ("hccl_op_name",), "group": ("group_name",),
+                                           "start": ("start_timestamp",), "transit": ("transit_time",),
+                                           "wait": ("wait_time",), "sync": ("synchronization_time",),
+                                           "idle": ("idle_time",), "step": ("step",)})
+        for op, grp, st, tr, wa, sy, idl, stp in zip(d["op"], _mapped(d["group"], _group_id),
+                                                     _floats(d["start"]), d["transit"], d["wait"], d["sync"],
+                                                     d["idle"], d["step"], strict=False):
+            cands = index.get((str(op), grp), [])
+            sn = _step_number(stp)
+            if sn is not None and any(c[1] == sn for c in cands):
+                cands = [c for c in cands if c[1] == sn]
+            if st is None or not cands:
+                continue
+            # start_timestamp (µs as REAL) is the analyzer's own op start: on torch_npu 2.x DB exports it
+            # trails COMMUNICATION_OP.startNs by ~13 µs, so the nearest op of the same name, group and
+            # step within COMM_MATCH_NS is the one (names repeat only across steps)
+            gap, i = min((abs(s0 - st * 1000.0), i) for s0, _, i in cands)
+            if gap <= COMM_MATCH_NS:
+                extra[i] = {"transit_ns": _ms_ns(tr), "wait_ns": _ms_ns(wa), "sync_ns": _ms_ns(sy),
+                            "idle_ns": _ms_ns(idl)}
+                by_step[(str(op), grp, stp)] = i
+        return by_step
+
+    def _comm_bandwidth(self, adb: Db, extra: dict[int, dict[str, int | None]],
+                        by_step: dict[tuple[str, str | None, Any], int]) -> None:
+        """CommAnalyzerBandwidth -> comm_bandwidth and comm_packets; the bytes each op moved into `extra`."""
+        t = self.t
+        d = adb.fetch("CommAnalyzerBandwidth", {
+            "op": ("hccl_op_name",), "group": ("group_name",), "transport": ("transport_type",),
+            "size": ("transit_size",), "time": ("transit_time",), "bw": ("bandwidth",),
+            "lpr": ("large_packet_ratio",), "pkt": ("package_size",), "count": ("count",),
+            "total": ("total_duration",), "step": ("step",)})
+        seen: set[tuple[Any, ...]] = set()
+        moved: dict[int, dict[str, int]] = {}   # comm op index -> transport -> bytes
+        bands: list[tuple[Any, ...]] = []
+        packets: list[tuple[Any, ...]] = []
+        sizes, transits, pkts = _floats(d["size"]), _ms_ns_column(d["time"]), _floats(d["pkt"])
+        groups, step_nos = _mapped(d["group"], _group_id), _mapped(d["step"], _step_number)
+        for k, (op_v, tr_v, stp) in enumerate(zip(d["op"], d["transport"], d["step"], strict=False)):
+            op = str(op_v)
+            if op.lower().startswith("total"):
+                continue
+            size, transit = sizes[k], transits[k]
+            if not size and not transit:
+                continue     # transports the op did not use (as the text reader skips them)
+            grp = groups[k]
+            transport = str(tr_v)
+            key = (op, grp, tr_v, stp)
+            if key not in seen:
+                seen.add(key)
+                size_bytes = round((size or 0.0) * COMM_MB)
+                if (i := by_step.get((op, grp, stp))) is not None:
+                    moved.setdefault(i, {})[transport.upper()] = size_bytes
+                bands.append((step_nos[k], op, grp, transport, size_bytes, transit or 0,
+                              _to_float(d["bw"][k]), _to_float(d["lpr"][k])))
+            pkt = pkts[k]
+            if pkt is not None and d["count"][k] is not None:
+                packets.append((step_nos[k], op, transport, round(pkt * COMM_MB), int(float(d["count"][k])),
+                                _ms_ns(d["total"][k]) or 0))
+        if bands:
+            t.extend("comm_bandwidth", dict(zip(("step", "op_name", "group_name", "transport", "size_bytes",
+                                                 "transit_ns", "bandwidth_gbps", "large_packet_ratio"),
+                                                map(list, zip(*bands, strict=True)), strict=True)))
+        if packets:
+            t.extend("comm_packets", dict(zip(("step", "op_name", "transport", "packet_bytes", "count",
+                                               "total_ns"), map(list, zip(*packets, strict=True)), strict=True)))
+        if seen:
+            t.has("comm_json")
+        # bytes moved by an op = SDMA (the on-node total, else HCCS + PCIE + SIO) + RDMA, as from the JSON
+        for i, sz in moved.items():
+            onnode = sz.get("SDMA", sum(sz.get(k, 0) for k in ("HCCS", "PCIE", "SIO")))
+            extra.setdefault(i, {})["size_bytes"] = onnode + sz.get("RDMA", 0)
+
+    def _comm_matrix(self, adb: Db) -> None:
+        """CommAnalyzerMatrix -> links (rows whose src or dst rank is a sentinel are dropped)."""
+        t = self.t
+        d = adb.fetch("CommAnalyzerMatrix", {
+            "op": ("hccl_op_name",), "group": ("group_name",), "src": ("src_rank",), "dst": ("dst_rank",),
+            "transport": ("transport_type",), "size": ("transit_size",), "time": ("transit_time",),
+            "bw": ("bandwidth",), "step": ("step",)})
+        src, dst = _mapped(d["src"], _rank_or_none), _mapped(d["dst"], _rank_or_none)  # (TEXT columns)
+        keep = [a is not None and b is not None for a, b in zip(src, dst, strict=True)]
+        if not all(keep):
+            d = {c: list(itertools.compress(v, keep)) for c, v in d.items()}
+            src, dst = list(itertools.compress(src, keep)), list(itertools.compress(dst, keep))
+        if src:
+            t.extend("links", {
+                "step": _mapped(d["step"], _step_number), "op_name": _mapped(d["op"], str),
+                "group_name": _mapped(d["group"], _group_id), "src_rank": src, "dst_rank": dst,
+                "transport": d["transport"],
+                "size_bytes": [None if f is None else round(f * COMM_MB) for f in _floats(d["size"])],
+                "transit_ns": _ms_ns_column(d["time"]),
+                "bandwidth_gbps": _floats(d["bw"])})
+            t.has("comm_matrix")
 
     def _step_trace_time(self, adb: Db) -> None:
         if not adb.has("StepTraceTime"):
