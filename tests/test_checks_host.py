@@ -23,9 +23,10 @@ import pandas as pd
 import pytest
 
 from conftest import CLUSTER4, need
+from stepdoctor.analysis.checks._minddata import queue_gap_op, saturated_op
 from stepdoctor.analysis.checks.base import CheckContext, CheckRun, run_checks
 from stepdoctor.analysis.checks.fp32_compute import FP32_SPEEDUP, ascend_precision, gpu_precision
-from stepdoctor.analysis.checks.slow_dataloader import _bottleneck, _queue_rule, iterator_kind
+from stepdoctor.analysis.checks.slow_dataloader import iterator_kind
 from stepdoctor.analysis.checks.sync_batchnorm import marker_kind
 from stepdoctor.analysis.models import Finding
 from stepdoctor.analysis.store import Profile, open_profile
@@ -502,15 +503,15 @@ def test_dataset_bottleneck_rules() -> None:
     # the saturated map (98.5 % CPU per worker) wins, not the Batch op whose input it starves
     ops = _ops([(0, "BatchOp", 8, 16, 0.02, 8.0, None), (1, "MapOp", 8, 16, 0.03, 12.0, 0),
                 (2, "MapOp", 1, 16, 0.04, 98.5, 1), (3, "ImageFolderOp", 8, 16, 0.97, 20.0, 2)])
-    row, why = _bottleneck(ops)
+    row, why = saturated_op(ops)
     assert int(row["op_id"]) == 2 and "98 % CPU per worker" in why
     # no CPU data: MindInsight's queue rule, the op whose input is much fuller than its output
     no_cpu = ops.assign(avg_cpu_pct=None)
-    assert _bottleneck(no_cpu) is None
-    row, why = _queue_rule(no_cpu)
+    assert saturated_op(no_cpu) is None
+    row, why = queue_gap_op(no_cpu)
     assert int(row["op_id"]) == 2 and "97 % full" in why
     # all queues full: nothing to blame
-    assert _queue_rule(no_cpu.assign(output_queue_usage_rate=0.9)) is None
+    assert queue_gap_op(no_cpu.assign(output_queue_usage_rate=0.9)) is None
 
 
 def test_columns_gives_none_for_null_text_and_nan_for_null_numbers(tmp_path: Path) -> None:

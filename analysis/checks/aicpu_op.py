@@ -34,9 +34,8 @@ import pandas as pd
 
 from ..models import Finding
 from ..thresholds import T
+from ..units import NS_PER_MS, NS_PER_US
 from ._common import (
-    NS_PER_MS,
-    NS_PER_US,
     by_rank,
     in_kept_steps,
     kept_steps,
@@ -87,8 +86,8 @@ class AicpuOpCheck(Check):
             "SELECT rank, step, coalesce(op_type, name) AS op_type, name, dur_ns, input_dtypes, "
             "output_dtypes, input_shapes, correlation_id FROM device_ops "
             f"WHERE task_type = 'AI_CPU' AND rank IN ({marks}) "
-            f"AND NOT regexp_matches(lower(coalesce(op_type, '') || ' ' || name), '{DATA_QUEUE_RE}')",
-            ranks,
+            "AND NOT regexp_matches(lower(coalesce(op_type, '') || ' ' || name), ?)",
+            [*ranks, DATA_QUEUE_RE],
         )
         steps = kept_steps(ctx)
         ops = in_kept_steps(ops, steps)
@@ -102,66 +101,52 @@ class AicpuOpCheck(Check):
         )
         totals = in_kept_steps(totals, steps)
         total_by_rank = totals.groupby("rank")["t"].sum().to_dict()
+        thr_ns = T.aicpu_task_us.value * NS_PER_US
+        # short AI CPU tasks are not judged: the advisor's 20 µs floor
+        return [self._op_finding(ctx, str(op_type), grp, steps, total_by_rank)
+                for op_type, grp in ops.groupby("op_type", sort=True) if not grp["dur_ns"].max() < thr_ns]
+
+    def _op_finding(self, ctx: CheckContext, op_type: str, grp: pd.DataFrame, steps: dict[int, list[int]],
+                    total_by_rank: dict[Any, Any]) -> Finding:
         thr_us = T.aicpu_task_us.value
-        out: list[Finding] = []
-        for op_type, grp in ops.groupby("op_type", sort=True):
-            if grp["dur_ns"].max() < thr_us * NS_PER_US:
-                continue  # short AI CPU tasks: the advisor's 20 µs floor
-            per_rank, per_rank_ms = self._per_rank(grp, steps, total_by_rank)
-            rank_w, ms_w = worst_rank(per_rank_ms)
-            dtypes = sorted(
-                {d for d in pd.concat([grp["input_dtypes"], grp["output_dtypes"]]).dropna().astype(str)}
-            )
-            double = has_double(*dtypes)
-            shapes = sorted({str(s) for s in grp["input_shapes"].dropna()})[:5]
-            suggestions = ["modify the code so that the operator runs on the AI Core"]
-            if double:
-                suggestions.append(
-                    "convert float64 (DOUBLE) tensors to float32 / bf16: AI Core kernels do not take float64"
-                )
-            key = str(op_type).lower()
-            if key in _REPLACE_GUIDE:
-                suggestions.append(
-                    "replace it with an equivalent operator (CANN 'AICPU operator replacement examples')"
-                )
-            if key in _UPGRADE_GUIDE:
-                suggestions.append(_UPGRADE_GUIDE[key])
-            stacks = self._stacks(ctx, grp)
-            steps_seen = step_list(grp["step"])
-            rk = sorted(per_rank)
-            w = per_rank[rank_w] if rank_w is not None else {}
-            out.append(
-                self.finding(
-                    ctx,
-                    title=f"{op_type} runs on AI CPU ({w.get('aicpu_ms_per_step', 0):.2f} ms per step"
-                    f"{' with DOUBLE inputs' if double else ''})",
-                    subject=str(op_type),
-                    ranks=rk,
-                    steps=steps_seen,
-                    impact_ms=ms_w,
-                    impact_rank=rank_w,
-                    evidence={
-                        "threshold_task_us": thr_us,
-                        "per_rank": {str(r): v for r, v in per_rank.items()},
-                        "dtypes": dtypes,
-                        "double_inputs": double,
-                        "input_shapes": shapes,
-                        "task_names": sorted(set(grp["name"].astype(str)))[:5],
-                        "suggestions": suggestions,
-                        "call_stacks": stacks,
-                        "impact_method": "Σ AI_CPU task time of this op type per step, worst rank",
-                    },
-                    message=(
-                        f"{op_type} runs on the AI CPU on {ranks_text(rk)} in {steps_text(steps_seen)}: "
-                        f"{w.get('tasks_per_step', 0):g} tasks and {w.get('aicpu_ms_per_step', 0):.2f} ms "
-                        f"per step on rank {rank_w} (longest task {w.get('max_task_us', 0):.1f} µs >= "
-                        f"{thr_us:g} µs)"
-                        + ("; its tensors are DOUBLE, which has no AI Core kernel" if double else "")
-                        + "."
-                    ),
-                )
-            )
-        return out
+        per_rank, per_rank_ms = self._per_rank(grp, steps, total_by_rank)
+        rank_w, ms_w = worst_rank(per_rank_ms)
+        dtypes = sorted({d for d in pd.concat([grp["input_dtypes"], grp["output_dtypes"]]).dropna().astype(str)})
+        double = has_double(*dtypes)
+        shapes = sorted({str(s) for s in grp["input_shapes"].dropna()})[:5]
+        stacks = self._stacks(ctx, grp)
+        steps_seen = step_list(grp["step"])
+        rk = sorted(per_rank)
+        w = per_rank[rank_w] if rank_w is not None else {}
+        return self.finding(
+            ctx,
+            title=f"{op_type} runs on AI CPU ({w.get('aicpu_ms_per_step', 0):.2f} ms per step"
+            f"{' with DOUBLE inputs' if double else ''})",
+            subject=op_type,
+            ranks=rk,
+            steps=steps_seen,
+            impact_ms=ms_w,
+            impact_rank=rank_w,
+            evidence={
+                "threshold_task_us": thr_us,
+                "per_rank": {str(r): v for r, v in per_rank.items()},
+                "dtypes": dtypes,
+                "double_inputs": double,
+                "input_shapes": shapes,
+                "task_names": sorted(set(grp["name"].astype(str)))[:5],
+                "suggestions": _suggestions(op_type, double),
+                "call_stacks": stacks,
+                "impact_method": "Σ AI_CPU task time of this op type per step, worst rank",
+            },
+            message=(
+                f"{op_type} runs on the AI CPU on {ranks_text(rk)} in {steps_text(steps_seen)}: "
+                f"{w.get('tasks_per_step', 0):g} tasks and {w.get('aicpu_ms_per_step', 0):.2f} ms "
+                f"per step on rank {rank_w} (longest task {w.get('max_task_us', 0):.1f} µs >= "
+                f"{thr_us:g} µs)"
+                + ("; its tensors are DOUBLE, which has no AI Core kernel" if double else "")
+                + "."
+            ),
+        )
 
     @staticmethod
     def _per_rank(grp: pd.DataFrame, steps: dict[int, list[int]], total_by_rank: dict[Any, Any]
@@ -225,3 +210,16 @@ class AicpuOpCheck(Check):
             if len(out) >= 3:
                 break
         return out[:3]
+
+
+def _suggestions(op_type: str, double: bool) -> list[str]:
+    """What to do about one op type on the AI CPU: move it to the AI Core, and the CANN guides that apply."""
+    out = ["modify the code so that the operator runs on the AI Core"]
+    if double:
+        out.append("convert float64 (DOUBLE) tensors to float32 / bf16: AI Core kernels do not take float64")
+    key = op_type.lower()
+    if key in _REPLACE_GUIDE:
+        out.append("replace it with an equivalent operator (CANN 'AICPU operator replacement examples')")
+    if key in _UPGRADE_GUIDE:
+        out.append(_UPGRADE_GUIDE[key])
+    return out

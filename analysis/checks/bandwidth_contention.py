@@ -28,8 +28,8 @@ import pandas as pd
 
 from ..models import Finding
 from ..thresholds import T
+from ..units import NS_PER_MS
 from ._common import (
-    NS_PER_MS,
     columns,
     kept_mask,
     kept_steps,
@@ -111,36 +111,13 @@ class BandwidthContentionCheck(Check):
             exact = self._sdma_ops(ctx, rank, steps, comp.get(rank))
             if exact is None:   # the same rows as above: cannot happen
                 continue
-            ops = pd.DataFrame(exact)
-            bad = ops[exact["overlap"] & (exact["gbps"] < thr)]
-            k = n_steps(steps, rank)
-            extra = (bad["transit_ns"].astype("float64") - bad["size_bytes"].astype("float64") / thr).clip(
-                lower=0
-            )
-            lost[rank] = float(extra.sum()) / NS_PER_MS / k
-            worst = bad.sort_values("gbps").head(10)
-            per_rank[rank] = {
-                "contended_ops": len(bad),
-                "contended_ops_per_step": round(len(bad) / k, 2),
-                "sdma_ops": len(ops),
-                "overlapping_ops": int(exact["overlap"].sum()),
-                "min_gbps": round(float(bad["gbps"].min()), 4),
-                "mean_gbps_contended": _gbps(bad),
-                "mean_gbps_without_compute": alone,
-                "lost_ms_per_step": round(lost[rank], 4),
-                "steps": step_list(bad["step"]),
-                "top_ops": [
-                    {
-                        "op": str(r.name),
-                        "step": None if pd.isna(r.step) else int(r.step),
-                        "elapse_ms": round(float(r.elapse_ns) / NS_PER_MS, 4),
-                        "gbps": round(float(r.gbps), 4),
-                    }
-                    for r in worst.itertuples(index=False)
-                ],
-            }
+            lost[rank], per_rank[rank] = _rank_evidence(exact, thr, n_steps(steps, rank), alone)
         if not per_rank:
             return []
+        return [self._finding(ctx, per_rank, lost, thr)]
+
+    def _finding(self, ctx: CheckContext, per_rank: dict[int, dict], lost: dict[int, float],
+                 thr: float) -> Finding:
         rank_w, ms_w = worst_rank(lost)
         w = per_rank[rank_w]
         rk = sorted(per_rank)
@@ -150,33 +127,31 @@ class BandwidthContentionCheck(Check):
             if w["mean_gbps_without_compute"] is not None
             else ""
         )
-        return [
-            self.finding(
-                ctx,
-                title=f"SDMA at {w['mean_gbps_contended']:.1f} GB/s while overlapping matmul on "
-                f"{ranks_text(rk)}",
-                subject="SDMA",
-                ranks=rk,
-                steps=st,
-                impact_ms=ms_w,
-                impact_rank=rank_w,
-                severity="low",
-                evidence={
-                    "threshold_gbps": thr,
-                    "per_rank": {str(r): v for r, v in sorted(per_rank.items())},
-                    "impact_method": "Σ (SDMA transit − bytes / 14.4 GB/s) of contended ops per step, "
-                    "worst rank; lower bound (the SDMA baseline is 18 GB/s)",
-                },
-                message=(
-                    f"{ranks_text(rk).capitalize()}: SDMA collectives that overlap matmul kernels move data "
-                    f"below {thr:g} GB/s in {steps_text(st)}; on rank {rank_w} "
-                    f"{w['contended_ops_per_step']:g} per step at {w['mean_gbps_contended']:.1f} GB/s"
-                    f"{alone_txt}, losing at least {ms_w:.2f} ms per step. Compare a run with the "
-                    "compute-communication overlap turned off, or schedule the collectives away from the "
-                    "large matmuls."
-                ),
-            )
-        ]
+        return self.finding(
+            ctx,
+            title=f"SDMA at {w['mean_gbps_contended']:.1f} GB/s while overlapping matmul on "
+            f"{ranks_text(rk)}",
+            subject="SDMA",
+            ranks=rk,
+            steps=st,
+            impact_ms=ms_w,
+            impact_rank=rank_w,
+            severity="low",
+            evidence={
+                "threshold_gbps": thr,
+                "per_rank": {str(r): v for r, v in sorted(per_rank.items())},
+                "impact_method": "Σ (SDMA transit − bytes / 14.4 GB/s) of contended ops per step, "
+                "worst rank; lower bound (the SDMA baseline is 18 GB/s)",
+            },
+            message=(
+                f"{ranks_text(rk).capitalize()}: SDMA collectives that overlap matmul kernels move data "
+                f"below {thr:g} GB/s in {steps_text(st)}; on rank {rank_w} "
+                f"{w['contended_ops_per_step']:g} per step at {w['mean_gbps_contended']:.1f} GB/s"
+                f"{alone_txt}, losing at least {ms_w:.2f} ms per step. Compare a run with the "
+                "compute-communication overlap turned off, or schedule the collectives away from the "
+                "large matmuls."
+            ),
+        )
 
     @staticmethod
     def _any_slow(ctx: CheckContext, ranks: list[int], steps: dict[int, list[int]], thr: float) -> bool:
@@ -332,3 +307,34 @@ def _gbps_ratio(size_sum: int | np.integer, transit_sum: int | np.integer) -> fl
 def _gbps(ops: pd.DataFrame) -> float | None:
     """Σ bytes / Σ transit time of a set of ops (GB/s), None when empty."""
     return _gbps_of(ops["size_bytes"].to_numpy(), ops["transit_ns"].to_numpy())
+
+
+def _rank_evidence(exact: dict[str, np.ndarray], thr: float, k: int, alone: float | None) -> tuple[float, dict]:
+    """(lost ms per step, evidence) of one contended rank from its SDMA ops (`_sdma_ops`) over k steps:
+    the transit time beyond what `thr` GB/s would take, of ops that overlap a matmul below `thr`. The float
+    sums and the sort follow the row order of the rank's own query."""
+    ops = pd.DataFrame(exact)
+    bad = ops[exact["overlap"] & (exact["gbps"] < thr)]
+    extra = (bad["transit_ns"].astype("float64") - bad["size_bytes"].astype("float64") / thr).clip(lower=0)
+    lost = float(extra.sum()) / NS_PER_MS / k
+    worst = bad.sort_values("gbps").head(10)
+    return lost, {
+        "contended_ops": len(bad),
+        "contended_ops_per_step": round(len(bad) / k, 2),
+        "sdma_ops": len(ops),
+        "overlapping_ops": int(exact["overlap"].sum()),
+        "min_gbps": round(float(bad["gbps"].min()), 4),
+        "mean_gbps_contended": _gbps(bad),
+        "mean_gbps_without_compute": alone,
+        "lost_ms_per_step": round(lost, 4),
+        "steps": step_list(bad["step"]),
+        "top_ops": [
+            {
+                "op": str(r.name),
+                "step": None if pd.isna(r.step) else int(r.step),
+                "elapse_ms": round(float(r.elapse_ns) / NS_PER_MS, 4),
+                "gbps": round(float(r.gbps), 4),
+            }
+            for r in worst.itertuples(index=False)
+        ],
+    }

@@ -34,8 +34,8 @@ import numpy as np
 import pandas as pd
 
 from ..models import Finding
+from ..units import NS_PER_MS
 from ._common import (
-    NS_PER_MS,
     by_value,
     in_kept_steps,
     kept_steps,

@@ -19,9 +19,8 @@ import pandas as pd
 
 from ..models import Finding
 from ..thresholds import T
+from ..units import NS_PER_MS, NS_PER_US
 from ._common import (
-    NS_PER_MS,
-    NS_PER_US,
     in_kept_steps,
     kept_steps,
     n_steps,
@@ -72,34 +71,7 @@ class ByteMisalignmentCheck(Check):
         for rank, bad in bad_all.groupby("rank", sort=True):
             r = int(rank)
             k = n_steps(steps, r)
-            lost[r] = float(bad["dur_ns"].sum()) / NS_PER_MS / k
-            ops = bad.groupby(["step", "op_name"], dropna=False).agg(
-                tasks=("dur_ns", "size"), bytes=("size_bytes", "sum"), abnormal_us=("dur_ns", "sum")
-            )
-            sizes = bad["size_bytes"].value_counts().head(5)
-            per_rank[r] = {
-                "abnormal_ops": len(ops),
-                "abnormal_ops_per_step": round(len(ops) / k, 2),
-                "abnormal_tasks": len(bad),
-                "sdma_tasks": n_by_rank[r],
-                "abnormal_ms_per_step": round(lost[r], 4),
-                # int64 / int64 as numpy divides it: both sums as float64
-                "abnormal_time_share": round(float(bad["dur_ns"].sum()) / float(t_by_rank[r]), 4)
-                if t_by_rank[r]
-                else None,
-                "sizes_bytes": {str(int(s)): int(c) for s, c in sizes.items()},
-                "steps": step_list(bad["step"]),
-                "top_ops": [
-                    {
-                        "op": str(op),
-                        "step": None if pd.isna(s) else int(s),
-                        "tasks": int(v.tasks),
-                        "bytes": int(v.bytes),
-                        "abnormal_us": round(float(v.abnormal_us) / NS_PER_US, 3),
-                    }
-                    for (s, op), v in ops.sort_values("abnormal_us", ascending=False).head(5).iterrows()
-                ],
-            }
+            lost[r], per_rank[r] = _rank_evidence(bad, k, n_by_rank[r], t_by_rank[r])
         if not per_rank:
             return []
         rank_w, ms_w = worst_rank(lost)
@@ -135,3 +107,36 @@ class ByteMisalignmentCheck(Check):
                 ),
             )
         ]
+
+
+def _rank_evidence(bad: pd.DataFrame, k: int, n_tasks: int, t_tasks: int) -> tuple[float, dict]:
+    """(lost ms per step, evidence) of one rank's misaligned SDMA tasks `bad` over k steps; `n_tasks` and
+    `t_tasks` (ns) count and time all its judged SDMA tasks."""
+    lost = float(bad["dur_ns"].sum()) / NS_PER_MS / k
+    ops = bad.groupby(["step", "op_name"], dropna=False).agg(
+        tasks=("dur_ns", "size"), bytes=("size_bytes", "sum"), abnormal_us=("dur_ns", "sum")
+    )
+    sizes = bad["size_bytes"].value_counts().head(5)
+    return lost, {
+        "abnormal_ops": len(ops),
+        "abnormal_ops_per_step": round(len(ops) / k, 2),
+        "abnormal_tasks": len(bad),
+        "sdma_tasks": n_tasks,
+        "abnormal_ms_per_step": round(lost, 4),
+        # int64 / int64 as numpy divides it: both sums as float64
+        "abnormal_time_share": round(float(bad["dur_ns"].sum()) / float(t_tasks), 4)
+        if t_tasks
+        else None,
+        "sizes_bytes": {str(int(s)): int(c) for s, c in sizes.items()},
+        "steps": step_list(bad["step"]),
+        "top_ops": [
+            {
+                "op": str(op),
+                "step": None if pd.isna(s) else int(s),
+                "tasks": int(v.tasks),
+                "bytes": int(v.bytes),
+                "abnormal_us": round(float(v.abnormal_us) / NS_PER_US, 3),
+            }
+            for (s, op), v in ops.sort_values("abnormal_us", ascending=False).head(5).iterrows()
+        ],
+    }

@@ -46,6 +46,7 @@ import pandas as pd
 
 from ..models import Finding
 from ..thresholds import T
+from ..units import BYTES_PER_MB, NS_PER_MS
 from ._common import (
     DeviceTimeline,
     by_value,
@@ -60,8 +61,6 @@ from ._common import (
 )
 from .base import Check, CheckContext, register
 
-NS_PER_MS = 1e6
-MB = 1e6
 PROPOSED_BUCKETS = int(T.tail_proposed_buckets.value)
 # Collectives that synchronise gradients (DDP / MindSpore AllReduce, ZeRO / FSDP reduce-scatter + all-gather).
 GRADIENT_RE = r"(?i)all_?reduce|reduce_?scatter|all_?gather|^reduce$|hcom_reduce"
@@ -320,7 +319,7 @@ class ExposedCommTailCheck(Check):
         comm = comm_all[comm_all["step"] == fired[0]]
         colls = [{"name": str(r["name"]), "type": None if pd.isna(r["op_type"]) else str(r["op_type"]),
                   "dur_ms": round(float(r["elapse_ns"]) / NS_PER_MS, 4),
-                  "size_mb": None if pd.isna(r["size_bytes"]) else round(float(r["size_bytes"]) / MB, 4)}
+                  "size_mb": None if pd.isna(r["size_bytes"]) else round(float(r["size_bytes"]) / BYTES_PER_MB, 4)}
                  for _, r in comm.iterrows()]
         st = self._stats(ctx, rank, kept_steps.size, fired, impact, by_step, colls, n_steps=len(piv))
         st["source"] = "step_phases tail (bp end -> iteration end)"
@@ -387,7 +386,7 @@ class ExposedCommTailCheck(Check):
             size = size if size is not None else hit[0]
             typ = typ or hit[1]
         return {"name": name, "type": typ, "start_after_backward_ms": round((s - bwd_end) / NS_PER_MS, 4),
-                "dur_ms": round((e - s) / NS_PER_MS, 4), "size_mb": None if size is None else round(size / MB, 4)}
+                "dur_ms": round((e - s) / NS_PER_MS, 4), "size_mb": None if size is None else round(size / BYTES_PER_MB, 4)}
 
 
 def _exposed(s: np.ndarray, e: np.ndarray, is_comm: np.ndarray, t0: int, t1: int) -> float:

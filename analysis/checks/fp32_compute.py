@@ -37,6 +37,7 @@ import pandas as pd
 
 from ..models import Finding
 from ..thresholds import T
+from ..units import NS_PER_MS
 from ._common import (
     by_rank,
     by_value,
@@ -52,7 +53,6 @@ from ._common import (
 )
 from .base import Check, CheckContext, register
 
-NS_PER_MS = 1e6
 FP32_SPEEDUP = T.fp32_speedup.value
 SPEEDUP_SOURCE = ("stepdoctor conservative estimate (MindSpore perf guide case 2 measured 4.9x on an fp32 "
                   "MatMul-bound forward; tensor-core / cube peaks are 8-16x fp32)")
@@ -173,26 +173,8 @@ class Fp32ComputeCheck(Check):
                 judged.update(self._judge(self._classified(ctx, rank), windows, n_windows, thr))
             if rank not in judged:
                 continue
-            fam, full, share, total, unknown_ns, fp32_ns = judged[rank]
             n = max(n_windows.get(int(rank), 0), 1)
-            by_type = full.groupby("label")["dur_ns"].agg(["count", "sum"]).sort_values("sum", ascending=False)
-            by_prec = fam.groupby("precision")["dur_ns"].sum()
-            fp32_ms = fp32_ns / NS_PER_MS / n
-            per_rank[rank] = {
-                "steps": sorted({int(s) for s in full["step"].dropna()}),
-                "fp32_share_pct": round(share, 2),
-                "fp32_ms_per_step": round(fp32_ms, 4),
-                "family_ms_per_step": round(total / NS_PER_MS / n, 4),
-                "unknown_precision_ms_per_step": round(unknown_ns / NS_PER_MS / n, 4),
-                "impact_ms_per_step": round(fp32_ms * (1.0 - 1.0 / FP32_SPEEDUP), 4),
-                "ms_per_step_by_precision": {str(k): round(float(v) / NS_PER_MS / n, 4) for k, v in by_prec.items()},
-                "top_fp32_ops": [{"op": str(k), "count_per_step": round(int(r["count"]) / n, 2),
-                                  "ms_per_step": round(float(r["sum"]) / NS_PER_MS / n, 4)}
-                                 for k, r in by_type.head(5).iterrows()],
-                **self._phases(ctx, rank),
-                "examples": sorted(set(full["name"].astype(str)))[:3],
-                "dtypes": sorted(set(full["dtypes"].dropna().astype(str)))[:3],
-            }
+            per_rank[rank] = self._rank_evidence(ctx, rank, judged[rank], n)
         if not per_rank:
             return []
         rank_w, ms_w = worst_share(ctx, {r: v["impact_ms_per_step"] for r, v in per_rank.items()})
@@ -202,20 +184,7 @@ class Fp32ComputeCheck(Check):
         top = e.get("top_fp32_ops") or [{"op": "matmul"}]
         subject = str(top[0]["op"])
         ascend = ctx.vendor(rank_w) == "ascend"
-        pre_ampere = False
-        if ctx.framework(rank_w) == "mindspore":
-            fix = ("mixed precision (Model(..., amp_level='O2') for training, auto_mixed_precision(net, 'O2') or "
-                   "to_float(mstype.float16) for inference; check accuracy)")
-        elif ascend:
-            fix = "mixed precision (torch.autocast('npu', dtype=torch.bfloat16))"
-        elif (cc := _compute_capability(ctx, rank_w)) is not None and cc < (8, 0):
-            pre_ampere = True
-            # bf16 tensor cores and TF32 arrive with Ampere (compute capability 8.0); Volta/Turing have fp16 ones
-            fix = (f"fp16 mixed precision (torch.autocast('cuda', dtype=torch.float16) with torch.amp.GradScaler; "
-                   f"this GPU is compute capability {cc[0]}.{cc[1]}: no bf16 or TF32 before 8.0)")
-        else:
-            fix = ("mixed precision (torch.autocast('cuda', dtype=torch.bfloat16)), or at least TF32 "
-                   "(torch.backends.cuda.matmul.allow_tf32 = True)")
+        fix, pre_ampere = _fix_text(ctx, rank_w, ascend)
         step = ctx.mean_step_ms(rank_w) if rank_w is not None else None
         of_step = f" of the {step:.4g} ms step" if step else ""
         phase = next((f" (forward{' + backward' if k == 'fp_and_bp' else ''} {v:.4g} ms{of_step})"
@@ -237,6 +206,28 @@ class Fp32ComputeCheck(Check):
         if not ascend:   # NPU fixes never answer a GPU run
             f.fixes = [x for x in f.fixes if not x.startswith(("npu-", "ascend-"))]
         return [f]
+
+    def _rank_evidence(self, ctx: CheckContext, rank: int, entry: tuple, n: int) -> dict[str, Any]:
+        """Evidence of one judged rank (`entry` as `_judge` gives it) over its n kept steps."""
+        fam, full, share, total, unknown_ns, fp32_ns = entry
+        by_type = full.groupby("label")["dur_ns"].agg(["count", "sum"]).sort_values("sum", ascending=False)
+        by_prec = fam.groupby("precision")["dur_ns"].sum()
+        fp32_ms = fp32_ns / NS_PER_MS / n
+        return {
+            "steps": sorted({int(s) for s in full["step"].dropna()}),
+            "fp32_share_pct": round(share, 2),
+            "fp32_ms_per_step": round(fp32_ms, 4),
+            "family_ms_per_step": round(total / NS_PER_MS / n, 4),
+            "unknown_precision_ms_per_step": round(unknown_ns / NS_PER_MS / n, 4),
+            "impact_ms_per_step": round(fp32_ms * (1.0 - 1.0 / FP32_SPEEDUP), 4),
+            "ms_per_step_by_precision": {str(k): round(float(v) / NS_PER_MS / n, 4) for k, v in by_prec.items()},
+            "top_fp32_ops": [{"op": str(k), "count_per_step": round(int(r["count"]) / n, 2),
+                              "ms_per_step": round(float(r["sum"]) / NS_PER_MS / n, 4)}
+                             for k, r in by_type.head(5).iterrows()],
+            **self._phases(ctx, rank),
+            "examples": sorted(set(full["name"].astype(str)))[:3],
+            "dtypes": sorted(set(full["dtypes"].dropna().astype(str)))[:3],
+        }
 
     @staticmethod
     def _phases(ctx: CheckContext, rank: int) -> dict[str, Any]:
@@ -350,3 +341,22 @@ def _compute_capability(ctx: CheckContext, rank: int | None) -> tuple[int, int] 
         if p and isinstance(p.get("computeMajor"), int):
             return int(p["computeMajor"]), int(p.get("computeMinor") or 0)
     return None
+
+
+def _fix_text(ctx: CheckContext, rank: int | None, ascend: bool) -> tuple[str, bool]:
+    """(the mixed-precision fix for the rank's framework and device, whether the GPU predates Ampere)."""
+    pre_ampere = False
+    if ctx.framework(rank) == "mindspore":
+        fix = ("mixed precision (Model(..., amp_level='O2') for training, auto_mixed_precision(net, 'O2') or "
+               "to_float(mstype.float16) for inference; check accuracy)")
+    elif ascend:
+        fix = "mixed precision (torch.autocast('npu', dtype=torch.bfloat16))"
+    elif (cc := _compute_capability(ctx, rank)) is not None and cc < (8, 0):
+        pre_ampere = True
+        # bf16 tensor cores and TF32 arrive with Ampere (compute capability 8.0); Volta/Turing have fp16 ones
+        fix = (f"fp16 mixed precision (torch.autocast('cuda', dtype=torch.float16) with torch.amp.GradScaler; "
+               f"this GPU is compute capability {cc[0]}.{cc[1]}: no bf16 or TF32 before 8.0)")
+    else:
+        fix = ("mixed precision (torch.autocast('cuda', dtype=torch.bfloat16)), or at least TF32 "
+               "(torch.backends.cuda.matmul.allow_tf32 = True)")
+    return fix, pre_ampere

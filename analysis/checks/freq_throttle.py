@@ -22,11 +22,12 @@ Severity: the advisor's fixed HIGH. Subject: `AI Core frequency`.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from ..models import Finding
 from ..thresholds import T
+from ..units import NS_PER_MS
 from ._common import (
-    NS_PER_MS,
     in_kept_steps,
     kept_steps,
     n_steps,
@@ -88,126 +89,122 @@ class FreqThrottleCheck(Check):
         ranks = self.applicable_ranks(ctx)
         if not ranks:
             return []
-        thr = T.freq_drop.value
-        steps = kept_steps(ctx)
         rated_by_rank = {
             int(r): float(v)
             for r, v in ctx.profile.rows("SELECT rank, rated_freq_mhz FROM ranks WHERE rated_freq_mhz > 0")
         }
-        types = ",".join(f"'{t}'" for t in AICORE_TASK_TYPES)
-        per_rank: dict[int, dict] = {}
-        lost_ms: dict[int, float] = {}
-        all_steps: set[int] = set()
         checked_ranks = [r for r in ranks if rated_by_rank.get(r)]
         if not checked_ranks:
             return []
-        marks = ",".join("?" * len(checked_ranks))
-        # one query per table for all ranks, split here: a query and a dozen pandas calls per rank cost
-        # milliseconds each on many-rank profiles, while most ranks turn out not throttled at all
-        fs = ctx.profile.arrays(
-            f"SELECT rank, ts_ns, freq_mhz FROM freq_samples WHERE rank IN ({marks}) ORDER BY rank, ts_ns",
-            checked_ranks,
-        )
-        fs_rank = np.asarray(fs["rank"], dtype="int64")
-        fs_ts = np.asarray(fs["ts_ns"], dtype="int64")
-        fs_mhz = np.ma.filled(np.ma.asarray(fs["freq_mhz"], dtype="float64"), np.nan)
-        # no ORDER BY: each rank's rows keep their table order, which the stable sort below preserves
-        all_ops = in_kept_steps(
-            ctx.sql(
-                f"SELECT rank, step, name, start_ns, dur_ns FROM device_ops WHERE rank IN ({marks}) "
-                f"AND task_type IN ({types})",
-                checked_ranks,
-            ),
-            steps,
-        )
-        op_order = np.argsort(all_ops["rank"].to_numpy(dtype="int64"), kind="stable")
-        op_rank = all_ops["rank"].to_numpy(dtype="int64")[op_order]
-        op_start = all_ops["start_ns"].to_numpy(dtype="int64")[op_order]
-        op_end = op_start + all_ops["dur_ns"].to_numpy(dtype="int64")[op_order]
-        for rank in ranks:
-            rated = rated_by_rank.get(rank)
-            if not rated:
-                continue
-            f_lo, f_hi = np.searchsorted(fs_rank, [rank, rank + 1])
-            o_lo, o_hi = np.searchsorted(op_rank, [rank, rank + 1])
-            if f_hi == f_lo or o_hi == o_lo:
-                continue
-            mhz = mean_freq(fs_ts[f_lo:f_hi], fs_mhz[f_lo:f_hi], op_start[o_lo:o_hi], op_end[o_lo:o_hi])
-            with np.errstate(invalid="ignore"):
-                # per task, so a rank throttled in one step only is named with that step only
-                drop = np.maximum((rated - mhz) / rated, 0.0)
-                hit_mask = drop >= thr
-            if not hit_mask.any():
-                continue
-            # pandas only for the few throttled ranks, on the rank's rows in their table order
-            ops = all_ops.iloc[op_order[o_lo:o_hi]].reset_index(drop=True)
-            ops["mhz"] = mhz
-            ops["drop"] = drop
-            hit = ops[hit_mask]
-            hw = hit["dur_ns"].astype("float64")
-            by_name = (
-                hit.assign(wd=hit["drop"] * hw).groupby("name").agg(wd=("wd", "sum"), w=("dur_ns", "sum"))
-            )
-            by_name["drop"] = by_name["wd"] / by_name["w"]
-            k = n_steps(steps, rank)
-            lost_ms[rank] = float((hw * hit["drop"]).sum()) / NS_PER_MS / k
-            st = step_list(hit["step"])
-            all_steps.update(st)
-            per_rank[rank] = {
-                "rated_mhz": rated,
-                "mean_mhz_during_kernels": round(float((hit["mhz"] * hw).sum() / hw.sum()), 1),
-                "min_mhz": round(float(hit["mhz"].min()), 1),
-                "mean_drop": round(float((hit["drop"] * hw).sum() / hw.sum()), 4),
-                "throttled_op_names": len(by_name),
-                "throttled_tasks": len(hit),
-                "kernel_ms_per_step": round(float(hw.sum()) / NS_PER_MS / k, 4),
-                "lost_ms_per_step": round(lost_ms[rank], 4),
-                "steps": st,
-                "by_step": {
-                    str(int(s)): round(float((g["dur_ns"] * g["drop"]).sum()) / NS_PER_MS, 4)
-                    for s, g in hit.groupby("step")
-                },
-                "top_ops": [
-                    {
-                        "name": str(n),
-                        "drop": round(float(r["drop"]), 4),
-                        "ms": round(float(r["w"]) / NS_PER_MS, 4),
-                    }
-                    for n, r in by_name.sort_values("w", ascending=False).head(5).iterrows()
-                ],
-            }
+        per_rank, lost_ms = _throttled_ranks(ctx, checked_ranks, rated_by_rank)
         if not per_rank:
             return []
+        return [self._finding(ctx, per_rank, lost_ms, sorted(set(ranks) & set(rated_by_rank)))]
+
+    def _finding(self, ctx: CheckContext, per_rank: dict[int, dict], lost_ms: dict[int, float],
+                 checked: list[int]) -> Finding:
+        thr = T.freq_drop.value
         rank_w, ms_w = worst_rank(lost_ms)
         rk = sorted(per_rank)
         w = per_rank[rank_w]
-        checked = sorted(set(ranks) & set(rated_by_rank))
         parts = "; ".join(
             f"rank {r} at {v['mean_mhz_during_kernels']:g} MHz (−{v['mean_drop']:.1%}) in "
             f"{steps_text(v['steps'])}"
             for r, v in sorted(per_rank.items())
         )
-        return [
-            self.finding(
-                ctx,
-                title=f"AI Core throttled to {w['mean_mhz_during_kernels']:g} MHz of {w['rated_mhz']:g} MHz "
-                f"on {ranks_text(rk)}",
-                subject=SUBJECT,
-                ranks=rk,
-                steps=sorted(all_steps),
-                impact_ms=ms_w,
-                impact_rank=rank_w,
-                severity="high",
-                evidence={
-                    "threshold_drop": thr,
-                    "per_rank": {str(r): v for r, v in sorted(per_rank.items())},
-                    "ranks_checked": checked,
-                    "impact_method": "Σ throttled kernel time × (rated − f) / rated per step, worst rank",
-                },
-                message=(
-                    f"The AI Core ran below its rated {w['rated_mhz']:g} MHz: {parts} (threshold "
-                    f"{thr:.0%} drop). Rank {rank_w} loses about {ms_w:.2f} ms per step; check its "
-                    "temperature, power cap and npu-smi frequency settings."
-                ),
-            )
-        ]
+        return self.finding(
+            ctx,
+            title=f"AI Core throttled to {w['mean_mhz_during_kernels']:g} MHz of {w['rated_mhz']:g} MHz "
+            f"on {ranks_text(rk)}",
+            subject=SUBJECT,
+            ranks=rk,
+            steps=sorted({s for v in per_rank.values() for s in v["steps"]}),
+            impact_ms=ms_w,
+            impact_rank=rank_w,
+            severity="high",
+            evidence={
+                "threshold_drop": thr,
+                "per_rank": {str(r): v for r, v in sorted(per_rank.items())},
+                "ranks_checked": checked,
+                "impact_method": "Σ throttled kernel time × (rated − f) / rated per step, worst rank",
+            },
+            message=(
+                f"The AI Core ran below its rated {w['rated_mhz']:g} MHz: {parts} (threshold "
+                f"{thr:.0%} drop). Rank {rank_w} loses about {ms_w:.2f} ms per step; check its "
+                "temperature, power cap and npu-smi frequency settings."
+            ),
+        )
+
+
+def _throttled_ranks(ctx: CheckContext, ranks: list[int], rated_by_rank: dict[int, float]
+                     ) -> tuple[dict[int, dict], dict[int, float]]:
+    """(rank -> evidence, rank -> lost ms per step) for the ranks whose AI Core tasks ran >= T.freq_drop
+    below the rated frequency. One query per table for all ranks, split here by a stable sort on rank:
+    most ranks turn out not throttled, and a query per rank costs milliseconds each on many ranks."""
+    thr = T.freq_drop.value
+    steps = kept_steps(ctx)
+    marks = ",".join("?" * len(ranks))
+    fs = ctx.profile.arrays(
+        f"SELECT rank, ts_ns, freq_mhz FROM freq_samples WHERE rank IN ({marks}) ORDER BY rank, ts_ns", ranks)
+    fs_rank = np.asarray(fs["rank"], dtype="int64")
+    fs_ts = np.asarray(fs["ts_ns"], dtype="int64")
+    fs_mhz = np.ma.filled(np.ma.asarray(fs["freq_mhz"], dtype="float64"), np.nan)
+    types = ",".join("?" * len(AICORE_TASK_TYPES))
+    # no ORDER BY: each rank's rows keep their table order, which the stable sort below preserves
+    all_ops = in_kept_steps(
+        ctx.sql(f"SELECT rank, step, name, start_ns, dur_ns FROM device_ops WHERE rank IN ({marks}) "
+                f"AND task_type IN ({types})", [*ranks, *AICORE_TASK_TYPES]),
+        steps,
+    )
+    op_order = np.argsort(all_ops["rank"].to_numpy(dtype="int64"), kind="stable")
+    op_rank = all_ops["rank"].to_numpy(dtype="int64")[op_order]
+    op_start = all_ops["start_ns"].to_numpy(dtype="int64")[op_order]
+    op_end = op_start + all_ops["dur_ns"].to_numpy(dtype="int64")[op_order]
+    per_rank: dict[int, dict] = {}
+    lost_ms: dict[int, float] = {}
+    for rank in ranks:
+        rated = rated_by_rank[rank]
+        f_lo, f_hi = np.searchsorted(fs_rank, [rank, rank + 1])
+        o_lo, o_hi = np.searchsorted(op_rank, [rank, rank + 1])
+        if f_hi == f_lo or o_hi == o_lo:
+            continue
+        mhz = mean_freq(fs_ts[f_lo:f_hi], fs_mhz[f_lo:f_hi], op_start[o_lo:o_hi], op_end[o_lo:o_hi])
+        with np.errstate(invalid="ignore"):
+            # per task, so a rank throttled in one step only is named with that step only
+            drop = np.maximum((rated - mhz) / rated, 0.0)
+            hit_mask = drop >= thr
+        if not hit_mask.any():
+            continue
+        # pandas only for the few throttled ranks, on the rank's rows in their table order
+        ops = all_ops.iloc[op_order[o_lo:o_hi]].reset_index(drop=True)
+        ops["mhz"] = mhz
+        ops["drop"] = drop
+        lost_ms[rank], per_rank[rank] = _rank_evidence(ops[hit_mask], rated, n_steps(steps, rank))
+    return per_rank, lost_ms
+
+
+def _rank_evidence(hit: pd.DataFrame, rated: float, k: int) -> tuple[float, dict]:
+    """(lost ms per step, evidence) of one rank's throttled tasks `hit` (columns mhz, drop) over k steps."""
+    hw = hit["dur_ns"].astype("float64")
+    by_name = hit.assign(wd=hit["drop"] * hw).groupby("name").agg(wd=("wd", "sum"), w=("dur_ns", "sum"))
+    by_name["drop"] = by_name["wd"] / by_name["w"]
+    lost = float((hw * hit["drop"]).sum()) / NS_PER_MS / k
+    return lost, {
+        "rated_mhz": rated,
+        "mean_mhz_during_kernels": round(float((hit["mhz"] * hw).sum() / hw.sum()), 1),
+        "min_mhz": round(float(hit["mhz"].min()), 1),
+        "mean_drop": round(float((hit["drop"] * hw).sum() / hw.sum()), 4),
+        "throttled_op_names": len(by_name),
+        "throttled_tasks": len(hit),
+        "kernel_ms_per_step": round(float(hw.sum()) / NS_PER_MS / k, 4),
+        "lost_ms_per_step": round(lost, 4),
+        "steps": step_list(hit["step"]),
+        "by_step": {
+            str(int(s)): round(float((g["dur_ns"] * g["drop"]).sum()) / NS_PER_MS, 4)
+            for s, g in hit.groupby("step")
+        },
+        "top_ops": [
+            {"name": str(n), "drop": round(float(r["drop"]), 4), "ms": round(float(r["w"]) / NS_PER_MS, 4)}
+            for n, r in by_name.sort_values("w", ascending=False).head(5).iterrows()
+        ],
+    }

@@ -21,10 +21,9 @@ from typing import Any, ClassVar
 
 from ..models import Finding
 from ..thresholds import T
+from ..units import BYTES_PER_MB, NS_PER_MS
 from ._common import fmt_ms, in_steps, ranks_text, step_windows, steps_text, worst_share
 from .base import Check, CheckContext, register
-
-NS_PER_MS = 1e6
 
 
 @register
@@ -73,7 +72,7 @@ class H2dPageableCheck(Check):
                 "copies_per_affected_step": round(float(by_step.loc[fired, "copies"].mean()), 2),
                 "steps_analysed": n,
                 "ms_per_step": round(total_ns / NS_PER_MS / n, 4),
-                "mb_per_step": round(nbytes / 1e6 / n, 4) if nbytes else None,
+                "mb_per_step": round(nbytes / BYTES_PER_MB / n, 4) if nbytes else None,
                 "bandwidth_gbps": round(nbytes / total_ns, 3) if nbytes and total_ns else None,
                 "by_step": {str(int(s)): {"copies": int(row["copies"]), "ms": round(float(row["ns"]) / NS_PER_MS, 4)}
                             for s, row in by_step.iterrows()},

@@ -27,6 +27,7 @@ import numpy as np
 from ..metrics.intervals import merge
 from ..models import Finding
 from ..thresholds import T
+from ..units import NS_PER_MS
 from ._common import (
     DeviceTimeline,
     by_value,
@@ -41,8 +42,6 @@ from ._common import (
 )
 from .base import Check, CheckContext, register
 
-NS_PER_MS = 1e6
-NS_PER_US = 1e3
 API_RE = re.compile(r"^(AscendCL@(aclMallocMemInner|aclrtFreePhysical|aclrtFree)|cudaMalloc|cudaFree|"
                     r"hipMalloc|hipFree|cuMemAlloc(_v2)?|cuMemFree(_v2)?)$")
 _ADVICE = {
@@ -168,25 +167,29 @@ class MemoryOpsCheck(Check):
                 }
             if not per_rank:
                 continue
-            rank_w, ms_w = worst_share(ctx, {r: v["ms_per_step"] for r, v in per_rank.items()})
-            rk = sorted(per_rank)
-            steps_seen = sorted({s for v in per_rank.values() for s in v["steps"]})
-            e = per_rank[rank_w] if rank_w is not None else {}
-            short = str(api).split("@")[-1]
-            advice = _ADVICE[_kind(str(api))]
-            out.append(self.finding(
-                ctx, title=f"{short} inside steps ({e.get('calls_per_affected_step', 0):g} calls, "
-                           f"{fmt_ms(e.get('ms_per_affected_step', 0))} ms per "
-                           "step)", subject=str(api), ranks=rk, steps=steps_seen, impact_ms=ms_w, impact_rank=rank_w,
-                evidence={"threshold_ms_per_step": thr_ms, "threshold_gpu_step_pct": thr_pct,
-                          "per_rank": {str(r): v for r, v in per_rank.items()},
-                          "advice": advice,
-                          "rule": "msprof-analyze memory analyzer (per-API total), time-ratio priority",
-                          "impact_method": f"Σ {short} time per step, mean over the rank's kept steps, the rank where "
-                                           "it is the largest share of the step"},
-                message=(f"On {ranks_text(rk)} ({steps_text(steps_seen)}) {short} is called "
-                         f"{e.get('calls_per_affected_step', 0):g} times per step for "
-                         f"{fmt_ms(e.get('ms_per_affected_step', 0))} ms per step on rank "
-                         f"{rank_w} (threshold {thr_ms:g} ms, mean call {e.get('mean_call_ms', 0):.3g} ms): "
-                         f"{advice}.")))
+            out.append(self._finding(ctx, str(api), per_rank, thr_ms, thr_pct))
         return out
+
+    def _finding(self, ctx: CheckContext, api: str, per_rank: dict[int, dict[str, Any]], thr_ms: float,
+                 thr_pct: float) -> Finding:
+        rank_w, ms_w = worst_share(ctx, {r: v["ms_per_step"] for r, v in per_rank.items()})
+        rk = sorted(per_rank)
+        steps_seen = sorted({s for v in per_rank.values() for s in v["steps"]})
+        e = per_rank[rank_w] if rank_w is not None else {}
+        short = str(api).split("@")[-1]
+        advice = _ADVICE[_kind(str(api))]
+        return self.finding(
+            ctx, title=f"{short} inside steps ({e.get('calls_per_affected_step', 0):g} calls, "
+                       f"{fmt_ms(e.get('ms_per_affected_step', 0))} ms per "
+                       "step)", subject=str(api), ranks=rk, steps=steps_seen, impact_ms=ms_w, impact_rank=rank_w,
+            evidence={"threshold_ms_per_step": thr_ms, "threshold_gpu_step_pct": thr_pct,
+                      "per_rank": {str(r): v for r, v in per_rank.items()},
+                      "advice": advice,
+                      "rule": "msprof-analyze memory analyzer (per-API total), time-ratio priority",
+                      "impact_method": f"Σ {short} time per step, mean over the rank's kept steps, the rank where "
+                                       "it is the largest share of the step"},
+            message=(f"On {ranks_text(rk)} ({steps_text(steps_seen)}) {short} is called "
+                     f"{e.get('calls_per_affected_step', 0):g} times per step for "
+                     f"{fmt_ms(e.get('ms_per_affected_step', 0))} ms per step on rank "
+                     f"{rank_w} (threshold {thr_ms:g} ms, mean call {e.get('mean_call_ms', 0):.3g} ms): "
+                     f"{advice}."))

@@ -218,152 +218,170 @@ class MisalignedShapeCheck(Check):
         ranks = self.applicable_ranks(ctx)
         if not ranks:
             return []
-        marks = ",".join("?" * len(ranks))
-        fa = ",".join(f"'{t}'" for t in FA_TYPES)
-        ops = ctx.sql(
-            "SELECT rank, step, coalesce(op_type, name) AS op_type, name, task_type, dur_ns, input_shapes, "
-            "input_dtypes, input_formats, output_shapes, output_dtypes, aic_mac_ratio, aic_mte2_ratio, "
-            f"aic_fixpipe_ratio, aiv_vec_ratio FROM device_ops WHERE rank IN ({marks}) "
-            "AND input_shapes IS NOT NULL AND ((task_type IN ('AI_CORE', 'MIX_AIC') "
-            f"AND lower(op_type) LIKE '%matmul%') OR op_type IN ({fa}))",
-            ranks,
-        )
         steps = kept_steps(ctx)
-        ops = in_kept_steps(ops, steps)
+        ops = in_kept_steps(_candidate_ops(ctx, ranks), steps)
         if ops.empty:
             return []
-        # kernels (rows with the same _KERNEL_KEY) in key order, each with its rows in table order, as the
-        # groupby iteration had them; numpy slices instead of a sub-frame per kernel
-        gid = ops.groupby(list(_KERNEL_KEY), dropna=False, sort=True).ngroup().to_numpy()
-        order = np.argsort(gid, kind="stable")
-        starts = np.concatenate(([0], np.flatnonzero(np.diff(gid[order])) + 1))
-        ends = np.append(starts[1:], order.size)
-        first = order[starts]
-        # one Python value per kernel (its first row) instead of indexing object arrays per kernel
-        keycols = {k: ops[k].to_numpy(dtype=object)[first].tolist() for k in _KERNEL_KEY}
-        # every rank runs the same kernels: the shape verdicts depend on the kernel key without its rank, so
-        # they are parsed once per distinct kernel, not once per rank (per-rank parsing dominated 64 ranks);
-        # the op type stays in the keys so two findings never share one `axes` dict
-        fa_memo: dict[tuple, Misalignment | None] = {}
-        bytes_memo: dict[tuple, float] = {}
-        cube_memo: dict[tuple, Misalignment | None] = {}
-        steps_of: dict[int, int] = {}
-        sel: list[np.ndarray] = []
-        kinds: list[str] = []
-        found: list[Misalignment] = []
-        for gi, (rank, op_type, name, shp, dts, fmts, oshp, odts) in enumerate(zip(
-                *(keycols[k] for k in _KERNEL_KEY), strict=True)):
-            if op_type in FA_TYPES:
-                key = (op_type, name, shp, oshp)
-                if key not in fa_memo:
-                    fa_memo[key] = fa_misalignment(str(name), shp, oshp)
-                mis = fa_memo[key]
-                kind = "fa_grad" if op_type.endswith("Grad") else "fa_fwd"
-            else:
-                key = (shp, dts, oshp, odts)
-                if key not in bytes_memo:
-                    bytes_memo[key] = tensor_bytes(shp, dts) + tensor_bytes(oshp, odts)
-                if rank not in steps_of:
-                    steps_of[rank] = n_steps(steps, int(rank))
-                per_step = int(ends[gi] - starts[gi]) / steps_of[rank]
-                mib = bytes_memo[key] * per_step / 2**20
-                if mib < CUBE_MIN_MIB:
-                    continue  # small matmuls: the advisor only judges large ones
-                key = (op_type, shp, fmts)
-                if key not in cube_memo:
-                    cube_memo[key] = cube_misalignment(shp, fmts)
-                mis = cube_memo[key]
-                kind = "cube"
-            if mis is None:
-                continue
-            sel.append(order[starts[gi]:ends[gi]])
-            kinds.append(kind)
-            found.append(mis)
+        sel, kinds, found = _flag_kernels(ops, steps)
         if not sel:
             return []
-        idx = np.concatenate(sel)
-        lengths = np.fromiter((len(r) for r in sel), dtype=np.int64, count=len(sel))
+        bad = _flagged_tasks(ops, sel, kinds, found)
+        return [self._finding(ctx, op_type, g, steps) for op_type, g in bad.groupby("op_type", sort=True)]
 
-        def per_task(values: list) -> np.ndarray:
-            """One value per flagged kernel, repeated over its tasks (the same objects, no copies)."""
-            arr = np.empty(len(values), dtype=object)
-            arr[:] = values
-            return np.repeat(arr, lengths)
+    def _finding(self, ctx: CheckContext, op_type: str, g: pd.DataFrame, steps: dict[int, list[int]]) -> Finding:
+        """One finding per op type: its worst rank (by lost time, or by kernel time without pipe ratios)."""
+        estimated = bool(g["lost_ns"].notna().any())
+        per_rank_loss, per_rank_time = per_rank_ms(g, "lost_ns", steps), per_rank_ms(g, "dur_ns", steps)
+        rank_w, ms_w = worst_rank(per_rank_loss if estimated else per_rank_time)
+        gw = g[g["rank"] == rank_w]
+        shapes = _shape_rows(gw, n_steps(steps, int(rank_w)))
+        rk = sorted(per_rank_loss)
+        st = step_list(g["step"])
+        align = int(T.fa_align.value if op_type in FA_TYPES else T.cube_align.value)
+        first = shapes[0]
+        return self.finding(
+            ctx,
+            title=f"{op_type} shapes are not {align}-aligned ({first['input_shapes']})",
+            subject=str(op_type),
+            ranks=rk,
+            steps=st,
+            impact_ms=ms_w if estimated else None,
+            impact_rank=rank_w,
+            severity="low",
+            evidence={
+                "alignment_elements": align,
+                "shapes": shapes[:5],
+                "bound_thresholds": gw["bounds"].iloc[0],
+                "cube_min_mib_per_step": CUBE_MIN_MIB if op_type not in FA_TYPES else None,
+                "kernel_ms_per_step_by_rank": {str(r): round(v, 4) for r, v in sorted(per_rank_time.items())},
+                "lost_ms_per_step_by_rank": (
+                    {str(r): round(v, 4) for r, v in sorted(per_rank_loss.items())} if estimated else None
+                ),
+                "impact_method": (
+                    "Σ kernel time × (1 − max(pipe ratio / bound threshold)) per step, worst "
+                    "rank; upper bound (time saved if the kernel became bound)"
+                )
+                if estimated
+                else "not estimated: no pipe ratios",
+            },
+            message=(
+                f"{op_type} on {ranks_text(rk)} in {steps_text(st)} runs with input shapes "
+                f"{first['input_shapes']}: {first['why']}. It takes "
+                f"{per_rank_time.get(rank_w, 0):.2f} ms per step on rank {rank_w}; "
+                f"{_gain_text(estimated, ms_w)}."
+            ),
+        )
 
-        bad = ops.iloc[idx].reset_index(drop=True)
-        # the pipe headroom is per task: worked out per bound set on the flagged tasks of that kind only
-        ratios = {c: ops[c].astype("float64").to_numpy()[idx]
-                  for c in dict.fromkeys(c for b in _BOUNDS.values() for c in b) if c in ops}
-        kind_of = per_task(kinds)
-        space = np.full(idx.size, np.nan)
-        for kind, bounds in _BOUNDS.items():
-            at = np.flatnonzero(kind_of == kind)
-            if at.size:
-                space[at] = optimization_space({c: v[at] for c, v in ratios.items()}, bounds)
-        bad["space"] = space
-        bad["lost_ns"] = bad["dur_ns"].astype("float64") * bad["space"]
-        bad["reasons"] = per_task(["; ".join(m.reasons) for m in found])
-        bad["dims"] = per_task([m.dims for m in found])
-        bad["bounds"] = per_task([_BOUNDS[k] for k in kinds])
-        out: list[Finding] = []
-        for op_type, g in bad.groupby("op_type", sort=True):
-            estimated = bool(g["lost_ns"].notna().any())
-            per_rank_loss, per_rank_time = per_rank_ms(g, "lost_ns", steps), per_rank_ms(g, "dur_ns", steps)
-            rank_w, ms_w = worst_rank(per_rank_loss if estimated else per_rank_time)
-            gw = g[g["rank"] == rank_w]
-            shapes = []
-            for (shp, reasons), gs in gw.groupby(["input_shapes", "reasons"], sort=True):
-                space = gs["space"].mean()
-                shapes.append(
-                    {
-                        "input_shapes": str(shp).strip('"'),
-                        "dtypes": str(gs["input_dtypes"].iloc[0]),
-                        "why": reasons,
-                        "axes": gs["dims"].iloc[0],
-                        "tasks_per_step": round(len(gs) / n_steps(steps, int(rank_w)), 2),
-                        "optimization_space": None if pd.isna(space) else round(float(space), 4),
-                    }
-                )
-            rk = sorted(per_rank_loss)
-            st = step_list(g["step"])
-            align = int(T.fa_align.value if op_type in FA_TYPES else T.cube_align.value)
-            first = shapes[0]
-            out.append(
-                self.finding(
-                    ctx,
-                    title=f"{op_type} shapes are not {align}-aligned ({first['input_shapes']})",
-                    subject=str(op_type),
-                    ranks=rk,
-                    steps=st,
-                    impact_ms=ms_w if estimated else None,
-                    impact_rank=rank_w,
-                    severity="low",
-                    evidence={
-                        "alignment_elements": align,
-                        "shapes": shapes[:5],
-                        "bound_thresholds": gw["bounds"].iloc[0],
-                        "cube_min_mib_per_step": CUBE_MIN_MIB if op_type not in FA_TYPES else None,
-                        "kernel_ms_per_step_by_rank": {
-                            str(r): round(v, 4) for r, v in sorted(per_rank_time.items())
-                        },
-                        "lost_ms_per_step_by_rank": (
-                            {str(r): round(v, 4) for r, v in sorted(per_rank_loss.items())}
-                            if estimated
-                            else None
-                        ),
-                        "impact_method": (
-                            "Σ kernel time × (1 − max(pipe ratio / bound threshold)) per step, worst "
-                            "rank; upper bound (time saved if the kernel became bound)"
-                        )
-                        if estimated
-                        else "not estimated: no pipe ratios",
-                    },
-                    message=(
-                        f"{op_type} on {ranks_text(rk)} in {steps_text(st)} runs with input shapes "
-                        f"{first['input_shapes']}: {first['why']}. It takes "
-                        f"{per_rank_time.get(rank_w, 0):.2f} ms per step on rank {rank_w}; "
-                        f"{_gain_text(estimated, ms_w)}."
-                    ),
-                )
-            )
-        return out
+
+def _candidate_ops(ctx: CheckContext, ranks: list[int]) -> pd.DataFrame:
+    """AI Core matmul and flash-attention tasks with shapes on `ranks`, with their pipe ratios."""
+    marks = ",".join("?" * len(ranks))
+    fa_marks = ",".join("?" * len(FA_TYPES))
+    return ctx.sql(
+        "SELECT rank, step, coalesce(op_type, name) AS op_type, name, task_type, dur_ns, input_shapes, "
+        "input_dtypes, input_formats, output_shapes, output_dtypes, aic_mac_ratio, aic_mte2_ratio, "
+        f"aic_fixpipe_ratio, aiv_vec_ratio FROM device_ops WHERE rank IN ({marks}) "
+        "AND input_shapes IS NOT NULL AND ((task_type IN ('AI_CORE', 'MIX_AIC') "
+        f"AND lower(op_type) LIKE '%matmul%') OR op_type IN ({fa_marks}))",
+        [*ranks, *FA_TYPES],
+    )
+
+
+def _flag_kernels(ops: pd.DataFrame, steps: dict[int, list[int]]) -> tuple[list[np.ndarray], list[str],
+                                                                           list[Misalignment]]:
+    """The misaligned kernels (rows with the same _KERNEL_KEY) in key order: per kernel its row positions
+    in `ops` (table order), its bound kind and its misalignment. Cube kernels moving under CUBE_MIN_MIB per
+    step are not judged, as the advisor judges only large ones."""
+    gid = ops.groupby(list(_KERNEL_KEY), dropna=False, sort=True).ngroup().to_numpy()
+    order = np.argsort(gid, kind="stable")
+    starts = np.concatenate(([0], np.flatnonzero(np.diff(gid[order])) + 1))
+    ends = np.append(starts[1:], order.size)
+    first = order[starts]
+    # one Python value per kernel (its first row) instead of indexing object arrays per kernel
+    keycols = {k: ops[k].to_numpy(dtype=object)[first].tolist() for k in _KERNEL_KEY}
+    # every rank runs the same kernels: the shape verdicts depend on the kernel key without its rank, so
+    # they are parsed once per distinct kernel, not once per rank; the op type stays in the keys so two
+    # findings never share one `axes` dict
+    fa_memo: dict[tuple, Misalignment | None] = {}
+    bytes_memo: dict[tuple, float] = {}
+    cube_memo: dict[tuple, Misalignment | None] = {}
+    steps_of: dict[int, int] = {}
+    sel: list[np.ndarray] = []
+    kinds: list[str] = []
+    found: list[Misalignment] = []
+    for gi, (rank, op_type, name, shp, dts, fmts, oshp, odts) in enumerate(zip(
+            *(keycols[k] for k in _KERNEL_KEY), strict=True)):
+        if op_type in FA_TYPES:
+            key = (op_type, name, shp, oshp)
+            if key not in fa_memo:
+                fa_memo[key] = fa_misalignment(str(name), shp, oshp)
+            mis = fa_memo[key]
+            kind = "fa_grad" if op_type.endswith("Grad") else "fa_fwd"
+        else:
+            key = (shp, dts, oshp, odts)
+            if key not in bytes_memo:
+                bytes_memo[key] = tensor_bytes(shp, dts) + tensor_bytes(oshp, odts)
+            if rank not in steps_of:
+                steps_of[rank] = n_steps(steps, int(rank))
+            per_step = int(ends[gi] - starts[gi]) / steps_of[rank]
+            if bytes_memo[key] * per_step / 2**20 < CUBE_MIN_MIB:
+                continue
+            key = (op_type, shp, fmts)
+            if key not in cube_memo:
+                cube_memo[key] = cube_misalignment(shp, fmts)
+            mis = cube_memo[key]
+            kind = "cube"
+        if mis is None:
+            continue
+        sel.append(order[starts[gi]:ends[gi]])
+        kinds.append(kind)
+        found.append(mis)
+    return sel, kinds, found
+
+
+def _flagged_tasks(ops: pd.DataFrame, sel: list[np.ndarray], kinds: list[str],
+                   found: list[Misalignment]) -> pd.DataFrame:
+    """The tasks of the flagged kernels with their optimization space, lost ns, reasons, axes and bounds."""
+    idx = np.concatenate(sel)
+    lengths = np.fromiter((len(r) for r in sel), dtype=np.int64, count=len(sel))
+
+    def per_task(values: list) -> np.ndarray:
+        """One value per flagged kernel, repeated over its tasks (the same objects, no copies)."""
+        arr = np.empty(len(values), dtype=object)
+        arr[:] = values
+        return np.repeat(arr, lengths)
+
+    bad = ops.iloc[idx].reset_index(drop=True)
+    # the pipe headroom is per task: worked out per bound set on the flagged tasks of that kind only
+    ratios = {c: ops[c].astype("float64").to_numpy()[idx]
+              for c in dict.fromkeys(c for b in _BOUNDS.values() for c in b) if c in ops}
+    kind_of = per_task(kinds)
+    space = np.full(idx.size, np.nan)
+    for kind, bounds in _BOUNDS.items():
+        at = np.flatnonzero(kind_of == kind)
+        if at.size:
+            space[at] = optimization_space({c: v[at] for c, v in ratios.items()}, bounds)
+    bad["space"] = space
+    bad["lost_ns"] = bad["dur_ns"].astype("float64") * bad["space"]
+    bad["reasons"] = per_task(["; ".join(m.reasons) for m in found])
+    bad["dims"] = per_task([m.dims for m in found])
+    bad["bounds"] = per_task([_BOUNDS[k] for k in kinds])
+    return bad
+
+
+def _shape_rows(gw: pd.DataFrame, n: int) -> list[dict]:
+    """The worst rank's flagged shapes (`n` kept steps): input shapes, dtypes, why, axes, tasks per step."""
+    shapes = []
+    for (shp, reasons), gs in gw.groupby(["input_shapes", "reasons"], sort=True):
+        space = gs["space"].mean()
+        shapes.append(
+            {
+                "input_shapes": str(shp).strip('"'),
+                "dtypes": str(gs["input_dtypes"].iloc[0]),
+                "why": reasons,
+                "axes": gs["dims"].iloc[0],
+                "tasks_per_step": round(len(gs) / n, 2),
+                "optimization_space": None if pd.isna(space) else round(float(space), 4),
+            }
+        )
+    return shapes

@@ -28,9 +28,8 @@ import pandas as pd
 
 from ..models import Finding
 from ..thresholds import T
+from ..units import NS_PER_MS, NS_PER_US
 from ._common import (
-    NS_PER_MS,
-    NS_PER_US,
     columns,
     kept_mask,
     kept_steps,
@@ -91,7 +90,7 @@ class NoBoundOpCheck(Check):
         if not ranks:
             return []
         marks = ",".join("?" * len(ranks))
-        types = ",".join(f"'{t}'" for t in AICORE_TASK_TYPES)
+        types = ",".join("?" * len(AICORE_TASK_TYPES))
         thr = T.no_bound_ratio.value
         min_ns = T.no_bound_min_us.value * NS_PER_US
         # numpy columns, not a frame: on 64 ranks the pandas filters and groupbys per op type and rank cost
@@ -101,7 +100,7 @@ class NoBoundOpCheck(Check):
             "SELECT rank, step, coalesce(op_type, name) AS op_type, task_type, dur_ns, "
             f"{', '.join(PIPE_COLUMNS)} FROM device_ops "
             f"WHERE rank IN ({marks}) AND task_type IN ({types}) AND dur_ns >= ?",
-            [*ranks, min_ns],
+            [*ranks, *AICORE_TASK_TYPES, min_ns],
         )
         steps = kept_steps(ctx)
         rank = c["rank"].astype(np.int64)
@@ -137,39 +136,44 @@ class NoBoundOpCheck(Check):
         if len(groups) > MAX_OP_TYPES:
             ctx.notes.append(f"no-bound-op: {len(groups) - MAX_OP_TYPES} more unbound op types are not listed "
                              f"(top {MAX_OP_TYPES} shown)")
-        out: list[Finding] = []
-        for op_type_, i, j, slices, per_rank_ms, (rank_w, ms_w) in groups[:MAX_OP_TYPES]:
-            wi, wj = next(((a, b) for rk, a, b in slices if rk == rank_w), (i, i))
-            rows = bad[wi:wj]
-            k = n_steps(steps, int(rank_w)) if rank_w is not None else 1
-            time_ms = float(dur[wi:wj].sum()) / NS_PER_MS / k
-            # ratio means weighted by task time: what the unit did over the kernel's time
-            w = dur[wi:wj].astype("float64")
-            w_sum = w.sum()
-            means = {}
-            for col in PIPE_COLUMNS:
-                x = c[col][rows].astype("float64")
-                if not np.isnan(x).all():
-                    xw = x * w
-                    means[col] = round(float(np.where(np.isnan(xw), 0.0, xw).sum() / w_sum), 4)
-            top_pipe = max(means, key=lambda col: means[col]) if means else None
-            mx_w = means.get(top_pipe, 0.0) if top_pipe else 0.0
-            rk = sorted(per_rank_ms)
-            st = step_list(np.unique(c["step"][bad[i:j]]))  # distinct first: fewer values to box
-            out.append(self._finding(ctx, str(op_type_), rk, st, rank_w, ms_w, thr, top_pipe, mx_w, time_ms, {
-                "threshold_ratio": thr,
-                "min_task_us": T.no_bound_min_us.value,
-                "task_type": str(c["task_type"][rows[0]]) if rows.size else None,
-                "tasks_per_step": round(rows.size / k, 2),
-                "kernel_ms_per_step": round(time_ms, 4),
-                "pipe_ratios_time_weighted": means,
-                "busiest_pipe": top_pipe,
-                "unbound_tasks_by_rank": {str(r): b - a for r, a, b in slices},
-                "lost_ms_per_step_by_rank": {str(r): round(v, 4) for r, v in sorted(per_rank_ms.items())},
-                "impact_method": "Σ task time × (1 − busiest pipe ratio / 0.8) per step, worst "
-                "rank; upper bound (time saved if the busiest pipe reached the bound threshold)",
-            }))
-        return out
+        return [self._op_type_finding(ctx, c, bad, dur, steps, g) for g in groups[:MAX_OP_TYPES]]
+
+    def _op_type_finding(self, ctx: CheckContext, c: dict[str, np.ndarray], bad: np.ndarray, dur: np.ndarray,
+                         steps: dict[int, list[int]], group: tuple) -> Finding:
+        """The finding of one op type: `group` is (op type, its rows i:j of `bad`/`dur`, its rank slices,
+        lost ms per step by rank, (worst rank, its ms))."""
+        thr = T.no_bound_ratio.value
+        op_type_, i, j, slices, per_rank_ms, (rank_w, ms_w) = group
+        wi, wj = next(((a, b) for rk, a, b in slices if rk == rank_w), (i, i))
+        rows = bad[wi:wj]
+        k = n_steps(steps, int(rank_w)) if rank_w is not None else 1
+        time_ms = float(dur[wi:wj].sum()) / NS_PER_MS / k
+        # ratio means weighted by task time: what the unit did over the kernel's time
+        w = dur[wi:wj].astype("float64")
+        w_sum = w.sum()
+        means = {}
+        for col in PIPE_COLUMNS:
+            x = c[col][rows].astype("float64")
+            if not np.isnan(x).all():
+                xw = x * w
+                means[col] = round(float(np.where(np.isnan(xw), 0.0, xw).sum() / w_sum), 4)
+        top_pipe = max(means, key=lambda col: means[col]) if means else None
+        mx_w = means.get(top_pipe, 0.0) if top_pipe else 0.0
+        rk = sorted(per_rank_ms)
+        st = step_list(np.unique(c["step"][bad[i:j]]))  # distinct first: fewer values to box
+        return self._finding(ctx, str(op_type_), rk, st, rank_w, ms_w, thr, top_pipe, mx_w, time_ms, {
+            "threshold_ratio": thr,
+            "min_task_us": T.no_bound_min_us.value,
+            "task_type": str(c["task_type"][rows[0]]) if rows.size else None,
+            "tasks_per_step": round(rows.size / k, 2),
+            "kernel_ms_per_step": round(time_ms, 4),
+            "pipe_ratios_time_weighted": means,
+            "busiest_pipe": top_pipe,
+            "unbound_tasks_by_rank": {str(r): b - a for r, a, b in slices},
+            "lost_ms_per_step_by_rank": {str(r): round(v, 4) for r, v in sorted(per_rank_ms.items())},
+            "impact_method": "Σ task time × (1 − busiest pipe ratio / 0.8) per step, worst "
+            "rank; upper bound (time saved if the busiest pipe reached the bound threshold)",
+        })
 
     def _finding(self, ctx: CheckContext, op_type: str, rk: list[int], st: list[int], rank_w: int | None,
                  ms_w: float | None, thr: float, top_pipe: str | None, mx: float, time_ms: float,

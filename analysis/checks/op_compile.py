@@ -20,6 +20,7 @@ import numpy as np
 
 from ..models import Finding
 from ..thresholds import T
+from ..units import NS_PER_MS, NS_PER_US
 from ._common import (
     STEP_BITS,
     by_rank,
@@ -34,8 +35,6 @@ from ._common import (
 )
 from .base import Check, CheckContext, register
 
-NS_PER_MS = 1e6
-NS_PER_US = 1e3
 API = "aclopCompileAndExecute"
 
 

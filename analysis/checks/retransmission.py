@@ -19,7 +19,8 @@ import pandas as pd
 
 from ..models import Finding
 from ..thresholds import T
-from ._common import NS_PER_MS, in_kept_steps, kept_steps, ranks_text, steps_text
+from ..units import BYTES_PER_MB, NS_PER_MS
+from ._common import in_kept_steps, kept_steps, ranks_text, steps_text
 from .base import Check, CheckContext, register
 
 
@@ -61,37 +62,7 @@ class RetransmissionCheck(Check):
             ranks,
         )
         steps = kept_steps(ctx)
-        ops = in_kept_steps(ops, steps)
-        if ops.empty:
-            return []
-        # only op instances long on every rank and with a long RDMA transit somewhere can qualify
-        keys = ["group_name", "name", "step"]
-        agg = ops.groupby(keys, dropna=False).agg(min_e=("elapse_ns", "min"), max_r=("rdma_ns", "max")).reset_index()
-        cand = agg[(agg["min_e"] >= thr_ns) & (agg["max_r"] > thr_ns)][keys]
-        ops = ops.merge(cand, on=keys, how="inner")
-        hits = []
-        for (group, name, step), g in ops.groupby(keys, dropna=False, sort=True):
-            min_elapse = float(g["elapse_ns"].min())
-            slow = g[g["rdma_ns"] > thr_ns]
-            if min_elapse < thr_ns or slow.empty:
-                continue  # short on some rank: desync, not retransmission
-            hits.append(
-                {
-                    "group": None if pd.isna(group) else str(group),
-                    "op": str(name),
-                    "step": None if pd.isna(step) else int(step),
-                    "min_elapse_ms": min_elapse / NS_PER_MS,
-                    "ranks": sorted(int(r) for r in slow["rank"]),
-                    "rdma_transit_ms": {
-                        str(int(r.rank)): round(float(r.rdma_ns) / NS_PER_MS, 3)
-                        for r in slow.itertuples(index=False)
-                    },
-                    "rdma_mb": {
-                        str(int(r.rank)): round(float(r.rdma_bytes) / 1e6, 4)
-                        for r in slow.itertuples(index=False)
-                    },
-                }
-            )
+        hits = _retransmitted(in_kept_steps(ops, steps), thr_ns)
         if not hits:
             return []
         rk = sorted({r for h in hits for r in h["ranks"]})
@@ -125,3 +96,39 @@ class RetransmissionCheck(Check):
                 ),
             )
         ]
+
+
+def _retransmitted(ops: pd.DataFrame, thr_ns: float) -> list[dict]:
+    """Collective instances (group, op, step) whose elapse is >= thr_ns on every rank and whose RDMA
+    transit exceeds thr_ns on some rank, with those ranks' transit times and sizes."""
+    if ops.empty:
+        return []
+    # only op instances long on every rank and with a long RDMA transit somewhere can qualify
+    keys = ["group_name", "name", "step"]
+    agg = ops.groupby(keys, dropna=False).agg(min_e=("elapse_ns", "min"), max_r=("rdma_ns", "max")).reset_index()
+    cand = agg[(agg["min_e"] >= thr_ns) & (agg["max_r"] > thr_ns)][keys]
+    ops = ops.merge(cand, on=keys, how="inner")
+    hits = []
+    for (group, name, step), g in ops.groupby(keys, dropna=False, sort=True):
+        min_elapse = float(g["elapse_ns"].min())
+        slow = g[g["rdma_ns"] > thr_ns]
+        if min_elapse < thr_ns or slow.empty:
+            continue  # short on some rank: desync, not retransmission
+        hits.append(
+            {
+                "group": None if pd.isna(group) else str(group),
+                "op": str(name),
+                "step": None if pd.isna(step) else int(step),
+                "min_elapse_ms": min_elapse / NS_PER_MS,
+                "ranks": sorted(int(r) for r in slow["rank"]),
+                "rdma_transit_ms": {
+                    str(int(r.rank)): round(float(r.rdma_ns) / NS_PER_MS, 3)
+                    for r in slow.itertuples(index=False)
+                },
+                "rdma_mb": {
+                    str(int(r.rank)): round(float(r.rdma_bytes) / BYTES_PER_MB, 4)
+                    for r in slow.itertuples(index=False)
+                },
+            }
+        )
+    return hits

@@ -13,7 +13,7 @@ Rules:
    spends waiting for data in dataset-sink mode) averaged over the rank's steps >= T.dataloader_ms is an
    issue, HIGH as above. The data pipeline op that holds it is named from `dataset_ops`:
    a. saturated workers (MindSpore BottleneckAnalyzer's first rule): an op (not one of the ops without workers,
-      _NOT_MULTITHREADED, nor DeviceQueue) whose CPU per worker is > 75 %; the highest wins;
+      _minddata.NOT_MULTITHREADED, nor DeviceQueue) whose CPU per worker is > 75 %; the highest wins;
    b. else MindInsight's queue rule: the op whose input queue (its child's output) is fuller than its own
       output queue by more than 0.1 (it consumes slower than it is fed), the largest gap winning;
    c. else the profiler's own `bottleneck_warning` (minddata_pipeline_summary) when recorded;
@@ -44,6 +44,7 @@ import pandas as pd
 
 from ..models import Finding
 from ..thresholds import T
+from ..units import NS_PER_MS
 from ._common import (
     DeviceTimeline,
     fmt_ms,
@@ -56,18 +57,10 @@ from ._common import (
     window_counts,
     worst_share,
 )
+from ._minddata import pipeline_culprit, queue_stage
 from .base import Check, CheckContext, register
 
-NS_PER_MS = 1e6
 WORKER_HEADROOM = T.dataloader_workers_headroom.value
-# MindSpore BottleneckAnalyzer constant (mindspore profiler/parser/minddata_analyzer.py; mindspore doc §3.4)
-_CPU_HIGH_PCT = T.minddata_worker_cpu_high_pct.value
-# MindInsight minddata_pipeline_analyser (mindspore doc §6.1 item 3)
-_CHILD_FULLER = T.minddata_child_fuller.value
-_LEAF_LOW = T.minddata_leaf_queue_low.value
-_HOST_EMPTY = T.minddata_host_queue_empty.value
-_NOT_MULTITHREADED = {"BarrierOp", "ConcatOp", "EpochCtrlOp", "RenameOp", "RepeatOp", "ShuffleOp", "SkipOp",
-                      "TakeOp", "ZipOp"}
 
 
 def iterator_kind(name: str) -> str:
@@ -302,17 +295,8 @@ class SlowDataloaderCheck(Check):
             out["host_queue_empty_ratio"] = hq["empty_ratio"]
         if dq.get("empty_ratio") is not None:
             out["device_queue_empty_ratio"] = dq["empty_ratio"]
-        if hq.get("empty_ratio") is not None:
-            # MindInsight minddata proposer: host queue empty > 30 % = processing; else chip-side empties =
-            # transmission; else (with a chip-side record) the data is ready: the interval is not a data wait
-            if hq["empty_ratio"] > _HOST_EMPTY:
-                out["stage"] = "data processing"
-            elif (dq.get("empty_ratio") or 0) > 0:
-                out["stage"] = "data transmission"
-            elif dq.get("empty_ratio") is not None or hq["empty_ratio"] == 0:
-                out["stage"] = "not data"
-            else:
-                out["stage"] = "unknown"
+        if (stage := queue_stage(hq, dq)) is not None:
+            out["stage"] = stage
         if out.get("stage") in ("not data", "data transmission"):
             return out   # no pipeline op to blame
         ops = ctx.sql("SELECT op_id, op_type, num_workers, output_queue_size, output_queue_usage_rate, avg_cpu_pct, "
@@ -320,8 +304,7 @@ class SlowDataloaderCheck(Check):
         if ops.empty:
             return out
         cpus = (parsed.get("minddata_cpu") or {}).get("cpu_processor_num")
-        pick = (_bottleneck(ops) or _queue_rule(ops) or _from_summary(parsed.get("minddata_summary"), ops)
-                or _slow_leaf(ops))
+        pick = pipeline_culprit(ops, parsed.get("minddata_summary"))
         if pick is None:
             return out
         row, why = pick
@@ -373,70 +356,3 @@ def _outermost(ev: pd.DataFrame) -> pd.DataFrame:
             continue
         end_prev[key] = int(e[i])
     return ev[keep]
-
-
-def _children(ops: pd.DataFrame, op_id: int) -> pd.DataFrame:
-    return ops[ops["parent_id"] == op_id]
-
-
-def _input_usage(ops: pd.DataFrame, op_id: int) -> float | None:
-    """Usage of the op's input queue = output queue of its first child that has one."""
-    for _, c in _children(ops, op_id).sort_values("op_id").iterrows():
-        if pd.notna(c["output_queue_usage_rate"]):
-            return float(c["output_queue_usage_rate"])
-    return None
-
-
-def _from_summary(summary: Any, ops: pd.DataFrame) -> tuple[pd.Series, str] | None:
-    """MindSpore's own bottleneck_warning (e.g. ["Map(id=3)"])."""
-    if not isinstance(summary, dict):
-        return None
-    warn = summary.get("bottleneck_warning") or []
-    for label in warn if isinstance(warn, list) else [warn]:
-        text = str(label)
-        if "id=" in text:
-            try:
-                oid = int(text.split("id=")[1].rstrip(") "))
-            except ValueError:
-                continue
-            hit = ops[ops["op_id"] == oid]
-            if not hit.empty:
-                sugg = summary.get("bottleneck_suggestion") or []
-                return hit.iloc[0], "MindSpore minddata bottleneck_warning" + (f": {sugg[0]}" if sugg else "")
-    return None
-
-
-def _bottleneck(ops: pd.DataFrame) -> tuple[pd.Series, str] | None:
-    """The op whose workers are saturated (CPU per worker > 75 %), the most loaded first."""
-    cand = ops[ops["avg_cpu_pct"].notna() & ~ops["op_type"].astype(str).isin(_NOT_MULTITHREADED)
-               & ~ops["op_type"].astype(str).str.startswith(("DeviceQueue", "DataQueue"))]
-    cand = cand[cand["avg_cpu_pct"].astype(float) > _CPU_HIGH_PCT]
-    if cand.empty:
-        return None
-    row = cand.sort_values(["avg_cpu_pct", "op_id"], ascending=[False, True]).iloc[0]
-    return row, (f"{float(row['avg_cpu_pct']):.0f} % CPU per worker (> {_CPU_HIGH_PCT:g} %): its "
-                 f"{int(row['num_workers']) if pd.notna(row['num_workers']) else 1} worker(s) are saturated")
-
-
-def _queue_rule(ops: pd.DataFrame) -> tuple[pd.Series, str] | None:
-    """MindInsight: the op fed faster than it produces (input fuller than output by > 0.1), largest gap first."""
-    best: tuple[float, pd.Series, str] | None = None
-    for _, row in ops.iterrows():
-        if pd.isna(row["parent_id"]) or pd.isna(row["output_queue_usage_rate"]):
-            continue   # the root has no output queue to compare
-        in_u = _input_usage(ops, int(row["op_id"]))
-        out_u = float(row["output_queue_usage_rate"])
-        if in_u is not None and in_u - out_u > _CHILD_FULLER and (best is None or in_u - out_u > best[0]):
-            best = (in_u - out_u, row, f"its input queue is {100 * in_u:.0f} % full but its output queue only "
-                                       f"{100 * out_u:.0f} %: it consumes slower than it is fed")
-    return (best[1], best[2]) if best is not None else None
-
-
-def _slow_leaf(ops: pd.DataFrame) -> tuple[pd.Series, str] | None:
-    """MindInsight: a leaf (reader) whose output queue is < 60 % full."""
-    leaves = ops[~ops["op_id"].isin(ops["parent_id"].dropna()) & ops["output_queue_usage_rate"].notna()]
-    leaves = leaves[leaves["output_queue_usage_rate"] < _LEAF_LOW]
-    if leaves.empty:
-        return None
-    row = leaves.sort_values("output_queue_usage_rate").iloc[0]
-    return row, f"the source op's output queue is only {100 * float(row['output_queue_usage_rate']):.0f} % full"

@@ -21,6 +21,7 @@ import pandas as pd
 
 from ..models import Finding
 from ..thresholds import T
+from ..units import BYTES_PER_MB, NS_PER_MS
 from .base import Check, CheckContext, register
 
 
@@ -60,8 +61,8 @@ def _link_stats(ctx: CheckContext) -> list[LinkStat]:
         name = str(transport)
         for src, dst, gbps, b, t, steps in zip(g["src_rank"].tolist(), g["dst_rank"].tolist(), g["gbps"].tolist(),
                                                g["b"].tolist(), g["t"].tolist(), _step_lists(g["steps"]), strict=True):
-            out.append(LinkStat(int(src), int(dst), name, round(float(gbps), 4), med, round(float(b) / 1e6, 4),
-                                round(float(t) / 1e6, 4), steps))
+            out.append(LinkStat(int(src), int(dst), name, round(float(gbps), 4), med, round(float(b) / BYTES_PER_MB, 4),
+                                round(float(t) / NS_PER_MS, 4), steps))
     return sorted(out, key=lambda s: (s.ratio, s.src, s.dst))
 
 
@@ -160,13 +161,13 @@ class SlowLinkCheck(Check):
             # the same rank already named through its links: one problem, one finding
             if int(r.rank) in {b[0] for b in blamed}:
                 continue
-            extra_ms = (float(r.t) - float(r.b) / float(r.median_gbps)) / 1e6 / n_steps
+            extra_ms = (float(r.t) - float(r.b) / float(r.median_gbps)) / NS_PER_MS / n_steps
             out.append(self.finding(
                 ctx, title=f"rank {r.rank} {r.transport} bandwidth {r.gbps:.1f} GB/s vs {r.median_gbps:.1f} GB/s median",
                 subject=str(r.transport), ranks=[int(r.rank)], impact_ms=max(extra_ms, 0.0),
                 evidence={"transport": r.transport, "bandwidth_gbps": round(float(r.gbps), 4),
-                          "median_gbps": round(float(r.median_gbps), 4), "size_mb": round(float(r.b) / 1e6, 4),
-                          "time_ms": round(float(r.t) / 1e6, 4), "threshold_ratio": thr,
+                          "median_gbps": round(float(r.median_gbps), 4), "size_mb": round(float(r.b) / BYTES_PER_MB, 4),
+                          "time_ms": round(float(r.t) / NS_PER_MS, 4), "threshold_ratio": thr,
                           "source": "communication.json bandwidth per transport"},
                 message=(f"Rank {r.rank} moves {r.transport} data at {r.gbps:.1f} GB/s, below {thr:.0%} of the "
                          f"median {r.median_gbps:.1f} GB/s of all ranks.")))

@@ -29,6 +29,7 @@ import pandas as pd
 
 from ..models import Finding
 from ..thresholds import T
+from ..units import BYTES_PER_MB
 from ._common import (
     NS_PER_MS,
     _float_steps,
@@ -44,7 +45,6 @@ from ._common import (
 )
 from .base import Check, CheckContext, register
 
-MB = 1e6  # communication.json "MB" (Transit Size(MB)) is 10^6 bytes
 MIB = float(1 << 20)
 GPU_VENDORS = ("cuda", "rocm")
 
@@ -52,8 +52,8 @@ GPU_VENDORS = ("cuda", "rocm")
 def _limits() -> dict[str, tuple[float, str]]:
     """transport -> (small below this many bytes, threshold name)."""
     return {
-        "SDMA": (T.small_packet_sdma_mb.value * MB, "small_packet_sdma_mb"),
-        "RDMA": (T.small_packet_rdma_mb.value * MB, "small_packet_rdma_mb"),
+        "SDMA": (T.small_packet_sdma_mb.value * BYTES_PER_MB, "small_packet_sdma_mb"),
+        "RDMA": (T.small_packet_rdma_mb.value * BYTES_PER_MB, "small_packet_rdma_mb"),
     }
 
 
@@ -102,7 +102,7 @@ class SmallPacketCheck(Check):
             for transport, (limit, name) in _limits().items():
                 sub = in_kept_steps(ops[ops["transport"] == transport], steps)
                 f = self._judge(
-                    ctx, sub, steps, transport, limit, name, strict=True, unit="MB", unit_bytes=MB
+                    ctx, sub, steps, transport, limit, name, strict=True, unit="MB", unit_bytes=BYTES_PER_MB
                 )
                 if f:
                     out.append(f)
@@ -151,41 +151,7 @@ class SmallPacketCheck(Check):
         if ops.empty:
             return None
         ratio_thr = T.small_packet_ratio.value
-        size = ops["size_bytes"].to_numpy()
-        small_all = size < limit if strict else size <= limit
-        transit = ops["transit_ns"].to_numpy()
-        step_all = _float_steps(ops["step"])
-        # ranks split by one stable sort (a groupby and frame slices per rank cost ~0.8 ms a rank)
-        order, slices = by_rank(ops["rank"].to_numpy())
-        per_rank: dict[int, dict] = {}
-        lost: dict[int, float] = {}
-        for r, i, j in slices:
-            rows = order[i:j]
-            is_small = small_all[rows]
-            n_small = int(is_small.sum())
-            ratio = n_small / (j - i)
-            if ratio <= ratio_thr:
-                continue
-            small = rows[is_small]
-            k = n_steps(steps, r)
-            lost[r] = float(series_sum(transit[small])) / NS_PER_MS / k
-            st = step_all[rows]
-            known = ~np.isnan(st)  # (groupby leaves out the rows of no step)
-            by_step, idx = np.unique(st[known], return_inverse=True)
-            counts = np.bincount(idx, minlength=len(by_step))
-            smalls = np.bincount(idx, weights=is_small[known], minlength=len(by_step))
-            per_rank[r] = {
-                "ops": int(j - i),
-                "small_ops": n_small,
-                "small_ratio": round(ratio, 4),
-                "median_small_size_" + unit.lower(): round(float(np.median(size[small])) / unit_bytes, 4),
-                "small_ms_per_step": round(lost[r], 4),
-                "steps": step_list(step_all[small]),
-                "by_step": {
-                    str(int(s)): {"ops": int(c), "small_ops": int(m)}
-                    for s, c, m in zip(by_step, counts, smalls, strict=True)
-                },
-            }
+        per_rank, lost = _small_by_rank(ops, steps, limit, strict=strict, unit=unit, unit_bytes=unit_bytes)
         if not per_rank:
             return None
         rank_w, ms_w = worst_rank(lost)
@@ -219,3 +185,46 @@ class SmallPacketCheck(Check):
                 "Larger buckets / gradient accumulation / fused optimizers send fewer, larger messages."
             ),
         )
+
+
+def _small_by_rank(ops: pd.DataFrame, steps: dict[int, list[int]], limit: float, *, strict: bool, unit: str,
+                   unit_bytes: float) -> tuple[dict[int, dict], dict[int, float]]:
+    """(rank -> evidence, rank -> ms per step of its small transfers) for the ranks where more than
+    T.small_packet_ratio of the ops move less than `limit` bytes (at most, unless `strict`)."""
+    ratio_thr = T.small_packet_ratio.value
+    size = ops["size_bytes"].to_numpy()
+    small_all = size < limit if strict else size <= limit
+    transit = ops["transit_ns"].to_numpy()
+    step_all = _float_steps(ops["step"])
+    # ranks split by one stable sort (a groupby and frame slices per rank cost ~0.8 ms a rank)
+    order, slices = by_rank(ops["rank"].to_numpy())
+    per_rank: dict[int, dict] = {}
+    lost: dict[int, float] = {}
+    for r, i, j in slices:
+        rows = order[i:j]
+        is_small = small_all[rows]
+        n_small = int(is_small.sum())
+        ratio = n_small / (j - i)
+        if ratio <= ratio_thr:
+            continue
+        small = rows[is_small]
+        k = n_steps(steps, r)
+        lost[r] = float(series_sum(transit[small])) / NS_PER_MS / k
+        st = step_all[rows]
+        known = ~np.isnan(st)  # (groupby leaves out the rows of no step)
+        by_step, idx = np.unique(st[known], return_inverse=True)
+        counts = np.bincount(idx, minlength=len(by_step))
+        smalls = np.bincount(idx, weights=is_small[known], minlength=len(by_step))
+        per_rank[r] = {
+            "ops": int(j - i),
+            "small_ops": n_small,
+            "small_ratio": round(ratio, 4),
+            "median_small_size_" + unit.lower(): round(float(np.median(size[small])) / unit_bytes, 4),
+            "small_ms_per_step": round(lost[r], 4),
+            "steps": step_list(step_all[small]),
+            "by_step": {
+                str(int(s)): {"ops": int(c), "small_ops": int(m)}
+                for s, c, m in zip(by_step, counts, smalls, strict=True)
+            },
+        }
+    return per_rank, lost

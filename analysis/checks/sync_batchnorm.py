@@ -27,6 +27,7 @@ import numpy as np
 from ..metrics.intervals import merge
 from ..models import Finding
 from ..thresholds import T
+from ..units import NS_PER_MS
 from ._common import (
     by_rank,
     columns,
@@ -42,7 +43,6 @@ from ._common import (
 )
 from .base import Check, CheckContext, register
 
-NS_PER_MS = 1e6
 GATHER_STATS = "aten::batch_norm_gather_stats_with_counts"
 # marker kinds in name order: the order pandas gave the per-kind columns, so ties pick the same marker
 KINDS = tuple(sorted(("SyncBatchNorm", "nn.Module: SyncBatchNorm", GATHER_STATS)))

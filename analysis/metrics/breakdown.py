@@ -41,9 +41,9 @@ from pydantic import BaseModel, Field
 
 from ..ingest.kineto import HTA_KEPT_DEVICE_OPS_SQL
 from ..store import Profile
+from ..units import NS_PER_MS
 from .intervals import Coverage
 
-NS_PER_MS = 1_000_000
 # Device ops are read for a batch of ranks per query, up to this many rows: a query per rank cost ~1 ms
 # each (64 small ranks: 75 ms of 110), and one query for all ranks would hold every op of a large cluster.
 BATCH_OPS = 1_000_000
@@ -120,66 +120,75 @@ def compute_breakdown(profile: Profile, *, hta_compat: bool = False, ranks: list
                                  f"category = 'communication' AS comm FROM ({HTA_KEPT_DEVICE_OPS_SQL})", [rank])
         else:
             ops = batched.of(rank)
-        starts = np.asarray(ops["start_ns"], dtype=np.int64)
-        ends = starts + np.asarray(ops["dur_ns"], dtype=np.int64)
-        if hta_compat:
-            starts = -((-starts) // 1000) * 1000
-            ends = (ends // 1000) * 1000
-        is_comp = np.asarray(ops["comp"], dtype=bool)
-        is_comm = np.asarray(ops["comm"], dtype=bool)
-        all_cov = Coverage(starts, ends)
-        comp_cov = Coverage(starts[is_comp], ends[is_comp])
-        comm_cov = Coverage(starts[is_comm], ends[is_comm])
-        both = is_comp | is_comm
-        cc_cov = Coverage(starts[both], ends[both])
-        has_device = starts.size > 0
-
-        # integer ns throughout: epoch ns do not survive a float64 round trip (~256 ns steps at 1.7e18)
-        h0 = np.asarray(st["start_ns"], dtype=np.int64)[sel]
-        h1 = np.asarray(st["end_ns"], dtype=np.int64)[sel]
-        d0_known = np.asarray(st["d0_known"], dtype=bool)[sel]
-        d1_known = np.asarray(st["d1_known"], dtype=bool)[sel]
-        # a step whose device window is unknown but whose rank has device data: the host window
-        w0 = np.where(d0_known, np.asarray(st["d0"], dtype=np.int64)[sel], h0)
-        w1 = np.where(d1_known, np.asarray(st["d1"], dtype=np.int64)[sel], h1)
-        ascend = formats.get(rank) not in _KINETO_FORMATS
-        if ascend:
-            w0, w1, d0_known = _compute_comm_window(starts[both], ends[both], w0, w1, d0_known)
-        busy = all_cov.within(w0, w1)
-        comp = comp_cov.within(w0, w1)
-        comm = comm_cov.within(w0, w1)
-        union_cc = cc_cov.within(w0, w1)
-        overl = comp + comm - union_cc
-        r_sel = recv_rank == rank
-        r_start = np.asarray(recv["start_ns"], dtype=np.int64)[r_sel]
-        r_elapse = np.asarray(recv["elapse_ns"], dtype=np.int64)[r_sel]
-        for i, step in enumerate(np.asarray(st["step"])[sel].tolist()):
-            # Ascend: torch_npu's Bubble is 0 without receives; elsewhere unknown unless there are some
-            bubble = 0 if ascend and has_device else None
-            if r_start.size:
-                m = (r_start >= h0[i]) & (r_start < h1[i])
-                bubble = int(r_elapse[m].sum())
-            dev = has_device
-            device = w1[i] - w0[i]
-            rows.append(BreakdownRow(
-                rank=int(rank), step=int(step), step_ms=_ms(h1[i] - h0[i]), host_step_ms=_ms(h1[i] - h0[i]),
-                step_source="host",
-                device_ms=_ms(w1[i] - w0[i]) if dev else None,
-                compute_ms=_ms(comp[i]) if dev else None,
-                communication_ms=_ms(comm[i]) if dev else None,
-                comm_not_overlapped_ms=_ms(comm[i] - overl[i]) if dev else None,
-                overlapped_ms=_ms(overl[i]) if dev else None,
-                # Ascend: idle = not computing or communicating (a lone memory copy is idle too)
-                free_ms=_ms(device - (union_cc[i] if ascend else busy[i])) if dev else None,
-                bubble_ms=_ms(bubble),
-                preparing_ms=_ms(w0[i] - h0[i]) if dev and d0_known[i] else None,
-                stage_ms=_ms(device - (bubble or 0)) if dev else None,
-                idle_ms=(_ms(h1[i] - h0[i] - union_cc[i]) if ascend else _ms(device - busy[i])) if dev else None,
-                non_compute_ms=_ms(busy[i] - comp[i]) if dev else None,
-            ))
+        rows += _rank_rows(rank, ops, {k: np.asarray(v)[sel] for k, v in st.items()},
+                           recv, recv_rank == rank, ascend=formats.get(rank) not in _KINETO_FORMATS,
+                           hta_compat=hta_compat)
     _steps_from_step_table(profile, rows)
     rows += _step_table_rows(profile, set(step_ranks), ranks, steps)
     rows.sort(key=lambda r: (r.rank, r.step if r.step is not None else -1))
+    return rows
+
+
+def _rank_rows(rank: int, ops: dict[str, np.ndarray], st: dict[str, np.ndarray], recv: dict[str, np.ndarray],
+               r_sel: np.ndarray, *, ascend: bool, hta_compat: bool) -> list[BreakdownRow]:
+    """The breakdown rows of one rank's steps `st` (the steps query's columns, this rank's rows) from its
+    device ops; `recv` rows `r_sel` are its receive ops (the pipeline bubble)."""
+    rows: list[BreakdownRow] = []
+    starts = np.asarray(ops["start_ns"], dtype=np.int64)
+    ends = starts + np.asarray(ops["dur_ns"], dtype=np.int64)
+    if hta_compat:
+        starts = -((-starts) // 1000) * 1000
+        ends = (ends // 1000) * 1000
+    is_comp = np.asarray(ops["comp"], dtype=bool)
+    is_comm = np.asarray(ops["comm"], dtype=bool)
+    all_cov = Coverage(starts, ends)
+    comp_cov = Coverage(starts[is_comp], ends[is_comp])
+    comm_cov = Coverage(starts[is_comm], ends[is_comm])
+    both = is_comp | is_comm
+    cc_cov = Coverage(starts[both], ends[both])
+    has_device = starts.size > 0
+
+    # integer ns throughout: epoch ns do not survive a float64 round trip (~256 ns steps at 1.7e18)
+    h0 = np.asarray(st["start_ns"], dtype=np.int64)
+    h1 = np.asarray(st["end_ns"], dtype=np.int64)
+    d0_known = np.asarray(st["d0_known"], dtype=bool)
+    d1_known = np.asarray(st["d1_known"], dtype=bool)
+    # a step whose device window is unknown but whose rank has device data: the host window
+    w0 = np.where(d0_known, np.asarray(st["d0"], dtype=np.int64), h0)
+    w1 = np.where(d1_known, np.asarray(st["d1"], dtype=np.int64), h1)
+    if ascend:
+        w0, w1, d0_known = _compute_comm_window(starts[both], ends[both], w0, w1, d0_known)
+    busy = all_cov.within(w0, w1)
+    comp = comp_cov.within(w0, w1)
+    comm = comm_cov.within(w0, w1)
+    union_cc = cc_cov.within(w0, w1)
+    overl = comp + comm - union_cc
+    r_start = np.asarray(recv["start_ns"], dtype=np.int64)[r_sel]
+    r_elapse = np.asarray(recv["elapse_ns"], dtype=np.int64)[r_sel]
+    for i, step in enumerate(np.asarray(st["step"]).tolist()):
+        # Ascend: torch_npu's Bubble is 0 without receives; elsewhere unknown unless there are some
+        bubble = 0 if ascend and has_device else None
+        if r_start.size:
+            m = (r_start >= h0[i]) & (r_start < h1[i])
+            bubble = int(r_elapse[m].sum())
+        dev = has_device
+        device = w1[i] - w0[i]
+        rows.append(BreakdownRow(
+            rank=int(rank), step=int(step), step_ms=_ms(h1[i] - h0[i]), host_step_ms=_ms(h1[i] - h0[i]),
+            step_source="host",
+            device_ms=_ms(w1[i] - w0[i]) if dev else None,
+            compute_ms=_ms(comp[i]) if dev else None,
+            communication_ms=_ms(comm[i]) if dev else None,
+            comm_not_overlapped_ms=_ms(comm[i] - overl[i]) if dev else None,
+            overlapped_ms=_ms(overl[i]) if dev else None,
+            # Ascend: idle = not computing or communicating (a lone memory copy is idle too)
+            free_ms=_ms(device - (union_cc[i] if ascend else busy[i])) if dev else None,
+            bubble_ms=_ms(bubble),
+            preparing_ms=_ms(w0[i] - h0[i]) if dev and d0_known[i] else None,
+            stage_ms=_ms(device - (bubble or 0)) if dev else None,
+            idle_ms=(_ms(h1[i] - h0[i] - union_cc[i]) if ascend else _ms(device - busy[i])) if dev else None,
+            non_compute_ms=_ms(busy[i] - comp[i]) if dev else None,
+        ))
     return rows
 
 

@@ -243,26 +243,7 @@ def _handle_env_shell(text: str, fix: Fix, params: dict[str, Any]) -> tuple[str,
             )
             continue
         out.matched = True
-        token_removed = False
-        for a in bad:
-            if var.value is None:
-                if a.kind in ("export", "assign") and a.count == 1:
-                    body = lines[a.line]
-                    indent = body[: len(body) - len(body.lstrip())]
-                    ending = nl if body.endswith(("\n", "\r")) else ""
-                    whole_line[a.line] = f"{indent}unset {var.name}{ending}"
-                else:
-                    token_edits.setdefault(a.line, []).append((a.token[0], a.token[1], ""))
-                    token_removed = True
-                out.locations.append(
-                    EditLocation(line=a.line + 1, what=f"unset {var.name} (was {a.value!r})")
-                )
-            else:
-                new = _env_new_value(var, a.value)
-                token_edits.setdefault(a.line, []).append((a.span[0], a.span[1], f"{a.quote}{new}{a.quote}"))
-                out.locations.append(
-                    EditLocation(line=a.line + 1, what=f"{var.name}: {a.value!r} -> {new!r}")
-                )
+        token_removed = _edit_bad_values(var, bad, lines, nl, whole_line, token_edits, out)
         if var.value is None and token_removed and not unset_lines:
             # The inline `NAME=1 cmd` token is gone; an explicit unset also clears an inherited value and
             # keeps the next run from treating the variable as never mentioned.
@@ -284,6 +265,34 @@ def _handle_env_shell(text: str, fix: Fix, params: dict[str, Any]) -> tuple[str,
         return text, out, []
     new_text = _assemble_shell(lines, nl, insert_at, added, whole_line, token_edits)
     return new_text, out, [(insert_at + 1, len(added), insert_at + 1, len(added))] if added else []
+
+
+def _edit_bad_values(var: EnvVar, bad: list[_ShellAssign], lines: list[str], nl: str, whole_line: dict[int, str],
+                     token_edits: dict[int, list[tuple[int, int, str]]], out: _Outcome) -> bool:
+    """Record the edits of `var`'s assignments with a bad value in `whole_line` / `token_edits` (an unset
+    variable: the line becomes `unset NAME` or loses its token; a set one: the value is replaced in its
+    quotes); True when an inline token was removed."""
+    token_removed = False
+    for a in bad:
+        if var.value is None:
+            if a.kind in ("export", "assign") and a.count == 1:
+                body = lines[a.line]
+                indent = body[: len(body) - len(body.lstrip())]
+                ending = nl if body.endswith(("\n", "\r")) else ""
+                whole_line[a.line] = f"{indent}unset {var.name}{ending}"
+            else:
+                token_edits.setdefault(a.line, []).append((a.token[0], a.token[1], ""))
+                token_removed = True
+            out.locations.append(
+                EditLocation(line=a.line + 1, what=f"unset {var.name} (was {a.value!r})")
+            )
+        else:
+            new = _env_new_value(var, a.value)
+            token_edits.setdefault(a.line, []).append((a.span[0], a.span[1], f"{a.quote}{new}{a.quote}"))
+            out.locations.append(
+                EditLocation(line=a.line + 1, what=f"{var.name}: {a.value!r} -> {new!r}")
+            )
+    return token_removed
 
 
 def _scan_shell(lines: list[str]) -> tuple[list[_ShellAssign], dict[str, list[int]]]:

@@ -1,0 +1,13 @@
+"""Unit constants: the one home for conversions between the store's integer nanoseconds and the units
+findings report.
+
+Floats, so that any value divided or multiplied by them is a float (JSON evidence never flips between
+int and float with the input); integer code converts explicitly (`int(ms * NS_PER_MS)`).
+"""
+
+from __future__ import annotations
+
+NS_PER_US = 1e3
+NS_PER_MS = 1e6
+# profilers' "MB" (communication.json Transit Size(MB), MindSpore comm_fusion sizes) is 10^6 bytes
+BYTES_PER_MB = 1e6
