@@ -36,8 +36,8 @@ def structured_budget(text_bytes: int) -> int:
 
 def lean(model: BaseModel) -> dict[str, Any]:
     """`model` as JSON for structured content, without what only repeats or bloats it:
-    - optional fields at their default of null or empty are left out (required ones stay, so an output
-      schema still validates);
+    - optional fields at their null default are left out (required ones stay, so an output schema still
+      validates);
     - names (`name` of kernels, ops, changes) cut to NAME_CAP characters with "…";
     - in every answer but `explain`, each finding's evidence is `lean_evidence` (explain gives it whole);
     - a comparison keeps COMPARE_FINDINGS new and gone findings, without evidence, and says so in `notes`."""
@@ -61,12 +61,14 @@ def _prune(obj: Any, data: Any, whole: bool, comparison: bool) -> None:
             if name not in data:
                 continue
             value = getattr(obj, name)
-            if not info.is_required() and value in (None, [], {}) and value == info.default:
+            # only a null default: an empty list (warnings, findings) stays, clients index it
+            if not info.is_required() and value is None and info.default is None:
                 del data[name]
             elif name == "name" and isinstance(value, str) and len(value) > NAME_CAP:
                 data[name] = value[: NAME_CAP - 1] + "…"
             elif isinstance(obj, Finding) and name == "evidence" and not whole:
-                data[name] = {TRIMMED_KEY: "explain gives the evidence"} if comparison else lean_evidence(value)
+                data[name] = ({TRIMMED_KEY: {"explain": "all (explain on the run holding it)"}} if comparison
+                              else lean_evidence(value))
             else:
                 _prune(value, data[name], whole, comparison)
     elif isinstance(obj, list | tuple) and isinstance(data, list):
