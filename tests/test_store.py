@@ -597,3 +597,33 @@ def test_input_stats_walk_like_os_walk(tmp_path):
     one = root / "b.json"
     assert store.input_stats(RankSource(path=one, format="kineto")) == [("b.json", one.stat().st_size,
                                                                            one.stat().st_mtime_ns)]
+
+
+def test_writer_memory_stays_bounded_for_many_ranks_of_long_text(tmp_path):
+    """Small blocks of long text (a rank's metadata JSON) from thousands of ranks: the writer inserts and
+    commits them as their bytes add up, so it never holds every rank's text (DuckDB keeps the Python strings
+    of uncommitted rows alive); every row is stored."""
+    import gc
+    import tracemalloc
+
+    import numpy as np
+
+    con, rows = writer.connect_for_writing(tmp_path / "w.duckdb")
+    w = writer.Writer(con, rows)
+    tracemalloc.start()
+    try:
+        for r in range(2000):  # 2000 ranks x 8 rows x 3 kB = 48 MB of text
+            assert w.claim(r)
+            w.data(r, "metadata", {"key": np.array([f"k{j}" for j in range(8)], dtype=object),
+                                   "value_json": np.array([f"{r}:{j}:" + "x" * 3000 for j in range(8)],
+                                                          dtype=object)})
+            assert w.done(r, [], []) is None
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    w.finish([])
+    assert held < writer.POOL_MAX_BYTES + writer.TXN_MAX_BYTES + (8 << 20)  # unbounded: the whole 48 MB
+    assert con.execute("SELECT count(*), count(DISTINCT rank), sum(length(value_json)) FROM metadata").fetchone() \
+        == (16_000, 2000, sum(len(f"{r}:{j}:") + 3000 for r in range(2000) for j in range(8)))
+    con.close()

@@ -33,6 +33,14 @@ CHUNK_ROWS = ROW_GROUP_ROWS // 2
 # (see Writer.data): an INSERT has a fixed cost of about a millisecond whatever its size, so many small
 # ranks' blocks inserted one by one would make the single inserter the bottleneck.
 POOL_BELOW_ROWS = CHUNK_ROWS
+# A table's pool is also inserted once its blocks hold this many bytes (text counted by its characters):
+# rows of long text (the metadata's JSON values) would otherwise keep thousands of ranks' rows waiting.
+POOL_MAX_BYTES = 4 << 20
+# A table's open transaction is also committed once the blocks inserted in it hold this many bytes: DuckDB
+# keeps the Python text values of uncommitted rows alive (it does not copy them), so a small table of long
+# text would otherwise hold every rank's values until its row group fills. Such a commit leaves a partial
+# row group; only text-heavy tables ever reach it.
+TXN_MAX_BYTES = 16 << 20
 
 # The inserting connection: one thread (the parse workers have the cores), a small buffer pool (it caches
 # blocks already written; the rows of the open transactions spill past it to the temp directory), and
@@ -89,6 +97,19 @@ def insert_file(cur: duckdb.DuckDBPyConnection, table: str, path: str, first: in
                 f"LIMIT {int(count)} OFFSET {int(first)}", ([rank] if rank_val else []) + [path])
 
 
+def block_bytes(cols: dict[str, Any]) -> int:
+    """About the memory a block holds: its arrays' bytes, plus the characters of its text values."""
+    total = 0
+    for a in cols.values():
+        if isinstance(a, Coded):
+            total += a.codes.nbytes + sum(len(s) for s in a.labels if isinstance(s, str))
+        else:
+            total += a.nbytes
+            if a.dtype == object:
+                total += sum(len(s) for s in a if isinstance(s, str))
+    return total
+
+
 def row_count(cols: dict[str, Any]) -> int:
     return len(next(iter(cols.values()), ()))
 
@@ -110,12 +131,13 @@ class Writer:
     def __init__(self, con: duckdb.DuckDBPyConnection, row_group_rows: int = ROW_GROUP_ROWS) -> None:
         self.con = con
         self.row_group_rows = row_group_rows
-        self._open: dict[str, list[Any]] = {}         # table -> [cursor, rows in its open transaction]
+        self._open: dict[str, list[Any]] = {}  # table -> [cursor, rows and bytes in its open transaction]
         self._claimed: set[int] = set()
         self._touched: dict[int, set[str]] = {}       # rank -> tables it has rows in (for abort)
         self._held: dict[int, list[dict[str, Any]]] = {}  # rank -> its `ranks` rows, inserted by done()
         self._pool: dict[str, list[tuple[int, dict[str, Any]]]] = {}  # table -> (rank, small block)
         self._pooled: dict[str, int] = {}             # table -> rows in its pool
+        self._pooled_bytes: dict[str, int] = {}       # table -> bytes in its pool (block_bytes)
         self._notes: list[tuple[int | None, str]] = []  # (rank, warning) of the completed ranks
         self._caps: list[tuple[int, str]] = []          # (rank, capability) of the completed ranks
 
@@ -136,7 +158,8 @@ class Writer:
         if n < POOL_BELOW_ROWS:
             self._pool.setdefault(table, []).append((rank, cols))
             self._pooled[table] = self._pooled.get(table, 0) + n
-            if self._pooled[table] >= CHUNK_ROWS:
+            self._pooled_bytes[table] = self._pooled_bytes.get(table, 0) + block_bytes(cols)
+            if self._pooled[table] >= CHUNK_ROWS or self._pooled_bytes[table] >= POOL_MAX_BYTES:
                 self._flush(table)
             return
         self._append(table, cols, rank)
@@ -152,18 +175,21 @@ class Writer:
     def _append(self, table: str, cols: dict[str, Any], rank: int) -> None:
         n = row_count(cols)
         self._append_rows(table, n, lambda cur, i, k: insert(
-            cur, table, cols if k == n else {c: a[i:i + k] for c, a in cols.items()}, rank))
+            cur, table, cols if k == n else {c: a[i:i + k] for c, a in cols.items()}, rank), block_bytes(cols))
 
-    def _append_rows(self, table: str, n: int, insert_rows: Callable[[Any, int, int], None]) -> None:
-        """Insert `n` rows through the table's own transaction, committed at each row-group boundary:
-        `insert_rows(cursor, first, count)` inserts a run of them."""
+    def _append_rows(self, table: str, n: int, insert_rows: Callable[[Any, int, int], None], nbytes: int = 0
+                     ) -> None:
+        """Insert `n` rows (`nbytes` in memory) through the table's own transaction, committed at each
+        row-group boundary and once TXN_MAX_BYTES are held: `insert_rows(cursor, first, count)` inserts a
+        run of them."""
         entry = self._open.get(table)
         if entry is None:
             cur = self.con.cursor()
             cur.execute("USE profile")  # a cursor starts in the default (in-memory) catalog
             cur.execute("BEGIN TRANSACTION")
-            entry = self._open[table] = [cur, 0]
-        cur, have = entry
+            entry = self._open[table] = [cur, 0, 0]
+        cur, have, held = entry
+        held += nbytes
         i = 0
         while i < n:
             k = min(n - i, self.row_group_rows - have)
@@ -173,12 +199,17 @@ class Writer:
             if have >= self.row_group_rows:  # a full row group: commit, so DuckDB writes it compressed
                 cur.execute("COMMIT")
                 cur.execute("BEGIN TRANSACTION")
-                have = 0
-        entry[1] = have
+                have = held = 0
+        if held >= TXN_MAX_BYTES:
+            cur.execute("COMMIT")
+            cur.execute("BEGIN TRANSACTION")
+            held = 0
+        entry[1], entry[2] = have, held
 
     def _flush(self, table: str) -> None:
         blocks = self._pool.pop(table, [])
         self._pooled.pop(table, None)
+        self._pooled_bytes.pop(table, None)
         for cols in _merged(blocks):
             self._append(table, cols, -1)  # (every merged block has its rank column)
 
@@ -205,6 +236,7 @@ class Writer:
             if pool := self._pool.get(table):
                 self._pool[table] = [(r, cols) for r, cols in pool if r != rank]
                 self._pooled[table] = sum(row_count(cols) for _, cols in self._pool[table])
+                self._pooled_bytes[table] = sum(block_bytes(cols) for _, cols in self._pool[table])
             if table in self._open:  # rows already inserted (its own blocks or a flushed pool)
                 self._open[table][0].execute(f"DELETE FROM {table} WHERE rank = ?", [rank])
         if not keep_claim:
@@ -215,7 +247,7 @@ class Writer:
 
         for table in list(self._pool):
             self._flush(table)
-        for cur, _ in self._open.values():
+        for cur, *_ in self._open.values():
             cur.execute("COMMIT")
             cur.close()
         self._open.clear()
