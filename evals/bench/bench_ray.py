@@ -127,12 +127,14 @@ def _run(cmd: list[str], env: dict | None = None) -> dict:
 
 def _issues(prof: Path) -> dict:
     env = {**os.environ, "STEPDOCTOR_CACHE_DIR": tempfile.mkdtemp()}
-    t0 = time.perf_counter()
+    t0, r0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run([sys.executable, "-m", "stepdoctor.tools.cli", "issues", str(prof), "--format", "json"],
                          capture_output=True, text=True, env=env, check=False)
-    wall = time.perf_counter() - t0
+    wall, r1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime
     findings = len(json.loads(out.stdout)["findings"]) if out.returncode in (0, 1) else None
-    return {"issues_wall_s": round(wall, 2), "rc": out.returncode, "findings": findings}
+    return {"issues_wall_s": round(wall, 2), "issues_cpu_s": round(cpu, 2), "rc": out.returncode,
+            "findings": findings}
 
 
 def main(argv: list[str] | None = None) -> int:
