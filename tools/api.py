@@ -78,10 +78,8 @@ def _ranks_text(ranks: list[int]) -> str:
 
 
 def issues(ref: ProfileRef, *, min_severity: str = "low", checks: list[str] | None = None,
-           ranks: list[int] | None = None, limit: int | None = None, fork: bool = False) -> IssueReport:
-    """Every applicable check on every rank; findings sorted by severity then impact. `fork=True`: the
-    caller (the CLI) controls its whole state and lets a forked helper take half of the checks
-    (`run_checks`)."""
+           ranks: list[int] | None = None, limit: int | None = None) -> IssueReport:
+    """Every applicable check on every rank; findings sorted by severity then impact."""
     if checks:
         known = sorted(registry())
         bad = [c for c in checks if c not in known]
@@ -89,7 +87,7 @@ def issues(ref: ProfileRef, *, min_severity: str = "low", checks: list[str] | No
             raise ProfileError(None, f"unknown check {bad[0]!r}; the checks are {', '.join(known)}")
     prof = load(ref)
     ctx = context(prof, ranks)
-    run = run_checks(ctx, only=checks, fork=fork)
+    run = run_checks(ctx, only=checks)
     cut = SEVERITY_ORDER[min_severity]
     fs = [f for f in run.findings if SEVERITY_ORDER[f.severity] <= cut]
     total = len(fs)

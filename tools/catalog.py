@@ -115,10 +115,8 @@ class Tool:
     paths: tuple[str, ...] = ()        # arguments naming files the MCP server must find under its roots
 
 
-def _issues(prof: Profile, a: IssuesArgs, resolve: Resolve, *, fork: bool = False) -> BaseModel:
-    """`fork`: only a front end that controls its whole process state (the CLI) lets a forked helper run
-    half of the checks (`run_checks`)."""
-    return api.issues(prof, min_severity=a.min_severity, checks=a.checks, ranks=a.ranks, fork=fork)
+def _issues(prof: Profile, a: IssuesArgs, resolve: Resolve) -> BaseModel:
+    return api.issues(prof, min_severity=a.min_severity, checks=a.checks, ranks=a.ranks)
 
 
 def _breakdown(prof: Profile, a: BreakdownArgs, resolve: Resolve) -> BaseModel:

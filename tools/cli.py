@@ -75,7 +75,7 @@ def _ints(text: str | None) -> list[int] | None:
 
 
 def cmd_issues(a: argparse.Namespace) -> int:
-    rep = ask("issues", _load(a.path), min_severity=a.min_severity, checks=a.check, ranks=_ints(a.rank), fork=True)
+    rep = ask("issues", _load(a.path), min_severity=a.min_severity, checks=a.check, ranks=_ints(a.rank))
     _emit(rep, a.format)
     if a.fail_on and any(SEVERITY_ORDER[f.severity] <= SEVERITY_ORDER[a.fail_on] for f in rep.findings):
         return 1

@@ -43,7 +43,7 @@ def emit(model: BaseModel | list, fmt: str) -> None:
 def ask(command: str, prof, **opts):
     """Answer through the command's catalog entry, the one the MCP tool uses. The options are taken as
     argparse typed them (no MCP bounds: the CLI prints every row; the catalog functions check them with
-    messages that name the CLI options); those that are not arguments (`fork`, `apply`) go to the function."""
+    messages that name the CLI options); those that are not arguments (`apply`) go to the function."""
     from . import catalog
 
     args = {k: v for k, v in opts.items() if k in catalog.BY_CLI[command].args.model_fields}

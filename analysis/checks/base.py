@@ -222,7 +222,7 @@ class CheckRun:
 
 @dataclass
 class _Outcome:
-    """What running one check gave (pickled when a forked helper ran it: see _split.py)."""
+    """What running one check gave."""
 
     findings: list[Finding] = field(default_factory=list)
     not_applicable: str | None = None   # why the check does not apply
@@ -249,22 +249,12 @@ def _run_one(ctx: CheckContext, cid: str, cls: type[Check]) -> _Outcome:
     return out
 
 
-def run_checks(ctx: CheckContext, only: Iterable[str] | None = None, *, fork: bool = False) -> CheckRun:
-    """Run every registered check (or `only`) and collect findings, non-applicability and warnings.
-
-    `fork=True` (only for a program that controls its whole state: the CLI) runs them in this process
-    and a forked helper when this process may fork (`_split.run_split`); the result is the same either
-    way: outcomes are merged in registry order, as a serial run produces them.
-    """
+def run_checks(ctx: CheckContext, only: Iterable[str] | None = None) -> CheckRun:
+    """Run every registered check (or `only`) in registry order and collect findings, non-applicability and
+    warnings."""
     wanted = set(only) if only is not None else None
     checks = {cid: cls for cid, cls in registry().items() if wanted is None or cid in wanted}
-    outcomes: dict[str, _Outcome] | None = None
-    if fork:
-        from ._split import run_split
-
-        outcomes = run_split(ctx.profile, list(checks), lambda cid: _run_one(ctx, cid, checks[cid]))
-    if outcomes is None:
-        outcomes = {cid: _run_one(ctx, cid, cls) for cid, cls in checks.items()}
+    outcomes = {cid: _run_one(ctx, cid, cls) for cid, cls in checks.items()}
     findings: list[Finding] = []
     na: dict[str, str] = {}
     warnings: list[str] = []
