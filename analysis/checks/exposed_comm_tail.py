@@ -20,8 +20,7 @@ Algorithm, per rank and kept step, inside the step's device window:
 5. critical path: the collectives end together on every rank of their group, so the step is paced by the
    rank that reaches them last, whose tail is the shortest; every rank's effective tail is capped by the
    smallest one of its step and group. On the other ranks the rest of the "tail" is waiting for that rank
-   (a slow rank, which the slow-rank check reports and buckets do not fix). (In the synthetic sample cluster4 the
-   device idles ~31 ms after its 5.2 ms AllReduce block, so nothing is reported there.)
+   (a slow rank, which the slow-rank check reports and buckets do not fix).
 MindSpore profiles without a device timeline of collectives (old `profiler/` folder, CANN step trace) give the
 tail phase (`step_phases` tail = Iteration Refresh / bp end -> iteration end); it also holds the optimizer
 update, so the charged tail is min(tail, the step's collective time), and a rank without collectives has none.
@@ -47,6 +46,7 @@ import pandas as pd
 from ..models import Finding
 from ..thresholds import T
 from ..units import BYTES_PER_MB, NS_PER_MS
+from ._comm_tail import cap_by_critical_path, collectives_text, exposed_ns
 from ._common import (
     DeviceTimeline,
     by_value,
@@ -130,7 +130,7 @@ class ExposedCommTailCheck(Check):
                 st = self._phase_rank(ctx, rank, w[0], steps_ms, thr)
                 if st:
                     per_rank[rank] = st
-        _critical_path_min(tails)
+        cap_by_critical_path(tails)
         for rank, by_step in tails.items():
             st = self._device_stats(ctx, rank, w_of.get(rank, no_w)[0].size, by_step, steps_ms, thr, devs[rank])
             if st:
@@ -142,7 +142,7 @@ class ExposedCommTailCheck(Check):
         steps_seen = sorted({s for v in per_rank.values() for s in v["steps"]})
         e = per_rank[rank_w] if rank_w is not None else {}
         colls = e.get("collectives") or []
-        names = _collectives_text(colls)
+        names = collectives_text(colls)
         subject = (e.get("collective_type") or "allreduce") if colls else "tail"
         bucket = e.get("proposed_bucket_mb")
         fix = (f"; use gradient buckets of ~{bucket:.3g} MB (DDP bucket_cap_mb; MindSpore all_reduce_fusion_config "
@@ -242,7 +242,7 @@ class ExposedCommTailCheck(Check):
                 continue   # no compute before the collectives: not a gradient tail
             bwd_end = int(e_all[comp_i[:n_before]].max())
             blk_end = int(min(int(e_all[block].max()), w1))
-            tail = _exposed(s_all[lo:hi], e_all[lo:hi], cm, bwd_end, blk_end)
+            tail = exposed_ns(s_all[lo:hi], e_all[lo:hi], cm, bwd_end, blk_end)
             idle_after, _ = timeline.idle_run_after(blk_end, w1)
             groups = {str(g) for g in dev.group[block] if g is not None}   # NULL is None in `columns`
             out[int(step)] = {
@@ -388,50 +388,3 @@ class ExposedCommTailCheck(Check):
         return {"name": name, "type": typ, "start_after_backward_ms": round((s - bwd_end) / NS_PER_MS, 4),
                 "dur_ms": round((e - s) / NS_PER_MS, 4), "size_mb": None if size is None else round(size / BYTES_PER_MB, 4)}
 
-
-def _exposed(s: np.ndarray, e: np.ndarray, is_comm: np.ndarray, t0: int, t1: int) -> float:
-    """Communication time in [t0, t1) not covered by compute, from ops sorted by start:
-    |comm ∪ compute| − |compute| (integer ns, so exactly |comm| − |comm ∩ compute|)."""
-    if t1 <= t0:
-        return 0.0
-    cs, ce = np.minimum(np.maximum(s, t0), t1), np.minimum(np.maximum(e, t0), t1)
-    comp = ~is_comm
-    return float(_covered(cs, ce) - _covered(cs[comp], ce[comp]))
-
-
-def _covered(s: np.ndarray, e: np.ndarray) -> int:
-    """Length of the union of intervals [s, e) sorted by start: each adds what it reaches beyond the
-    furthest earlier end (called per step, so no sort and no merged intervals are built)."""
-    if s.size == 0:
-        return 0
-    lo = s.copy()
-    lo[1:] = np.maximum(s[1:], np.maximum.accumulate(e)[:-1])
-    return int(np.maximum(e - lo, 0).sum())
-
-
-def _collectives_text(colls: list[dict[str, Any]]) -> str:
-    """'4 allreduce (268 MB, up to 67.1 MB each)' per collective type, in order of appearance."""
-    parts: list[str] = []
-    for typ in dict.fromkeys(c.get("type") or c["name"] for c in colls):
-        group = [c for c in colls if (c.get("type") or c["name"]) == typ]
-        sizes = [c["size_mb"] for c in group if c.get("size_mb")]
-        size = f" ({sum(sizes):.3g} MB, up to {max(sizes):.3g} MB each)" if sizes else ""
-        parts.append(f"{len(group)} {typ}{size}")
-    return ", ".join(parts)
-
-
-def _critical_path_min(tails: dict[int, dict[int, dict[str, Any]]]) -> None:
-    """Cap each rank's effective tail by the smallest one among the ranks sharing its step and group.
-
-    The collectives of a step end together on every rank of the group, so the step is paced by the rank
-    that reaches them last, whose tail is the shortest (the others wait in the collective: a slow rank, not
-    a bucketing problem). With one rank, or ranks that never share a step, nothing changes."""
-    by_key: dict[tuple[int, frozenset[str]], list[float]] = {}
-    for steps in tails.values():
-        for step, t in steps.items():
-            by_key.setdefault((step, t["groups"]), []).append(t["eff_ns"])
-    for steps in tails.values():
-        for step, t in steps.items():
-            crit = min(by_key[(step, t["groups"])])
-            t["critical_ns"] = crit
-            t["eff_ns"] = min(t["eff_ns"], crit)
