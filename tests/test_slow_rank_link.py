@@ -120,6 +120,21 @@ def test_gloo_straggler_slow_ranks_names_the_straggler_without_empty_tables():
     assert [f.steps for f in sr.findings if f.subject == "arrival"] == [[4, 5, 6]]
 
 
+def test_a_fixed_host_stall_on_the_straggler_leads_with_locating_it():
+    """gloo2_straggler: rank 1 sleeps 50 ms every step. The stall has the same length in every step, so it is not
+    GC: the fix that finds the untraced code on that rank leads, and the message gives the per-step sum."""
+    from conftest import SHARED
+
+    rep = api.issues(need(SHARED / "real" / "gpu-h100" / "gloo2_straggler"), checks=["slow-rank"])
+    f = next(f for f in rep.findings if f.subject == "arrival")
+    assert f.ranks == [1] and f.fixes[0] == "straggler-host-stall-locate"
+    assert not any(x.startswith("gc-") for x in f.fixes)
+    per_arrival = f.evidence["before_arrival"]["excess_ms"]["untraced"]
+    assert 10 <= per_arrival <= 14
+    # 3 arrivals in each of steps 4-7 (step 7 is cut short in the trace, but its arrivals happened)
+    assert f"{per_arrival * 3:.1f} ms per step over its 12 late arrivals in 4 steps" in f.message
+
+
 def test_arrival_without_a_measurable_cause_says_so():
     """msinsight DB Level1 (real Atlas A2, 2 ranks): rank 1 is last at 1 of 4 all-reduces, but its compute
     before the late arrival differs by 0.009 ms: the message must not read "0.0 ms more ... (2.6 vs 2.6 ms)"."""

@@ -216,6 +216,10 @@ def _arrival_text(ra: collectives.RankArrival) -> str:
                 f"{ms_text(MIN_SHOWN_MS)} or more), so the delay is not in this profile's steps")
     text = (f"before each late arrival it spends {ms_text(excess)} more than the other ranks on "
             f"{_BEFORE_TEXT[c]} ({ms_text(b['rank_ms'][c])} against a median of {ms_text(b['peer_median_ms'][c])})")
+    if ra.steps and ra.last > len(ra.steps):
+        # several late arrivals per step: the per-step sum is what compares with the step time
+        text += (f", {ms_text(excess * ra.last / len(ra.steps))} per step over its {ra.last} late arrivals in "
+                 f"{len(ra.steps)} steps")
     if c == "host_ops" and (ops := _host_ops_text(b["top_host_ops"])):
         text += "; its host ops: " + ops
     return text
@@ -390,11 +394,13 @@ class SlowRankCheck(Check):
         if ctx.fixes_for is not None and ra.before:
             lead = {"untraced": "gc-pause", "data_loading": "slow-dataloader", "host_ops": "host-bound"}.get(
                 ra.before["cause"])
+            first: list[str] = []
             if lead == "gc-pause" and fixed_stall(ctx, r):
-                lead = None   # the same stall every step: a timed wait or fixed work, not GC
+                # the same stall every step: a timed wait or fixed work, not GC
+                first, lead = _fixed_stall_fixes(ctx, r), None
             if lead:
-                f.fixes = list(dict.fromkeys([*ctx.fixes_for(lead, ctx.vendor(r), ctx.framework(r), None)[:2],
-                                              *f.fixes]))
+                first = ctx.fixes_for(lead, ctx.vendor(r), ctx.framework(r), None)[:2]
+            f.fixes = list(dict.fromkeys([*first, *f.fixes]))
         return f
 
 
@@ -423,9 +429,21 @@ def _cause_fixes(ctx: CheckContext, e: SlowEntry, fixes: list[str]) -> list[str]
         return fixes
     host = e.evidence.get("host_activity")
     lead: list[str] = []
-    if host == [] and not fixed_stall(ctx, e.rank):
-        lead = ctx.fixes_for("gc-pause", ctx.vendor(e.rank), ctx.framework(e.rank), None)
+    if host == []:
+        lead = (_fixed_stall_fixes(ctx, e.rank) if fixed_stall(ctx, e.rank)
+                else ctx.fixes_for("gc-pause", ctx.vendor(e.rank), ctx.framework(e.rank), None))
     elif host and any(h.get("category") == "dataloader" or "dataloader" in str(h.get("name", "")).lower()
                       for h in host[:1]):
         lead = ctx.fixes_for("slow-dataloader", ctx.vendor(e.rank), ctx.framework(e.rank), None)
     return list(dict.fromkeys([*lead[:2], *fixes]))
+
+
+# the fix for a stall of the same length every step on the late rank's host (a timed wait, blocking I/O, rank-only
+# work); it answers slow-rank, so it is listed only if the knowledge base has it for this rank's vendor/framework
+FIXED_STALL_FIX = "straggler-host-stall-locate"
+
+
+def _fixed_stall_fixes(ctx: CheckContext, rank: int) -> list[str]:
+    assert ctx.fixes_for is not None
+    return [f for f in ctx.fixes_for("slow-rank", ctx.vendor(rank), ctx.framework(rank), None)
+            if f == FIXED_STALL_FIX]
