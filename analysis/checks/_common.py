@@ -1,11 +1,20 @@
-"""Helpers shared by the check modules: kept steps per rank, text for ranks/steps, the device timeline.
+"""Helpers shared by the check modules: kept steps per rank, step windows, text for ranks/steps, the device
+timeline, host stalls.
 
-Kept out of the check modules themselves so each check module holds one check.
+How a check queries the store (one way per purpose):
+- a frame the check filters, groups or joins with pandas: `ctx.sql` (most checks);
+- many rows worked on with numpy (device or host ops of every rank): `columns(ctx, ...)`, numpy columns
+  with None / NaN for NULL, split per rank with `rank_slices` / `by_rank`;
+- one value or a handful of rows: `ctx.profile.rows`.
+Values always travel as parameters: an `IN (...)` list is `placeholders(values)` in the SQL text and the
+values in the parameter list, never formatted into the SQL. One query for all ranks, split here, rather than
+one per rank.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sized
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +60,12 @@ STALL_API_RE = re.compile(r"^(AscendCL@(aclMallocMemInner|aclrtFreePhysical|aclr
 
 # Host op categories that are the host doing work (not an enclosing annotation).
 WORK_CATEGORIES = ("cpu_op", "runtime", "driver", "cann", "dataloader", "gc")
+
+
+def placeholders(values: Sized) -> str:
+    """'?,?,?': the placeholders of an SQL `IN (...)` list of len(values) parameters; the values themselves
+    always go in the parameter list."""
+    return ",".join("?" * len(values))
 
 
 def kept_steps(ctx: CheckContext) -> dict[int, list[int]]:
@@ -294,7 +309,7 @@ def step_windows(ctx: CheckContext, ranks: list[int]) -> pd.DataFrame:
 def _step_windows(ctx: CheckContext, ranks: list[int]) -> pd.DataFrame:
     if not ranks:
         return pd.DataFrame(columns=["rank", "step", "start_ns", "end_ns", "w0", "w1"])
-    marks = ",".join("?" * len(ranks))
+    marks = placeholders(ranks)
     st = ctx.sql("SELECT rank, step, start_ns, end_ns, device_start_ns, device_end_ns FROM steps "
                  f"WHERE kept AND rank IN ({marks}) ORDER BY rank, step", list(ranks))
     st["w0"] = st["device_start_ns"].fillna(st["start_ns"]).astype("int64")

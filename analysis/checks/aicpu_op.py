@@ -40,6 +40,7 @@ from ._common import (
     in_kept_steps,
     kept_steps,
     n_steps,
+    placeholders,
     ranks_text,
     series_sum,
     step_list,
@@ -81,7 +82,7 @@ class AicpuOpCheck(Check):
         ranks = self.applicable_ranks(ctx)
         if not ranks:
             return []
-        marks = ",".join("?" * len(ranks))
+        marks = placeholders(ranks)
         ops = ctx.sql(
             "SELECT rank, step, coalesce(op_type, name) AS op_type, name, dur_ns, input_dtypes, "
             "output_dtypes, input_shapes, correlation_id FROM device_ops "
@@ -200,7 +201,7 @@ class AicpuOpCheck(Check):
             ids = [int(c) for c in g["correlation_id"].dropna().unique()[:200]]
             if not ids:
                 continue
-            marks = ",".join("?" * len(ids))
+            marks = placeholders(ids)
             rows = ctx.profile.rows(
                 "SELECT DISTINCT call_stack FROM host_ops WHERE rank = ? AND call_stack IS NOT NULL "
                 f"AND correlation_id IN ({marks}) LIMIT 3",

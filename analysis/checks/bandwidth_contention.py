@@ -34,6 +34,7 @@ from ._common import (
     kept_mask,
     kept_steps,
     n_steps,
+    placeholders,
     rank_slices,
     ranks_text,
     step_list,
@@ -158,7 +159,7 @@ class BandwidthContentionCheck(Check):
         """Whether some SDMA op of a kept step runs below `thr` GB/s: the slowest op per (rank, step) from one
         aggregate query, with the bandwidth worked out as `_sdma_ops` does (reported, else bytes / transit).
         Most profiles have none, and then the per-rank op lists are not needed."""
-        marks = ",".join("?" * len(ranks))
+        marks = placeholders(ranks)
         rows = ctx.profile.rows(
             "SELECT o.rank, o.step, min(CASE WHEN b.bandwidth_gbps > 0 THEN b.bandwidth_gbps "
             "ELSE b.size_bytes::DOUBLE / b.transit_ns::DOUBLE END) FROM comm_ops o JOIN comm_bandwidth b "
@@ -179,7 +180,7 @@ class BandwidthContentionCheck(Check):
     def _compute_ops(ctx: CheckContext, ranks: list[int]) -> dict[int, _Kernels]:
         """Per rank: (start ns, end ns, is a matmul) of its compute kernels, from one query (overlap tests do
         not depend on the kernels' order)."""
-        marks = ",".join("?" * len(ranks))
+        marks = placeholders(ranks)
         a = columns(ctx, "SELECT rank, start_ns, dur_ns, (lower(name) LIKE '%matmul%' OR "
                          "lower(coalesce(op_type, '')) LIKE '%matmul%') AS mm FROM device_ops "
                          f"WHERE rank IN ({marks}) AND category = 'compute' ORDER BY rank",
@@ -199,7 +200,7 @@ class BandwidthContentionCheck(Check):
 
         The step filter, the bandwidths and the sums run once over all ranks' rows: per-rank passes cost
         ~0.3 ms each on many ranks. Only the overlap tests, which need the rank's own kernels, go per rank."""
-        marks = ",".join("?" * len(ranks))
+        marks = placeholders(ranks)
         a = columns(ctx, _SDMA_QUERY.format(where=f"o.rank IN ({marks})") + " ORDER BY o.rank",
                     [int(r) for r in ranks])
         if a["rank"].size == 0:

@@ -41,6 +41,7 @@ from ._common import (
     kept_steps,
     map_by_value,
     n_steps,
+    placeholders,
     ranks_text,
     series_sum,
     step_list,
@@ -86,15 +87,15 @@ class BlockDimCheck(Check):
         ranks = self.applicable_ranks(ctx)
         if not ranks:
             return []
-        marks = ",".join("?" * len(ranks))
+        marks = placeholders(ranks)
         info = ctx.sql(f"SELECT rank, ai_core_num, aiv_num FROM ranks WHERE rank IN ({marks})", ranks)
         cores = {int(r.rank): (_int(r.ai_core_num), _int(r.aiv_num)) for r in info.itertuples(index=False)}
-        types = ",".join(f"'{t}'" for t in (*_CUBE_TYPES, *_VECTOR_TYPES))
+        types = (*_CUBE_TYPES, *_VECTOR_TYPES)
         ops = ctx.sql(
             "SELECT rank, step, coalesce(op_type, name) AS op_type, task_type, block_dim, mix_block_dim, "
             "count(*) AS n, sum(dur_ns) AS dur_ns FROM device_ops "
-            f"WHERE rank IN ({marks}) AND task_type IN ({types}) AND block_dim > 0 GROUP BY ALL",
-            ranks,
+            f"WHERE rank IN ({marks}) AND task_type IN ({placeholders(types)}) AND block_dim > 0 GROUP BY ALL",
+            [*ranks, *types],
         )
         steps = kept_steps(ctx)
         ops = in_kept_steps(ops, steps)

@@ -24,6 +24,7 @@ from ._common import (
     in_kept_steps,
     kept_steps,
     n_steps,
+    placeholders,
     ranks_text,
     step_list,
     steps_text,
@@ -51,7 +52,7 @@ class ByteMisalignmentCheck(Check):
         if not ranks:
             return []
         align = int(T.byte_align.value)
-        marks = ",".join("?" * len(ranks))
+        marks = placeholders(ranks)
         judged = (f"FROM comm_tasks WHERE rank IN ({marks}) AND upper(transport) = 'SDMA' "
                   "AND upper(coalesce(link_type, '')) <> 'ON_CHIP' AND size_bytes > ?")
         steps = kept_steps(ctx)

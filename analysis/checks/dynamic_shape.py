@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ..models import Finding
-from ._common import columns, kept_mask, kept_steps, ranks_text, steps_text
+from ._common import columns, kept_mask, kept_steps, placeholders, ranks_text, steps_text
 from .base import Check, CheckContext, register
 
 
@@ -47,7 +47,7 @@ class DynamicShapeCheck(Check):
         ranks = self.applicable_ranks(ctx)
         if not ranks:
             return []
-        marks = ",".join("?" * len(ranks))
+        marks = placeholders(ranks)
         a = columns(
             ctx,
             "SELECT rank, step, lower(trim(op_state)) AS state, coalesce(op_type, name) AS op_type, "

@@ -51,6 +51,7 @@ from ._common import (
     DeviceTimeline,
     by_value,
     fmt_ms,
+    placeholders,
     rank_ordered,
     rank_slices,
     ranks_text,
@@ -174,7 +175,7 @@ class ExposedCommTailCheck(Check):
         for all ranks; a rank with ops that start together gets its own query as before (their order shows in
         the evidence, see `rank_ordered`)."""
         out: dict[int, _RankOps] = {}
-        marks = ",".join("?" * len(ranks))
+        marks = placeholders(ranks)
         cols = "name, category, start_ns, dur_ns, size_bytes, collective, group_name"
         by_rank = rank_ordered(
             ctx, ranks, f"SELECT {cols} FROM device_ops WHERE rank = ? AND category IN ('compute', "

@@ -44,6 +44,7 @@ from ._common import (
     fmt_ms,
     in_steps_mask,
     map_by_value,
+    placeholders,
     ranks_text,
     series_sum,
     step_windows,
@@ -286,7 +287,7 @@ class Fp32ComputeCheck(Check):
         had them); family and precision are judged once per distinct op type / name / dtype list."""
         if not ranks:
             return _EMPTY
-        marks = ",".join("?" * len(ranks))
+        marks = placeholders(ranks)
         df = ctx.sql("SELECT rank, step, name, op_type, dur_ns, input_dtypes FROM device_ops WHERE rank IN "
                      f"({marks}) AND category = 'compute'", [int(r) for r in ranks])
         key = df["op_type"].fillna(df["name"]).astype(str)

@@ -31,6 +31,7 @@ from ._common import (
     in_kept_steps,
     kept_steps,
     n_steps,
+    placeholders,
     ranks_text,
     step_list,
     steps_text,
@@ -143,13 +144,13 @@ def _throttled_ranks(ctx: CheckContext, ranks: list[int], rated_by_rank: dict[in
     most ranks turn out not throttled, and a query per rank costs milliseconds each on many ranks."""
     thr = T.freq_drop.value
     steps = kept_steps(ctx)
-    marks = ",".join("?" * len(ranks))
+    marks = placeholders(ranks)
     fs = ctx.profile.arrays(
         f"SELECT rank, ts_ns, freq_mhz FROM freq_samples WHERE rank IN ({marks}) ORDER BY rank, ts_ns", ranks)
     fs_rank = np.asarray(fs["rank"], dtype="int64")
     fs_ts = np.asarray(fs["ts_ns"], dtype="int64")
     fs_mhz = np.ma.filled(np.ma.asarray(fs["freq_mhz"], dtype="float64"), np.nan)
-    types = ",".join("?" * len(AICORE_TASK_TYPES))
+    types = placeholders(AICORE_TASK_TYPES)
     # no ORDER BY: each rank's rows keep their table order, which the stable sort below preserves
     all_ops = in_kept_steps(
         ctx.sql(f"SELECT rank, step, name, start_ns, dur_ns FROM device_ops WHERE rank IN ({marks}) "

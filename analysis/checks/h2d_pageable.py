@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 from ..models import Finding
 from ..thresholds import T
 from ..units import BYTES_PER_MB, NS_PER_MS
-from ._common import fmt_ms, in_steps, ranks_text, step_windows, steps_text, worst_share
+from ._common import fmt_ms, in_steps, placeholders, ranks_text, step_windows, steps_text, worst_share
 from .base import Check, CheckContext, register
 
 
@@ -49,7 +49,7 @@ class H2dPageableCheck(Check):
         if not ranks:
             return []
         windows = step_windows(ctx, ranks)
-        marks = ",".join("?" * len(ranks))
+        marks = placeholders(ranks)
         ev = ctx.sql(f"SELECT rank, step, name, dur_ns, size_bytes FROM device_ops WHERE rank IN ({marks}) AND "
                      "lower(name) LIKE '%htod%' AND lower(name) LIKE '%pageable%'", ranks)
         ev = in_steps(ev, windows)

@@ -33,6 +33,7 @@ from ._common import (
     by_value,
     fmt_ms,
     in_steps_mask,
+    placeholders,
     ranks_text,
     step_ms_of,
     step_windows,
@@ -113,7 +114,7 @@ class MemoryOpsCheck(Check):
         if not ranks:
             return []
         windows = step_windows(ctx, ranks)
-        marks = ",".join("?" * len(ranks))
+        marks = placeholders(ranks)
         a = ctx.profile.arrays(f"SELECT rank, step, name, start_ns, dur_ns FROM host_ops WHERE rank IN ({marks}) "
                                "AND category IN ('cann', 'runtime', 'driver') AND (name LIKE 'AscendCL@acl%' OR "
                                "name LIKE 'cu%' OR name LIKE 'hip%')", ranks)

@@ -37,6 +37,7 @@ from ._common import (
     kept_steps,
     n_steps,
     per_rank_ms,
+    placeholders,
     ranks_text,
     step_list,
     steps_text,
@@ -275,8 +276,8 @@ class MisalignedShapeCheck(Check):
 
 def _candidate_ops(ctx: CheckContext, ranks: list[int]) -> pd.DataFrame:
     """AI Core matmul and flash-attention tasks with shapes on `ranks`, with their pipe ratios."""
-    marks = ",".join("?" * len(ranks))
-    fa_marks = ",".join("?" * len(FA_TYPES))
+    marks = placeholders(ranks)
+    fa_marks = placeholders(FA_TYPES)
     return ctx.sql(
         "SELECT rank, step, coalesce(op_type, name) AS op_type, name, task_type, dur_ns, input_shapes, "
         "input_dtypes, input_formats, output_shapes, output_dtypes, aic_mac_ratio, aic_mte2_ratio, "

@@ -34,6 +34,7 @@ from ._common import (
     kept_mask,
     kept_steps,
     n_steps,
+    placeholders,
     rank_slices,
     ranks_text,
     step_list,
@@ -89,8 +90,8 @@ class NoBoundOpCheck(Check):
         ranks = self.applicable_ranks(ctx)
         if not ranks:
             return []
-        marks = ",".join("?" * len(ranks))
-        types = ",".join("?" * len(AICORE_TASK_TYPES))
+        marks = placeholders(ranks)
+        types = placeholders(AICORE_TASK_TYPES)
         thr = T.no_bound_ratio.value
         min_ns = T.no_bound_min_us.value * NS_PER_US
         # numpy columns, not a frame: on 64 ranks the pandas filters and groupbys per op type and rank cost

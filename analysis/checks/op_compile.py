@@ -27,6 +27,7 @@ from ._common import (
     columns,
     fmt_ms,
     in_steps_mask,
+    placeholders,
     ranks_text,
     step_windows,
     steps_text,
@@ -55,9 +56,9 @@ class OpCompileCheck(Check):
         if not ranks:
             return []
         windows = step_windows(ctx, ranks)
-        marks = ",".join("?" * len(ranks))
+        marks = placeholders(ranks)
         ev = columns(ctx, f"SELECT rank, step, dur_ns FROM host_ops WHERE rank IN ({marks}) AND category = 'cann' "
-                          f"AND (name = 'AscendCL@{API}' OR name = '{API}')", ranks)
+                          "AND (name = ? OR name = ?)", [*ranks, f"AscendCL@{API}", API])
         if ev["rank"].size == 0:
             return []
         keep = in_steps_mask(ev["rank"], ev["step"], windows)

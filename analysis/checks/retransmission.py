@@ -20,7 +20,7 @@ import pandas as pd
 from ..models import Finding
 from ..thresholds import T
 from ..units import BYTES_PER_MB, NS_PER_MS
-from ._common import in_kept_steps, kept_steps, ranks_text, steps_text
+from ._common import in_kept_steps, kept_steps, placeholders, ranks_text, steps_text
 from .base import Check, CheckContext, register
 
 
@@ -43,7 +43,7 @@ class RetransmissionCheck(Check):
         if not ranks:
             return []
         thr_ns = T.retransmission_ms.value * NS_PER_MS
-        marks = ",".join("?" * len(ranks))
+        marks = placeholders(ranks)
         # an instance qualifies only with some rank's RDMA transit (Σ per rank, step and op) above the
         # threshold: without one anywhere, the per-instance join below cannot find anything
         longest = ctx.profile.rows(

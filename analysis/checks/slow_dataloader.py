@@ -49,6 +49,7 @@ from ._common import (
     DeviceTimeline,
     fmt_ms,
     in_steps,
+    placeholders,
     rank_slices,
     ranks_text,
     step_ms_of,
@@ -116,7 +117,7 @@ class SlowDataloaderCheck(Check):
 
     # ---- PyTorch DataLoader ops -------------------------------------------------------------------------
     def _pytorch(self, ctx: CheckContext, ranks: list[int], windows: pd.DataFrame) -> Finding | None:
-        marks = ",".join("?" * len(ranks))
+        marks = placeholders(ranks)
         ev = ctx.sql(f"SELECT rank, step, name, tid, start_ns, dur_ns FROM host_ops WHERE rank IN ({marks}) AND "
                      "lower(name) LIKE '%dataloader%' AND category IN ('dataloader', 'cpu_op', 'user_annotation', "
                      "'python_function', 'other') ORDER BY rank, tid, start_ns, dur_ns DESC", ranks)
@@ -186,7 +187,7 @@ class SlowDataloaderCheck(Check):
     def _mindspore(self, ctx: CheckContext, ranks: list[int], windows: pd.DataFrame) -> list[Finding]:
         if not ranks:
             return []
-        marks = ",".join("?" * len(ranks))
+        marks = placeholders(ranks)
         ph = ctx.sql(f"SELECT rank, step, phase, dur_ns FROM step_phases WHERE rank IN ({marks}) AND phase IN "
                      "('iteration_interval', 'fp_and_bp', 'fp', 'tail')", ranks)
         steps_ms = step_ms_of(ctx)

@@ -37,6 +37,7 @@ from ._common import (
     in_kept_steps,
     kept_steps,
     n_steps,
+    placeholders,
     ranks_text,
     series_sum,
     step_list,
@@ -92,7 +93,7 @@ class SmallPacketCheck(Check):
         gpu = [r for r in ranks if r not in ascend]
         out: list[Finding] = []
         if ascend:
-            marks = ",".join("?" * len(ascend))
+            marks = placeholders(ascend)
             ops = ctx.sql(
                 "SELECT rank, step, op_name, upper(transport) AS transport, size_bytes, transit_ns "
                 f"FROM comm_bandwidth WHERE rank IN ({marks}) AND size_bytes > 0 "
@@ -128,7 +129,7 @@ class SmallPacketCheck(Check):
         """One row per NCCL kernel with a known payload. The Kineto reader fills `size_bytes` from the
         kernel's own collective args or, failing that, from its `record_param_comms` host op (linked by
         External id), and sets `nccl_msg_sizes` only when some kernel has one."""
-        marks = ",".join("?" * len(ranks))
+        marks = placeholders(ranks)
         return ctx.sql(
             "SELECT rank, step, name AS op_name, size_bytes, dur_ns AS transit_ns FROM device_ops "
             f"WHERE rank IN ({marks}) AND category = 'communication' AND size_bytes > 0",

@@ -34,6 +34,7 @@ from ._common import (
     fmt_ms,
     in_steps_mask,
     map_by_value,
+    placeholders,
     rank_slices,
     ranks_text,
     step_windows,
@@ -84,10 +85,10 @@ class SyncBatchNormCheck(Check):
         if not ranks:
             return []
         windows = step_windows(ctx, ranks)
-        marks = ",".join("?" * len(ranks))
+        marks = placeholders(ranks)
         a = columns(ctx, f"SELECT rank, step, name, start_ns, dur_ns FROM host_ops WHERE rank IN ({marks}) AND "
                          f"(lower(name) = 'syncbatchnorm' OR lower(name) LIKE 'nn.module: syncbatchnorm%' OR "
-                         f"name = '{GATHER_STATS}')", ranks)
+                         "name = ?)", [*ranks, GATHER_STATS])
         keep = in_steps_mask(a["rank"], a["step"], windows)
         if not keep.any():
             return []
@@ -151,7 +152,7 @@ class SyncBatchNormCheck(Check):
     def _comm_launches(ctx: CheckContext, ranks: list[int]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         """Per rank: (host launch start ns, device ns) of its communication ops, from one query. Only their
         integer sum inside the markers is used, so the rows' order does not matter."""
-        marks = ",".join("?" * len(ranks))
+        marks = placeholders(ranks)
         a = columns(ctx, "SELECT d.rank, h.start_ns AS launch_ns, d.dur_ns FROM device_ops d JOIN host_ops h "
                          "ON h.rank = d.rank AND h.correlation_id = d.correlation_id "
                          "AND h.category IN ('runtime', 'driver', 'cann') "
