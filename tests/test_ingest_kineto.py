@@ -527,3 +527,24 @@ def test_flow_and_other_phases_are_skipped_unknown_phases_fall_back(tmp_path):
     assert len(frames[0]) > 0
     pd.testing.assert_frame_equal(frames[0], frames[1])
     pd.testing.assert_frame_equal(frames[0], frames[2])
+
+
+@pytest.mark.parametrize("numerals", [
+    [b"1610366662254410.123", b"5.000", b"0.001"],          # 3 decimals: the digits are the ns
+    [b"1610366662254410", b"7", b"0"],                       # whole µs (older traces)
+    [b"9000000000000000", b"8999999999999999"],              # at and below TIME_LIMIT_US
+    [b"9999999999999999.999", b"1.000"],                     # 19 digits of ns: beyond int64, not kept
+    [b"-5.000", b"1.5", b"1.2345", b"1e3"],                  # the per-value path: sign, other decimals
+    [b'"12.5"', b"null", b""],                               # a string numeral, null, absent
+])
+def test_ts_column_equals_the_decimal_conversion(numerals: list[bytes]) -> None:
+    """A piece's `ts` numerals parsed as one text give exactly the per-value Decimal conversion."""
+    import msgspec
+
+    from stepdoctor.analysis.ingest.kineto.events import NO_NS, raw_ts_ns, ts_ns_column
+
+    raws = [msgspec.Raw(n) for n in numerals]
+    want = [NO_NS if (v := raw_ts_ns(r)) is None else v for r in raws]
+    assert ts_ns_column(raws).tolist() == want
+    assert ts_ns_column([msgspec.Raw(b"1610366662254410.123"), msgspec.Raw(b"9000000000000000")]).tolist() == \
+        [1610366662254410123, NO_NS]

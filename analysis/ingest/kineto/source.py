@@ -227,6 +227,35 @@ def _open_array(src: _Source, doc: _Doc) -> tuple[bytearray, int] | None:
     return buf, pos
 
 
+def _fill(src: _Source, buf: bytearray, pos: int) -> bytearray:
+    """`buf` with blocks read until _PIECE bytes follow `pos` (or the end): gathered and joined once
+    (bytearray += would copy the growing buffer again and again)."""
+    chunks: list[bytes | bytearray] = [buf]
+    have = len(buf) - pos
+    while not src.eof and have < _PIECE:
+        block = src.read(_BLOCK)
+        chunks.append(block)
+        have += len(block)
+    return bytearray().join(chunks)
+
+
+def _last_piece(src: _Source, doc: _Doc, buf: bytearray, pos: int, base: int) -> Iterator[list[_Event]]:
+    """The events from `pos` to the end of the input (the stream is at its end), then the keys after the
+    array; a damaged end yields the whole events before the damage, then raises."""
+    piece = b"[" + bytes(buf[pos:])
+    try:
+        yield _decode_events(piece)
+        if not doc.top_level_list:
+            raise ProfileError(src.path, "invalid JSON: truncated (the top-level object is not closed)")
+    except msgspec.DecodeError as e:
+        end = _split_array_end(piece, e)
+        if end is None:
+            yield _events_before_damage(piece, _err_pos(e))
+            raise _invalid(src.path, e, base + pos - 1, base + len(buf)) from None
+        yield _decode_events(piece[:end])
+        _read_tail(src, piece[end:], doc, base + pos - 1 + end)
+
+
 def _iter_events(src: _Source, doc: _Doc) -> Iterator[list[_Event]]:
     """Yield lists of events in file order, filling `doc` with the top-level metadata."""
     opened = _open_array(src, doc)
@@ -237,28 +266,9 @@ def _iter_events(src: _Source, doc: _Doc) -> Iterator[list[_Event]]:
     base = 0  # offset of buf[0] in the decompressed stream
     while True:
         if not src.eof and len(buf) - pos < _PIECE:
-            # gather blocks and join once (bytearray += would copy the growing buffer again and again)
-            chunks: list[bytes | bytearray] = [buf]
-            have = len(buf) - pos
-            while not src.eof and have < _PIECE:
-                block = src.read(_BLOCK)
-                chunks.append(block)
-                have += len(block)
-            buf = bytearray().join(chunks)
-            del chunks
+            buf = _fill(src, buf, pos)
         if src.eof:
-            piece = b"[" + bytes(buf[pos:])
-            try:
-                yield _decode_events(piece)
-                if not doc.top_level_list:
-                    raise ProfileError(src.path, "invalid JSON: truncated (the top-level object is not closed)")
-            except msgspec.DecodeError as e:
-                end = _split_array_end(piece, e)
-                if end is None:
-                    yield _events_before_damage(piece, _err_pos(e))
-                    raise _invalid(src.path, e, base + pos - 1, base + len(buf)) from None
-                yield _decode_events(piece[:end])
-                _read_tail(src, piece[end:], doc, base + pos - 1 + end)
+            yield from _last_piece(src, doc, buf, pos, base)
             return
         hi = len(buf)
         done = False
