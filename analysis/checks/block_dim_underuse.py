@@ -108,61 +108,61 @@ class BlockDimCheck(Check):
             ctx, bad, steps, MAX_OP_TYPES,
             "block-dim-underuse: {more} more op types with a block dim that is not a multiple of the core "
             "count are not listed (top {limit} shown)")
-        out: list[Finding] = []
-        for op_type, op_rows, per_rank_ms, (rank_w, ms_w) in results:
-            assert rank_w is not None  # every op type has rows, so a worst rank
-            gw = op_rows.of_rank(rank_w)
-            k = n_steps(steps, int(rank_w))
-            dims = _dims(bad, gw)
-            top_type, top_dim, top_cores, _ = dims[0]
-            used = f"{top_dim}/{top_cores}"
-            kind = "AI cores" if top_type in _CUBE_TYPES else "vector cores"
-            share = unused_share(top_dim, top_cores)
-            rk = sorted(per_rank_ms)
-            st = step_list(bad.step[op_rows.rows])
-            time_ms = float(series_sum(bad.dur_ns[gw])) / NS_PER_MS / k
-            out.append(
-                self.finding(
-                    ctx,
-                    title=f"{op_type} uses {used} {kind} ({share:.0%} idle)",
-                    subject=str(op_type),
-                    ranks=rk,
-                    steps=st,
-                    impact_ms=ms_w,
-                    impact_rank=rank_w,
-                    severity="low",
-                    evidence={
-                        "rule": "block_dim % core_count != 0 (msprof-analyze block_dim_analysis)",
-                        "task_type": top_type,
-                        "core_count": top_cores,
-                        "block_dims": [
-                            {
-                                "task_type": t,
-                                "block_dim": b,
-                                "cores": c,
-                                "tasks": n,
-                                "idle_share": round(unused_share(b, c), 4),
-                            }
-                            for t, b, c, n in dims
-                        ],
-                        "tasks_per_step": round(float(bad.n[gw].sum()) / k, 2),
-                        "kernel_ms_per_step": round(time_ms, 4),
-                        "lost_ms_per_step_by_rank": {
-                            str(r): round(v, 4) for r, v in sorted(per_rank_ms.items())
-                        },
-                        "impact_method": "Σ kernel time × (1 − block_dim / (waves × cores)) per step, "
-                        "worst rank; upper bound (assumes the kernel scales to the idle cores)",
-                    },
-                    message=(
-                        f"{op_type} runs with block dim {top_dim} on {top_cores} {kind} on "
-                        f"{ranks_text(rk)} in {steps_text(st)}: {share:.0%} of the cores idle during "
-                        f"{time_ms:.2f} ms of kernel time per step on rank {rank_w} (up to {ms_w:.2f} ms "
-                        "per step). Tune the tiling (AOE op tuning) so the block dim is a multiple of the "
-                        "core count."
-                    ),
-                )
-            )
-        return out
+        return [self._op_finding(ctx, bad, steps, r) for r in results]
+
+    def _op_finding(self, ctx: CheckContext, bad: _Bad, steps: dict[int, list[int]], result: tuple) -> Finding:
+        """The finding of one op type: `result` is one entry of `_worst_op_types`."""
+        op_type, op_rows, per_rank_ms, (rank_w, ms_w) = result
+        assert rank_w is not None  # every op type has rows, so a worst rank
+        gw = op_rows.of_rank(rank_w)
+        k = n_steps(steps, int(rank_w))
+        dims = _dims(bad, gw)
+        top_type, top_dim, top_cores, _ = dims[0]
+        used = f"{top_dim}/{top_cores}"
+        kind = "AI cores" if top_type in _CUBE_TYPES else "vector cores"
+        share = unused_share(top_dim, top_cores)
+        rk = sorted(per_rank_ms)
+        st = step_list(bad.step[op_rows.rows])
+        time_ms = float(series_sum(bad.dur_ns[gw])) / NS_PER_MS / k
+        return self.finding(
+            ctx,
+            title=f"{op_type} uses {used} {kind} ({share:.0%} idle)",
+            subject=str(op_type),
+            ranks=rk,
+            steps=st,
+            impact_ms=ms_w,
+            impact_rank=rank_w,
+            severity="low",
+            evidence={
+                "rule": "block_dim % core_count != 0 (msprof-analyze block_dim_analysis)",
+                "task_type": top_type,
+                "core_count": top_cores,
+                "block_dims": [
+                    {
+                        "task_type": t,
+                        "block_dim": b,
+                        "cores": c,
+                        "tasks": n,
+                        "idle_share": round(unused_share(b, c), 4),
+                    }
+                    for t, b, c, n in dims
+                ],
+                "tasks_per_step": round(float(bad.n[gw].sum()) / k, 2),
+                "kernel_ms_per_step": round(time_ms, 4),
+                "lost_ms_per_step_by_rank": {
+                    str(r): round(v, 4) for r, v in sorted(per_rank_ms.items())
+                },
+                "impact_method": "Σ kernel time × (1 − block_dim / (waves × cores)) per step, "
+                "worst rank; upper bound (assumes the kernel scales to the idle cores)",
+            },
+            message=(
+                f"{op_type} runs with block dim {top_dim} on {top_cores} {kind} on "
+                f"{ranks_text(rk)} in {steps_text(st)}: {share:.0%} of the cores idle during "
+                f"{time_ms:.2f} ms of kernel time per step on rank {rank_w} (up to {ms_w:.2f} ms "
+                "per step). Tune the tiling (AOE op tuning) so the block dim is a multiple of the "
+                "core count."
+            ),
+        )
 
 
 def _int(v: object) -> int | None:
