@@ -75,7 +75,7 @@ def _input_bytes(path: Path) -> int:
     """`rank_input_bytes` of a rank from the store's listing of its files, as the ingest plans it."""
     from stepdoctor.analysis.ingest.base import RankSource
 
-    files = store._input_stats(RankSource(path=path, format="?"))
+    files = store.input_stats(RankSource(path=path, format="?"))
     return machine.rank_input_bytes(path, [(name, size) for name, size, _ in files])
 
 
@@ -146,23 +146,23 @@ def test_build_database_takes_the_planned_workers(tmp_path, monkeypatch, workers
         calls.append(ranks)
         return machine.WorkerPlan(workers, 64, None, 0, "memory")
 
-    in_children = store._build_in_children
+    from stepdoctor.analysis.store import build
+
+    in_children = build.build_in_children
 
     def spy(disc, out, n, *a, **k):
         children.append(n)
         return in_children(disc, out, n, *a, **k)
 
     query = "SELECT rank, count(*), sum(dur_ns) FROM device_ops GROUP BY rank ORDER BY rank"
-    monkeypatch.setattr(store, "PARALLEL_MIN_BYTES", 1 << 60)
-    ref = store.open_profile(prof_dir, cache_dir=tmp_path / "ref", workers=1)
+    ref = store.open_profile(prof_dir, cache_dir=tmp_path / "ref", engine="here")
     try:
         expected = ref.rows(query)
     finally:
         ref.close()
     monkeypatch.setattr(machine, "plan_workers", plan)
-    monkeypatch.setattr(store, "_build_in_children", spy)
-    monkeypatch.setattr(store, "PARALLEL_MIN_BYTES", 0)
-    prof = store.open_profile(prof_dir, cache_dir=tmp_path / "cache")
+    monkeypatch.setattr(build, "build_in_children", spy)
+    prof = store.open_profile(prof_dir, cache_dir=tmp_path / "cache", engine="pool")  # workers: planned
     try:
         got = prof.rows(query)
     finally:
