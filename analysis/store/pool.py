@@ -71,49 +71,66 @@ def ingest_main(inp: BinaryIO, out: BinaryIO) -> None:
 
 
 def run_workers(sources: list[RankSource], workers: int, open_writer: Callable[[], Writer],
-                 progress: Callable[[int, int, str], None]) -> tuple[Writer, int, list[str]]:
+                progress: Callable[[int, int, str], None]) -> tuple[Writer, int, list[str]]:
     """Hand the ranks to `workers` parse workers, one at a time each; insert each block of rows as it
     arrives: from a worker, the frames it has ready, then from whichever worker is ready. A worker that
     sends a parsed rank has its frames ready one after the other and is read to its rank's end while
     the others parse (reading frames from all senders in turn keeps every worker waiting on this one
     process); a worker that streams a rank's tables as it reads them (`RankTables.stream`) sends a frame
-    now and then, and waiting for its next one would stall the others. A rank's
-    blocks arrive in order, each a run of rows. The database is opened (`open_writer`) once the
-    workers are started, while they parse their first ranks. A worker that dies, or whose rank fails
-    after it sent rows, fails its rank (the rows it sent are removed); a dead one is replaced.
+    now and then, and waiting for its next one would stall the others. A rank's blocks arrive in order,
+    each a run of rows. The database is opened (`open_writer`) once the workers are started, while they
+    parse their first ranks. A worker that dies, or whose rank fails after it sent rows, fails its rank
+    (the rows it sent are removed); a dead one is replaced. Returns (writer, ranks stored, errors).
     """
-    n = len(sources)
-    todo = collections.deque(sources)
-    stored = done = 0
-    errors: list[str] = []
-    startup_failures = 0
-    sel = selectors.DefaultSelector()
-    children: list[Child] = []
+    pool = _Workers(sources, progress)
+    try:
+        for _ in range(max(1, min(workers, len(sources)))):
+            pool.start()
+        pool.writer = open_writer()
+        pool.run()
+    finally:
+        for w in pool.children:
+            w.kill()
+    return pool.writer, pool.stored, pool.errors
 
-    def start() -> None:
+
+class _Workers:
+    """The state of `run_workers`: the ranks left, the parse workers, what was stored or failed."""
+
+    def __init__(self, sources: list[RankSource], progress: Callable[[int, int, str], None]) -> None:
+        self.n = len(sources)
+        self.todo = collections.deque(sources)
+        self.progress = progress
+        self.stored = self.done = self.startup_failures = 0
+        self.errors: list[str] = []
+        self.sel = selectors.DefaultSelector()
+        self.children: list[Child] = []
+        self.writer: Writer
+
+    def start(self) -> None:
         w = Child("parse", fork=may_fork())
-        children.append(w)
-        sel.register(w.out, selectors.EVENT_READ, w)
-        assign(w)
+        self.children.append(w)
+        self.sel.register(w.out, selectors.EVENT_READ, w)
+        self.assign(w)
 
-    def assign(w: Child) -> None:
-        w.task = todo.popleft() if todo else None
+    def assign(self, w: Child) -> None:
+        w.task = self.todo.popleft() if self.todo else None
         w.rank, w.refused = None, False
         if w.task is None or not w.send(b"T", w.task):
-            w.close_input()  # no more work (or it is gone): it exits, its EOF is handled below
+            w.close_input()  # no more work (or it is gone): it exits, its EOF is handled in run()
 
-    def finished(label: Any, err: str | None) -> None:
-        nonlocal stored, done
+    def finished(self, label: Any, err: str | None) -> None:
         if err:
-            errors.append(err)
+            self.errors.append(err)
         else:
-            stored += 1
-        done += 1
-        progress(done, n, f"rank {label}")
+            self.stored += 1
+        self.done += 1
+        self.progress(self.done, self.n, f"rank {label}")
 
-    def receive(w: Child, task: RankSource) -> bool | None:
+    def receive(self, w: Child, task: RankSource) -> bool | None:
         """Handle one frame of `w`'s task: None when more follow (D: rows), True when the task is over (R),
         False when `w` died first."""
+        writer = self.writer
         frame = recv(w.out)
         if frame is None:
             if w.rank is not None and not w.refused:
@@ -137,46 +154,44 @@ def run_workers(sources: list[RankSource], workers: int, open_writer: Callable[[
                 err = f"{task.path}: {why}"
         elif w.rank is not None and not w.refused:
             writer.abort(w.rank)  # it failed after sending tables it had finished
-        finished(r, err)
+        self.finished(r, err)
         w.finished += 1
         return True
 
-    try:
-        for _ in range(max(1, min(workers, n))):
-            start()
-        writer = open_writer()
-        while sel.get_map():
-            for key, _ in sel.select():
+    def run(self) -> None:
+        while self.sel.get_map():
+            for key, _ in self.sel.select():
                 w: Child = key.data
-                got = receive(w, w.task) if w.task is not None else False
-                while got is None and readable(w.out):  # (see the docstring)
-                    got = receive(w, w.task)
+                got = self.receive(w, w.task) if w.task is not None else False
+                while got is None and readable(w.out):  # (see run_workers)
+                    got = self.receive(w, w.task)  # type: ignore[arg-type]
                 if got is None:
                     continue
                 if got:
-                    assign(w)
+                    self.assign(w)
                     if w.task is None:  # nothing left for it: its exit is not waited for
-                        sel.unregister(w.out)
+                        self.sel.unregister(w.out)
                         w.release()
                     continue
-                sel.unregister(w.out)  # EOF: done with its tasks, or died
+                self.sel.unregister(w.out)  # EOF: done with its tasks, or died
                 if w.task is None:
                     w.close()
                     continue
-                why = w.death()
-                w.close()
-                finished(w.task.rank, f"{w.task.path}: cannot parse: the parse worker died ({why})")
-                startup_failures += not w.finished
-                if startup_failures >= 3 and not stored:  # workers cannot even start: give up
-                    while todo:
-                        src = todo.popleft()
-                        finished(src.rank, f"{src.path}: cannot parse: the parse worker died ({why})")
-                elif todo:
-                    start()
-    finally:
-        for w in children:
-            w.kill()
-    return writer, stored, errors
+                self.died(w)
+
+    def died(self, w: Child) -> None:
+        """A worker ended before its task was over: the task fails; replace it, unless none can start."""
+        assert w.task is not None
+        why = w.death()
+        w.close()
+        self.finished(w.task.rank, f"{w.task.path}: cannot parse: the parse worker died ({why})")
+        self.startup_failures += not w.finished
+        if self.startup_failures >= 3 and not self.stored:  # workers cannot even start: give up
+            while self.todo:
+                src = self.todo.popleft()
+                self.finished(src.rank, f"{src.path}: cannot parse: the parse worker died ({why})")
+        elif self.todo:
+            self.start()
 
 
 def _preload() -> None:
