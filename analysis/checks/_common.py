@@ -86,7 +86,7 @@ def kept_steps(ctx: CheckContext) -> dict[int, list[int]]:
 STEP_BITS = 32
 
 
-def _float_steps(step: Any) -> np.ndarray:
+def float_steps(step: Any) -> np.ndarray:
     """Steps as float64, NaN where unknown: a numeric (or masked numeric) column as it is, anything else as
     `pd.to_numeric(errors="coerce")` reads it. The checks call this per rank, so the common numeric case
     does not build a pandas frame."""
@@ -100,7 +100,7 @@ def _float_steps(step: Any) -> np.ndarray:
 
 def _step_codes(rank: Any, step: Any) -> tuple[np.ndarray, np.ndarray]:
     """(int64 code of each row's (rank, step), whether its step is known) for rank and step columns."""
-    s = _float_steps(step)
+    s = float_steps(step)
     known = ~np.isnan(s)
     r = np.asarray(rank.to_numpy() if isinstance(rank, pd.Series) else np.ma.getdata(rank), dtype=np.int64)
     return (r << STEP_BITS) + np.where(known, s, 0).astype(np.int64), known

@@ -32,8 +32,8 @@ from ..thresholds import T
 from ..units import BYTES_PER_MB
 from ._common import (
     NS_PER_MS,
-    _float_steps,
     by_rank,
+    float_steps,
     in_kept_steps,
     kept_steps,
     n_steps,
@@ -196,7 +196,7 @@ def _small_by_rank(ops: pd.DataFrame, steps: dict[int, list[int]], limit: float,
     size = ops["size_bytes"].to_numpy()
     small_all = size < limit if strict else size <= limit
     transit = ops["transit_ns"].to_numpy()
-    step_all = _float_steps(ops["step"])
+    step_all = float_steps(ops["step"])
     # ranks split by one stable sort (a groupby and frame slices per rank cost ~0.8 ms a rank)
     order, slices = by_rank(ops["rank"].to_numpy())
     per_rank: dict[int, dict] = {}

@@ -24,7 +24,7 @@ from .pyblocks import (
 from .pycalls import _handle_add_kwargs, _handle_remove_call, _handle_replace_callee, _handle_unwrap_call
 from .pyinsert import _handle_insert_after_import, _handle_insert_before_loop, _import_edit
 from .pymodule import _Module
-from .shell import _handle_env_python, _handle_env_shell
+from .shell import edit_env_python, edit_env_shell
 from .text import (
     SHELL_SUFFIXES,
     EditConflictError,
@@ -160,7 +160,7 @@ def _python_item(mod: _Module, fix: Fix, edit: CodeEdit, params: dict[str, Any])
     """Run one edit item; a located `present_if_calls` call counts as already applied; needed imports go
     first in the edit list (at an equal offset they must end up above the code)."""
     if edit.kind == "env":
-        outcome = _handle_env_python(mod, fix, params)
+        outcome = edit_env_python(mod, fix, params)
     else:
         outcome = _PY_HANDLERS[edit.kind](mod, edit, {**edit.params, **params}, set(params))
     if not outcome.edits and not outcome.matched and edit.locate.present_if_calls:
@@ -227,7 +227,7 @@ def _run_fix(fix: Fix, text: str, kind: FileKind, params: dict[str, Any], histor
     frameworks: set[str] | None = None
     if kind == "shell":
         if any(e.kind == "env" for e in fix.code_edit):
-            new_text, outcome, deltas = _handle_env_shell(text, fix, params)
+            new_text, outcome, deltas = edit_env_shell(text, fix, params)
             for loc in outcome.locations:
                 loc.line = _map_back(loc.line, history)
             total.merge(outcome)

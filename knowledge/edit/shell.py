@@ -58,7 +58,7 @@ def _env_targets(fix: Fix, params: dict[str, Any]) -> list[EnvVar]:
     return [v for v in fix.env if v.name in names]
 
 
-def _handle_env_python(mod: _Module, fix: Fix, params: dict[str, Any]) -> _Outcome:
+def edit_env_python(mod: _Module, fix: Fix, params: dict[str, Any]) -> _Outcome:
     """os.environ["NAME"] = "v" / os.environ.setdefault("NAME", "v") statements, corrected in place; an unset
     becomes os.environ.pop("NAME", None). Variables the file does not touch are left to the launch script."""
     out = _Outcome()
@@ -190,7 +190,7 @@ def _shell_insert_point(lines: list[str], assigns: list[_ShellAssign], unsets: d
     return index
 
 
-def _handle_env_shell(text: str, fix: Fix, params: dict[str, Any]) -> tuple[str, _Outcome, _LineMap]:
+def edit_env_shell(text: str, fix: Fix, params: dict[str, Any]) -> tuple[str, _Outcome, _LineMap]:
     """Line-based editing of a launch script; returns the new text, the outcome and its line map.
 
     Per variable, with the script's assignments and `unset` lines in order:
