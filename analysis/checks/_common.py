@@ -167,7 +167,7 @@ def worst_rank(per_rank_ms: dict[int, float]) -> tuple[int | None, float | None]
 def per_rank_ms(g: pd.DataFrame, col: str, steps: dict[int, list[int]]) -> dict[int, float]:
     """Σ g[col] (ns) per rank divided by that rank's kept steps, in ms per step (ranks ascending; each rank's
     values summed in row order, as a pandas sum per rank does). The rows are split by one stable sort on
-    rank, not a mask per rank, which on 64 ranks was the cost of the checks calling this per op type."""
+    rank, not a mask per rank (the checks call this per op type, so it must not cost a pass per rank)."""
     order, slices = by_rank(g["rank"].to_numpy())
     vals = g[col].to_numpy()[order]
     return {rk: float(series_sum(vals[i:j])) / NS_PER_MS / n_steps(steps, rk) for rk, i, j in slices}

@@ -198,8 +198,8 @@ class BandwidthContentionCheck(Check):
         about the rank, from one query. The rows of a rank are the same as its own query's, their order is
         not, so only order-free figures (flags, integer sums) come out of it.
 
-        The step filter, the bandwidths and the sums run once over all ranks' rows: per-rank passes cost
-        ~0.3 ms each on many ranks. Only the overlap tests, which need the rank's own kernels, go per rank."""
+        The step filter, the bandwidths and the sums run once over all ranks' rows, so their cost does not
+        grow per rank; only the overlap tests, which need the rank's own kernels, go per rank."""
         marks = placeholders(ranks)
         a = columns(ctx, _SDMA_QUERY.format(where=f"o.rank IN ({marks})") + " ORDER BY o.rank",
                     [int(r) for r in ranks])
@@ -253,7 +253,7 @@ class BandwidthContentionCheck(Check):
                   comp: _Kernels | None) -> dict[str, np.ndarray] | None:
         """The rank's SDMA op instances (span from comm_ops, traffic from comm_bandwidth) in kept steps, with
         their bandwidth and whether they overlap a matmul kernel, as numpy columns; None without SDMA ops or
-        matmuls. The query is the one per rank it always was: its row order (a join's) orders the sums."""
+        matmuls. One query per rank: its row order (a join's) orders the float sums of the evidence."""
         a = columns(ctx, _SDMA_QUERY.format(where="o.rank = ?"), [rank])
         return BandwidthContentionCheck._judge(a, steps, comp)
 

@@ -56,7 +56,7 @@ class ByteMisalignmentCheck(Check):
         judged = (f"FROM comm_tasks WHERE rank IN ({marks}) AND upper(transport) = 'SDMA' "
                   "AND upper(coalesce(link_type, '')) <> 'ON_CHIP' AND size_bytes > ?")
         steps = kept_steps(ctx)
-        # only the misaligned tasks are fetched (in table order, as before); the rest of each rank's SDMA
+        # only the misaligned tasks are fetched (in table order); the rest of each rank's SDMA
         # tasks are only counted and timed, by an aggregate per (rank, step)
         bad_all = in_kept_steps(ctx.sql(
             "SELECT rank, step, coalesce(op_name, name) AS op_name, name, dur_ns, size_bytes "

@@ -15,8 +15,8 @@ op-compile and host-bound), not device time that could be measured here. Severit
 LOW.
 
 The per (rank, step) totals come from one query for all ranks, reduced with numpy over the rows sorted by
-rank and step: a pandas groupby cost ~0.5 ms per rank and step. pandas is used only for the op types of
-the ranks that fire.
+rank and step, not a pandas groupby per rank and step. pandas is used only for the op types of the ranks
+that fire.
 """
 
 from __future__ import annotations

@@ -172,8 +172,8 @@ class ExposedCommTailCheck(Check):
         """Per rank: compute ops and gradient collectives, by start (p2p sends and all-to-all are not
         bucketed gradients and are left out). Plain numpy columns; the gradient test runs once per distinct
         collective / name (there are few) over all ranks' ops at once, not once per op or per rank. One query
-        for all ranks; a rank with ops that start together gets its own query as before (their order shows in
-        the evidence, see `rank_ordered`)."""
+        for all ranks; a rank with ops that start together gets its own query, whose row order decides their
+        order (it shows in the evidence, see `rank_ordered`)."""
         out: dict[int, _RankOps] = {}
         marks = placeholders(ranks)
         cols = "name, category, start_ns, dur_ns, size_bytes, collective, group_name"

@@ -64,7 +64,7 @@ def _groups(names: np.ndarray, rank: np.ndarray, step: np.ndarray,
             dur: np.ndarray) -> list[tuple[str, list[Group]]]:
     """Per API (sorted), per rank (ascending): (rank, its row indices in their original order, its steps
     ascending, calls per step, Σ dur_ns per step). One sort of all rows instead of a groupby per API and
-    rank: with many ranks the per-rank pandas overhead, not the data, was the cost."""
+    rank, whose per-rank pandas overhead would outweigh the data on many ranks."""
     api, ac = np.unique(names, return_inverse=True)
     rk, rc = np.unique(rank, return_inverse=True)
     key = ac.astype(np.int64) * rk.size + rc

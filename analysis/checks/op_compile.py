@@ -68,7 +68,7 @@ class OpCompileCheck(Check):
         step = ev["step"][keep].astype(np.int64)
         dur = ev["dur_ns"][keep].astype(np.int64)
         thr = T.op_compile_count.value
-        # All ranks' (rank, step) groups at once: per-rank pandas groupbys cost ~2 ms a rank. dur_ns is a
+        # All ranks' (rank, step) groups at once, not a pandas groupby per rank. dur_ns is a
         # NOT NULL integer, so counts are row counts and integer sums do not depend on the row order.
         code = (rank << STEP_BITS) + step
         order = np.argsort(code, kind="stable")

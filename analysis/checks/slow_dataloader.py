@@ -332,7 +332,7 @@ def _f(x: Any) -> float | None:
 
 def _most_common(names: np.ndarray) -> str | None:
     """The one most frequent name, or None when the top count is shared or a name is missing: then pandas'
-    value_counts().idxmax() decides, as it always did, so ties break the same way."""
+    value_counts().idxmax() decides, so ties break by its rule."""
     counts: dict[Any, int] = {}
     for x in names.tolist():
         if not isinstance(x, str):

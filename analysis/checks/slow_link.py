@@ -71,7 +71,7 @@ def _step_lists(col: pd.Series) -> list[list[int]]:
     lists = col.tolist()
     try:
         flat = np.concatenate(lists) if lists else None
-    except (TypeError, ValueError):   # not arrays: the per-link path below handles (or rejects) them as before
+    except (TypeError, ValueError):   # not arrays: the per-link path below handles (or rejects) them
         flat = None
     # an integer result means no link has a NULL / NaN step (those make it object or float): then one
     # conversion and slices replace a Python filter per link

@@ -44,8 +44,8 @@ from ..store import Profile
 from ..units import NS_PER_MS
 from .intervals import Coverage
 
-# Device ops are read for a batch of ranks per query, up to this many rows: a query per rank cost ~1 ms
-# each (64 small ranks: 75 ms of 110), and one query for all ranks would hold every op of a large cluster.
+# Device ops are read for a batch of ranks per query, up to this many rows: a query per rank costs more
+# than its rows on many small ranks, and one query for all ranks would hold every op of a large cluster.
 BATCH_OPS = 1_000_000
 
 
