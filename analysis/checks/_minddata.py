@@ -9,9 +9,9 @@ import pandas as pd
 
 from ..thresholds import T
 
-# MindSpore BottleneckAnalyzer constant (mindspore profiler/parser/minddata_analyzer.py; mindspore doc §3.4)
+# MindSpore BottleneckAnalyzer constant (mindspore profiler/parser/minddata_analyzer.py)
 CPU_HIGH_PCT = T.minddata_worker_cpu_high_pct.value
-# MindInsight minddata_pipeline_analyser (mindspore doc §6.1 item 3)
+# MindInsight minddata_pipeline_analyser
 CHILD_FULLER = T.minddata_child_fuller.value
 LEAF_LOW = T.minddata_leaf_queue_low.value
 HOST_EMPTY = T.minddata_host_queue_empty.value

@@ -1,6 +1,6 @@
 """aicpu-op: operators that run on the AI CPU instead of the AI Core, per op type, on every rank.
 
-Rule (msprof-analyze 26.2.0 aicpu_analysis, rules doc §5.2 / §5.6): a device task whose task type
+Rule (msprof-analyze 26.2.0 aicpu_analysis): a device task whose task type
 (kernel_details `Accelerator Core`) is AI_CPU is an issue when its op type has a task of at least
 T.aicpu_task_us (20 µs). The advisor tests the longest task of *all* ops against 20 µs and looks at one
 rank; here the test is on the AI_CPU tasks of that op type and every rank is checked and named.

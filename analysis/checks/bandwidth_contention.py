@@ -1,13 +1,13 @@
 """bandwidth-contention: SDMA communication slowed down while it overlapped matmul kernels, on every rank.
 
-Rule (msprof-analyze 26.2.0 bandwidth_contention_analysis, bandwidth_contention.yaml, rules doc §5.2): a
+Rule (msprof-analyze 26.2.0 bandwidth_contention_analysis, bandwidth_contention.yaml): a
 communication op that moves SDMA data (communication.json: SDMA Transit Size > 0) and whose time span
 [start, start + elapse) overlaps a matmul kernel (kernel name or op type contains "matmul") is contended
 when its SDMA bandwidth is below T.contention_sdma_gbps (14.4 GB/s = 0.8 × the 18 GB/s SDMA baseline):
 the collective's memory traffic competes with the cube unit's HBM reads.
 
 The advisor compares kernel_details start times that may have been scaled to ns with communication
-timestamps in µs (rules doc §9 bug 11); here both are ns on the rank's clock. Every rank is checked (the
+timestamps in µs; here both are ns on the rank's clock. Every rank is checked (the
 advisor runs it on the lowest-SDMA-bandwidth rank only). A slow link is not contention, so a rank is only
 named when the overlap is what makes it slow:
 - its SDMA ops that overlap no compute kernel at all run at >= 14.4 GB/s (slow without overlap too = slow

@@ -1,6 +1,6 @@
 """block-dim-underuse: kernels whose block dim leaves AI cores idle, per op type, on every rank.
 
-Rule (msprof-analyze 26.2.0 block_dim_analysis, rules doc §5.2): an AI Core task is an issue when its block
+Rule (msprof-analyze 26.2.0 block_dim_analysis): an AI Core task is an issue when its block
 dim (kernel_details `Block Dim`, or `Block Num` in newer torch_npu: the reader maps both) is not a multiple of
 the core count of the device (info.json `ai_core_num` / `aiv_num`). A block dim that is not a multiple
 leaves cores idle in the last wave: 20 blocks on 24 cores use 20/24 of the device for the whole kernel.

@@ -1,6 +1,6 @@
 """byte-misalignment: SDMA communication tasks whose size is not a multiple of 512 bytes, on every rank.
 
-Rule (msprof-analyze 26.2.0 byte_alignment_analysis, byte_alignment.yaml, rules doc §5.2): the HCCL tasks of a
+Rule (msprof-analyze 26.2.0 byte_alignment_analysis, byte_alignment.yaml): the HCCL tasks of a
 collective (trace_view Communication process: `Memcpy*` / `Reduce*` tasks with `size(Byte)`, `transport
 type`, `link type`) are judged when the transport is SDMA, the link is not ON_CHIP and the size exceeds
 T.byte_align (512 B); a task whose size is not a multiple of 512 B makes the DMA engine split the transfer

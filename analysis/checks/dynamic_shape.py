@@ -1,11 +1,11 @@
 """dynamic-shape: every operator of a step was compiled for dynamic shapes, per rank and step.
 
-Rule (msprof-analyze 26.2.0 dynamic_shape_analysis, rules doc §5.2): kernel_details `OP State` (CANN >= 8.0)
+Rule (msprof-analyze 26.2.0 dynamic_shape_analysis): kernel_details `OP State` (CANN >= 8.0)
 says `static` or `dynamic` per task; the issue is that *every* op is non-static, which means the whole
 graph runs in dynamic-shape mode (online compile, host-side tiling) instead of static kernels. A profile
 with some static ops (e.g. the sample, where Cast is static) is not in that mode and does not fire.
 
-Unlike the advisor, a missing `OP State` column is *not* "all dynamic" (rules doc §9 bug 1): the reader
+Unlike the advisor, a missing `OP State` column is *not* "all dynamic": the reader
 sets the `op_state` capability only when the column exists, and without it this check is not applicable.
 Cells other than static / dynamic (N/A for HCCL or AI CPU rows) are unknown and ignored. Every rank and
 every step is judged on its own and named.

@@ -1,6 +1,6 @@
 """env-var: environment variables set to values that cost performance, on every rank.
 
-Rules are msprof-analyze's environment_variable_analysis (advisor 26.2.0, rules doc §5.3), applied to
+Rules are msprof-analyze's environment_variable_analysis (advisor 26.2.0), applied to
 every rank (the advisor reads only the first metadata file). A variable whose value differs between
 ranks is a finding too: a launcher that sets it on some nodes only is a common cause of one slow rank.
 Severity follows what the value does, since no env-var finding has a measured impact: a value that slows every

@@ -1,6 +1,6 @@
 """exposed-comm-tail: gradient communication after the end of backward is not overlapped, on every rank.
 
-Rule (stepdoctor; MindSpore perf guide case 3, mindspore doc §9.3: "tail 6.15 ms of AllReduce after
+Rule (stepdoctor; MindSpore perf guide case 3: "tail 6.15 ms of AllReduce after
 backward", fixed by splitting the fusion into two buckets; DDP's bucketed overlap): per (rank, step), the
 communication that runs after the last compute op preceding the step's final block of collectives, and that
 no compute hides, delays the step by up to its length. It is an issue when that delay is

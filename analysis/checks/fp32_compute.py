@@ -1,8 +1,8 @@
 """fp32-compute: matmul / convolution / attention time is dominated by float32 where mixed precision applies.
 
-Rule (stepdoctor; MindSpore perf guide case 2, mindspore doc §9.2: a VGG16 forward of 82.45 ms dominated by
+Rule (stepdoctor; MindSpore perf guide case 2: a VGG16 forward of 82.45 ms dominated by
 fp32 MatMul dropped to 16.89 ms with fp16; tb-profiler's "TensorCore-eligible kernels with 0 % TensorCore
-use -> AMP", peers doc §1b): per rank, over its kept steps, the share of matmul / conv / attention device time
+use -> AMP"): per rank, over its kept steps, the share of matmul / conv / attention device time
 spent in float32 kernels >= T.fp32_share_pct is an issue.
 
 Classifying an op:

@@ -1,10 +1,10 @@
 """freq-throttle: the AI Core ran its kernels below the rated frequency, on any rank.
 
-Rule (msprof-analyze 26.2.0 freq_analysis, rules doc §5.2): the trace's `AI Core Freq` counter (MHz, a step
+Rule (msprof-analyze 26.2.0 freq_analysis): the trace's `AI Core Freq` counter (MHz, a step
 function: each sample holds until the next) against the rated frequency (info.json `aic_frequency`); an
 op name whose mean relative drop (rated − f) / rated over its executions reaches T.freq_drop (5 %) is an
 issue. The advisor runs this on one selected rank per cluster and so misses a throttled rank that is not
-the slowest (rules doc §9 bug 6: rank 1 of the sample); here every rank is checked and named.
+the slowest (rank 1 of the sample); here every rank is checked and named.
 
 Algorithm, per rank, kept steps only:
 1. the frequency a kernel ran at = the time-weighted mean of the counter over [start, end) of the kernel

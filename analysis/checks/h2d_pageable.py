@@ -1,7 +1,7 @@
 """h2d-pageable: host-to-device copies from pageable (not pinned) host memory, on every rank.
 
-Rule (stepdoctor; PyTorch pin_memory guidance, nsys expert rule `cuda_memcpy_async` for pageable copies,
-peers doc §1b): per (rank, step), the device time of `Memcpy HtoD (Pageable -> Device)` copies
+Rule (stepdoctor; PyTorch pin_memory guidance, nsys expert rule `cuda_memcpy_async` for pageable
+copies): per (rank, step), the device time of `Memcpy HtoD (Pageable -> Device)` copies
 >= T.h2d_pageable_ms is an issue. A copy from pageable memory is staged through a driver bounce buffer: it is
 synchronous for the host even when issued with non_blocking=True, runs at a fraction of the PCIe bandwidth,
 and cannot overlap compute.

@@ -1,6 +1,6 @@
 """memory-ops: the allocator mallocs / frees device memory inside training steps, on every rank.
 
-Rule (msprof-analyze 26.2.0 memory analyzer, memory.yaml; rules doc §5.2 / §5.4): per allocator API, the total
+Rule (msprof-analyze 26.2.0 memory analyzer, memory.yaml): per allocator API, the total
 time of its host calls inside a step >= T.memory_api_total_ms (10 ms) is an issue. The advisor sums over the
 whole profile; here it is per step of every rank, one finding per API.
 * Ascend: `AscendCL@aclMallocMemInner` (the caching allocator grows: fragmentation or empty_cache ->

@@ -1,6 +1,6 @@
 """misaligned-shape: matmul and flash-attention kernels whose shapes miss the alignment the AI Core wants.
 
-Rules (msprof-analyze 26.2.0 ai_core_performance_analysis, "unaffine operators", rules doc §5.2):
+Rules (msprof-analyze 26.2.0 ai_core_performance_analysis, "unaffine operators"):
 - cube: AI Core matmul kernels (op type contains "matmul") moving at least CUBE_MIN_MIB per step; in ND
   format the inner (last, contiguous) axis of both operands must be a multiple of T.cube_align (256
   elements), otherwise every tile load of the cube unit is partial;

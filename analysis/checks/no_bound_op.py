@@ -1,6 +1,6 @@
 """no-bound-op: AI Core kernels that are bound by no pipe (every pipe ratio low), per op type, on every rank.
 
-Rule (msprof-analyze 26.2.0 operator_no_bound_analysis, rules doc §5.2): the PipeUtilization metrics of
+Rule (msprof-analyze 26.2.0 operator_no_bound_analysis): the PipeUtilization metrics of
 kernel_details give, per task, the share of its time each pipe was busy (cube `mac`, `scalar`, `mte1`,
 `mte2`, `fixpipe` on the AI Cube core; `vec`, `scalar`, `mte2`, `mte3` on the AI Vector core). A kernel
 where no ratio exceeds T.no_bound_ratio (0.8) is bound by nothing: it stalls on dependencies, sync or

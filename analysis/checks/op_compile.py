@@ -1,6 +1,6 @@
 """op-compile: operators are compiled on the host during training steps (Ascend), on every rank.
 
-Rule (msprof-analyze 26.2.0 timeline_op_dispatch, rules doc §5.2, MAX_OP_COMPILE_NUM): a step with at least
+Rule (msprof-analyze 26.2.0 timeline_op_dispatch, MAX_OP_COMPILE_NUM): a step with at least
 T.op_compile_count (20) `AscendCL@aclopCompileAndExecute` calls compiles operators online instead of
 running pre-built binaries. The advisor counts over the whole profile; here the count is per step of every
 rank, so a step that recompiles (a new shape) is named.

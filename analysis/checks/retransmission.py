@@ -1,6 +1,6 @@
 """retransmission: RDMA transfers that were retransmitted (a single transit longer than 4 s).
 
-Rule (msprof-analyze 26.2.0 communication_retransmission_analysis, rdma_analysis.yaml, rules doc §5.2): for
+Rule (msprof-analyze 26.2.0 communication_retransmission_analysis, rdma_analysis.yaml): for
 one collective instance (communication group, op name, step) across the ranks that ran it:
 - the *shortest* elapse time over the ranks must reach T.retransmission_ms (4000 ms): when only some
   ranks waited that long, they waited for a late peer (desynchronisation), which is not retransmission;

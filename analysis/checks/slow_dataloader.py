@@ -1,14 +1,14 @@
 """slow-dataloader: the data loader holds the step, on every rank.
 
 Rules:
-1. PyTorch (torch_npu and Kineto; msprof-analyze 26.2.0 dataloader, dataloader.yaml, rules doc §5.2): a host
+1. PyTorch (torch_npu and Kineto; msprof-analyze 26.2.0 dataloader, dataloader.yaml): a host
    op whose name contains `dataloader` (case-insensitive, e.g.
    `enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__`) lasting >= T.dataloader_ms (10 ms) is an
    issue. Priority fixed HIGH, as the advisor does. Nested matches (the Python function inside the
    annotation) count once: only the outermost dataloader op of a thread is measured. The iterator is named:
    `_SingleProcessDataLoaderIter` means num_workers=0 (the main process loads every batch), a
    `_MultiProcessingDataLoaderIter` that still waits means the workers cannot keep up.
-2. MindSpore (MindInsight step_trace / minddata proposers, mindspore doc §6.1 and §9.1 case 1): the iteration
+2. MindSpore (MindInsight step_trace / minddata proposers): the iteration
    interval (the time between the end of one step's device work and the start of the next, which the device
    spends waiting for data in dataset-sink mode) averaged over the rank's steps >= T.dataloader_ms is an
    issue, HIGH as above. The data pipeline op that holds it is named from `dataset_ops`:

@@ -1,6 +1,6 @@
 """small-packet: collectives that move too little data per op to use the link bandwidth, on every rank.
 
-Ascend rule (msprof-analyze 26.2.0 packet_analysis, packet.yaml, rules doc §5.2): per rank, over the
+Ascend rule (msprof-analyze 26.2.0 packet_analysis, packet.yaml): per rank, over the
 communication ops of communication.json with a non-zero transit size on a transport, the share of ops
 whose transit size is below T.small_packet_sdma_mb (16 MB, SDMA) or T.small_packet_rdma_mb (1 MB, RDMA)
 must not exceed T.small_packet_ratio (20 %). Sizes are communication.json MB = 10^6 bytes. Each op pays a

@@ -1,6 +1,6 @@
 """sync-batchnorm: SyncBatchNorm runs during training, on every rank.
 
-Rule (msprof-analyze 26.2.0 syncbn, rules doc §5.2 / sync_batchnorm.yaml): a step with at least
+Rule (msprof-analyze 26.2.0 syncbn / sync_batchnorm.yaml): a step with at least
 T.syncbn_count (20) SyncBatchNorm calls is an issue; priority fixed HIGH, as the advisor does. Each call
 gathers the batch statistics of all ranks (an all_gather) in the forward and reduces the gradients in the
 backward, which serialises dispatch and adds small collectives.

@@ -31,7 +31,7 @@ windows decide, so work spilling past a step boundary is charged to the window i
 `hta_compat=True` reproduces HTA 0.5.0 exactly on Kineto ranks: only the device ops HTA keeps (those
 whose launch precedes the last ProfilerStep; launches from before profiling started are dropped, and
 their device time counts as idle), and op starts rounded up / ends down to whole µs, which HTA does to
-float timestamps (kineto-format-and-hta.md §3). Without it, all device work in the window counts.
+float timestamps. Without it, all device work in the window counts.
 """
 
 from __future__ import annotations
