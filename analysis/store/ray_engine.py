@@ -124,8 +124,14 @@ def connect(address: str | None) -> Any:
 
     _ray_messages_to_stderr()
     if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="WARNING",
-                 configure_logging=False)
+        try:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="WARNING",
+                     configure_logging=False)
+        except Exception as e:  # an unreachable or refused cluster: one line, not Ray's traceback
+            where = address or os.environ.get("RAY_ADDRESS") or "a local Ray"
+            first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")
+            raise ProfileError(None, f"cannot start or join Ray ({where}): {type(e).__name__}: {first}"[:400]) \
+                from None
     return ray
 
 
