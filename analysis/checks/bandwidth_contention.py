@@ -36,6 +36,7 @@ from ._common import (
     n_steps,
     placeholders,
     rank_slices,
+    ranks_and_steps,
     ranks_text,
     step_list,
     steps_text,
@@ -121,8 +122,7 @@ class BandwidthContentionCheck(Check):
                  thr: float) -> Finding:
         rank_w, ms_w = worst_rank(lost)
         w = per_rank[rank_w]
-        rk = sorted(per_rank)
-        st = sorted({s for v in per_rank.values() for s in v["steps"]})
+        rk, st = ranks_and_steps(per_rank)
         alone_txt = (
             f" ({w['mean_gbps_without_compute']:.1f} GB/s with no compute beside it)"
             if w["mean_gbps_without_compute"] is not None

@@ -25,6 +25,7 @@ from ._common import (
     kept_steps,
     n_steps,
     placeholders,
+    ranks_and_steps,
     ranks_text,
     step_list,
     steps_text,
@@ -77,8 +78,7 @@ class ByteMisalignmentCheck(Check):
             return []
         rank_w, ms_w = worst_rank(lost)
         w = per_rank[rank_w]
-        rk = sorted(per_rank)
-        st = sorted({s for v in per_rank.values() for s in v["steps"]})
+        rk, st = ranks_and_steps(per_rank)
         sizes = [int(x) for x in w["sizes_bytes"]][:2]
         size = sizes[0]
         shown = " and ".join(f"{x:,} B" for x in sizes)

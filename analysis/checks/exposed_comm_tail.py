@@ -54,6 +54,7 @@ from ._common import (
     placeholders,
     rank_ordered,
     rank_slices,
+    ranks_and_steps,
     ranks_text,
     step_ms_of,
     step_windows,
@@ -139,8 +140,7 @@ class ExposedCommTailCheck(Check):
         if not per_rank:
             return []
         rank_w, ms_w = worst_share(ctx, {r: v["impact_ms_per_step"] for r, v in per_rank.items()})
-        rk = sorted(per_rank)
-        steps_seen = sorted({s for v in per_rank.values() for s in v["steps"]})
+        rk, steps_seen = ranks_and_steps(per_rank)
         e = per_rank[rank_w] if rank_w is not None else {}
         colls = e.get("collectives") or []
         names = collectives_text(colls)

@@ -45,6 +45,7 @@ from ._common import (
     in_steps_mask,
     map_by_value,
     placeholders,
+    ranks_and_steps,
     ranks_text,
     series_sum,
     step_windows,
@@ -179,8 +180,7 @@ class Fp32ComputeCheck(Check):
         if not per_rank:
             return []
         rank_w, ms_w = worst_share(ctx, {r: v["impact_ms_per_step"] for r, v in per_rank.items()})
-        rk = sorted(per_rank)
-        steps_seen = sorted({s for v in per_rank.values() for s in v["steps"]})
+        rk, steps_seen = ranks_and_steps(per_rank)
         e = per_rank[rank_w] if rank_w is not None else {}
         top = e.get("top_fp32_ops") or [{"op": "matmul"}]
         subject = str(top[0]["op"])

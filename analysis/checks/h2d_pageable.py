@@ -22,7 +22,16 @@ from typing import Any, ClassVar
 from ..models import Finding
 from ..thresholds import T
 from ..units import BYTES_PER_MB, NS_PER_MS
-from ._common import fmt_ms, in_steps, placeholders, ranks_text, step_windows, steps_text, worst_share
+from ._common import (
+    fmt_ms,
+    in_steps,
+    placeholders,
+    ranks_and_steps,
+    ranks_text,
+    step_windows,
+    steps_text,
+    worst_share,
+)
 from .base import Check, CheckContext, register
 
 
@@ -80,8 +89,7 @@ class H2dPageableCheck(Check):
         if not per_rank:
             return []
         rank_w, ms_w = worst_share(ctx, {r: v["ms_per_step"] for r, v in per_rank.items()})
-        rk = sorted(per_rank)
-        steps_seen = sorted({s for v in per_rank.values() for s in v["steps"]})
+        rk, steps_seen = ranks_and_steps(per_rank)
         e = per_rank[rank_w] if rank_w is not None else {}
         bw = f" at {e['bandwidth_gbps']:.3g} GB/s" if e.get("bandwidth_gbps") else ""
         return [self.finding(

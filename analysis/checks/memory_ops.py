@@ -34,6 +34,7 @@ from ._common import (
     fmt_ms,
     in_steps_mask,
     placeholders,
+    ranks_and_steps,
     ranks_text,
     step_ms_of,
     step_windows,
@@ -174,8 +175,7 @@ class MemoryOpsCheck(Check):
     def _finding(self, ctx: CheckContext, api: str, per_rank: dict[int, dict[str, Any]], thr_ms: float,
                  thr_pct: float) -> Finding:
         rank_w, ms_w = worst_share(ctx, {r: v["ms_per_step"] for r, v in per_rank.items()})
-        rk = sorted(per_rank)
-        steps_seen = sorted({s for v in per_rank.values() for s in v["steps"]})
+        rk, steps_seen = ranks_and_steps(per_rank)
         e = per_rank[rank_w] if rank_w is not None else {}
         short = str(api).split("@")[-1]
         advice = _ADVICE[_kind(str(api))]

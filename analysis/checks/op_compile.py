@@ -28,6 +28,7 @@ from ._common import (
     fmt_ms,
     in_steps_mask,
     placeholders,
+    ranks_and_steps,
     ranks_text,
     step_windows,
     steps_text,
@@ -106,8 +107,7 @@ class OpCompileCheck(Check):
         if not per_rank:
             return []
         rank_w, ms_w = worst_share(ctx, {r: v["compile_ms_per_step"] for r, v in per_rank.items()})
-        rk = sorted(per_rank)
-        steps_seen = sorted({s for v in per_rank.values() for s in v["steps"]})
+        rk, steps_seen = ranks_and_steps(per_rank)
         e = per_rank[rank_w] if rank_w is not None else {}
         return [self.finding(
             ctx, title=f"Operators compiled during steps ({e.get('calls_per_affected_step', 0):g} {API} per step)",

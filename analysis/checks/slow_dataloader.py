@@ -51,6 +51,7 @@ from ._common import (
     in_steps,
     placeholders,
     rank_slices,
+    ranks_and_steps,
     ranks_text,
     step_ms_of,
     step_windows,
@@ -161,8 +162,7 @@ class SlowDataloaderCheck(Check):
         if not per_rank:
             return None
         rank_w, ms_w = worst_share(ctx, {r: v["impact_ms_per_step"] for r, v in per_rank.items()})
-        rk = sorted(per_rank)
-        steps_seen = sorted({s for v in per_rank.values() for s in v["steps"]})
+        rk, steps_seen = ranks_and_steps(per_rank)
         e = per_rank[rank_w] if rank_w is not None else {}
         kind = e.get("iterator_kind", "unknown")
         advice = ("the DataLoader runs in the main process (num_workers=0): set num_workers > 0, pin_memory=True"
@@ -216,8 +216,7 @@ class SlowDataloaderCheck(Check):
         if not per_rank:
             return []
         rank_w, ms_w = worst_share(ctx, {r: v["iteration_interval_ms"] for r, v in per_rank.items()})
-        rk = sorted(per_rank)
-        steps_seen = sorted({s for v in per_rank.values() for s in v["steps"]})
+        rk, steps_seen = ranks_and_steps(per_rank)
         e = per_rank[rank_w] if rank_w is not None else {}
         op = e.get("bottleneck_op")
         share = f" ({e['interval_share_pct']:.1f} % of the {e['step_ms']:.3g} ms step)" if e.get("interval_share_pct") \

@@ -38,6 +38,7 @@ from ._common import (
     kept_steps,
     n_steps,
     placeholders,
+    ranks_and_steps,
     ranks_text,
     series_sum,
     step_list,
@@ -157,8 +158,7 @@ class SmallPacketCheck(Check):
             return None
         rank_w, ms_w = worst_rank(lost)
         w = per_rank[rank_w]
-        rk = sorted(per_rank)
-        st = sorted({s for v in per_rank.values() for s in v["steps"]})
+        rk, st = ranks_and_steps(per_rank)
         size = w["median_small_size_" + unit.lower()]
         cmp = "<" if strict else "<="
         lim = limit / unit_bytes

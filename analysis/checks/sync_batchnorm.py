@@ -36,6 +36,7 @@ from ._common import (
     map_by_value,
     placeholders,
     rank_slices,
+    ranks_and_steps,
     ranks_text,
     step_windows,
     steps_text,
@@ -133,8 +134,7 @@ class SyncBatchNormCheck(Check):
         if not per_rank:
             return []
         rank_w, ms_w = worst_share(ctx, {r: v["impact_ms_per_step"] for r, v in per_rank.items()})
-        rk = sorted(per_rank)
-        steps_seen = sorted({s for v in per_rank.values() for s in v["steps"]})
+        rk, steps_seen = ranks_and_steps(per_rank)
         e = per_rank[rank_w] if rank_w is not None else {}
         return [self.finding(
             ctx, title=f"SyncBatchNorm runs {e.get('calls_per_affected_step', 0):g} times per step", subject="SyncBatchNorm",
