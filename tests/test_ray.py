@@ -186,6 +186,24 @@ def test_the_cli_flag_ingests_through_ray_and_answers_the_same(cluster, tmp_path
     assert answers[0] == answers[1] and len(answers[0]["rows"]) >= 2
 
 
+@pytest.mark.parametrize("argv", [["issues", "P"], ["breakdown", "P"], ["slow-ranks", "P"], ["kernels", "P"],
+                                  ["env", "P"], ["compare", "A", "B"], ["report", "P", "-o", "r.html"]])
+def test_every_profile_command_takes_the_ray_flag(argv):
+    from stepdoctor.tools.cli import build_parser
+
+    p = build_parser()
+    assert p.parse_args(argv).ray is None
+    assert p.parse_args([*argv, "--ray"]).ray == ""
+    assert p.parse_args([*argv, "--ray=ray://head:10001"]).ray == "ray://head:10001"
+
+
+def test_the_mcp_server_takes_the_ray_flag():
+    from stepdoctor.server.app import build_parser
+
+    assert build_parser().parse_args([]).ray is None
+    assert build_parser().parse_args(["--ray", "auto"]).ray == "auto"
+
+
 NO_RAY = r"""
 import json, sys, tempfile
 from pathlib import Path

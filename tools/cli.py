@@ -19,7 +19,7 @@ one_blas_thread(os.environ)  # before numpy is imported (next line): see store.o
 
 from ..analysis.ingest.base import ProfileError  # noqa: E402
 from ..analysis.severity import SEVERITY_ORDER  # noqa: E402
-from .commands import FORMATS, PROFILE_HELP, ask  # noqa: E402
+from .commands import FORMATS, PROFILE_HELP, add_ray_flag, ask  # noqa: E402
 from .commands import emit as _emit  # noqa: E402
 
 
@@ -142,8 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
     common.add_argument("--debug", action="store_true", help="show tracebacks on errors")
-    common.add_argument("--ray", nargs="?", const="", metavar="ADDRESS", help="parse the ranks in Ray tasks on a "
-                        "cluster (ADDRESS, else RAY_ADDRESS, else a local Ray); needs `pip install ray`")
+    add_ray_flag(common)
     p = argparse.ArgumentParser(prog="stepdoctor", description="Why is this training step slow? Diagnose Ascend "
                                 "(torch_npu, MindSpore) and Kineto (GPU) profiles.")
     p.add_argument("--version", action="version", version=f"stepdoctor {_version()}")

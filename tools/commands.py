@@ -129,6 +129,12 @@ PROFILE_HELP = ("profile: a rank folder (*_ascend_pt, *_ascend_ms, any folder wi
                 "folder of ranks, a MindSpore profiler/ folder, a Kineto trace (.json/.json.gz) or a folder of traces")
 
 
+def add_ray_flag(parser: argparse.ArgumentParser) -> None:
+    """`--ray [ADDRESS]`: the profiles the command opens are ingested through Ray (`store.use_engine`)."""
+    parser.add_argument("--ray", nargs="?", const="", metavar="ADDRESS", help="parse the ranks in Ray tasks on a "
+                        "cluster (ADDRESS, else RAY_ADDRESS, else a local Ray); needs `pip install ray`")
+
+
 def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     debug_only = argparse.ArgumentParser(add_help=False)
     debug_only.add_argument("--debug", action="store_true", help="show tracebacks on errors")
@@ -160,6 +166,7 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     s.set_defaults(func=cmd_suggest_edit)
 
     s = sub.add_parser("report", parents=[debug_only], help="write a self-contained HTML report")
+    add_ray_flag(s)
     s.add_argument("path", help=PROFILE_HELP)
     s.add_argument("-o", "--output", required=True, help="the .html file to write (its folder must exist)")
     s.add_argument("--compare", help="a base profile to compare against (the report adds the comparison)")
