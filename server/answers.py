@@ -15,7 +15,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel, Field
 
-from ..analysis.ingest.base import ProfileError
+from ..analysis.errors import StepdoctorError
 from ..analysis.models import SEVERITY_ORDER, Finding, ProfileInfo
 from ..tools import models as m
 from .lean import TRIMMED_KEY, lean, mcp_hint
@@ -73,10 +73,10 @@ class EnvAuditResult(m.EnvAudit):
 
 @contextmanager
 def catalog_errors() -> Iterator[None]:
-    """ProfileError from the catalog -> ToolError, so the model reads the message and the next step."""
+    """A stepdoctor error from the catalog -> ToolError, so the model reads the message and the next step."""
     try:
         yield
-    except ProfileError as e:
+    except StepdoctorError as e:
         raise ToolError(str(e)) from None
 
 

@@ -21,7 +21,7 @@ from mcp.server import MCPServer
 from mcp.types import ToolAnnotations
 
 from .. import __version__
-from ..analysis.ingest.base import ProfileError
+from ..analysis.errors import ProfileError, StepdoctorError, exit_code
 from .answers import _is_loopback, catalog_errors, result
 from .http import http_app
 from .live_tools import register_live_tools
@@ -185,11 +185,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         serve(a.transport, a.root or [], a.host, a.port, a.token, a.cache_dir, allow_links=a.allow_links,
               output_schemas=a.output_schemas)
-    except ProfileError as e:
-        sys.stderr.write(f"stepdoctor-mcp: error: {e}\n")
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    except (StepdoctorError, KeyboardInterrupt) as e:
+        if isinstance(e, StepdoctorError):
+            sys.stderr.write(f"stepdoctor-mcp: error: {e}\n")
+        return exit_code(e)
     return 0
 
 

@@ -9,7 +9,8 @@ from mcp.server.mcpserver.exceptions import ResourceNotFoundError, ToolError
 from pydantic import Field
 
 from ..analysis.checks.base import registry
-from ..analysis.ingest.base import ProfileError, schema_sql
+from ..analysis.errors import StepdoctorError
+from ..analysis.ingest.base import schema_sql
 from ..knowledge.loader import load_fixes
 from ..knowledge.render import render_fix_markdown
 from ..tools import api, knowledge_tools
@@ -99,7 +100,7 @@ def _register_profile_resources(server: MCPServer, reg: ProfileRegistry) -> None
         try:
             prof = reg.by_id(profile_id)
             return render_markdown(api.issues(prof))
-        except (ToolError, ProfileError) as e:
+        except (ToolError, StepdoctorError) as e:
             raise ResourceNotFoundError(str(e)) from None
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from mcp.server.mcpserver.exceptions import ToolError
 
-from ..analysis.ingest.base import ProfileError
+from ..analysis.errors import ProfileError
 
 MAX_PATH_CHARS = 4096   # Linux PATH_MAX
 MAX_NAME_CHARS = 255    # NAME_MAX

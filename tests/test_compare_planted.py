@@ -23,7 +23,7 @@ import pytest
 
 from conftest import SHARED, need
 from stepdoctor.analysis import compare as core
-from stepdoctor.analysis.ingest.base import ProfileError
+from stepdoctor.analysis.errors import UsageError
 from stepdoctor.analysis.store import Profile, open_profile
 from stepdoctor.evals.generate import Plant, Scenario, write_profile
 from stepdoctor.tools.compare import compare_runs
@@ -401,8 +401,8 @@ def test_four_ranks_two_steps_against_two_ranks_three_steps_compares_the_common_
     assert "world_size 4 -> 2" in c.verdict
 
 
-def test_rank_missing_from_one_side_is_a_one_line_profile_error(gen: Gen) -> None:
-    with pytest.raises(ProfileError) as e:
+def test_rank_missing_from_one_side_is_a_one_line_usage_error(gen: Gen) -> None:
+    with pytest.raises(UsageError) as e:
         gen.compare("asc-base", "asc-2r3s", rank=3)
     msg = str(e.value)
     assert "\n" not in msg and "rank 3 not in profile; ranks are 0, 1" in msg and "asc-2r3s" in msg

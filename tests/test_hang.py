@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from stepdoctor.analysis.errors import ProfileError
 from stepdoctor.analysis.hang import diagnose_hang
-from stepdoctor.analysis.ingest.base import ProfileError
 from stepdoctor.evals.generate.fr_dumps import write_hang
 
 REAL = Path(__file__).parent / "data" / "real_hang"

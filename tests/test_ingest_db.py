@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 from conftest import CLUSTER4, need
+from stepdoctor.analysis.errors import ProfileError
 from stepdoctor.analysis.ingest.ascend_common import collective_of, group_hash
-from stepdoctor.analysis.ingest.base import ProfileError
 from stepdoctor.analysis.store import open_profile
 from stepdoctor.evals.generate import mindspore as ms_gen
 from stepdoctor.evals.generate.to_db import DB_TABLES, convert_profile, convert_rank, create_tables

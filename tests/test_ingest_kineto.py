@@ -22,8 +22,9 @@ import pytest
 
 from conftest import KINETO, need
 from stepdoctor.analysis import store
+from stepdoctor.analysis.errors import ProfileError
 from stepdoctor.analysis.ingest import kineto
-from stepdoctor.analysis.ingest.base import ProfileError, RankSource, RankTables
+from stepdoctor.analysis.ingest.base import RankSource, RankTables
 from stepdoctor.analysis.ingest.kineto import source as kineto_source
 from stepdoctor.analysis.ingest.kineto import steps as kineto_steps
 from stepdoctor.analysis.metrics.breakdown import compute_breakdown, totals

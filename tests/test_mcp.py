@@ -26,7 +26,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from conftest import CLUSTER4, REPO, SHARED, need
 from stepdoctor.analysis import store
-from stepdoctor.analysis.ingest.base import ProfileError
+from stepdoctor.analysis.errors import ProfileError
 from stepdoctor.server.answers import TEXT_CAP, cap_text, trim_evidence
 from stepdoctor.server.app import create_server
 from stepdoctor.server.query import run_query

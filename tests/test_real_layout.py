@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SHARED, need
-from stepdoctor.analysis.ingest.base import ProfileError
+from stepdoctor.analysis.errors import ProfileError
 from stepdoctor.analysis.ingest.discover import discover
 from stepdoctor.tools import api
 

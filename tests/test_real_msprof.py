@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from conftest import SHARED, need
+from stepdoctor.analysis.errors import ProfileError
 from stepdoctor.analysis.ingest import msprof
-from stepdoctor.analysis.ingest.base import ProfileError, RankSource
+from stepdoctor.analysis.ingest.base import RankSource
 
 REAL = SHARED / "real" / "ascend"
 PROF = REAL / "mindinsight-fixtures" / "profiler"

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CLUSTER4, KINETO, need
-from stepdoctor.analysis.ingest.base import ProfileError
+from stepdoctor.analysis.errors import ProfileError
 from stepdoctor.tools import api
 from stepdoctor.tools.report import SEVERITY_COLOURS, write_report
 

@@ -10,7 +10,8 @@ import pytest
 
 from conftest import CLUSTER4, KINETO, SHARED, need
 from stepdoctor.analysis import store
-from stepdoctor.analysis.ingest.base import ProfileError, parse_us_to_ns
+from stepdoctor.analysis.errors import ProfileError
+from stepdoctor.analysis.ingest.base import parse_us_to_ns
 from stepdoctor.analysis.ingest.discover import discover
 from stepdoctor.analysis.store import forks, pool, wire, writer
 

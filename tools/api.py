@@ -17,7 +17,7 @@ from ..analysis.checks.slow_link import link_stats
 from ..analysis.checks.slow_rank import analyse as analyse_slow_ranks
 from ..analysis.checks.slow_rank import arrival as slow_rank_arrival
 from ..analysis.checks.stage_imbalance import stage_of_ranks
-from ..analysis.ingest.base import ProfileError
+from ..analysis.errors import ProfileError, UsageError
 from ..analysis.metrics.breakdown import compute_breakdown, totals, vendor_mismatches
 from ..analysis.models import SEVERITY_ORDER, Finding
 from ..analysis.store import Profile, ProgressFn, open_profile
@@ -66,7 +66,7 @@ def context(prof: Profile, ranks: list[int] | None = None) -> CheckContext:
     if ranks is not None:
         missing = sorted(set(ranks) - set(prof.info.ranks))
         if missing:
-            raise ProfileError(prof.path, f"rank {missing[0]} not in profile; ranks are "
+            raise UsageError(f"{prof.path}: rank {missing[0]} not in profile; ranks are "
                                           f"{_ranks_text(prof.info.ranks)}")
     return CheckContext(prof, fixes_for=_fix_lookup(), ranks=ranks)
 
@@ -84,7 +84,7 @@ def issues(ref: ProfileRef, *, min_severity: str = "low", checks: list[str] | No
         known = sorted(registry())
         bad = [c for c in checks if c not in known]
         if bad:
-            raise ProfileError(None, f"unknown check {bad[0]!r}; the checks are {', '.join(known)}")
+            raise UsageError(f"unknown check {bad[0]!r}; the checks are {', '.join(known)}")
     prof = load(ref)
     ctx = context(prof, ranks)
     run = run_checks(ctx, only=checks)
@@ -182,9 +182,9 @@ def top_kernels(ref: ProfileRef, *, rank: int | None = None, step: int | None = 
                 by: str = "name") -> TopKernels:
     """Top device ops by total time, with count, mean/max, share and shapes."""
     if by not in ("name", "type"):
-        raise ProfileError(None, f"--by must be name or type, not {by!r}")
+        raise UsageError(f"--by must be name or type, not {by!r}")
     if top < 1:
-        raise ProfileError(None, f"--top must be at least 1, not {top}")
+        raise UsageError(f"--top must be at least 1, not {top}")
     prof = load(ref)
     if rank is not None:
         context(prof, [rank])

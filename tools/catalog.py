@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..analysis.ingest.base import ProfileError
+from ..analysis.errors import ProfileError, UsageError
 from ..analysis.store import Profile
 from . import api
 from . import models as m
@@ -144,10 +144,10 @@ def _compare(prof: None, a: CompareArgs, resolve: Resolve) -> BaseModel:
 
     if a.target is None:
         if a.rank_a is None or a.rank_b is None:
-            raise ProfileError(None, "give target (a second run), or rank_a and rank_b to compare two ranks of base")
+            raise UsageError("give target (a second run), or rank_a and rank_b to compare two ranks of base")
         return compare.compare_ranks(resolve(a.base), a.rank_a, a.rank_b, top=a.limit)
     if a.rank_a is not None or a.rank_b is not None:
-        raise ProfileError(None, "rank_a / rank_b compare two ranks of one run: omit target, or use rank")
+        raise UsageError("rank_a / rank_b compare two ranks of one run: omit target, or use rank")
     return compare.compare_runs(resolve(a.base), resolve(a.target), rank=a.rank, step=a.step, top=a.limit)
 
 
@@ -155,7 +155,7 @@ def _explain(prof: Profile | None, a: ExplainArgs, resolve: Resolve) -> BaseMode
     from . import knowledge_tools
 
     if a.finding is not None and prof is None:
-        raise ProfileError(None, "finding=N needs the profile: pass path or profile_id")
+        raise UsageError("finding=N needs the profile: pass path or profile_id")
     return knowledge_tools.explain(a.id, profile=prof, finding=a.finding)
 
 
@@ -169,7 +169,7 @@ def _suggest_edit(prof: Profile | None, a: SuggestEditArgs, resolve: Resolve, *,
     from . import knowledge_tools
 
     if a.fix is None and prof is None:
-        raise ProfileError(None, "give fix (a fix id from list_fixes) or a profile (path / profile_id)")
+        raise UsageError("give fix (a fix id from list_fixes) or a profile (path / profile_id)")
     if Path(a.code_path).is_dir():
         raise ProfileError(a.code_path, "is a folder: pass the training script (a .py or launch .sh file)")
     return knowledge_tools.suggest_edit(a.code_path, fix=a.fix, profile=prof, apply=apply)

@@ -17,7 +17,7 @@ from ..analysis import one_blas_thread
 
 one_blas_thread(os.environ)  # before numpy is imported (next line): see store.open_profile(fork=True)
 
-from ..analysis.ingest.base import ProfileError  # noqa: E402
+from ..analysis.errors import ProfileError, StepdoctorError, UsageError, exit_code  # noqa: E402
 from ..analysis.severity import SEVERITY_ORDER  # noqa: E402
 from .commands import FORMATS, PROFILE_HELP, add_ray_flag, ask  # noqa: E402
 from .commands import emit as _emit  # noqa: E402
@@ -71,7 +71,7 @@ def _ints(text: str | None) -> list[int] | None:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ProfileError(None, f"expected comma-separated integers, got {text!r}") from None
+        raise UsageError(f"expected comma-separated integers, got {text!r}") from None
 
 
 def cmd_issues(a: argparse.Namespace) -> int:
@@ -215,14 +215,14 @@ def main(argv: list[str] | None = None) -> int:
         use_engine("ray", a.ray or None)
     try:
         rc = a.func(a)
-    except ProfileError as e:
+    except StepdoctorError as e:
         if getattr(a, "debug", False):
             raise
         print(f"stepdoctor: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
+        return exit_code(e)
+    except KeyboardInterrupt as e:
         print("stepdoctor: interrupted", file=sys.stderr)
-        return 130
+        return exit_code(e)
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

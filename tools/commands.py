@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..analysis.ingest.base import ProfileError
+from ..analysis.errors import ProfileError, UsageError
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -56,7 +56,7 @@ def cmd_compare(a: argparse.Namespace) -> int:
         cmp = ask("compare", None, base=a.base, rank_a=int(a.rank_vs[0]), rank_b=int(a.rank_vs[1]), limit=a.top)
     else:
         if not a.target:
-            raise ProfileError(None, "compare needs BASE and TARGET (or BASE --rank-vs A B)")
+            raise UsageError("compare needs BASE and TARGET (or BASE --rank-vs A B)")
         cmp = ask("compare", None, base=a.base, target=a.target, rank=a.rank, step=a.step, limit=a.top)
     emit(cmp, a.format)
     return 0
@@ -72,7 +72,7 @@ def cmd_explain(a: argparse.Namespace) -> int:
     from . import knowledge_tools
 
     if a.finding is not None and not a.profile:
-        raise ProfileError(None, "--finding needs --profile PATH (the profile whose finding to explain)")
+        raise UsageError("--finding needs --profile PATH (the profile whose finding to explain)")
     exp = ask("explain", _profile(a.profile), id=a.id, finding=a.finding)
     if a.format == "json":
         emit(exp, "json")
@@ -89,7 +89,7 @@ def cmd_fixes(a: argparse.Namespace) -> int:
 
 def cmd_suggest_edit(a: argparse.Namespace) -> int:
     if not a.fix and not a.profile:
-        raise ProfileError(None, "suggest-edit needs --fix ID or --profile PATH")
+        raise UsageError("suggest-edit needs --fix ID or --profile PATH")
     if Path(a.code_path).is_dir():
         raise ProfileError(a.code_path, "is a folder: pass the training script (a .py or launch .sh file)")
     res = ask("suggest-edit", _profile(a.profile), code_path=a.code_path, fix=a.fix, apply=a.apply)

@@ -21,7 +21,7 @@ from ..analysis.compare_verdict import (
     rank_verdict,
     verdict_sentence,
 )
-from ..analysis.ingest.base import ProfileError
+from ..analysis.errors import UsageError
 from ..analysis.models import Finding
 from . import api
 from .models import BreakdownDelta, Change, Comparison, EnvChange, RankDelta, RunSide
@@ -43,7 +43,7 @@ def _match_ranks(bp, tp, rank: int | None) -> tuple[list[int], list[int], list[s
     if rank is not None:
         for p, rs in ((bp, br), (tp, tr)):
             if rank not in rs:
-                raise ProfileError(p.path, f"rank {rank} not in profile; ranks are {', '.join(map(str, rs))}")
+                raise UsageError(f"{p.path}: rank {rank} not in profile; ranks are {', '.join(map(str, rs))}")
         return [rank], [rank], notes
     common = sorted(set(br) & set(tr))
     if common:
@@ -158,7 +158,7 @@ def compare_runs(base: api.ProfileRef, target: api.ProfileRef, *, rank: int | No
     t = core.make_side(tp, tr, step, first_step_only)
     warnings = [f"base: {w}" for w in bp.warnings] + [f"target: {w}" for w in tp.warnings]
     if step is not None and (not b.steps or not t.steps):
-        raise ProfileError(bp.path if not b.steps else tp.path, f"step {step} not in profile")
+        raise UsageError(f"{bp.path if not b.steps else tp.path}: step {step} not in profile")
     if len(b.steps) != len(t.steps):
         notes.append(f"step counts differ ({len(b.steps)} vs {len(t.steps)}); values are per-step means")
     cross = (bp.info.vendor or "") != (tp.info.vendor or "") and "ascend" in f"{bp.info.vendor}{tp.info.vendor}"
@@ -179,7 +179,7 @@ def compare_ranks(ref: api.ProfileRef, rank_a: int, rank_b: int, *, top: int = 1
     prof = api.load(ref)
     for r in (rank_a, rank_b):
         if r not in prof.info.ranks:
-            raise ProfileError(prof.path, f"rank {r} not in profile; ranks are {', '.join(map(str, prof.info.ranks))}")
+            raise UsageError(f"{prof.path}: rank {r} not in profile; ranks are {', '.join(map(str, prof.info.ranks))}")
     a = core.make_side(prof, [rank_a])
     b = core.make_side(prof, [rank_b])
     rep = api.issues(prof)

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..analysis.checks.base import registry
-from ..analysis.ingest.base import ProfileError
+from ..analysis.errors import ProfileError, UsageError
 from ..analysis.models import Finding
 from . import api
 from .models import EditSuggestion, Explanation, FixList, FixSummary
@@ -66,23 +66,23 @@ def explain(id: str, *, profile: api.ProfileRef | None = None, finding: int | No
         if finding is None:
             matches = [x for x in rep.findings if x.check == id or id in x.fixes]
             if not matches:
-                raise ProfileError(None, f"no finding for {id} in {rep.profile.path}; "
+                raise UsageError(f"no finding for {id} in {rep.profile.path}; "
                                          f"{len(rep.findings)} findings (see `stepdoctor issues`)")
             f = matches[0]
         else:
             if not 1 <= finding <= len(rep.findings):
-                raise ProfileError(None, f"finding {finding} does not exist; the profile has {len(rep.findings)} "
+                raise UsageError(f"finding {finding} does not exist; the profile has {len(rep.findings)} "
                                          "findings (numbered from 1, as `stepdoctor issues` lists them)")
             f = rep.findings[finding - 1]
             if id not in (f.check, *f.fixes):
-                raise ProfileError(None, f"finding {finding} is {f.check} ({f.title}), not {id}")
+                raise UsageError(f"finding {finding} is {f.check} ({f.title}), not {id}")
     reg = registry()
     if id in reg:
         return _check_explanation(id, f)
     try:
         return _fix_explanation(id, f)
     except KeyError as e:
-        raise ProfileError(None, str(e).strip("'\"")) from None
+        raise UsageError(str(e).strip("'\"")) from None
 
 
 def _value_text(v: Any) -> str:
@@ -164,7 +164,7 @@ def list_fixes(*, check: str | None = None, vendor: str | None = None, limit: in
 
         known = sorted(set(registry()) | {c for f in loaded for c in f.checks})
         if check not in known:
-            raise ProfileError(None, f"unknown check {check!r}; the checks are {', '.join(known)}")
+            raise UsageError(f"unknown check {check!r}; the checks are {', '.join(known)}")
     for f in loaded:
         vendors = list(f.applies_to.vendor)
         if check and check not in f.checks:
@@ -203,7 +203,7 @@ def suggest_edit(code_path: str | Path, *, fix: str | None = None, profile: api.
         try:
             _kb().get_fix(fix)
         except KeyError as e:
-            raise ProfileError(None, str(e).strip("'\"")) from None
+            raise UsageError(str(e).strip("'\"")) from None
         fix_ids = [fix]
     else:
         rep = api.issues(profile)  # type: ignore[arg-type]

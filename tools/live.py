@@ -7,8 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..analysis.errors import ProfileError, UsageError
 from ..analysis.hang import HangReport, diagnose_hang
-from ..analysis.ingest.base import ProfileError
 
 
 def render_hang(r: HangReport) -> str:
@@ -48,7 +48,7 @@ def cmd_trigger(a: argparse.Namespace) -> int:
         raise ProfileError(run, "no StepWatch has run here (no .stepdoctor/ folder): pass the run_dir given to "
                                 "StepWatch")
     if a.steps < 1:
-        raise ProfileError(None, f"--steps must be at least 1, got {a.steps}")
+        raise UsageError(f"--steps must be at least 1, got {a.steps}")
     doc = write_trigger(run, a.steps, "asked by `stepdoctor trigger`")
     print(f"trigger {doc['id']}: every rank captures steps {doc['at_step']}..{doc['at_step'] + a.steps - 1} "
           f"into {run / ('capture-' + doc['id'])}")

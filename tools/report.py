@@ -29,7 +29,7 @@ from typing import Any
 import jinja2
 
 from .. import __version__
-from ..analysis.ingest.base import ProfileError
+from ..analysis.errors import ProfileError
 from ..analysis.metrics.breakdown import per_step
 from ..analysis.metrics.names import display_names
 from ..analysis.models import Finding

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..ingest.base import ProfileError
+from ..errors import ProfileError
 from .diagnose import find_divergences
 from .frdump import DumpSet, dump_files, read_dumps
 from .models import Divergence, HangReport, StackReport

@@ -27,15 +27,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-class ProfileError(Exception):
-    """Bad input: the message is one line naming the file and what is wrong (CLI exit code 2)."""
-
-    def __init__(self, path: str | Path | None, problem: str) -> None:
-        self.path = str(path) if path is not None else None
-        self.problem = problem
-        super().__init__(f"{self.path}: {problem}" if self.path else problem)
-
-
 @cache
 def schema_sql() -> str:
     return resources.files("stepdoctor.analysis").joinpath("schema.sql").read_text(encoding="utf-8")

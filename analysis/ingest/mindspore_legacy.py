@@ -45,8 +45,9 @@ from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+from ..errors import ProfileError
 from .ascend_common import collective_of
-from .base import ProfileError, RankSource, RankTables
+from .base import RankSource, RankTables
 from .mindspore_extra import read_minddata
 
 TICK_NS = 10

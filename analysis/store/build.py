@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Literal
 
 from .. import machine
-from ..ingest.base import ProfileError
+from ..errors import ProfileError
 from ..ingest.discover import Discovery
 from .cache import Listing, input_listing
 from .forks import start_background

@@ -19,7 +19,8 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
-from ..ingest.base import Coded, ProfileError, RankSource
+from ..errors import ProfileError
+from ..ingest.base import Coded, RankSource
 from . import forks
 from .forks import NOT_FOR_FORKS, ForkedProcess, child_env
 from .parse import Parts, parse_rank

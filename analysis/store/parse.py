@@ -11,7 +11,8 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from ..ingest.base import ProfileError, RankSource, RankTables, StoreError
+from ..errors import ProfileError
+from ..ingest.base import RankSource, RankTables, StoreError
 
 if TYPE_CHECKING:
     import numpy as np

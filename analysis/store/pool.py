@@ -20,7 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from ..ingest.base import ProfileError, RankSource
+from ..errors import ProfileError
+from ..ingest.base import RankSource
 from ..ingest.discover import Discovery
 from .children import Child
 from .forks import host_may_fork, may_fork, reap_exiting, run_in_thread, start_background

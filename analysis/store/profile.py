@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..ingest.base import ProfileError
+from ..errors import ProfileError
 from ..ingest.discover import discover
 from .build import Engine, build_database
 from .cache import cache_root, fingerprint, input_listing, remove_stale_temporaries

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..ingest.base import Coded, ProfileError, RankSource
+from ..errors import ProfileError
+from ..ingest.base import Coded, RankSource
 from ..ingest.discover import Discovery
 from .parse import Parts, parse_rank
 from .pool import ProgressFn

@@ -8,7 +8,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..base import ProfileError
+from ...errors import ProfileError
 from .common import (
     ANALYSIS_DBS,
     COMM_MATCH_NS,

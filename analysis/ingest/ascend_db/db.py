@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ...errors import ProfileError
 from ..ascend_common import group_hash
-from ..base import ProfileError, RankSource
+from ..base import RankSource
 from .common import _INT_OR_NONE, _STR_OR_NONE, DB_RE, ENUM_DEFAULTS, OUTPUT_DIR
 
 # --------------------------------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..base import ProfileError, RankSource, RankTables
+from ...errors import ProfileError
+from ..base import RankSource, RankTables
 from .analysis import AnalysisTables
 from .common import (
     ANALYSIS_DBS,

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ...errors import ProfileError
 from ..ascend_columns import (
     ARITHMETIC_COLUMNS,
     KERNEL_DETAILS,
@@ -17,7 +18,6 @@ from ..ascend_columns import (
     normalize_header,
 )
 from ..ascend_common import collective_of
-from ..base import ProfileError
 from .common import task_category
 from .csv_io import _FLOAT, _INT, _NS, _QTEXT, _TEXT, Converted, _Frame, _isna
 from .frames import (

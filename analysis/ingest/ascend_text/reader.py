@@ -6,7 +6,8 @@ import gc
 from collections.abc import Callable
 from typing import Any
 
-from ..base import ProfileError, RankSource, RankTables
+from ...errors import ProfileError
+from ..base import RankSource, RankTables
 from .common import ANALYSE_HINT, OUTPUT_DIR
 from .communication import CommunicationFiles
 from .kernel_details import DeviceOps

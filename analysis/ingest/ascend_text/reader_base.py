@@ -12,11 +12,12 @@ import duckdb
 import msgspec
 import numpy as np
 
+from ...errors import ProfileError
 from ..ascend_columns import (
     FileColumns,
     Resolved,
 )
-from ..base import ProfileError, RankSource, RankTables
+from ..base import RankSource, RankTables
 from .common import ANALYSE_HINT, OUTPUT_DIR
 from .csv_io import (
     Converted,

@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from ..base import ProfileError
+from ...errors import ProfileError
 from .common import ANALYSE_HINT
 from .trace_columns import TraceColumnBuilder, TraceColumns
 from .trace_events import (

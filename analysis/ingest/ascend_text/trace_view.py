@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ..base import ProfileError
+from ...errors import ProfileError
 from .common import INT32_MAX
 from .frames import _groups, _jdump, _Launches, _na_steps, _objects, _pair_codes, _Steps
 from .numbers import _i64, _int32, _ma

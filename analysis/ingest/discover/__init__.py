@@ -23,7 +23,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..base import ProfileError, RankSource
+from ...errors import ProfileError
+from ..base import RankSource
 from .content import (
     _DB_RE,
     _INFO_RE,

@@ -13,7 +13,7 @@ import re
 import zlib
 from pathlib import Path
 
-from ..base import ProfileError
+from ...errors import ProfileError
 
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 MSPROF_OUTPUT_DIR = "mindstudio_profiler_output"

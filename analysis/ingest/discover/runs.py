@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from ..base import ProfileError
+from ...errors import ProfileError
 from .content import _MS_LEGACY_RE, OUTPUT_DIR, _ascend_rank, _msprof_rank, kineto_rank
 
 

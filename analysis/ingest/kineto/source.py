@@ -12,7 +12,7 @@ from typing import Any, BinaryIO
 
 import msgspec
 
-from ..base import ProfileError
+from ...errors import ProfileError
 from .events import _ANY, _EVENTS, _LOOSE_EVENTS, _RAW_DICT, _coerce_event, _Event
 
 _WS = frozenset(b" \t\r\n")

@@ -17,8 +17,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ...errors import ProfileError
 from ..ascend_db import Db, DbReader, open_ro
-from ..base import ProfileError, RankSource, RankTables
+from ..base import RankSource, RankTables
 from .timeline import read_timeline_dir
 
 MSPROF_DB_RE = re.compile(r"^msprof(?:_[\w.-]*)?\.db$")

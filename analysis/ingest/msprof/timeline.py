@@ -23,8 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from ...errors import ProfileError
 from ..ascend_db import db_task_category
-from ..base import ProfileError, RankSource, RankTables
+from ..base import RankSource, RankTables
 
 _COLL_RE = re.compile(r"(allreduce|allgather|reducescatter|broadcast|alltoall|send|receive|recv|reduce)")
 _NONE_RANKS = {4294967295, -1}
