@@ -135,7 +135,9 @@ def test_cli_tables_fit_80_columns_when_piped(tmp_path):
     first = lines.index(next(ln for ln in lines if ln.startswith("1. Rank 0 spends")))
     assert lines[first + 1].startswith("   250.05 ms more (slow in 1 of its 2 steps: 125.03 ms per step")
     fixes = next(i for i in range(first, len(lines)) if lines[i].startswith("   fixes: gc-"))
-    assert lines[fixes + 1].startswith(" " * 10 + "slow-rank") and lines[fixes + 3].startswith("2. ")
+    nxt = next(i for i in range(fixes, len(lines)) if lines[i].startswith("2. "))
+    assert lines[fixes + 1].startswith(" " * 10 + "slow-rank") and nxt > fixes + 1
+    assert all(ln.startswith(" " * 10) and ln[10] != " " for ln in lines[fixes + 1:nxt - 1])  # then a blank line
 
 
 def test_markdown_keeps_every_column_and_shortens_names():
