@@ -233,7 +233,7 @@ def _finding_line(i: int | str, f: Finding) -> str:
     )
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
     if host.lower() in _LOOPBACK_NAMES:
         return True
     try:

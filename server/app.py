@@ -22,7 +22,7 @@ from mcp.types import ToolAnnotations
 
 from .. import __version__
 from ..analysis.errors import ProfileError, StepdoctorError, exit_code
-from .answers import _is_loopback, catalog_errors, result
+from .answers import catalog_errors, is_loopback, result
 from .http import http_app
 from .live_tools import register_live_tools
 from .mcp_tools import register_catalog
@@ -114,7 +114,7 @@ def serve(
     token = token or os.environ.get("STEPDOCTOR_MCP_TOKEN") or None
     if transport not in ("stdio", "http", "streamable-http"):
         raise ProfileError(None, f"unknown transport {transport!r}; use stdio or http")
-    if transport != "stdio" and not _is_loopback(host) and not token:
+    if transport != "stdio" and not is_loopback(host) and not token:
         raise ProfileError(
             None,
             f"refusing to listen on {host} without a token: pass --token or set "

@@ -846,12 +846,12 @@ _TS_TEXT = hs.one_of(
 @settings(max_examples=400, deadline=None)
 @given(hs.lists(_TS_TEXT, min_size=1, max_size=40), hs.booleans())
 def test_trace_start_strings_vectorized_equal_the_per_string_parse(ts, same_width):
-    """`_starts_ns` reads a piece's µs strings in one numpy pass when they allow it; every value (and every
+    """`starts_ns` reads a piece's µs strings in one numpy pass when they allow it; every value (and every
     None) must be what the per-string `_start_ns` gives."""
     if same_width:  # the vectorized path needs one width: pad the plain ones to the longest
         w = max(map(len, ts))
         ts = [t.rjust(w, "0") if t.replace(".", "", 1).isdigit() else t for t in ts]
-    got = trace_events._starts_ns(ts)
+    got = trace_events.starts_ns(ts)
     assert [None if v is None else int(v) for v in got] == [trace_events._start_ns(t) for t in ts]
 
 
@@ -859,15 +859,15 @@ def test_trace_start_strings_vectorized_path_is_taken_and_exact_at_int64_limits(
     top = str(2**63 - 1)
     ts = [f"{top[:-3]}.{top[-3:]}", "0000000000000001.000", "1700000000000000.125"]
     ts = [t.rjust(20, "0") for t in ts]
-    got = trace_events._starts_ns(ts)
+    got = trace_events.starts_ns(ts)
     assert isinstance(got, np.ndarray) and got.tolist() == [2**63 - 1, 1_000, 1_700_000_000_000_000_125]
     over = str(2**63)
-    assert trace_events._starts_ns([f"{over[:-3]}.{over[-3:]}"]) == [trace_events._start_ns(f"{over[:-3]}.{over[-3:]}")]
+    assert trace_events.starts_ns([f"{over[:-3]}.{over[-3:]}"]) == [trace_events._start_ns(f"{over[:-3]}.{over[-3:]}")]
 
 
 def _duckdb_cells(path: Path) -> list[list[str | None]]:
     names = csv_io.csv_header(path)
-    got = csv_io._csv_cursor().execute(f"SELECT * FROM {csv_io.csv_source(names)}", [str(path)]).fetchnumpy()
+    got = csv_io.csv_cursor().execute(f"SELECT * FROM {csv_io.csv_source(names)}", [str(path)]).fetchnumpy()
     return [list(a.tolist()) for a in got.values()]
 
 
@@ -889,7 +889,7 @@ def test_plain_csv_split_equals_duckdb_or_declines(tmp_path_factory, lines, end,
     if spoiler is not None:
         lines = [*lines[:-1], lines[-1] + spoiler]
     path.write_text(end.join(["h1,h2,h3", *lines]) + end, encoding="utf-8", newline="")
-    plain = csv_io._plain_csv(path, csv_io.csv_header(path))
+    plain = csv_io.plain_csv(path, csv_io.csv_header(path))
     if spoiler is None:
         assert plain is not None
     if plain is not None:
@@ -905,11 +905,11 @@ def test_plain_csv_cases(tmp_path) -> None:
     for text in ("a,b\n1,\n,2\n", "\ufeffa,b\r\n x ,y\t\r\n", "a,b\n3,4", 'a,b\n"1,2",3\n', 'a,"b"\n"",""\n',
                  'a,b\n"x""y",z\n', 'a,b\n"1",2x\n'):
         p = write(text)
-        got = csv_io._plain_csv(p, csv_io.csv_header(p))
+        got = csv_io.plain_csv(p, csv_io.csv_header(p))
         assert got is not None and got == _duckdb_cells(p), text
     for text in ('a,b\nx"y,3\n', 'a,b\n"1\n2",3\n', 'a,b\n"x"y,3\n', "a,b\n1\n", "a,b\n1,2\n\n3,4\n", "a,b\n1,2\r3,4\n", "a,b\n1,2,3\n",
                  'a,b\n1,"2"x\n', "a,b\n1,2\r", "a,b\n1,2\x00\n", "a,b\n\n"):
         p = write(text)
-        assert csv_io._plain_csv(p, csv_io.csv_header(p)) is None, text
+        assert csv_io.plain_csv(p, csv_io.csv_header(p)) is None, text
     big = write("a,b\n" + "1,2\n" * (at.PLAIN_CSV_BYTES // 4 + 1))
-    assert csv_io._plain_csv(big, ["a", "b"]) is None
+    assert csv_io.plain_csv(big, ["a", "b"]) is None

@@ -235,7 +235,7 @@ def test_analysis_db_cells_as_text_or_broken(cluster4_db: Path, tmp_path: Path) 
 
 def test_mapped_converts_each_kind_apart() -> None:
     """Distinct values are converted once, but never merged across kinds (1 == 1.0 == True)."""
-    from stepdoctor.analysis.ingest.ascend_db.db import _mapped
+    from stepdoctor.analysis.ingest.ascend_db.db import mapped
 
     calls: list[object] = []
 
@@ -243,10 +243,10 @@ def test_mapped_converts_each_kind_apart() -> None:
         calls.append(v)
         return f"{type(v).__name__}:{v}"
 
-    assert _mapped([1, 1, None, 2, 1], fn) == ["int:1", "int:1", "NoneType:None", "int:2", "int:1"]
+    assert mapped([1, 1, None, 2, 1], fn) == ["int:1", "int:1", "NoneType:None", "int:2", "int:1"]
     assert len(calls) == 3
-    assert _mapped([1, 1.0, True], fn) == ["int:1", "float:1.0", "bool:True"]
-    assert _mapped(["a", None, "a"], fn) == ["str:a", "NoneType:None", "str:a"]
+    assert mapped([1, 1.0, True], fn) == ["int:1", "float:1.0", "bool:True"]
+    assert mapped(["a", None, "a"], fn) == ["str:a", "NoneType:None", "str:a"]
 
 
 # --------------------------------------------------------------------------------------------------------

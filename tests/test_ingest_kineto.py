@@ -399,7 +399,7 @@ def test_nesting_depth():
     start = np.array([0, 10, 20, 100, 5, 100, 40])
     end = np.array([200, 50, 30, 150, 6, 100, 45])
     # 0:[0,200) > 1:[10,50) > 2:[20,30); 6:[40,45) inside 1; 3:[100,150) inside 0; 5: zero-length at 3's start
-    assert kineto_steps._nesting_depth(tid, start, end).tolist() == [0, 1, 2, 1, 0, 2, 2]
+    assert kineto_steps.nesting_depth(tid, start, end).tolist() == [0, 1, 2, 1, 0, 2, 2]
 
 
 def test_memory_records_and_legacy_names(tmp_path):

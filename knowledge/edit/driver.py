@@ -16,14 +16,14 @@ from typing import Any
 from ..loader import get_fix
 from ..schema import CodeEdit, Fix
 from .pyblocks import (
-    _handle_periodic_in_loop,
-    _handle_remove_sync_guard,
-    _handle_set_attribute,
-    _handle_unwrap_with,
+    handle_periodic_in_loop,
+    handle_remove_sync_guard,
+    handle_set_attribute,
+    handle_unwrap_with,
 )
-from .pycalls import _handle_add_kwargs, _handle_remove_call, _handle_replace_callee, _handle_unwrap_call
-from .pyinsert import _handle_insert_after_import, _handle_insert_before_loop, _import_edit
-from .pymodule import _Module
+from .pycalls import handle_add_kwargs, handle_remove_call, handle_replace_callee, handle_unwrap_call
+from .pyinsert import handle_insert_after_import, handle_insert_before_loop, import_edit
+from .pymodule import Module
 from .shell import edit_env_python, edit_env_shell
 from .text import (
     SHELL_SUFFIXES,
@@ -31,14 +31,14 @@ from .text import (
     EditLocation,
     EditResult,
     FileKind,
+    LineMap,
+    Outcome,
+    Source,
     Status,
-    _apply_text_edits,
-    _line_map,
-    _LineMap,
-    _map_back,
-    _one_line,
-    _Outcome,
-    _Source,
+    apply_text_edits,
+    line_map,
+    map_back,
+    one_line,
 )
 
 # ----------------------------------------------------------------------------------------------------
@@ -46,16 +46,16 @@ from .text import (
 
 
 _PY_HANDLERS = {
-    "add_kwargs": _handle_add_kwargs,
-    "replace_callee": _handle_replace_callee,
-    "remove_call": _handle_remove_call,
-    "unwrap_call": _handle_unwrap_call,
-    "insert_before_loop": _handle_insert_before_loop,
-    "insert_after_import": _handle_insert_after_import,
-    "remove_sync_guard": _handle_remove_sync_guard,
-    "unwrap_with": _handle_unwrap_with,
-    "set_attribute": _handle_set_attribute,
-    "periodic_in_loop": _handle_periodic_in_loop,
+    "add_kwargs": handle_add_kwargs,
+    "replace_callee": handle_replace_callee,
+    "remove_call": handle_remove_call,
+    "unwrap_call": handle_unwrap_call,
+    "insert_before_loop": handle_insert_before_loop,
+    "insert_after_import": handle_insert_after_import,
+    "remove_sync_guard": handle_remove_sync_guard,
+    "unwrap_with": handle_unwrap_with,
+    "set_attribute": handle_set_attribute,
+    "periodic_in_loop": handle_periodic_in_loop,
 }
 
 
@@ -133,7 +133,7 @@ def _foreign_device(edit: CodeEdit, devices: set[str]) -> str | None:
 class _FixRun:
     text: str
     status: Status
-    outcome: _Outcome
+    outcome: Outcome
     template: str | None
 
 
@@ -156,7 +156,7 @@ def _skip_reason(edit: CodeEdit, frameworks: set[str] | None, devices: set[str],
     return None
 
 
-def _python_item(mod: _Module, fix: Fix, edit: CodeEdit, params: dict[str, Any]) -> _Outcome:
+def _python_item(mod: Module, fix: Fix, edit: CodeEdit, params: dict[str, Any]) -> Outcome:
     """Run one edit item; a located `present_if_calls` call counts as already applied; needed imports go
     first in the edit list (at an equal offset they must end up above the code)."""
     if edit.kind == "env":
@@ -166,22 +166,22 @@ def _python_item(mod: _Module, fix: Fix, edit: CodeEdit, params: dict[str, Any])
     if not outcome.edits and not outcome.matched and edit.locate.present_if_calls:
         present = mod.has_call(edit.locate.present_if_calls)
         if present is not None:  # e.g. the optimizer is already torch_npu.optim.NpuFusedAdamW
-            what = f"already uses {_one_line(mod.src.segment(present.func), 60)}"
-            outcome = _Outcome(matched=True, locations=[EditLocation(line=present.lineno, what=what)])
+            what = f"already uses {one_line(mod.src.segment(present.func), 60)}"
+            outcome = Outcome(matched=True, locations=[EditLocation(line=present.lineno, what=what)])
     if outcome.edits:
         for module in edit.imports:
-            imp = None if module in outcome.imports_done else _import_edit(mod, module)
+            imp = None if module in outcome.imports_done else import_edit(mod, module)
             if imp is not None:
                 outcome.edits.insert(0, imp)
                 outcome.locations.append(EditLocation(line=mod.src.line_of(imp.start), what=f"added import {module}"))
     return outcome
 
 
-def _run_python(fix: Fix, text: str, params: dict[str, Any], history: list[_LineMap],
-                total: _Outcome) -> tuple[str, set[str] | None]:
+def _run_python(fix: Fix, text: str, params: dict[str, Any], history: list[LineMap],
+                total: Outcome) -> tuple[str, set[str] | None]:
     """Apply the applicable items of `fix` to Python `text` one after the other, re-parsing in between."""
     try:
-        mod = _Module(_Source(text))
+        mod = Module(Source(text))
     except SyntaxError as exc:
         raise ValueError(f"cannot parse the Python file: {exc.msg} (line {exc.lineno})") from None
     frameworks = mod.frameworks() or None
@@ -194,11 +194,11 @@ def _run_python(fix: Fix, text: str, params: dict[str, Any], history: list[_Line
             continue
         outcome = _python_item(mod, fix, edit, params)
         for loc in outcome.locations:
-            loc.line = _map_back(loc.line, history)
+            loc.line = map_back(loc.line, history)
         total.merge(outcome)
         if not outcome.edits:
             continue
-        new_text = _apply_text_edits(text, outcome.edits)
+        new_text = apply_text_edits(text, outcome.edits)
         try:
             ast.parse(new_text)
         except SyntaxError as exc:  # a bug in an edit kind; never hand out a broken file
@@ -207,13 +207,13 @@ def _run_python(fix: Fix, text: str, params: dict[str, Any], history: list[_Line
                 f"({exc.msg}, line {exc.lineno}); please report it"
             ) from None
         if new_text != text:
-            history.append(_line_map(mod.src, outcome.edits))
+            history.append(line_map(mod.src, outcome.edits))
             text = new_text
-            mod = _Module(_Source(text))
+            mod = Module(Source(text))
     return text, frameworks
 
 
-def _run_fix(fix: Fix, text: str, kind: FileKind, params: dict[str, Any], history: list[_LineMap]) -> _FixRun:
+def _run_fix(fix: Fix, text: str, kind: FileKind, params: dict[str, Any], history: list[LineMap]) -> _FixRun:
     """Apply every applicable edit item of `fix` to `text`, one after the other, re-parsing in between.
 
     Applicable: shell files take the `env` edit; Python files take the non-template edits whose framework
@@ -222,14 +222,14 @@ def _run_fix(fix: Fix, text: str, kind: FileKind, params: dict[str, Any], histor
     the file does not run on. `history` collects the line shifts of every applied batch so all locations
     are reported in lines of the original file.
     """
-    total = _Outcome()
+    total = Outcome()
     original = text
     frameworks: set[str] | None = None
     if kind == "shell":
         if any(e.kind == "env" for e in fix.code_edit):
             new_text, outcome, deltas = edit_env_shell(text, fix, params)
             for loc in outcome.locations:
-                loc.line = _map_back(loc.line, history)
+                loc.line = map_back(loc.line, history)
             total.merge(outcome)
             if new_text != text:
                 history.append(deltas)
@@ -353,7 +353,7 @@ def suggest_edits_for_fixes(
     checked = _check_params(params)
     text = original
     runs: list[tuple[str, _FixRun]] = []
-    history: list[_LineMap] = []
+    history: list[LineMap] = []
     for fix in fixes:
         run = _run_fix(fix, text, kind, checked, history)
         runs.append((fix.id, run))

@@ -16,16 +16,16 @@ import ast
 from typing import Any
 
 from ..schema import CodeEdit, render_template
-from .pycalls import _delete_statements
-from .pyinsert import _already_applied, _insert_lines_edit, _training_loop
-from .pymodule import _NOT_LITERAL, _literal, _Module, _same_literal
-from .text import EditLocation, _one_line, _Outcome, _TextEdit
+from .pycalls import delete_statements
+from .pyinsert import already_applied, insert_lines_edit, training_loop
+from .pymodule import NOT_LITERAL, Module, literal, same_literal
+from .text import EditLocation, Outcome, TextEdit, one_line
 
 # Functions whose body runs once per step even though no loop encloses it in the file.
 _PER_STEP_FUNCTIONS = frozenset({"forward", "training_step", "train_step", "step"})
 
 
-def _enclosing_function(mod: _Module, node: ast.AST) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+def _enclosing_function(mod: Module, node: ast.AST) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     while node in mod.parents:
         node = mod.parents[node]
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -33,14 +33,14 @@ def _enclosing_function(mod: _Module, node: ast.AST) -> ast.FunctionDef | ast.As
     return None
 
 
-def _runs_per_step(mod: _Module, stmt: ast.stmt) -> bool:
+def _runs_per_step(mod: Module, stmt: ast.stmt) -> bool:
     if stmt in mod.in_loop:
         return True
     func = _enclosing_function(mod, stmt)
     return func is not None and func.name in _PER_STEP_FUNCTIONS
 
 
-def _syncing_call(mod: _Module, test: ast.AST, edit: CodeEdit) -> ast.Call | None:
+def _syncing_call(mod: Module, test: ast.AST, edit: CodeEdit) -> ast.Call | None:
     """The located tensor call in `test` (`torch.isfinite(...)`), when the test also reads it on the host
     through a located method (`.all()`, `.item()`) or by being a condition itself. A test without a located
     call is left alone: `arr.all()` on a NumPy array is no device sync."""
@@ -65,11 +65,11 @@ def _is_guard(stmt: ast.stmt) -> bool:
     return True
 
 
-def _handle_remove_sync_guard(
-    mod: _Module, edit: CodeEdit, params: dict[str, Any], explicit: set[str]
-) -> _Outcome:
+def handle_remove_sync_guard(
+    mod: Module, edit: CodeEdit, params: dict[str, Any], explicit: set[str]
+) -> Outcome:
     """Delete guards whose condition reads a tensor on the host in code that runs every step."""
-    out = _Outcome()
+    out = Outcome()
     doomed: list[ast.stmt] = []
     for stmt in ast.walk(mod.tree):
         if not isinstance(stmt, ast.If | ast.Assert) or not _is_guard(stmt) or not _runs_per_step(mod, stmt):
@@ -82,12 +82,12 @@ def _handle_remove_sync_guard(
         out.locations.append(
             EditLocation(
                 line=stmt.lineno,
-                what=f"removed the per-step check `{_one_line(mod.src.segment(stmt.test), 60)}` "
+                what=f"removed the per-step check `{one_line(mod.src.segment(stmt.test), 60)}` "
                 f"(a host-device sync each time it runs)",
             )
         )
     if doomed:
-        out.edits += _delete_statements(mod, doomed)
+        out.edits += delete_statements(mod, doomed)
         out.notes.append("to keep a NaN guard, check the loss every N steps (one sync per N steps)")
     return out
 
@@ -96,13 +96,13 @@ def _names_in(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 
 
-def _unused_import_edits(mod: _Module, dropped: list[ast.AST]) -> tuple[list[_TextEdit], list[str], int]:
+def _unused_import_edits(mod: Module, dropped: list[ast.AST]) -> tuple[list[TextEdit], list[str], int]:
     """Edits removing `from M import a, b` names that were used only inside the `dropped` nodes."""
     inside = {id(n) for d in dropped for n in ast.walk(d)}
     candidates = set().union(*(_names_in(d) for d in dropped)) if dropped else set()
     used_elsewhere = {n.id for n in ast.walk(mod.tree) if isinstance(n, ast.Name) and id(n) not in inside}
     unused = candidates - used_elsewhere
-    edits: list[_TextEdit] = []
+    edits: list[TextEdit] = []
     removed: list[str] = []
     first_line = 0
     doomed: list[ast.stmt] = []
@@ -120,12 +120,12 @@ def _unused_import_edits(mod: _Module, dropped: list[ast.AST]) -> tuple[list[_Te
             continue
         names = ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in kept)
         start, end = mod.src.span(stmt)
-        edits.append(_TextEdit(start, end, f"from {stmt.module} import {names}"))
-    edits += _delete_statements(mod, doomed)
+        edits.append(TextEdit(start, end, f"from {stmt.module} import {names}"))
+    edits += delete_statements(mod, doomed)
     return edits, removed, first_line
 
 
-def _with_matches(mod: _Module, stmt: ast.stmt, edit: CodeEdit) -> bool:
+def _with_matches(mod: Module, stmt: ast.stmt, edit: CodeEdit) -> bool:
     if not isinstance(stmt, ast.With | ast.AsyncWith) or len(stmt.items) != 1:
         return False
     ctx = stmt.items[0].context_expr
@@ -144,9 +144,9 @@ def _with_matches(mod: _Module, stmt: ast.stmt, edit: CodeEdit) -> bool:
     return bool(named & set(edit.locate.arg_names))
 
 
-def _handle_unwrap_with(mod: _Module, edit: CodeEdit, params: dict[str, Any], explicit: set[str]) -> _Outcome:
+def handle_unwrap_with(mod: Module, edit: CodeEdit, params: dict[str, Any], explicit: set[str]) -> Outcome:
     """Replace each matching `with ctx(...):` (on its own lines) by its body, dedented one level."""
-    out = _Outcome()
+    out = Outcome()
     src = mod.src
     dropped: list[ast.AST] = []
     for stmt in ast.walk(mod.tree):
@@ -169,11 +169,11 @@ def _handle_unwrap_with(mod: _Module, edit: CodeEdit, params: dict[str, Any], ex
             line.lstrip(" \t") if not line.strip() or line[:cut].strip() else line[cut:] for line in lines
         )
         end = src.line_start(stmt.end_lineno + 1)  # type: ignore[operator]
-        out.edits.append(_TextEdit(src.line_start(stmt.lineno), end, body))
+        out.edits.append(TextEdit(src.line_start(stmt.lineno), end, body))
         dropped.append(stmt.items[0].context_expr)
         out.matched = True
         out.locations.append(
-            EditLocation(line=stmt.lineno, what=f"removed `with {_one_line(src.segment(dropped[-1]), 60)}:`")
+            EditLocation(line=stmt.lineno, what=f"removed `with {one_line(src.segment(dropped[-1]), 60)}:`")
         )
     if dropped:
         edits, names, line = _unused_import_edits(mod, dropped)
@@ -185,13 +185,13 @@ def _handle_unwrap_with(mod: _Module, edit: CodeEdit, params: dict[str, Any], ex
     return out
 
 
-def _handle_set_attribute(
-    mod: _Module, edit: CodeEdit, params: dict[str, Any], explicit: set[str]
-) -> _Outcome:
+def handle_set_attribute(
+    mod: Module, edit: CodeEdit, params: dict[str, Any], explicit: set[str]
+) -> Outcome:
     """Set `target = assign_value` where the file assigns another literal to a located attribute."""
-    out = _Outcome()
+    out = Outcome()
     wanted_src = edit.assign_value or ""
-    wanted = _literal(ast.parse(wanted_src, mode="eval").body)
+    wanted = literal(ast.parse(wanted_src, mode="eval").body)
     for stmt in ast.walk(mod.tree):
         if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
             continue
@@ -199,14 +199,14 @@ def _handle_set_attribute(
         if not resolved or name not in edit.locate.attributes:
             continue
         out.matched = True
-        current = _literal(stmt.value)
-        if current is _NOT_LITERAL:
+        current = literal(stmt.value)
+        if current is NOT_LITERAL:
             out.notes.append(f"line {stmt.lineno}: {name} is set from an expression; kept")
-        elif _same_literal(current, wanted):
+        elif same_literal(current, wanted):
             out.locations.append(EditLocation(line=stmt.lineno, what=f"{name} is already {wanted_src}"))
         else:
             start, end = mod.src.span(stmt.value)
-            out.edits.append(_TextEdit(start, end, wanted_src))
+            out.edits.append(TextEdit(start, end, wanted_src))
             out.locations.append(
                 EditLocation(
                     line=stmt.lineno, what=f"changed {name} = {mod.src.segment(stmt.value)} -> {wanted_src}"
@@ -229,16 +229,16 @@ def _step_counter(loop: ast.stmt) -> str | None:
     return None
 
 
-def _handle_periodic_in_loop(
-    mod: _Module, edit: CodeEdit, params: dict[str, Any], explicit: set[str]
-) -> _Outcome:
+def handle_periodic_in_loop(
+    mod: Module, edit: CodeEdit, params: dict[str, Any], explicit: set[str]
+) -> Outcome:
     """Insert `statements` above the training loop and `if <step> % every == 0:` + `periodic` at the end of
     its body. Needs a step counter in the loop header; already applied when a located call is present."""
-    out = _Outcome()
+    out = Outcome()
     src = mod.src
-    if _already_applied(mod, edit, out):
+    if already_applied(mod, edit, out):
         return out
-    loop = _training_loop(mod)
+    loop = training_loop(mod)
     step = _step_counter(loop) if loop is not None else None
     if loop is None or step is None:
         out.notes.append("no training loop with a step counter (`for step, batch in enumerate(loader)`)")
@@ -249,13 +249,13 @@ def _handle_periodic_in_loop(
     before = ([f"# {edit.comment}"] if edit.comment else []) + [
         render_template(t, params) for t in edit.statements
     ]
-    out.edits.append(_insert_lines_edit(src, loop.lineno - 1, before, src.indent(loop.lineno)))
+    out.edits.append(insert_lines_edit(src, loop.lineno - 1, before, src.indent(loop.lineno)))
     last = loop.body[-1]
     if isinstance(last, ast.Break | ast.Continue | ast.Return | ast.Raise) and len(loop.body) > 1:
         last = loop.body[-2]  # code after an unconditional jump would never run
     inner = src.indent(loop.body[0].lineno)
     tail = [f"if {step} % {every} == 0:"] + [f"    {render_template(t, params)}" for t in edit.periodic]
-    out.edits.append(_insert_lines_edit(src, last.end_lineno or last.lineno, tail, inner))
+    out.edits.append(insert_lines_edit(src, last.end_lineno or last.lineno, tail, inner))
     out.locations.append(
         EditLocation(
             line=loop.lineno, what=f"inserted {'; '.join(before[-len(edit.statements) :])} before the loop"

@@ -6,8 +6,8 @@ import ast
 from typing import Any
 
 from ..schema import CodeEdit, KwargSpec, placeholders, render_template
-from .pymodule import _NOT_LITERAL, _literal, _Module, _same_literal
-from .text import EditLocation, _one_line, _Outcome, _Source, _TextEdit
+from .pymodule import NOT_LITERAL, Module, literal, same_literal
+from .text import EditLocation, Outcome, Source, TextEdit, one_line
 
 # ----------------------------------------------------------------------------------------------------
 # keyword arguments
@@ -19,23 +19,23 @@ def _is_positive_int(value: Any) -> bool:
 
 def _kwarg_ok(spec: KwargSpec, current: Any, rendered: str, explicit: bool) -> bool:
     """Whether an existing literal keyword value already satisfies the spec (see KwargSpec docs)."""
-    wanted = _literal(ast.parse(rendered, mode="eval").body)
+    wanted = literal(ast.parse(rendered, mode="eval").body)
     if explicit:
-        return _same_literal(current, wanted)
+        return same_literal(current, wanted)
     if spec.keep_existing:
         return True
     if spec.ok_min is not None:
         return type(current) in (int, float) and current >= spec.ok_min
     if spec.ok_values is not None:
-        return any(_same_literal(current, ok) for ok in spec.ok_values)
-    return _same_literal(current, wanted)
+        return any(same_literal(current, ok) for ok in spec.ok_values)
+    return same_literal(current, wanted)
 
 
 def _call_args(call: ast.Call) -> list[ast.AST]:
     return sorted([*call.args, *call.keywords], key=lambda n: (n.lineno, n.col_offset))  # type: ignore[attr-defined]
 
 
-def _removal_edits(src: _Source, call: ast.Call, removed: list[ast.keyword]) -> list[_TextEdit]:
+def _removal_edits(src: Source, call: ast.Call, removed: list[ast.keyword]) -> list[TextEdit]:
     """Delete keywords with their separating commas. Runs of adjacent removed arguments are deleted as one
     span: from the end of the argument before the run, or (for a leading run) up to the next argument."""
     args = _call_args(call)
@@ -50,24 +50,24 @@ def _removal_edits(src: _Source, call: ast.Call, removed: list[ast.keyword]) -> 
         while j + 1 < len(args) and drop[j + 1]:
             j += 1
         if i > 0:
-            edits.append(_TextEdit(src.span(args[i - 1])[1], src.span(args[j])[1], ""))
+            edits.append(TextEdit(src.span(args[i - 1])[1], src.span(args[j])[1], ""))
         elif j + 1 < len(args):
-            edits.append(_TextEdit(src.span(args[i])[0], src.span(args[j + 1])[0], ""))
+            edits.append(TextEdit(src.span(args[i])[0], src.span(args[j + 1])[0], ""))
         else:  # every argument goes: empty the parentheses
             open_paren = src.text.index("(", src.span(call.func)[1])
-            edits.append(_TextEdit(open_paren + 1, src.span(call)[1] - 1, ""))
+            edits.append(TextEdit(open_paren + 1, src.span(call)[1] - 1, ""))
         i = j + 1
     return edits
 
 
-def _insertion_edit(src: _Source, call: ast.Call, kept: list[ast.AST], pairs: list[str]) -> _TextEdit:
+def _insertion_edit(src: Source, call: ast.Call, kept: list[ast.AST], pairs: list[str]) -> TextEdit:
     """Insert `name=value` items after the last kept argument, following the call's layout: one argument
     per line (with or without a trailing comma) when the arguments already sit on their own lines; otherwise
     on the same line, filled up to 100 characters and continued under the first argument."""
     call_end = src.span(call)[1]
     close = call_end - 1  # the ")" of the call
     if not kept:
-        return _TextEdit(close, close, ", ".join(pairs))
+        return TextEdit(close, close, ", ".join(pairs))
     anchor = kept[-1]
     anchor_end = src.span(anchor)[1]
     nl = src.newline
@@ -76,8 +76,8 @@ def _insertion_edit(src: _Source, call: ast.Call, kept: list[ast.AST], pairs: li
         between = src.text[anchor_end:close]
         if between.lstrip().startswith(","):
             comma = anchor_end + between.index(",") + 1
-            return _TextEdit(comma, comma, "".join(f"{nl}{indent}{p}," for p in pairs))
-        return _TextEdit(anchor_end, anchor_end, "".join(f",{nl}{indent}{p}" for p in pairs))
+            return TextEdit(comma, comma, "".join(f"{nl}{indent}{p}," for p in pairs))
+        return TextEdit(anchor_end, anchor_end, "".join(f",{nl}{indent}{p}" for p in pairs))
     line_no = src.line_of(anchor_end)
     line_start = src.line_start(line_no)
     column = anchor_end - line_start
@@ -93,18 +93,18 @@ def _insertion_edit(src: _Source, call: ast.Call, kept: list[ast.AST], pairs: li
         else:
             text += f",{nl}{hang}{pair}"
             column = len(hang) + len(pair)
-    return _TextEdit(anchor_end, anchor_end, text)
+    return TextEdit(anchor_end, anchor_end, text)
 
 
 def _edit_kwargs(
-    mod: _Module,
+    mod: Module,
     call: ast.Call,
     specs: list[KwargSpec],
     remove: list[str],
     params: dict[str, Any],
     explicit: set[str],
     force_change: bool = False,
-) -> _Outcome:
+) -> Outcome:
     """Add or adjust keyword arguments of one call (the add_kwargs algorithm).
 
     For each spec: an existing literal that satisfies it is kept, an unsatisfying literal is replaced in
@@ -113,10 +113,10 @@ def _edit_kwargs(
     positive literal, or its `only_if_changed` partner is not added / changed by this edit. `remove` keywords are deleted only when the call changes anyway (or `force_change`).
     """
     src = mod.src
-    out = _Outcome(matched=True)
+    out = Outcome(matched=True)
     present = {kw.arg: kw for kw in call.keywords if kw.arg}
     has_star_kwargs = any(kw.arg is None for kw in call.keywords)
-    final: dict[str, Any] = {name: _literal(kw.value) for name, kw in present.items()}
+    final: dict[str, Any] = {name: literal(kw.value) for name, kw in present.items()}
     additions: list[str] = []
     replaced: list[str] = []
     touched: set[str] = set()  # keywords this edit adds or changes
@@ -133,23 +133,23 @@ def _edit_kwargs(
             continue  # a tuning extra that belongs with the change it follows, not on its own
         if spec.name in present:
             kw = present[spec.name]
-            current = _literal(kw.value)
-            if current is _NOT_LITERAL:
+            current = literal(kw.value)
+            if current is NOT_LITERAL:
                 expect = (
                     f">= {spec.ok_min:g}" if spec.ok_min is not None and not is_explicit else f"== {rendered}"
                 )
                 out.notes.append(
-                    f"kept `{spec.name}={_one_line(src.segment(kw.value), 40)}` (not a literal; "
+                    f"kept `{spec.name}={one_line(src.segment(kw.value), 40)}` (not a literal; "
                     f"check that it is {expect})"
                 )
                 continue
             if _kwarg_ok(spec, current, rendered, is_explicit):
                 continue
             start, end = src.span(kw.value)
-            out.edits.append(_TextEdit(start, end, rendered))
-            replaced.append(f"{spec.name}={_one_line(src.segment(kw.value), 30)} -> {rendered}")
+            out.edits.append(TextEdit(start, end, rendered))
+            replaced.append(f"{spec.name}={one_line(src.segment(kw.value), 30)} -> {rendered}")
             touched.add(spec.name)
-            final[spec.name] = _literal(ast.parse(rendered, mode="eval").body)
+            final[spec.name] = literal(ast.parse(rendered, mode="eval").body)
         elif has_star_kwargs:
             out.notes.append(
                 f"`{spec.name}` not added: the call forwards **kwargs, which may already carry it"
@@ -157,7 +157,7 @@ def _edit_kwargs(
         else:
             additions.append(f"{spec.name}={rendered}")
             touched.add(spec.name)
-            final[spec.name] = _literal(ast.parse(rendered, mode="eval").body)
+            final[spec.name] = literal(ast.parse(rendered, mode="eval").body)
     changed = bool(additions or replaced or force_change)
     removed = [present[name] for name in remove if name in present] if changed else []
     if removed:
@@ -176,7 +176,7 @@ def _edit_kwargs(
     return out
 
 
-def _matching_calls(mod: _Module, edit: CodeEdit) -> list[tuple[ast.Call, str | None]]:
+def _matching_calls(mod: Module, edit: CodeEdit) -> list[tuple[ast.Call, str | None]]:
     """Calls the edit's `locate` selects, with the matched qualified target (None for method matches)."""
     loc = edit.locate
     if loc.require_imports_any and not (mod.packages & set(loc.require_imports_any)):
@@ -196,7 +196,7 @@ def _matching_calls(mod: _Module, edit: CodeEdit) -> list[tuple[ast.Call, str | 
                 if call.args
                 else next((k.value for k in call.keywords if k.arg == "device"), None)
             )
-            if loc.skip_first_arg and _literal(first) in loc.skip_first_arg:
+            if loc.skip_first_arg and literal(first) in loc.skip_first_arg:
                 continue
             receiver = mod.src.segment(call.func.value).lower()
             if any(word in receiver for word in loc.skip_receivers):
@@ -204,7 +204,7 @@ def _matching_calls(mod: _Module, edit: CodeEdit) -> list[tuple[ast.Call, str | 
         elif target is None:
             continue
         if loc.kwarg_equals and not all(
-            any(k.arg == name and _same_literal(_literal(k.value), value) for k in call.keywords)
+            any(k.arg == name and same_literal(literal(k.value), value) for k in call.keywords)
             for name, value in loc.kwarg_equals.items()
         ):
             continue
@@ -212,8 +212,8 @@ def _matching_calls(mod: _Module, edit: CodeEdit) -> list[tuple[ast.Call, str | 
     return found
 
 
-def _handle_add_kwargs(mod: _Module, edit: CodeEdit, params: dict[str, Any], explicit: set[str]) -> _Outcome:
-    out = _Outcome()
+def handle_add_kwargs(mod: Module, edit: CodeEdit, params: dict[str, Any], explicit: set[str]) -> Outcome:
+    out = Outcome()
     # Numbers the caller passes for this edit override "already configured".
     overridden = explicit & {name for spec in edit.kwargs for name in placeholders(spec.value)}
     for call, _ in _matching_calls(mod, edit):
@@ -223,13 +223,13 @@ def _handle_add_kwargs(mod: _Module, edit: CodeEdit, params: dict[str, Any], exp
             out.locations.append(
                 EditLocation(
                     line=call.lineno,
-                    what=f"{_one_line(mod.src.segment(call.func), 40)}(...) already sets "
+                    what=f"{one_line(mod.src.segment(call.func), 40)}(...) already sets "
                     f"{', '.join(sorted(present & set(edit.satisfied_by_kwargs)))}",
                 )
             )
             continue
         sub = _edit_kwargs(mod, call, edit.kwargs, edit.remove_kwargs, params, explicit)
-        callee = _one_line(mod.src.segment(call.func), 40)
+        callee = one_line(mod.src.segment(call.func), 40)
         if sub.locations:
             sub.locations = [
                 EditLocation(
@@ -242,19 +242,19 @@ def _handle_add_kwargs(mod: _Module, edit: CodeEdit, params: dict[str, Any], exp
     return out
 
 
-def _handle_replace_callee(
-    mod: _Module, edit: CodeEdit, params: dict[str, Any], explicit: set[str]
-) -> _Outcome:
-    out = _Outcome()
+def handle_replace_callee(
+    mod: Module, edit: CodeEdit, params: dict[str, Any], explicit: set[str]
+) -> Outcome:
+    out = Outcome()
     for call, target in _matching_calls(mod, edit):
         if target is None or target not in edit.replacements:
             continue
         new = edit.replacements[target]
         sub = _edit_kwargs(mod, call, edit.kwargs, edit.remove_kwargs, params, explicit, force_change=True)
         start, end = mod.src.span(call.func)
-        sub.edits.append(_TextEdit(start, end, new))
+        sub.edits.append(TextEdit(start, end, new))
         whats = [
-            f"{_one_line(mod.src.segment(call.func), 40)} -> {new}",
+            f"{one_line(mod.src.segment(call.func), 40)} -> {new}",
             *(loc.what for loc in sub.locations),
         ]
         sub.locations = [EditLocation(line=call.lineno, what="; ".join(whats))]
@@ -262,10 +262,10 @@ def _handle_replace_callee(
     return out
 
 
-def _delete_statements(mod: _Module, stmts: list[ast.stmt]) -> list[_TextEdit]:
+def delete_statements(mod: Module, stmts: list[ast.stmt]) -> list[TextEdit]:
     """Delete whole statements. A block left empty keeps one `pass` (at the first statement's place)."""
     src = mod.src
-    edits: list[_TextEdit] = []
+    edits: list[TextEdit] = []
     by_block: dict[int, tuple[list[ast.stmt], list[ast.stmt]]] = {}
     for stmt in stmts:
         block = mod.block_of(stmt)
@@ -281,17 +281,17 @@ def _delete_statements(mod: _Module, stmts: list[ast.stmt]) -> list[_TextEdit]:
                 end = src.line_start(end_line)
                 if end == len(src.text) and not src.text.endswith(("\n", "\r")):
                     replacement = replacement.rstrip("\r\n")
-                edits.append(_TextEdit(src.line_start(stmt.lineno), end, replacement))
+                edits.append(TextEdit(src.line_start(stmt.lineno), end, replacement))
             else:
                 start, end = src.span(stmt)
-                edits.append(_TextEdit(start, end, "pass"))
+                edits.append(TextEdit(start, end, "pass"))
     return edits
 
 
-def _handle_remove_call(mod: _Module, edit: CodeEdit, params: dict[str, Any], explicit: set[str]) -> _Outcome:
+def handle_remove_call(mod: Module, edit: CodeEdit, params: dict[str, Any], explicit: set[str]) -> Outcome:
     """Delete call statements (inside loops when locate.in_loop). An `if` whose body holds only such calls
     and has no `else` goes with them, so `if step % 10 == 0: torch.cuda.empty_cache()` disappears whole."""
-    out = _Outcome()
+    out = Outcome()
     doomed: list[ast.stmt] = []
     for call in mod.calls():
         target = mod.match_call(call, edit.locate.calls)
@@ -303,12 +303,12 @@ def _handle_remove_call(mod: _Module, edit: CodeEdit, params: dict[str, Any], ex
             continue
         if edit.locate.in_loop and call not in mod.in_loop:
             out.notes.append(
-                f"line {call.lineno}: `{_one_line(mod.src.segment(call))}` is outside loops; left as is"
+                f"line {call.lineno}: `{one_line(mod.src.segment(call))}` is outside loops; left as is"
             )
             continue
         doomed.append(stmt)
         out.locations.append(
-            EditLocation(line=call.lineno, what=f"removed {_one_line(mod.src.segment(call))}")
+            EditLocation(line=call.lineno, what=f"removed {one_line(mod.src.segment(call))}")
         )
     # Fold `if cond: <only doomed statements>` (no else) into one doomed `if`, innermost first.
     changed = True
@@ -327,7 +327,7 @@ def _handle_remove_call(mod: _Module, edit: CodeEdit, params: dict[str, Any], ex
                 break
     if doomed:
         out.matched = True
-        out.edits += _delete_statements(mod, doomed)
+        out.edits += delete_statements(mod, doomed)
     else:
         where = " inside loops" if edit.locate.in_loop else ""
         out.notes.append(
@@ -337,9 +337,9 @@ def _handle_remove_call(mod: _Module, edit: CodeEdit, params: dict[str, Any], ex
     return out
 
 
-def _handle_unwrap_call(mod: _Module, edit: CodeEdit, params: dict[str, Any], explicit: set[str]) -> _Outcome:
+def handle_unwrap_call(mod: Module, edit: CodeEdit, params: dict[str, Any], explicit: set[str]) -> Outcome:
     """Replace `wrapper(x, ...)` by `x`; a statement `x = wrapper(x)` becomes pointless and is deleted."""
-    out = _Outcome()
+    out = Outcome()
     doomed: list[ast.stmt] = []
     for call in mod.calls():
         target = mod.match_call(call, edit.locate.calls)
@@ -363,15 +363,15 @@ def _handle_unwrap_call(mod: _Module, edit: CodeEdit, params: dict[str, Any], ex
         ):
             doomed.append(stmt)
             out.locations.append(
-                EditLocation(line=stmt.lineno, what=f"removed {_one_line(mod.src.segment(stmt))}")
+                EditLocation(line=stmt.lineno, what=f"removed {one_line(mod.src.segment(stmt))}")
             )
         else:
             start, end = mod.src.span(call)
-            out.edits.append(_TextEdit(start, end, inner_src))
+            out.edits.append(TextEdit(start, end, inner_src))
             out.locations.append(
                 EditLocation(line=call.lineno, what=f"replaced {target}(...) by {inner_src}")
             )
-    out.edits += _delete_statements(mod, doomed)
+    out.edits += delete_statements(mod, doomed)
     if not out.matched:
         out.notes.append(
             f"nothing to remove: no call to {edit.locate.calls[0]} in this file (if the profile "

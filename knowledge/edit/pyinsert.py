@@ -7,18 +7,18 @@ import sys
 from typing import Any
 
 from ..schema import CodeEdit, render_template
-from .pymodule import _LOOPS, _SCOPES, _Module
-from .text import EditLocation, _one_line, _Outcome, _Source, _TextEdit
+from .pymodule import LOOPS, SCOPES, Module
+from .text import EditLocation, Outcome, Source, TextEdit, one_line
 
 # ----------------------------------------------------------------------------------------------------
 # inserted statements
 
 
-def _header_imports(mod: _Module) -> list[ast.Import | ast.ImportFrom]:
+def _header_imports(mod: Module) -> list[ast.Import | ast.ImportFrom]:
     """Top-level imports of the file header (before the first def / class / loop / with statement)."""
     found: list[ast.Import | ast.ImportFrom] = []
     for stmt in mod.tree.body:
-        if isinstance(stmt, (*_SCOPES, *_LOOPS, ast.With, ast.AsyncWith)):
+        if isinstance(stmt, (*SCOPES, *LOOPS, ast.With, ast.AsyncWith)):
             break
         if isinstance(stmt, ast.Import | ast.ImportFrom):
             found.append(stmt)
@@ -30,7 +30,7 @@ def _import_top(stmt: ast.Import | ast.ImportFrom) -> str:
     return name.split(".")[0]
 
 
-def _import_edit(mod: _Module, module: str) -> _TextEdit | None:
+def import_edit(mod: Module, module: str) -> TextEdit | None:
     """`import module` in the file header, unless the name is already bound.
 
     Placement follows isort conventions without reordering anything: a standard-library module goes into
@@ -51,26 +51,26 @@ def _import_edit(mod: _Module, module: str) -> _TextEdit | None:
             and isinstance(first.value, ast.Constant)
             and isinstance(first.value.value, str)
         ):
-            return _insert_lines_edit(src, first.end_lineno or first.lineno, ["", line], "")
-        return _insert_lines_edit(src, (first.lineno - 1) if first else len(src.lines), [line], "")
+            return insert_lines_edit(src, first.end_lineno or first.lineno, ["", line], "")
+        return insert_lines_edit(src, (first.lineno - 1) if first else len(src.lines), [line], "")
     if module not in sys.stdlib_module_names:
-        return _insert_lines_edit(src, max(s.end_lineno or s.lineno for s in imports), [line], "")
+        return insert_lines_edit(src, max(s.end_lineno or s.lineno for s in imports), [line], "")
     std = [s for s in imports if _import_top(s) in sys.stdlib_module_names and _import_top(s) != "__future__"]
     plain = [s for s in std if isinstance(s, ast.Import)]
     later = next((s for s in plain if s.names[0].name > module), None)
     if later is not None:
-        return _insert_lines_edit(src, later.lineno - 1, [line], "")
+        return insert_lines_edit(src, later.lineno - 1, [line], "")
     if plain:
-        return _insert_lines_edit(src, max(s.end_lineno or s.lineno for s in plain), [line], "")
+        return insert_lines_edit(src, max(s.end_lineno or s.lineno for s in plain), [line], "")
     if std:
-        return _insert_lines_edit(src, std[0].lineno - 1, [line], "")
+        return insert_lines_edit(src, std[0].lineno - 1, [line], "")
     first_import = next((s for s in imports if _import_top(s) != "__future__"), imports[-1])
     if _import_top(first_import) == "__future__":
-        return _insert_lines_edit(src, first_import.end_lineno or first_import.lineno, ["", line], "")
-    return _insert_lines_edit(src, first_import.lineno - 1, [line, ""], "")
+        return insert_lines_edit(src, first_import.end_lineno or first_import.lineno, ["", line], "")
+    return insert_lines_edit(src, first_import.lineno - 1, [line, ""], "")
 
 
-def _insert_lines_edit(src: _Source, after_line: int, lines: list[str], indent: str) -> _TextEdit:
+def insert_lines_edit(src: Source, after_line: int, lines: list[str], indent: str) -> TextEdit:
     """Insert whole lines after 1-based `after_line` (0 = at the top), adding a newline when the file's last
     line has none."""
     pos = src.line_start(after_line + 1)
@@ -78,10 +78,10 @@ def _insert_lines_edit(src: _Source, after_line: int, lines: list[str], indent: 
     body = "".join(f"{indent}{line}{nl}" for line in lines)
     if pos == len(src.text) and src.text and not src.text.endswith(("\n", "\r")):
         body = nl + body
-    return _TextEdit(pos, pos, body)
+    return TextEdit(pos, pos, body)
 
 
-def _statement_key(mod: _Module, stmt: ast.stmt) -> tuple[str, str] | None:
+def _statement_key(mod: Module, stmt: ast.stmt) -> tuple[str, str] | None:
     """What makes two statements 'the same setting': the resolved callee of a call statement, or the target of
     a single assignment (`torch_npu.npu.config.allow_internal_format = ...`)."""
     if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
@@ -101,7 +101,7 @@ def _rendered_statements(edit: CodeEdit, params: dict[str, Any]) -> list[tuple[s
     return out
 
 
-def _training_loop(mod: _Module) -> ast.stmt | None:
+def training_loop(mod: Module) -> ast.stmt | None:
     """The statement to insert before: the best-scoring outermost training loop, else a `x.train(epochs,
     dataset, ...)` call statement (MindSpore Model.train runs the loop itself).
 
@@ -112,7 +112,7 @@ def _training_loop(mod: _Module) -> ast.stmt | None:
     """
     best: tuple[int, ast.stmt] | None = None
     for node in ast.walk(mod.tree):
-        if not isinstance(node, _LOOPS) or node in mod.in_loop:
+        if not isinstance(node, LOOPS) or node in mod.in_loop:
             continue
         header = node.test if isinstance(node, ast.While) else node.iter
         words = " ".join(
@@ -151,25 +151,25 @@ def _training_loop(mod: _Module) -> ast.stmt | None:
     return None
 
 
-def _already_applied(mod: _Module, edit: CodeEdit, out: _Outcome) -> bool:
+def already_applied(mod: Module, edit: CodeEdit, out: Outcome) -> bool:
     """True (and `out` says where) when the script already makes a call of `locate.present_if_calls`: the
     edit is in place and nothing is inserted twice."""
     present = mod.has_call(edit.locate.present_if_calls) if edit.locate.present_if_calls else None
     if present is None:
         return False
     out.matched = True
-    out.locations.append(EditLocation(line=present.lineno, what=f"already calls {_one_line(mod.src.segment(present))}"))
+    out.locations.append(EditLocation(line=present.lineno, what=f"already calls {one_line(mod.src.segment(present))}"))
     return True
 
 
-def _handle_insert_before_loop(
-    mod: _Module, edit: CodeEdit, params: dict[str, Any], explicit: set[str]
-) -> _Outcome:
-    out = _Outcome()
+def handle_insert_before_loop(
+    mod: Module, edit: CodeEdit, params: dict[str, Any], explicit: set[str]
+) -> Outcome:
+    out = Outcome()
     src = mod.src
-    if _already_applied(mod, edit, out):
+    if already_applied(mod, edit, out):
         return out
-    anchor = _training_loop(mod)
+    anchor = training_loop(mod)
     if anchor is None:
         out.notes.append(
             "no training loop found (a for / while loop over epochs or a loader, or a model.train call)"
@@ -189,25 +189,25 @@ def _handle_insert_before_loop(
     while line > 1 and src.lines[line - 2].strip().startswith("#") and src.indent(line - 1) == indent:
         line -= 1
     lines = ([f"# {edit.comment}"] if edit.comment else []) + todo
-    out.edits.append(_insert_lines_edit(src, line - 1, lines, indent))
-    kind = "loop" if isinstance(anchor, _LOOPS) else "statement"
+    out.edits.append(insert_lines_edit(src, line - 1, lines, indent))
+    kind = "loop" if isinstance(anchor, LOOPS) else "statement"
     out.locations.append(
         EditLocation(line=anchor.lineno, what=f"inserted {'; '.join(todo)} before the {kind}")
     )
     return out
 
 
-def _handle_insert_after_import(
-    mod: _Module, edit: CodeEdit, params: dict[str, Any], explicit: set[str]
-) -> _Outcome:
+def handle_insert_after_import(
+    mod: Module, edit: CodeEdit, params: dict[str, Any], explicit: set[str]
+) -> Outcome:
     """Insert statements after `import <module>`; a statement that sets the same thing elsewhere in the file
     (same callee / same assignment target) is corrected in place instead of duplicated."""
     src = mod.src
     module = edit.locate.after_import or ""
     if edit.locate.require_imports_any and not (mod.packages & set(edit.locate.require_imports_any)):
         # e.g. torch_npu set-up in a file that does not use torch at all: not the file to change
-        return _Outcome(notes=[f"the file imports none of {', '.join(edit.locate.require_imports_any)}"])
-    out = _Outcome(matched=True)
+        return Outcome(notes=[f"the file imports none of {', '.join(edit.locate.require_imports_any)}"])
+    out = Outcome(matched=True)
     existing: dict[tuple[str, str], list[ast.stmt]] = {}
     for node in ast.walk(mod.tree):
         if isinstance(node, ast.stmt):
@@ -224,9 +224,9 @@ def _handle_insert_after_import(
         if same:
             for old in same:
                 start, end = src.span(old)
-                out.edits.append(_TextEdit(start, end, text))
+                out.edits.append(TextEdit(start, end, text))
                 out.locations.append(
-                    EditLocation(line=old.lineno, what=f"{_one_line(src.segment(old))} -> {text}")
+                    EditLocation(line=old.lineno, what=f"{one_line(src.segment(old))} -> {text}")
                 )
             continue
         todo.append(text)
@@ -246,7 +246,7 @@ def _handle_insert_after_import(
         if any(anchor is h for h in header):
             # A top-level import: put the set-up below the whole import block, not in the middle of it.
             after, where = max(h.end_lineno or h.lineno for h in header), "after the imports"
-        out.edits.append(_insert_lines_edit(src, after, todo, src.indent(anchor.lineno)))
+        out.edits.append(insert_lines_edit(src, after, todo, src.indent(anchor.lineno)))
         out.locations.append(EditLocation(line=after + 1, what=f"inserted {'; '.join(todo)} {where}"))
         return out
     if module not in edit.imports:
@@ -254,14 +254,14 @@ def _handle_insert_after_import(
         out.notes.append(f"no `import {module}` found")
         return out
     # Import the module and set it up in one insertion, so the statements follow the import.
-    imp = _import_edit(mod, module)
+    imp = import_edit(mod, module)
     if imp is None:  # bound some other way (`import x as x`): set up after the header imports
         header = _header_imports(mod)
         after_line = max((h.end_lineno or h.lineno for h in header), default=0)
-        imp = _insert_lines_edit(src, after_line, [], "")
+        imp = insert_lines_edit(src, after_line, [], "")
     nl = src.newline
     lines = "".join(f"{t}{nl}" for t in todo)
-    out.edits.append(_TextEdit(imp.start, imp.end, imp.text + lines))
+    out.edits.append(TextEdit(imp.start, imp.end, imp.text + lines))
     out.imports_done.add(module)
     out.locations.append(
         EditLocation(

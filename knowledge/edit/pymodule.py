@@ -6,27 +6,27 @@ import ast
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from .text import _Source
+from .text import Source
 
 # ----------------------------------------------------------------------------------------------------
 # Python module analysis
 
 
-_LOOPS = (ast.For, ast.AsyncFor, ast.While)
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
-_NOT_LITERAL = object()
+LOOPS = (ast.For, ast.AsyncFor, ast.While)
+SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+NOT_LITERAL = object()
 
 
-def _literal(node: ast.AST | None) -> Any:
+def literal(node: ast.AST | None) -> Any:
     if node is None:
-        return _NOT_LITERAL
+        return NOT_LITERAL
     try:
         return ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return _NOT_LITERAL
+        return NOT_LITERAL
 
 
-def _same_literal(a: Any, b: Any) -> bool:
+def same_literal(a: Any, b: Any) -> bool:
     # True == 1 in Python; a keyword set to 1 is not the same as one set to True.
     return type(a) is type(b) and a == b
 
@@ -42,10 +42,10 @@ def _dotted(expr: ast.AST) -> list[str] | None:
     return None
 
 
-class _Module:
+class Module:
     """A parsed Python file: import aliases, parent links, which calls sit inside loops."""
 
-    def __init__(self, src: _Source) -> None:
+    def __init__(self, src: Source) -> None:
         self.src = src
         self.tree = ast.parse(src.text)
         self.aliases: dict[str, str] = {}  # local name -> fully qualified name
@@ -75,11 +75,11 @@ class _Module:
         # A loop body runs once per iteration; a function or class body defined in it does not.
         if inside:
             self.in_loop.add(node)
-        if isinstance(node, _SCOPES):
+        if isinstance(node, SCOPES):
             for child in ast.iter_child_nodes(node):
                 self._mark_loops(child, False)
             return
-        if isinstance(node, _LOOPS):
+        if isinstance(node, LOOPS):
             header = [node.test] if isinstance(node, ast.While) else [node.target, node.iter]
             for child in header:
                 self._mark_loops(child, inside)

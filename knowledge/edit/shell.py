@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..schema import EnvVar, Fix
-from .pymodule import _NOT_LITERAL, _literal, _Module
-from .text import EditLocation, _LineMap, _Outcome, _TextEdit
+from .pymodule import NOT_LITERAL, Module, literal
+from .text import EditLocation, LineMap, Outcome, TextEdit
 
 # ----------------------------------------------------------------------------------------------------
 # environment variables
@@ -58,10 +58,10 @@ def _env_targets(fix: Fix, params: dict[str, Any]) -> list[EnvVar]:
     return [v for v in fix.env if v.name in names]
 
 
-def edit_env_python(mod: _Module, fix: Fix, params: dict[str, Any]) -> _Outcome:
+def edit_env_python(mod: Module, fix: Fix, params: dict[str, Any]) -> Outcome:
     """os.environ["NAME"] = "v" / os.environ.setdefault("NAME", "v") statements, corrected in place; an unset
     becomes os.environ.pop("NAME", None). Variables the file does not touch are left to the launch script."""
-    out = _Outcome()
+    out = Outcome()
     src = mod.src
     wanted = {v.name: v for v in _env_targets(fix, params)}
     seen: set[str] = set()
@@ -83,14 +83,14 @@ def edit_env_python(mod: _Module, fix: Fix, params: dict[str, Any]) -> _Outcome:
         ):
             key_node, value, stmt = node.value.args[0], node.value.args[1], node
         if key_node is not None:
-            name = _literal(key_node)
+            name = literal(key_node)
         if not isinstance(name, str) or name not in wanted or stmt is None or value is None:
             continue
         var = wanted[name]
         seen.add(name)
         out.matched = True
-        current = _literal(value)
-        if current is _NOT_LITERAL:
+        current = literal(value)
+        if current is NOT_LITERAL:
             out.notes.append(f"line {stmt.lineno}: {name} is set from an expression; check it by hand")
             continue
         current = str(current)
@@ -99,12 +99,12 @@ def edit_env_python(mod: _Module, fix: Fix, params: dict[str, Any]) -> _Outcome:
         elif var.value is None:
             start, end = src.span(stmt)
             key = _quote_like(name, src.segment(key_node))
-            out.edits.append(_TextEdit(start, end, f"os.environ.pop({key}, None)"))
+            out.edits.append(TextEdit(start, end, f"os.environ.pop({key}, None)"))
             out.locations.append(EditLocation(line=stmt.lineno, what=f"unset {name} (was {current})"))
         else:
             new = _env_new_value(var, current)
             start, end = src.span(value)
-            out.edits.append(_TextEdit(start, end, _quote_like(new, src.segment(value))))
+            out.edits.append(TextEdit(start, end, _quote_like(new, src.segment(value))))
             out.locations.append(EditLocation(line=stmt.lineno, what=f"{name}: {current} -> {new}"))
     missing = [n for n in wanted if n not in seen]
     if missing and out.matched:
@@ -190,7 +190,7 @@ def _shell_insert_point(lines: list[str], assigns: list[_ShellAssign], unsets: d
     return index
 
 
-def edit_env_shell(text: str, fix: Fix, params: dict[str, Any]) -> tuple[str, _Outcome, _LineMap]:
+def edit_env_shell(text: str, fix: Fix, params: dict[str, Any]) -> tuple[str, Outcome, LineMap]:
     """Line-based editing of a launch script; returns the new text, the outcome and its line map.
 
     Per variable, with the script's assignments and `unset` lines in order:
@@ -203,7 +203,7 @@ def edit_env_shell(text: str, fix: Fix, params: dict[str, Any]) -> tuple[str, _O
     - to set: bad values are replaced in place (keeping the quoting; comma-list options are merged), and
       `export NAME=value` is added when the script never sets it or unsets it last.
     """
-    out = _Outcome()
+    out = Outcome()
     lines = text.splitlines(keepends=True)
     nl = "\r\n" if "\r\n" in text else "\n"
     assigns, unsets = _scan_shell(lines)
@@ -268,7 +268,7 @@ def edit_env_shell(text: str, fix: Fix, params: dict[str, Any]) -> tuple[str, _O
 
 
 def _edit_bad_values(var: EnvVar, bad: list[_ShellAssign], lines: list[str], nl: str, whole_line: dict[int, str],
-                     token_edits: dict[int, list[tuple[int, int, str]]], out: _Outcome) -> bool:
+                     token_edits: dict[int, list[tuple[int, int, str]]], out: Outcome) -> bool:
     """Record the edits of `var`'s assignments with a bad value in `whole_line` / `token_edits` (an unset
     variable: the line becomes `unset NAME` or loses its token; a set one: the value is replaced in its
     quotes); True when an inline token was removed."""

@@ -44,7 +44,7 @@ class EditResult(BaseModel):
 
 
 @dataclass(frozen=True)
-class _TextEdit:
+class TextEdit:
     """Replace text[start:end] by `text` (character offsets). Insertions have start == end."""
 
     start: int
@@ -52,7 +52,7 @@ class _TextEdit:
     text: str
 
 
-class _Source:
+class Source:
     """Text with a line table, so AST positions (1-based line, UTF-8 byte column) map to string offsets."""
 
     def __init__(self, text: str) -> None:
@@ -100,7 +100,7 @@ class _Source:
         return line[: len(line) - len(line.lstrip(" \t"))]
 
 
-def _apply_text_edits(text: str, edits: Iterable[_TextEdit]) -> str:
+def apply_text_edits(text: str, edits: Iterable[TextEdit]) -> str:
     """Apply non-overlapping edits. Applied from the end backwards so earlier offsets stay valid; at equal
     starts a deletion goes before an insertion (else the deletion would eat the inserted text), and several
     insertions at one point keep the order in which they were produced."""
@@ -113,12 +113,12 @@ def _apply_text_edits(text: str, edits: Iterable[_TextEdit]) -> str:
 
 # One applied batch of edits, as (first new line, lines added, first old line, total shift after the edit) per
 # edit in file order; used to report every location in lines of the original file.
-_LineMap = list[tuple[int, int, int, int]]
+LineMap = list[tuple[int, int, int, int]]
 
 
-def _line_map(src: _Source, edits: Iterable[_TextEdit]) -> _LineMap:
-    """How one batch of edits moved lines: see `_map_back`."""
-    out: _LineMap = []
+def line_map(src: Source, edits: Iterable[TextEdit]) -> LineMap:
+    """How one batch of edits moved lines: see `map_back`."""
+    out: LineMap = []
     shift = 0
     for edit in sorted(edits, key=lambda e: (e.start, e.end)):
         old_line = src.line_of(edit.start)
@@ -130,7 +130,7 @@ def _line_map(src: _Source, edits: Iterable[_TextEdit]) -> _LineMap:
     return out
 
 
-def _map_back(line: int, history: list[_LineMap]) -> int:
+def map_back(line: int, history: list[LineMap]) -> int:
     """Translate a line of the current text back to the original file, undoing the batches newest first.
 
     Within a batch, the last edit starting at or before the line decides: a line inside the text that edit
@@ -149,14 +149,14 @@ def _map_back(line: int, history: list[_LineMap]) -> int:
 
 
 @dataclass
-class _Outcome:
-    edits: list[_TextEdit] = field(default_factory=list)
+class Outcome:
+    edits: list[TextEdit] = field(default_factory=list)
     locations: list[EditLocation] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     matched: bool = False  # a spot was found (changed or already fine)
     imports_done: set[str] = field(default_factory=set)  # imports the handler already inserted itself
 
-    def merge(self, other: _Outcome) -> None:
+    def merge(self, other: Outcome) -> None:
         self.edits += other.edits
         self.locations += other.locations
         self.notes += other.notes
@@ -164,6 +164,6 @@ class _Outcome:
         self.imports_done |= other.imports_done
 
 
-def _one_line(text: str, limit: int = 80) -> str:
+def one_line(text: str, limit: int = 80) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -13,14 +13,14 @@ from .common import (
     ANALYSIS_DBS,
     COMM_MATCH_NS,
     COMM_MB,
-    _floats,
-    _ms_ns,
-    _ms_ns_column,
-    _rank_or_none,
-    _step_number,
-    _to_float,
+    floats,
+    ms_ns,
+    ms_ns_column,
+    rank_or_none,
+    step_number,
+    to_float,
 )
-from .db import Db, _group_id, _i64, _mapped, open_ro
+from .db import Db, group_id, i64, mapped, open_ro
 from .reader_base import ReaderBase
 
 
@@ -44,9 +44,9 @@ class AnalysisTables(ReaderBase):
         if comm is not None:
             rows = self.comm_rows
             for key in ("transit_ns", "wait_ns", "sync_ns", "idle_ns"):
-                rows[key] = _i64([extra.get(i, {}).get(key) for i in range(len(comm))])
+                rows[key] = i64([extra.get(i, {}).get(key) for i in range(len(comm))])
             # bytes moved from the analyzer when it has them, else the message size (count x dtype)
-            rows["size_bytes"] = _i64([extra.get(i, {}).get("size_bytes", m) for i, m in
+            rows["size_bytes"] = i64([extra.get(i, {}).get("size_bytes", m) for i, m in
                                        enumerate(rows["size_bytes"].tolist())])
             t.extend("comm_ops", rows)
 
@@ -56,7 +56,7 @@ class AnalysisTables(ReaderBase):
 
         Built as columns: the Matrix table has a row per op and link (48k rows on an 8-rank 100k-event rank),
         where one `RankTables.add` per row was half of the rank's read time. Step, group and rank texts
-        repeat on every row and are converted once per distinct value (`_mapped`)."""
+        repeat on every row and are converted once per distinct value (`mapped`)."""
         extra: dict[int, dict[str, int | None]] = {}
         by_step = self._comm_times(adb, extra) if adb.has("CommAnalyzerTime") else {}
         if adb.has("CommAnalyzerBandwidth"):
@@ -75,11 +75,11 @@ class AnalysisTables(ReaderBase):
                                            "start": ("start_timestamp",), "transit": ("transit_time",),
                                            "wait": ("wait_time",), "sync": ("synchronization_time",),
                                            "idle": ("idle_time",), "step": ("step",)})
-        for op, grp, st, tr, wa, sy, idl, stp in zip(d["op"], _mapped(d["group"], _group_id),
-                                                     _floats(d["start"]), d["transit"], d["wait"], d["sync"],
+        for op, grp, st, tr, wa, sy, idl, stp in zip(d["op"], mapped(d["group"], group_id),
+                                                     floats(d["start"]), d["transit"], d["wait"], d["sync"],
                                                      d["idle"], d["step"], strict=False):
             cands = index.get((str(op), grp), [])
-            sn = _step_number(stp)
+            sn = step_number(stp)
             if sn is not None and any(c[1] == sn for c in cands):
                 cands = [c for c in cands if c[1] == sn]
             if st is None or not cands:
@@ -89,8 +89,8 @@ class AnalysisTables(ReaderBase):
             # step within COMM_MATCH_NS is the one (names repeat only across steps)
             gap, i = min((abs(s0 - st * 1000.0), i) for s0, _, i in cands)
             if gap <= COMM_MATCH_NS:
-                extra[i] = {"transit_ns": _ms_ns(tr), "wait_ns": _ms_ns(wa), "sync_ns": _ms_ns(sy),
-                            "idle_ns": _ms_ns(idl)}
+                extra[i] = {"transit_ns": ms_ns(tr), "wait_ns": ms_ns(wa), "sync_ns": ms_ns(sy),
+                            "idle_ns": ms_ns(idl)}
                 by_step[(str(op), grp, stp)] = i
         return by_step
 
@@ -107,8 +107,8 @@ class AnalysisTables(ReaderBase):
         moved: dict[int, dict[str, int]] = {}   # comm op index -> transport -> bytes
         bands: list[tuple[Any, ...]] = []
         packets: list[tuple[Any, ...]] = []
-        sizes, transits, pkts = _floats(d["size"]), _ms_ns_column(d["time"]), _floats(d["pkt"])
-        groups, step_nos = _mapped(d["group"], _group_id), _mapped(d["step"], _step_number)
+        sizes, transits, pkts = floats(d["size"]), ms_ns_column(d["time"]), floats(d["pkt"])
+        groups, step_nos = mapped(d["group"], group_id), mapped(d["step"], step_number)
         for k, (op_v, tr_v, stp) in enumerate(zip(d["op"], d["transport"], d["step"], strict=False)):
             op = str(op_v)
             if op.lower().startswith("total"):
@@ -125,11 +125,11 @@ class AnalysisTables(ReaderBase):
                 if (i := by_step.get((op, grp, stp))) is not None:
                     moved.setdefault(i, {})[transport.upper()] = size_bytes
                 bands.append((step_nos[k], op, grp, transport, size_bytes, transit or 0,
-                              _to_float(d["bw"][k]), _to_float(d["lpr"][k])))
+                              to_float(d["bw"][k]), to_float(d["lpr"][k])))
             pkt = pkts[k]
             if pkt is not None and d["count"][k] is not None:
                 packets.append((step_nos[k], op, transport, round(pkt * COMM_MB), int(float(d["count"][k])),
-                                _ms_ns(d["total"][k]) or 0))
+                                ms_ns(d["total"][k]) or 0))
         if bands:
             t.extend("comm_bandwidth", dict(zip(("step", "op_name", "group_name", "transport", "size_bytes",
                                                  "transit_ns", "bandwidth_gbps", "large_packet_ratio"),
@@ -151,19 +151,19 @@ class AnalysisTables(ReaderBase):
             "op": ("hccl_op_name",), "group": ("group_name",), "src": ("src_rank",), "dst": ("dst_rank",),
             "transport": ("transport_type",), "size": ("transit_size",), "time": ("transit_time",),
             "bw": ("bandwidth",), "step": ("step",)})
-        src, dst = _mapped(d["src"], _rank_or_none), _mapped(d["dst"], _rank_or_none)  # (TEXT columns)
+        src, dst = mapped(d["src"], rank_or_none), mapped(d["dst"], rank_or_none)  # (TEXT columns)
         keep = [a is not None and b is not None for a, b in zip(src, dst, strict=True)]
         if not all(keep):
             d = {c: list(itertools.compress(v, keep)) for c, v in d.items()}
             src, dst = list(itertools.compress(src, keep)), list(itertools.compress(dst, keep))
         if src:
             t.extend("links", {
-                "step": _mapped(d["step"], _step_number), "op_name": _mapped(d["op"], str),
-                "group_name": _mapped(d["group"], _group_id), "src_rank": src, "dst_rank": dst,
+                "step": mapped(d["step"], step_number), "op_name": mapped(d["op"], str),
+                "group_name": mapped(d["group"], group_id), "src_rank": src, "dst_rank": dst,
                 "transport": d["transport"],
-                "size_bytes": [None if f is None else round(f * COMM_MB) for f in _floats(d["size"])],
-                "transit_ns": _ms_ns_column(d["time"]),
-                "bandwidth_gbps": _floats(d["bw"])})
+                "size_bytes": [None if f is None else round(f * COMM_MB) for f in floats(d["size"])],
+                "transit_ns": ms_ns_column(d["time"]),
+                "bandwidth_gbps": floats(d["bw"])})
             t.has("comm_matrix")
 
     def _step_trace_time(self, adb: Db) -> None:
@@ -175,7 +175,7 @@ class AnalysisTables(ReaderBase):
                                         "bubble": ("bubble",), "prep": ("preparing",)})
 
         def us(v: Any) -> int | None:
-            f = _to_float(v)
+            f = to_float(v)
             return None if f is None else round(f * 1000)
 
         for k in range(len(d["step"])):

@@ -81,22 +81,22 @@ PIPE_RATIOS = ("aic_mac_ratio", "aic_scalar_ratio", "aic_mte1_ratio", "aic_mte2_
                "aiv_vec_ratio", "aiv_scalar_ratio", "aiv_mte2_ratio", "aiv_mte3_ratio")
 
 
-_DATA_WAIT_RE = re.compile(r"getnext|dequeue", re.I)
+DATA_WAIT_RE = re.compile(r"getnext|dequeue", re.I)
 
 
-_INIT_DATA_RE = re.compile(r"initdata", re.I)
+INIT_DATA_RE = re.compile(r"initdata", re.I)
 
 
 _DIGITS_RE = re.compile(r"(\d+)")
 
 
-_INT_OR_NONE = frozenset({int, type(None)})
+INT_OR_NONE = frozenset({int, type(None)})
 
 
-_STR_OR_NONE = frozenset({str, type(None)})
+STR_OR_NONE = frozenset({str, type(None)})
 
 
-_STEP_MSG_RE = re.compile(r"(?:ProfilerStep#|\bstep[\s_#:=-]*)(\d+)", re.I)
+STEP_MSG_RE = re.compile(r"(?:ProfilerStep#|\bstep[\s_#:=-]*)(\d+)", re.I)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -128,7 +128,7 @@ def _load_json(path: Path, tables: RankTables) -> Any:
         return None
 
 
-def _to_int(v: Any) -> int | None:
+def to_int(v: Any) -> int | None:
     if type(v) is int:  # INTEGER cells, most of them
         return v
     try:
@@ -142,12 +142,12 @@ def _to_int(v: Any) -> int | None:
 _RANK_SENTINELS = frozenset({-1, 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF})
 
 
-def _rank_or_none(v: Any) -> int | None:
-    r = _to_int(v)
+def rank_or_none(v: Any) -> int | None:
+    r = to_int(v)
     return None if r is None or r in _RANK_SENTINELS else r
 
 
-def _to_float(v: Any) -> float | None:
+def to_float(v: Any) -> float | None:
     if type(v) is float:  # REAL cells
         return v
     if type(v) is int:  # NUMERIC cells holding a whole number (float(str(v)) is the same float)
@@ -158,23 +158,23 @@ def _to_float(v: Any) -> float | None:
         return None
 
 
-def _floats(values: list[Any]) -> list[float | None]:
-    """`_to_float` of each value."""
-    return [v if type(v) is float else float(v) if type(v) is int else _to_float(v) for v in values]
+def floats(values: list[Any]) -> list[float | None]:
+    """`to_float` of each value."""
+    return [v if type(v) is float else float(v) if type(v) is int else to_float(v) for v in values]
 
 
-def _ms_ns(v: Any) -> int | None:
+def ms_ns(v: Any) -> int | None:
     """Milliseconds (REAL or text) -> integer ns."""
-    f = _to_float(v)
+    f = to_float(v)
     return None if f is None else round(f * 1_000_000)
 
 
-def _ms_ns_column(values: list[Any]) -> list[int | None]:
-    """`_ms_ns` of each value, a column at a time (`_floats`)."""
-    return [None if f is None else round(f * 1_000_000) for f in _floats(values)]
+def ms_ns_column(values: list[Any]) -> list[int | None]:
+    """`ms_ns` of each value, a column at a time (`floats`)."""
+    return [None if f is None else round(f * 1_000_000) for f in floats(values)]
 
 
-def _step_number(s: Any) -> int | None:
+def step_number(s: Any) -> int | None:
     """The step number in a step text ("step3", "3", 3), None when it has no digits."""
     m = _DIGITS_RE.search(str(s or ""))
     return int(m.group(1)) if m else None
@@ -201,7 +201,7 @@ def read_rank_meta(rank_dir: Path, tables: RankTables) -> RankMeta:
         meta.profiler_level = _enum_tail(exp.get("_profiler_level") or params.get("profiler_level"))
         ws = common.get("with_stack", params.get("with_stack"))
         meta.with_stack = bool(ws) if ws is not None else None
-        meta.world_size = _to_int(info.get("rank_size"))
+        meta.world_size = to_int(info.get("rank_size"))
     md_path = rank_dir / "profiler_metadata.json"
     if md_path.is_file() and isinstance(md := _load_json(md_path, tables), dict):
         meta.metadata = md
@@ -212,17 +212,17 @@ def read_rank_meta(rank_dir: Path, tables: RankTables) -> RankMeta:
             devs = di.get("DeviceInfo") or [{}]
             d0 = devs[0] if devs else {}
             meta.device_name = di.get("platform_version") or meta.device_name
-            meta.ai_core_num = _to_int(d0.get("ai_core_num"))
-            meta.aiv_num = _to_int(d0.get("aiv_num"))
-            meta.rated_freq_mhz = _to_float(d0.get("aic_frequency"))
-            meta.device_id = _to_int(d0.get("id"))
+            meta.ai_core_num = to_int(d0.get("ai_core_num"))
+            meta.aiv_num = to_int(d0.get("aiv_num"))
+            meta.rated_freq_mhz = to_float(d0.get("aic_frequency"))
+            meta.device_id = to_int(d0.get("id"))
             if meta.device_id is None and (m := re.search(r"device_(\d+)", str(dev_info.parent.name))):
                 meta.device_id = int(m.group(1))
             break
     return meta
 
 
-def _framework_category(name: str, api_type: str) -> str:
+def framework_category(name: str, api_type: str) -> str:
     """host_ops.category of a PYTORCH_API row (by ENUM_API_TYPE level, then by name)."""
     if api_type == "trace":
         return "python_function"

@@ -16,7 +16,7 @@ import pandas as pd
 from ...errors import ProfileError
 from ..ascend_common import group_hash
 from ..base import RankSource
-from .common import _INT_OR_NONE, _STR_OR_NONE, DB_RE, ENUM_DEFAULTS, OUTPUT_DIR
+from .common import DB_RE, ENUM_DEFAULTS, INT_OR_NONE, OUTPUT_DIR, STR_OR_NONE
 
 # --------------------------------------------------------------------------------------------------------
 # SQLite access
@@ -104,7 +104,7 @@ class Db:
 
     def texts(self, values: list[Any], post: Any = None) -> list[Any]:
         """`s` of each value (then `post` of it), once per distinct value: string ids repeat on every row."""
-        return _mapped(values, self.s if post is None else lambda v: post(self.s(v)))
+        return mapped(values, self.s if post is None else lambda v: post(self.s(v)))
 
     def enum(self, table: str) -> dict[int, str]:
         if table not in self._enums:
@@ -162,11 +162,11 @@ def find_db(src: RankSource) -> tuple[Path, Path, str]:
 # Helpers over arrays
 
 
-def _i64(values: list[Any]) -> pd.arrays.IntegerArray:
+def i64(values: list[Any]) -> pd.arrays.IntegerArray:
     return pd.array(values, dtype="Int64")
 
 
-def _assign_steps(t: np.ndarray, w0: np.ndarray, w1: np.ndarray, ids: np.ndarray) -> np.ndarray:
+def assign_steps(t: np.ndarray, w0: np.ndarray, w1: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """Step id of each time t: the window [w0, w1) containing it (windows sorted, disjoint), else -1."""
     if w0.size == 0 or t.size == 0:
         return np.full(t.shape, -1, dtype=np.int64)
@@ -176,7 +176,7 @@ def _assign_steps(t: np.ndarray, w0: np.ndarray, w1: np.ndarray, ids: np.ndarray
     return np.where(ok, ids[ic], -1)
 
 
-def _steps_or_na(a: np.ndarray) -> pd.arrays.IntegerArray:
+def steps_or_na(a: np.ndarray) -> pd.arrays.IntegerArray:
     return pd.array([None if x < 0 else int(x) for x in a], dtype="Int64")
 
 
@@ -203,26 +203,26 @@ def nesting_depth(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.nda
     return depth
 
 
-def _mapped(values: list[Any], fn: Any) -> list[Any]:
+def mapped(values: list[Any], fn: Any) -> list[Any]:
     """fn of each value, computed once per distinct value when they are all int / None or all str / None
     (mixed kinds are mapped one by one: 1 == 1.0 == True would share an entry)."""
     kinds = set(map(type, values))
-    if kinds <= _INT_OR_NONE or kinds <= _STR_OR_NONE:
+    if kinds <= INT_OR_NONE or kinds <= STR_OR_NONE:
         table = {v: fn(v) for v in set(values)}
         return list(map(table.__getitem__, values))
     return [fn(v) for v in values]
 
 
-def _group_id(g: Any) -> str | None:
+def group_id(g: Any) -> str | None:
     """The group id of a group name cell as communication*.json keys it (`group_hash`); None when empty."""
     return group_hash(str(g)) if g else None
 
 
-def _or_empty(v: str | None) -> str:
+def or_empty(v: str | None) -> str:
     return v or ""
 
 
-def _clean_text(v: str | None) -> str | None:
+def clean_text(v: str | None) -> str | None:
     """Shapes/dtypes as torch_npu stores them ('4096,4000;\\r\\n1000'): one line, no CSV quotes."""
     if v is None:
         return None
@@ -234,7 +234,7 @@ def _clean_text(v: str | None) -> str | None:
 
 
 @dataclass
-class _Steps:
+class Steps:
     """Step windows (host), sorted by start; `first` = device start per step for derived steps."""
 
     ids: np.ndarray

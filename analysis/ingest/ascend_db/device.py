@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 
 from ..ascend_common import DTYPE_BYTES, collective_of
-from .common import PIPE_RATIOS, _rank_or_none, _to_int, db_task_category
-from .db import _assign_steps, _clean_text, _group_id, _i64, _mapped, _or_empty, _Steps, _steps_or_na
+from .common import PIPE_RATIOS, db_task_category, rank_or_none, to_int
+from .db import Steps, assign_steps, clean_text, group_id, i64, mapped, or_empty, steps_or_na
 from .reader_base import ReaderBase
 
 
@@ -48,7 +48,7 @@ class DeviceTables(ReaderBase):
         for k in ("name", "op_type", "task_type", "op_state", "input_shapes", "input_dtypes", "input_formats",
                   "output_shapes", "output_dtypes"):
             if k in df:
-                df[k] = db.texts(df[k].tolist(), _clean_text)
+                df[k] = db.texts(df[k].tolist(), clean_text)
             else:
                 df[k] = None
         for k in ("block_dim", "mix_block_dim"):
@@ -94,9 +94,9 @@ class DeviceTables(ReaderBase):
             return None      # a single-card run has no collectives: nothing to say
         dtypes = db.enum("ENUM_HCCL_DATA_TYPE")
         df = pd.DataFrame({k: pd.Series(v, dtype=object) for k, v in d.items()})
-        df["name"] = db.texts(d["name"], _or_empty)
+        df["name"] = db.texts(d["name"], or_empty)
         df["op_type_raw"] = db.texts(d["op_type"])
-        df["group"] = db.texts(d["group"], _group_id)
+        df["group"] = db.texts(d["group"], group_id)
         df["dtype"] = [dtypes.get(x) if isinstance(x, int) else db.s(x) for x in d["dtype"]]
         df["size"] = [c * DTYPE_BYTES[t] if isinstance(c, int) and t in DTYPE_BYTES else None
                       for c, t in zip(d["count"], df["dtype"], strict=False)]
@@ -125,9 +125,9 @@ class DeviceTables(ReaderBase):
             if k not in df:
                 df[k] = None
         tr, lk = db.enum("ENUM_HCCL_TRANSPORT_TYPE"), db.enum("ENUM_HCCL_LINK_TYPE")
-        df["name"] = db.texts(df["name"].tolist(), _or_empty)
-        df["transport"] = _mapped(df["transport"].tolist(), lambda x: tr.get(x) if isinstance(x, int) else db.s(x))
-        df["link"] = _mapped(df["link"].tolist(), lambda x: lk.get(x) if isinstance(x, int) else db.s(x))
+        df["name"] = db.texts(df["name"].tolist(), or_empty)
+        df["transport"] = mapped(df["transport"].tolist(), lambda x: tr.get(x) if isinstance(x, int) else db.s(x))
+        df["link"] = mapped(df["link"].tolist(), lambda x: lk.get(x) if isinstance(x, int) else db.s(x))
         op_names = dict(zip(comm["op_id"], comm["name"], strict=False)) if comm is not None else {}
         df["op_name"] = [op_names.get(o) for o in df["op_id"]]
         return df
@@ -143,7 +143,7 @@ class DeviceTables(ReaderBase):
         if not d["start"]:
             return None
         df = pd.DataFrame({k: pd.Series(v, dtype=object) for k, v in d.items()})
-        df["task_type"] = db.texts(d["rt_type"], _or_empty)
+        df["task_type"] = db.texts(d["rt_type"], or_empty)
         df["name"] = df["task_type"]
         memcpy: dict[int, int] = {}
         if db.has("MEMCPY_INFO") and {"globalTaskId", "size"} <= db.tables["MEMCPY_INFO"]:
@@ -154,14 +154,14 @@ class DeviceTables(ReaderBase):
                                                                                   strict=False)]
         return df
 
-    def _step_of_tasks(self, df: pd.DataFrame, steps: _Steps, conn_start: dict[Any, int]) -> np.ndarray:
+    def _step_of_tasks(self, df: pd.DataFrame, steps: Steps, conn_start: dict[Any, int]) -> np.ndarray:
         start = df["start"].to_numpy(np.int64)
         if steps.how not in ("STEP_TIME", "MSTX") or not conn_start:
-            return _assign_steps(start, steps.start, steps.end, steps.ids)
+            return assign_steps(start, steps.start, steps.end, steps.ids)
         host = np.array([conn_start.get(c, s) if c is not None else s for c, s in
                          zip(df["conn"], start, strict=False)], dtype=np.int64)
-        by_host = _assign_steps(host, steps.start, steps.end, steps.ids)
-        by_dev = _assign_steps(start, steps.start, steps.end, steps.ids)
+        by_host = assign_steps(host, steps.start, steps.end, steps.ids)
+        by_dev = assign_steps(start, steps.start, steps.end, steps.ids)
         return np.where(by_host >= 0, by_host, by_dev)
 
     def _emit_compute(self, df: pd.DataFrame | None) -> None:
@@ -170,14 +170,14 @@ class DeviceTables(ReaderBase):
         t = self.t
         start = df["start"].astype("int64")
         self._extend("device_ops", {
-            "step": _steps_or_na(df["step"].to_numpy()), "name": df["name"].tolist(),
+            "step": steps_or_na(df["step"].to_numpy()), "name": df["name"].tolist(),
             "op_type": df["op_type"].tolist(), "category": ["compute"] * len(df),
             "task_type": df["task_type"].tolist(),
-            "stream_id": _i64(df["stream"].tolist() if "stream" in df else [None] * len(df)),
-            "start_ns": _i64(start.tolist()), "dur_ns": _i64((df["end"].astype("int64") - start).tolist()),
+            "stream_id": i64(df["stream"].tolist() if "stream" in df else [None] * len(df)),
+            "start_ns": i64(start.tolist()), "dur_ns": i64((df["end"].astype("int64") - start).tolist()),
             "correlation_id": self._ids(df["conn"].tolist() if "conn" in df else [None] * len(df)),
-            "block_dim": _i64([_to_int(x) for x in df["block_dim"]]),
-            "mix_block_dim": _i64([_to_int(x) for x in df["mix_block_dim"]]),
+            "block_dim": i64([to_int(x) for x in df["block_dim"]]),
+            "mix_block_dim": i64([to_int(x) for x in df["mix_block_dim"]]),
             "op_state": df["op_state"].tolist(), "input_shapes": df["input_shapes"].tolist(),
             "input_dtypes": df["input_dtypes"].tolist(), "input_formats": df["input_formats"].tolist(),
             "output_shapes": df["output_shapes"].tolist(), "output_dtypes": df["output_dtypes"].tolist(),
@@ -198,11 +198,11 @@ class DeviceTables(ReaderBase):
             return
         start = df["start"].astype("int64")
         self._extend("device_ops", {
-            "step": _steps_or_na(df["step"].to_numpy()), "name": df["name"].tolist(),
+            "step": steps_or_na(df["step"].to_numpy()), "name": df["name"].tolist(),
             "category": df["category"].tolist(), "task_type": df["task_type"].tolist(),
-            "stream_id": _i64(df["stream"].tolist()), "start_ns": _i64(start.tolist()),
-            "dur_ns": _i64((df["end"].astype("int64") - start).tolist()),
-            "correlation_id": self._ids(df["conn"].tolist()), "size_bytes": _i64(df["size"].tolist()),
+            "stream_id": i64(df["stream"].tolist()), "start_ns": i64(start.tolist()),
+            "dur_ns": i64((df["end"].astype("int64") - start).tolist()),
+            "correlation_id": self._ids(df["conn"].tolist()), "size_bytes": i64(df["size"].tolist()),
         })
 
     def _emit_comm(self, comm: pd.DataFrame | None, sub: pd.DataFrame | None) -> None:
@@ -210,12 +210,12 @@ class DeviceTables(ReaderBase):
         if comm is not None:
             start = comm["start"].astype("int64")
             dur = comm["end"].astype("int64") - start
-            steps = _steps_or_na(comm["step"].to_numpy())
+            steps = steps_or_na(comm["step"].to_numpy())
             self._extend("device_ops", {
                 "step": steps, "name": comm["name"].tolist(), "op_type": comm["op_type_raw"].tolist(),
                 "category": ["communication"] * len(comm), "task_type": ["HCCL"] * len(comm),
-                "start_ns": _i64(start.tolist()), "dur_ns": _i64(dur.tolist()),
-                "correlation_id": self._ids(comm["conn"].tolist()), "size_bytes": _i64(comm["size"].tolist()),
+                "start_ns": i64(start.tolist()), "dur_ns": i64(dur.tolist()),
+                "correlation_id": self._ids(comm["conn"].tolist()), "size_bytes": i64(comm["size"].tolist()),
                 "collective": comm["collective"].tolist(), "group_name": comm["group"].tolist(),
             })
             # op names repeat every step: the analyzer rows are matched on (name, group) + nearest start
@@ -227,8 +227,8 @@ class DeviceTables(ReaderBase):
             self.comm_extra: dict[int, dict[str, int | None]] = {}
             self.comm_rows = {
                 "step": steps, "name": comm["name"].tolist(), "op_type": comm["collective"].tolist(),
-                "group_name": comm["group"].tolist(), "start_ns": _i64(start.tolist()),
-                "elapse_ns": _i64(dur.tolist()), "size_bytes": _i64(comm["size"].tolist()),
+                "group_name": comm["group"].tolist(), "start_ns": i64(start.tolist()),
+                "elapse_ns": i64(dur.tolist()), "size_bytes": i64(comm["size"].tolist()),
             }
             t.has("comm_ops")
         if sub is not None:
@@ -236,11 +236,11 @@ class DeviceTables(ReaderBase):
             bw = [float(b) / 1e9 if b is not None else None for b in sub["bw"]]  # B/s -> GB/s (= bytes/ns)
             t.extend("comm_tasks", {
                 # without COMMUNICATION_OP (a raw msprof DB) the tasks have no op and so no step
-                "step": _steps_or_na(sub["step"].to_numpy()) if "step" in sub else _i64([None] * len(sub)),
+                "step": steps_or_na(sub["step"].to_numpy()) if "step" in sub else i64([None] * len(sub)),
                 "op_name": sub["op_name"].tolist(), "name": sub["name"].tolist(),
-                "start_ns": _i64(start.tolist()), "dur_ns": _i64((sub["end"].astype("int64") - start).tolist()),
-                "size_bytes": _i64(_mapped(sub["size"].tolist(), _to_int)), "transport": sub["transport"].tolist(),
-                "link_type": sub["link"].tolist(), "src_rank": _i64(_mapped(sub["src"].tolist(), _rank_or_none)),
-                "dst_rank": _i64(_mapped(sub["dst"].tolist(), _rank_or_none)), "bandwidth_gbps": bw,
+                "start_ns": i64(start.tolist()), "dur_ns": i64((sub["end"].astype("int64") - start).tolist()),
+                "size_bytes": i64(mapped(sub["size"].tolist(), to_int)), "transport": sub["transport"].tolist(),
+                "link_type": sub["link"].tolist(), "src_rank": i64(mapped(sub["src"].tolist(), rank_or_none)),
+                "dst_rank": i64(mapped(sub["dst"].tolist(), rank_or_none)), "bandwidth_gbps": bw,
             })
             t.has("comm_tasks")

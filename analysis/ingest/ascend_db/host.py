@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 
 from ..ascend_common import group_hash
-from .common import API_PREFIX, RankMeta, _framework_category, _to_int
-from .db import _assign_steps, _clean_text, _i64, _or_empty, _Steps, _steps_or_na, nesting_depth
+from .common import API_PREFIX, RankMeta, framework_category, to_int
+from .db import Steps, assign_steps, clean_text, i64, nesting_depth, or_empty, steps_or_na
 from .reader_base import ReaderBase
 
 
@@ -53,7 +53,7 @@ class HostTables(ReaderBase):
         pgi = md.get("parallel_group_info")
         if isinstance(pgi, dict):
             groups = {group_hash(str(name)): {"group_name": str(name), "pg_name": g.get("group_name"),
-                                              "global_ranks": [r for r in (_to_int(x) for x in
+                                              "global_ranks": [r for r in (to_int(x) for x in
                                                                            g.get("global_ranks") or [])
                                                                if r is not None]}
                       for name, g in pgi.items() if isinstance(g, dict)}
@@ -65,7 +65,7 @@ class HostTables(ReaderBase):
         if meta.world_size is None:
             da = md.get("distributed_args")
             if isinstance(da, dict):
-                meta.world_size = _to_int(da.get("world_size"))
+                meta.world_size = to_int(da.get("world_size"))
 
     # ---- CANN API -------------------------------------------------------------------------------------
     def _cann_api(self) -> dict[str, list[Any]] | None:
@@ -97,23 +97,23 @@ class HostTables(ReaderBase):
                     f"SELECT DISTINCT connectionId FROM {table} WHERE connectionId IS NOT NULL"))
         return out
 
-    def _emit_cann(self, d: dict[str, list[Any]], steps: _Steps, dev_conns: set[int]) -> None:
+    def _emit_cann(self, d: dict[str, list[Any]], steps: Steps, dev_conns: set[int]) -> None:
         start = np.array(d["start"], dtype=np.int64)
         end = np.array(d["end"], dtype=np.int64)
         gtid = np.array([x or 0 for x in d["tid"]], dtype=np.int64)
         tid = gtid & 0xFFFFFFFF
         self._extend("host_ops", {
-            "step": _steps_or_na(_assign_steps(start, steps.start, steps.end, steps.ids)),
-            "name": d["name"], "category": ["cann"] * start.size, "tid": _i64(tid.tolist()),
-            "start_ns": _i64(start.tolist()), "dur_ns": _i64((end - start).tolist()),
+            "step": steps_or_na(assign_steps(start, steps.start, steps.end, steps.ids)),
+            "name": d["name"], "category": ["cann"] * start.size, "tid": i64(tid.tolist()),
+            "start_ns": i64(start.tolist()), "dur_ns": i64((end - start).tolist()),
             "correlation_id": self._ids([c if c in dev_conns else None for c in d["conn"]]),
-            "depth": _i64(nesting_depth(gtid, start, end).tolist()),
+            "depth": i64(nesting_depth(gtid, start, end).tolist()),
         })
         self.t.has("host_ops", "cann_api")
         if any(c in dev_conns for c in d["conn"]):
             self.t.has("correlation")
 
-    def _framework_and_gc(self, steps: _Steps, dev_conns: set[int]) -> None:
+    def _framework_and_gc(self, steps: Steps, dev_conns: set[int]) -> None:
         """PYTORCH_API and GC_RECORD -> host_ops; depth over both (one Python thread, as in the trace)."""
         parts = [p for p in (self._pytorch_api(dev_conns), self._gc()) if p is not None]
         if not parts:
@@ -125,10 +125,10 @@ class HostTables(ReaderBase):
         end = np.array(cols.pop("end"), dtype=np.int64)
         gtid = np.array(cols.pop("gtid"), dtype=np.int64)
         self._extend("host_ops", {
-            **cols, "step": _steps_or_na(_assign_steps(start, steps.start, steps.end, steps.ids)),
-            "tid": _i64((gtid & 0xFFFFFFFF).tolist()), "start_ns": _i64(start.tolist()),
-            "dur_ns": _i64((end - start).tolist()), "correlation_id": self._ids(cols["correlation_id"]),
-            "depth": _i64(nesting_depth(gtid, start, end).tolist()),
+            **cols, "step": steps_or_na(assign_steps(start, steps.start, steps.end, steps.ids)),
+            "tid": i64((gtid & 0xFFFFFFFF).tolist()), "start_ns": i64(start.tolist()),
+            "dur_ns": i64((end - start).tolist()), "correlation_id": self._ids(cols["correlation_id"]),
+            "depth": i64(nesting_depth(gtid, start, end).tolist()),
         })
 
     def _pytorch_api(self, dev_conns: set[int]) -> dict[str, list[Any]] | None:
@@ -147,8 +147,8 @@ class HostTables(ReaderBase):
             self.warn(f"PYTORCH_API: {len(d['start']) - len(keep)} rows without start/end skipped")
             d = {k: [v[i] for i in keep] for k, v in d.items()}
         types = db.enum("ENUM_API_TYPE")
-        names = db.texts(d["name"], _or_empty)
-        cats = [_framework_category(nm, types.get(ty, "") if ty is not None else "")
+        names = db.texts(d["name"], or_empty)
+        cats = [framework_category(nm, types.get(ty, "") if ty is not None else "")
                 for nm, ty in zip(names, d["type"], strict=False)]
         # connectionId -> CONNECTION_IDS rows; the first one that reaches a device task is the launch link
         # (ProfilerStep annotations never take one, as in the text export)
@@ -174,7 +174,7 @@ class HostTables(ReaderBase):
             # PYTORCH_API times are TEXT columns in torch_npu's schema: int() keeps them exact
             "start": [int(x) for x in d["start"]], "end": [int(x) for x in d["end"]],
             "gtid": [x or 0 for x in d["tid"]], "name": names, "category": cats, "correlation_id": corr,
-            "input_dims": db.texts(d["shapes"], _clean_text), "input_types": db.texts(d["dtypes"], _clean_text),
+            "input_dims": db.texts(d["shapes"], clean_text), "input_types": db.texts(d["dtypes"], clean_text),
             "call_stack": [stacks.get(c) if c is not None else None for c in d["chain"]],
         }
 
@@ -194,7 +194,7 @@ class HostTables(ReaderBase):
     def _freq(self) -> None:
         d = self.db.fetch("AICORE_FREQ", {"ts": ("timestampNs",), "freq": ("freq",)}, order="ORDER BY 1")
         if d["ts"]:
-            self.t.extend("freq_samples", {"ts_ns": _i64(d["ts"]), "freq_mhz": [float(f) for f in d["freq"]]})
+            self.t.extend("freq_samples", {"ts_ns": i64(d["ts"]), "freq_mhz": [float(f) for f in d["freq"]]})
             self.t.has("freq")
 
     def _memory(self) -> None:
@@ -204,9 +204,9 @@ class HostTables(ReaderBase):
                                        "act": ("totalActive",)}, order="ORDER BY 2")
         if d["ts"]:
             self.t.extend("memory_records", {
-                "ts_ns": _i64(d["ts"]), "component": [db.s(c) for c in d["component"]],
-                "allocated_bytes": _i64(d["alloc"]), "reserved_bytes": _i64(d["res"]),
-                "active_bytes": _i64(d["act"])})
+                "ts_ns": i64(d["ts"]), "component": [db.s(c) for c in d["component"]],
+                "allocated_bytes": i64(d["alloc"]), "reserved_bytes": i64(d["res"]),
+                "active_bytes": i64(d["act"])})
             self.t.has("memory")
 
     def _ranks_row(self, meta: RankMeta) -> None:

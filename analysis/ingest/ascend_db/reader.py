@@ -18,7 +18,7 @@ from .common import (
     TEXT_DELIVERABLES,
     read_rank_meta,
 )
-from .db import Db, _assign_steps, find_db, open_ro
+from .db import Db, assign_steps, find_db, open_ro
 from .device import DeviceTables
 from .host import HostTables
 from .steps import StepTables
@@ -102,7 +102,7 @@ class DbReader(HostTables, DeviceTables, StepTables, AnalysisTables):
             if df is not None:
                 df["step"] = self._step_of_tasks(df, steps, conn_start)
         if comm is not None:
-            comm["step"] = _assign_steps(comm["start"].to_numpy(np.int64), steps.start, steps.end, steps.ids)
+            comm["step"] = assign_steps(comm["start"].to_numpy(np.int64), steps.start, steps.end, steps.ids)
         if sub is not None and comm is not None:
             step_by_op = dict(zip(comm["op_id"], comm["step"], strict=False))
             sub["step"] = np.array([step_by_op.get(o, -1) if o is not None else -1 for o in sub["op_id"]],

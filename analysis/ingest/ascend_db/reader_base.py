@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ..base import RankSource, RankTables
-from .db import Db, _i64
+from .db import Db, i64
 
 
 class ReaderBase:
@@ -51,4 +51,4 @@ class ReaderBase:
                 out.append(int(v))
             else:
                 out.append(self.opaque.setdefault(str(v), -1 - len(self.opaque)))
-        return _i64(out)
+        return i64(out)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .common import _DATA_WAIT_RE, _INIT_DATA_RE, _STEP_MSG_RE
-from .db import _Steps
+from .common import DATA_WAIT_RE, INIT_DATA_RE, STEP_MSG_RE
+from .db import Steps
 from .reader_base import ReaderBase
 
 
@@ -14,9 +14,9 @@ class StepTables(ReaderBase):
     """Reads or derives the steps of an export."""
 
     # ---- framework side (torch_npu) -------------------------------------------------------------------
-    def _step_time(self) -> _Steps:
+    def _step_time(self) -> Steps:
         db = self.db
-        empty = _Steps(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64), "")
+        empty = Steps(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64), "")
         if not db.has("STEP_TIME"):
             return empty
         d = db.fetch("STEP_TIME", {"id": ("id",), "start": ("startNs",), "end": ("endNs",)}, order="ORDER BY 2")
@@ -25,16 +25,16 @@ class StepTables(ReaderBase):
         if not rows:
             return empty
         ids, st, en = (np.array(c, dtype=np.int64) for c in zip(*rows, strict=False))
-        return _Steps(ids, st, en, "STEP_TIME")
+        return Steps(ids, st, en, "STEP_TIME")
 
     # ---- MindSpore: steps without STEP_TIME --------------------------------------------------------------
     def _derive_steps(self, compute: pd.DataFrame | None, comm: pd.DataFrame | None,
-                      other: pd.DataFrame | None) -> _Steps:
+                      other: pd.DataFrame | None) -> Steps:
         db = self.db
         parts = [d[["start", "end"]] for d in (compute, comm, other) if d is not None and len(d)]
         if not parts:
             self.warn("no STEP_TIME and no device tasks: no steps")
-            return _Steps(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64), "")
+            return Steps(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64), "")
         allt = pd.concat(parts, ignore_index=True)
         t0 = int(allt["start"].astype("int64").min())
         t1 = int(allt["end"].astype("int64").max())
@@ -45,14 +45,14 @@ class StepTables(ReaderBase):
             d = db.fetch("MSTX_EVENTS", {"start": ("startNs",), "end": ("endNs",), "msg": ("message",)})
             win = []
             for s, e, m in zip(d["start"], d["end"], d["msg"], strict=False):
-                mm = _STEP_MSG_RE.search(db.s(m) or "")
+                mm = STEP_MSG_RE.search(db.s(m) or "")
                 if mm and s is not None and e is not None and e > s:
                     win.append((int(mm.group(1)), int(s), int(e)))
             if win:
                 win.sort(key=lambda w: w[1])
                 ids, st, en = (np.array(c, dtype=np.int64) for c in zip(*win, strict=False))
                 self.warn(f"{what}: steps are the {len(win)} MSTX ranges that name a step")
-                return _Steps(ids, st, en, "MSTX")
+                return Steps(ids, st, en, "MSTX")
         # (b) and (c) rely on graph-mode repetition: MindSpore only; torch_npu without steps gets (d)
         if self.framework == "mindspore" and compute is not None and len(compute):
             seq = compute.sort_values("start", kind="stable")
@@ -60,7 +60,7 @@ class StepTables(ReaderBase):
             starts = seq["start"].astype("int64").to_numpy()
             # (b) repetition of the first kernel (a leading InitDataSetQueue skipped)
             k0 = 0
-            while k0 < len(names) and _INIT_DATA_RE.search(names[k0] or ""):
+            while k0 < len(names) and INIT_DATA_RE.search(names[k0] or ""):
                 k0 += 1
             if k0 < len(names):
                 first = names[k0]
@@ -70,7 +70,7 @@ class StepTables(ReaderBase):
                               f"'{first}' (MindSpore 2.x timeline rule)")
                     return self._steps_from_starts(starts[occ], seq, allt, "repetition")
             # (c) GetNext / dequeue tasks of sink mode
-            occ = [i for i, n in enumerate(names) if _DATA_WAIT_RE.search(n or "")]
+            occ = [i for i, n in enumerate(names) if DATA_WAIT_RE.search(n or "")]
             if len(occ) >= 2:
                 self.warn(f"{what}: {len(occ)} steps derived from the GetNext/dequeue tasks (sink mode)")
                 return self._steps_from_starts(starts[occ], seq, allt, "getnext")
@@ -80,10 +80,10 @@ class StepTables(ReaderBase):
             if d["s"] and d["s"][0] is not None and d["e"][0] is not None:
                 t0, t1 = min(t0, int(d["s"][0])), max(t1, int(d["e"][0]))
         self.warn(f"{what}: no step markers found; the whole collection is one step 0")
-        return _Steps(np.array([0]), np.array([t0]), np.array([t1]), "whole")
+        return Steps(np.array([0]), np.array([t0]), np.array([t1]), "whole")
 
     @staticmethod
-    def _steps_from_starts(bounds: np.ndarray, compute: pd.DataFrame, allt: pd.DataFrame, how: str) -> _Steps:
+    def _steps_from_starts(bounds: np.ndarray, compute: pd.DataFrame, allt: pd.DataFrame, how: str) -> Steps:
         """Steps cut at `bounds` (start ns of each step's first kernel) over every device task.
 
         Step k holds the tasks (compute, collectives, others) starting in [bounds[k], bounds[k+1]); it ends at
@@ -100,17 +100,17 @@ class StepTables(ReaderBase):
         np.maximum.at(last, seg[ok], en[ok])
         cst = compute["start"].astype("int64").to_numpy()
         names = compute["name"].fillna("").astype(str)
-        fetch = (names.str.contains(_DATA_WAIT_RE) | names.str.contains(_INIT_DATA_RE)).to_numpy()
+        fetch = (names.str.contains(DATA_WAIT_RE) | names.str.contains(INIT_DATA_RE)).to_numpy()
         cseg = np.searchsorted(bounds, cst, side="right") - 1
         first = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
         okc = (cseg >= 0) & ~fetch
         np.minimum.at(first, cseg[okc], cst[okc])
         first = np.where(first == np.iinfo(np.int64).max, bounds, first)
         win0 = np.concatenate(([bounds[0]], last[:-1]))
-        return _Steps(np.arange(1, n + 1, dtype=np.int64), win0, last, how, first)
+        return Steps(np.arange(1, n + 1, dtype=np.int64), win0, last, how, first)
 
     # ---- emit -----------------------------------------------------------------------------------------
-    def _emit_steps(self, steps: _Steps, comp: pd.DataFrame | None, devs: list[pd.DataFrame],
+    def _emit_steps(self, steps: Steps, comp: pd.DataFrame | None, devs: list[pd.DataFrame],
                     phases_done: set[str]) -> None:
         t = self.t
         if steps.empty:
@@ -134,7 +134,7 @@ class StepTables(ReaderBase):
                     t.add("step_phases", step=int(steps.ids[k]), phase="iteration_interval",
                           dur_ns=int(dev_first[k] - steps.start[k]))
             if comp is not None and "data_wait" not in phases_done:
-                waits = comp[comp["name"].fillna("").str.contains(_DATA_WAIT_RE) & (comp["step"] >= 0)]
+                waits = comp[comp["name"].fillna("").str.contains(DATA_WAIT_RE) & (comp["step"] >= 0)]
                 if len(waits):
                     dur = (waits["end"].astype("int64") - waits["start"].astype("int64"))
                     for s, v in dur.groupby(waits["step"]).sum().items():

@@ -14,21 +14,21 @@ import numpy as np
 
 from ..ascend_common import collective_of
 from .common import COMM_MB_BYTES
-from .frames import _objects, _step_number
+from .frames import objects, step_number
 from .numbers import (
-    _I64_MAX,
-    _I64_MIN,
-    _JSON_NUMBER_RE,
-    _dec_floats,
-    _i64,
-    _int32,
-    _int_array,
-    _ma,
-    _NumbersAsText,
-    _scaled_column,
-    _scaled_i64,
+    I64_MAX,
+    I64_MIN,
+    JSON_NUMBER_RE,
+    NumbersAsText,
+    dec_floats,
+    i64,
+    int32,
+    int_array,
+    ma,
+    scaled_column,
+    scaled_i64,
 )
-from .trace_events import _FLOAT_OR_NONE, _STR_OR_NONE, _text
+from .trace_events import FLOAT_OR_NONE, STR_OR_NONE, text_or_none
 
 # communication*.json entries, decoded into structs with only the keys this reader uses (see `_comm_json`).
 # The typed decoding reads ms / MB / GB/s numbers as floats: msgspec rounds correctly, as float(text) and
@@ -60,7 +60,7 @@ class _OpInfo(msgspec.Struct, gc=False):
     bands: dict[str, _Band] | None = msgspec.field(default=None, name="Communication Bandwidth Info")
 
 
-class _Link(msgspec.Struct, gc=False):
+class Link(msgspec.Struct, gc=False):
     op_name: Any = msgspec.field(default=None, name="Op Name")
     transport: Any = msgspec.field(default=None, name="Transport Type")
     size: float | None = msgspec.field(default=None, name="Transit Size(MB)")
@@ -72,10 +72,10 @@ _NO_TIME_INFO = _TimeInfo()
 
 
 # step -> kind -> op -> entry
-_COMM_TYPED = msgspec.json.Decoder(dict[str, dict[str, dict[str, _OpInfo]]], float_hook=str)
+COMM_TYPED = msgspec.json.Decoder(dict[str, dict[str, dict[str, _OpInfo]]], float_hook=str)
 
 
-_MATRIX_TYPED = msgspec.json.Decoder(dict[str, dict[str, dict[str, dict[str, _Link]]]], float_hook=str)
+MATRIX_TYPED = msgspec.json.Decoder(dict[str, dict[str, dict[str, dict[str, Link]]]], float_hook=str)
 
 
 @dataclass
@@ -84,7 +84,7 @@ class CommRows:
     an op's bandwidth object and per packet bucket of a transport's "Size Distribution", in file order.
     Numbers not yet converted are raw: decoded as floats (the typed decodings) float lists (None: null)
     or float64 arrays (NaN: null), decoded as text lists of their text. Converted ones are exact ints
-    within int64 (`_scaled_i64`): nullable int64 arrays, or lists of ints and None."""
+    within int64 (`scaled_i64`): nullable int64 arrays, or lists of ints and None."""
     step: list[int | None]
     name: list[str]
     group: list[str | None]
@@ -112,7 +112,7 @@ def _comm_gather(data: dict[str, Any], exact: bool, typed: bool) -> CommRows | N
     ops: list[tuple[Any, ...]] = []
     band_ops: list[int] = []                   # the ops (index in ops) with a bandwidth object, and it
     band_infos: list[dict[str, _Band]] = []
-    for step, op_key, info in _step_ops(data):
+    for step, op_key, info in step_ops(data):
         if op_key == "Total Op Info":
             continue
         name, _, group = str(op_key).partition("@")
@@ -149,15 +149,15 @@ def _comm_gather(data: dict[str, Any], exact: bool, typed: bool) -> CommRows | N
             packets += [(j, packet, ct[0], ct[1]) for packet, ct in b.distribution.items()
                         if isinstance(ct, list) and len(ct) >= 2]
     p_band, p_packet, p_count, p_total = map(list, zip(*packets, strict=True)) if packets else ([], [], [], [])
-    return CommRows(step, name, group, _scaled_i64(start, 1000, 3), elapse, transit, wait, sync, idle,
+    return CommRows(step, name, group, scaled_i64(start, 1000, 3), elapse, transit, wait, sync, idle,
                     np.repeat(np.array(band_ops, dtype=np.int64), list(map(len, band_infos))),
                     list(itertools.chain.from_iterable(band_infos)), [b.size for b in infos],
                     [b.transit for b in infos], [b.bandwidth for b in infos],
                     [b.large_packet_ratio for b in infos], np.array(p_band, dtype=np.int64), p_packet,
-                    _scaled_i64(p_count, 1, 0), _scaled_i64(p_total, 1_000_000, 6))
+                    scaled_i64(p_count, 1, 0), scaled_i64(p_total, 1_000_000, 6))
 
 
-def _comm_json_columns(data: dict[str, Any], exact: bool, typed: bool) -> tuple[
+def comm_json_columns(data: dict[str, Any], exact: bool, typed: bool) -> tuple[
         dict[str, Any] | None, dict[str, Any] | None, dict[str, Any] | None, int]:
     """`comm_rows_columns` of `_comm_gather`."""
     rows = _comm_gather(data, exact, typed)
@@ -205,7 +205,7 @@ def _bytes_moved(n_ops: int, ops_of: np.ndarray, names: list[str], sizes: Any) -
         moved = np.where(has[:, 0], sdma, hccs + pcie + sio) + rdma
         mask = np.ones(n_ops, dtype=bool)
         mask[ops_of] = False
-        return _ma(np.where(mask, 1, moved), mask)
+        return ma(np.where(mask, 1, moved), mask)
     by_op: dict[int, dict[str, int]] = {}
     for i, tname, size in zip(ops_of.tolist(), names, list(sizes), strict=True):
         by_op.setdefault(i, {})[tname.upper()] = size
@@ -215,7 +215,7 @@ def _bytes_moved(n_ops: int, ops_of: np.ndarray, names: list[str], sizes: Any) -
         if onnode is None:
             onnode = sum(by_name.get(k, 0) for k in ("HCCS", "PCIE", "SIO"))
         total = onnode + by_name.get("RDMA", 0)
-        out[i] = total if _I64_MIN <= total <= _I64_MAX else None
+        out[i] = total if I64_MIN <= total <= I64_MAX else None
     return out
 
 
@@ -226,16 +226,16 @@ def comm_rows_columns(rows: CommRows, typed: bool) -> tuple[
     An op needs Start Timestamp(us) and Elapse Time(ms); its bandwidth rows are the transports with a size
     or a time, its bytes moved come from those (`_bytes_moved`), and a packet bucket is kept when its
     transport row is, with a size, count and total. Raw numbers become exact integers here
-    (`_scaled_column`: floats raising `_NumbersAsText` when one cannot be shown exact, text through
-    `_scaled_i64`).
+    (`scaled_column`: floats raising `NumbersAsText` when one cannot be shown exact, text through
+    `scaled_i64`).
     """
     step, name, group = rows.step, rows.name, rows.group
     n_ops = len(step)
-    steps: Any = _int_array(step)
+    steps: Any = int_array(step)
     if steps is None:  # (a step number beyond int64: the column stays a list)
         steps = step
-    names, groups = _objects(name), _objects(group)
-    elapse = _scaled_column(rows.elapse, 1_000_000, 6, typed)
+    names, groups = objects(name), objects(group)
+    elapse = scaled_column(rows.elapse, 1_000_000, 6, typed)
     valid = ~_nulls_of(rows.start) & ~np.ma.getmaskarray(elapse)
     skipped = int(n_ops - valid.sum())
 
@@ -243,28 +243,28 @@ def comm_rows_columns(rows: CommRows, typed: bool) -> tuple[
     bands_out = packets_out = None
     if len(rows.b_name):
         of_op = rows.b_op
-        sizes = _scaled_column(rows.b_size, COMM_MB_BYTES, 6, typed)
-        times = _scaled_column(rows.b_transit, 1_000_000, 6, typed)
+        sizes = scaled_column(rows.b_size, COMM_MB_BYTES, 6, typed)
+        times = scaled_column(rows.b_transit, 1_000_000, 6, typed)
         sz, tm = np.ma.filled(sizes, 0), np.ma.filled(times, 0)
         kept = valid[of_op] & ((sz != 0) | (tm != 0))
         rws = np.flatnonzero(kept)
         if len(rws):
             ops_of = of_op[rws]
-            b_names = _objects(rows.b_name)
+            b_names = objects(rows.b_name)
             k_names = b_names[rws].tolist()
             moved = _bytes_moved(n_ops, ops_of, k_names, sz[rws])
             bw, lpr = _take(rows.b_bw, rws), _take(rows.b_lpr, rws)
             if not typed:
-                bw, lpr = _dec_floats(bw), _dec_floats(lpr)
+                bw, lpr = dec_floats(bw), dec_floats(lpr)
             no_null = np.zeros(len(rws), dtype=bool)
             bands_out = {"step": _take(steps, ops_of), "op_name": names[ops_of].tolist(),
                          "group_name": groups[ops_of].tolist(), "transport": k_names,
-                         "size_bytes": _ma(sz[rws], no_null), "transit_ns": _ma(tm[rws], no_null.copy()),
+                         "size_bytes": ma(sz[rws], no_null), "transit_ns": ma(tm[rws], no_null.copy()),
                          "bandwidth_gbps": _float_column(bw, known=True),
                          "large_packet_ratio": _float_column(lpr, known=True)}
             if len(rows.p_band):
                 distinct = list(dict.fromkeys(rows.p_packet))
-                table = dict(zip(distinct, _scaled_i64(distinct, COMM_MB_BYTES, 6), strict=True))
+                table = dict(zip(distinct, scaled_i64(distinct, COMM_MB_BYTES, 6), strict=True))
                 packet = [table[k] for k in rows.p_packet]
                 keep = kept[rows.p_band] & ~np.fromiter((v is None for v in packet), dtype=bool, count=len(packet)) \
                     & ~_nulls_of(rows.p_count) & ~_nulls_of(rows.p_total)
@@ -273,25 +273,25 @@ def comm_rows_columns(rows: CommRows, typed: bool) -> tuple[
                     p_op = of_op[rows.p_band[pk]]
                     packets_out = {"step": _take(steps, p_op), "op_name": names[p_op].tolist(),
                                    "transport": b_names[rows.p_band[pk]].tolist(),
-                                   "packet_bytes": _i64(_take(packet, pk)),
-                                   "count": _i64(_take(rows.p_count, pk)),
-                                   "total_ns": _i64(_take(rows.p_total, pk))}
+                                   "packet_bytes": i64(_take(packet, pk)),
+                                   "count": i64(_take(rows.p_count, pk)),
+                                   "total_ns": i64(_take(rows.p_total, pk))}
     ops_out = None
     if skipped < n_ops:
         keep_ops = np.flatnonzero(valid)
         if moved is None:
-            size = _ma(np.ones(len(keep_ops), dtype=np.int64), np.ones(len(keep_ops), dtype=bool))
+            size = ma(np.ones(len(keep_ops), dtype=np.int64), np.ones(len(keep_ops), dtype=bool))
         else:
-            size = _i64(_take(moved, keep_ops))
+            size = i64(_take(moved, keep_ops))
         kept_names = names[keep_ops].tolist()
         start = rows.start
-        ops_out = {"step": _int32(_take(step, keep_ops)), "name": kept_names,
+        ops_out = {"step": int32(_take(step, keep_ops)), "name": kept_names,
                    "op_type": [collective_of(n) for n in kept_names], "group_name": groups[keep_ops].tolist(),
-                   "start_ns": _i64(_take(start, keep_ops)), "elapse_ns": _i64(elapse[keep_ops]),
-                   "transit_ns": _scaled_column(_take(rows.transit, keep_ops), 1_000_000, 6, typed),
-                   "wait_ns": _scaled_column(_take(rows.wait, keep_ops), 1_000_000, 6, typed),
-                   "sync_ns": _scaled_column(_take(rows.sync, keep_ops), 1_000_000, 6, typed),
-                   "idle_ns": _scaled_column(_take(rows.idle, keep_ops), 1_000_000, 6, typed), "size_bytes": size}
+                   "start_ns": i64(_take(start, keep_ops)), "elapse_ns": i64(elapse[keep_ops]),
+                   "transit_ns": scaled_column(_take(rows.transit, keep_ops), 1_000_000, 6, typed),
+                   "wait_ns": scaled_column(_take(rows.wait, keep_ops), 1_000_000, 6, typed),
+                   "sync_ns": scaled_column(_take(rows.sync, keep_ops), 1_000_000, 6, typed),
+                   "idle_ns": scaled_column(_take(rows.idle, keep_ops), 1_000_000, 6, typed), "size_bytes": size}
     return ops_out, bands_out, packets_out, skipped
 
 
@@ -313,12 +313,12 @@ class MatrixRows:
 
 
 def _decimal_text(v: Any, exact: bool) -> str | None:
-    """`_text` of a value as the Decimal decoding gives it; `exact=False` (numbers decoded as text) raises
-    `_NumbersAsText` where that could differ: a numeral whose Decimal text is not itself, a list or object."""
+    """`text_or_none` of a value as the Decimal decoding gives it; `exact=False` (numbers decoded as text) raises
+    `NumbersAsText` where that could differ: a numeral whose Decimal text is not itself, a list or object."""
     if not exact and (isinstance(v, (list, dict)) or (
-            type(v) is str and _JSON_NUMBER_RE.fullmatch(v) and str(Decimal(v)) != v)):
-        raise _NumbersAsText
-    return _text(v)
+            type(v) is str and JSON_NUMBER_RE.fullmatch(v) and str(Decimal(v)) != v)):
+        raise NumbersAsText
+    return text_or_none(v)
 
 
 def _decimal_texts(values: Sequence[Any], exact: bool) -> list[str | None]:
@@ -328,7 +328,7 @@ def _decimal_texts(values: Sequence[Any], exact: bool) -> list[str | None]:
         distinct = set(values)
     except TypeError:  # a list or an object: _decimal_text() raises on it
         return [_decimal_text(v, exact) for v in values]
-    if _STR_OR_NONE.issuperset(map(type, distinct)):
+    if STR_OR_NONE.issuperset(map(type, distinct)):
         table = {v: _decimal_text(v, exact) for v in distinct}
         return list(map(table.__getitem__, values))
     return [_decimal_text(v, exact) for v in values]
@@ -336,7 +336,7 @@ def _decimal_texts(values: Sequence[Any], exact: bool) -> list[str | None]:
 
 def matrix_rows_columns(rows: MatrixRows, exact: bool, typed: bool) -> dict[str, Any]:
     """The links columns of communication_matrix.json's rows: Op Name (else the op key's name), transport
-    as text, MB and ms as exact integer bytes and ns (`_scaled_column`), GB/s as float. `exact`: strings
+    as text, MB and ms as exact integer bytes and ns (`scaled_column`), GB/s as float. `exact`: strings
     are the document's strings (the Decimal decoding, or a decoding that tells numbers from strings),
     else numbers decoded as text may hide among them (see `_decimal_text`)."""
     names, op_name = rows.names, rows.op_name
@@ -349,44 +349,44 @@ def matrix_rows_columns(rows: MatrixRows, exact: bool, typed: bool) -> dict[str,
         op_col = names
     else:
         op_col = [o or n for o, n in zip(_decimal_texts(op_name, exact), names, strict=True)]
-    step = _int_array(rows.op_steps)
+    step = int_array(rows.op_steps)
     counts = rows.op_links
     return {
-        "step": _ma(np.repeat(step._data, counts), np.repeat(step._mask, counts))
+        "step": ma(np.repeat(step._data, counts), np.repeat(step._mask, counts))
         if step is not None else [s for s, n in zip(rows.op_steps, counts, strict=True) for _ in range(n)],
         "op_name": op_col, "group_name": rows.groups, "src_rank": rows.src, "dst_rank": rows.dst,
         "transport": _decimal_texts(rows.transport, exact),
-        "size_bytes": _scaled_column(rows.size, COMM_MB_BYTES, 6, typed),
-        "transit_ns": _scaled_column(rows.transit, 1_000_000, 6, typed),
-        "bandwidth_gbps": _float_column(rows.bandwidth if typed else _dec_floats(rows.bandwidth), known=True),
+        "size_bytes": scaled_column(rows.size, COMM_MB_BYTES, 6, typed),
+        "transit_ns": scaled_column(rows.transit, 1_000_000, 6, typed),
+        "bandwidth_gbps": _float_column(rows.bandwidth if typed else dec_floats(rows.bandwidth), known=True),
     }
 
 
-def _int_pairs(pairs: list[tuple[int, int]]) -> tuple[np.ma.MaskedArray, np.ma.MaskedArray] | None:
+def int_pairs(pairs: list[tuple[int, int]]) -> tuple[np.ma.MaskedArray, np.ma.MaskedArray] | None:
     """The two int64 columns of (a, b) pairs of ints; None when a value is beyond int64."""
     try:
         a = np.fromiter(itertools.chain.from_iterable(pairs), dtype=np.int64, count=2 * len(pairs)).reshape(-1, 2)
     except OverflowError:
         return None
     no_null = np.zeros(len(a), dtype=bool)
-    return _ma(a[:, 0].copy(), no_null), _ma(a[:, 1].copy(), no_null.copy())
+    return ma(a[:, 0].copy(), no_null), ma(a[:, 1].copy(), no_null.copy())
 
 
 def _float_column(values: list[float | None], known: bool = False) -> Any:
     """A list of floats / None (`known`: no need to check) as a float64 array (None -> NaN, which RankTables
     stores as NULL, as it does None and NaN in a list)."""
-    if known or _FLOAT_OR_NONE.issuperset(map(type, values)):
+    if known or FLOAT_OR_NONE.issuperset(map(type, values)):
         return np.array(values, dtype=np.float64)
     return values
 
 
-def _step_ops(data: dict[Any, Any]) -> Iterator[tuple[int | None, Any, Any]]:
+def step_ops(data: dict[Any, Any]) -> Iterator[tuple[int | None, Any, Any]]:
     """(step number, op key, value) of a communication*.json document `{step: {kind: {op key: value}}}`;
     levels that are not objects are skipped."""
     for step_key, kinds in data.items():
         if not isinstance(kinds, dict):
             continue
-        step = _step_number(str(step_key))
+        step = step_number(str(step_key))
         for by_op in kinds.values():
             if isinstance(by_op, dict):
                 for op_key, value in by_op.items():

@@ -28,25 +28,25 @@ ENV_VARIABLES = ("ASCEND_GLOBAL_LOG_LEVEL", "HCCL_RDMA_TC", "HCCL_RDMA_SL", "ACL
                  "ASCEND_LAUNCH_BLOCKING", "HCCL_ALGO")
 
 
-_AGGREGATE_KEY_RE = re.compile(r"-(top\d+|middle|bottom|total)$", re.I)
+AGGREGATE_KEY_RE = re.compile(r"-(top\d+|middle|bottom|total)$", re.I)
 
 
-_LINK_RE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*$")
+LINK_RE = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*$")
 
 
-_STEP_KEY_RE = re.compile(r"(\d+)\s*$")
+STEP_KEY_RE = re.compile(r"(\d+)\s*$")
 
 
-_GROUP_THREAD_RE = re.compile(r"^Group\s+(\S+)\s+Communication", re.I)
+GROUP_THREAD_RE = re.compile(r"^Group\s+(\S+)\s+Communication", re.I)
 
 
-_HCOM_SUFFIX_RE = re.compile(r"(_\d+)+$")
+HCOM_SUFFIX_RE = re.compile(r"(_\d+)+$")
 
 
-_HCOM_SUFFIX_LINES_RE = re.compile(r"(_\d+)+$", re.M)
+HCOM_SUFFIX_LINES_RE = re.compile(r"(_\d+)+$", re.M)
 
 
-_LEVEL_RE = re.compile(r"(Level\w+)", re.I)
+LEVEL_RE = re.compile(r"(Level\w+)", re.I)
 
 
 def task_category(task_type: str | None, name: str, default: str) -> str:

@@ -15,18 +15,18 @@ from ..ascend_columns import (
     STEP_TRACE_TIME,
 )
 from .comm_columns import (
-    _COMM_TYPED,
-    _MATRIX_TYPED,
+    COMM_TYPED,
+    MATRIX_TYPED,
+    Link,
     MatrixRows,
-    _comm_json_columns,
-    _int_pairs,
-    _Link,
-    _step_ops,
+    comm_json_columns,
+    int_pairs,
     matrix_rows_columns,
+    step_ops,
 )
-from .common import _AGGREGATE_KEY_RE, _LINK_RE
-from .csv_io import _INT, _NS
-from .numbers import _i64, _int32, _NumbersAsText
+from .common import AGGREGATE_KEY_RE, LINK_RE
+from .csv_io import INT, NS
+from .numbers import NumbersAsText, i64, int32
 from .reader_base import ReaderBase
 
 
@@ -46,19 +46,19 @@ class CommunicationFiles(ReaderBase):
         f = res.found
         names = ("computing", "comm_not_overlapped", "overlapped", "communication", "free", "stage", "bubble",
                  "preparing")
-        df = self.query_converted(path, [("step", f["step"], _INT), *((c, f[c], _NS) for c in names if c in f)])
+        df = self.query_converted(path, [("step", f["step"], INT), *((c, f[c], NS) for c in names if c in f)])
         if df is None:
             return
         if not len(df):
             self.warn(path, "no rows")
             return
-        cols = {"step": _int32(df["step"])}
+        cols = {"step": int32(df["step"])}
         for c, out in (("computing", "computing_ns"), ("comm_not_overlapped", "comm_not_overlapped_ns"),
                        ("overlapped", "overlapped_ns"), ("communication", "communication_ns"),
                        ("free", "free_ns"), ("stage", "stage_ns"), ("bubble", "bubble_ns"),
                        ("preparing", "preparing_ns")):
             if c in df:
-                cols[out] = _i64(df[c])
+                cols[out] = i64(df[c])
         masks = [np.ma.getmaskarray(v) for k, v in cols.items() if k != "step"]
         short = int(np.logical_or.reduce(masks).sum()) if masks else 0
         if short:   # a cut row: its fields stay unknown (null), never 0
@@ -77,7 +77,7 @@ class CommunicationFiles(ReaderBase):
             if self.profiler_level != "Level0" or self.world_size not in (None, 1) or self.groups:
                 self.warn(path, "missing: per-op wait/transit times and bandwidth unknown")
             return
-        res = self._comm_json(path, _COMM_TYPED, _comm_json_columns)
+        res = self._comm_json(path, COMM_TYPED, comm_json_columns)
         if res is None:
             return
         ops, bands, packets, skipped = res
@@ -99,7 +99,7 @@ class CommunicationFiles(ReaderBase):
         dict per entry; ms / MB / GB/s numbers as floats, the rest as text), (2) generically into dicts with
         numbers as their text (float_hook=str: a third of the cost of Decimal), for a file of another shape or
         a float that cannot be shown exact, (3) with numbers as Decimal, as this reader always did, for a file
-        whose meaning depends on how numbers decode (`_NumbersAsText`). Columns are converted a column at a
+        whose meaning depends on how numbers decode (`NumbersAsText`). Columns are converted a column at a
         time by the exact helpers (`_scaled_floats`, `_scaled_ints` ...).
         """
         data = self._json_bytes(path)
@@ -115,7 +115,7 @@ class CommunicationFiles(ReaderBase):
             del data
             try:
                 return columns(decoded, False, True)
-            except _NumbersAsText:
+            except NumbersAsText:
                 del decoded
             data = self._json_bytes(path)
             if data is None:
@@ -128,7 +128,7 @@ class CommunicationFiles(ReaderBase):
             return None
         try:
             return columns(generic, False, False)
-        except _NumbersAsText:
+        except NumbersAsText:
             return columns(self._decode_json(path, data, Decimal), True, False)
 
     def communication_matrix(self) -> None:
@@ -142,7 +142,7 @@ class CommunicationFiles(ReaderBase):
             if self.world_size not in (None, 1) or self.groups:
                 self.warn(path, "missing: per-link bandwidth unknown")
             return
-        res = self._comm_json(path, _MATRIX_TYPED, self._matrix_columns)
+        res = self._comm_json(path, MATRIX_TYPED, self._matrix_columns)
         if res is None:
             return
         cols, unmapped, bad_keys = res
@@ -158,13 +158,13 @@ class CommunicationFiles(ReaderBase):
     def _matrix_columns(self, data: dict[str, Any], exact: bool,
                         typed: bool) -> tuple[dict[str, Any] | None, set[str], int]:
         """(links columns or None, unmapped groups, bad link keys) of communication_matrix.json, decoded into
-        `_Link` structs (`typed`) or dicts.
+        `Link` structs (`typed`) or dicts.
 
-        `exact=False` (numbers decoded as text) raises `_NumbersAsText` where the Decimal decoding could
+        `exact=False` (numbers decoded as text) raises `NumbersAsText` where the Decimal decoding could
         differ: a number as `Op Name` / `Transport Type` whose Decimal text is not its JSON text, or a list or
         object there.
         """
-        links: list[_Link] = []
+        links: list[Link] = []
         ranks: list[tuple[int, int]] = []
         op_steps: list[int | None] = []    # per op, with its number of links
         op_links: list[int] = []
@@ -174,10 +174,10 @@ class CommunicationFiles(ReaderBase):
         bad_keys = 0
         pairs_of: dict[str, dict[str, tuple[int, int] | None]] = {}  # group -> link key -> (src, dst) global
         known = self.groups
-        for step, op_key, by_link in _step_ops(data):
+        for step, op_key, by_link in step_ops(data):
             name, _, group = str(op_key).partition("@")
             # (an aggregate key has a '-': the regex only runs on those names)
-            if op_key == "Total Op Info" or ("-" in name and _AGGREGATE_KEY_RE.search(name)) \
+            if op_key == "Total Op Info" or ("-" in name and AGGREGATE_KEY_RE.search(name)) \
                     or not isinstance(by_link, dict):
                 continue
             if group and group not in known and self._local_group(group, by_link):
@@ -193,7 +193,7 @@ class CommunicationFiles(ReaderBase):
             if not typed:
                 ok = [isinstance(v, dict) for v in vals]
                 sds = [sd if good else None for sd, good in zip(sds, ok, strict=True)]
-                vals = [_Link(v.get("Op Name"), v.get("Transport Type"), v.get("Transit Size(MB)"),
+                vals = [Link(v.get("Op Name"), v.get("Transport Type"), v.get("Transit Size(MB)"),
                               v.get("Transit Time(ms)"), v.get("Bandwidth(GB/s)")) if good else None
                         for v, good in zip(vals, ok, strict=True)]
             if None in sds:
@@ -209,7 +209,7 @@ class CommunicationFiles(ReaderBase):
             groups += [group or None] * n
         if not links:
             return None, unmapped, bad_keys
-        rank = _int_pairs(ranks)
+        rank = int_pairs(ranks)
         rows = MatrixRows(op_steps, op_links, names, groups,
                           rank[0] if rank else [r[0] for r in ranks], rank[1] if rank else [r[1] for r in ranks],
                           [v.op_name for v in links], [v.transport for v in links], [v.size for v in links],
@@ -218,7 +218,7 @@ class CommunicationFiles(ReaderBase):
 
     def _link_ranks(self, group: str, key: str) -> tuple[int, int] | None:
         """(src, dst) global ranks of a `src-dst` link key of a group, None for a bad key."""
-        m = _LINK_RE.match(str(key))
+        m = LINK_RE.match(str(key))
         if not m:
             return None
         src, dst = self.map_rank(group, m.group(1)), self.map_rank(group, m.group(2))
@@ -230,7 +230,7 @@ class CommunicationFiles(ReaderBase):
         if not group or group in self.groups:
             return False
         for lk in links:
-            m = _LINK_RE.match(str(lk))
+            m = LINK_RE.match(str(lk))
             if m and m.group(1) == m.group(2):
                 return int(m.group(1)) != self.rank
         return True

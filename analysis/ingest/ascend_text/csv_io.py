@@ -15,7 +15,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from .numbers import _I64_MAX, _I64_MIN, _ma, _plain_numerals, _scaled_texts
+from .numbers import I64_MAX, I64_MIN, ma, plain_numerals, scaled_texts
 
 # --------------------------------------------------------------------------------------------------------
 # CSV through DuckDB: every column read as text, cleaned (trailing tabs, quotes, N/A) and converted in SQL
@@ -69,7 +69,7 @@ _CSV_FIELD = r'(?:"(?:[^"\r\n]|"")*"|[^",\r\n]*)'
 _CSV_LINE = re.compile(rf"{_CSV_FIELD}(?:,{_CSV_FIELD})*")
 
 
-def _plain_csv(path: Path, header: list[str]) -> list[list[str | None]] | None:
+def plain_csv(path: Path, header: list[str]) -> list[list[str | None]] | None:
     """The columns `read_csv` as `_CSV` configures it gives for `path` (cells as text, an empty cell NULL,
     a quoted empty one too), when the file is small and plain: UTF-8, '\n' or '\r\n' line ends, no empty
     line, every field unquoted or wholly quoted (`_CSV_LINE`), every row as many cells as the header.
@@ -115,43 +115,43 @@ def csv_source(names: list[str], parallel: bool = True) -> str:
     return src if parallel else src[:-1] + ", parallel=false)"
 
 
-def _q(col: str) -> str:
+def q(col: str) -> str:
     return '"' + col.replace('"', '""') + '"'
 
 
-def _sql_text(col: str, quotes: bool = False) -> str:
+def sql_text(col: str, quotes: bool = False) -> str:
     chars = _TRIM + ('"' if quotes else "")
-    return f"NULLIF(NULLIF(trim({_q(col)}, '{chars}'), ''), 'N/A')"
+    return f"NULLIF(NULLIF(trim({q(col)}, '{chars}'), ''), 'N/A')"
 
 
-def _sql_int(col: str) -> str:
-    return f"TRY_CAST(round(TRY_CAST({_sql_text(col)} AS DOUBLE)) AS BIGINT)"
+def sql_int(col: str) -> str:
+    return f"TRY_CAST(round(TRY_CAST({sql_text(col)} AS DOUBLE)) AS BIGINT)"
 
 
 def _sql_float(col: str) -> str:
-    return f"TRY_CAST({_sql_text(col)} AS DOUBLE)"
+    return f"TRY_CAST({sql_text(col)} AS DOUBLE)"
 
 
-def _sql_ns(col: str) -> str:
+def sql_ns(col: str) -> str:
     """Exact µs text -> ns: DECIMAL(38,3) keeps every digit of an absolute epoch µs value."""
-    return f"TRY_CAST(round(TRY_CAST({_sql_text(col)} AS DECIMAL(38,3)) * 1000) AS BIGINT)"
+    return f"TRY_CAST(round(TRY_CAST({sql_text(col)} AS DECIMAL(38,3)) * 1000) AS BIGINT)"
 
 
-def _sql_bytes(col: str, unit: int) -> str:
-    return f"TRY_CAST(round(TRY_CAST({_sql_text(col)} AS DOUBLE) * {unit}) AS BIGINT)"
+def sql_bytes(col: str, unit: int) -> str:
+    return f"TRY_CAST(round(TRY_CAST({sql_text(col)} AS DOUBLE) * {unit}) AS BIGINT)"
 
 
-# A converted CSV column: (alias, CSV column, kind); the kind names its `_sql_*` conversion (`_sql_of`), which
-# `_plain_column` reproduces in Python for plain cells.
-_TEXT, _QTEXT, _INT, _NS, _FLOAT = "text", "qtext", "int", "ns", "float"
+# A converted CSV column: (alias, CSV column, kind); the kind names its `_sql_*` conversion (`sql_of`), which
+# `plain_column` reproduces in Python for plain cells.
+TEXT, QTEXT, INT, NS, FLOAT = "text", "qtext", "int", "ns", "float"
 
 
 Converted = tuple[str, str, str]
 
 
-def _sql_of(alias: str, col: str, kind: str) -> str:
-    conv = {_TEXT: _sql_text, _QTEXT: functools.partial(_sql_text, quotes=True), _INT: _sql_int, _NS: _sql_ns,
-            _FLOAT: _sql_float}[kind]
+def sql_of(alias: str, col: str, kind: str) -> str:
+    conv = {TEXT: sql_text, QTEXT: functools.partial(sql_text, quotes=True), INT: sql_int, NS: sql_ns,
+            FLOAT: _sql_float}[kind]
     return f"{conv(col)} AS {alias}"
 
 
@@ -160,12 +160,12 @@ def _sql_of(alias: str, col: str, kind: str) -> str:
 _PLAIN_FLOATS = re.compile(r"-?[0-9]{1,15}(?:\.[0-9]{1,15})?(?:\n-?[0-9]{1,15}(?:\.[0-9]{1,15})?)*")
 
 
-# Lines of µs numerals with exactly 3 decimals (a subset of `_plain_numerals(3, 18)`).
+# Lines of µs numerals with exactly 3 decimals (a subset of `plain_numerals(3, 18)`).
 _MILLI_NUMERALS = re.compile(r"-?[0-9]{1,18}\.[0-9]{3}(?:\n-?[0-9]{1,18}\.[0-9]{3})*")
 
 
-def _plain_column(cells: list[str | None], kind: str, nulls: bool) -> Any:
-    """The `_Frame` column DuckDB gives for the `_sql_of` conversion `kind` of VARCHAR `cells` (None: NULL),
+def plain_column(cells: list[str | None], kind: str, nulls: bool) -> Any:
+    """The `Frame` column DuckDB gives for the `sql_of` conversion `kind` of VARCHAR `cells` (None: NULL),
     or None when a non-NULL cell (after trim and NULLIF) is not a plain numeral that both convert alike.
     `nulls`: whether `cells` may hold None.
 
@@ -173,36 +173,36 @@ def _plain_column(cells: list[str | None], kind: str, nulls: bool) -> Any:
     (NaN marks them in a float column). int: at most 15 digits, no decimals (exact as DOUBLE, so round()
     keeps it); ns: at most 18 integer digits (absolute epoch µs have 16) and 3 decimals, scaled exactly as
     DECIMAL(38,3) does, when all fit BIGINT (DuckDB's TRY_CAST gives NULL for the others)."""
-    chars = _TRIM + '"' if kind == _QTEXT else _TRIM
+    chars = _TRIM + '"' if kind == QTEXT else _TRIM
     texts = ([c if c is None else c.strip(chars) for c in cells] if nulls
              else list(map(str.strip, cells, itertools.repeat(chars))))  # type: ignore[arg-type]
     if "" in texts or "N/A" in texts:
         texts = [None if t == "" or t == "N/A" else t for t in texts]
-    if kind in (_TEXT, _QTEXT):
+    if kind in (TEXT, QTEXT):
         return texts
     present = [t for t in texts if t is not None]
     text = "\n".join(present)
-    plain = {_INT: _plain_numerals(0, 15), _NS: _plain_numerals(3, 18), _FLOAT: _PLAIN_FLOATS}[kind]
+    plain = {INT: plain_numerals(0, 15), NS: plain_numerals(3, 18), FLOAT: _PLAIN_FLOATS}[kind]
     if present and (text.count("\n") != len(present) - 1 or not plain.fullmatch(text)):
         return None
-    if kind == _NS and _MILLI_NUMERALS.fullmatch(text):
+    if kind == NS and _MILLI_NUMERALS.fullmatch(text):
         # the usual export: 3 decimals everywhere, so the digits without the dot are the ns
         values: list[Any] = list(map(int, text.replace(".", "").split("\n")))
     else:
-        values = (list(map(int, present)) if kind == _INT else _scaled_texts(present, 3) if kind == _NS
+        values = (list(map(int, present)) if kind == INT else scaled_texts(present, 3) if kind == NS
                   else list(map(float, present)))
-    if kind == _NS and values and not (min(values) >= _I64_MIN and max(values) <= _I64_MAX):
+    if kind == NS and values and not (min(values) >= I64_MIN and max(values) <= I64_MAX):
         return None
-    dtype = np.float64 if kind == _FLOAT else np.int64
+    dtype = np.float64 if kind == FLOAT else np.int64
     if len(present) == len(texts):
         return np.array(values, dtype=dtype)
     mask = np.array([t is None for t in texts], dtype=bool)
-    data = np.full(len(texts), np.nan if kind == _FLOAT else 0, dtype=dtype)
+    data = np.full(len(texts), np.nan if kind == FLOAT else 0, dtype=dtype)
     data[~mask] = values
-    return data if kind == _FLOAT else _ma(data, mask)
+    return data if kind == FLOAT else ma(data, mask)
 
 
-class _Frame:
+class Frame:
     """The columns of a CSV read, all of one length (what the reader took from a DataFrame): int64 arrays
     (masked, with a full mask, when a column has NULLs), float64 arrays (NaN: NULL), object arrays of
     str / None."""
@@ -225,16 +225,16 @@ class _Frame:
     def __len__(self) -> int:
         return self.n
 
-    def take(self, rows: np.ndarray) -> _Frame:
-        return _Frame({c: v[rows] for c, v in self.cols.items()}, len(rows))
+    def take(self, rows: np.ndarray) -> Frame:
+        return Frame({c: v[rows] for c, v in self.cols.items()}, len(rows))
 
     def keep(self, *names: str) -> None:
         """Drop every column but `names` (a frame whose other columns were read for the last time)."""
         self.cols = {c: v for c, v in self.cols.items() if c in names}
 
 
-def _isna(col: np.ndarray) -> np.ndarray:
-    """NULL mask of a `_Frame` column."""
+def isna(col: np.ndarray) -> np.ndarray:
+    """NULL mask of a `Frame` column."""
     if isinstance(col, np.ma.MaskedArray):
         return np.ma.getmaskarray(col)
     if col.dtype.kind == "f":
@@ -244,12 +244,12 @@ def _isna(col: np.ndarray) -> np.ndarray:
     return np.zeros(len(col), dtype=bool)
 
 
-def _frame_column(a: np.ndarray) -> np.ndarray:
-    """A column of DuckDB's `fetchnumpy()` as a `_Frame` column (the values `.df()` gives)."""
+def frame_column(a: np.ndarray) -> np.ndarray:
+    """A column of DuckDB's `fetchnumpy()` as a `Frame` column (the values `.df()` gives)."""
     if a.dtype.kind in "iu":
         if isinstance(a, np.ma.MaskedArray):
             mask = np.array(np.ma.getmaskarray(a), dtype=bool)
-            return _ma(np.array(np.ma.getdata(a), dtype=np.int64), mask) if mask.any() else \
+            return ma(np.array(np.ma.getdata(a), dtype=np.int64), mask) if mask.any() else \
                 np.array(np.ma.getdata(a), dtype=np.int64)
         return a.astype(np.int64, copy=False)
     if a.dtype.kind == "f":
@@ -267,13 +267,13 @@ def _frame_column(a: np.ndarray) -> np.ndarray:
 # the rank reader
 
 
-_DUCK = threading.local()   # .con, .pid: this thread's in-memory DuckDB (see _csv_cursor)
+_DUCK = threading.local()   # .con, .pid: this thread's in-memory DuckDB (see csv_cursor)
 
 
 _ABANDONED: list[Any] = []  # databases inherited through fork(): never closed in the child
 
 
-def _csv_cursor() -> duckdb.DuckDBPyConnection:
+def csv_cursor() -> duckdb.DuckDBPyConnection:
     """A new cursor on this thread's in-memory DuckDB, which runs the CSV reads of every rank.
 
     Creating a database costs ~20 ms, about as much as reading a rank's CSVs; a cursor costs nothing. Only

@@ -10,33 +10,33 @@ from typing import Any
 import numpy as np
 
 from .common import (
-    _GROUP_THREAD_RE,
-    _HCOM_SUFFIX_LINES_RE,
-    _HCOM_SUFFIX_RE,
-    _LEVEL_RE,
-    _STEP_KEY_RE,
+    GROUP_THREAD_RE,
+    HCOM_SUFFIX_LINES_RE,
+    HCOM_SUFFIX_RE,
     INT32_MAX,
+    LEVEL_RE,
+    STEP_KEY_RE,
 )
-from .numbers import _i64, _ma
-from .trace_events import _INT_ONLY
+from .numbers import i64, ma
+from .trace_events import INT_ONLY
 
 
-def _step_number(key: str) -> int | None:
+def step_number(key: str) -> int | None:
     """'step12' -> 12 (communication*.json step keys); None when the key carries no number."""
-    m = _STEP_KEY_RE.search(key)
+    m = STEP_KEY_RE.search(key)
     return int(m.group(1)) if m else None
 
 
-def _level(v: Any) -> str | None:
+def level(v: Any) -> str | None:
     """'ProfilerLevel.Level1' / 'Level1' -> 'Level1'."""
     if v in (None, ""):
         return None
-    m = _LEVEL_RE.search(str(v))
+    m = LEVEL_RE.search(str(v))
     return m.group(1) if m else str(v)
 
 
 @dataclass
-class _Steps:
+class Steps:
     """ProfilerStep windows sorted by start: ids, host start/end (ns)."""
 
     ids: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
@@ -70,7 +70,7 @@ class _Steps:
 
 
 @dataclass
-class _Launches:
+class Launches:
     """Launch links (`RankReader.launch_flows`), parallel lists: correlation id, the host end (tid, ns) and
     the device end (pid, tid, ns) of each."""
 
@@ -85,17 +85,17 @@ class _Launches:
         return len(self.corr)
 
 
-def _op_types(names: list[str]) -> list[str]:
+def op_types(names: list[str]) -> list[str]:
     """An hcom op's type: its name without the counter suffix (`hcom_allReduce__100_0_1` ->
     `hcom_allReduce_`), else the name. One regex pass over all the names joined by line (the same match
     per line as per name when no name holds a line break)."""
     text = "\n".join(names)
     if text.count("\n") != len(names) - 1:
-        return [_HCOM_SUFFIX_RE.sub("", n) or n for n in names]
-    return [t or n for t, n in zip(_HCOM_SUFFIX_LINES_RE.sub("", text).split("\n"), names, strict=True)]
+        return [HCOM_SUFFIX_RE.sub("", n) or n for n in names]
+    return [t or n for t, n in zip(HCOM_SUFFIX_LINES_RE.sub("", text).split("\n"), names, strict=True)]
 
 
-def _short_names(names: list[Any]) -> list[str]:
+def short_names(names: list[Any]) -> list[str]:
     """Kernel names without a MindSpore `launch op/` prefix (only split when some name has a '/')."""
     s = list(map(str, names))
     if "/" not in "".join(s):
@@ -103,7 +103,7 @@ def _short_names(names: list[Any]) -> list[str]:
     return [n.rsplit("/", 1)[-1] for n in s]
 
 
-def _first_rows(keys: Iterable[Any], rows: Sequence[int] | None = None) -> dict[Any, int]:
+def first_rows(keys: Iterable[Any], rows: Sequence[int] | None = None) -> dict[Any, int]:
     """key -> its first row (0, 1, ... or `rows`), keys in order of first appearance."""
     first: dict[Any, int] = {}
     if rows is None:
@@ -115,7 +115,7 @@ def _first_rows(keys: Iterable[Any], rows: Sequence[int] | None = None) -> dict[
     return first
 
 
-def _first_matches(keys: Iterable[Any], first: dict[Any, int], rows: Sequence[int]) -> tuple[list[int], list[int]]:
+def first_matches(keys: Iterable[Any], first: dict[Any, int], rows: Sequence[int]) -> tuple[list[int], list[int]]:
     """(left rows, right rows) of an inner join of the first left row of each key (rows `rows`, keys
     `keys`) with `first` (key -> right row), in left order."""
     seen: set[Any] = set()
@@ -139,7 +139,7 @@ def _factorize(values: Sequence[Any]) -> tuple[np.ndarray, list[Any]]:
     n = len(values)
     if isinstance(values, np.ndarray) and values.dtype == np.int64:
         arr = values
-    elif n and _INT_ONLY.issuperset(map(type, values)):
+    elif n and INT_ONLY.issuperset(map(type, values)):
         try:
             arr = np.array(values, dtype=np.int64)
         except OverflowError:
@@ -157,7 +157,7 @@ def _factorize(values: Sequence[Any]) -> tuple[np.ndarray, list[Any]]:
     return codes, list(index)
 
 
-def _pair_codes(a: Sequence[Any], b: Sequence[Any]) -> tuple[np.ndarray, list[tuple[Any, Any]]]:
+def pair_codes(a: Sequence[Any], b: Sequence[Any]) -> tuple[np.ndarray, list[tuple[Any, Any]]]:
     """(code of each row, the distinct (a, b) pairs by code) of two columns: each column factorized, then the
     two codes combined into one (no tuple per row)."""
     ca, ua = _factorize(a)
@@ -167,7 +167,7 @@ def _pair_codes(a: Sequence[Any], b: Sequence[Any]) -> tuple[np.ndarray, list[tu
     return codes, [(ua[k // nb], ub[k % nb]) for k in pairs]
 
 
-def _groups(codes: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+def code_groups(codes: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
     """(code, its rows ascending) of each distinct code (a stable sort, then the runs)."""
     order = np.argsort(codes, kind="stable")
     cuts = np.flatnonzero(np.diff(codes[order])) + 1
@@ -175,62 +175,62 @@ def _groups(codes: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
         yield int(codes[rows[0]]), rows
 
 
-def _comm_lane(tname: str | None) -> tuple[bool | None, str | None]:
+def comm_lane(tname: str | None) -> tuple[bool | None, str | None]:
     """(carries hcom ops, group hash) of a Communication thread from its name: "Group <hash> Communication"
     (or another "...communication..." name that is not a "Plane"); (None, None) without a name."""
     if tname is None:
         return None, None
-    m = _GROUP_THREAD_RE.match(tname) if tname else None
+    m = GROUP_THREAD_RE.match(tname) if tname else None
     return (m is not None or ("communication" in tname.lower() and "plane" not in tname.lower()),
             m.group(1) if m else None)
 
 
-def _nulls(n: int) -> np.ma.MaskedArray:
+def nulls(n: int) -> np.ma.MaskedArray:
     """n NULLs as a masked int64 array."""
-    return _ma(np.ones(n, dtype=np.int64), np.ones(n, dtype=bool))
+    return ma(np.ones(n, dtype=np.int64), np.ones(n, dtype=bool))
 
 
-def _put(a: np.ma.MaskedArray, rows: np.ndarray, values: np.ma.MaskedArray) -> np.ma.MaskedArray:
+def put(a: np.ma.MaskedArray, rows: np.ndarray, values: np.ma.MaskedArray) -> np.ma.MaskedArray:
     """A copy of `a` with `values` at `rows`."""
     data, mask = a._data.copy(), a._mask.copy()
     data[rows], mask[rows] = values._data, values._mask
-    return _ma(data, mask)
+    return ma(data, mask)
 
 
-def _concat(a: Any, b: Any) -> Any:
+def concat(a: Any, b: Any) -> Any:
     """Two columns of one kind (numpy arrays or masked int64 arrays) one after the other."""
     if isinstance(a, np.ma.MaskedArray):
-        return _ma(np.concatenate([a._data, b._data]), np.concatenate([a._mask, b._mask]))
+        return ma(np.concatenate([a._data, b._data]), np.concatenate([a._mask, b._mask]))
     return np.concatenate([a, b])
 
 
-def _int64s(col: np.ndarray) -> np.ndarray:
+def int64s(col: np.ndarray) -> np.ndarray:
     """An int column of a `_Frame` without NULLs as int64."""
     return np.array(np.ma.getdata(col), dtype=np.int64)
 
 
-def _interned(texts: list[Any]) -> list[Any]:
+def interned(texts: list[Any]) -> list[Any]:
     """The same values with one object per distinct value."""
     seen: dict[Any, Any] = {}
     return list(map(seen.setdefault, texts, texts))
 
 
-def _objects(col: Sequence[Any]) -> np.ndarray:
+def objects(col: Sequence[Any]) -> np.ndarray:
     """A column of scalars (str, int, None ...) as an object array (rows are then taken by index in C)."""
     a = np.empty(len(col), dtype=object)
     a[:] = col
     return a
 
 
-def _na_steps(a: np.ndarray) -> np.ma.MaskedArray:
+def na_steps(a: np.ndarray) -> np.ma.MaskedArray:
     """Step ids (-1 = none) as an INTEGER column: negative and out-of-range ids are NULL."""
     if not a.size:
-        return _i64([])
+        return i64([])
     data = np.array(a, dtype=np.int64)
     mask = (data < 0) | (data > INT32_MAX)
     data[mask] = 1
-    return _ma(data, mask)
+    return ma(data, mask)
 
 
-def _jdump(v: Any) -> str:
+def jdump(v: Any) -> str:
     return json.dumps(v, sort_keys=True, default=str)

@@ -16,11 +16,11 @@ from ..ascend_columns import (
 )
 from ..ascend_common import group_hash
 from .common import MEM_KB_BYTES, MEM_MB_BYTES
-from .csv_io import _INT, _TEXT, _Frame, _isna, _sql_bytes, _sql_int, _sql_ns, _sql_text
-from .frames import _jdump, _level
-from .numbers import _i64
+from .csv_io import INT, TEXT, Frame, isna, sql_bytes, sql_int, sql_ns, sql_text
+from .frames import jdump, level
+from .numbers import i64
 from .reader_base import ReaderBase
-from .trace_events import _text, as_float, as_int
+from .trace_events import as_float, as_int, text_or_none
 
 
 class MetadataFiles(ReaderBase):
@@ -42,12 +42,12 @@ class MetadataFiles(ReaderBase):
             self.framework = "mindspore"
         elif "torch_npu_version" in info:
             self.framework = "pytorch"
-        self.framework_version = _text(info.get("torch_npu_version") or info.get("ms_version"))
+        self.framework_version = text_or_none(info.get("torch_npu_version") or info.get("ms_version"))
         cfg = info.get("config") if isinstance(info.get("config"), dict) else {}
         exp = cfg.get("experimental_config") if isinstance(cfg.get("experimental_config"), dict) else {}
         common = cfg.get("common_config") if isinstance(cfg.get("common_config"), dict) else {}
         params = info.get("profiler_parameters") if isinstance(info.get("profiler_parameters"), dict) else {}
-        self.profiler_level = _level(exp.get("_profiler_level") or params.get("profiler_level"))
+        self.profiler_level = level(exp.get("_profiler_level") or params.get("profiler_level"))
         ws = common.get("with_stack", params.get("with_stack"))
         self.with_stack = bool(ws) if ws is not None else None
         pm = common.get("profile_memory", params.get("profile_memory"))
@@ -55,14 +55,14 @@ class MetadataFiles(ReaderBase):
         # torch_npu records GC only when experimental_config._gc_detect_threshold is set: then "no GC
         # event" is a measurement, otherwise it is unknown.
         self.gc_detect = exp.get("_gc_detect_threshold") is not None
-        self.aic_metrics = _text(exp.get("_aic_metrics") or params.get("aic_metrics"))
+        self.aic_metrics = text_or_none(exp.get("_aic_metrics") or params.get("aic_metrics"))
         if cfg:
-            self.t.add("metadata", key="config", value_json=_jdump(cfg))
+            self.t.add("metadata", key="config", value_json=jdump(cfg))
         if params:
-            self.t.add("metadata", key="profiler_parameters", value_json=_jdump(params))
+            self.t.add("metadata", key="profiler_parameters", value_json=jdump(params))
         for k in ("cann_version", "jit_level", "rank_size"):
             if info.get(k) is not None:
-                self.t.add("metadata", key=k, value_json=_jdump(info[k]))
+                self.t.add("metadata", key=k, value_json=jdump(info[k]))
         if self.world_size is None:
             self.world_size = as_int(info.get("rank_size"))
 
@@ -85,7 +85,7 @@ class MetadataFiles(ReaderBase):
             self.warn(path, "ENV_VARIABLES is not an object; environment variables unknown")
         for k, v in md.items():
             if k != "ENV_VARIABLES":
-                self.t.add("metadata", key=str(k), value_json=_jdump(v))
+                self.t.add("metadata", key=str(k), value_json=jdump(v))
         da = md.get("distributed_args")
         if isinstance(da, dict) and as_int(da.get("world_size")) is not None:
             self.world_size = as_int(da.get("world_size"))
@@ -98,7 +98,7 @@ class MetadataFiles(ReaderBase):
                 self.groups[group_hash(str(gname))] = {"group_name": str(gname), "pg_name": g.get("group_name"),
                                                        "global_ranks": ranks}
             if self.groups:
-                self.t.add("metadata", key="comm_groups", value_json=_jdump(self.groups))
+                self.t.add("metadata", key="comm_groups", value_json=jdump(self.groups))
 
     def device_info(self) -> None:
         files = sorted(p for p in self.root.glob("PROF_*/device_*/info.json*") if not p.name.endswith(".done"))
@@ -115,7 +115,7 @@ class MetadataFiles(ReaderBase):
             dev_id = as_int(d0.get("id"))
             if dev_id is None and (m := re.search(r"device_(\d+)", f.parent.name)):
                 dev_id = int(m.group(1))
-            self.device = {"device_name": _text(di.get("platform_version")), "device_id": dev_id,
+            self.device = {"device_name": text_or_none(di.get("platform_version")), "device_id": dev_id,
                            "ai_core_num": as_int(d0.get("ai_core_num")), "aiv_num": as_int(d0.get("aiv_num")),
                            "rated_freq_mhz": as_float(d0.get("aic_frequency"))}
             if self.device["ai_core_num"] is not None:
@@ -134,46 +134,46 @@ class MetadataFiles(ReaderBase):
         if res is None:
             return
         f = res.found
-        sel = [f"{_sql_ns(f['ts'])} AS ts_ns"]
-        sel.append(f"{_sql_text(f['component'])} AS component" if "component" in f else "NULL AS component")
+        sel = [f"{sql_ns(f['ts'])} AS ts_ns"]
+        sel.append(f"{sql_text(f['component'])} AS component" if "component" in f else "NULL AS component")
         for kind in ("allocated", "reserved", "active"):
             if f"{kind}_mb" in f:
-                sel.append(f"{_sql_bytes(f[f'{kind}_mb'], MEM_MB_BYTES)} AS {kind}_bytes")
+                sel.append(f"{sql_bytes(f[f'{kind}_mb'], MEM_MB_BYTES)} AS {kind}_bytes")
             elif f"{kind}_kb" in f:
-                sel.append(f"{_sql_bytes(f[f'{kind}_kb'], MEM_KB_BYTES)} AS {kind}_bytes")
+                sel.append(f"{sql_bytes(f[f'{kind}_kb'], MEM_KB_BYTES)} AS {kind}_bytes")
             else:
                 sel.append(f"CAST(NULL AS BIGINT) AS {kind}_bytes")
         df = self.query_csv(path, sel)
         if df is None:
             return
-        rows = np.flatnonzero(~_isna(df["ts_ns"]))
+        rows = np.flatnonzero(~isna(df["ts_ns"]))
         if not len(rows):
             self.warn(path, "no rows")
             return
         rows = rows[np.argsort(np.ma.getdata(df["ts_ns"])[rows], kind="stable")]
         df = df.take(rows)
-        self.t.extend("memory_records", {"ts_ns": _i64(df["ts_ns"]), "component": df["component"],
-                                         "allocated_bytes": _i64(df["allocated_bytes"]),
-                                         "reserved_bytes": _i64(df["reserved_bytes"]),
-                                         "active_bytes": _i64(df["active_bytes"])})
+        self.t.extend("memory_records", {"ts_ns": i64(df["ts_ns"]), "component": df["component"],
+                                         "allocated_bytes": i64(df["allocated_bytes"]),
+                                         "reserved_bytes": i64(df["reserved_bytes"]),
+                                         "active_bytes": i64(df["active_bytes"])})
         self.t.has("memory_record", "memory")
 
-    def op_statistic(self, kd: _Frame | None) -> None:
+    def op_statistic(self, kd: Frame | None) -> None:
         """Cross-check kernel_details against op_statistic.csv (same counts per OP Type) - a cheap way to
         notice a truncated or filtered kernel_details.csv."""
         path = self.out / "op_statistic.csv"
         if not path.is_file() or kd is None:
             return
         res = self.resolve_csv(path, OP_STATISTIC, required=False)
-        if res is None or _isna(kd["op_type"]).all():
+        if res is None or isna(kd["op_type"]).all():
             return
         f = res.found
-        st = self.query_converted(path, [("op_type", f["op_type"], _TEXT), ("count", f["count"], _INT)])
+        st = self.query_converted(path, [("op_type", f["op_type"], TEXT), ("count", f["count"], INT)])
         if st is None:
             return
         # per op type (sorted) the sum of its counts, wrapping at int64 as pandas' groupby sum does
         want: dict[str, int] = {}
-        full = ~(_isna(st["op_type"]) | _isna(st["count"]))
+        full = ~(isna(st["op_type"]) | isna(st["count"]))
         for t, c in zip(st["op_type"][full].tolist(), np.ma.getdata(st["count"])[full].tolist(), strict=True):
             want[t] = want.get(t, 0) + c
         want = {t: (want[t] + 2 ** 63) % 2 ** 64 - 2 ** 63 for t in sorted(want)}
@@ -195,18 +195,18 @@ class MetadataFiles(ReaderBase):
         if res is None:
             return
         f = res.found
-        sel = [f"{_sql_text(f['api_name'])} AS api", f"{_sql_ns(f['time_us'])} AS time_ns",
-               f"{_sql_int(f['count'])} AS count"]
+        sel = [f"{sql_text(f['api_name'])} AS api", f"{sql_ns(f['time_us'])} AS time_ns",
+               f"{sql_int(f['count'])} AS count"]
         if "level" in f:
-            sel.append(f"{_sql_text(f['level'])} AS level")
+            sel.append(f"{sql_text(f['level'])} AS level")
         df = self.query_csv(path, sel)
         if df is None:
             return
         values = {k: np.ma.getdata(v).tolist() for k, v in df.cols.items()}
-        nulls = {k: _isna(v).tolist() for k, v in df.cols.items()}
+        nulls = {k: isna(v).tolist() for k, v in df.cols.items()}
         rows = [{k: (None if nulls[k][i] else (int(values[k][i]) if k in ("time_ns", "count") else values[k][i]))
                  for k in values} for i in range(len(df))]
-        self.t.add("metadata", key="api_statistic", value_json=_jdump(rows))
+        self.t.add("metadata", key="api_statistic", value_json=jdump(rows))
         self.t.has("api_statistic")
 
     def operator_details(self, host: dict[str, Any]) -> None:
@@ -221,8 +221,8 @@ class MetadataFiles(ReaderBase):
         self.t.has("operator_details")
         if "call_stack" not in res.found:
             return
-        df = self.query_csv(path, [f"{_sql_text(res.found['name'])} AS name",
-                                   f"{_sql_text(res.found['call_stack'], quotes=True)} AS stack"])
+        df = self.query_csv(path, [f"{sql_text(res.found['name'])} AS name",
+                                   f"{sql_text(res.found['call_stack'], quotes=True)} AS stack"])
         if df is None:
             return
         # the names with one distinct stack (rows with both), and that stack

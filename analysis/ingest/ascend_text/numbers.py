@@ -12,15 +12,15 @@ from typing import Any
 import numpy as np
 
 from .common import INT32_MAX
-from .trace_events import _FLOAT_OR_NONE, _INT_OR_NONE, _STR_ONLY
+from .trace_events import FLOAT_OR_NONE, INT_OR_NONE, STR_ONLY
 
-_I64_MIN, _I64_MAX = -(2 ** 63), 2 ** 63 - 1
+I64_MIN, I64_MAX = -(2 ** 63), 2 ** 63 - 1
 
 
 def _float64(values: list[float | None]) -> Any:
     """pd.array(values, dtype="Float64") of floats and None as a float64 array (None -> NaN: `RankTables`
     stores NaN as NULL, as pandas does); other values through pandas (imported only then)."""
-    if _FLOAT_OR_NONE.issuperset(map(type, values)):
+    if FLOAT_OR_NONE.issuperset(map(type, values)):
         return np.array(values, dtype=np.float64)
     import pandas as pd
 
@@ -32,33 +32,33 @@ def _float64(values: list[float | None]) -> Any:
 # small converters
 
 
-def _ma(data: np.ndarray, mask: np.ndarray) -> np.ma.MaskedArray:
+def ma(data: np.ndarray, mask: np.ndarray) -> np.ma.MaskedArray:
     """A nullable int64 column: its data and its full NULL mask (both kept, not copied), which `RankTables`
     reads directly; `._data` / `._mask` give them back."""
     return np.ma.MaskedArray(data, mask=mask)
 
 
-def _i64(values: Any) -> np.ma.MaskedArray:
+def i64(values: Any) -> np.ma.MaskedArray:
     """pd.array(values, dtype="Int64") as a masked int64 array (a copy); lists of ints and None and integer
     arrays are converted here, anything else by pandas (imported only then: odd values, ints beyond int64,
     which raise pandas' own error)."""
     if isinstance(values, (list, tuple)):
-        if _INT_OR_NONE.issuperset(map(type, values)):
-            a = _int_array(values)
+        if INT_OR_NONE.issuperset(map(type, values)):
+            a = int_array(values)
             if a is not None:
                 return a
     elif isinstance(values, np.ndarray) and values.ndim == 1 and values.dtype.kind == "i":
         data = np.array(np.ma.getdata(values), dtype=np.int64)
         mask = np.array(np.ma.getmaskarray(values), dtype=bool) if isinstance(values, np.ma.MaskedArray) \
             else np.zeros(len(data), dtype=bool)
-        return _ma(data, mask)
+        return ma(data, mask)
     import pandas as pd
 
     a = pd.array(values, dtype="Int64")
-    return _ma(np.array(a._data, dtype=np.int64), np.array(a._mask, dtype=bool))
+    return ma(np.array(a._data, dtype=np.int64), np.array(a._mask, dtype=bool))
 
 
-def _int_array(values: Sequence[int | None]) -> np.ma.MaskedArray | None:
+def int_array(values: Sequence[int | None]) -> np.ma.MaskedArray | None:
     """Ints and None as a masked int64 array (with the data pandas puts under the mask, 1); None when a
     value is beyond int64."""
     try:
@@ -72,47 +72,47 @@ def _int_array(values: Sequence[int | None]) -> np.ma.MaskedArray | None:
             mask = np.zeros(len(values), dtype=bool)
     except OverflowError:
         return None
-    return _ma(data, mask)
+    return ma(data, mask)
 
 
-def _i64_rows(values: Any, keep: np.ndarray) -> np.ma.MaskedArray:
-    """`_i64(values)` of the rows where `keep` (a bool array) of a nullable int column: a masked int64 array
-    (`_nullable_int_parts`), or a list of ints and None (as `_ints` makes) of which only those rows are
+def i64_rows(values: Any, keep: np.ndarray) -> np.ma.MaskedArray:
+    """`i64(values)` of the rows where `keep` (a bool array) of a nullable int column: a masked int64 array
+    (`nullable_int_parts`), or a list of ints and None (as `_ints` makes) of which only those rows are
     converted. The other rows are converted too when one is not None: a value beyond int64 anywhere makes
-    `_i64` of the whole column raise, and it still does."""
+    `i64` of the whole column raise, and it still does."""
     if isinstance(values, np.ma.MaskedArray):
-        return _ma(values._data[keep], values._mask[keep])
-    a = _int_array(list(itertools.compress(values, keep.tolist())))
+        return ma(values._data[keep], values._mask[keep])
+    a = int_array(list(itertools.compress(values, keep.tolist())))
     if a is not None:
         others = list(itertools.compress(values, (~keep).tolist()))
-        if others.count(None) == len(others) or _int_array(others) is not None:
+        if others.count(None) == len(others) or int_array(others) is not None:
             return a
-    return _i64(values)[np.flatnonzero(keep)]
+    return i64(values)[np.flatnonzero(keep)]
 
 
-def _nullable_int_parts(parts: list[Any]) -> Any:
+def nullable_int_parts(parts: list[Any]) -> Any:
     """Parts of a nullable int column (masked int64 arrays, lists of ints and None) as one masked int64
-    array; the list of all the values when one is beyond int64 (`_i64_rows` then raises as it did)."""
-    arrays = [p if isinstance(p, np.ma.MaskedArray) else _int_array(p) for p in parts]
+    array; the list of all the values when one is beyond int64 (`i64_rows` then raises as it did)."""
+    arrays = [p if isinstance(p, np.ma.MaskedArray) else int_array(p) for p in parts]
     if any(a is None for a in arrays):
         return list(itertools.chain.from_iterable(p.tolist() if isinstance(p, np.ndarray) else p for p in parts))
     if not arrays:
-        return _ma(np.empty(0, dtype=np.int64), np.empty(0, dtype=bool))
+        return ma(np.empty(0, dtype=np.int64), np.empty(0, dtype=bool))
     if len(arrays) == 1:
         return arrays[0]
-    return _ma(np.concatenate([a._data for a in arrays]), np.concatenate([a._mask for a in arrays]))
+    return ma(np.concatenate([a._data for a in arrays]), np.concatenate([a._mask for a in arrays]))
 
 
-def _float64_part(part: Any) -> np.ndarray:
+def float64_part(part: Any) -> np.ndarray:
     """A part of a float column (a float64 array, or a list of floats and None) as float64, NaN for none."""
     if isinstance(part, np.ndarray):
         return np.ma.filled(part, np.nan) if isinstance(part, np.ma.MaskedArray) else part
     return np.ma.filled(_float64(part), np.nan)
 
 
-def _int32(values: Any) -> np.ma.MaskedArray:
+def int32(values: Any) -> np.ma.MaskedArray:
     """Nullable ints for an INTEGER column; out-of-range values (msprof's 4294967295 = "none") become NULL."""
-    a = _i64(values)
+    a = i64(values)
     data, mask = a._data, a._mask
     out_of_range = ((data < -INT32_MAX) | (data > INT32_MAX)) & ~mask
     if out_of_range.any():
@@ -156,10 +156,10 @@ _INT_EXACT = 10**18                     # |int| * scale (<= 10^6) stays within D
 _PLAIN_TYPES = frozenset({str, int})    # what float() reads the same way _dec does (bool is not int here)
 
 
-_JSON_NUMBER_RE = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+JSON_NUMBER_RE = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 
 
-class _NumbersAsText(Exception):
+class NumbersAsText(Exception):
     """A communication*.json value that needs the numbers' text: a float that `_scaled_floats` cannot show
     exact (the file is read again with numbers as text), or a value whose meaning depends on how numbers are
     decoded, a number where text or an object is expected (read again with numbers as Decimal)."""
@@ -220,7 +220,7 @@ def _scaled_ints(values: list[Any], scale: int, digits: int) -> list[int | None]
     """[_scaled_fast(v, scale, digits) for v in values] with the float step (and its exactness test, see
     `_scaled_fast`) done for the whole column at once; None stays None (as `_scaled_fast` gives) and the
     others are converted together; plain numerals too large for the float step (epoch µs) are scaled as
-    integers together (`_scaled_uniform`, `_scaled_texts`); the rest is converted one by one."""
+    integers together (`_scaled_uniform`, `scaled_texts`); the rest is converted one by one."""
     if None in values:
         at = [i for i, v in enumerate(values) if v is not None]
         out: list[int | None] = [None] * len(values)
@@ -238,29 +238,29 @@ def _scaled_ints(values: list[Any], scale: int, digits: int) -> list[int | None]
         out = _scaled_uniform(values, digits)
         if out is not None:
             return out
-        out = _scaled_texts(values, digits)
+        out = scaled_texts(values, digits)
         if None in out:
             out = [n if n is not None else _scaled_fast(v, scale, digits) for n, v in zip(out, values, strict=True)]
         return out
     out = np.where(ok, r, 0).astype(np.int64).tolist()
     if not ok.all():
         bad = np.flatnonzero(~ok).tolist()
-        for i, n in zip(bad, _scaled_texts([values[i] for i in bad], digits), strict=True):
+        for i, n in zip(bad, scaled_texts([values[i] for i in bad], digits), strict=True):
             out[i] = n if n is not None else _scaled_fast(values[i], scale, digits)
     return out
 
 
-def _scaled_i64(values: list[Any], scale: int, digits: int) -> list[int | None]:
+def scaled_i64(values: list[Any], scale: int, digits: int) -> list[int | None]:
     """`_scaled_ints`, a result beyond int64 as None: communication*.json numbers that large (over 292
     years in ns, 9 exabytes) are not measurements, and would stop the rank's read as a column's value."""
     out = _scaled_ints(values, scale, digits)
-    if any(v is not None and not _I64_MIN <= v <= _I64_MAX for v in out):
-        out = [v if v is None or _I64_MIN <= v <= _I64_MAX else None for v in out]
+    if any(v is not None and not I64_MIN <= v <= I64_MAX for v in out):
+        out = [v if v is None or I64_MIN <= v <= I64_MAX else None for v in out]
     return out
 
 
 @functools.cache
-def _plain_numerals(digits: int, whole: int = 0) -> re.Pattern[str]:
+def plain_numerals(digits: int, whole: int = 0) -> re.Pattern[str]:
     """Lines of plain decimal numerals that `_scaled_text(s, digits)` converts: an optional '-', 1 to
     `whole` (default 28 - digits) ASCII digits, and 1 to `digits` decimals after a '.'."""
     one = f"-?[0-9]{{1,{whole or 28 - digits}}}" + (f"(?:\\.[0-9]{{1,{digits}}})?" if digits else "")
@@ -270,16 +270,16 @@ def _plain_numerals(digits: int, whole: int = 0) -> re.Pattern[str]:
 @functools.cache
 def _fixed_numerals(decimals: int, whole: int) -> re.Pattern[str]:
     """Lines of plain decimal numerals with exactly `decimals` decimals (0: no '.') and 1 to `whole` digits
-    before them (one of the shapes `_plain_numerals` matches)."""
+    before them (one of the shapes `plain_numerals` matches)."""
     one = f"-?[0-9]{{1,{whole}}}" + (f"\\.[0-9]{{{decimals}}}" if decimals else "")
     return re.compile(f"{one}(?:\n{one})*")
 
 
 def _scaled_uniform(values: list[Any], digits: int) -> list[int] | None:
-    """`_scaled_texts(values, digits)` when every value is a plain numeral with the decimals of the first
+    """`scaled_texts(values, digits)` when every value is a plain numeral with the decimals of the first
     (a fixed format, as the epoch µs of communication.json): the digits without the dots times one power
     of ten (~3x faster than a power per value); None for any other column."""
-    if not values or not _STR_ONLY.issuperset(map(type, values)):
+    if not values or not STR_ONLY.issuperset(map(type, values)):
         return None
     text = "\n".join(values)
     first = values[0]
@@ -292,13 +292,13 @@ def _scaled_uniform(values: list[Any], digits: int) -> list[int] | None:
     return list(ints) if power == 1 else [n * power for n in ints]
 
 
-def _scaled_texts(values: list[Any], digits: int) -> list[int | None]:
+def scaled_texts(values: list[Any], digits: int) -> list[int | None]:
     """[_scaled_text(v, digits) if type(v) is str else None for v in values]; when every value is such a
     numeral (one regex match of all the lines), the integer arithmetic for all at once: the digits
     without the dot, times 10 ** (digits - decimals)."""
-    if _STR_ONLY.issuperset(map(type, values)):
+    if STR_ONLY.issuperset(map(type, values)):
         text = "\n".join(values)
-        if text.count("\n") == len(values) - 1 and _plain_numerals(digits).fullmatch(text):
+        if text.count("\n") == len(values) - 1 and plain_numerals(digits).fullmatch(text):
             return [int(v.replace(".", "", 1)) * 10 ** (digits + 1 + v.index(".") - len(v)) if "." in v
                     else int(v) * 10 ** digits for v in values]
     return [_scaled_text(v, digits) if type(v) is str else None for v in values]
@@ -306,7 +306,7 @@ def _scaled_texts(values: list[Any], digits: int) -> list[int | None]:
 
 def _scaled_exact(values: list[float | None], scale: int) -> tuple[np.ndarray, np.ndarray]:
     """(round(v * scale) as int64, 0 where null; null mask) of numbers decoded as floats (None: null), when
-    the float step is exact for every one of them (see `_scaled_fast`); else raises `_NumbersAsText`: the
+    the float step is exact for every one of them (see `_scaled_fast`); else raises `NumbersAsText`: the
     file is read again with numbers as text."""
     a = np.array(values, dtype=np.float64)  # None -> NaN (a JSON number is never NaN)
     with np.errstate(over="ignore", invalid="ignore"):
@@ -315,7 +315,7 @@ def _scaled_exact(values: list[float | None], scale: int) -> tuple[np.ndarray, n
         ok = (np.abs(p - r) <= 1e-3) & (np.abs(p) < _F40)
     nulls = np.isnan(a)
     if not (ok | nulls).all():
-        raise _NumbersAsText
+        raise NumbersAsText
     return np.where(ok, r, 0).astype(np.int64), nulls
 
 
@@ -328,12 +328,12 @@ def _scaled_floats(values: list[float | None], scale: int, digits: int) -> list[
     return out
 
 
-def _scaled_column(values: list[Any], scale: int, digits: int, typed: bool) -> np.ma.MaskedArray:
-    """`_i64` of `_scaled_floats` (`typed`: numbers decoded as floats) or of `_scaled_ints` (as text); the
+def scaled_column(values: list[Any], scale: int, digits: int, typed: bool) -> np.ma.MaskedArray:
+    """`i64` of `_scaled_floats` (`typed`: numbers decoded as floats) or of `_scaled_ints` (as text); the
     floats without a list of ints in between."""
     if typed:
-        return _ma(*_scaled_exact(values, scale))
-    return _i64(_scaled_i64(values, scale, digits))
+        return ma(*_scaled_exact(values, scale))
+    return i64(scaled_i64(values, scale, digits))
 
 
 def _dec_float(v: Any) -> float | None:
@@ -341,7 +341,7 @@ def _dec_float(v: Any) -> float | None:
     return float(d) if d is not None else None
 
 
-def _dec_floats(values: list[Any]) -> list[float | None]:
+def dec_floats(values: list[Any]) -> list[float | None]:
     """[float(_dec(v)) or None for v in values]: float(text) is what float(Decimal(text)) gives (both round
     the same exact value correctly) whenever it is finite; other values go through `_dec`."""
     a = _plain_floats(values) if values else None

@@ -12,7 +12,7 @@ from .common import ANALYSE_HINT, OUTPUT_DIR
 from .communication import CommunicationFiles
 from .kernel_details import DeviceOps
 from .metadata import MetadataFiles
-from .trace_parser import _release
+from .trace_parser import release
 from .trace_view import TraceView
 
 # The tables this reader only extends (never `add()`s), which it can hand on as it finishes them
@@ -77,15 +77,15 @@ class RankReader(TraceView, DeviceOps, CommunicationFiles, MetadataFiles):
         host = pairs = None
         if tr is not None:
             pairs = self.launch_flows(tr)
-            _release(tr, "fl_")
+            release(tr, "fl_")
             host = self.host_frame(tr, steps, pairs)
-            _release(tr, "h_")
+            release(tr, "h_")
             self.t.settled()
         # the trace's device tasks and hcom ops, then its HCCL sub-tasks (their table done and gone before
         # the device_ops columns are built), then device_ops
         self.device_tasks, comm_ops = self._trace_device_tasks(tr, pairs)
         if tr is not None:
-            _release(tr, "d_", "c_")
+            release(tr, "d_", "c_")
             self.comm_tasks(comm_ops, steps)
         dev = self.device_ops(kd, host, steps)
         self.emit_steps(steps, dev)

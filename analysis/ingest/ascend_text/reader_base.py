@@ -21,17 +21,17 @@ from ..base import RankSource, RankTables
 from .common import ANALYSE_HINT, OUTPUT_DIR
 from .csv_io import (
     Converted,
-    _csv_cursor,
-    _Frame,
-    _frame_column,
-    _plain_column,
-    _plain_csv,
-    _q,
-    _sql_of,
+    Frame,
+    csv_cursor,
     csv_header,
     csv_source,
+    frame_column,
+    plain_column,
+    plain_csv,
+    q,
+    sql_of,
 )
-from .frames import _interned, _objects
+from .frames import interned, objects
 
 
 class ReaderBase:
@@ -63,10 +63,10 @@ class ReaderBase:
 
     @property
     def con(self) -> duckdb.DuckDBPyConnection:
-        """A cursor on this thread's CSV database (`_csv_cursor`), made when a CSV first needs DuckDB: the C
+        """A cursor on this thread's CSV database (`csv_cursor`), made when a CSV first needs DuckDB: the C
         scanner reads the plain ones, and a database costs a process ~24 MB (a parse worker's own)."""
         if self._con is None:
-            self._con = _csv_cursor()
+            self._con = csv_cursor()
         return self._con
 
     def close(self) -> None:
@@ -146,15 +146,15 @@ class ReaderBase:
             return None
         return res
 
-    def query_csv(self, path: Path, select: list[str], *, required: bool = False) -> _Frame | None:
+    def query_csv(self, path: Path, select: list[str], *, required: bool = False) -> Frame | None:
         """Run the converting SELECT over a CSV; a parse failure raises (required file) or warns (None)."""
         error = ""
         for parallel in (True, False):
             try:
                 source = csv_source(self._csv_columns[path], parallel)
                 got = self.con.execute(f"SELECT {', '.join(select)} FROM {source}", [str(path)]).fetchnumpy()
-                cols = {name: _frame_column(a) for name, a in got.items()}
-                return _Frame(cols, len(next(iter(cols.values()))) if cols else 0)
+                cols = {name: frame_column(a) for name, a in got.items()}
+                return Frame(cols, len(next(iter(cols.values()))) if cols else 0)
             except duckdb.Error as e:
                 error = str(e)
                 if "parallel=false" not in error:  # the one failure the serial scanner does not have
@@ -165,21 +165,21 @@ class ReaderBase:
         self.warn(path, f"{problem}; skipped")
         return None
 
-    def query_converted(self, path: Path, cols: list[Converted], *, required: bool = False) -> _Frame | None:
-        """`query_csv` of the `_sql_of` conversions `cols`, converted in Python (`_plain_column`) when every
+    def query_converted(self, path: Path, cols: list[Converted], *, required: bool = False) -> Frame | None:
+        """`query_csv` of the `sql_of` conversions `cols`, converted in Python (`plain_column`) when every
         cell allows it: DuckDB evaluating the ~25 conversions of a 1,600-row kernel_details.csv costs ~3x
         the plain read of its columns (~23 vs ~7 ms). Any other file (no rows, a cell that is not plain, a
         DuckDB error) goes through `query_csv`, which decides."""
         frame = None
         names = list(dict.fromkeys(col for _, col, _ in cols))
         header = self._csv_columns[path]
-        plain = _plain_csv(path, header)
+        plain = plain_csv(path, header)
         if plain is not None:  # what DuckDB reads from it, without DuckDB's ~1-4 ms per query
             cells = {name: plain[header.index(name)] for name in names}
             nulls = {name: None in c for name, c in cells.items()}
         else:
             try:
-                got = self.con.execute(f"SELECT {', '.join(map(_q, names))} FROM {csv_source(header)}",
+                got = self.con.execute(f"SELECT {', '.join(map(q, names))} FROM {csv_source(header)}",
                                        [str(path)]).fetchnumpy()
             except duckdb.Error:
                 got = {}
@@ -190,15 +190,15 @@ class ReaderBase:
         if cells and len(cells[names[0]]):
             out = {}
             for alias, col, kind in cols:
-                out[alias] = _plain_column(cells[col], kind, nulls[col])
+                out[alias] = plain_column(cells[col], kind, nulls[col])
                 if out[alias] is None:
                     break
                 if type(out[alias]) is list:  # text: one str per distinct value (names repeat every step)
-                    out[alias] = _objects(_interned(out[alias]))
+                    out[alias] = objects(interned(out[alias]))
             else:
-                frame = _Frame(out, len(out[cols[0][0]]))
+                frame = Frame(out, len(out[cols[0][0]]))
         if frame is None:
-            return self.query_csv(path, [_sql_of(*c) for c in cols], required=required)
+            return self.query_csv(path, [sql_of(*c) for c in cols], required=required)
         return frame
 
 

@@ -11,37 +11,37 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from .numbers import _float64_part, _nullable_int_parts
+from .numbers import float64_part, nullable_int_parts
 from .trace_events import (
-    _ANY,
-    _COMM_ARGS,
-    _COMM_FIELDS,
-    _FLOAT_FIELDS,
-    _FLOW_FIELDS,
-    _FLOW_PHASES,
-    _HOST_ARGS,
-    _HOST_FIELDS,
-    _HW_ARGS,
-    _HW_FIELDS,
-    _INT64_FIELDS,
-    _NO_HOST_ARGS,
-    _NULLABLE_INT_FIELDS,
-    _OVERLAP_FIELDS,
-    _PROCESS_KINDS,
-    _STR_OR_NONE,
+    ANY,
+    COMM_ARGS,
+    COMM_FIELDS,
+    FLOAT_FIELDS,
+    FLOW_FIELDS,
+    FLOW_PHASES,
+    HOST_ARGS,
+    HOST_FIELDS,
+    HW_ARGS,
+    HW_FIELDS,
+    INT64_FIELDS,
+    NO_HOST_ARGS,
+    NULLABLE_INT_FIELDS,
+    OVERLAP_FIELDS,
+    PROCESS_KINDS,
     SKIP,
+    STR_OR_NONE,
     CommArgs,
     Event,
     HardwareArgs,
-    _decode_args,
-    _durs_ns,
-    _floats,
-    _ints,
-    _starts_ns,
-    _text,
     as_float,
     as_int,
+    decode_args,
+    durs_ns,
+    floats,
+    ints,
     message_bytes,
+    starts_ns,
+    text_or_none,
     ts_ns,
 )
 
@@ -135,7 +135,7 @@ class TraceColumnBuilder:
         (events without a readable ts dropped and counted, shared pid / tid / name objects). [] when none
         is left."""
         i_ts = 3 if len(cols) == 6 else 1   # tasks: (pid, tid, name, ts, dur, args); overlap: (name, ts, dur)
-        start = _starts_ns(cols[i_ts])
+        start = starts_ns(cols[i_ts])
         if type(start) is list and None in start:
             keep = [s is not None for s in start]
             self.out.n_bad_ts += len(keep) - sum(keep)
@@ -144,7 +144,7 @@ class TraceColumnBuilder:
             if not start:
                 return []
         ids, names = self._ids, self._names
-        dur = _durs_ns(cols[i_ts + 1])
+        dur = durs_ns(cols[i_ts + 1])
         if i_ts == 1:
             return [list(map(names.setdefault, cols[0], cols[0])), start, dur]
         pid, tid, name, _, _, args = cols
@@ -155,7 +155,7 @@ class TraceColumnBuilder:
         """(cat, id, ph, pid, tid, ts ns) columns of collected flow events (cat, id, ph, pid, tid, ts):
         flows without a readable ts are dropped (`ts_ns`); shared cat / pid / tid objects. [] when none."""
         cat, flow_id, ph, pid, tid, ts = cols
-        start = _starts_ns(ts)  # ts_ns of each (the same fast path, then the same parse)
+        start = starts_ns(ts)  # ts_ns of each (the same fast path, then the same parse)
         if type(start) is list and None in start:
             keep = [s is not None for s in start]
             cat, flow_id, ph, pid, tid, start = (list(itertools.compress(c, keep))
@@ -185,7 +185,7 @@ class TraceColumnBuilder:
         """A short repeated arg value (task type, transport ...) as one shared str."""
         if type(v) is str:
             return self._names.setdefault(v, v) if v else None
-        return _text(v)
+        return text_or_none(v)
 
     def _blob(self, raw: msgspec.Raw) -> str | None:
         """Raw JSON text of an arg (Input Dims ...) as one shared str per distinct value."""
@@ -199,7 +199,7 @@ class TraceColumnBuilder:
 
     def _labels(self, values: Sequence[Any]) -> list[str | None]:
         """`_label` of every value of a column."""
-        if _STR_OR_NONE.issuperset(map(type, values)):
+        if STR_OR_NONE.issuperset(map(type, values)):
             share = self._names.setdefault
             table = {v: share(v, v) if v else None for v in set(values)}
             return list(map(table.__getitem__, values))
@@ -216,7 +216,7 @@ class TraceColumnBuilder:
         idx = [i for i, r in enumerate(raws) if r is not None]
         if idx:
             blob = self._blob
-            args = _decode_args(_HOST_ARGS, [raws[i] for i in idx], _NO_HOST_ARGS)
+            args = decode_args(HOST_ARGS, [raws[i] for i in idx], NO_HOST_ARGS)
             for i, a in zip(idx, args, strict=True):
                 stack[i], dims[i], types[i], conn[i] = \
                     self.call_stack(a.call_stack, a.call_stack2), blob(a.input_dims), blob(a.input_type), \
@@ -225,7 +225,7 @@ class TraceColumnBuilder:
 
     def call_stack(self, stack: Any, stack2: Any) -> str | None:
         """A host event's call stack text ("Call stack", else "Call Stack"); notes that the trace has one."""
-        s = _text(stack if stack is not None else stack2)
+        s = text_or_none(stack if stack is not None else stack2)
         if s is not None:
             self.out.with_stack = True
         return s
@@ -233,7 +233,7 @@ class TraceColumnBuilder:
     def _hw_arg_columns(self, raws: Sequence[Any], tids: Sequence[Any]) -> list[Sequence[Any]]:
         """(task type, stream, task id, connection id) columns of Ascend Hardware tasks; the stream is Stream
         Id, else Physic Stream Id, else the tid."""
-        args = _decode_args(_HW_ARGS, raws, HardwareArgs())
+        args = decode_args(HW_ARGS, raws, HardwareArgs())
         # one comprehension per field: attribute reads in bytecode beat C-level getters / astuple here
         return self.hw_columns([a.task_type for a in args], [a.stream_id for a in args],
                                [a.physic_stream_id for a in args], [a.task_id for a in args],
@@ -242,17 +242,17 @@ class TraceColumnBuilder:
     def hw_columns(self, task_type: list[Any], stream_id: list[Any], physic: list[Any], task_id: list[Any],
                    conn: list[Any], tids: Sequence[Any]) -> list[Sequence[Any]]:
         """The Hardware arg columns from the args' values as decoded."""
-        stream = _ints(stream_id)
+        stream = ints(stream_id)
         if None in stream:
-            phys = _ints(physic)
+            phys = ints(physic)
             stream = [s if s is not None else p if p is not None else as_int(t)
                       for s, p, t in zip(stream, phys, tids, strict=True)]
-        return [self._labels(task_type), stream, _ints(task_id), _ints(conn)]
+        return [self._labels(task_type), stream, ints(task_id), ints(conn)]
 
     def _comm_arg_columns(self, raws: Sequence[Any], tids: Sequence[Any]) -> list[Sequence[Any]]:
         """(size, transport, link, src, dst, bandwidth, connection id, message bytes) columns of Communication
         events; message bytes = count x element size (hcom_* ops)."""
-        args = _decode_args(_COMM_ARGS, raws, CommArgs())
+        args = decode_args(COMM_ARGS, raws, CommArgs())
         return self.comm_columns([a.size for a in args], [a.transport for a in args], [a.link for a in args],
                                  [a.src for a in args], [a.dst for a in args], [a.bandwidth for a in args],
                                  [a.connection_id for a in args], [a.data_type for a in args],
@@ -262,14 +262,14 @@ class TraceColumnBuilder:
                      dst: list[Any], bw: list[Any], conn: list[Any], data_type: list[Any],
                      count: list[Any]) -> list[Sequence[Any]]:
         """The Communication arg columns from the args' values as decoded."""
-        return [_ints(size), self._labels(transport), self._labels(link), _ints(src), _ints(dst), _floats(bw),
-                _ints(conn), message_bytes(_ints(count), data_type)]
+        return [ints(size), self._labels(transport), self._labels(link), ints(src), ints(dst), floats(bw),
+                ints(conn), message_bytes(ints(count), data_type)]
 
     def _other(self, ev: Event, ph: str) -> None:
         out = self.out
         if ph == "M":
             self._on_meta(ev)
-        elif ph in _FLOW_PHASES:  # (taken inline by `_consume`)
+        elif ph in FLOW_PHASES:  # (taken inline by `_consume`)
             if ev.id is not None:
                 cat = ev.cat or ev.name
                 out.flow_rows.append((cat, ev.id, ph, ev.pid, ev.tid, ev.ts))
@@ -282,7 +282,7 @@ class TraceColumnBuilder:
     def _on_meta(self, ev: Event) -> None:
         out = self.out
         try:
-            args = _ANY.decode(ev.args)
+            args = ANY.decode(ev.args)
         except msgspec.DecodeError:
             return
         if not isinstance(args, dict):
@@ -290,7 +290,7 @@ class TraceColumnBuilder:
         if ev.name == "process_name":
             pname = str(args.get("name", ""))
             out.process_names[ev.pid] = pname
-            out.kinds[ev.pid] = _PROCESS_KINDS.get(pname.strip().lower(), SKIP)
+            out.kinds[ev.pid] = PROCESS_KINDS.get(pname.strip().lower(), SKIP)
         elif ev.name == "process_labels":
             out.process_labels[ev.pid] = str(args.get("labels", ""))
         elif ev.name == "thread_name":
@@ -299,7 +299,7 @@ class TraceColumnBuilder:
     def _on_freq(self, ev: Event) -> None:
         t = ts_ns(ev.ts)
         try:
-            args = _ANY.decode(ev.args)
+            args = ANY.decode(ev.args)
         except msgspec.DecodeError:
             return
         if t is None or not isinstance(args, dict):
@@ -326,17 +326,17 @@ class TraceColumnBuilder:
         done = set(self._parts)
         for fname in list(self._parts):
             parts = self._parts.pop(fname)  # (each field's pieces go as it is joined: not all twice at once)
-            if fname in _INT64_FIELDS:
+            if fname in INT64_FIELDS:
                 setattr(out, fname, parts[0] if len(parts) == 1 else np.concatenate(parts))
-            elif fname in _NULLABLE_INT_FIELDS:
-                setattr(out, fname, _nullable_int_parts(parts))
-            elif fname in _FLOAT_FIELDS:
-                setattr(out, fname, np.concatenate([_float64_part(p) for p in parts]))
+            elif fname in NULLABLE_INT_FIELDS:
+                setattr(out, fname, nullable_int_parts(parts))
+            elif fname in FLOAT_FIELDS:
+                setattr(out, fname, np.concatenate([float64_part(p) for p in parts]))
             else:
                 setattr(out, fname, parts[0] if len(parts) == 1 else list(itertools.chain.from_iterable(parts)))
-        for names in (_HOST_FIELDS, _HW_FIELDS, _COMM_FIELDS, _OVERLAP_FIELDS, _FLOW_FIELDS):
+        for names in (HOST_FIELDS, HW_FIELDS, COMM_FIELDS, OVERLAP_FIELDS, FLOW_FIELDS):
             for fname in names:
                 if fname not in done:
-                    setattr(out, fname, np.empty(0, dtype=np.int64) if fname in _INT64_FIELDS
-                            else _nullable_int_parts([]) if fname in _NULLABLE_INT_FIELDS
-                            else np.empty(0, dtype=np.float64) if fname in _FLOAT_FIELDS else ())
+                    setattr(out, fname, np.empty(0, dtype=np.int64) if fname in INT64_FIELDS
+                            else nullable_int_parts([]) if fname in NULLABLE_INT_FIELDS
+                            else np.empty(0, dtype=np.float64) if fname in FLOAT_FIELDS else ())

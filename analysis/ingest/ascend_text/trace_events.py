@@ -31,10 +31,10 @@ BLOCK_BYTES = 32 << 20
 SENTINEL_IDS = frozenset({4294967295, -1, 18446744073709551615})
 
 
-_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
-def _sentinel_id(value: Any) -> bool:
+def sentinel_id(value: Any) -> bool:
     """Whether an opaque id (int, numeral text, Decimal) is one of SENTINEL_IDS."""
     return as_int(value) in SENTINEL_IDS
 
@@ -58,10 +58,10 @@ SKIP, FRAMEWORK, CANN, HARDWARE, COMM, OVERLAP, FREQ = range(7)
 HOST_KINDS = (FRAMEWORK, CANN)
 
 
-_DEVICE_KINDS = (HARDWARE, COMM)     # where a launch flow ends
+DEVICE_KINDS = (HARDWARE, COMM)     # where a launch flow ends
 
 
-_PROCESS_KINDS: dict[str, int] = {
+PROCESS_KINDS: dict[str, int] = {
     "python": FRAMEWORK,        # torch_npu host ops
     "pytorch": FRAMEWORK,
     "mindspore": FRAMEWORK,     # MindSpore framework events
@@ -75,10 +75,10 @@ _PROCESS_KINDS: dict[str, int] = {
 }
 
 
-_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 
 
-_WS = b" \t\r\n"
+WS = b" \t\r\n"
 
 
 class Event(msgspec.Struct, gc=False):
@@ -124,24 +124,24 @@ class CommArgs(msgspec.Struct, gc=False):
     count: Any = None
 
 
-_HOST_ARGS = msgspec.json.Decoder(HostArgs)
+HOST_ARGS = msgspec.json.Decoder(HostArgs)
 
 
-_HW_ARGS = msgspec.json.Decoder(HardwareArgs)
+HW_ARGS = msgspec.json.Decoder(HardwareArgs)
 
 
-_COMM_ARGS = msgspec.json.Decoder(CommArgs)
+COMM_ARGS = msgspec.json.Decoder(CommArgs)
 
 
-_ANY = msgspec.json.Decoder()
+ANY = msgspec.json.Decoder()
 
 
-_NO_HOST_ARGS = HostArgs()
+NO_HOST_ARGS = HostArgs()
 
 
-# the same, for the args of many events at once (see _decode_args)
+# the same, for the args of many events at once (see decode_args)
 _ARGS_LISTS = {id(d): msgspec.json.Decoder(list[t])
-               for d, t in ((_HOST_ARGS, HostArgs), (_HW_ARGS, HardwareArgs), (_COMM_ARGS, CommArgs))}
+               for d, t in ((HOST_ARGS, HostArgs), (HW_ARGS, HardwareArgs), (COMM_ARGS, CommArgs))}
 
 
 _FOURTH_LAST = operator.itemgetter(-4)
@@ -150,25 +150,25 @@ _FOURTH_LAST = operator.itemgetter(-4)
 _DROP_DOT = operator.methodcaller("replace", ".", "", 1)
 
 
-_FLOW_PHASES = frozenset({"s", "f", "t"})
+FLOW_PHASES = frozenset({"s", "f", "t"})
 
 
-_STR_ONLY = frozenset({str})
+STR_ONLY = frozenset({str})
 
 
 _FLOAT_ONLY = frozenset({float})
 
 
-_INT_OR_NONE = frozenset({int, type(None)})
+INT_OR_NONE = frozenset({int, type(None)})
 
 
-_INT_ONLY = frozenset({int})
+INT_ONLY = frozenset({int})
 
 
-_STR_OR_NONE = frozenset({str, type(None)})
+STR_OR_NONE = frozenset({str, type(None)})
 
 
-_FLOAT_OR_NONE = frozenset({float, type(None)})
+FLOAT_OR_NONE = frozenset({float, type(None)})
 
 
 _NUMBER_OR_NONE = frozenset({int, float, type(None)})
@@ -177,7 +177,7 @@ _NUMBER_OR_NONE = frozenset({int, float, type(None)})
 ARGS_BATCH = 4096  # events whose args are decoded in one call (a few MB of text at most)
 
 
-def _decode_args(dec: msgspec.json.Decoder, raws: Sequence[msgspec.Raw], default: Any) -> list[Any]:
+def decode_args(dec: msgspec.json.Decoder, raws: Sequence[msgspec.Raw], default: Any) -> list[Any]:
     """The raw args objects of many events decoded by `dec`, ARGS_BATCH at a time as one JSON array
     `[a,b,...]` (the per-call overhead is most of the cost of a small object); a batch that fails is
     decoded one by one, `default` where invalid."""
@@ -244,10 +244,10 @@ def _milli_strings(ts: Sequence[str]) -> np.ndarray | None:
     return value.astype(np.int64)
 
 
-def _starts_ns(ts: Sequence[Any]) -> np.ndarray | list[int | None]:
+def starts_ns(ts: Sequence[Any]) -> np.ndarray | list[int | None]:
     """[_start_ns(t) for t in ts]; an int64 array when every ts is the usual µs string (`_milli_strings`),
     else the fast path for all at once (C-level maps) when every ts takes it."""
-    if ts and _STR_ONLY.issuperset(map(type, ts)):
+    if ts and STR_ONLY.issuperset(map(type, ts)):
         fixed = _milli_strings(ts)
         if fixed is not None:
             return fixed
@@ -259,7 +259,7 @@ def _starts_ns(ts: Sequence[Any]) -> np.ndarray | list[int | None]:
     return [_start_ns(t) for t in ts]
 
 
-def _durs_ns(durs: Sequence[Any]) -> Any:
+def durs_ns(durs: Sequence[Any]) -> Any:
     """ns of µs durations: round(d * 1000) of a float (half to even), `dur_ns` of anything else; an int64
     array when all are finite floats (np.rint of the same product)."""
     if durs and _FLOAT_ONLY.issuperset(map(type, durs)):
@@ -269,17 +269,17 @@ def _durs_ns(durs: Sequence[Any]) -> Any:
     return [round(d * 1000) if type(d) is float else dur_ns(d) for d in durs]
 
 
-def _ints(values: list[Any]) -> list[int | None]:
+def ints(values: list[Any]) -> list[int | None]:
     """[as_int(v) for v in values]; a column of ints and None is returned as it is."""
-    if _INT_OR_NONE.issuperset(map(type, values)):
+    if INT_OR_NONE.issuperset(map(type, values)):
         return values
     return [as_int(v) for v in values]
 
 
-def _floats(values: list[Any]) -> list[float | None]:
+def floats(values: list[Any]) -> list[float | None]:
     """[as_float(v) for v in values] (a float column as it is)."""
     types = set(map(type, values))
-    if types <= _FLOAT_OR_NONE:
+    if types <= FLOAT_OR_NONE:
         return values
     if types <= _NUMBER_OR_NONE:
         obj = np.array(values, dtype=object)
@@ -360,41 +360,41 @@ def as_float(v: Any) -> float | None:
     return None
 
 
-def _text(v: Any) -> str | None:
+def text_or_none(v: Any) -> str | None:
     if v is None or v == "":
         return None
     return v if type(v) is str else str(v)
 
 
-_HOST_FIELDS = ("h_pid", "h_tid", "h_name", "h_cat", "h_start", "h_dur", "h_stack", "h_dims", "h_types",
+HOST_FIELDS = ("h_pid", "h_tid", "h_name", "h_cat", "h_start", "h_dur", "h_stack", "h_dims", "h_types",
                 "h_conn")
 
 
-_HW_FIELDS = ("d_pid", "d_tid", "d_name", "d_start", "d_dur", "d_task_type", "d_stream", "d_task_id", "d_conn")
+HW_FIELDS = ("d_pid", "d_tid", "d_name", "d_start", "d_dur", "d_task_type", "d_stream", "d_task_id", "d_conn")
 
 
-_COMM_FIELDS = ("c_pid", "c_tid", "c_name", "c_start", "c_dur", "c_size", "c_transport", "c_link", "c_src",
+COMM_FIELDS = ("c_pid", "c_tid", "c_name", "c_start", "c_dur", "c_size", "c_transport", "c_link", "c_src",
                 "c_dst", "c_bw", "c_conn", "c_msg_bytes")
 
 
-_OVERLAP_FIELDS = ("o_name", "o_start", "o_dur")
+OVERLAP_FIELDS = ("o_name", "o_start", "o_dur")
 
 
-_FLOW_FIELDS = ("fl_cat", "fl_id", "fl_ph", "fl_pid", "fl_tid", "fl_ts")
+FLOW_FIELDS = ("fl_cat", "fl_id", "fl_ph", "fl_pid", "fl_tid", "fl_ts")
 
 
 # Never-null integer columns: stored as int64 numpy arrays (8 bytes a value instead of a Python int object).
-_INT64_FIELDS = frozenset({"h_start", "h_dur", "d_start", "d_dur", "c_start", "c_dur", "o_start", "o_dur",
+INT64_FIELDS = frozenset({"h_start", "h_dur", "d_start", "d_dur", "c_start", "c_dur", "o_start", "o_dur",
                            "fl_ts"})
 
 
-_START_FIELDS = frozenset({"h_start", "d_start", "c_start", "o_start"})  # the X events min_ts is taken from
+START_FIELDS = frozenset({"h_start", "d_start", "c_start", "o_start"})  # the X events min_ts is taken from
 
 
 # Communication argument columns joined into numpy by `_finish` (what `_trace_device_tasks` takes rows of):
 # nullable ints as masked int64 arrays (the list of values when one is beyond int64), bandwidth as float64
 # (NaN: none).
-_NULLABLE_INT_FIELDS = frozenset({"c_size", "c_src", "c_dst", "c_conn", "c_msg_bytes"})
+NULLABLE_INT_FIELDS = frozenset({"c_size", "c_src", "c_dst", "c_conn", "c_msg_bytes"})
 
 
-_FLOAT_FIELDS = frozenset({"c_bw"})
+FLOAT_FIELDS = frozenset({"c_bw"})

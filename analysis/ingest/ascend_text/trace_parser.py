@@ -15,25 +15,25 @@ from ...errors import ProfileError
 from .common import ANALYSE_HINT
 from .trace_columns import TraceColumnBuilder, TraceColumns
 from .trace_events import (
-    _COMM_FIELDS,
-    _FLOW_FIELDS,
-    _FLOW_PHASES,
-    _HOST_FIELDS,
-    _HW_FIELDS,
-    _INT64_FIELDS,
-    _OVERLAP_FIELDS,
-    _START_FIELDS,
-    _STEP_RE,
-    _WS,
     BLOCK_BYTES,
     CANN,
     COMM,
+    COMM_FIELDS,
+    FLOW_FIELDS,
+    FLOW_PHASES,
     HARDWARE,
+    HOST_FIELDS,
     HOST_KINDS,
+    HW_FIELDS,
+    INT64_FIELDS,
     MAX_WINDOW_BYTES,
     OVERLAP,
+    OVERLAP_FIELDS,
     PIECE_BYTES,
     SKIP,
+    START_FIELDS,
+    STEP_RE,
+    WS,
     Event,
     dur_ns,
     ts_ns,
@@ -73,7 +73,7 @@ class TraceParser(TraceColumnBuilder):
             first = f.read(self.block)
             if not first:
                 raise ProfileError(self.path, f"empty file (0 bytes); {ANALYSE_HINT}")
-            head = first.lstrip(b"\xef\xbb\xbf" + _WS)
+            head = first.lstrip(b"\xef\xbb\xbf" + WS)
             if not head:
                 raise ProfileError(self.path, f"empty file (only whitespace); {ANALYSE_HINT}")
             if head[:1] == b"{":
@@ -147,7 +147,7 @@ class TraceParser(TraceColumnBuilder):
         else from one copy.
         """
         end = len(buf)
-        while end > start and buf[end - 1] in _WS:
+        while end > start and buf[end - 1] in WS:
             end -= 1
         if end == start or buf[end - 1] != 0x5D:  # ']'
             raise ProfileError(self.path, f"truncated: the file ends at byte {offset + len(buf) - start} "
@@ -190,7 +190,7 @@ class TraceParser(TraceColumnBuilder):
         for ev in events:
             ph = ev.ph
             if ph != "X":
-                if ph in _FLOW_PHASES:  # a flow is identified by (cat or name, id)
+                if ph in FLOW_PHASES:  # a flow is identified by (cat or name, id)
                     if ev.id is not None:
                         flow_rows.append((ev.cat or ev.name, ev.id, ph, ev.pid, ev.tid, ev.ts))
                 else:
@@ -242,7 +242,7 @@ class TraceParser(TraceColumnBuilder):
                 else:
                     category = self._framework_cat.get((name, cat)) or self._categorize(name, cat)
                     if category == "user_annotation" and name.startswith("ProfilerStep#"):
-                        m = _STEP_RE.match(name)
+                        m = STEP_RE.match(name)
                         if m:
                             out.steps.append((int(m.group(1)), start, dur))
                 raw = ev.args
@@ -266,18 +266,18 @@ class TraceParser(TraceColumnBuilder):
         `args`, decoded in one call per batch (`_decode_args`).
         """
         out = self.out
-        for rows, names, args in ((out.host_rows, _HOST_FIELDS, self._host_arg_columns),
-                                  (out.hw_rows, _HW_FIELDS, self._hw_arg_columns),
-                                  (out.comm_rows, _COMM_FIELDS, self._comm_arg_columns),
-                                  (out.overlap_rows, _OVERLAP_FIELDS, None),
-                                  (out.flow_rows, _FLOW_FIELDS, None)):
+        for rows, names, args in ((out.host_rows, HOST_FIELDS, self._host_arg_columns),
+                                  (out.hw_rows, HW_FIELDS, self._hw_arg_columns),
+                                  (out.comm_rows, COMM_FIELDS, self._comm_arg_columns),
+                                  (out.overlap_rows, OVERLAP_FIELDS, None),
+                                  (out.flow_rows, FLOW_FIELDS, None)):
             if not rows:
                 continue
             cols: list[Sequence[Any]] = list(zip(*rows, strict=True))
             rows.clear()
-            if names is _FLOW_FIELDS:
+            if names is FLOW_FIELDS:
                 cols = self._flow_columns(cols)
-            elif names is not _HOST_FIELDS:
+            elif names is not HOST_FIELDS:
                 cols = self._timed_columns(cols)
             if not cols:
                 continue
@@ -291,15 +291,15 @@ class TraceParser(TraceColumnBuilder):
         out.min_ts."""
         parts = self._parts
         for fname, col in zip(names, cols, strict=True):
-            if fname in _INT64_FIELDS:
+            if fname in INT64_FIELDS:
                 col = np.asarray(col, dtype=np.int64)
-                if fname in _START_FIELDS:
+                if fname in START_FIELDS:
                     self._lower_min_ts(int(col.min()))
             parts.setdefault(fname, []).append(col)
 
 
 class _Released(tuple):
-    """A `TraceColumns` field after its last reader ran (`_release`): any use of it is a bug."""
+    """A `TraceColumns` field after its last reader ran (`release`): any use of it is a bug."""
 
     def __len__(self) -> int:
         raise RuntimeError("a released trace column was read")
@@ -314,7 +314,7 @@ class _Released(tuple):
 _RELEASED = _Released()
 
 
-def _release(tr: TraceColumns, *prefixes: str) -> None:
+def release(tr: TraceColumns, *prefixes: str) -> None:
     """Drop the trace's columns of these groups (h_: host, d_: device, c_: communication, fl_: flows) once
     the phase that turns them into tables or frames has run: ~37 MB of columns for a rank of 400k
     events would otherwise sit under every later phase."""
@@ -336,11 +336,11 @@ def _last_boundary(buf: bytes) -> tuple[int, int] | None:
         if k < 0:
             return None
         j = k + 1
-        while j < n and buf[j] in _WS:
+        while j < n and buf[j] in WS:
             j += 1
         if j < n and buf[j] == 0x2C:  # ','
             j += 1
-            while j < n and buf[j] in _WS:
+            while j < n and buf[j] in WS:
                 j += 1
             if j < n and buf[j] == 0x7B:  # '{'
                 return k + 1, j

@@ -9,11 +9,11 @@ import numpy as np
 
 from ...errors import ProfileError
 from .common import INT32_MAX
-from .frames import _groups, _jdump, _Launches, _na_steps, _objects, _pair_codes, _Steps
-from .numbers import _i64, _int32, _ma
+from .frames import Launches, Steps, code_groups, jdump, na_steps, objects, pair_codes
+from .numbers import i64, int32, ma
 from .reader_base import ReaderBase
 from .trace_columns import TraceColumns
-from .trace_events import _DEVICE_KINDS, _INT64_MAX, _INT64_MIN, HARDWARE, HOST_KINDS, _sentinel_id, as_int
+from .trace_events import DEVICE_KINDS, HARDWARE, HOST_KINDS, INT64_MAX, INT64_MIN, as_int, sentinel_id
 from .trace_parser import TraceParser
 
 
@@ -55,14 +55,14 @@ class TraceView(ReaderBase):
                     break
         return tr
 
-    def steps(self, tr: TraceColumns | None) -> _Steps:
+    def steps(self, tr: TraceColumns | None) -> Steps:
         if tr is None:
-            return _Steps()
+            return Steps()
         if not tr.steps:
             if tr.n_events:
                 self.warn(self.out / "trace_view.json", "no ProfilerStep#N events (no profiler schedule): "
                                                         "per-step tables (steps, breakdown) are empty")
-            return _Steps()
+            return Steps()
         seen: dict[int, tuple[int, int]] = {}
         for n, start, dur in tr.steps:
             if n in seen:
@@ -70,11 +70,11 @@ class TraceView(ReaderBase):
                 continue
             seen[n] = (start, start + dur)
         items = sorted(seen.items(), key=lambda kv: kv[1][0])
-        return _Steps(np.array([k for k, _ in items], dtype=np.int64),
+        return Steps(np.array([k for k, _ in items], dtype=np.int64),
                       np.array([v[0] for _, v in items], dtype=np.int64),
                       np.array([v[1] for _, v in items], dtype=np.int64))
 
-    def launch_flows(self, tr: TraceColumns) -> _Launches:
+    def launch_flows(self, tr: TraceColumns) -> Launches:
         """Host -> device flow pairs (async_npu, HostToDevice, ...), one per flow (cat, id) in the order of
         their first start event (the first start and the first end of a flow are paired).
 
@@ -82,7 +82,7 @@ class TraceView(ReaderBase):
         flows (async_task_queue enqueue -> dequeue, fwdbwd) are left out. A few thousand flows per rank: one
         pass with dicts (a DataFrame, two drop_duplicates and a merge cost ~5x more).
         """
-        pairs = _Launches()
+        pairs = Launches()
         if not len(tr.fl_ts):
             return pairs
         kinds = tr.kinds
@@ -93,16 +93,16 @@ class TraceView(ReaderBase):
             if ph == "s":
                 if key not in starts and kinds.get(pid) in HOST_KINDS:
                     starts[key] = j
-            elif ph == "f" and key not in ends and kinds.get(pid) in _DEVICE_KINDS:
+            elif ph == "f" and key not in ends and kinds.get(pid) in DEVICE_KINDS:
                 ends[key] = j
         # A sentinel id (UINT32_MAX, -1, UINT64_MAX) names no flow: pairing on it would join unrelated events.
-        matched = [(key, s, ends[key]) for key, s in starts.items() if key in ends and not _sentinel_id(key[1])]
+        matched = [(key, s, ends[key]) for key, s in starts.items() if key in ends and not sentinel_id(key[1])]
         if not matched:
             return pairs
         # Flow ids are opaque (HCCL's exceed int64: "55426082093320372223", as text or a number). An int64 id
         # is kept: it is the CANN connection id the DB export joins on, shared by a task's async_npu and
         # HostToDevice flows. Any other (cat, id) is interned after the largest, by first appearance.
-        ids = [i if i is not None and _INT64_MIN <= i <= _INT64_MAX else None
+        ids = [i if i is not None and INT64_MIN <= i <= INT64_MAX else None
                for i in (as_int(key[1]) for key, _, _ in matched)]
         if None in ids:
             base = max((i for i in ids if i is not None), default=-1) + 1
@@ -121,7 +121,7 @@ class TraceView(ReaderBase):
         self.t.has("correlation")
         return pairs
 
-    def host_frame(self, tr: TraceColumns, steps: _Steps, pairs: _Launches) -> dict[str, Any]:
+    def host_frame(self, tr: TraceColumns, steps: Steps, pairs: Launches) -> dict[str, Any]:
         """Host ops with step, nesting depth and correlation id, as the host_ops columns (lists, int64 and
         masked int64 arrays; a DataFrame's text inference cost more than the rest of the columns).
 
@@ -134,7 +134,7 @@ class TraceView(ReaderBase):
         start = np.array(tr.h_start, dtype=np.int64)
         dur = np.array(tr.h_dur, dtype=np.int64)
         end = start + dur
-        track, tracks = _pair_codes(tr.h_pid, tr.h_tid)   # track = (pid, tid)
+        track, tracks = pair_codes(tr.h_pid, tr.h_tid)   # track = (pid, tid)
         points: dict[Any, list[tuple[int, int]]] = {}
         for tid, ts, c in zip(pairs.s_tid, pairs.s_ts, pairs.corr, strict=True):
             points.setdefault(tid, []).append((ts, c))
@@ -185,10 +185,10 @@ class TraceView(ReaderBase):
         host = {
             "name": list(tr.h_name), "category": list(tr.h_cat),
             # (converted once per track: the column's values, so a tid beyond int64 raises the same error)
-            "tid": _i64(tid_ints)[track],
-            "start_ns": start, "dur_ns": dur, "correlation_id": _i64(corr), "depth": _int32(depth),
+            "tid": i64(tid_ints)[track],
+            "start_ns": start, "dur_ns": dur, "correlation_id": i64(corr), "depth": int32(depth),
             "input_dims": list(tr.h_dims), "input_types": list(tr.h_types), "call_stack": list(tr.h_stack),
-            "step": _na_steps(steps.of(start)),
+            "step": na_steps(steps.of(start)),
         }
         cats = set(tr.h_cat)
         if n:
@@ -217,7 +217,7 @@ class TraceView(ReaderBase):
             return g["global_ranks"][r]
         return r
 
-    def comm_tasks(self, ops: dict[str, Any], steps: _Steps) -> None:
+    def comm_tasks(self, ops: dict[str, Any], steps: Steps) -> None:
         """HCCL sub-tasks (Plane threads) with the hcom op that encloses them on their group's op thread."""
         tasks, self.comm_task_cols = self.comm_task_cols, None
         if tasks is None or not len(tasks["start_ns"]):
@@ -231,7 +231,7 @@ class TraceView(ReaderBase):
             o_start = ops["start_ns"]
             o_end = o_start + ops["dur_ns"]
             o_steps = steps.of_device(o_start)     # as their device_ops rows
-            o_name, o_group = _objects(ops["name"]), _objects(ops["group_name"])
+            o_name, o_group = objects(ops["name"]), objects(ops["group_name"])
             of_thread: dict[tuple[Any, Any], list[int]] = {}   # op thread (pid, tid) -> its ops
             for j, key in enumerate(zip(ops["pid"], ops["tid"], strict=True)):
                 of_thread.setdefault(key, []).append(j)
@@ -241,7 +241,7 @@ class TraceView(ReaderBase):
             # op thread -> its ops by start; quicksort, what pandas' sort_values ran, so that ops of equal start
             # come in the same order (the last of them encloses a task)
             by_start: dict[tuple[Any, Any], np.ndarray] = {}
-            for code, rows in _groups(tasks["thread"]):
+            for code, rows in code_groups(tasks["thread"]):
                 pid, tid = tasks["threads"][code]
                 cands = threads.get(pid, [])
                 # a Plane thread follows its group's op thread in tid order
@@ -262,7 +262,7 @@ class TraceView(ReaderBase):
                 op_step[rows] = o_steps[j]
         step = np.where(op_step >= 0, op_step, steps.of_device(start))
         self.t.extend("comm_tasks", {
-            "step": _na_steps(step), "op_name": op_name.tolist(), "name": tasks["name"],
+            "step": na_steps(step), "op_name": op_name.tolist(), "name": tasks["name"],
             "start_ns": start, "dur_ns": tasks["dur_ns"], "size_bytes": tasks["size"],
             "transport": tasks["transport"], "link_type": tasks["link"],
             "src_rank": self._global_ranks(op_group, tasks["src"]),
@@ -272,7 +272,7 @@ class TraceView(ReaderBase):
         self.t.has("comm_tasks")
 
     def _global_ranks(self, groups: np.ndarray, local: np.ma.MaskedArray) -> np.ma.MaskedArray:
-        """`map_rank(group, local)` of every row as an INTEGER column (`_int32` of it), a group at a time."""
+        """`map_rank(group, local)` of every row as an INTEGER column (`int32` of it), a group at a time."""
         data = np.array(local._data, dtype=np.int64)
         mask = np.array(local._mask, dtype=bool) | (data < 0) | (data > INT32_MAX)
         for g in set(groups.tolist()):
@@ -283,23 +283,23 @@ class TraceView(ReaderBase):
             try:
                 table = np.array(ranks, dtype=np.int64)
             except OverflowError:  # a global rank beyond int64: one row at a time
-                return _int32([self.map_rank(g, x)
+                return int32([self.map_rank(g, x)
                                for g, x in zip(groups.tolist(), local.tolist(), strict=True)])
             sel = (groups == g) & ~mask & (data < len(table))
             data[sel] = table[data[sel]]
         mask |= (data < -INT32_MAX) | (data > INT32_MAX)
         data[mask] = 1
-        return _ma(data, mask)
+        return ma(data, mask)
 
     def freq(self, tr: TraceColumns) -> None:
         if not tr.f_ts:
             return
         order = np.argsort(np.array(tr.f_ts, dtype=np.int64), kind="stable")
-        self.t.extend("freq_samples", {"ts_ns": _i64(np.array(tr.f_ts, dtype=np.int64)[order]),
+        self.t.extend("freq_samples", {"ts_ns": i64(np.array(tr.f_ts, dtype=np.int64)[order]),
                                        "freq_mhz": np.array(tr.f_mhz, dtype=float)[order]})
         self.t.has("freq")
 
-    def overlap(self, tr: TraceColumns, steps: _Steps) -> None:
+    def overlap(self, tr: TraceColumns, steps: Steps) -> None:
         """Per-step sums of the profiler's own Overlap Analysis lanes (metadata `overlap_analysis`, ns).
 
         Kept for cross-checks only: the breakdown is recomputed from device ops, never copied from here.
@@ -317,4 +317,4 @@ class TraceView(ReaderBase):
         np.add.at(sums, (of_step, of_name), np.array(tr.o_dur, dtype=np.int64)[mine])
         rows = [{"step": sid, **dict(zip(names, r, strict=True))}
                 for sid, r in zip(step_ids.tolist(), sums.tolist(), strict=True)]
-        self.t.add("metadata", key="overlap_analysis", value_json=_jdump(rows))
+        self.t.add("metadata", key="overlap_analysis", value_json=jdump(rows))

@@ -26,26 +26,26 @@ from pathlib import Path
 from ...errors import ProfileError
 from ..base import RankSource
 from .content import (
-    _DB_RE,
-    _INFO_RE,
-    _KINETO_NAME_RE,
-    _MS_LEGACY_RE,
-    _MSPROF_DB_RE,
+    DB_RE,
+    INFO_RE,
+    KINETO_NAME_RE,
+    MS_LEGACY_RE,
+    MSPROF_DB_RE,
     MSPROF_OUTPUT_DIR,
     OUTPUT_DIR,
-    _ascend_rank,
-    _is_ascend_rank,
-    _is_msprof_rank,
-    _listdir,
-    _msprof_rank,
-    _sqlite_db,
-    _timestamp_of,
-    _walk,
+    ascend_rank,
+    is_ascend_rank,
+    is_msprof_rank,
     json_kind,
     kineto_rank,
+    listdir,
+    msprof_rank,
     read_head,
+    sqlite_db,
+    timestamp_of,
+    walk,
 )
-from .runs import _nothing_found, _refuse_unrelated_runs
+from .runs import nothing_found, refuse_unrelated_runs
 
 __all__ = ["MSPROF_OUTPUT_DIR", "OUTPUT_DIR", "Discovery", "discover", "json_kind", "kineto_rank", "read_head"]
 
@@ -64,12 +64,12 @@ def discover(path: str | Path) -> Discovery:
     if not p.exists():
         raise ProfileError(p, "no such file or directory")
     if p.is_file():
-        if p.name in ("profiler_metadata.json",) or _INFO_RE.match(p.name):
+        if p.name in ("profiler_metadata.json",) or INFO_RE.match(p.name):
             raise ProfileError(p, f"{p.name} is torch_npu's run description, not a trace: pass the rank folder "
                                   "that holds it beside ASCEND_PROFILER_OUTPUT/")
-        if _MSPROF_DB_RE.match(p.name):
+        if MSPROF_DB_RE.match(p.name):
             return _msprof([p], p)
-        if _KINETO_NAME_RE.search(p.name):
+        if KINETO_NAME_RE.search(p.name):
             kind = json_kind(p)
             if kind == "ascend_trace":
                 return _ascend([p.parent], p)
@@ -77,7 +77,7 @@ def discover(path: str | Path) -> Discovery:
                 raise ProfileError(p, "not a trace: neither a Kineto trace (an object with traceEvents) nor an "
                                       "Ascend trace_view.json; pass the profile folder")
             return _kineto([p], p)
-        if m := _DB_RE.match(p.name):
+        if m := DB_RE.match(p.name):
             if p.parent.name == "ASCEND_PROFILER_OUTPUT":
                 return _ascend([p.parent.parent], p)
             # a DB export copied out of its rank directory: the file itself is the rank
@@ -98,12 +98,12 @@ def discover(path: str | Path) -> Discovery:
     kineto_files: list[Path] = []
     bare_traces: list[Path] = []
     msprof: list[Path] = []
-    for root, dirs, files, depth in _walk(p):
-        if _is_ascend_rank(root, dirs, files):
+    for root, dirs, files, depth in walk(p):
+        if is_ascend_rank(root, dirs, files):
             ascend_dirs.append(root)
             dirs.clear()  # never descend into a rank directory
             continue
-        if any(_MS_LEGACY_RE.match(f) for f in files):
+        if any(MS_LEGACY_RE.match(f) for f in files):
             legacy_dirs.append(root)
             # MindSpore 2.4 writes the run twice: these flat files plus rank-*_ascend_ms/ children in the new
             # layout. Only the flat files have iteration interval / fp_and_bp / tail, so the children are not
@@ -111,20 +111,20 @@ def discover(path: str | Path) -> Discovery:
             # raw data those files were made from.
             dirs[:] = [d for d in dirs if not d.endswith("_ascend_ms") and not d.startswith("PROF_")]
             continue
-        if _is_msprof_rank(root, dirs, files):
+        if is_msprof_rank(root, dirs, files):
             msprof.append(root)
             dirs.clear()
             continue
-        msprof += [root / f for f in files if _MSPROF_DB_RE.match(f)]
+        msprof += [root / f for f in files if MSPROF_DB_RE.match(f)]
         if depth <= 2:   # a run folder with its traces/ one level down, or a parent of such runs
             for f in files:
-                if _KINETO_NAME_RE.search(f):
+                if KINETO_NAME_RE.search(f):
                     kind = json_kind(root / f)
                     if kind == "kineto":
                         kineto_files.append(root / f)
                     elif kind == "ascend_trace":
                         bare_traces.append(root / f)
-    _refuse_unrelated_runs(p, ascend_dirs, legacy_dirs, kineto_files, bare_traces, msprof)
+    refuse_unrelated_runs(p, ascend_dirs, legacy_dirs, kineto_files, bare_traces, msprof)
     if ascend_dirs:
         return _ascend(ascend_dirs, p)
     if legacy_dirs:
@@ -135,7 +135,7 @@ def discover(path: str | Path) -> Discovery:
         return _kineto(sorted(kineto_files), p)
     if bare_traces:
         return _ascend([t.parent for t in bare_traces[:1]], p)
-    raise ProfileError(p, _nothing_found(p))
+    raise ProfileError(p, nothing_found(p))
 
 
 def _ascend(dirs: list[Path], root: Path) -> Discovery:
@@ -144,13 +144,13 @@ def _ascend(dirs: list[Path], root: Path) -> Discovery:
     unknown: list[RankSource] = []
     kinds = set()
     for d in sorted(dirs):
-        rank, how, fmt = _ascend_rank(d)
+        rank, how, fmt = ascend_rank(d)
         kinds.add(fmt.split("_")[1])
         # a DB export not named *.db (found by its SQLite header): the reader is given the file itself
-        renamed = _sqlite_db(d / OUTPUT_DIR) if fmt.endswith("_db") and not any(
-            _DB_RE.match(n) for n in _listdir(d / OUTPUT_DIR)) else None
+        renamed = sqlite_db(d / OUTPUT_DIR) if fmt.endswith("_db") and not any(
+            DB_RE.match(n) for n in listdir(d / OUTPUT_DIR)) else None
         src = RankSource(path=renamed or d, format=fmt, rank=rank, rank_how=how,
-                         extra={"timestamp": _timestamp_of(d)})
+                         extra={"timestamp": timestamp_of(d)})
         if rank is None:
             unknown.append(src)
             continue
@@ -173,7 +173,7 @@ def _msprof(found: list[Path], root: Path) -> Discovery:
     by_rank: dict[int, RankSource] = {}
     unknown: list[RankSource] = []
     for f in sorted(found):
-        rank, how = _msprof_rank(f)
+        rank, how = msprof_rank(f)
         src = RankSource(path=f, format="ascend_msprof", rank=rank, rank_how=how)
         if rank is None or rank in by_rank:
             unknown.append(src)
@@ -194,7 +194,7 @@ def _mindspore_legacy(dirs: list[Path], root: Path) -> Discovery:
     seen: set[int] = set()
     for d in sorted(dirs):
         for n in sorted(os.listdir(d)):
-            if (m := _MS_LEGACY_RE.match(n)) and int(m.group(1)) not in seen:
+            if (m := MS_LEGACY_RE.match(n)) and int(m.group(1)) not in seen:
                 r = int(m.group(1))
                 seen.add(r)
                 sources.append(RankSource(path=d, format="mindspore_legacy", rank=r, rank_how=n))

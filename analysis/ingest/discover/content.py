@@ -19,13 +19,13 @@ OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 MSPROF_OUTPUT_DIR = "mindstudio_profiler_output"
 MAX_DEPTH = 6
 _ASCEND_SUFFIXES = ("_ascend_pt", "_ascend_ms")
-_INFO_RE = re.compile(r"^profiler_info_(\d+)\.json$")
-_DB_RE = re.compile(r"^ascend_(pytorch|mindspore)_profiler(?:_(\d+))?\.db$")
-_MS_LEGACY_RE = re.compile(r"^step_trace_raw_(\d+)_detail_time\.csv$")
-_KINETO_NAME_RE = re.compile(r"\.(json|json\.gz)$")
+INFO_RE = re.compile(r"^profiler_info_(\d+)\.json$")
+DB_RE = re.compile(r"^ascend_(pytorch|mindspore)_profiler(?:_(\d+))?\.db$")
+MS_LEGACY_RE = re.compile(r"^step_trace_raw_(\d+)_detail_time\.csv$")
+KINETO_NAME_RE = re.compile(r"\.(json|json\.gz)$")
 _DIST_RANK_RE = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*(\d+)', re.S)
 _FILE_RANK_RE = re.compile(r"rank[-_]?(\d+)", re.I)
-_MSPROF_DB_RE = re.compile(r"^msprof_[\w.-]*\.db$")
+MSPROF_DB_RE = re.compile(r"^msprof_[\w.-]*\.db$")
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _HEAD_BYTES = 1 << 20
 _STRING_TS_RE = re.compile(rb'"ts"\s*:\s*"\d')
@@ -35,7 +35,7 @@ _STRING_TS_RE = re.compile(rb'"ts"\s*:\s*"\d')
 _DELIVERABLES = ("trace_view.json", "kernel_details.csv", "step_trace_time.csv", "communication.json")
 
 
-def _walk(top: Path):
+def walk(top: Path):
     """os.walk limited to MAX_DEPTH levels, sorted for determinism, skipping unreadable dirs."""
     base_depth = len(top.parts)
     for root, dirs, files in os.walk(top, onerror=None, followlinks=False):
@@ -47,14 +47,14 @@ def _walk(top: Path):
         yield r, dirs, sorted(files), depth
 
 
-def _listdir(d: Path) -> list[str]:
+def listdir(d: Path) -> list[str]:
     try:
         return os.listdir(d)
     except OSError:
         return []
 
 
-def _is_ascend_rank(root: Path, dirs: list[str], files: list[str]) -> bool:
+def is_ascend_rank(root: Path, dirs: list[str], files: list[str]) -> bool:
     """A torch_npu / MindSpore rank folder, whatever it is called: `*_ascend_pt` / `*_ascend_ms`, or a
     folder with ASCEND_PROFILER_OUTPUT/ beside profiler_info_N.json or holding a DB export or deliverables."""
     if root.name.endswith(_ASCEND_SUFFIXES):
@@ -64,25 +64,25 @@ def _is_ascend_rank(root: Path, dirs: list[str], files: list[str]) -> bool:
         # nothing that makes it another kind of folder
         return bool({"kernel_details.csv", "step_trace_time.csv"} & set(files)) and \
             "cluster_step_trace_time.csv" not in files
-    if any(_INFO_RE.match(f) for f in files):
+    if any(INFO_RE.match(f) for f in files):
         return True
     try:
         inside = os.listdir(root / OUTPUT_DIR)
     except OSError:
         return False
-    return any(_DB_RE.match(n) or n in _DELIVERABLES for n in inside) or _sqlite_db(root / OUTPUT_DIR) is not None
+    return any(DB_RE.match(n) or n in _DELIVERABLES for n in inside) or sqlite_db(root / OUTPUT_DIR) is not None
 
 
-def _is_msprof_rank(root: Path, dirs: list[str], files: list[str]) -> bool:
+def is_msprof_rank(root: Path, dirs: list[str], files: list[str]) -> bool:
     """A raw msprof collection (one process): `PROF_*` with device_*/ or host/ data, or any folder holding the
     exported mindstudio_profiler_output/."""
     if MSPROF_OUTPUT_DIR in dirs:
         return True
     return root.name.startswith("PROF_") and (
-        any(d.startswith("device_") or d == "host" for d in dirs) or any(_MSPROF_DB_RE.match(f) for f in files))
+        any(d.startswith("device_") or d == "host" for d in dirs) or any(MSPROF_DB_RE.match(f) for f in files))
 
 
-def _sqlite_db(out: Path) -> Path | None:
+def sqlite_db(out: Path) -> Path | None:
     """A torch_npu / MindSpore DB export in OUTPUT_DIR that is recognised by its SQLite header, whatever its
     extension (copies renamed to .dat exist), when no `*.db` of the usual name is there."""
     try:
@@ -112,7 +112,7 @@ def _json_int(path: Path, key: str) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
 
-def _ascend_rank(d: Path) -> tuple[int | None, str, str]:
+def ascend_rank(d: Path) -> tuple[int | None, str, str]:
     """(rank, how, format) of one *_ascend_pt/_ms dir."""
     framework = "ms" if d.name.endswith("_ascend_ms") else "pt"
     rank: int | None = None
@@ -122,7 +122,7 @@ def _ascend_rank(d: Path) -> tuple[int | None, str, str]:
     except OSError as e:
         raise ProfileError(d, f"cannot list directory ({e.strerror})") from None
     for n in names:
-        if m := _INFO_RE.match(n):
+        if m := INFO_RE.match(n):
             rank, how = int(m.group(1)), n
             break
     if rank is None:   # profiler_info.json (single card) or profiler_metadata.json carry rank_id, maybe a string
@@ -135,16 +135,16 @@ def _ascend_rank(d: Path) -> tuple[int | None, str, str]:
     fmt = f"ascend_{framework}_text"
     if out.is_dir():
         for n in sorted(os.listdir(out)):
-            if m := _DB_RE.match(n):
+            if m := DB_RE.match(n):
                 fmt = f"ascend_{framework}_db"
                 if rank is None and m.group(2) is not None:
                     rank, how = int(m.group(2)), n
-        if fmt.endswith("_text") and (db := _sqlite_db(out)) is not None:
+        if fmt.endswith("_text") and (db := sqlite_db(out)) is not None:
             fmt = f"ascend_{'ms' if db.name.startswith('ascend_mindspore') else 'pt'}_db"
     return rank, how, fmt
 
 
-def _msprof_rank(p: Path) -> tuple[int | None, str]:
+def msprof_rank(p: Path) -> tuple[int | None, str]:
     """rank_id of an msprof collection from device_*/info.json.* (−1 or absent: unknown). The device id in the
     folder name is not the rank."""
     if p.is_dir():
@@ -156,7 +156,7 @@ def _msprof_rank(p: Path) -> tuple[int | None, str]:
     return None, ""
 
 
-def _timestamp_of(d: Path) -> int:
+def timestamp_of(d: Path) -> int:
     """The 17-digit timestamp msprof-analyze keys on: 3rd field from the end split on '_'."""
     parts = d.name.split("_")
     if len(parts) >= 3 and parts[-3].isdigit():

@@ -8,10 +8,10 @@ import os
 from pathlib import Path
 
 from ...errors import ProfileError
-from .content import _MS_LEGACY_RE, OUTPUT_DIR, _ascend_rank, _msprof_rank, kineto_rank
+from .content import MS_LEGACY_RE, OUTPUT_DIR, ascend_rank, kineto_rank, msprof_rank
 
 
-def _refuse_unrelated_runs(root: Path, ascend: list[Path], legacy: list[Path], kineto: list[Path],
+def refuse_unrelated_runs(root: Path, ascend: list[Path], legacy: list[Path], kineto: list[Path],
                            bare: list[Path], msprof: list[Path]) -> None:
     """A folder holding several runs (different kinds of profile, the same rank in different folders, or
     copied-out deliverables that say nothing of their rank) is not one cluster: one line listing the runs,
@@ -19,7 +19,7 @@ def _refuse_unrelated_runs(root: Path, ascend: list[Path], legacy: list[Path], k
     runs: dict[Path, str] = {}
     for m in msprof:
         runs.setdefault(m.parent, "msprof")
-    loose = [d for d in ascend if not (d / OUTPUT_DIR).is_dir() and _ascend_rank(d)[0] is None]
+    loose = [d for d in ascend if not (d / OUTPUT_DIR).is_dir() and ascend_rank(d)[0] is None]
     for d in ascend:
         runs.setdefault(d if d in loose else d.parent, "Ascend")
     for t in bare:
@@ -32,12 +32,12 @@ def _refuse_unrelated_runs(root: Path, ascend: list[Path], legacy: list[Path], k
         return
     ranks: dict[int, set[Path]] = {}
     for d in ascend:
-        r, _, _ = _ascend_rank(d)
+        r, _, _ = ascend_rank(d)
         if r is not None:
             ranks.setdefault(r, set()).add(d.parent)
     for d in legacy:
         for n in os.listdir(d):
-            if m := _MS_LEGACY_RE.match(n):
+            if m := MS_LEGACY_RE.match(n):
                 ranks.setdefault(int(m.group(1)), set()).add(d)
     kineto_ranks: list[int | None] = []
     for f in kineto if len({f.parent for f in kineto}) > 1 else []:
@@ -48,7 +48,7 @@ def _refuse_unrelated_runs(root: Path, ascend: list[Path], legacy: list[Path], k
         kineto_ranks.append(r)
         if r is not None:
             ranks.setdefault(r, set()).add(f.parent)
-    msprof_ranks = [_msprof_rank(m)[0] for m in msprof] if len({m.parent for m in msprof}) > 1 else []
+    msprof_ranks = [msprof_rank(m)[0] for m in msprof] if len({m.parent for m in msprof}) > 1 else []
     for m, r in zip(msprof, msprof_ranks, strict=False):
         if r is not None:
             ranks.setdefault(r, set()).add(m.parent)
@@ -64,7 +64,7 @@ def _refuse_unrelated_runs(root: Path, ascend: list[Path], legacy: list[Path], k
         raise ProfileError(root, f"holds {len(runs)} separate runs, not one job: {listed[:600]}; pass one of them")
 
 
-def _nothing_found(p: Path) -> str:
+def nothing_found(p: Path) -> str:
     names = set(os.listdir(p))
     if {"cluster_step_trace_time.csv", "cluster_communication.json"} & names:
         return ("msprof-analyze's cluster_analysis_output, not a profile: pass the folder holding the rank folders "

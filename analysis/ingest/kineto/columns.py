@@ -1,7 +1,7 @@
 """The folded trace as one set of numpy columns (`Trace`), and the joins the tables need: the ProfilerStep
 windows, each device op's launch, the HTA device windows, and the ranks row.
 
-Times are integer ns on the trace's clock; `_NONE` marks an absent int64 value."""
+Times are integer ns on the trace's clock; `NONE` marks an absent int64 value."""
 
 from __future__ import annotations
 
@@ -12,21 +12,21 @@ from typing import Any
 import numpy as np
 
 from ..base import RankTables
-from .events import _EPOCH_US, us_to_ns
-from .folder import _NONE, _Folder
+from .events import EPOCH_US, us_to_ns
+from .folder import NONE, Folder
 from .names import (
-    _D_MTIA,
-    _H_CPU_OP,
-    _H_DATALOADER,
-    _H_DRIVER,
-    _H_PYTHON,
-    _H_RUNTIME,
-    _H_USER_ANN,
-    _HTA_SYNC_NAMES,
-    _STEP_RE,
+    D_MTIA,
+    H_CPU_OP,
+    H_DATALOADER,
+    H_DRIVER,
+    H_PYTHON,
+    H_RUNTIME,
+    H_USER_ANN,
+    HTA_SYNC_NAMES,
     LAUNCH_APIS,
+    STEP_RE,
 )
-from .steps import _step_of, _vendor
+from .steps import step_of, vendor_of
 
 
 @dataclass
@@ -74,12 +74,12 @@ class Trace:
         return self.launch >= 0
 
 
-def trace_columns(f: _Folder) -> Trace:
+def trace_columns(f: Folder) -> Trace:
     """The folder's columns; data loader annotations get their own host category."""
     names = np.array(list(f.name_ids), dtype=object)
     step_of_name = np.full(names.size, -1, dtype=np.int64)
     for n, i in f.name_ids.items():
-        if m := _STEP_RE.match(n):
+        if m := STEP_RE.match(n):
             step_of_name[i] = int(m.group(1))
     h, d = f.host, f.dev
     tr = Trace(
@@ -93,7 +93,7 @@ def trace_columns(f: _Folder) -> Trace:
         d_bytes=d.column("nbytes", np.int64), step_of_name=step_of_name)
     is_dataloader = np.fromiter((n.startswith("enumerate(DataLoader)") for n in f.name_ids), dtype=bool,
                                 count=names.size)
-    tr.h_cat[is_dataloader[tr.h_nid] & ((tr.h_cat == _H_CPU_OP) | (tr.h_cat == _H_USER_ANN))] = _H_DATALOADER
+    tr.h_cat[is_dataloader[tr.h_nid] & ((tr.h_cat == H_CPU_OP) | (tr.h_cat == H_USER_ANN))] = H_DATALOADER
     return tr
 
 
@@ -145,14 +145,14 @@ def join_launches(tr: Trace, st: Steps) -> None:
         found = (tr.d_corr >= 0) & (pos < uniq.size) & (uniq[posc] == tr.d_corr)
         launch = np.where(found, host_of[posc], -1)
     tr.launch = launch
-    tr.h_step = _step_of(tr.h_start, st.start, st.end, st.num)
-    tr.d_step = np.where(launch >= 0, tr.h_step[np.clip(launch, 0, None)] if tr.nh else _NONE,
-                         _step_of(tr.d_start, st.start, st.end, st.num))
+    tr.h_step = step_of(tr.h_start, st.start, st.end, st.num)
+    tr.d_step = np.where(launch >= 0, tr.h_step[np.clip(launch, 0, None)] if tr.nh else NONE,
+                         step_of(tr.d_start, st.start, st.end, st.num))
 
 
 @dataclass
 class Windows:
-    """Device windows per ProfilerStep (ns, `_NONE` when unknown) and the span of HTA's kept ops."""
+    """Device windows per ProfilerStep (ns, `NONE` when unknown) and the span of HTA's kept ops."""
 
     start: np.ndarray
     end: np.ndarray
@@ -160,7 +160,7 @@ class Windows:
     span1: int | None
 
 
-def _hta_kept(tr: Trace, st: Steps, f: _Folder) -> np.ndarray:
+def _hta_kept(tr: Trace, st: Steps, f: Folder) -> np.ndarray:
     """HTA's kept device ops: with >= 2 step names, those launched (or, without a correlation, starting)
     before the latest start of any ProfilerStep# event that is not a GPU kernel."""
     step_names = set(tr.step_of_name[tr.h_nid[st.all_idx]].tolist()) | f.gpu_step_names
@@ -170,7 +170,7 @@ def _hta_kept(tr: Trace, st: Steps, f: _Folder) -> np.ndarray:
     cutoff = int(np.concatenate([tr.h_start[st.all_idx], gpu_copies]).max())
     # HTA treats a device op without a correlation (or with no stream) as a CPU event kept by its own
     # start; Event/Context Sync are GPU events even without one
-    is_sync = np.fromiter((n in _HTA_SYNC_NAMES for n in tr.names), dtype=bool, count=tr.names.size)
+    is_sync = np.fromiter((n in HTA_SYNC_NAMES for n in tr.names), dtype=bool, count=tr.names.size)
     sync_named = is_sync[tr.d_nid]
     has_launch = tr.has_launch
     launch_start = np.where(has_launch, tr.h_start[np.clip(tr.launch, 0, None)] if tr.nh else 0, 0)
@@ -179,13 +179,13 @@ def _hta_kept(tr: Trace, st: Steps, f: _Folder) -> np.ndarray:
         (sync_named & (tr.d_corr < 0))
 
 
-def device_windows(tr: Trace, st: Steps, f: _Folder) -> Windows:
+def device_windows(tr: Trace, st: Steps, f: Folder) -> Windows:
     """Device windows tiling the span of HTA's kept ops (see the package docstring)."""
     stream_ok = tr.d_stream >= 0
     span_mask = _hta_kept(tr, st, f) & stream_ok
     kept_steps = st.num[:-1] if st.n >= 2 else st.num
-    dev_start = np.full(st.n, _NONE, dtype=np.int64)
-    dev_end = np.full(st.n, _NONE, dtype=np.int64)
+    dev_start = np.full(st.n, NONE, dtype=np.int64)
+    dev_end = np.full(st.n, NONE, dtype=np.int64)
     if not span_mask.any():
         return Windows(dev_start, dev_end, None, None)
     d_end = tr.d_end
@@ -229,7 +229,7 @@ class RankInfo:
     has_mtia: bool
 
 
-def add_ranks_row(t: RankTables, path: Path, meta: dict[str, Any], tr: Trace, f: _Folder) -> RankInfo:
+def add_ranks_row(t: RankTables, path: Path, meta: dict[str, Any], tr: Trace, f: Folder) -> RankInfo:
     """The `ranks` row: vendor, device (the most frequent device id of the ops), world size, time origin."""
     base_ns = meta.get("baseTimeNanoseconds")
     base_ns = base_ns if isinstance(base_ns, int) and not isinstance(base_ns, bool) else None
@@ -237,25 +237,25 @@ def add_ranks_row(t: RankTables, path: Path, meta: dict[str, Any], tr: Trace, f:
     dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
     device_id = None
     if tr.nd:
-        dv = tr.d_dev[tr.d_dev != _NONE]
+        dv = tr.d_dev[tr.d_dev != NONE]
         if dv.size:
             vals, cnt = np.unique(dv, return_counts=True)
             device_id = int(vals[np.argmax(cnt)])
     prop = next((p for p in props if p.get("id") == device_id), props[0] if props else None)
-    runtime_ids = np.unique(tr.h_nid[(tr.h_cat == _H_RUNTIME) | (tr.h_cat == _H_DRIVER)])
+    runtime_ids = np.unique(tr.h_nid[(tr.h_cat == H_RUNTIME) | (tr.h_cat == H_DRIVER)])
     hip_runtime = any(str(n).startswith("hip") for n in tr.names[runtime_ids])
-    has_mtia = bool(tr.nd and (tr.d_task == _D_MTIA).any())
-    vendor = _vendor(meta, tr.nd, has_mtia, hip_runtime)
+    has_mtia = bool(tr.nd and (tr.d_task == D_MTIA).any())
+    vendor = vendor_of(meta, tr.nd, has_mtia, hip_runtime)
     all_starts = [int(a.min()) for a in (tr.h_start, tr.d_start) if a.size]
     first_ns = min(all_starts) if all_starts else None
     if first_ns is not None and base_ns is not None:
         origin = first_ns + base_ns
-    elif first_ns is not None and first_ns >= _EPOCH_US * 1000:
+    elif first_ns is not None and first_ns >= EPOCH_US * 1000:
         origin = first_ns
     else:
         origin = None
     ws = dist.get("world_size")
-    with_stack = bool(meta.get("with_stack")) or bool(f.stack_ids) or bool((tr.h_cat == _H_PYTHON).any())
+    with_stack = bool(meta.get("with_stack")) or bool(f.stack_ids) or bool((tr.h_cat == H_PYTHON).any())
     t.add("ranks", rank=t.rank, source_path=str(path), format="kineto", vendor=vendor, framework="pytorch",
           framework_version=None, device_name=prop.get("name") if prop else None,
           device_id=device_id if device_id is not None else (prop.get("id") if prop else None),

@@ -10,7 +10,7 @@ from typing import Any, ClassVar, Union
 import msgspec
 import numpy as np
 
-_EPOCH_US = 10**15        # µs timestamps above this (Sep 2001) are on the epoch clock
+EPOCH_US = 10**15        # µs timestamps above this (Sep 2001) are on the epoch clock
 
 
 TIME_LIMIT_US = 9e15      # |ts| and |dur| below this (µs) fit int64 ns; an event beyond it is skipped
@@ -48,7 +48,7 @@ class _Args(msgspec.Struct, gc=False, frozen=True):
 _NO_ARGS = _Args()
 
 
-_EMPTY_RAW = msgspec.Raw()
+EMPTY_RAW = msgspec.Raw()
 
 
 class _Fields(msgspec.Struct, gc=False):
@@ -66,8 +66,8 @@ class _Fields(msgspec.Struct, gc=False):
     args: _Args = _NO_ARGS
 
 
-class _Event(_Fields):
-    """An event of any phase (what the loose decode gives, see `_coerce_event`)."""
+class Event(_Fields):
+    """An event of any phase (what the loose decode gives, see `coerce_event`)."""
 
     ph: str = ""
 
@@ -114,19 +114,19 @@ class _LooseEvent(msgspec.Struct, gc=False):
     args: Any = None
 
 
-_EVENTS = msgspec.json.Decoder(list[_TypedEvent])  # type: ignore[valid-type]
+EVENTS = msgspec.json.Decoder(list[_TypedEvent])  # type: ignore[valid-type]
 
 
-_LOOSE_EVENTS = msgspec.json.Decoder(list[_LooseEvent])
+LOOSE_EVENTS = msgspec.json.Decoder(list[_LooseEvent])
 
 
-_RAW_DICT = msgspec.json.Decoder(dict[str, msgspec.Raw])
+RAW_DICT = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 
-_ANY = msgspec.json.Decoder()
+ANY = msgspec.json.Decoder()
 
 
-def _coerce_event(e: _LooseEvent) -> _Event:
+def coerce_event(e: _LooseEvent) -> Event:
     """Strict event from a loose one: values of unexpected types become the field's default."""
     def num(v: Any) -> int | float | None:
         if isinstance(v, bool):
@@ -162,7 +162,7 @@ def _coerce_event(e: _LooseEvent) -> _Event:
     def ident(v: Any) -> int | str | None:
         return v if isinstance(v, (int, str)) and not isinstance(v, bool) else None
 
-    return _Event(ph=text(e.ph, ""), cat=text(e.cat, None), name=text(e.name, ""), pid=ident(e.pid),
+    return Event(ph=text(e.ph, ""), cat=text(e.cat, None), name=text(e.name, ""), pid=ident(e.pid),
                   tid=ident(e.tid), ts=_raw_numeral(_decimal(e.ts)), dur=num(e.dur), args=args)
 
 
@@ -181,7 +181,7 @@ _WHOLE_RE = re.compile(rb"\d{1,16}(?:,\d{1,16})*")
 
 
 def _raw_numeral(d: Decimal | None) -> msgspec.Raw:
-    return _EMPTY_RAW if d is None else msgspec.Raw(str(d).encode())
+    return EMPTY_RAW if d is None else msgspec.Raw(str(d).encode())
 
 
 def raw_ts_ns(raw: msgspec.Raw) -> int | None:

@@ -10,8 +10,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from .events import _ANY, _EMPTY_RAW, NO_NS, TIME_LIMIT_US, _Event, raw_ts_ns, ts_ns_column
-from .names import _D_MTIA, _DEVICE_CODE, _DEVICE_TYPE_NAMES, _HOST_CODE, _IGNORED_CATS, _STEP_RE, DTYPE_BYTES
+from .events import ANY, EMPTY_RAW, NO_NS, TIME_LIMIT_US, Event, raw_ts_ns, ts_ns_column
+from .names import D_MTIA, DEVICE_CODE, DEVICE_TYPE_NAMES, DTYPE_BYTES, HOST_CODE, IGNORED_CATS, STEP_RE
 
 # --------------------------------------------------------------------------------------------------
 # Folding events into columns
@@ -34,14 +34,14 @@ def _int_or_none(v: Any) -> int | None:
 
 def _int_column(values: list[Any]) -> np.ndarray:
     """ints (the common case, converted in C) or a mix with str/None/ints beyond int64 -> int64, anything
-    that is not an int64 becoming the _NONE sentinel (absent)."""
+    that is not an int64 becoming the NONE sentinel (absent)."""
     try:
         a = np.array(values)  # (not dtype=int64: numpy would read "7" and 1.5 as ints, and True as 1)
     except (TypeError, ValueError, OverflowError):
         a = None
     if a is not None and a.dtype == np.int64:
         return a
-    return np.array([v if type(v) is int and -(2**63) <= v < 2**63 else _NONE for v in values], dtype=np.int64)
+    return np.array([v if type(v) is int and -(2**63) <= v < 2**63 else NONE for v in values], dtype=np.int64)
 
 
 def _canonical_raws(raws: list[msgspec.Raw]) -> list[msgspec.Raw]:
@@ -54,9 +54,9 @@ def _canonical_raws(raws: list[msgspec.Raw]) -> list[msgspec.Raw]:
         if r:
             b = bytes(r)
             if b[0] != 0x5B:
-                r = _EMPTY_RAW
+                r = EMPTY_RAW
             elif any(c in b for c in _NOT_COMPACT):
-                r = msgspec.Raw(msgspec.json.encode(_ANY.decode(b)))
+                r = msgspec.Raw(msgspec.json.encode(ANY.decode(b)))
         out.append(r)
     return out
 
@@ -118,11 +118,11 @@ _HOST_COLS = ("name", "cat", "tid", "ts", "dur", "corr", "ext", "dims", "types",
 _DEV_COLS = ("name", "task", "stream", "device", "ts", "dur", "corr", "ext", "grid", "nbytes")
 
 
-_NONE = -(2**62)  # sentinel for "absent" in int64 columns
+NONE = -(2**62)  # sentinel for "absent" in int64 columns
 
 
 @dataclass
-class _Comm:
+class Comm:
     collective: str | None
     in_nelems: int | None
     out_nelems: int | None
@@ -140,7 +140,7 @@ class _Comm:
         return self.in_nelems * es if self.in_nelems is not None and es is not None else None
 
 
-class _Folder:
+class Folder:
     """Folds decoded events into compact columns, one piece at a time.
 
     Names are interned to integer ids (`name_ids`, insertion order = id), so per-name work later
@@ -153,8 +153,8 @@ class _Folder:
         self.name_ids: dict[str, int] = {}
         # call stacks interned like names; the host column "stack" holds their ids (-1: none)
         self.stack_ids: dict[str, int] = {}
-        self.h_comm: dict[int, _Comm] = {}
-        self.d_comm: dict[int, _Comm] = {}
+        self.h_comm: dict[int, Comm] = {}
+        self.d_comm: dict[int, Comm] = {}
         # interned shape / dtype texts (they repeat every step); "" (absent, or no inputs) -> None
         self.texts: dict[str, str | None] = {"": None}
         self.has_shapes = False
@@ -164,14 +164,14 @@ class _Folder:
         self.skipped: Counter[str] = Counter()
         self.no_dur = 0
 
-    def fold(self, evs: list[_Event]) -> None:
+    def fold(self, evs: list[Event]) -> None:
         """Append one decoded piece. Events are split by cat in one pass; each column is then pulled out
         with a list comprehension (a tight loop per column costs far less than one Python statement per
         field per event)."""
-        hget = _HOST_CODE.get
-        dget = _DEVICE_CODE.get
-        hl: list[_Event] = []
-        dl: list[_Event] = []
+        hget = HOST_CODE.get
+        dget = DEVICE_CODE.get
+        hl: list[Event] = []
+        dl: list[Event] = []
         hc: list[int] = []
         dc: list[int] = []
         h_add, hc_add, d_add, dc_add = hl.append, hc.append, dl.append, dc.append
@@ -188,10 +188,10 @@ class _Folder:
                     d_add(e)
                     dc_add(code)
                 elif c == "gpu_user_annotation":
-                    if (m := _STEP_RE.match(e.name)) and (ns := raw_ts_ns(e.ts)) is not None:
+                    if (m := STEP_RE.match(e.name)) and (ns := raw_ts_ns(e.ts)) is not None:
                         self.gpu_step_starts.append(ns)
                         self.gpu_step_names.add(int(m.group(1)))
-                elif c not in _IGNORED_CATS:
+                elif c not in IGNORED_CATS:
                     self.skipped[c or "(none)"] += 1
             elif e.ph == "i" and e.name == "[memory]":
                 self._memory(e)
@@ -200,8 +200,8 @@ class _Folder:
         if dl:
             self._fold_device(*self._with_times(dl, dc))
 
-    def _with_times(self, evs: list[_Event], codes: list[int]
-                    ) -> tuple[list[_Event], list[int], np.ndarray, list[float]]:
+    def _with_times(self, evs: list[Event], codes: list[int]
+                    ) -> tuple[list[Event], list[int], np.ndarray, list[float]]:
         """The events with a time, their codes, `ts` as int ns and `dur` as float µs."""
         ts = ts_ns_column([e.ts for e in evs])
         dur = [e.dur for e in evs]
@@ -217,7 +217,7 @@ class _Folder:
             dur = [dur[i] for i in keep]
         return evs, codes, ts, dur  # type: ignore[return-value]
 
-    def _ids(self, evs: list[_Event]) -> np.ndarray:
+    def _ids(self, evs: list[Event]) -> np.ndarray:
         ids = self.name_ids
         names = [e.name for e in evs]
         got = list(map(ids.get, names))  # C-level lookups; new names are rare after the first pieces
@@ -225,7 +225,7 @@ class _Folder:
             got = [ids.setdefault(n, len(ids)) for n in names]
         return np.array(got, dtype=np.int32)
 
-    def _fold_host(self, hl: list[_Event], codes: list[int], ts: np.ndarray, dur: list[float]) -> None:
+    def _fold_host(self, hl: list[Event], codes: list[int], ts: np.ndarray, dur: list[float]) -> None:
         base = self.host.n
         cols = self.host.done
         cols["name"].append(self._ids(hl))
@@ -249,11 +249,11 @@ class _Folder:
                                        for a in args], dtype=np.int32))
         for i in [i for i, a in enumerate(args) if a.collective is not None or a.in_nelems is not None]:
             a = args[i]
-            self.h_comm[base + i] = _Comm(a.collective, a.in_nelems, a.out_nelems, a.dtype,
+            self.h_comm[base + i] = Comm(a.collective, a.in_nelems, a.out_nelems, a.dtype,
                                           None if a.pg_name is None else str(a.pg_name))
         self.host.n = base + len(hl)
 
-    def _fold_device(self, dl: list[_Event], codes: list[int], ts: np.ndarray, dur: list[float]) -> None:
+    def _fold_device(self, dl: list[Event], codes: list[int], ts: np.ndarray, dur: list[float]) -> None:
         base = self.dev.n
         cols = self.dev.done
         cols["name"].append(self._ids(dl))
@@ -267,29 +267,29 @@ class _Folder:
                      for s, e in zip(streams, dl, strict=True)]
             cols["stream"].append(_int_column(fixed))
         cols["device"].append(np.array([a.device if a.device is not None else
-                                        (e.pid if type(e.pid) is int else _NONE)
+                                        (e.pid if type(e.pid) is int else NONE)
                                         for a, e in zip(args, dl, strict=True)], dtype=np.int64))
         cols["ts"].append(np.array(ts, dtype=np.int64))
         cols["dur"].append(np.array(dur, dtype=np.float64))
         cols["corr"].append(_int_column([a.correlation for a in args]))
         cols["ext"].append(_int_column([a.external_id for a in args]))
-        cols["grid"].append(_int_column([g[0] * g[1] * g[2] if type(g) is list and len(g) == 3 else _NONE
+        cols["grid"].append(_int_column([g[0] * g[1] * g[2] if type(g) is list and len(g) == 3 else NONE
                                       for g in [a.grid for a in args]]))
         nbytes = [a.nbytes if a.nbytes is not None else
-                  (_int_or_none(a.size) if t == _D_MTIA else None) for a, t in zip(args, codes, strict=True)]
+                  (_int_or_none(a.size) if t == D_MTIA else None) for a, t in zip(args, codes, strict=True)]
         cols["nbytes"].append(_int_column(nbytes))
         for i in [i for i, a in enumerate(args) if a.collective is not None or a.in_nelems is not None]:
             a = args[i]
-            self.d_comm[base + i] = _Comm(a.collective, a.in_nelems, a.out_nelems, a.dtype,
+            self.d_comm[base + i] = Comm(a.collective, a.in_nelems, a.out_nelems, a.dtype,
                                           None if a.pg_name is None else str(a.pg_name))
         self.dev.n = base + len(dl)
 
-    def _memory(self, e: _Event) -> None:
+    def _memory(self, e: Event) -> None:
         a = e.args
         ns = raw_ts_ns(e.ts)
         if ns is None or (a.total_allocated is None and a.total_reserved is None):
             return
         dt = a.device_type
-        kind = _DEVICE_TYPE_NAMES.get(dt, f"device_type{dt}") if dt is not None else "unknown"
+        kind = DEVICE_TYPE_NAMES.get(dt, f"device_type{dt}") if dt is not None else "unknown"
         comp = kind if kind == "cpu" else f"{kind}:{a.device_id if a.device_id is not None else 0}"
         self.memory.append((ns, comp, a.total_allocated, a.total_reserved))

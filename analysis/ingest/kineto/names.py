@@ -31,7 +31,7 @@ LAUNCH_APIS: frozenset[str] = frozenset({
 })
 
 
-_STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
+STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 
 
 #: The device ops of one rank that HTA 0.5.0 keeps for its temporal breakdown and comm/comp overlap, as
@@ -86,49 +86,49 @@ _HOST_CATS: dict[str, str] = {
 }
 
 
-_DEVICE_TASKS = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "mtia_ccp_events")
+DEVICE_TASKS = ("kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "mtia_ccp_events")
 
 
-_HOST_CATEGORIES = ("cpu_op", "user_annotation", "runtime", "driver", "python_function", "dataloader")
+HOST_CATEGORIES = ("cpu_op", "user_annotation", "runtime", "driver", "python_function", "dataloader")
 
 
-_DEVICE_CODE = {c: _DEVICE_TASKS.index(t) for c, t in _DEVICE_CATS.items()}
+DEVICE_CODE = {c: DEVICE_TASKS.index(t) for c, t in _DEVICE_CATS.items()}
 
 
-_HOST_CODE = {c: _HOST_CATEGORIES.index(t) for c, t in _HOST_CATS.items()}
+HOST_CODE = {c: HOST_CATEGORIES.index(t) for c, t in _HOST_CATS.items()}
 
 
-_H_USER_ANN = _HOST_CATEGORIES.index("user_annotation")
+H_USER_ANN = HOST_CATEGORIES.index("user_annotation")
 
 
-_H_CPU_OP = _HOST_CATEGORIES.index("cpu_op")
+H_CPU_OP = HOST_CATEGORIES.index("cpu_op")
 
 
-_H_RUNTIME = _HOST_CATEGORIES.index("runtime")
+H_RUNTIME = HOST_CATEGORIES.index("runtime")
 
 
-_H_DRIVER = _HOST_CATEGORIES.index("driver")
+H_DRIVER = HOST_CATEGORIES.index("driver")
 
 
-_H_PYTHON = _HOST_CATEGORIES.index("python_function")
+H_PYTHON = HOST_CATEGORIES.index("python_function")
 
 
-_H_DATALOADER = _HOST_CATEGORIES.index("dataloader")
+H_DATALOADER = HOST_CATEGORIES.index("dataloader")
 
 
-_D_KERNEL = _DEVICE_TASKS.index("kernel")
+D_KERNEL = DEVICE_TASKS.index("kernel")
 
 
-_D_MTIA = _DEVICE_TASKS.index("mtia_ccp_events")
+D_MTIA = DEVICE_TASKS.index("mtia_ccp_events")
 
 
 # HTA counts these as GPU work even without a correlation id
-_HTA_SYNC_NAMES = frozenset({"Event Sync", "Context Sync"})
+HTA_SYNC_NAMES = frozenset({"Event Sync", "Context Sync"})
 
 
 # complete-event categories that are read on purpose and not stored: the profiler's own span, flows drawn
 # as spans by some exporters, CUPTI range-profiler counters
-_IGNORED_CATS = frozenset({"Trace", "ac2g", "fwdbwd", "async_cpu_to_gpu", "async_gpu", "cuda_profiler_range",
+IGNORED_CATS = frozenset({"Trace", "ac2g", "fwdbwd", "async_cpu_to_gpu", "async_gpu", "cuda_profiler_range",
                            "gpu_user_annotation"})
 
 
@@ -145,7 +145,7 @@ DTYPE_BYTES: dict[str, int] = {
 
 
 # c10::DeviceType codes in [memory] events
-_DEVICE_TYPE_NAMES = {0: "cpu", 1: "cuda", 6: "hip", 12: "xpu", 13: "mps", 19: "mtia", 20: "privateuse1"}
+DEVICE_TYPE_NAMES = {0: "cpu", 1: "cuda", 6: "hip", 12: "xpu", 13: "mps", 19: "mtia", 20: "privateuse1"}
 
 
 _COLLECTIVE_KERNEL_RE = re.compile(r"(?:nccl|rccl|hccl)(?:Dev)?Kernel_([A-Za-z]+)", re.I)

@@ -20,10 +20,10 @@ from .columns import (
     profiler_steps,
     trace_columns,
 )
-from .folder import _NONE, _Folder
-from .names import _DEVICE_TASKS
-from .source import _Doc, _iter_events, _Source
-from .steps import _host_collectives, _ints, _stepless_window
+from .folder import NONE, Folder
+from .names import DEVICE_TASKS
+from .source import Doc, Source, iter_events
+from .steps import host_collectives, ints, stepless_window
 from .tables import add_device_ops, add_host_ops, add_metadata
 
 
@@ -43,14 +43,14 @@ def read_rank(src: RankSource) -> RankTables:
     return tables
 
 
-def _read_events(path: Path) -> tuple[_Doc, _Folder]:
+def _read_events(path: Path) -> tuple[Doc, Folder]:
     """The msgspec path: typed decode of pieces of the event list, folded one piece at a time."""
-    doc = _Doc()
-    folder = _Folder()
-    source = _Source(path)
+    doc = Doc()
+    folder = Folder()
+    source = Source(path)
     error: ProfileError | None = None
     try:
-        for evs in _iter_events(source, doc):
+        for evs in iter_events(source, doc):
             folder.fold(evs)
             del evs
     except ProfileError as e:
@@ -67,7 +67,7 @@ def _read_events(path: Path) -> tuple[_Doc, _Folder]:
     return doc, folder
 
 
-def _build(t: RankTables, path: Path, doc: _Doc, f: _Folder) -> None:
+def _build(t: RankTables, path: Path, doc: Doc, f: Folder) -> None:
     meta = doc.meta
     tr = trace_columns(f)
     st = profiler_steps(tr)
@@ -77,7 +77,7 @@ def _build(t: RankTables, path: Path, doc: _Doc, f: _Folder) -> None:
     window_note = _add_steps(t, tr, st, win, info)
     add_device_ops(t, tr, f, info.has_mtia)
     assert tr.h_step is not None
-    _host_collectives(t, tr.names, tr.h_nid, tr.h_cat, tr.h_step, tr.h_start, tr.h_dur)
+    host_collectives(t, tr.names, tr.h_nid, tr.h_cat, tr.h_step, tr.h_start, tr.h_dur)
     add_host_ops(t, tr, f)
     if info.with_stack:
         t.has("with_stack")
@@ -96,12 +96,12 @@ def _add_steps(t: RankTables, tr: Trace, st: Steps, win: Windows, info: RankInfo
             kept_flags[-1] = False
         t.extend("steps", {
             "step": st.num.tolist(), "start_ns": st.start.tolist(), "end_ns": st.end.tolist(),
-            "device_start_ns": _ints(win.start), "device_end_ns": _ints(win.end), "kept": kept_flags,
+            "device_start_ns": ints(win.start), "device_end_ns": ints(win.end), "kept": kept_flags,
         })
         return ""
     assert tr.launch is not None and tr.h_step is not None and tr.d_step is not None
     all_ends = [int(a.max()) for a in (tr.h_start + tr.h_dur, tr.d_end) if a.size]
-    win0, note = _stepless_window(info.first_ns, tr.h_start, tr.h_dur, tr.h_cat, tr.h_nid, tr.h_tid,
+    win0, note = stepless_window(info.first_ns, tr.h_start, tr.h_dur, tr.h_cat, tr.h_nid, tr.h_tid,
                                   tr.names, tr.d_start, tr.launch)
     if win0 is None:
         return note
@@ -109,8 +109,8 @@ def _add_steps(t: RankTables, tr: Trace, st: Steps, win: Windows, info: RankInfo
     # its launch, so the device window starts at the first op launched (or, unlaunched, started) in it
     has_launch = tr.has_launch
     issued = np.where(has_launch, tr.h_start[np.clip(tr.launch, 0, None)] if tr.nh else 0, tr.d_start)
-    tr.h_step = np.where(tr.h_start < win0, _NONE, np.where(tr.h_step == _NONE, 0, tr.h_step))
-    tr.d_step = np.where(issued < win0, _NONE, np.where(tr.d_step == _NONE, 0, tr.d_step))
+    tr.h_step = np.where(tr.h_start < win0, NONE, np.where(tr.h_step == NONE, 0, tr.h_step))
+    tr.d_step = np.where(issued < win0, NONE, np.where(tr.d_step == NONE, 0, tr.d_step))
     in_step = (tr.d_step == 0) & (tr.d_stream >= 0)
     d0 = int(tr.d_start[in_step].min()) if in_step.any() else win.span0
     if d0 is not None and win.span0 is not None:
@@ -120,7 +120,7 @@ def _add_steps(t: RankTables, tr: Trace, st: Steps, win: Windows, info: RankInfo
     return note
 
 
-def _warn(t: RankTables, path: Path, doc: _Doc, f: _Folder, tr: Trace, st: Steps, info: RankInfo,
+def _warn(t: RankTables, path: Path, doc: Doc, f: Folder, tr: Trace, st: Steps, info: RankInfo,
           window_note: str) -> None:
     """What the trace lacks, and what was left out or guessed."""
     nd = tr.nd
@@ -141,7 +141,7 @@ def _warn(t: RankTables, path: Path, doc: _Doc, f: _Folder, tr: Trace, st: Steps
         t.warn("MTIA trace: device ops are command-processor events (mtia_ccp_events), classified by name "
                "(dma* = memory, event_wait/record = sync, the rest = compute); no per-kernel names")
     if nd:
-        no_corr = int(((tr.d_corr < 0) & (tr.d_task != _DEVICE_TASKS.index("cuda_sync"))).sum())
+        no_corr = int(((tr.d_corr < 0) & (tr.d_task != DEVICE_TASKS.index("cuda_sync"))).sum())
         if no_corr:
             t.warn(f"{no_corr} device ops have no launch correlation: their step is assigned by time")
         unmatched = int(((tr.d_corr >= 0) & ~tr.has_launch).sum())

@@ -13,7 +13,7 @@ from typing import Any, BinaryIO
 import msgspec
 
 from ...errors import ProfileError
-from .events import _ANY, _EVENTS, _LOOSE_EVENTS, _RAW_DICT, _coerce_event, _Event
+from .events import ANY, EVENTS, LOOSE_EVENTS, RAW_DICT, Event, coerce_event
 
 _WS = frozenset(b" \t\r\n")
 
@@ -38,7 +38,7 @@ _BYTE_RE = re.compile(r"\(byte (\d+)\)")
 # --------------------------------------------------------------------------------------------------
 
 @dataclass
-class _Doc:
+class Doc:
     """What the stream found besides the events."""
 
     meta: dict[str, Any] = field(default_factory=dict)
@@ -47,7 +47,7 @@ class _Doc:
     damage: str | None = None  # why reading stopped early (a cut gzip, truncated JSON), events kept
 
 
-class _Source:
+class Source:
     """Decompressed bytes of a trace, read block by block; maps I/O and gzip errors to ProfileError."""
 
     def __init__(self, path: Path) -> None:
@@ -149,12 +149,12 @@ def _invalid(path: Path, e: Exception, offset: int, total: int) -> ProfileError:
     return ProfileError(path, f"invalid JSON: {core}{where}")
 
 
-def _decode_events(piece: bytes | memoryview) -> list[_Event]:
+def _decode_events(piece: bytes | memoryview) -> list[Event]:
     """Typed decode of `[ ... ]`; values of unexpected types fall back to a loose decode + coercion."""
     try:
-        return _EVENTS.decode(piece)
+        return EVENTS.decode(piece)
     except msgspec.ValidationError:
-        return [_coerce_event(e) for e in _LOOSE_EVENTS.decode(piece)]
+        return [coerce_event(e) for e in LOOSE_EVENTS.decode(piece)]
 
 
 def _split_array_end(piece: bytes, e: Exception) -> int | None:
@@ -177,7 +177,7 @@ def _split_array_end(piece: bytes, e: Exception) -> int | None:
     return None
 
 
-def _open_array(src: _Source, doc: _Doc) -> tuple[bytearray, int] | None:
+def _open_array(src: Source, doc: Doc) -> tuple[bytearray, int] | None:
     """Read the head of the document up to the first element of the event list.
 
     Returns the bytes read so far and the offset just past the list's `[` (filling `doc.meta` with the
@@ -214,7 +214,7 @@ def _open_array(src: _Source, doc: _Doc) -> tuple[bytearray, int] | None:
                     j += 1
                 if j < len(buf) and buf[j] == 0x5B:
                     try:
-                        head = _ANY.decode(bytes(buf[i:key]) + b'"traceEvents":0}')
+                        head = ANY.decode(bytes(buf[i:key]) + b'"traceEvents":0}')
                         doc.meta.update({k: v for k, v in head.items() if k != "traceEvents"})
                         pos = j + 1
                     except msgspec.DecodeError:
@@ -227,7 +227,7 @@ def _open_array(src: _Source, doc: _Doc) -> tuple[bytearray, int] | None:
     return buf, pos
 
 
-def _fill(src: _Source, buf: bytearray, pos: int) -> bytearray:
+def _fill(src: Source, buf: bytearray, pos: int) -> bytearray:
     """`buf` with blocks read until _PIECE bytes follow `pos` (or the end): gathered and joined once
     (bytearray += would copy the growing buffer again and again)."""
     chunks: list[bytes | bytearray] = [buf]
@@ -239,7 +239,7 @@ def _fill(src: _Source, buf: bytearray, pos: int) -> bytearray:
     return bytearray().join(chunks)
 
 
-def _last_piece(src: _Source, doc: _Doc, buf: bytearray, pos: int, base: int) -> Iterator[list[_Event]]:
+def _last_piece(src: Source, doc: Doc, buf: bytearray, pos: int, base: int) -> Iterator[list[Event]]:
     """The events from `pos` to the end of the input (the stream is at its end), then the keys after the
     array; a damaged end yields the whole events before the damage, then raises."""
     piece = b"[" + bytes(buf[pos:])
@@ -256,7 +256,7 @@ def _last_piece(src: _Source, doc: _Doc, buf: bytearray, pos: int, base: int) ->
         _read_tail(src, piece[end:], doc, base + pos - 1 + end)
 
 
-def _iter_events(src: _Source, doc: _Doc) -> Iterator[list[_Event]]:
+def iter_events(src: Source, doc: Doc) -> Iterator[list[Event]]:
     """Yield lists of events in file order, filling `doc` with the top-level metadata."""
     opened = _open_array(src, doc)
     if opened is None:
@@ -330,7 +330,7 @@ def _iter_events(src: _Source, doc: _Doc) -> Iterator[list[_Event]]:
         pos = 1
 
 
-def _events_before_damage(piece: bytes, at: int | None) -> list[_Event]:
+def _events_before_damage(piece: bytes, at: int | None) -> list[Event]:
     """The whole events of `[ ...` that precede a decode error at byte `at` (None: unknown, the end): the
     piece is cut after the last `},` before it at which the part before decodes (at most _MAX_CUT_TRIES
     tries); [] when none does. The caller then raises the error; the reader keeps these events."""
@@ -351,7 +351,7 @@ def _events_before_damage(piece: bytes, at: int | None) -> list[_Event]:
     return []
 
 
-def _finish_rest(src: _Source, piece: bytes, doc: _Doc, offset: int) -> Iterator[list[_Event]]:
+def _finish_rest(src: Source, piece: bytes, doc: Doc, offset: int) -> Iterator[list[Event]]:
     try:
         yield _decode_events(piece)
         if not doc.top_level_list:
@@ -365,23 +365,23 @@ def _finish_rest(src: _Source, piece: bytes, doc: _Doc, offset: int) -> Iterator
         _read_tail(src, piece[end:], doc, offset + end)
 
 
-def _read_tail(src: _Source, tail: bytes, doc: _Doc, offset: int) -> None:
+def _read_tail(src: Source, tail: bytes, doc: Doc, offset: int) -> None:
     """Parse what follows the traceEvents array: `, "key": value ... }`."""
     if doc.top_level_list:
         raise ProfileError(src.path, f"invalid JSON: trailing characters after the event list at byte {offset}")
     try:
-        rest = _ANY.decode(b'{"traceEvents":0' + tail)
+        rest = ANY.decode(b'{"traceEvents":0' + tail)
     except msgspec.DecodeError as e:
         raise _invalid(src.path, e, offset - len(b'{"traceEvents":0'), offset + len(tail)) from None
     doc.meta.update({k: v for k, v in rest.items() if k != "traceEvents"})
 
 
-def _whole_document(src: _Source, data: bytes, doc: _Doc) -> Iterator[list[_Event]]:
+def _whole_document(src: Source, data: bytes, doc: Doc) -> Iterator[list[Event]]:
     """Fallback: decode the whole document at once."""
     if not data.strip():
         raise ProfileError(src.path, "empty file")
     try:
-        top = _RAW_DICT.decode(data)
+        top = RAW_DICT.decode(data)
     except msgspec.ValidationError:
         raise ProfileError(src.path, "no traceEvents: the top-level JSON value is not an object or a list") \
             from None
@@ -392,7 +392,7 @@ def _whole_document(src: _Source, data: bytes, doc: _Doc) -> Iterator[list[_Even
         raise ProfileError(src.path, f"no traceEvents: not a Kineto / Chrome trace (top-level keys: {keys})")
     for k, v in top.items():
         if k != "traceEvents":
-            doc.meta[k] = _ANY.decode(v)
+            doc.meta[k] = ANY.decode(v)
     raw = bytes(top.pop("traceEvents"))
     del top
     try:

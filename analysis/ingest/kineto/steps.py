@@ -9,22 +9,22 @@ import numpy as np
 
 from ...metrics.comm_kinds import comm_launcher_name, comm_streams, launched_inside
 from ..base import Coded, RankTables
-from .folder import _NONE
-from .names import _H_DRIVER, _H_RUNTIME, _H_USER_ANN, collective_op_type
+from .folder import NONE
+from .names import H_DRIVER, H_RUNTIME, H_USER_ANN, collective_op_type
 
 # --------------------------------------------------------------------------------------------------
 # Post-processing
 # --------------------------------------------------------------------------------------------------
 
-def _ints(a: np.ndarray, absent: np.ndarray | None = None) -> np.ndarray:
-    """int64 column -> nullable int column (absent = the _NONE sentinel, or the given mask): a numpy
+def ints(a: np.ndarray, absent: np.ndarray | None = None) -> np.ndarray:
+    """int64 column -> nullable int column (absent = the NONE sentinel, or the given mask): a numpy
     masked array, which the store inserts as it is (no Python object per value, no pandas)."""
-    mask = (a == _NONE) if absent is None else absent
+    mask = (a == NONE) if absent is None else absent
     a = a.astype(np.int64, copy=False)
     return np.ma.MaskedArray(a, mask=mask) if mask.any() else a
 
 
-def _sparse_text(n: int, values: dict[int, str | None]) -> Coded:
+def sparse_text(n: int, values: dict[int, str | None]) -> Coded:
     """n rows of text, NULL except at the given rows (call stacks, collective names)."""
     codes = np.full(n, -1, dtype=np.int32)
     labels: dict[str, int] = {}
@@ -34,7 +34,7 @@ def _sparse_text(n: int, values: dict[int, str | None]) -> Coded:
     return Coded(codes, list(labels))
 
 
-def _nesting_depth(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+def nesting_depth(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Nesting depth of each interval among the intervals of its thread (0 = outermost).
 
     Order per thread by (start asc, end desc): a parent precedes its children. The depth of interval i
@@ -59,20 +59,20 @@ def _nesting_depth(tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.nd
     return depth
 
 
-def _step_of(ts: np.ndarray, st_start: np.ndarray, st_end: np.ndarray, st_num: np.ndarray) -> np.ndarray:
-    """Step number whose [start, end) contains each ts (HTA's rule), else _NONE. Steps sorted by start."""
+def step_of(ts: np.ndarray, st_start: np.ndarray, st_end: np.ndarray, st_num: np.ndarray) -> np.ndarray:
+    """Step number whose [start, end) contains each ts (HTA's rule), else NONE. Steps sorted by start."""
     if st_start.size == 0:
-        return np.full(ts.size, _NONE, dtype=np.int64)
+        return np.full(ts.size, NONE, dtype=np.int64)
     i = np.searchsorted(st_start, ts, side="right") - 1
     ic = np.clip(i, 0, None)
     inside = (i >= 0) & (ts < st_end[ic])
-    return np.where(inside, st_num[ic], _NONE)
+    return np.where(inside, st_num[ic], NONE)
 
 
 _GLOO_RE = re.compile(r"^gloo:(\w+)$")
 
 
-def _host_collectives(t: RankTables, names: np.ndarray, h_nid: np.ndarray, h_cat: np.ndarray,
+def host_collectives(t: RankTables, names: np.ndarray, h_nid: np.ndarray, h_cat: np.ndarray,
                       h_step: np.ndarray, h_start: np.ndarray, h_dur: np.ndarray) -> None:
     """Gloo collectives run on the host: their `gloo:<op>` annotation (start and duration on the host
     clock) becomes a comm_ops row so that cross-rank checks can match them. The trace gives no process
@@ -81,26 +81,26 @@ def _host_collectives(t: RankTables, names: np.ndarray, h_nid: np.ndarray, h_cat
     ids = [i for i, n in enumerate(names.tolist()) if _GLOO_RE.match(str(n))]
     if not ids or not h_nid.size:
         return
-    rows = np.flatnonzero(np.isin(h_nid, ids) & (h_cat == _H_USER_ANN))
+    rows = np.flatnonzero(np.isin(h_nid, ids) & (h_cat == H_USER_ANN))
     if not rows.size:
         return
     ops = [collective_op_type(_GLOO_RE.match(str(names[h_nid[i]])).group(1)) for i in rows.tolist()]  # type: ignore[union-attr]
     t.extend("comm_ops", {
-        "step": _ints(h_step[rows]), "name": [str(names[h_nid[i]]) for i in rows.tolist()], "op_type": ops,
+        "step": ints(h_step[rows]), "name": [str(names[h_nid[i]]) for i in rows.tolist()], "op_type": ops,
         "group_name": [None] * rows.size, "start_ns": h_start[rows].tolist(), "elapse_ns": h_dur[rows].tolist(),
         "size_bytes": [None] * rows.size,
     })
     t.has("comm_ops")
 
 
-def _launcher_ops(names: list[str], h_nid: np.ndarray, h_cat: np.ndarray, h_tid: np.ndarray,
+def launcher_ops(names: list[str], h_nid: np.ndarray, h_cat: np.ndarray, h_tid: np.ndarray,
                   h_start: np.ndarray, h_dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Host ops whose name says communication (comm_kinds rule 2), and which host events (runtime /
     driver launch calls) start inside one of them on the same thread: (is_launcher_op, launched_inside)."""
     is_op = np.array([comm_launcher_name(str(n)) for n in names], dtype=bool)[h_nid] if h_nid.size else \
         np.zeros(0, dtype=bool)
-    is_op &= (h_cat != _H_RUNTIME) & (h_cat != _H_DRIVER)
-    calls = (h_cat == _H_RUNTIME) | (h_cat == _H_DRIVER)
+    is_op &= (h_cat != H_RUNTIME) & (h_cat != H_DRIVER)
+    calls = (h_cat == H_RUNTIME) | (h_cat == H_DRIVER)
     inside = np.zeros(h_nid.size, dtype=bool)
     if is_op.any() and calls.any():
         ci = np.flatnonzero(calls)
@@ -109,7 +109,7 @@ def _launcher_ops(names: list[str], h_nid: np.ndarray, h_cat: np.ndarray, h_tid:
     return is_op, inside
 
 
-def _comm_by_launcher_and_stream(labels: np.ndarray, inverse: np.ndarray, launch: np.ndarray,
+def comm_by_launcher_and_stream(labels: np.ndarray, inverse: np.ndarray, launch: np.ndarray,
                                  is_kernel: np.ndarray, stream: np.ndarray,
                                  launchers: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Kernels launched inside a communication op, or on a communication stream, become communication
@@ -140,7 +140,7 @@ def _optimizer_step_ends(h_start: np.ndarray, h_dur: np.ndarray, h_cat: np.ndarr
                          h_tid: np.ndarray, names: np.ndarray) -> tuple[np.ndarray, str]:
     """(sorted end ns, name) of the most frequent `Optimizer.step#...` annotation on one thread."""
     is_opt = np.fromiter((bool(_OPTIMIZER_STEP_RE.match(str(n))) for n in names), dtype=bool, count=names.size)
-    rows = np.flatnonzero(is_opt[h_nid] & (h_cat == _H_USER_ANN))
+    rows = np.flatnonzero(is_opt[h_nid] & (h_cat == H_USER_ANN))
     if not rows.size:
         return np.empty(0, np.int64), ""
     keys = h_nid[rows].astype(np.int64) * (1 << 32) + (h_tid[rows] & 0xFFFFFFFF)
@@ -151,7 +151,7 @@ def _optimizer_step_ends(h_start: np.ndarray, h_dur: np.ndarray, h_cat: np.ndarr
 
 def _longest_call(h_start: np.ndarray, h_dur: np.ndarray, h_cat: np.ndarray, lo: int, hi: int) -> int | None:
     """Host row of the longest runtime / driver call starting in [lo, hi), or None."""
-    rows = np.flatnonzero(((h_cat == _H_RUNTIME) | (h_cat == _H_DRIVER)) & (h_start >= lo) & (h_start < hi))
+    rows = np.flatnonzero(((h_cat == H_RUNTIME) | (h_cat == H_DRIVER)) & (h_start >= lo) & (h_start < hi))
     return int(rows[np.argmax(h_dur[rows])]) if rows.size else None
 
 
@@ -159,7 +159,7 @@ def _call_text(k: int | None, h_dur: np.ndarray, h_nid: np.ndarray, names: np.nd
     return "" if k is None else f", the longest call there {names[h_nid[k]]} {int(h_dur[k]) / 1e6:.1f} ms"
 
 
-def _stepless_window(first_ns: int | None, h_start: np.ndarray, h_dur: np.ndarray, h_cat: np.ndarray,
+def stepless_window(first_ns: int | None, h_start: np.ndarray, h_dur: np.ndarray, h_cat: np.ndarray,
                      h_nid: np.ndarray, h_tid: np.ndarray, names: np.ndarray, d_start: np.ndarray,
                      launch: np.ndarray) -> tuple[int | None, str]:
     """Start (ns) of the one step of a trace without ProfilerStep, and a note saying how it was chosen.
@@ -196,7 +196,7 @@ def _stepless_window(first_ns: int | None, h_start: np.ndarray, h_dur: np.ndarra
                   f"{_call_text(_longest_call(h_start, h_dur, h_cat, first_ns, win0), h_dur, h_nid, names)}")
 
 
-def _vendor(meta: dict[str, Any], n_dev: int, has_mtia: bool, hip_runtime: bool) -> str:
+def vendor_of(meta: dict[str, Any], n_dev: int, has_mtia: bool, hip_runtime: bool) -> str:
     props = meta.get("deviceProperties") or []
     names = " ".join(str(p.get("name", "")) for p in props if isinstance(p, dict))
     backend = str((meta.get("distributedInfo") or {}).get("backend", "")) if isinstance(
