@@ -9,5 +9,8 @@ from __future__ import annotations
 
 NS_PER_US = 1e3
 NS_PER_MS = 1e6
+# the same as integers, for exact integer and Decimal arithmetic in the readers (a Decimal times a float fails)
+NS_PER_US_INT = 1_000
+NS_PER_MS_INT = 1_000_000
 # profilers' "MB" (communication.json Transit Size(MB), MindSpore comm_fusion sizes) is 10^6 bytes
 BYTES_PER_MB = 1e6

@@ -23,7 +23,7 @@ import pandas as pd
 
 from ..metrics.intervals import Coverage
 from ..thresholds import T
-from ..units import NS_PER_MS, NS_PER_US  # noqa: F401  (checks of other modules import them from here)
+from ..units import NS_PER_MS
 from ._arrays import (  # noqa: F401  (the checks import these from here)
     by_rank,
     by_value,

@@ -37,8 +37,8 @@ import numpy as np
 import pandas as pd
 
 from ..models import Finding
+from ..units import NS_PER_MS
 from ._common import (
-    NS_PER_MS,
     fmt_ms,
     in_kept_steps,
     kept_steps,

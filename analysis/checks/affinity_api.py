@@ -35,7 +35,8 @@ import pandas as pd
 
 from ..models import Finding
 from ..thresholds import T
-from ._common import NS_PER_MS, by_rank, in_kept_steps, kept_steps, n_steps, ranks_text, step_list, steps_text
+from ..units import NS_PER_MS
+from ._common import by_rank, in_kept_steps, kept_steps, n_steps, ranks_text, step_list, steps_text
 from ._unfused_attention import unfused_attention
 from .base import Check, CheckContext, register
 

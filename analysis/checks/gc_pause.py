@@ -37,6 +37,7 @@ from ..metrics.idle import COLLECTIVE_RE
 from ..metrics.intervals import merge
 from ..models import Finding
 from ..thresholds import T
+from ..units import NS_PER_MS, NS_PER_US
 from ._common import (
     DeviceTimeline,
     by_rank,
@@ -53,8 +54,6 @@ from ._common import (
 )
 from .base import Check, CheckContext, register
 
-NS_PER_MS = 1e6
-NS_PER_US = 1e3
 GPU_SILENCE_MS = T.conjectured_gc_gpu_silence_ms.value
 GPU_SILENCE_DEVICE_IDLE = T.conjectured_gc_gpu_device_idle_ratio.value
 

@@ -47,11 +47,10 @@ from ..metrics.idle import ATTRIBUTION_KINDS, attribute_idle, idle_gaps, profile
 from ..models import Finding, severity_from_impact
 from ..severity import Severity
 from ..thresholds import T
+from ..units import NS_PER_MS, NS_PER_US
 from ._common import (
     HOST_API_CATEGORIES,
     LAUNCH_RE,
-    NS_PER_MS,
-    NS_PER_US,
     SYNC_RE,
     DeviceTimeline,
     by_rank,

@@ -29,9 +29,8 @@ import pandas as pd
 
 from ..models import Finding
 from ..thresholds import T
-from ..units import BYTES_PER_MB
+from ..units import BYTES_PER_MB, NS_PER_MS
 from ._common import (
-    NS_PER_MS,
     by_rank,
     float_steps,
     in_kept_steps,

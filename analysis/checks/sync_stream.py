@@ -36,6 +36,7 @@ from ..metrics.intervals import Coverage, union_of
 from ..models import Finding, severity_from_impact
 from ..severity import Severity
 from ..thresholds import T
+from ..units import NS_PER_MS
 from ._common import (
     HOST_API_CATEGORIES,
     LAUNCH_RE,
@@ -56,7 +57,6 @@ from ._common import (
 )
 from .base import Check, CheckContext, register
 
-NS_PER_MS = 1e6
 ASCEND_LAUNCH = "Node@launch"
 ASCEND_SYNC = "AscendCL@aclrtSynchronizeStream"
 BLOCKING_ENV = ("ASCEND_LAUNCH_BLOCKING", "CUDA_LAUNCH_BLOCKING", "HIP_LAUNCH_BLOCKING")

@@ -18,10 +18,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from ..units import NS_PER_MS
 from .frdump import DumpSet, Entry, RankDump
 from .models import Divergence, RankPosition
-
-NS_PER_MS = 1_000_000
 
 
 @dataclass

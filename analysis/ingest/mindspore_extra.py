@@ -35,12 +35,11 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ..units import NS_PER_US_INT
 from .base import RankTables
 
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 FRAMEWORK_DIR = "FRAMEWORK"
-NS_PER_MS = 1_000_000
-NS_PER_US = 1_000
 INVALID_MODEL_ID = 4294967295    # MindSpore's own model-level rows in the CANN step trace
 _OP_LABEL_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(\s*(?:ID|id)\s*[:=]\s*(\d+)\s*\)\s*$")
 
@@ -345,7 +344,7 @@ def _ms_step_trace_time(path: Path, tables: RankTables) -> set[str]:
         for col, phase in (("Stage", "stage"), ("Bubble", "bubble")):
             v = _num(r.get(col))
             if v is not None:
-                tables.add("step_phases", step=step, phase=phase, dur_ns=round(v * NS_PER_US))
+                tables.add("step_phases", step=step, phase=phase, dur_ns=round(v * NS_PER_US_INT))
                 done.add(phase)
     return done
 
@@ -384,7 +383,7 @@ def read_cann_step_trace(rank_dir: Path, tables: RankTables) -> set[str]:
                            ("Iteration Refresh(us)", "tail")):
             v = _num(r.get(col))
             if v is not None and step is not None:
-                tables.add("step_phases", step=step, phase=phase, dur_ns=round(v * NS_PER_US))
+                tables.add("step_phases", step=step, phase=phase, dur_ns=round(v * NS_PER_US_INT))
                 done.add(phase)
     if done:
         tables.has("step_phases", "cann_step_trace")

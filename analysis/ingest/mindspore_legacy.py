@@ -46,12 +46,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ProfileError
+from ..units import NS_PER_MS_INT
 from .ascend_common import collective_of
 from .base import RankSource, RankTables
 from .mindspore_extra import read_minddata
 
 TICK_NS = 10
-NS_PER_MS = 1_000_000
 _STREAM_RE = re.compile(r"^stream_(\d+)_(\d+)_(.+)$")
 _OP_TYPE_RE = re.compile(r"([A-Za-z][A-Za-z0-9]*)-op\d+$")
 _CLUSTER_RE = re.compile(r"^ascend_cluster_analyse_(.+)_(\d+)_(\d+)_(\d+)\.csv$")
@@ -328,8 +328,8 @@ class _LegacyReader:
                 self.t.warn(f"{timeline.name}: no {', '.join(missing)} column in the header; ignored")
                 timeline = None
             else:
-                s_unit = NS_PER_MS if "(ms)" in start_col else 1000
-                d_unit = 1000 if "(us)" in dur_col else NS_PER_MS
+                s_unit = NS_PER_MS_INT if "(ms)" in start_col else 1000
+                d_unit = 1000 if "(us)" in dur_col else NS_PER_MS_INT
                 n = 0
                 for r in rows:
                     name = r["op_name"]
@@ -347,7 +347,7 @@ class _LegacyReader:
                         "at the first step's fp_point without a step; op-type shares and dtypes are usable, the "
                         "device timeline breakdown is not")
             for name, (mean, count, _tt) in totals.items():
-                dur = int((mean * count * NS_PER_MS).to_integral_value(ROUND_HALF_UP))
+                dur = int((mean * count * NS_PER_MS_INT).to_integral_value(ROUND_HALF_UP))
                 self._device_op(name, at, dur, fw.get(name, {}), totals.get(name), None, None)
             self.t.has("device_ops", "op_totals_only")
         if fw and any(v.get("input_dtypes") for v in fw.values()):
@@ -376,7 +376,7 @@ class _LegacyReader:
             if step is None:
                 continue
             for col, phase in (("communication_cost", "communication"), ("wait_cost", "comm_wait")):
-                v = _dec_ns(r.get(col, ""), NS_PER_MS)
+                v = _dec_ns(r.get(col, ""), NS_PER_MS_INT)
                 if v is not None:
                     self.t.add("step_phases", step=step, phase=phase, dur_ns=v)
                     n += 1
@@ -416,7 +416,7 @@ class _LegacyReader:
                             "rows matched to steps in order")
             for i, r in enumerate(body):
                 step = steps[i] if i < len(steps) else i + 1
-                vals = {col.strip().lower(): _dec_ns(r.get(col, ""), NS_PER_MS) for col in header}
+                vals = {col.strip().lower(): _dec_ns(r.get(col, ""), NS_PER_MS_INT) for col in header}
                 for col, v in vals.items():
                     if v is not None:
                         self.t.add("step_phases", step=step, phase=col, dur_ns=v)

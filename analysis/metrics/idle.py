@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 
-NS_PER_MS = 1e6
 # operators whose host code reads a device value (and so waits for the device); innermost one wins
 TRIGGER_RE = re.compile(r"^aten::(item|_local_scalar_dense|is_nonzero|nonzero|equal|allclose|tolist|cpu|"
                         r"to|copy_|_to_copy|masked_select|unique.*)$")
