@@ -165,14 +165,13 @@ class Fp32ComputeCheck(Check):
         windows = step_windows(ctx, ranks)
         thr = T.fp32_share_pct.value
         n_windows = window_counts(windows)
-        # every Ascend rank is judged from one query; a GPU rank keeps its own query (its aten-op join picks
-        # any_value per correlation id, which a query over all ranks need not pick the same way)
+        # one query per vendor family for all ranks: a query per rank costs seconds at 1,024 ranks
         judged = self._judge(self._ascend_classified(ctx, [r for r in ranks if ctx.vendor(r) == "ascend"]),
                              windows, n_windows, thr)
+        judged.update(self._judge(self._classified(ctx, [r for r in ranks if ctx.vendor(r) != "ascend"]),
+                                  windows, n_windows, thr))
         per_rank: dict[int, dict[str, Any]] = {}
         for rank in ranks:
-            if ctx.vendor(rank) != "ascend":
-                judged.update(self._judge(self._classified(ctx, rank), windows, n_windows, thr))
             if rank not in judged:
                 continue
             n = max(n_windows.get(int(rank), 0), 1)
@@ -302,17 +301,26 @@ class Fp32ComputeCheck(Check):
         return df[_COLS]
 
     @staticmethod
-    def _classified(ctx: CheckContext, rank: int) -> pd.DataFrame:
-        """Family ops of a GPU rank with columns step, name, label, dur_ns, precision, dtypes."""
+    def _classified(ctx: CheckContext, ranks: list[int]) -> pd.DataFrame:
+        """Family ops of GPU ranks with columns rank, step, name, label, dur_ns, precision, dtypes.
+
+        A kernel's input types are those of the CPU op sharing its launch's External id; where several ops
+        share it, the innermost (deepest) one, ties broken by the smallest text, so the pick is deterministic."""
         cols = _COLS
+        if not ranks:
+            return pd.DataFrame(columns=cols)
+        marks = placeholders(ranks)
         df = ctx.sql("SELECT d.rank, d.step, d.name, d.dur_ns, h.input_types AS types FROM device_ops d LEFT JOIN ("
-                     "  SELECT r.correlation_id, any_value(c.input_types) AS input_types FROM host_ops r JOIN host_ops c"
+                     "  SELECT r.rank, r.correlation_id, "
+                     "  arg_max(c.input_types, (coalesce(c.depth, 0), c.input_types)) AS input_types "
+                     "  FROM host_ops r JOIN host_ops c"
                      "  ON c.rank = r.rank AND c.external_id = r.external_id AND c.category = 'cpu_op' "
                      "  AND c.input_types IS NOT NULL"
-                     "  WHERE r.rank = ? AND r.category IN ('runtime', 'driver') AND r.correlation_id IS NOT NULL "
-                     "  AND r.external_id IS NOT NULL GROUP BY r.correlation_id) h "
-                     "ON h.correlation_id = d.correlation_id "
-                     "WHERE d.rank = ? AND d.category = 'compute'", [int(rank), int(rank)])
+                     f"  WHERE r.rank IN ({marks}) AND r.category IN ('runtime', 'driver') "
+                     "  AND r.correlation_id IS NOT NULL AND r.external_id IS NOT NULL GROUP BY r.rank, r.correlation_id) h "
+                     "ON h.rank = d.rank AND h.correlation_id = d.correlation_id "
+                     f"WHERE d.rank IN ({marks}) AND d.category = 'compute'",
+                     [*map(int, ranks), *map(int, ranks)])
         names = df["name"].astype(str)
         df = df[by_value(names, lambda n: GPU_FAMILY.search(n) and not _GPU_NOT_FAMILY.search(n))]
         if df.empty:
