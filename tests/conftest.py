@@ -6,6 +6,12 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# tests never write into the repository: no example database in .hypothesis/ (the pytest cache is off too,
+# pyproject's addopts)
+settings.register_profile("stepdoctor", database=None)
+settings.load_profile("stepdoctor")
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = (REPO.parent / "shared" / "data").resolve()
