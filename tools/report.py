@@ -36,8 +36,9 @@ from ..analysis.models import Finding
 from ..analysis.store import Profile
 from . import api
 from . import models as m
-from .report_charts import MAX_CHART_RANKS, SEGMENTS, Chart, breakdown_chart, compare_chart, heatmap
+from .report_charts import MAX_CHART_RANKS, SEGMENTS, breakdown_chart, compare_chart, heatmap
 from .report_timeline import step_timeline
+from .report_views import evidence_items, fix_views
 
 __all__ = ["MAX_CHART_RANKS", "breakdown_chart", "heatmap", "render_report", "write_report"]
 
@@ -47,93 +48,6 @@ SEVERITY_COLOURS = {"high": "#B5495B", "medium": "#fcaf17", "low": "#65c294"}
 TOP_KERNELS = 15
 TOP_LINKS = 20
 NAME_WIDTH = 90   # characters of a kernel / op name in a table cell (two lines of the cell's 62ch)
-
-
-# ------------------------------------------------------------------------------------------------------
-# Fix texts from the knowledge base
-# ------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class FixView:
-    id: str
-    title: str
-    before: str | None = None
-    after: str | None = None
-    env: list[str] = field(default_factory=list)
-    known: bool = True
-    shown_in: int | None = None  # finding number whose card already shows this fix's code edit
-
-
-def _fix_views(ids: list[str], framework: str | None, n: int, seen: dict[str, int]) -> list[FixView]:
-    """Title and code-edit template of each fix id; an id the knowledge base lacks is still shown.
-
-    A fix shared by several findings (e.g. shape alignment) shows its template once, in the first
-    finding; later cards point back to it, which keeps the report readable.
-    """
-    try:
-        from ..knowledge.loader import get_fix
-    except ImportError:
-        return [FixView(id=i, title=i, known=False) for i in ids]
-    out = []
-    for fid in ids:
-        try:
-            fix = get_fix(fid)
-        except KeyError:
-            out.append(FixView(id=fid, title=fid, known=False))
-            continue
-        if fid in seen:
-            out.append(FixView(id=fix.id, title=fix.title, shown_in=seen[fid]))
-            continue
-        seen[fid] = n
-        edits = list(fix.code_edit)
-        edit = next((e for e in edits if e.framework == framework), None) or (edits[0] if edits else None)
-        env = [f"{e.name}={e.value}" if e.value is not None else f"unset {e.name}" for e in fix.env]
-        out.append(
-            FixView(
-                id=fix.id,
-                title=fix.title,
-                before=edit.before if edit else None,
-                after=edit.after if edit else None,
-                env=env,
-            )
-        )
-    return out
-
-
-@dataclass
-class EvidenceItem:
-    key: str
-    text: str = ""
-    rows: list[tuple[str, str]] = field(default_factory=list)  # nested: per rank, per op ...
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, bool):
-        return str(v).lower()
-    if isinstance(v, float):
-        return f"{v:,.4g}" if abs(v) < 1e6 else f"{v:,.0f}"
-    if isinstance(v, str):
-        return v if v else "''"
-    if isinstance(v, list):
-        head = ", ".join(_fmt(x) for x in v[:12])
-        return head + (f", … ({len(v)})" if len(v) > 12 else "")
-    if isinstance(v, dict):
-        return "; ".join(f"{k}={_fmt(x)}" for k, x in list(v.items())[:16])
-    return str(v)
-
-
-def _evidence_items(ev: dict[str, Any]) -> list[EvidenceItem]:
-    """Evidence as rows; a dict of dicts (per rank) or a list of dicts (per op) becomes a nested table."""
-    out = []
-    for k, v in ev.items():
-        if isinstance(v, dict) and v and all(isinstance(x, dict) for x in v.values()):
-            out.append(EvidenceItem(str(k), rows=[(str(sk), _fmt(sv)) for sk, sv in list(v.items())[:32]]))
-        elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
-            out.append(EvidenceItem(str(k), rows=[(str(i), _fmt(x)) for i, x in enumerate(v[:32], 1)]))
-        else:
-            out.append(EvidenceItem(str(k), text=_fmt(v)))
-    return out
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -203,20 +117,29 @@ def _safe(label: str, fn: Any, warnings: list[str]) -> Any:
     return None
 
 
-def render_report(profile: api.ProfileRef, compare_base: api.ProfileRef | None = None) -> str:
-    """The report HTML as a string."""
-    prof = api.load(profile)
-    section_warnings: list[str] = []
-    bd: m.Breakdown | None = _safe("breakdown", lambda: api.breakdown(prof), section_warnings)
-    rep: m.IssueReport | None = _safe("issues", lambda: api.issues(prof), section_warnings)
-    kernels: m.TopKernels | None = _safe(
-        "top kernels", lambda: api.top_kernels(prof, top=TOP_KERNELS), section_warnings
+@dataclass
+class Sections:
+    """What the catalog tools returned for one report; a section that failed is None (see `_safe`)."""
+
+    breakdown: m.Breakdown | None
+    issues: m.IssueReport | None
+    kernels: m.TopKernels | None
+    env_audit: m.EnvAudit | None
+    links: m.SlowLinks | None
+    comparison: Any = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def _load_sections(prof: Profile, compare_base: api.ProfileRef | None) -> Sections:
+    w: list[str] = []
+    s = Sections(
+        breakdown=_safe("breakdown", lambda: api.breakdown(prof), w),
+        issues=_safe("issues", lambda: api.issues(prof), w),
+        kernels=_safe("top kernels", lambda: api.top_kernels(prof, top=TOP_KERNELS), w),
+        env_audit=_safe("environment audit", lambda: api.env_audit(prof), w),
+        links=_safe("links", lambda: api.slow_links(prof, limit=TOP_LINKS), w),
+        warnings=w,
     )
-    env_audit: m.EnvAudit | None = _safe("environment audit", lambda: api.env_audit(prof), section_warnings)
-    links: m.SlowLinks | None = _safe(
-        "links", lambda: api.slow_links(prof, limit=TOP_LINKS), section_warnings
-    )
-    comparison = None
     if compare_base is not None:
 
         def run_compare() -> Any:
@@ -226,71 +149,90 @@ def render_report(profile: api.ProfileRef, compare_base: api.ProfileRef | None =
                 raise ProfileError(None, "the compare module is not available in this build") from None
             return compare.compare_runs(compare_base, prof)
 
-        comparison = _safe("comparison", run_compare, section_warnings)
+        s.comparison = _safe("comparison", run_compare, w)
+    return s
 
-    findings: list[Finding] = rep.findings if rep else []
-    framework = prof.info.framework
+
+def _finding_views(findings: list[Finding], framework: str | None) -> list[dict[str, Any]]:
     seen_fixes: dict[str, int] = {}
-    finding_views = [
+    return [
         {
             "n": i,
             "f": f,
-            "evidence": _evidence_items(f.evidence),
-            "fixes": _fix_views(f.fixes, framework, i, seen_fixes),
+            "evidence": evidence_items(f.evidence),
+            "fixes": fix_views(f.fixes, framework, i, seen_fixes),
             "colour": SEVERITY_COLOURS[f.severity],
         }
         for i, f in enumerate(findings, 1)
     ]
-    by_sev = {s: [v for v in finding_views if v["f"].severity == s] for s in SEVERITY_COLOURS}
 
-    charts: list[Chart] = []
-    heatmaps: list[Chart] = []
-    rank_rows: list[dict[str, Any]] = []
-    timeline: Chart | None = None
-    if bd is not None:
-        if (c := breakdown_chart(bd.totals)) is not None:
-            charts.append(c)
-        slow = {r for f in findings if f.check in STRAGGLER_CHECKS for r in f.ranks}
-        late = stragglers(findings)
-        late_steps = next((f.steps for f in findings if late and f.check == "slow-rank" and f.ranks[:1] == late[:1]),
-                          None)
-        timeline = _safe("timeline", lambda: step_timeline(prof, bd.rows, bd.totals, late, slow, late_steps),
-                         section_warnings)
-        for metric in ("compute", "free"):
-            if (h := heatmap(bd.rows, metric, bd.totals)) is not None:
-                heatmaps.append(h)
-        for t in bd.totals:
-            rank_rows.append(
-                {
-                    "rank": t.rank,
-                    "steps": t.steps,
-                    "step": per_step(t.step_ms, t.steps),
-                    "compute": per_step(t.compute_ms, t.steps),
-                    "comm": per_step(t.communication_ms, t.steps),
-                    "exposed": per_step(t.comm_not_overlapped_ms, t.steps),
-                    "free": per_step(t.free_ms, t.steps),
-                }
-            )
-            r = rank_rows[-1]
-            parts = (r["step"], r["compute"], r["exposed"], r["free"])
-            # what the step holds beyond them (host time outside the device window, memory / sync ops): the
-            # row adds up to the step time, as the CLI's breakdown does; negative where the device window
-            # outlasts the host step (a GPU that lags its CPU)
-            r["other"] = None if None in parts else parts[0] - parts[1] - parts[2] - parts[3]
+
+def _rank_row(t: Any) -> dict[str, Any]:
+    """One rank's mean per-step breakdown, in ms."""
+    r = {
+        "rank": t.rank,
+        "steps": t.steps,
+        "step": per_step(t.step_ms, t.steps),
+        "compute": per_step(t.compute_ms, t.steps),
+        "comm": per_step(t.communication_ms, t.steps),
+        "exposed": per_step(t.comm_not_overlapped_ms, t.steps),
+        "free": per_step(t.free_ms, t.steps),
+    }
+    parts = (r["step"], r["compute"], r["exposed"], r["free"])
+    # what the step holds beyond them (host time outside the device window, memory / sync ops): the
+    # row adds up to the step time, as the CLI's breakdown does; negative where the device window
+    # outlasts the host step (a GPU that lags its CPU)
+    r["other"] = None if None in parts else parts[0] - parts[1] - parts[2] - parts[3]
+    return r
+
+
+def _rank_charts(prof: Profile, bd: m.Breakdown | None, findings: list[Finding], warnings: list[str]) -> dict[str, Any]:
+    """The overview's charts, heatmaps, timeline and per-rank rows (empty without a breakdown)."""
+    out: dict[str, Any] = {"charts": [], "heatmaps": [], "rank_rows": [], "timeline": None}
+    if bd is None:
+        return out
+    if (c := breakdown_chart(bd.totals)) is not None:
+        out["charts"].append(c)
+    slow = {r for f in findings if f.check in STRAGGLER_CHECKS for r in f.ranks}
+    late = stragglers(findings)
+    late_steps = next((f.steps for f in findings if late and f.check == "slow-rank" and f.ranks[:1] == late[:1]),
+                      None)
+    out["timeline"] = _safe("timeline", lambda: step_timeline(prof, bd.rows, bd.totals, late, slow, late_steps),
+                            warnings)
+    for metric in ("compute", "free"):
+        if (h := heatmap(bd.rows, metric, bd.totals)) is not None:
+            out["heatmaps"].append(h)
+    out["rank_rows"] = [_rank_row(t) for t in bd.totals]
+    return out
+
+
+def _env_rows(env_audit: m.EnvAudit | None) -> list[dict[str, Any]]:
+    if env_audit is None:
+        return []
+    order = {"bad": 0, "unknown": 1, "ok": 2}
+    return [
+        {"var": v, "vals": sorted({x if x else "unset" for x in v.values_by_rank.values()})}
+        for v in sorted(env_audit.variables, key=lambda v: (order[v.status], v.name))
+    ]
+
+
+def render_report(profile: api.ProfileRef, compare_base: api.ProfileRef | None = None) -> str:
+    """The report HTML as a string."""
+    prof = api.load(profile)
+    s = _load_sections(prof, compare_base)
+    rep, kernels, comparison = s.issues, s.kernels, s.comparison
+    findings: list[Finding] = rep.findings if rep else []
+    finding_views = _finding_views(findings, prof.info.framework)
+    by_sev = {sev: [v for v in finding_views if v["f"].severity == sev] for sev in SEVERITY_COLOURS}
+    overview = _rank_charts(prof, s.breakdown, findings, s.warnings)
     dropped = [f"steps {', '.join(map(str, prof.info.dropped_steps))} left out (partial)"] \
         if prof.info.dropped_steps else []
-    warnings = list(dict.fromkeys([*dropped, *prof.warnings, *(rep.warnings if rep else []), *section_warnings]))
+    warnings = list(dict.fromkeys([*dropped, *prof.warnings, *(rep.warnings if rep else []), *s.warnings]))
     # kernel and op names as tables show them (analysis.metrics.names.display_names): the start and the part
     # that tells two instantiations apart, on a line or two instead of ten; the full name is the cell's title
     long_names = [k.name for k in (kernels.kernels if kernels else [])]
     long_names += [c.name for c in (comparison.top_changes if comparison else [])]
     names = dict(zip(long_names, display_names(long_names, NAME_WIDTH), strict=True))
-    env_rows = []
-    if env_audit is not None:
-        order = {"bad": 0, "unknown": 1, "ok": 2}
-        for v in sorted(env_audit.variables, key=lambda v: (order[v.status], v.name)):
-            vals = sorted({x if x else "unset" for x in v.values_by_rank.values()})
-            env_rows.append({"var": v, "vals": vals})
 
     return (
         _env()
@@ -301,13 +243,10 @@ def render_report(profile: api.ProfileRef, compare_base: api.ProfileRef | None =
             findings=finding_views,
             by_severity=by_sev,
             severity_colours=SEVERITY_COLOURS,
-            charts=charts,
-            timeline=timeline,
-            heatmaps=heatmaps,
-            rank_rows=rank_rows,
+            **overview,
             kernels=kernels,
-            env_rows=env_rows,
-            links=links,
+            env_rows=_env_rows(s.env_audit),
+            links=s.links,
             comparison=comparison,
             compare_chart=compare_chart(comparison.base, comparison.target) if comparison else None,
             straggler=straggler_card(findings),
