@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
+from hypothesis import configuration, settings
 
-# tests never write into the repository: no example database in .hypothesis/ (the pytest cache is off too,
-# pyproject's addopts)
+# tests never write into the repository: hypothesis keeps no example database and its other caches go to a
+# temporary folder (the pytest cache plugin is off too: pyproject's addopts)
 settings.register_profile("stepdoctor", database=None)
 settings.load_profile("stepdoctor")
+configuration.set_hypothesis_home_dir(tempfile.mkdtemp(prefix="stepdoctor-hypothesis-"))
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = (REPO.parent / "shared" / "data").resolve()
