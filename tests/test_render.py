@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from conftest import CLUSTER4, need
 from stepdoctor.analysis.metrics.names import display_name, display_names, short_name
-from stepdoctor.tools import render
+from stepdoctor.tools import render, render_fit
 from stepdoctor.tools.render import Table, fit_table
 
 CTA5 = ("void split_embedding_backward_codegen_rowwise_adagrad_unweighted_kernel_cta_per_row_1<float, float, float, "
@@ -150,27 +150,27 @@ def test_markdown_keeps_every_column_and_shortens_names():
 
 def test_wrap_breaks_lists_before_words_and_folds_only_what_cannot_fit():
     v = "'level0:NA;level1:ring'"
-    assert render._wrap(v, 18).splitlines() == ["'level0:NA;", "level1:ring'"]  # at the list separator
-    assert render._wrap("expandable_segments:True", 22).splitlines() == ["expandable_segments:", "True"]
+    assert render_fit.wrap_text(v, 18).splitlines() == ["'level0:NA;", "level1:ring'"]  # at the list separator
+    assert render_fit.wrap_text("expandable_segments:True", 22).splitlines() == ["expandable_segments:", "True"]
     # a piece wider than the line starts a line of its own before it is folded
-    assert render._wrap("set PYTORCH_NPU_ALLOC_CONF", 12).splitlines() == ["set", "PYTORCH_NPU_", "ALLOC_CONF"]
-    assert render._wrap("a\n\nb", 10) == "a\n\nb" and render._wrap("", 10) == ""
+    assert render_fit.wrap_text("set PYTORCH_NPU_ALLOC_CONF", 12).splitlines() == ["set", "PYTORCH_NPU_", "ALLOC_CONF"]
+    assert render_fit.wrap_text("a\n\nb", 10) == "a\n\nb" and render_fit.wrap_text("", 10) == ""
     # a comma inside a number or a shape is not a list separator
-    assert render._wrap("transfers of 1,000,000 B", 12).splitlines() == ["transfers of", "1,000,000 B"]
-    assert render._wrap("(4,2048;4,2048)", 10).splitlines() == ["(4,2048;", "4,2048)"]
+    assert render_fit.wrap_text("transfers of 1,000,000 B", 12).splitlines() == ["transfers of", "1,000,000 B"]
+    assert render_fit.wrap_text("(4,2048;4,2048)", 10).splitlines() == ["(4,2048;", "4,2048)"]
 
 
 @given(st.text(alphabet=st.sampled_from("ab1_;,|:/= \n"), max_size=80), st.integers(1, 30))
 def test_wrap_keeps_every_character_within_the_width(text, width):
-    out = render._wrap(text, width)
+    out = render_fit.wrap_text(text, width)
     assert all(len(line) <= width for line in out.splitlines())
     assert out.split() == [] if not text.split() else "".join(out.split()) == "".join(text.split())
 
 
 def test_text_columns_share_the_width_by_need():
-    assert render._flex_widths({2: 10, 3: 90}, 60) == {2: 10, 3: 50}  # the short one is not wrapped
-    assert render._flex_widths({2: 40, 3: 90}, 60) == {2: 30, 3: 30}
-    assert render._flex_widths({2: 40}, 4) == {2: 8}                   # never below 8
+    assert render_fit.flex_widths({2: 10, 3: 90}, 60) == {2: 10, 3: 50}  # the short one is not wrapped
+    assert render_fit.flex_widths({2: 40, 3: 90}, 60) == {2: 30, 3: 30}
+    assert render_fit.flex_widths({2: 40}, 4) == {2: 8}                   # never below 8
 
 
 def test_env_values_wrap_at_separators(tmp_path):
