@@ -8,7 +8,7 @@ Input (mindspore-format-and-db.md §1.2, §2.1, §3, §4.1, §5.1), every file s
 | `output_timeline_data_{r}.txt` | device_ops with real start times (AI Core ops) |
 | `framework_raw_{r}.csv` | device_ops op type, block dim, shapes, dtypes, formats (op_info JSON) |
 | `aicore_intermediate_{r}_detail.csv` / `output_op_compute_time_{r}.txt` | device_ops task type; per-op totals when there is no timeline |
-| `minddata_pipeline_raw_{r}.csv`, `minddata_pipeline_summary_{r}.json/.csv`, `minddata_cpu_utilization_{r}.json`, `device_queue_profiling_{r}.txt`, `dataset_iterator_profiling_{r}.txt`, `minddata_aicpu_{r}.txt` | dataset_ops, metadata (see `mindspore_extra.read_minddata`) |
+| `minddata_pipeline_raw_{r}.csv`, `minddata_pipeline_summary_{r}.json/.csv`, `minddata_cpu_utilization_{r}.json`, `device_queue_profiling_{r}.txt`, `dataset_iterator_profiling_{r}.txt`, `minddata_aicpu_{r}.txt` | dataset_ops, metadata (see `minddata.read_minddata`) |
 | `hccl_raw_{r}.csv` | step_phases `communication`, `comm_wait` |
 | `ascend_cluster_analyse_{mode}_{stages}_{size}_{r}.csv` | step_phases named after its columns (computation, communication_alone, ...); vendor_step_trace (model/pipeline variants; the data-parallel variant repeats the step trace in ticks and is skipped) |
 | `profiler_info_{r}.json`, `step_trace_point_info_{r}.json` | ranks, metadata |
@@ -49,7 +49,7 @@ from ..errors import ProfileError
 from ..units import NS_PER_MS_INT
 from .ascend_common import collective_of
 from .base import RankSource, RankTables
-from .mindspore_extra import read_minddata
+from .minddata import read_minddata
 
 TICK_NS = 10
 _STREAM_RE = re.compile(r"^stream_(\d+)_(\d+)_(.+)$")
