@@ -52,6 +52,10 @@ class _Table:
     straggler_last_share: Threshold = Threshold(
         0.25, "share of collectives", "stepdoctor; HTA reports the share of collectives each rank is last",
         "share of its matched collectives a rank must arrive last at (significantly) to be named")
+    straggler_chance_factor: Threshold = Threshold(
+        1.5, "x the chance share 1/n", "stepdoctor (with n ranks one of them is last at every collective, each at "
+        "1/n of them by chance: two ranks need a clear majority, not a quarter)",
+        "a rank must also arrive last at this multiple of 1/n of its collectives, n the ranks taking part")
     # pipeline stage imbalance
     stage_imbalance_pct: Threshold = Threshold(
         10.0, "% of the fastest stage's compute", f"{MSPROF} pipeline-parallel stage analysis (stage_time per stage)",

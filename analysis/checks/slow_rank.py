@@ -317,7 +317,8 @@ class SlowRankCheck(Check):
     )
     thresholds = (
         "slow_link_ratio", "slow_rank_dim_excess_pct", "slow_rank_min_excess_pct", "slow_rank_robust_z",
-        "straggler_dixon_alpha", "straggler_last_share", "straggler_min_wait_ms", "straggler_sigma",
+        "straggler_chance_factor", "straggler_dixon_alpha", "straggler_last_share", "straggler_min_wait_ms",
+        "straggler_sigma",
     )
     frameworks = ("pytorch", "mindspore")
     needs = ("steps",)

@@ -130,7 +130,8 @@ def arrivals(sql, step_counts: dict[int, int], mean_step_ms: float | None) -> Ar
 
     step_counts: rank -> steps, used when no matched collective carries a step number.
     A rank is named when it arrives last, significantly, at >= T.straggler_last_share of its matched
-    collectives and the waits it causes per step reach T.slow_rank_min_excess_pct % of the mean step."""
+    collectives and at >= T.straggler_chance_factor / n of them (n the ranks taking part), and the waits it
+    causes per step reach T.slow_rank_min_excess_pct % of the mean step."""
     df, source = instances(sql)
     if df.empty:
         return Arrivals(source, 0, {}, [], pd.DataFrame())
@@ -151,7 +152,11 @@ def arrivals(sql, step_counts: dict[int, int], mean_step_ms: float | None) -> Ar
         steps = sorted({int(s) for s in late.loc[late["rank"] == rank, "step"].dropna()}) if nl else []
         out[r] = RankArrival(r, int(m), nl, round(nl / int(m), 3), round(c, 3), round(per_step, 3), steps)
     floor = (T.slow_rank_min_excess_pct.value / 100.0) * (mean_step_ms or 0.0)
-    named = [r for r, a in out.items() if a.last >= 1 and a.share_last >= T.straggler_last_share.value
+    # the ranks taking part in a rank's collectives (median over them): chance alone makes it last at 1/n
+    n_of = df.merge(pi[["inst", "n"]], on="inst").groupby("rank")["n"].median()
+    named = [r for r, a in out.items() if a.last >= 1
+             and a.share_last >= max(T.straggler_last_share.value,
+                                     T.straggler_chance_factor.value / max(float(n_of.get(r, 2)), 1.0))
              and a.caused_per_step_ms >= max(floor, T.straggler_min_wait_ms.value)]
     named.sort(key=lambda r: -out[r].caused_per_step_ms)
     return Arrivals(source, int(pi.shape[0]), out, named, late.reset_index(drop=True), df)
