@@ -1,13 +1,10 @@
 """What the MCP tools answer: the server's output models (the catalog's plus the fields that keep answers
-small), evidence trimming, and the short text each tool returns beside its structured content."""
+small), evidence trimming, and the result that pairs the short text (`answer_text.py`) with the structure."""
 
 from __future__ import annotations
 
 import ipaddress
-import logging
-import re
-import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -16,11 +13,30 @@ from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel, Field
 
 from ..analysis.errors import StepdoctorError
-from ..analysis.models import SEVERITY_ORDER, Finding, ProfileInfo
+from ..analysis.models import Finding, ProfileInfo
 from ..tools import models as m
-from .lean import TRIMMED_KEY, lean, mcp_hint
+from .answer_text import (
+    findings_shown,
+    text_breakdown,
+    text_comparison,
+    text_env,
+    text_fixes,
+    text_issues,
+    text_kernels,
+    text_loaded,
+    text_slow_links,
+    text_slow_ranks,
+)
+from .lean import TRIMMED_KEY, lean
 
-logger = logging.getLogger("stepdoctor.mcp")
+# the text_* summaries live in answer_text.py; they are re-exported so that tools reach every part of an
+# answer through this module
+__all__ = [
+    "EVIDENCE_RANKS", "EXPLAIN_RANKS", "TEXT_CAP", "BreakdownResult", "EnvAuditResult", "LoadedProfile",
+    "SlowRanksResult", "cap_text", "catalog_errors", "findings_shown", "is_loopback", "result", "text_breakdown",
+    "text_comparison", "text_env", "text_fixes", "text_issues", "text_kernels", "text_loaded", "text_slow_links",
+    "text_slow_ranks", "trim_evidence", "trimmed_variable",
+]
 
 # Budget per answer: a few KB of text for the model; the structured content is bounded by `limit` arguments.
 TEXT_CAP = 6000
@@ -148,7 +164,7 @@ def _rarest_first(values: dict[Any, Any], keep: int) -> list[Any]:
     return sorted(values, key=lambda r: (freq[values[r]], int(r)))[:keep]
 
 
-def _trimmed_variable(v: m.EnvVariable) -> m.EnvVariable:
+def trimmed_variable(v: m.EnvVariable) -> m.EnvVariable:
     keep = sorted(_rarest_first(v.values_by_rank, EVIDENCE_RANKS), key=int)
     return v.model_copy(update={
         "values_by_rank": {r: v.values_by_rank[r] for r in keep},
@@ -162,75 +178,10 @@ def result(model: BaseModel, text: str, narrow: str) -> CallToolResult:
     both halves of the answer hold the same findings."""
     shown = cap_text(text, narrow)
     if isinstance(model, m.IssueReport) and shown != text:
-        n = _findings_shown(shown)
+        n = findings_shown(shown)
         if n < len(model.findings):
             model = model.model_copy(update={"findings": model.findings[:n], "truncated": True})
     return CallToolResult(content=[TextContent(type="text", text=shown)], structured_content=lean(model))
-
-
-_FINDING_HEAD = re.compile(r"^\S+\. \[(?:high|medium|low)\] ", re.M)
-
-
-def _findings_shown(text: str) -> int:
-    """Findings `text_issues` printed whole in a cut text: a head line followed by its message line."""
-    lines = text.splitlines()
-    heads = [i for i, ln in enumerate(lines) if _FINDING_HEAD.match(ln)]
-    return sum(1 for i in heads if i + 1 < len(lines) and lines[i + 1].startswith("   "))
-
-
-def _f(x: float | None, nd: int = 2) -> str:
-    return "-" if x is None else f"{x:,.{nd}f}"
-
-
-def _ints(xs: list[int], n: int = 12) -> str:
-    if not xs:
-        return "-"
-    if len(xs) > 2 and xs == list(range(xs[0], xs[-1] + 1)):
-        return f"{xs[0]}-{xs[-1]}"
-    head = ",".join(map(str, xs[:n]))
-    return head if len(xs) <= n else f"{head},… ({len(xs)})"
-
-
-def _clip(s: str, n: int = 160) -> str:
-    """Kernel names and causes can be kilobytes (C++ templates); the text needs only their head."""
-    return s if len(s) <= n else s[: n - 1] + "…"
-
-
-def _profile_line(p: ProfileInfo) -> str:
-    who = "/".join(x for x in (p.vendor, p.framework) if x)
-    return (
-        f"{p.path} [{p.format}{'; ' + who if who else ''}]: ranks {_ints(p.ranks)}, steps {_ints(p.steps)}"
-        + (f", world size {p.world_size}" if p.world_size else "")
-    )
-
-
-def _warnings_text(ws: list[str], n: int = 5) -> list[str]:
-    if not ws:
-        return []
-    out = [f"Warnings ({len(ws)}):"] + [f"- {w}" for w in ws[:n]]
-    if len(ws) > n:
-        out.append(f"- … {len(ws) - n} more in structured content")
-    return out
-
-
-def _finding_line(i: int | str, f: Finding) -> str:
-    where = []
-    if f.ranks:
-        where.append(f"rank {_ints(f.ranks)}")
-    if f.steps:
-        where.append(f"step {_ints(f.steps)}")
-    impact = (
-        f"{_f(f.impact_ms)} ms per step"
-        + (f" ({_f(f.impact_pct, 1)}% of step)" if f.impact_pct is not None else "")
-        if f.impact_ms is not None else "impact unknown"
-    )
-    msg = _clip(f.message, 400)
-    fixes = f" Fixes: {', '.join(f.fixes[:3])}." if f.fixes else ""
-    return (
-        f"{i}. [{f.severity}] {f.check}"
-        + (f" ({f.subject})" if f.subject else "")
-        + f" — {', '.join(where) or 'all ranks'} — {impact}\n   {msg}{fixes}"
-    )
 
 
 def is_loopback(host: str) -> bool:
@@ -240,226 +191,3 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
-
-
-# --------------------------------------------------------------------------------------------------------
-# Text summaries (what the model reads; the structure carries everything)
-# --------------------------------------------------------------------------------------------------------
-
-
-def text_loaded(r: LoadedProfile) -> str:
-    lines = [
-        f"Loaded profile_id {r.profile_id}: {_profile_line(r.profile)}"
-        + ("; from cache" if r.from_cache else "; ingested now")
-    ]
-    lines += _warnings_text(r.warnings)
-    lines += ["Next:"] + [f"- {s}" for s in r.next_steps]
-    return "\n".join(lines)
-
-
-def text_issues(rep: m.IssueReport, pid: str, numbers: list[int | None]) -> str:
-    """`numbers` are the findings' numbers in the unfiltered report, the `finding=N` that explain takes."""
-    counts = {s: sum(f.severity == s for f in rep.findings) for s in SEVERITY_ORDER}
-    head = (
-        f"{rep.total} finding(s) in {_profile_line(rep.profile)}"
-        + (f" — showing {len(rep.findings)}" if rep.truncated else "")
-        + f" ({', '.join(f'{n} {s}' for s, n in counts.items() if n)})"
-    )
-    lines = [head]
-    lines += [
-        _finding_line(n if n is not None else "-", f) for n, f in zip(numbers, rep.findings, strict=True)
-    ]
-    if rep.not_applicable:
-        na = "; ".join(f"{k} ({v})" for k, v in sorted(rep.not_applicable.items())[:8])
-        more = len(rep.not_applicable) - 8
-        lines.append(f"Not applicable: {na}" + (f"; … {more} more" if more > 0 else ""))
-    lines += _warnings_text(rep.warnings)
-    first = next(((n, f) for n, f in zip(numbers, rep.findings, strict=True) if n is not None), None)
-    if first is not None:
-        lines.append(
-            f'Next: explain(id="{first[1].check}", profile_id="{pid}", finding={first[0]}) for the evidence '
-            f"and fix of finding {first[0]} (numbers are those explain takes); "
-            "suggest_edit(code_path, fix=...) for a patch."
-        )
-    return "\n".join(lines)
-
-
-def finding_numbers(shown: list[Finding], full: list[Finding]) -> list[int | None]:
-    """1-based positions of `shown` in the unfiltered report (None when a filter changed a finding)."""
-    index: dict[str, int] = {}
-    for i, f in enumerate(full, 1):
-        index.setdefault(f.model_dump_json(), i)
-    return [index.get(f.model_dump_json()) for f in shown]
-
-
-def text_breakdown(b: BreakdownResult) -> str:
-    lines = [
-        f"Step breakdown, mean per step (ms) — {_profile_line(b.profile)}",
-        "rank | steps | step | compute | comm | comm exposed | overlapped | free",
-    ]
-    for t in b.totals:
-        n = t.steps or 1
-
-        def mean(x: float | None, n: int = n) -> str:
-            return _f(None if x is None else x / n)
-
-        lines.append(
-            f"{t.rank} | {t.steps} | {mean(t.step_ms)} | {mean(t.compute_ms)} | "
-            f"{mean(t.communication_ms)} | {mean(t.comm_not_overlapped_ms)} | {mean(t.overlapped_ms)} | "
-            f"{mean(t.free_ms)}"
-        )
-    lines.append(
-        f"{len(b.rows)} of {b.total} (rank, step) rows in structured content"
-        + (" (truncated: pass ranks / steps / limit)" if b.truncated else "")
-    )
-    lines += _warnings_text(b.warnings)
-    return "\n".join(lines)
-
-
-def text_slow_ranks(s: SlowRanksResult) -> str:
-    """Per dimension the median rank and the ranks beyond it, each with its baseline in ms (no percentage:
-    over a median of 0.25 ms one says nothing); then the stragglers and who waits for them."""
-    lines = [f"Slow ranks — {_profile_line(s.profile)}"]
-    for d in s.dimensions:
-        named = [e.rank for e in d.slow]
-        lines.append(f"{d.name}: median rank {_f(d.median_ms)} ms per step, spread {_f(d.spread_pct, 1)}% of step; "
-                     + (f"slower: rank {_ints(named)}" if named else "no rank beyond the median"))
-        for e in d.slow:
-            lines.append(
-                f"- rank {e.rank} steps {_ints(e.steps)}: {_f(e.value_ms)} ms against a median of "
-                f"{_f(e.median_ms)} ms (+{_f(e.excess_ms)} ms) — {_clip(e.cause)}"
-            )
-        for e in d.late_arrivals:
-            lines.append(f"- rank {e.rank} steps {_ints(e.steps)}: {_f(e.value_ms)} ms against a median of "
-                         f"{_f(e.median_ms)} ms — {_clip(e.cause)}")
-    for v in s.ranks:
-        if v.verdict == "straggler":
-            lines.append(f"Straggler: rank {v.rank} arrives last at {v.arrived_last} of {v.matched_collectives} "
-                         f"collectives; the others wait {_f(v.wait_caused_per_step_ms)} ms per step for it")
-    waiting = [v.rank for v in s.ranks if v.verdict == "waits"]
-    if waiting:
-        lines.append(f"Only waiting for the straggler(s): rank {_ints(waiting)}")
-    lines += [_finding_line(i, f) for i, f in enumerate(s.findings, 1)]
-    lines += _warnings_text(s.warnings)
-    return "\n".join(lines)
-
-
-def text_slow_links(s: m.SlowLinks) -> str:
-    lines = [
-        f"{s.total} link(s), slowest first{f' (showing {len(s.links)})' if s.truncated else ''} — "
-        f"{_profile_line(s.profile)}",
-        "src->dst | transport | GB/s | median GB/s | MB | ms | steps",
-    ]
-    lines += [
-        f"{lk.src}->{lk.dst} | {lk.transport} | {_f(lk.bandwidth_gbps)} | {_f(lk.median_gbps)} | "
-        f"{_f(lk.size_mb)} | {_f(lk.time_ms, 3)} | {_ints(lk.steps)}"
-        for lk in s.links
-    ]
-    lines += [_finding_line(i, f) for i, f in enumerate(s.findings, 1)]
-    lines += _warnings_text(s.warnings)
-    return "\n".join(lines)
-
-
-def text_kernels(k: m.TopKernels) -> str:
-    lines = [
-        f"Top {len(k.kernels)} of {k.total} device ops by {k.by} — {_profile_line(k.profile)}",
-        "name | op_type | core | count | total ms | mean ms | max ms | share % | % of step",
-    ]
-    for x in k.kernels:
-        lines.append(
-            f"{_clip(x.name, 80)} | {x.op_type or '-'} | {x.core_type or '-'} | {x.count} | "
-            f"{_f(x.total_ms, 3)} | "
-            f"{_f(x.mean_ms, 4)} | {_f(x.max_ms, 4)} | {_f(x.share_pct)} | {_f(x.step_share_pct)}"
-        )
-    lines += _warnings_text(k.warnings)
-    return "\n".join(lines)
-
-
-def text_env(e: EnvAuditResult) -> str:
-    bad = [v for v in e.variables if v.status == "bad"]
-    lines = [f"{e.total} environment variable(s), {len(bad)} bad shown first — {_profile_line(e.profile)}"]
-    for v in e.variables:
-        vals = sorted({x if x else "unset" for x in v.values_by_rank.values()})
-        shown = " | ".join(vals[:4]) + (f" | … ({len(vals)} values)" if len(vals) > 4 else "")
-        rec = f" (recommended: {v.recommended})" if v.recommended and v.status == "bad" else ""
-        lines.append(f"- {v.name} = {shown}: {v.status}{rec}")
-    lines += _warnings_text(e.warnings)
-    return "\n".join(lines)
-
-
-def text_comparison(c: Any) -> str:
-    lines = [
-        f"Verdict: {c.verdict}",
-        f"base {c.base.path}: step {_f(c.base.step_ms)} ms; "
-        f"target {c.target.path}: step {_f(c.target.step_ms)} ms",
-        f"delta compute {_f(c.breakdown_delta.compute_ms)} ms, communication "
-        f"{_f(c.breakdown_delta.communication_ms)} ms, free {_f(c.breakdown_delta.free_ms)} ms",
-    ]
-    if c.top_changes:
-        lines.append(f"Top changes ({len(c.top_changes)} of {c.total_changes}; ms per step):")
-        lines += [
-            f"- {ch.kind} {_clip(ch.name, 80)}: {_f(ch.base_ms, 3)} -> {_f(ch.target_ms, 3)} "
-            f"({ch.delta_ms:+.3f}), "
-            f"calls {ch.count_base:g} -> {ch.count_target:g}"
-            for ch in c.top_changes
-        ]
-    if c.env_changes:
-        lines.append(
-            "Environment changes: "
-            + "; ".join(f"{e.name}: {e.base or 'unset'} -> {e.target or 'unset'}" for e in c.env_changes[:10])
-        )
-    if c.findings:
-        lines.append("New findings in the target:")
-        lines += [_finding_line(i, f) for i, f in enumerate(c.findings[:5], 1)]
-    lines += [f"Note: {n}" for n in c.notes[:5]]
-    if c.next_step:
-        lines.append(f"Next: {mcp_hint(c.next_step)}")
-    lines += _warnings_text(c.warnings)
-    return "\n".join(lines)
-
-
-def text_fixes(fl: Any) -> str:
-    lines = [f"{fl.total} fix(es)" + (f", showing {len(fl.fixes)}" if len(fl.fixes) < fl.total else "")]
-    for f in fl.fixes:
-        vendors = ",".join(getattr(f, "vendors", []) or [])
-        checks = ",".join(getattr(f, "checks", []) or [])
-        lines.append(f"- {f.id}: {f.title} [{vendors}; checks {checks}]")
-    lines.append(
-        "Next: explain(id=<fix id>) for the steps and code edit; resource stepdoctor://fixes/<fix id>."
-    )
-    return "\n".join(lines)
-
-
-
-
-# --------------------------------------------------------------------------------------------------------
-# Optional catalog modules (written separately; the server degrades to fewer tools without them)
-# --------------------------------------------------------------------------------------------------------
-
-
-def _optional(module: str) -> Any | None:
-    import importlib
-
-    try:
-        return importlib.import_module(f"stepdoctor.{module}")
-    except ImportError as e:
-        logger.warning("stepdoctor.%s not available (%s): its tools are not served", module, e)
-        return None
-
-
-def _return_model(fn: Callable[..., Any]) -> type[BaseModel]:
-    """The pydantic model a catalog function is annotated to return."""
-    hint = typing.get_type_hints(fn)["return"]
-    if not (isinstance(hint, type) and issubclass(hint, BaseModel)):
-        raise TypeError(f"{fn.__qualname__} must return a pydantic model, not {hint!r}")
-    return hint
-
-
-def _fix_index() -> dict[str, Any]:
-    from ..knowledge.loader import load_fixes
-
-    fixes = load_fixes()
-    items = fixes.values() if isinstance(fixes, dict) else fixes
-    return {f.id: f for f in items}
-
-

@@ -80,7 +80,7 @@ def _env_audit(e: m.EnvAudit, args: catalog.EnvAuditArgs, pid: str) -> Shaped:
                 key=lambda v: (order[v.status], v.name))
     shown, warnings = vs[: args.limit], e.warnings
     if any(len(v.values_by_rank) > a.EVIDENCE_RANKS for v in shown):  # a large cluster
-        shown = [a._trimmed_variable(v) for v in shown]
+        shown = [a.trimmed_variable(v) for v in shown]
         warnings = [*warnings, f"values_by_rank: at most {a.EVIDENCE_RANKS} ranks per variable, those of its "
                     "rarest values; `stepdoctor env --format json` lists every rank"]
     out = a.EnvAuditResult(profile=e.profile, variables=shown, warnings=warnings, total=len(vs),

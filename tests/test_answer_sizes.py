@@ -14,7 +14,7 @@ from mcp import Client
 from conftest import SHARED, need
 from stepdoctor.analysis.models import Finding
 from stepdoctor.evals import answer_sizes
-from stepdoctor.server.answers import TEXT_CAP, _findings_shown
+from stepdoctor.server.answers import TEXT_CAP, findings_shown
 from stepdoctor.server.lean import STRUCTURED_FLOOR, lean_evidence, structured_budget
 
 GLOO = "real/gpu-h100/gloo2_straggler"
@@ -58,7 +58,7 @@ def test_findings_shown_counts_whole_entries_of_a_cut_text():
     text = ("3 finding(s) in x\n1. [high] slow-rank (free) — rank 0 — 1.00 ms per step\n   Rank 0 ...\n"
             "2. [low] env-var — rank 0,1 — impact unknown\n   X is unset.\n3. [low] gc-pause — rank 1 — 2 ms\n"
             "… cut at 6000 characters; lower limit.")
-    assert _findings_shown(text) == 2
+    assert findings_shown(text) == 2
 
 
 def _validate(schema: dict, data: dict) -> None:
@@ -92,7 +92,7 @@ async def test_lean_structured_content_matches_the_output_schemas(tmp_path: Path
                 findings = [Finding.model_validate(f) for f in r.structured_content["findings"]]
                 # ~19 findings do not fit the text: the structure holds those the text shows, and says so
                 assert r.structured_content["total"] > len(findings) and r.structured_content["truncated"] is True
-                assert len(findings) == _findings_shown(r.content[0].text) >= 10
+                assert len(findings) == findings_shown(r.content[0].text) >= 10
                 n, arrival = next((i, f) for i, f in enumerate(findings, 1) if f.check == "slow-rank")
                 assert arrival.evidence["wait_caused_per_step_ms"] == pytest.approx(5.61, abs=0.01)
                 assert "before_arrival" in arrival.evidence["trimmed"]["explain"]

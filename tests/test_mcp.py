@@ -277,7 +277,7 @@ async def test_env_audit_on_many_ranks_keeps_the_odd_ranks(server, monkeypatch):
                       values_by_rank={r: ("level0:NA;level1:ring" if r != 700 else "level0:NA;level1:H-D_R")
                                       for r in range(1024)})
     monkeypatch.setattr(answers, "EVIDENCE_RANKS", 3)
-    assert answers._trimmed_variable(odd).values_by_rank == {0: "level0:NA;level1:ring", 1: "level0:NA;level1:ring",
+    assert answers.trimmed_variable(odd).values_by_rank == {0: "level0:NA;level1:ring", 1: "level0:NA;level1:ring",
                                                              700: "level0:NA;level1:H-D_R"}
 
 
