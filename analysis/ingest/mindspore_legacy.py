@@ -38,10 +38,9 @@ reader reads the flat files (they alone have the iteration interval, fp_and_bp a
 
 from __future__ import annotations
 
-import csv
 import json
 import re
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -50,56 +49,22 @@ from ..units import NS_PER_MS_INT
 from .ascend_common import collective_of
 from .base import RankSource, RankTables
 from .minddata import read_minddata
+from .mindspore_legacy_files import (
+    dec_ns,
+    int_cell,
+    read_csv_table,
+    read_framework,
+    read_op_totals,
+)
+from .mindspore_legacy_files import (
+    normalize_dtype as normalize_dtype,  # re-exported: callers import it from here
+)
 
 TICK_NS = 10
 _STREAM_RE = re.compile(r"^stream_(\d+)_(\d+)_(.+)$")
 _OP_TYPE_RE = re.compile(r"([A-Za-z][A-Za-z0-9]*)-op\d+$")
 _CLUSTER_RE = re.compile(r"^ascend_cluster_analyse_(.+)_(\d+)_(\d+)_(\d+)\.csv$")
 _TRACE_PHASES = ("iteration_interval", "fp_and_bp", "tail")
-_IO_KEY_RE = re.compile(r"^(input|output)_(\d+)$", re.I)
-
-
-def normalize_dtype(v: str | None) -> str | None:
-    """MindSpore/msprof data type spellings -> kernel_details' `DT_*` (`NUMBER_TYPE_FLOAT32` -> `DT_FLOAT`)."""
-    if v is None or not str(v).strip():
-        return None
-    s = str(v).strip().upper().removeprefix("NUMBER_TYPE_").removeprefix("KNUMBERTYPE")
-    if s.startswith("DT_"):
-        s = s[3:]
-    elif s.startswith("DT") and not s.startswith("DOUBLE"):
-        s = s[2:]
-    s = {"FLOAT32": "FLOAT", "FLOAT64": "DOUBLE", "BFLOAT16": "BF16"}.get(s, s)
-    return "DT_" + s
-
-
-def _dec_ns(text: str, ns_per_unit: int) -> int | None:
-    """Exact ns of a decimal string in some unit (ms, µs): Decimal arithmetic, round half up."""
-    try:
-        return int((Decimal(str(text).strip()) * ns_per_unit).to_integral_value(ROUND_HALF_UP))
-    except (InvalidOperation, ValueError):
-        return None
-
-
-def _int(v: Any) -> int | None:
-    try:
-        return int(str(v).strip())
-    except (TypeError, ValueError):
-        try:
-            return int(float(str(v).strip()))
-        except (TypeError, ValueError):
-            return None
-
-
-def _read_csv(path: Path, tables: RankTables) -> tuple[list[str], list[dict[str, str]]]:
-    try:
-        with open(path, newline="", encoding="utf-8-sig") as f:
-            rdr = csv.reader(f)
-            header = [h.strip() for h in next(rdr, [])]
-            rows = [dict(zip(header, (c.strip() for c in r), strict=False)) for r in rdr if any(c.strip() for c in r)]
-    except (OSError, csv.Error, UnicodeDecodeError) as e:
-        tables.warn(f"{path.name}: unreadable ({e}); ignored")
-        return [], []
-    return header, rows
 
 
 def read_rank(src: RankSource) -> RankTables:
@@ -152,7 +117,7 @@ class _LegacyReader:
         read_minddata([self.dir], [str(self.r)], self.t)
         self.t.add("ranks", source_path=str(self.dir), format=self.src.format, vendor="ascend",
                    framework="mindspore", framework_version=info.get("ms_version"),
-                   world_size=_int(info.get("rank_size")), time_origin_ns=self.t_min)
+                   world_size=int_cell(info.get("rank_size")), time_origin_ns=self.t_min)
 
     def _profiler_info(self) -> dict[str, Any]:
         p = self.file("profiler_info_{}.json")
@@ -181,7 +146,7 @@ class _LegacyReader:
         if path is None:
             self.t.warn(f"step_trace_raw_{self.r}_detail_time.csv missing: no steps")
             return
-        header, rows = _read_csv(path, self.t)
+        header, rows = read_csv_table(path, self.t)
         need = {"step_num", "start_point", "end_point", "fp_point"}
         if not need <= set(header):
             raise ProfileError(path, f"not a MindSpore step trace: missing column(s) "
@@ -195,11 +160,11 @@ class _LegacyReader:
                     colls.append(base)
         n_steps = 0
         for row in rows:
-            step = _int(row.get("step_num"))
+            step = int_cell(row.get("step_num"))
             if step is None:       # the trailing mean row ("-")
                 continue
-            start, end, fp = (_int(row.get(c)) for c in ("start_point", "end_point", "fp_point"))
-            total = _int(row.get("total"))
+            start, end, fp = (int_cell(row.get(c)) for c in ("start_point", "end_point", "fp_point"))
+            total = int_cell(row.get("total"))
             if start is None or end is None or fp is None or not (total if total is not None else end - start):
                 continue           # odd all-zero rows seen in MindInsight fixtures
             s_ns, e_ns, fp_ns = start * TICK_NS, end * TICK_NS, fp * TICK_NS
@@ -213,22 +178,22 @@ class _LegacyReader:
             phases = (("iteration_interval", "fp") if inference else
                       ("iteration_interval", "fp_and_bp", "tail"))
             for ph in phases:
-                v = _int(row.get(ph))
+                v = int_cell(row.get(ph))
                 if v is None:      # recompute from the points when a duration column is missing
-                    bp = _int(row.get("bp_point"))
+                    bp = int_cell(row.get("bp_point"))
                     v = {"iteration_interval": fp - start, "fp": end - fp,
                          "fp_and_bp": None if bp is None else bp - fp,
                          "tail": None if bp is None else end - bp}[ph]
                 if v is not None:
                     self.t.add("step_phases", step=step, phase=ph, dur_ns=v * TICK_NS)
             for base in colls:
-                cs, ce = _int(row.get(f"{base}_start_point")), _int(row.get(f"{base}_end_point"))
+                cs, ce = int_cell(row.get(f"{base}_start_point")), int_cell(row.get(f"{base}_end_point"))
                 if not cs or not ce or ce < cs:
                     continue
                 m = _STREAM_RE.match(base)
                 name = m.group(3) if m else base
                 stream = int(m.group(1)) if m else None
-                dur = _int(row.get(base))
+                dur = int_cell(row.get(base))
                 dur_ns = (dur if dur else ce - cs) * TICK_NS
                 coll = collective_of(name)
                 op_type = (om.group(1) if (om := _OP_TYPE_RE.search(name)) else None)
@@ -245,81 +210,18 @@ class _LegacyReader:
 
     # ---- operators ------------------------------------------------------------------------------------
     def _framework(self) -> dict[str, dict[str, Any]]:
-        path = self.file("framework_raw_{}.csv")
-        out: dict[str, dict[str, Any]] = {}
-        if path is None:
-            return out
-        _, rows = _read_csv(path, self.t)
-        for r in rows:
-            name = r.get("full_op_name") or r.get("full_kernel_name")
-            if not name:
-                continue
-            info: dict[str, Any] = {}
-            with_info = r.get("op_info") or ""
-            if with_info:
-                try:
-                    info = json.loads(with_info)
-                except ValueError:
-                    info = {}
-            ins: list[tuple[int, dict[str, Any]]] = []
-            outs: list[tuple[int, dict[str, Any]]] = []
-            for k, v in (info.items() if isinstance(info, dict) else ()):
-                if (m := _IO_KEY_RE.match(k)) and isinstance(v, dict):
-                    (ins if m.group(1).lower() == "input" else outs).append((int(m.group(2)), v))
-            ins.sort(key=lambda x: x[0])
-            outs.sort(key=lambda x: x[0])
-
-            def join(items: list[tuple[int, dict[str, Any]]], key: str, dtype: bool = False) -> str | None:
-                vals = [normalize_dtype(v.get("data_type")) if dtype else str(v.get(key, "")).strip()
-                        for _, v in items]
-                vals = [x or "" for x in vals]
-                return ";".join(vals) if any(vals) else None
-
-            out[name] = {"op_type": r.get("op_type") or r.get("kernel_type") or None,
-                         "block_dim": _int(r.get("block_dim")), "stream_id": _int(r.get("stream_id")),
-                         "input_shapes": join(ins, "shape"), "input_dtypes": join(ins, "", True),
-                         "input_formats": join(ins, "format"), "output_shapes": join(outs, "shape"),
-                         "output_dtypes": join(outs, "", True)}
-        if out:
-            self.t.has("framework_raw")
-        return out
+        return read_framework(self.file("framework_raw_{}.csv"), self.t)
 
     def _op_totals(self) -> dict[str, tuple[Decimal, int, str | None]]:
-        """name -> (mean ms, count, task type) from aicore_intermediate detail or output_op_compute_time."""
-        out: dict[str, tuple[Decimal, int, str | None]] = {}
-        path = self.file("aicore_intermediate_{}_detail.csv")
-        if path is not None:
-            _, rows = _read_csv(path, self.t)
-            for r in rows:
-                name = r.get("full_op_name") or r.get("full_kernel_name") or r.get("op_name")
-                mean = r.get("task_duration") or r.get("execution_time") or r.get("full_kernel_time")
-                try:
-                    m = Decimal(mean) if mean else None
-                except InvalidOperation:
-                    m = None
-                if name and m is not None:
-                    out[name] = (m, _int(r.get("execution_frequency")) or 1, r.get("task_type") or None)
-            return out
-        path = self.file("output_op_compute_time_{}.txt")
-        if path is None:
-            return out
-        # 1.x text: header line(s), then `name avg_ms stream count`, a `total` line
-        for line in path.read_text(encoding="utf-8").splitlines():
-            f = line.split()
-            if len(f) < 2 or f[0] in ("op_name", "total") or f[0].startswith(("=", "-")):
-                continue
-            try:
-                out[f[0]] = (Decimal(f[1]), _int(f[3]) if len(f) > 3 else 1, None)
-            except InvalidOperation:
-                continue
-        return out
+        return read_op_totals(self.file("aicore_intermediate_{}_detail.csv"),
+                              self.file("output_op_compute_time_{}.txt"), self.t)
 
     def _operators(self) -> None:
         fw = self._framework()
         totals = self._op_totals()
         timeline = self.file("output_timeline_data_{}.txt")
         if timeline is not None:
-            header, rows = _read_csv(timeline, self.t)
+            header, rows = read_csv_table(timeline, self.t)
             start_col = next((h for h in header if h.startswith("start_time")), None)
             dur_col = next((h for h in header if h.startswith("duration")), None)
             if start_col is None or dur_col is None or "op_name" not in header:
@@ -333,10 +235,10 @@ class _LegacyReader:
                 n = 0
                 for r in rows:
                     name = r["op_name"]
-                    start, dur = _dec_ns(r.get(start_col, ""), s_unit), _dec_ns(r.get(dur_col, ""), d_unit)
+                    start, dur = dec_ns(r.get(start_col, ""), s_unit), dec_ns(r.get(dur_col, ""), d_unit)
                     if start is None or dur is None:
                         continue
-                    self._device_op(name, start, dur, fw.get(name, {}), totals.get(name), _int(r.get("stream_id")),
+                    self._device_op(name, start, dur, fw.get(name, {}), totals.get(name), int_cell(r.get("stream_id")),
                                     self.step_of(start))
                     n += 1
                 if n:
@@ -369,14 +271,14 @@ class _LegacyReader:
         path = self.file("hccl_raw_{}.csv")
         if path is None:
             return
-        _, rows = _read_csv(path, self.t)
+        _, rows = read_csv_table(path, self.t)
         n = 0
         for r in rows:
-            step = _int(r.get("step_num"))
+            step = int_cell(r.get("step_num"))
             if step is None:
                 continue
             for col, phase in (("communication_cost", "communication"), ("wait_cost", "comm_wait")):
-                v = _dec_ns(r.get(col, ""), NS_PER_MS_INT)
+                v = dec_ns(r.get(col, ""), NS_PER_MS_INT)
                 if v is not None:
                     self.t.add("step_phases", step=step, phase=phase, dur_ns=v)
                     n += 1
@@ -404,7 +306,7 @@ class _LegacyReader:
             self.t.add("metadata", key="cluster_analyse", value_json=json.dumps(
                 {"file": path.name, "parallel_mode": m.group(1), "stage_num": int(m.group(2)),
                  "rank_size": int(m.group(3))}))
-            header, rows = _read_csv(path, self.t)
+            header, rows = read_csv_table(path, self.t)
             if {h.strip().lower() for h in header} <= set(_TRACE_PHASES):
                 # the data-parallel variant repeats the step trace's own columns in its 10 ns ticks (not
                 # ms): already read from step_trace_raw, so nothing new here
@@ -416,7 +318,7 @@ class _LegacyReader:
                             "rows matched to steps in order")
             for i, r in enumerate(body):
                 step = steps[i] if i < len(steps) else i + 1
-                vals = {col.strip().lower(): _dec_ns(r.get(col, ""), NS_PER_MS_INT) for col in header}
+                vals = {col.strip().lower(): dec_ns(r.get(col, ""), NS_PER_MS_INT) for col in header}
                 for col, v in vals.items():
                     if v is not None:
                         self.t.add("step_phases", step=step, phase=col, dur_ns=v)
