@@ -6,7 +6,6 @@ import ast
 import difflib
 import hashlib
 import os
-import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -15,6 +14,7 @@ from typing import Any
 
 from ..loader import get_fix
 from ..schema import CodeEdit, Fix
+from .applicable import check_params, fallback_template, file_kind, skip_reason
 from .pyblocks import (
     handle_periodic_in_loop,
     handle_remove_sync_guard,
@@ -26,7 +26,6 @@ from .pyinsert import handle_insert_after_import, handle_insert_before_loop, imp
 from .pymodule import Module
 from .shell import edit_env_python, edit_env_shell
 from .text import (
-    SHELL_SUFFIXES,
     EditConflictError,
     EditLocation,
     EditResult,
@@ -59,101 +58,12 @@ _PY_HANDLERS = {
 }
 
 
-def _file_kind(path: Path, text: str) -> FileKind:
-    if path.suffix == ".py":
-        return "python"
-    if path.suffix in SHELL_SUFFIXES:
-        return "shell"
-    first = text.split("\n", 1)[0]
-    if first.startswith("#!"):
-        if "python" in first:
-            return "python"
-        if re.search(r"\b(ba|z|k|da)?sh\b", first):
-            return "shell"
-    raise ValueError(f"{path}: not a Python file (.py) or shell launch script (.sh); cannot edit it")
-
-
-def _check_params(params: dict[str, Any] | None) -> dict[str, Any]:
-    """Caller parameters become Python literals in the edit (repr), so only literal-able types are allowed."""
-
-    def ok(value: Any) -> bool:
-        if value is None or type(value) in (bool, int, float, str):
-            return True
-        if isinstance(value, list | tuple):
-            return all(ok(v) for v in value)
-        if isinstance(value, dict):
-            return all(isinstance(k, str) and ok(v) for k, v in value.items())
-        return False
-
-    params = dict(params or {})
-    for key, value in params.items():
-        if not ok(value):
-            raise TypeError(
-                f"edit parameter {key!r} must be a number, string, bool, None or a list / dict of "
-                f"those, got {type(value).__name__}"
-            )
-    return params
-
-
-def _template(fix: Fix, frameworks: set[str] | None) -> str | None:
-    parts = []
-    for edit in fix.code_edit:
-        if frameworks and edit.framework != "any" and edit.framework not in frameworks:
-            continue
-        parts.append(
-            f"# {fix.id} ({edit.framework}): {edit.locate.description}\n"
-            f"# before:\n{edit.before.rstrip()}\n# after:\n{edit.after.rstrip()}"
-        )
-    if not parts and frameworks:
-        return _template(fix, None)  # nothing for this file's framework: show every variant
-    if not parts and fix.env:
-        lines = [f"export {v.name}={v.value}" if v.value is not None else f"unset {v.name}" for v in fix.env]
-        parts.append(f"# {fix.id}: in the launch script\n" + "\n".join(lines))
-    return "\n\n".join(parts) or None
-
-
-_DEVICE_WORDS = {"ascend": re.compile(r"\btorch_npu\b|\.npu\b"), "cuda": re.compile(r"\.cuda\b|\bcuda\.")}
-
-
-def _foreign_device(edit: CodeEdit, devices: set[str]) -> str | None:
-    """The vendor whose API the edit would introduce into a file that visibly runs on another one, else
-    None (a file that names no device, or names that vendor, takes the edit)."""
-    if not devices:
-        return None
-    produced = " ".join(
-        [*edit.statements, *edit.periodic, *edit.imports, *edit.replacements.values(), *(k.value for k in edit.kwargs)]
-    )
-    for vendor, pattern in _DEVICE_WORDS.items():
-        if vendor not in devices and pattern.search(produced):
-            return vendor
-    return None
-
-
 @dataclass
 class _FixRun:
     text: str
     status: Status
     outcome: Outcome
     template: str | None
-
-
-def _skip_reason(edit: CodeEdit, frameworks: set[str] | None, devices: set[str], explicit: set[str],
-                 matched: bool) -> str | None:
-    """Why an edit item does not run on this file ("" for a silent skip), or None when it runs."""
-    if edit.kind == "template":
-        return ""
-    if frameworks and edit.framework != "any" and edit.framework not in frameworks:
-        return ""
-    if edit.requires_params and not set(edit.requires_params) <= explicit:
-        return ""
-    if edit.unless_params and set(edit.unless_params) & explicit:
-        return ""
-    foreign = _foreign_device(edit, devices)
-    if foreign:  # e.g. an NPU fused optimizer offered for a script that runs on CUDA: never port it silently
-        return f"this edit brings in {foreign} APIs; the file runs on {'/'.join(sorted(devices))}"
-    if edit.skip_if_matched and matched:  # an earlier item of this fix already covers the file
-        return ""
-    return None
 
 
 def _python_item(mod: Module, fix: Fix, edit: CodeEdit, params: dict[str, Any]) -> Outcome:
@@ -187,7 +97,7 @@ def _run_python(fix: Fix, text: str, params: dict[str, Any], history: list[LineM
     frameworks = mod.frameworks() or None
     devices = mod.devices()
     for edit in fix.code_edit:
-        reason = _skip_reason(edit, frameworks, devices, set(params), total.matched)
+        reason = skip_reason(edit, frameworks, devices, set(params), total.matched)
         if reason is not None:
             if reason:
                 total.notes.append(reason)
@@ -239,7 +149,7 @@ def _run_fix(fix: Fix, text: str, kind: FileKind, params: dict[str, Any], histor
     else:
         text, frameworks = _run_python(fix, text, params, history, total)
     status: Status = "changed" if text != original else "already-applied" if total.matched else "no-spot"
-    template = _template(fix, frameworks) if status == "no-spot" else None
+    template = fallback_template(fix, frameworks) if status == "no-spot" else None
     return _FixRun(text, status, total, template)
 
 
@@ -349,8 +259,8 @@ def suggest_edits_for_fixes(
     path = Path(code_path)
     fixes = [get_fix(i) for i in fix_ids]
     original = _read(path)
-    kind = _file_kind(path, original)
-    checked = _check_params(params)
+    kind = file_kind(path, original)
+    checked = check_params(params)
     text = original
     runs: list[tuple[str, _FixRun]] = []
     history: list[LineMap] = []
