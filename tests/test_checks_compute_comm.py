@@ -378,7 +378,9 @@ def test_cluster4_18_freq_throttle_rank1_only(cluster4: Result) -> None:
 
 def test_cluster4_19_byte_alignment(cluster4: Result) -> None:
     f = cluster4.one("byte-misalignment")
-    assert (f.ranks, f.severity) == ([0, 1, 2, 3], "medium")
+    # the advisor's analyzer says medium (fixed); 1.32 ms of misaligned SDMA time per step is ~1 % of the step,
+    # and severity follows the measured time: low
+    assert (f.ranks, f.severity) == ([0, 1, 2, 3], "low") and f.impact_pct < 3.0
     for r in ("0", "1", "2", "3"):
         ev = f.evidence["per_rank"][r]
         assert "1000100" in ev["sizes_bytes"] and ev["abnormal_ops_per_step"] == 4
@@ -416,7 +418,7 @@ def test_cluster4_unplanted_checks_silent(cluster4: Result) -> None:
         assert cluster4.of(check) == [], check
         assert check not in cluster4.run.not_applicable
     loud = sorted((f.check, f.severity) for f in cluster4.run.findings if f.severity != "low")
-    assert loud == [("aicpu-op", "medium"), ("byte-misalignment", "medium"), ("freq-throttle", "high")]
+    assert loud == [("aicpu-op", "medium"), ("freq-throttle", "high")]
 
 
 def test_cluster4_db_export_gives_the_same_findings(cluster4: Result, tmp_path: Path) -> None:
