@@ -190,8 +190,13 @@ class TraceView(ReaderBase):
             "input_dims": list(tr.h_dims), "input_types": list(tr.h_types), "call_stack": list(tr.h_stack),
             "step": na_steps(steps.of(start)),
         }
+        self._host_capabilities(tr)
+        return host
+
+    def _host_capabilities(self, tr: TraceColumns) -> None:
+        """The capabilities the host ops give, from their categories and the export's with_stack flag."""
         cats = set(tr.h_cat)
-        if n:
+        if len(tr.h_name):
             self.t.has("host_ops")
         if cats & {"cpu_op", "python_function", "user_annotation", "dataloader", "other"}:
             self.t.has("framework_ops")
@@ -203,7 +208,6 @@ class TraceView(ReaderBase):
             self.t.has("gc")
         if tr.with_stack:
             self.t.has("with_stack", "call_stack")
-        return host
 
     # -- communication tasks, frequency, overlap ------------------------------------------------------
 
