@@ -177,14 +177,10 @@ class TraceParser(TraceColumnBuilder):
         (as is the earliest start, min_ts). Reading the event attributes stays here: Python 3.11's
         specialized attribute reads cost less than C-level getters mapped over the events."""
         out = self.out
-        kinds = out.kinds
-        names = self._names
-        host_rows = out.host_rows
-        hw_rows = out.hw_rows
-        comm_rows = out.comm_rows
-        overlap_rows = out.overlap_rows
-        flow_rows = out.flow_rows
-        ids = self._ids
+        # locals, not attribute reads, inside the loop
+        kinds, names, ids = out.kinds, self._names, self._ids
+        host_rows, hw_rows, comm_rows = out.host_rows, out.hw_rows, out.comm_rows
+        overlap_rows, flow_rows = out.overlap_rows, out.flow_rows
         dropped_min = None   # earliest start of the X events that count for min_ts but are not kept
         out.n_events += len(events)
         for ev in events:
