@@ -47,27 +47,22 @@ from ..metrics.idle import ATTRIBUTION_KINDS, attribute_idle, idle_gaps, profile
 from ..models import Finding, severity_from_impact
 from ..severity import Severity
 from ..thresholds import T
-from ..units import NS_PER_MS, NS_PER_US
+from ..units import NS_PER_MS
 from ._common import (
-    HOST_API_CATEGORIES,
-    LAUNCH_RE,
-    SYNC_RE,
     DeviceTimeline,
     by_rank,
-    by_value,
-    columns,
     fmt_ms,
     host_silences,
     host_stalls,
     kept_steps,
     rank_ordered,
-    rank_slices,
     ranks_text,
     step_ms_of,
     step_windows,
     steps_text,
     worst_share,
 )
+from ._launches import host_calls, launch_stats, no_calls
 from .base import Check, CheckContext, register
 from .sync_stream import SyncStreamCheck
 
@@ -105,69 +100,96 @@ class HostBoundCheck(Check):
         if not ranks:
             return []
         windows = step_windows(ctx, ranks)
-        steps_ms = step_ms_of(ctx)
-        free_ms = {(r.rank, int(r.step)): r.free_ms for r in ctx.breakdown if r.step is not None}
-        thr_free = T.host_bound_free_pct.value
-        thr_late = T.host_bound_late_launch_pct.value
-        per_rank: dict[int, dict[str, Any]] = {}
-        per_rank_ms: dict[int, float] = {}
-        fired_steps: dict[int, list[int]] = {}
-        all_steps = kept_steps(ctx)
-        host = self._host_calls(ctx, ranks)
-        marks = ",".join("?" * len(ranks))
-        dev = rank_ordered(ctx, ranks, _DEVICE_QUERY,
-                           "SELECT rank, start_ns, dur_ns, correlation_id FROM device_ops WHERE rank IN "
-                           f"({marks}) AND category <> 'sync' ORDER BY rank, start_ns", ("start_ns",))
         # One stable split of the windows by rank (each rank's steps in their order): a mask per rank was most
         # of this check's time on many ranks.
         order, slices = by_rank(windows["rank"].to_numpy(dtype=np.int64))
         w_cols = [windows[c].to_numpy()[order] for c in ("step", "w0", "w1")]
         w_by_rank = {r: [c[i:j].tolist() for c in w_cols] for r, i, j in slices}
+        per_rank, fired_steps = self._fired_ranks(ctx, ranks, w_by_rank)
+        if not per_rank:
+            return []
+        per_rank_ms: dict[int, float] = {}
+        for r, e in per_rank.items():
+            per_rank_ms[r] = self._profiler_corrected(ctx, r, e)
+            e["idle_attribution_ms_per_step"] = self._attribution(ctx, r, w_by_rank[int(r)])
+        return [self._launch_finding(ctx, per_rank, per_rank_ms, fired_steps)]
+
+    def _fired_ranks(
+        self, ctx: CheckContext, ranks: list[int], w_by_rank: dict[int, list[list[Any]]]
+    ) -> tuple[dict[int, dict[str, Any]], dict[int, list[int]]]:
+        """Rank -> evidence entry and rank -> fired steps, for the ranks with a step past both thresholds
+        (device free >= T.host_bound_free_pct of the step, late launch >= T.host_bound_late_launch_pct of the
+        inter-op idle). `w_by_rank`: rank -> [steps, window starts, window ends] (ns)."""
+        steps_ms = step_ms_of(ctx)
+        free_ms = {(r.rank, int(r.step)): r.free_ms for r in ctx.breakdown if r.step is not None}
+        all_steps = kept_steps(ctx)
+        host = host_calls(ctx, ranks)
+        marks = ",".join("?" * len(ranks))
+        dev = rank_ordered(ctx, ranks, _DEVICE_QUERY,
+                           "SELECT rank, start_ns, dur_ns, correlation_id FROM device_ops WHERE rank IN "
+                           f"({marks}) AND category <> 'sync' ORDER BY rank, start_ns", ("start_ns",))
+        per_rank: dict[int, dict[str, Any]] = {}
+        fired_steps: dict[int, list[int]] = {}
         for rank in ranks:
             w = w_by_rank.get(int(rank))
             if w is None:
                 continue
-            stats = self._rank_stats(ctx, rank, w, host.get(rank) or self._no_calls(), dev[rank])
-            fired: list[int] = []
-            for st in stats:
-                key = (rank, st["step"])
-                step_ms = steps_ms.get(key)
-                fm = free_ms.get(key)
-                if not step_ms or fm is None or st["gap_ns"] <= 0:
-                    continue
-                st["free_pct"] = 100.0 * fm / step_ms
-                st["late_share_pct"] = 100.0 * st["late_ns"] / st["gap_ns"]
-                if st["free_pct"] >= thr_free and st["late_share_pct"] >= thr_late:
-                    fired.append(st["step"])
+            stats = self._rank_stats(ctx, rank, w, host.get(rank) or no_calls(), dev[rank])
+            fired = self._fired(rank, stats, steps_ms, free_ms)
             if not fired:
                 continue
             n = max(len(all_steps.get(rank, [])), 1)
-            hit = [s for s in stats if s["step"] in fired]
-            late_ms = sum(s["late_ns"] for s in stats) / NS_PER_MS / n
-            per_rank_ms[rank] = late_ms
+            per_rank[rank] = self._rank_entry(ctx, rank, w, stats, fired, n)
             fired_steps[rank] = fired
-            launch = self._launch_stats(ctx, rank, [int(s) for s in w[0]])
-            kern_us = launch.pop("median_kernel_us")
-            gap_us = launch.get("median_launch_interval_us")
-            per_rank[rank] = {
-                "steps": fired,
-                "free_pct": round(float(np.mean([s["free_pct"] for s in hit])), 2),
-                "late_launch_share_pct": round(float(np.mean([s["late_share_pct"] for s in hit])), 2),
-                "late_launch_idle_ms_per_step": round(late_ms, 4),
-                "sync_blocked_idle_ms_per_step": round(sum(s["sync_ns"] for s in stats) / NS_PER_MS / n, 4),
-                "host_stall_idle_ms_per_step": round(sum(s["stall_ns"] for s in stats) / NS_PER_MS / n, 4),
-                "unknown_idle_ms_per_step": round(sum(s["unknown_ns"] for s in stats) / NS_PER_MS / n, 4),
-                "inter_op_idle_ms_per_step": round(sum(s["gap_ns"] for s in stats) / NS_PER_MS / n, 4),
-                "device_ops_per_step": round(sum(s["ops"] for s in stats) / n, 1),
-                "median_kernel_us": kern_us,
-                **launch,
-                "many_tiny_kernels": bool(kern_us is not None and gap_us is not None and kern_us < gap_us),
-            }
-        if not per_rank:
-            return []
-        for r, e in per_rank.items():
-            per_rank_ms[r] = self._profiler_corrected(ctx, r, e)
-            e["idle_attribution_ms_per_step"] = self._attribution(ctx, r, w_by_rank[int(r)])
+        return per_rank, fired_steps
+
+    @staticmethod
+    def _fired(rank: int, stats: list[dict[str, Any]], steps_ms: dict, free_ms: dict) -> list[int]:
+        """The steps of `stats` past both thresholds; adds free_pct and late_share_pct to each step judged."""
+        thr_free = T.host_bound_free_pct.value
+        thr_late = T.host_bound_late_launch_pct.value
+        fired: list[int] = []
+        for st in stats:
+            key = (rank, st["step"])
+            step_ms = steps_ms.get(key)
+            fm = free_ms.get(key)
+            if not step_ms or fm is None or st["gap_ns"] <= 0:
+                continue
+            st["free_pct"] = 100.0 * fm / step_ms
+            st["late_share_pct"] = 100.0 * st["late_ns"] / st["gap_ns"]
+            if st["free_pct"] >= thr_free and st["late_share_pct"] >= thr_late:
+                fired.append(st["step"])
+        return fired
+
+    def _rank_entry(self, ctx: CheckContext, rank: int, w: list[list[Any]], stats: list[dict[str, Any]],
+                    fired: list[int], n: int) -> dict[str, Any]:
+        """The evidence of one fired rank: shares over its fired steps, idle kinds in ms per step over its `n`
+        kept steps, and its launch statistics."""
+        hit = [s for s in stats if s["step"] in fired]
+        late_ms = sum(s["late_ns"] for s in stats) / NS_PER_MS / n
+        launch = launch_stats(ctx, rank, [int(s) for s in w[0]])
+        kern_us = launch.pop("median_kernel_us")
+        gap_us = launch.get("median_launch_interval_us")
+        return {
+            "steps": fired,
+            "free_pct": round(float(np.mean([s["free_pct"] for s in hit])), 2),
+            "late_launch_share_pct": round(float(np.mean([s["late_share_pct"] for s in hit])), 2),
+            "late_launch_idle_ms_per_step": round(late_ms, 4),
+            "sync_blocked_idle_ms_per_step": round(sum(s["sync_ns"] for s in stats) / NS_PER_MS / n, 4),
+            "host_stall_idle_ms_per_step": round(sum(s["stall_ns"] for s in stats) / NS_PER_MS / n, 4),
+            "unknown_idle_ms_per_step": round(sum(s["unknown_ns"] for s in stats) / NS_PER_MS / n, 4),
+            "inter_op_idle_ms_per_step": round(sum(s["gap_ns"] for s in stats) / NS_PER_MS / n, 4),
+            "device_ops_per_step": round(sum(s["ops"] for s in stats) / n, 1),
+            "median_kernel_us": kern_us,
+            **launch,
+            "many_tiny_kernels": bool(kern_us is not None and gap_us is not None and kern_us < gap_us),
+        }
+
+    def _launch_finding(self, ctx: CheckContext, per_rank: dict[int, dict[str, Any]],
+                        per_rank_ms: dict[int, float], fired_steps: dict[int, list[int]]) -> Finding:
+        """The one finding over all fired ranks, its impact and wording from the worst rank's entry."""
+        thr_free = T.host_bound_free_pct.value
+        thr_late = T.host_bound_late_launch_pct.value
         rank_w, ms_w = worst_share(ctx, per_rank_ms)
         rk = sorted(per_rank)
         steps_seen = sorted({s for ss in fired_steps.values() for s in ss})
@@ -198,7 +220,7 @@ class HostBoundCheck(Check):
         # "unset *_LAUNCH_BLOCKING" only where the recorded environment sets it
         if not SyncStreamCheck._blocking_env(ctx, rk):
             f.fixes = [x for x in f.fixes if "launch-blocking" not in x]
-        return [f]
+        return f
 
     @staticmethod
     def _attribution(ctx: CheckContext, rank: int, w: list[list[Any]]) -> dict[str, float]:
@@ -259,7 +281,7 @@ class HostBoundCheck(Check):
         Vectorised over the gaps of a step (a Python pass per device op dominated this check's time). `w`: the
         rank's kept steps, device window starts and ends (in step order); `ops`: the rank's device ops by start
         (`_DEVICE_QUERY`; which op comes first when two start together decides which launch a gap is charged
-        to); `host`: the rank's launch lookup and sync ends (`_host_calls`)."""
+        to); `host`: the rank's launch lookup and sync ends (`host_calls`)."""
         launch_ids, launch_first = host["launch_ids"], host["launch_first"]
 
         def launch_of(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -317,62 +339,3 @@ class HostBoundCheck(Check):
             st["late_ns"] = int(gap[rest & ~stalled].sum())
             out.append(st)
         return out
-
-    @staticmethod
-    def _host_calls(ctx: CheckContext, ranks: list[int]) -> dict[int, dict[str, np.ndarray]]:
-        """Per rank, from the ranks' runtime / CANN API calls (one query; their order does not matter):
-        `launch_ids` / `launch_first`, each correlation id's earliest host launch as sorted keys / values for a
-        vectorised lookup, and `sync_end`, the sorted ends of the synchronize calls. Built by sorts over all
-        ranks (rank first), not per rank: the per-rank sorts, uniques and name tests were this check's cost on
-        many ranks."""
-        marks = ",".join("?" * len(ranks))
-        a = columns(ctx, "SELECT rank, name, start_ns, dur_ns, correlation_id FROM host_ops WHERE rank IN "
-                         f"({marks}) AND category IN {HOST_API_CATEGORIES}", [int(r) for r in ranks])
-        rank = a["rank"].astype(np.int64)
-        hc, hs = a["correlation_id"], a["start_ns"]
-        ok = ~np.isnan(hc) if hc.dtype.kind == "f" else np.ones(hc.size, dtype=bool)
-        lr, lc, ls = rank[ok], hc[ok].astype(np.int64), hs[ok].astype(np.int64)
-        order = np.lexsort((ls, lc, lr))
-        lr, lc, ls = lr[order], lc[order], ls[order]
-        first = np.ones(lr.size, dtype=bool)     # the earliest launch of each (rank, id)
-        first[1:] = (lr[1:] != lr[:-1]) | (lc[1:] != lc[:-1])
-        lr, lc, ls = lr[first], lc[first], ls[first]
-        is_sync = by_value(a["name"], lambda n: SYNC_RE.match(str(n)))
-        sr = rank[is_sync]
-        se = hs[is_sync].astype(np.int64) + a["dur_ns"][is_sync].astype(np.int64)
-        order = np.lexsort((se, sr))
-        sr, se = sr[order], se[order]
-        out = {int(r): HostBoundCheck._no_calls() for r in np.unique(rank)}
-        for r, i, j in rank_slices(lr):
-            out[r]["launch_ids"], out[r]["launch_first"] = lc[i:j], ls[i:j]
-        for r, i, j in rank_slices(sr):
-            out[r]["sync_end"] = se[i:j]
-        return out
-
-    @staticmethod
-    def _no_calls() -> dict[str, np.ndarray]:
-        return {"launch_ids": np.empty(0, np.int64), "launch_first": np.empty(0, np.int64),
-                "sync_end": np.empty(0, np.int64)}
-
-    @staticmethod
-    def _launch_stats(ctx: CheckContext, rank: int, steps: list[int]) -> dict[str, Any]:
-        """Median kernel duration, launch-to-launch interval and launch call duration in the rank's steps."""
-        marks = ",".join("?" * len(steps))
-        k = ctx.profile.rows(f"SELECT median(dur_ns) FROM device_ops WHERE rank = ? AND step IN ({marks}) "
-                     "AND category = 'compute'", [int(rank), *steps]) if steps else [(None,)]
-        host = ctx.sql(f"SELECT name, tid, start_ns, dur_ns FROM host_ops WHERE rank = ? AND step IN ({marks}) AND "
-                       f"category IN {HOST_API_CATEGORIES} ORDER BY tid, start_ns", [int(rank), *steps])
-        launches = host[by_value(host["name"], lambda n: LAUNCH_RE.match(str(n)))]
-        gaps: list[np.ndarray] = []
-        for _, g in launches.groupby("tid", dropna=False):
-            if len(g) > 1:
-                gaps.append(np.diff(g["start_ns"].to_numpy(dtype=np.int64)))
-        gap = np.concatenate(gaps) if gaps else np.empty(0)
-        med_k = k[0][0]
-        return {
-            "median_kernel_us": None if med_k is None or med_k != med_k else round(float(med_k) / NS_PER_US, 3),
-            "launches_per_step": round(len(launches) / max(len(steps), 1), 1),
-            "median_launch_interval_us": round(float(np.median(gap)) / NS_PER_US, 3) if gap.size else None,
-            "median_launch_call_us": (round(float(launches["dur_ns"].median()) / NS_PER_US, 3)
-                                      if len(launches) else None),
-        }
