@@ -41,6 +41,7 @@ from ..metrics.intervals import merge
 from ..metrics.names import short_name
 from ..models import Finding
 from ..thresholds import T
+from ._slow_rank_text import arrival_text, host_ops_text, ms_text, per_step_text, slow_steps_text
 from .base import Check, CheckContext, register
 from .gc_pause import fixed_stall
 from .stage_imbalance import stage_of_ranks
@@ -165,10 +166,6 @@ def arrival(ctx: CheckContext) -> collectives.Arrivals:
     return ctx.memo("slow-rank.arrival", lambda: _arrival(ctx))
 
 
-_BEFORE_TEXT = {"compute_kernels": "compute kernels", "data_loading": "data loading",
-                "host_ops": "host work", "untraced": "nothing traced (sleep, GC, I/O or an untraced thread)"}
-
-
 def _arrival(ctx: CheckContext) -> collectives.Arrivals:
     steps = Counter(r.rank for r in ctx.breakdown if r.step is not None)
     def sql(q: str) -> pd.DataFrame:
@@ -185,44 +182,9 @@ def _arrival(ctx: CheckContext) -> collectives.Arrivals:
     return a
 
 
-# Below this, an excess before a late arrival (ms) or a host op's time is not worth a number in a sentence:
-# "0.0 ms more" or "aten::embedding 0.0 ms" reads as a cause and is none.
-MIN_SHOWN_MS = 0.05
-
-
 # A percentage over a median below this (ms) is left out of the evidence: +3731% over 0.25 ms says less
 # than the two numbers it comes from.
 MIN_PCT_BASE_MS = 1.0
-
-
-def ms_text(x: float) -> str:
-    """A duration for a sentence: two decimals under 10 ms (0.25 ms, not 0.2), one above."""
-    return f"{x:.2f} ms" if abs(x) < 10 else f"{x:.1f} ms"
-
-
-def _host_ops_text(ops: list[dict]) -> str:
-    shown = [h for h in ops if h.get("ms", 0.0) >= MIN_SHOWN_MS]
-    return ", ".join(f"{h['name']} {ms_text(h['ms'])}" for h in shown)
-
-
-def _arrival_text(ra: collectives.RankArrival) -> str:
-    b = ra.before
-    if not b:
-        return ""
-    c = b["cause"]
-    excess = b["excess_ms"][c]
-    if excess < MIN_SHOWN_MS:
-        return ("the traced work before its late arrivals matches the other ranks' (no part differs by "
-                f"{ms_text(MIN_SHOWN_MS)} or more), so the delay is not in this profile's steps")
-    text = (f"before each late arrival it spends {ms_text(excess)} more than the other ranks on "
-            f"{_BEFORE_TEXT[c]} ({ms_text(b['rank_ms'][c])} against a median of {ms_text(b['peer_median_ms'][c])})")
-    if ra.steps and ra.last > len(ra.steps):
-        # several late arrivals per step: the per-step sum is what compares with the step time
-        text += (f", {ms_text(excess * ra.last / len(ra.steps))} per step over its {ra.last} late arrivals in "
-                 f"{len(ra.steps)} steps")
-    if c == "host_ops" and (ops := _host_ops_text(b["top_host_ops"])):
-        text += "; its host ops: " + ops
-    return text
 
 
 def _compute_cause(ctx: CheckContext, e: SlowEntry) -> tuple[str, dict]:
@@ -280,7 +242,7 @@ def _free_cause(ctx: CheckContext, e: SlowEntry) -> tuple[str, dict]:
     top = host.groupby(["name", "category"], as_index=False)["ms"].sum().sort_values("ms", ascending=False).head(3)
     ev["host_activity"] = [{"name": n, "category": c, "ms": round(float(m), 3)}
                            for n, c, m in top.itertuples(index=False)]
-    text = _host_ops_text(ev["host_activity"])
+    text = host_ops_text(ev["host_activity"])
     return f"the device idles {ms_text(gap_ms)} {where} step {worst} while the host runs {text}", ev
 
 
@@ -341,7 +303,7 @@ class SlowRankCheck(Check):
                     continue  # it waits for a straggler; its small excess is not why the job is slow
                 f = self.finding(
                     ctx, title=(f"rank {e.rank} is slower in {dim}: {e.value_ms:.2f} ms against a median of "
-                                f"{e.median_ms:.2f} ms in {_steps_text(e.steps)}"),
+                                f"{e.median_ms:.2f} ms in {slow_steps_text(e.steps)}"),
                     subject=dim, ranks=[e.rank], steps=e.steps, impact_ms=e.impact_ms,
                     evidence={"dimension": dim, "value_ms": e.value_ms, "median_ms": e.median_ms,
                               "excess_ms": e.excess_ms, "spread_pct": stats.spread_pct,
@@ -351,9 +313,9 @@ class SlowRankCheck(Check):
                                              "robust_z": T.slow_rank_robust_z.value},
                               "impact_method": "excess over the per-step median, summed over slow steps / steps",
                               **e.evidence},
-                    message=f"Rank {e.rank} spends {e.value_ms:.2f} ms in {dim} in {_steps_text(e.steps)} "
+                    message=f"Rank {e.rank} spends {e.value_ms:.2f} ms in {dim} in {slow_steps_text(e.steps)} "
                             f"against a median of {e.median_ms:.2f} ms, {e.excess_ms:.2f} ms more"
-                            f"{_per_step_text(e, n_steps.get(e.rank, 0))}: {e.cause}.")
+                            f"{per_step_text(e.steps, e.impact_ms, n_steps.get(e.rank, 0))}: {e.cause}.")
                 f.fixes = _cause_fixes(ctx, e, f.fixes)
                 out.append(f)
         # a straggler already named in compute/free keeps one finding, its arrival record as evidence
@@ -366,7 +328,7 @@ class SlowRankCheck(Check):
             own[0].evidence["arrival"] = {"matched": ra.matched, "last": ra.last, "share_last": ra.share_last,
                                           "wait_caused_per_step_ms": ra.caused_per_step_ms,
                                           "before_arrival": ra.before}
-            why = _arrival_text(ra)
+            why = arrival_text(ra)
             own[0].message += (f" It arrives last at {ra.last} of {ra.matched} collectives; the other ranks wait "
                                f"{ra.caused_per_step_ms:.2f} ms per step for it" + (f": {why}." if why else "."))
         return out
@@ -374,7 +336,7 @@ class SlowRankCheck(Check):
 
     def _arrival_finding(self, ctx: CheckContext, arr: collectives.Arrivals, r: int) -> Finding:
         ra = arr.ranks[r]
-        why = _arrival_text(ra)
+        why = arrival_text(ra)
         f = self.finding(
             ctx, title=(f"rank {r} arrives last at {ra.last} of {ra.matched} collectives; the other ranks wait "
                         f"{ra.caused_per_step_ms:.2f} ms per step for it"),
@@ -403,24 +365,6 @@ class SlowRankCheck(Check):
                 first = ctx.fixes_for(lead, ctx.vendor(r), ctx.framework(r), None)[:2]
             f.fixes = list(dict.fromkeys([*first, *f.fixes]))
         return f
-
-
-def _steps_text(steps: list[int]) -> str:
-    """"step 2", "steps 1 and 2", "steps 1-4" or "steps 1, 3 and 7": the steps a finding's numbers hold for."""
-    if len(steps) == 1:
-        return f"step {steps[0]}"
-    if len(steps) > 2 and steps == list(range(steps[0], steps[-1] + 1)):
-        return f"steps {steps[0]}-{steps[-1]}"
-    return f"steps {', '.join(map(str, steps[:-1]))} and {steps[-1]}"
-
-
-def _per_step_text(e: SlowEntry, steps: int) -> str:
-    """How the finding's impact (ms per step over all the rank's steps) follows from the excess, when the rank
-    is slow in only some of its steps (250 ms in 1 of 2 steps: 125 ms per step)."""
-    if steps <= len(e.steps):
-        return ""
-    return (f" (slow in {len(e.steps)} of its {steps} steps: {e.impact_ms:.2f} ms per step over all of them, "
-            "the impact)")
 
 
 def _cause_fixes(ctx: CheckContext, e: SlowEntry, fixes: list[str]) -> list[str]:
