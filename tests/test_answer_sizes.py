@@ -93,12 +93,13 @@ async def test_lean_structured_content_matches_the_output_schemas(tmp_path: Path
                 # ~19 findings do not fit the text: the structure holds those the text shows, and says so
                 assert r.structured_content["total"] > len(findings) and r.structured_content["truncated"] is True
                 assert len(findings) == findings_shown(r.content[0].text) >= 10
-                n, arrival = next((i, f) for i, f in enumerate(findings, 1) if f.check == "slow-rank")
-                assert arrival.evidence["wait_caused_per_step_ms"] == pytest.approx(5.61, abs=0.01)
-                assert "before_arrival" in arrival.evidence["trimmed"]["explain"]
-        r = await c.call_tool("explain", {"id": "slow-rank", "profile_id": pid, "finding": n})
+                # a finding whose tables were left to explain keeps its numbers here
+                n, cut = next((i, f) for i, f in enumerate(findings, 1) if f.evidence.get("trimmed", {}).get("explain"))
+                left = cut.evidence["trimmed"]["explain"].split(",")
+                assert cut.impact_ms is not None and not set(left) & set(cut.evidence)
+        r = await c.call_tool("explain", {"id": cut.check, "profile_id": pid, "finding": n})
         assert not r.is_error, r.content[0].text
-        assert "top_host_ops" in r.structured_content["finding"]["evidence"]["before_arrival"]   # explain: whole
+        assert set(left) <= set(r.structured_content["finding"]["evidence"])   # explain: the whole evidence
 
 
 def test_comparison_hint_names_the_mcp_tool_not_the_cli():
