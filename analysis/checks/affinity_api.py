@@ -92,8 +92,7 @@ class AffinityApiCheck(Check):
         "(matmul-softmax-matmul); impact = the kernels' time."
     )
 
-    def run(self, ctx: CheckContext) -> list[Finding]:
-        ranks = self.applicable_ranks(ctx)
+    def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         gpu = [r for r in ranks if ctx.vendor(r) != "ascend"]
         ranks = [r for r in ranks if ctx.vendor(r) == "ascend"]
         out = unfused_attention(self, ctx, gpu)

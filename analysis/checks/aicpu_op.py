@@ -78,10 +78,7 @@ class AicpuOpCheck(Check):
         "reason an op falls back to the AI CPU."
     )
 
-    def run(self, ctx: CheckContext) -> list[Finding]:
-        ranks = self.applicable_ranks(ctx)
-        if not ranks:
-            return []
+    def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         marks = placeholders(ranks)
         ops = ctx.sql(
             "SELECT rank, step, coalesce(op_type, name) AS op_type, name, dur_ns, input_dtypes, "

@@ -83,10 +83,7 @@ class BandwidthContentionCheck(Check):
         "every rank; impact = transit time beyond what 14.4 GB/s would take."
     )
 
-    def run(self, ctx: CheckContext) -> list[Finding]:
-        ranks = self.applicable_ranks(ctx)
-        if not ranks:
-            return []
+    def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         thr = T.contention_sdma_gbps.value
         steps = kept_steps(ctx)
         if not self._any_slow(ctx, ranks, steps, thr):

@@ -173,7 +173,9 @@ class Check:
     def applicable_ranks(self, ctx: CheckContext) -> list[int]:
         return [r for r in ctx.all_ranks if (ctx.vendor(r) or "") in self.vendors and not self.missing(ctx, r)]
 
-    def run(self, ctx: CheckContext) -> list[Finding]:  # pragma: no cover - abstract
+    def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:  # pragma: no cover - abstract
+        """The check's findings on `ranks`: the ranks it applies to (`applicable_ranks`, never empty; the
+        framework computes them once and does not call a check that applies to none)."""
         raise NotImplementedError
 
     # helper so every check builds findings the same way
@@ -232,7 +234,8 @@ class _Outcome:
 
 def _run_one(ctx: CheckContext, cid: str, cls: type[Check]) -> _Outcome:
     chk = cls()
-    if not chk.applicable_ranks(ctx):
+    ranks = chk.applicable_ranks(ctx)
+    if not ranks:
         missing = sorted({n for r in ctx.all_ranks if (ctx.vendor(r) or "") in chk.vendors
                           for n in chk.missing(ctx, r)})
         vendor_ok = any((ctx.vendor(r) or "") in chk.vendors for r in ctx.all_ranks)
@@ -241,7 +244,7 @@ def _run_one(ctx: CheckContext, cid: str, cls: type[Check]) -> _Outcome:
     before = len(ctx.notes)
     out = _Outcome()
     try:
-        out.findings = chk.run(ctx)
+        out.findings = chk.run(ctx, ranks)
     except Exception as e:  # one broken check must not hide the others' findings
         out.failure = f"check {cid} failed: {type(e).__name__}: {e}"
     out.notes = ctx.notes[before:]

@@ -83,10 +83,7 @@ class BlockDimCheck(Check):
         "(info.json), per op type on every rank; impact = kernel time × idle core share."
     )
 
-    def run(self, ctx: CheckContext) -> list[Finding]:
-        ranks = self.applicable_ranks(ctx)
-        if not ranks:
-            return []
+    def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         marks = placeholders(ranks)
         info = ctx.sql(f"SELECT rank, ai_core_num, aiv_num FROM ranks WHERE rank IN ({marks})", ranks)
         cores = {int(r.rank): (_int(r.ai_core_num), _int(r.aiv_num)) for r in info.itertuples(index=False)}

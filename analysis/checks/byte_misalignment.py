@@ -49,10 +49,7 @@ class ByteMisalignmentCheck(Check):
         "rank and step; impact = time of those tasks."
     )
 
-    def run(self, ctx: CheckContext) -> list[Finding]:
-        ranks = self.applicable_ranks(ctx)
-        if not ranks:
-            return []
+    def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         align = int(T.byte_align.value)
         marks = placeholders(ranks)
         judged = (f"FROM comm_tasks WHERE rank IN ({marks}) AND upper(transport) = 'SDMA' "

@@ -43,10 +43,7 @@ class DynamicShapeCheck(Check):
         "rank and step; not applicable when the OP State column is missing."
     )
 
-    def run(self, ctx: CheckContext) -> list[Finding]:
-        ranks = self.applicable_ranks(ctx)
-        if not ranks:
-            return []
+    def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         marks = placeholders(ranks)
         a = columns(
             ctx,

@@ -92,8 +92,7 @@ class EnvVarCheck(Check):
                    "ENV_VARIABLES) on every rank against msprof-analyze's rules, and flags variables whose "
                    "value differs between ranks.")
 
-    def run(self, ctx: CheckContext) -> list[Finding]:
-        ranks = self.applicable_ranks(ctx)
+    def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         env = ctx.sql("SELECT rank, name, value FROM env_vars")
         env = env[env["rank"].isin(ranks)]
         out: list[Finding] = []

@@ -107,10 +107,7 @@ class ExposedCommTailCheck(Check):
         self.needs = () if ok else ("steps", "device_ops")  # type: ignore[misc]  # message when nothing applies
         return ok
 
-    def run(self, ctx: CheckContext) -> list[Finding]:
-        ranks = self.applicable_ranks(ctx)
-        if not ranks:
-            return []
+    def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         windows = step_windows(ctx, ranks)
         steps_ms = step_ms_of(ctx)
         thr = T.exposed_tail_pct.value

@@ -158,10 +158,7 @@ class Fp32ComputeCheck(Check):
                    "dtypes; GPU kernel names, else the launching aten op's input types) >= 50 %. Impact: that "
                    "time x (1 - 1/2), a conservative 2x bf16/fp16 speedup.")
 
-    def run(self, ctx: CheckContext) -> list[Finding]:
-        ranks = self.applicable_ranks(ctx)
-        if not ranks:
-            return []
+    def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         windows = step_windows(ctx, ranks)
         thr = T.fp32_share_pct.value
         n_windows = window_counts(windows)

@@ -87,10 +87,7 @@ class FreqThrottleCheck(Check):
         "frequency (info.json aic_frequency), on every rank; impact = kernel time × drop."
     )
 
-    def run(self, ctx: CheckContext) -> list[Finding]:
-        ranks = self.applicable_ranks(ctx)
-        if not ranks:
-            return []
+    def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         rated_by_rank = {
             int(r): float(v)
             for r, v in ctx.profile.rows("SELECT rank, rated_freq_mhz FROM ranks WHERE rated_freq_mhz > 0")

@@ -80,10 +80,7 @@ class GcPauseCheck(Check):
                    "GC: Ascend device-idle gaps > 200 ms with almost no AscendCL calls, GPU host silences >= 10 ms "
                    "with the device idle. Impact: device idle during the pauses, per step.")
 
-    def run(self, ctx: CheckContext) -> list[Finding]:
-        ranks = self.applicable_ranks(ctx)
-        if not ranks:
-            return []
+    def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         windows = _Windows(step_windows(ctx, ranks))
         marks = ",".join("?" * len(ranks))
         gc_all = columns(ctx, f"SELECT rank, step, start_ns, dur_ns FROM host_ops WHERE category = 'gc' AND rank "

@@ -53,10 +53,7 @@ class H2dPageableCheck(Check):
                    "(CUDA names the memory kind; ROCm / Ascend need a memcpy_kind capability). Impact: that copy "
                    "time per step, which pinned memory + non_blocking would overlap with compute.")
 
-    def run(self, ctx: CheckContext) -> list[Finding]:
-        ranks = self.applicable_ranks(ctx)
-        if not ranks:
-            return []
+    def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         windows = step_windows(ctx, ranks)
         marks = placeholders(ranks)
         ev = ctx.sql(f"SELECT rank, step, name, dur_ns, size_bytes FROM device_ops WHERE rank IN ({marks}) AND "

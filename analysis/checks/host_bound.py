@@ -95,10 +95,7 @@ class HostBoundCheck(Check):
                    "high only when kernels are shorter than a launch call; evidence names the launch gap, kernel "
                    "sizes and what the host did in all device idle.")
 
-    def run(self, ctx: CheckContext) -> list[Finding]:
-        ranks = self.applicable_ranks(ctx)
-        if not ranks:
-            return []
+    def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         windows = step_windows(ctx, ranks)
         # One stable split of the windows by rank (each rank's steps in their order): a mask per rank was most
         # of this check's time on many ranks.

@@ -110,10 +110,7 @@ class MemoryOpsCheck(Check):
                    "analyzer), on GPU also >= 3 % of the step (steady-state PyTorch never calls the allocator). "
                    "Impact: that time per step.")
 
-    def run(self, ctx: CheckContext) -> list[Finding]:
-        ranks = self.applicable_ranks(ctx)
-        if not ranks:
-            return []
+    def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         windows = step_windows(ctx, ranks)
         marks = placeholders(ranks)
         a = ctx.profile.arrays(f"SELECT rank, step, name, start_ns, dur_ns FROM host_ops WHERE rank IN ({marks}) "

@@ -215,10 +215,7 @@ class MisalignedShapeCheck(Check):
         "head dim or sequence length is not a multiple of 128, per op type on every rank."
     )
 
-    def run(self, ctx: CheckContext) -> list[Finding]:
-        ranks = self.applicable_ranks(ctx)
-        if not ranks:
-            return []
+    def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         steps = kept_steps(ctx)
         ops = in_kept_steps(_candidate_ops(ctx, ranks), steps)
         if ops.empty:

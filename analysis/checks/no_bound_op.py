@@ -86,10 +86,7 @@ class NoBoundOpCheck(Check):
         "stay at or below 0.8, per op type on every rank; impact = time × headroom to the 0.8 bound."
     )
 
-    def run(self, ctx: CheckContext) -> list[Finding]:
-        ranks = self.applicable_ranks(ctx)
-        if not ranks:
-            return []
+    def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         marks = placeholders(ranks)
         types = placeholders(AICORE_TASK_TYPES)
         thr = T.no_bound_ratio.value

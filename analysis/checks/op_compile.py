@@ -52,10 +52,7 @@ class OpCompileCheck(Check):
     description = ("Counts AscendCL@aclopCompileAndExecute per step on every rank; >= 20 in a step means online "
                    "operator compilation (msprof-analyze MAX_OP_COMPILE_NUM). Impact is their host time per step.")
 
-    def run(self, ctx: CheckContext) -> list[Finding]:
-        ranks = self.applicable_ranks(ctx)
-        if not ranks:
-            return []
+    def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         windows = step_windows(ctx, ranks)
         marks = placeholders(ranks)
         ev = columns(ctx, f"SELECT rank, step, dur_ns FROM host_ops WHERE rank IN ({marks}) AND category = 'cann' "

@@ -38,10 +38,7 @@ class RetransmissionCheck(Check):
         "some rank (RoCE retransmission), per group, op and step."
     )
 
-    def run(self, ctx: CheckContext) -> list[Finding]:
-        ranks = self.applicable_ranks(ctx)
-        if not ranks:
-            return []
+    def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         thr_ns = T.retransmission_ms.value * NS_PER_MS
         marks = placeholders(ranks)
         # an instance qualifies only with some rank's RDMA transit (Σ per rank, step and op) above the

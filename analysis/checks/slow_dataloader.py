@@ -103,10 +103,7 @@ class SlowDataloaderCheck(Check):
         self.needs = () if ok else ("framework_ops",)  # type: ignore[misc]  # message when nothing applies
         return ok
 
-    def run(self, ctx: CheckContext) -> list[Finding]:
-        ranks = self.applicable_ranks(ctx)
-        if not ranks:
-            return []
+    def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         windows = step_windows(ctx, ranks)
         out: list[Finding] = []
         torch_found = self._pytorch(ctx, ranks, windows)

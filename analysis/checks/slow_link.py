@@ -108,7 +108,7 @@ class SlowLinkCheck(Check):
     description = ("Links (communication matrix) and per-rank transports (communication.json) whose bandwidth is "
                    "below 0.8 x the median of the same transport; names the rank and the links.")
 
-    def run(self, ctx: CheckContext) -> list[Finding]:
+    def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         out: list[Finding] = []
         thr = T.slow_link_ratio.value
         n_steps = max(len(ctx.steps_of()), 1)

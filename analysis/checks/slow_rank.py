@@ -288,7 +288,7 @@ class SlowRankCheck(Check):
     description = ("Per step and dimension (compute, communication not overlapped, free), ranks beyond the median "
                    "by a robust (MAD) test; names the rank, the steps and the cause.")
 
-    def run(self, ctx: CheckContext) -> list[Finding]:
+    def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         if len(ctx.all_ranks) < 2:
             return []
         arr = arrival(ctx)

@@ -84,10 +84,7 @@ class SmallPacketCheck(Check):
                 out.append(r)
         return out
 
-    def run(self, ctx: CheckContext) -> list[Finding]:
-        ranks = self.applicable_ranks(ctx)
-        if not ranks:
-            return []
+    def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         steps = kept_steps(ctx)
         ascend = [r for r in ranks if ctx.vendor(r) == "ascend"]
         gpu = [r for r in ranks if r not in ascend]

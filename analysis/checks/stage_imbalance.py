@@ -209,7 +209,7 @@ class StageImbalanceCheck(Check):
     description = ("Groups ranks into pipeline stages (MindSpore cluster files, pipeline process groups) and "
                    "names the stage whose compute per step clearly exceeds the lightest stage's.")
 
-    def run(self, ctx: CheckContext) -> list[Finding]:
+    def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         st = stage_of_ranks(ctx)
         if st is None or len(ctx.all_ranks) < 2:
             return []

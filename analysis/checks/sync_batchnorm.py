@@ -81,10 +81,7 @@ class SyncBatchNormCheck(Check):
                    "nn.Module: SyncBatchNorm*, or aten::batch_norm_gather_stats_with_counts); >= 20 per step is "
                    "an issue (msprof-analyze syncbn, fixed high). Impact: their host time plus their collectives.")
 
-    def run(self, ctx: CheckContext) -> list[Finding]:
-        ranks = self.applicable_ranks(ctx)
-        if not ranks:
-            return []
+    def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         windows = step_windows(ctx, ranks)
         marks = placeholders(ranks)
         a = columns(ctx, f"SELECT rank, step, name, start_ns, dur_ns FROM host_ops WHERE rank IN ({marks}) AND "

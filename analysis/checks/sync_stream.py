@@ -82,10 +82,7 @@ class SyncStreamCheck(Check):
                    "with its trigger operator and source frame; severity against the unprofiled step, at least "
                    "medium from 4 such syncs per step.")
 
-    def run(self, ctx: CheckContext) -> list[Finding]:
-        ranks = self.applicable_ranks(ctx)
-        if not ranks:
-            return []
+    def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         windows = step_windows(ctx, ranks)
         env = self._blocking_env(ctx, ranks)
         # subject (sync API) -> rank -> stats
