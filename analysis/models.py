@@ -1,4 +1,4 @@
-"""Pydantic models the analysis core produces (the shapes of cli-contract.md).
+"""Pydantic models the analysis core produces (the shapes of docs/contract.md).
 
 Front ends (CLI, MCP, report) wrap these; they never redefine them. Times are milliseconds unless the
 field name says otherwise.
@@ -31,7 +31,7 @@ class ProfileInfo(BaseModel):
 
 
 class Finding(BaseModel):
-    """One problem found by one check (cli-contract.md `Finding`)."""
+    """One problem found by one check (docs/contract.md `Finding`)."""
 
     model_config = ConfigDict(extra="forbid")
 

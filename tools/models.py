@@ -1,4 +1,4 @@
-"""Output models of the tool catalog (cli-contract.md). Field names are a contract: add, never rename."""
+"""Output models of the tool catalog (docs/contract.md). Field names are a contract: add, never rename."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """affinity-api: host op sequences that torch_npu replaces with one fused / NPU-affine API.
 
-Rules (msprof-analyze 26.2.0 timeline_fusion_ops, `timeline_fusion_ops.yaml`, rules doc §5.5), restated below
+Rules (msprof-analyze 26.2.0 timeline_fusion_ops, `timeline_fusion_ops.yaml`, docs/rules.md §5), restated below
 as data with the CANN / torch version each appeared in:
 - aten rules: a regex over the sequence of *first-level* `aten::` / `npu::` host ops of a thread, op names
   without the `aten::` prefix joined by `-` (e.g. `add-layer_norm` -> torch_npu.npu_add_layer_norm);

@@ -41,7 +41,7 @@ class EnvRule:
     # "blocking": the value slows every launch (high); "set": someone set a non-default value (medium);
     # "default": a recommended setting left at its default (low: no cost of it is measured)
     kind: str = "set"
-    # one of msprof-analyze's rules (fixed high priority in its rules document), or stepdoctor's own
+    # one of msprof-analyze's rules (fixed high priority, docs/rules.md §3), or stepdoctor's own
     advisor: bool = True
 
     @property

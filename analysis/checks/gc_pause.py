@@ -1,7 +1,7 @@
 """gc-pause: Python garbage collection stalls the host, on every rank.
 
 Rules:
-1. Recorded GC (msprof-analyze 26.2.0 gc_analysis, gc.yaml; rules doc §5.2): every GC event (trace `cat`
+1. Recorded GC (msprof-analyze 26.2.0 gc_analysis, gc.yaml; docs/rules.md §4): every GC event (trace `cat`
    GC, DB `GC_RECORD`; torch_npu records them when `gc_detect_threshold` is set) of at least T.gc_ms (1 ms)
    counts. Priority fixed MEDIUM, as the advisor does.
 2. Conjectured GC, only on a rank without any recorded GC event (the advisor runs it only then) and whose

@@ -1,7 +1,7 @@
 """host-bound: the device waits for the host to launch work (launch overhead, slow dispatch, tiny kernels).
 
-Rule (HTA idle_time_breakdown `host_wait`, kineto-format-and-hta.md §1.2; XProf / tb-profiler device-idle
-rule, peers doc §1b): a (rank, step) is host-bound when
+Rule (HTA idle_time_breakdown `host_wait`, docs/rules.md §8; XProf / tb-profiler device-idle
+rule, docs/rules.md §9): a (rank, step) is host-bound when
   * the device is free for at least T.host_bound_free_pct of the step (breakdown free / step), and
   * at least T.host_bound_late_launch_pct of the device's inter-op idle time is "late launch": gaps whose
     next op was launched by the host only after the previous op had ended (the queue ran dry).

@@ -18,7 +18,7 @@ Algorithm, per dimension and per step, over the ranks present in that step:
     communication — the slowest transport of that rank, or the rank everybody waits for.
 
 impact_ms = the rank's excess summed over its slow steps / the number of steps (time the whole job
-loses per step, since synchronous peers wait for it). Severity from impact (rules doc priority rule).
+loses per step, since synchronous peers wait for it). Severity from impact (docs/rules.md §1).
 
 With pipeline stages known (stage_imbalance.stage_of_ranks) the median is taken per step and stage.
 

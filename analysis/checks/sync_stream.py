@@ -1,7 +1,7 @@
 """sync-stream: the host synchronizes the stream right after launching work, on every rank.
 
 Rules:
-* Ascend (msprof-analyze 26.2.0 synchronize_stream, rules doc §5.2): walk each host thread's CANN API calls in
+* Ascend (msprof-analyze 26.2.0 synchronize_stream, docs/rules.md §4): walk each host thread's CANN API calls in
   start order; a `AscendCL@aclrtSynchronizeStream` whose previous CANN call is `Node@launch` is a
   co-occurrence. co-occurrence ratio = co-occurrences / `Node@launch` calls; it is an issue when the ratio
   > T.sync_co_occurrence (0.5). Priority fixed HIGH, as the advisor does. The usual cause is

@@ -5,7 +5,7 @@ has one `FileColumns` table mapping a canonical name to every header spelling se
 are compared after `normalize_header` (BOM, surrounding spaces and tabs removed, inner whitespace collapsed,
 case folded), so `"Start Time(us)\t"` and `"start time(us)"` are the same column.
 
-Known variants covered here (ascend-format-and-advisor-rules.md §2.2, mindspore-format-and-db.md §4.2):
+Known variants covered here (docs/formats.md §1.2):
 - `Block Dim` / `Block Num`, `Mix Block Dim` / `Mix Block Num` (newer torch_npu writes *Num*);
 - a leading `Device_id` column (newer torch_npu) or none (MindSpore, older torch_npu);
 - `OP State` and `HF32 Eligible` missing (older CANN); `Step Id` (torch_npu) / `Step ID` (MindSpore);

@@ -1,6 +1,6 @@
 """MindSpore's data pipeline (MindData) files of one rank -> dataset_ops + metadata, and the cell helpers the
 MindSpore-only readers share. Column meanings: see `mindspore_extra` (the rows written) and
-mindspore-format-and-db.md §2, §3; the ≤ 2.3 reader and the ≥ 2.5 extras both call `read_minddata`.
+docs/formats.md §4.2; the ≤ 2.3 reader and the ≥ 2.5 extras both call `read_minddata`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """MindSpore-only files: the data pipeline (MindData), host/device queues, MindSpore's step_trace_time.csv
-variant and the CANN step trace (mindspore-format-and-db.md §2, §3).
+variant and the CANN step trace (docs/formats.md §3, §4.2).
 
 Used three ways:
 * `read_ms_extras(rank_dir, tables)` — for a ≥ 2.5 `*_ascend_ms` rank directory, called by the text reader

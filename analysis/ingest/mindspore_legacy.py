@@ -1,6 +1,6 @@
 """Reader for MindSpore ≤ 2.3 profiles: the flat MindInsight-format `profiler/` folder (and the 2.4 hybrid).
 
-Input (mindspore-format-and-db.md §1.2, §2.1, §3, §4.1, §5.1), every file suffixed `_{rank}`:
+Input (docs/formats.md §4), every file suffixed `_{rank}`:
 
 | file | -> tables |
 | --- | --- |

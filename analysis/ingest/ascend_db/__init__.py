@@ -1,5 +1,5 @@
 """Reader for the Ascend SQLite DB exports: torch_npu `ascend_pytorch_profiler_{rank}.db` and MindSpore
-`ascend_mindspore_profiler_{rank}.db` (mindspore-format-and-db.md §7, ascend-format-and-advisor-rules.md §2.2).
+`ascend_mindspore_profiler_{rank}.db` (docs/formats.md §2).
 
 Both files are the CANN `msprof_*.db` (STRING_IDS, TASK, COMPUTE_TASK_INFO, TASK_PMU_INFO, COMMUNICATION_OP,
 COMMUNICATION_TASK_INFO, CANN_API, AICORE_FREQ, ENUM_* ...) renamed and moved into `ASCEND_PROFILER_OUTPUT/`;
@@ -36,7 +36,7 @@ contains the CANN API that launched it (TASK.connectionId = CANN_API.connectionI
 contains its own start (device tasks lag their host step, so the start time alone mis-buckets the first
 kernels of a step); collectives are bucketed by their start like torch_npu's communication analysis. Device
 window = [first device task start of the step, host step end]. MindSpore DBs have no STEP_TIME; steps are
-derived as §7.4 describes, in this order, and a warning says which way was used:
+derived as docs/formats.md §2.3 describes, in this order, and a warning says which way was used:
 (a) MSTX_EVENTS ranges whose message names a step (`step 3`, `ProfilerStep#3`);
 (b) repetition of the first compute kernel of the graph (a leading InitDataSetQueue skipped): a step runs from
     one occurrence to the task before the next one (as MindSpore 2.x's timeline generator did);

@@ -47,7 +47,7 @@ COMM_MB = 1_000_000          # communication.json / analysis.db "MB" are 10^6 by
 INVALID_ID = 4294967295      # msprof's "no value" for 32-bit ids (Context ID, Model ID ...)
 
 
-# Fallbacks for the ENUM_* tables (mindspore-format-and-db.md §7.2), used when a DB lacks the table.
+# Fallbacks for the ENUM_* tables (docs/formats.md §2.2), used when a DB lacks the table.
 ENUM_API_TYPE = {20000: "acl", 15000: "model", 10000: "node", 5500: "communication", 5000: "runtime",
                  50001: "op", 50002: "queue", 50003: "trace", 50004: "mstx"}
 

@@ -1,6 +1,6 @@
 """Reader for the Ascend text export of one rank: torch_npu `*_ascend_pt` and MindSpore ≥ 2.5 `*_ascend_ms`.
 
-Input (ascend-format-and-advisor-rules.md §2, mindspore-format-and-db.md §1.4/§2.3/§4.2), all optional but
+Input (docs/formats.md §1, §4.2), all optional but
 at least one of the first two:
 
 | file | -> tables |
