@@ -65,3 +65,41 @@ def test_check_class_declares_its_metadata(cid):
     assert path.stem == cid.replace("-", "_"), f"{cid} lives in {path.stem}.py"
     used = set(re.findall(r"\bT\.([a-z_0-9]+)", path.read_text(encoding="utf-8")))
     assert used <= set(cls.thresholds), f"{cid}: add {sorted(used - set(cls.thresholds))} to `thresholds`"
+
+
+_MD_REF = re.compile(r"[\w./-]*\w\.md\b")
+_SECTION_REF = re.compile(r"docs/(formats|rules)\.md((?:,?\s*§\s*[\d.]*\d)+)")
+_HEADING = re.compile(r"^#+\s+(\d+(?:\.\d+)*)\.?\s", re.M)
+
+
+def _comment_and_string_texts(path: Path) -> list[str]:
+    """Comment and string-literal text of a module (code names such as `self.md` are not citations)."""
+    import tokenize
+
+    kinds = {tokenize.COMMENT, tokenize.STRING}
+    if hasattr(tokenize, "FSTRING_MIDDLE"):
+        kinds.add(tokenize.FSTRING_MIDDLE)
+    with open(path, encoding="utf-8") as fh:
+        return [t.string for t in tokenize.generate_tokens(fh.readline) if t.type in kinds]
+
+
+def test_product_code_cites_only_docs_in_the_repo():
+    headings = {name: set(_HEADING.findall((REPO / "docs" / f"{name}.md").read_text(encoding="utf-8")))
+                for name in ("formats", "rules")}
+    missing, bad_sections, scanned = [], [], 0
+    for top in ("analysis", "tools", "server", "knowledge", "capture"):
+        for path in (REPO / top).rglob("*.py"):
+            scanned += 1
+            where = path.relative_to(REPO)
+            for text in _comment_and_string_texts(path):
+                for ref in _MD_REF.findall(text):
+                    rel = ref.lstrip("./")
+                    if not any((base / rel).is_file() for base in (REPO, REPO / "docs")):
+                        missing.append(f"{where}: {ref}")
+                for doc, secs in _SECTION_REF.findall(text.replace("\n", " ")):
+                    for sec in re.findall(r"§\s*([\d.]*\d)", secs):
+                        if sec not in headings[doc]:
+                            bad_sections.append(f"{where}: docs/{doc}.md §{sec}")
+    assert scanned > 100
+    assert not missing, f"product code cites .md files that are not in the repo: {missing}"
+    assert not bad_sections, f"citations of sections that docs/formats.md / docs/rules.md do not have: {bad_sections}"
