@@ -9,7 +9,7 @@ so nothing is ever written next to the profile.
 
 Conventions of the DB: every time is integer ns (kept exact: values are fetched as Python ints, never through
 float), every string is an INTEGER id into STRING_IDS, enumerations live in ENUM_* tables (with built-in
-fallbacks from the doc when a table is missing), bandwidth is B/s, memory bytes, frequency MHz,
+fallbacks, docs/formats.md §2.2, when a table is missing), bandwidth is B/s, memory bytes, frequency MHz,
 `globalTid = pid << 32 | tid`. Columns are selected by name with fallbacks (blockNum|blockDim ...), so schema
 drift between CANN versions costs a NULL column, not a crash.
 
