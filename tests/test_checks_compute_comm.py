@@ -497,10 +497,10 @@ def test_affinity_matching_is_on_whole_first_level_names() -> None:
 def test_hand_written_attention_pattern() -> None:
     """matmul, a few scale / mask / cast ops, softmax, dropout / casts, matmul: attention by hand; a classifier's
     matmul -> softmax (no second matmul) or ops between that are not elementwise are not."""
-    from stepdoctor.analysis.checks._unfused_attention import _HAND_RE
+    from stepdoctor.analysis.checks._unfused_attention import HAND_RE
 
     def hit(seq: str) -> bool:
-        return bool(_HAND_RE.search("".join(n + ";" for n in seq.split("-"))))
+        return bool(HAND_RE.search("".join(n + ";" for n in seq.split("-"))))
 
     assert hit("transpose-matmul-add_-to-softmax-type_as-dropout-matmul")       # T5 (transformers)
     assert hit("bmm-div-masked_fill-softmax-bmm")

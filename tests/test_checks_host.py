@@ -664,17 +664,17 @@ def test_idle_attribution_names_what_the_host_did() -> None:
 def test_gc_fixed_stall_rule() -> None:
     """A silence of the same length in every kept step (>= 3) is a fixed stall (a timed sleep), not GC; lengths
     that vary (CPython's collections) or a step without the silence keep the GC conjecture."""
-    from stepdoctor.analysis.checks.gc_pause import _fixed_stall
+    from stepdoctor.analysis.checks.gc_pause import fixed_stall_of
 
     def gaps(ms: list[float]) -> list[dict[str, Any]]:
         return [{"step": i, "gap_ms": m, "device_idle_ns": int(m * 1e6)} for i, m in enumerate(ms)]
 
     sleep = gaps([50.211, 50.197, 50.186])
-    fixed = _fixed_stall(sleep, 3)
+    fixed = fixed_stall_of(sleep, 3)
     assert fixed is not None and fixed["median_ms"] == 50.197 and fixed["spread"] == pytest.approx(0.0005, abs=1e-5)
     assert all(g["fixed"] for g in sleep)
-    assert _fixed_stall(gaps([372.8, 341.9, 51.3]), 3) is None          # gc_pause's real pauses
-    assert _fixed_stall(gaps([50.2, 50.2]), 2) is None                   # too few steps to call it fixed
-    assert _fixed_stall(gaps([50.2, 50.2, 50.2]), 4) is None             # one kept step without the silence
+    assert fixed_stall_of(gaps([372.8, 341.9, 51.3]), 3) is None          # gc_pause's real pauses
+    assert fixed_stall_of(gaps([50.2, 50.2]), 2) is None                   # too few steps to call it fixed
+    assert fixed_stall_of(gaps([50.2, 50.2, 50.2]), 4) is None             # one kept step without the silence
     spread = T.conjectured_gc_fixed_stall_spread.value
-    assert _fixed_stall(gaps([100.0, 100.0 * (1 + spread) + 0.1, 100.0]), 3) is None
+    assert fixed_stall_of(gaps([100.0, 100.0 * (1 + spread) + 0.1, 100.0]), 3) is None

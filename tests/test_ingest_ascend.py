@@ -847,12 +847,12 @@ _TS_TEXT = hs.one_of(
 @given(hs.lists(_TS_TEXT, min_size=1, max_size=40), hs.booleans())
 def test_trace_start_strings_vectorized_equal_the_per_string_parse(ts, same_width):
     """`starts_ns` reads a piece's µs strings in one numpy pass when they allow it; every value (and every
-    None) must be what the per-string `_start_ns` gives."""
+    None) must be what the per-string `start_ns_of` gives."""
     if same_width:  # the vectorized path needs one width: pad the plain ones to the longest
         w = max(map(len, ts))
         ts = [t.rjust(w, "0") if t.replace(".", "", 1).isdigit() else t for t in ts]
     got = trace_events.starts_ns(ts)
-    assert [None if v is None else int(v) for v in got] == [trace_events._start_ns(t) for t in ts]
+    assert [None if v is None else int(v) for v in got] == [trace_events.start_ns_of(t) for t in ts]
 
 
 def test_trace_start_strings_vectorized_path_is_taken_and_exact_at_int64_limits():
@@ -862,7 +862,7 @@ def test_trace_start_strings_vectorized_path_is_taken_and_exact_at_int64_limits(
     got = trace_events.starts_ns(ts)
     assert isinstance(got, np.ndarray) and got.tolist() == [2**63 - 1, 1_000, 1_700_000_000_000_000_125]
     over = str(2**63)
-    assert trace_events.starts_ns([f"{over[:-3]}.{over[-3:]}"]) == [trace_events._start_ns(f"{over[:-3]}.{over[-3:]}")]
+    assert trace_events.starts_ns([f"{over[:-3]}.{over[-3:]}"]) == [trace_events.start_ns_of(f"{over[:-3]}.{over[-3:]}")]
 
 
 def _duckdb_cells(path: Path) -> list[list[str | None]]:

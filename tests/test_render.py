@@ -66,11 +66,11 @@ def test_display_names_tell_apart_names_that_would_show_the_same():
 
 
 def test_rank_lists_collapse_to_ranges():
-    assert render._f([0, 1, 2, 3, 7, 9, 10]) == "0-3,7,9-10"
-    assert render._f(list(range(1024))) == "0-1023"
-    assert render._f([5]) == "5"
-    assert render._f(list(range(0, 40, 2))) == "0,2,4,6,8,… (20)"
-    assert render._f(["a", "b"]) == "a,b"
+    assert render.fmt_value([0, 1, 2, 3, 7, 9, 10]) == "0-3,7,9-10"
+    assert render.fmt_value(list(range(1024))) == "0-1023"
+    assert render.fmt_value([5]) == "5"
+    assert render.fmt_value(list(range(0, 40, 2))) == "0,2,4,6,8,… (20)"
+    assert render.fmt_value(["a", "b"]) == "a,b"
 
 
 def _lines(table: Table, width: int) -> list[str]:

@@ -533,11 +533,11 @@ def test_timeline_aligns_torch_npu_level0_ranks_on_their_hccl_kernels():
     hcom_allReduce__868_k_1 kernels carry the same name on both ranks and end within 20 µs (one host clock),
     so the shift found is that small and the axis is aligned."""
     from conftest import SHARED
-    from stepdoctor.tools.report_timeline import _offsets, step_timeline
+    from stepdoctor.tools.report_timeline import clock_offsets, step_timeline
 
     prof = api.load(need(SHARED / "real" / "ascend" / "msinsight-pt-text-l0"))
     assert prof.rows("SELECT count(*) FROM comm_ops") == [(0,)]
-    offsets, aligned = _offsets(prof, [0, 1], 50)
+    offsets, aligned = clock_offsets(prof, [0, 1], 50)
     assert aligned and offsets[0] == 0 and abs(offsets[1]) < 20_000
     bd = api.breakdown(prof)
     ch = step_timeline(prof, bd.rows, bd.totals, [])

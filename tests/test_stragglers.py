@@ -105,11 +105,11 @@ def test_generated_stage_from_send_recv_partners(tmp_path, n, scenario, source):
 
 
 def test_stage_chains_refuse_what_is_not_a_pipeline():
-    from stepdoctor.analysis.checks.stage_imbalance import _chains
+    from stepdoctor.analysis.checks.stage_imbalance import p2p_chains
 
-    assert _chains({(0, 2), (2, 4), (1, 3), (3, 5)}) == [[0, 2, 4], [1, 3, 5]]
-    assert _chains({(0, 1), (1, 2), (2, 0)}) is None          # a ring (interleaved schedule): no first stage
-    assert _chains({(0, 1), (0, 2), (0, 3)}) is None          # a rank with three partners
+    assert p2p_chains({(0, 2), (2, 4), (1, 3), (3, 5)}) == [[0, 2, 4], [1, 3, 5]]
+    assert p2p_chains({(0, 1), (1, 2), (2, 0)}) is None          # a ring (interleaved schedule): no first stage
+    assert p2p_chains({(0, 1), (0, 2), (0, 3)}) is None          # a rank with three partners
 
 
 def test_per_instance_tests_dixon_and_sigma():

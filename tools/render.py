@@ -28,7 +28,7 @@ from .render_fit import Table, fit_table, hanging, shorten_names
 NAME_WIDTH = 80   # a name column's width in Markdown (no terminal to fit)
 
 
-def _f(x: Any, nd: int = 2) -> str:
+def fmt_value(x: Any, nd: int = 2) -> str:
     if x is None:
         return "-"
     if isinstance(x, float):
@@ -59,8 +59,8 @@ def _profile_line(p: Any, width: int) -> str:
     """Path, format, ranks, steps, world size, separated by two spaces; broken into lines of `width` only
     between those fields (a long path gets a line of its own, "world size 8" is never split)."""
     dropped = getattr(p, "dropped_steps", None)
-    steps = f"steps {_f(p.steps)}" + (f" (dropped {_f(dropped)}: partial)" if dropped else "")
-    fields = [p.path, f"[{p.format}]", f"ranks {_f(p.ranks)}", steps]
+    steps = f"steps {fmt_value(p.steps)}" + (f" (dropped {fmt_value(dropped)}: partial)" if dropped else "")
+    fields = [p.path, f"[{p.format}]", f"ranks {fmt_value(p.ranks)}", steps]
     fields += [f"world size {p.world_size}"] if p.world_size else []
     lines = [fields[0]]
     for x in fields[1:]:
@@ -78,14 +78,14 @@ def tables_for(model: BaseModel) -> list[Table]:
         # and overlapped are shown beside them (overlapped time is inside compute)
         cols = ["rank", "step", "step_ms", "compute_ms", "comm_not_overlapped_ms", "free_ms", "other_ms",
                 "communication_ms", "overlapped_ms", "bubble_ms"]
-        rows = [[_f(_cell(r, c)) for c in cols] for r in model.rows]
-        tot = [[_f(r.rank), _f(r.steps)] + [_f(_cell(r, c)) for c in cols[2:]] for r in model.totals]
+        rows = [[fmt_value(_cell(r, c)) for c in cols] for r in model.rows]
+        tot = [[fmt_value(r.rank), fmt_value(r.steps)] + [fmt_value(_cell(r, c)) for c in cols[2:]] for r in model.totals]
         unknown = ("overlapped_ms", "bubble_ms", "other_ms")  # not every profile has them
         return [Table("Breakdown per rank and step (ms)", cols, rows, optional=unknown),
                 Table("Totals per rank (ms)", ["rank", "steps", *cols[2:]], tot, optional=unknown)]
     if isinstance(model, m.IssueReport):
-        rows = [[i + 1, f.severity, f.check, _f(f.ranks), _f(f.steps), f.subject, _f(f.impact_ms),
-                 _f(f.impact_pct), f.title, ", ".join(f.fixes[:2])] for i, f in enumerate(model.findings)]
+        rows = [[i + 1, f.severity, f.check, fmt_value(f.ranks), fmt_value(f.steps), f.subject, fmt_value(f.impact_ms),
+                 fmt_value(f.impact_pct), f.title, ", ".join(f.fixes[:2])] for i, f in enumerate(model.findings)]
         out = [Table(f"{len(model.findings)} finding(s)", ["#", "severity", "check", "ranks", "steps", "subject",
                                                          "impact_ms", "impact_%", "title", "fixes"], rows,
                      text=("title",), names=("subject",), optional=("fixes", "subject", "steps", "impact_%"),
@@ -97,16 +97,16 @@ def tables_for(model: BaseModel) -> list[Table]:
     if isinstance(model, m.SlowRanks):
         return _slow_rank_tables(model)
     if isinstance(model, m.SlowLinks):
-        rows = [[lk.src, lk.dst, lk.transport, _f(lk.bandwidth_gbps), _f(lk.median_gbps), _f(lk.size_mb),
-                 _f(lk.time_ms, 3)] for lk in model.links]
+        rows = [[lk.src, lk.dst, lk.transport, fmt_value(lk.bandwidth_gbps), fmt_value(lk.median_gbps), fmt_value(lk.size_mb),
+                 fmt_value(lk.time_ms, 3)] for lk in model.links]
         out = [Table(f"Links, slowest first ({model.total} in all)", ["src", "dst", "transport", "GB/s",
                                                                      "median GB/s", "MB", "ms"], rows,
                      empty="no link-level communication data in this profile")]
         out += tables_for(m.IssueReport(profile=model.profile, findings=model.findings))[:1]
         return out
     if isinstance(model, m.TopKernels):
-        rows = [[k.name, k.op_type or "-", k.core_type or "-", k.count, _f(k.total_ms, 3), _f(k.mean_ms, 4),
-                 _f(k.max_ms, 4), _f(k.share_pct), _f(k.ranks), "; ".join(k.input_shapes[:1]) or "-"]
+        rows = [[k.name, k.op_type or "-", k.core_type or "-", k.count, fmt_value(k.total_ms, 3), fmt_value(k.mean_ms, 4),
+                 fmt_value(k.max_ms, 4), fmt_value(k.share_pct), fmt_value(k.ranks), "; ".join(k.input_shapes[:1]) or "-"]
                 for k in model.kernels]
         return [Table(f"Top {len(model.kernels)} of {model.total} device ops by {model.by}",
                       ["name", "op_type", "core", "count", "total_ms", "mean_ms", "max_ms", "share_%", "ranks",
@@ -114,14 +114,14 @@ def tables_for(model: BaseModel) -> list[Table]:
                       optional=("input shapes", "core", "op_type", "max_ms", "ranks"))]
     if isinstance(model, m.Comparison):
         b, t, d = model.base, model.target, model.breakdown_delta
-        head = [["step time", _f(b.step_ms), _f(t.step_ms), _f(model.delta_ms)],
-                ["compute", _f(b.compute_ms), _f(t.compute_ms), _f(d.compute_ms)],
-                ["comm not overlapped", _f(b.communication_ms), _f(t.communication_ms), _f(d.communication_ms)],
-                ["free", _f(b.free_ms), _f(t.free_ms), _f(d.free_ms)]]
+        head = [["step time", fmt_value(b.step_ms), fmt_value(t.step_ms), fmt_value(model.delta_ms)],
+                ["compute", fmt_value(b.compute_ms), fmt_value(t.compute_ms), fmt_value(d.compute_ms)],
+                ["comm not overlapped", fmt_value(b.communication_ms), fmt_value(t.communication_ms), fmt_value(d.communication_ms)],
+                ["free", fmt_value(b.free_ms), fmt_value(t.free_ms), fmt_value(d.free_ms)]]
         out = [Table("Per step (ms)", ["", "base", "target", "delta"], head)]
         out.append(Table(f"Top changes ({len(model.top_changes)} of {model.total_changes})",
                          ["kind", "name", "base_ms", "target_ms", "delta_ms", "calls base", "calls target", "change"],
-                         [[c.kind, c.name, _f(c.base_ms, 3), _f(c.target_ms, 3), _f(c.delta_ms, 3),
+                         [[c.kind, c.name, fmt_value(c.base_ms, 3), fmt_value(c.target_ms, 3), fmt_value(c.delta_ms, 3),
                            _calls(c.count_base), _calls(c.count_target), c.change] for c in model.top_changes],
                          names=("name",), optional=("kind", ("calls base", "calls target"))))
         if model.env_changes or model.config_changes:
@@ -130,8 +130,8 @@ def tables_for(model: BaseModel) -> list[Table]:
                               for e in [*model.env_changes, *model.config_changes]], text=("base", "target")))
         if model.findings or model.gone_findings:
             out.append(Table("Findings new in the target / gone", ["", "severity", "check", "ranks", "title"],
-                             [["new", f.severity, f.check, _f(f.ranks), f.title] for f in model.findings]
-                             + [["gone", f.severity, f.check, _f(f.ranks), f.title] for f in model.gone_findings],
+                             [["new", f.severity, f.check, fmt_value(f.ranks), f.title] for f in model.findings]
+                             + [["gone", f.severity, f.check, fmt_value(f.ranks), f.title] for f in model.gone_findings],
                              text=("title",)))
         if model.notes:
             out.append(Table("Notes", ["note"], [[n] for n in model.notes], text=("note",)))
@@ -159,13 +159,13 @@ def _slow_rank_tables(model: m.SlowRanks) -> list[Table]:
     named = {d.name: [e.rank for e in d.slow] for d in model.dimensions}
     dims = Table("Dimensions: the median rank per step (ms)", ["dimension", "median_ms", "spread_%_of_step",
                                                                 "slower ranks"],
-                 [[d.name, _f(d.median_ms), _f(d.spread_pct), _f(named[d.name]) if named[d.name] else "none"]
+                 [[d.name, fmt_value(d.median_ms), fmt_value(d.spread_pct), fmt_value(named[d.name]) if named[d.name] else "none"]
                   for d in model.dimensions])
     out = [dims]
-    rows = [[d.name, e.rank, _f(e.steps), _f(e.value_ms), _f(e.median_ms), f"+{_f(e.excess_ms)}", e.cause]
+    rows = [[d.name, e.rank, fmt_value(e.steps), fmt_value(e.value_ms), fmt_value(e.median_ms), f"+{fmt_value(e.excess_ms)}", e.cause]
             for d in model.dimensions for e in d.slow]
-    rows += [[d.name, e.rank, _f(e.steps), _f(e.value_ms), _f(e.median_ms),
-              f"-{_f(e.excess_ms)}", e.cause] for d in model.dimensions for e in d.late_arrivals]
+    rows += [[d.name, e.rank, fmt_value(e.steps), fmt_value(e.value_ms), fmt_value(e.median_ms),
+              f"-{fmt_value(e.excess_ms)}", e.cause] for d in model.dimensions for e in d.late_arrivals]
     if rows:
         out.append(Table("Ranks beyond the median, in the steps named (ms per step)",
                          ["dimension", "rank", "steps", "value_ms", "median_ms", "excess_ms", "cause"], rows,
@@ -174,9 +174,9 @@ def _slow_rank_tables(model: m.SlowRanks) -> list[Table]:
     if verdicts:
         ok = len(model.ranks) - len(verdicts)
         out.append(Table("Ranks by verdict", ["rank", "verdict", "arrived last", "others wait ms/step", "why"],
-                         [[v.rank, v.verdict + (f" for {_f(v.waits_for)}" if v.waits_for else ""),
+                         [[v.rank, v.verdict + (f" for {fmt_value(v.waits_for)}" if v.waits_for else ""),
                            f"{v.arrived_last} of {v.matched_collectives}" if v.arrived_last else "-",
-                           _f(v.wait_caused_per_step_ms) if v.arrived_last else "-",
+                           fmt_value(v.wait_caused_per_step_ms) if v.arrived_last else "-",
                            v.finding or v.cause] for v in verdicts],
                          note=f"{ok} other rank(s): no dimension beyond its peers, no late arrival" if ok else "",
                          text=("why",)))
@@ -199,7 +199,7 @@ def _cell(r: Any, col: str) -> Any:
 
 def _calls(x: float | None) -> str:
     """Calls per step: whole counts without decimals."""
-    return _f(x, 0 if x is None or float(x).is_integer() else 1)
+    return fmt_value(x, 0 if x is None or float(x).is_integer() else 1)
 
 
 def render_table(model: BaseModel) -> None:
@@ -252,7 +252,7 @@ def render_markdown(model: BaseModel) -> str:
     lines: list[str] = []
     prof = getattr(model, "profile", None)
     if prof is not None:
-        lines += [f"**Profile** `{prof.path}` ({prof.format}); ranks {_f(prof.ranks)}; steps {_f(prof.steps)}", ""]
+        lines += [f"**Profile** `{prof.path}` ({prof.format}); ranks {fmt_value(prof.ranks)}; steps {fmt_value(prof.steps)}", ""]
     if isinstance(model, m.Comparison):
         lines += [f"**Verdict:** {model.verdict}", ""] + ([f"Next: `{model.next_step}`", ""] if model.next_step else [])
     lines += markdown_tables(tables_for(model))

@@ -104,7 +104,7 @@ def _matched(prof: Profile, ranks: list[int]) -> pd.DataFrame:
     return df.assign(end=df["start_ns"] + df["dur_ns"])[["rank", "step", "inst", "end"]]
 
 
-def _offsets(prof: Profile, ranks: list[int], step: int) -> tuple[dict[int, int], bool]:
+def clock_offsets(prof: Profile, ranks: list[int], step: int) -> tuple[dict[int, int], bool]:
     """rank -> ns to add to its clock so that matched collectives end together; (offsets, aligned)."""
     df = _matched(prof, ranks)
     in_step = df[df["step"] == step]
@@ -187,7 +187,7 @@ def step_timeline(prof: Profile, rows: list[BreakdownRow], totals: list[Breakdow
         return None
     step, mean_ms = picked
     ranks = _pick_ranks([t for t in totals if any(r.rank == t.rank and r.step == step for r in rows)], stragglers)
-    offsets, aligned = _offsets(prof, ranks, step)
+    offsets, aligned = clock_offsets(prof, ranks, step)
     lanes = _lanes(prof, ranks, step, offsets)
     if len(lanes) < 2:
         return None

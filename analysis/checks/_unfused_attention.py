@@ -146,7 +146,7 @@ _MIDDLE = ("mul", "mul_", "div", "div_", "add", "add_", "sub", "masked_fill", "m
            "scalar_tensor")
 _AFTER = ("dropout", "native_dropout", "to", "_to_copy", "type_as", "contiguous")
 HAND_MIDDLE = 4
-_HAND_RE = re.compile(
+HAND_RE = re.compile(
     rf"(?<![^;]){_MATMUL};(?:(?:{'|'.join(_MIDDLE)});){{0,{HAND_MIDDLE}}}(?:softmax|_softmax|_safe_softmax);"
     rf"(?:(?:{'|'.join(_AFTER)});){{0,3}}{_MATMUL};")
 _SOFTMAX = "('aten::softmax', 'aten::_softmax', 'aten::_safe_softmax')"
@@ -173,7 +173,7 @@ def _hand_written(ctx: CheckContext, ranks: list[int]) -> pd.DataFrame:
         starts = np.cumsum([0] + [len(n) + 1 for n in names])
         text = "".join(n + ";" for n in names)
         s0, e0 = g["start_ns"].to_numpy(np.int64), g["start_ns"].to_numpy(np.int64) + g["dur_ns"].to_numpy(np.int64)
-        for m in _HAND_RE.finditer(text):
+        for m in HAND_RE.finditer(text):
             i, j = int(np.searchsorted(starts, m.start())), int(np.searchsorted(starts, m.end()))
             rows.append((int(rank), g["step"].iloc[i], tid, int(s0[i]), int(e0[i:j].max()), "-".join(names[i:j]),
                          user_frame(g["call_stack"].iloc[i])))
@@ -232,7 +232,7 @@ def hand_written_attention(check: Check, ctx: CheckContext, ranks: list[int]) ->
         ctx, title=(f"attention written by hand ({seq}): {e['occurrences_per_step']:g} per step, "
                     f"{fmt_ms(ms_w or 0)} ms of forward kernels per step"),
         subject=SUBJECT, ranks=rk, steps=st, impact_ms=ms_w, impact_rank=rank_w,
-        evidence={"pattern": _HAND_RE.pattern, "per_rank": {str(r): v for r, v in per_rank.items()},
+        evidence={"pattern": HAND_RE.pattern, "per_rank": {str(r): v for r, v in per_rank.items()},
                   "impact_method": "device time of the kernels the matched ops launched in the forward, per step, "
                                    "worst rank (the backward is not attributed: a lower bound)"},
         message=(f"On {ranks_text(rk)} ({steps_text(st)}) attention is computed op by op (`{seq}`{where}) "

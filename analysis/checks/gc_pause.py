@@ -238,7 +238,7 @@ class GcPauseCheck(Check):
                              "start_offset_ms": round((g0 - int(w["start_ns"][first])) / NS_PER_MS, 3),
                              "gap_ms": round((g1 - g0) / NS_PER_MS, 3),
                              "device_idle_ms": round(idle / NS_PER_MS, 3), "device_idle_ns": idle})
-        fixed = _fixed_stall(gaps, len(w["step"]))
+        fixed = fixed_stall_of(gaps, len(w["step"]))
         if fixed is not None:
             gaps = [g for g in gaps if not g.get("fixed")]
         for g in gaps:
@@ -332,7 +332,7 @@ def _idle_gaps(timeline: DeviceTimeline, w0: int, w1: int) -> list[tuple[int, in
     return [(int(a), int(b)) for a, b in zip(*bounds, strict=True) if b > a]
 
 
-def _fixed_stall(gaps: list[dict[str, Any]], n_steps: int) -> dict[str, Any] | None:
+def fixed_stall_of(gaps: list[dict[str, Any]], n_steps: int) -> dict[str, Any] | None:
     """The longest silence of each kept step when every kept step (at least 3) has one and their lengths agree
     within T.conjectured_gc_fixed_stall_spread of their median (those gaps are marked `fixed`); else None."""
     longest: dict[int, dict[str, Any]] = {}
@@ -363,7 +363,7 @@ def fixed_stall_text(rank: int, fixed: dict[str, Any]) -> str:
 
 
 def fixed_stall(ctx: CheckContext, rank: int) -> dict[str, Any] | None:
-    """The fixed per-step host stall of one CUDA / ROCm rank (see `_fixed_stall`), or None: for a check that
+    """The fixed per-step host stall of one CUDA / ROCm rank (see `fixed_stall_of`), or None: for a check that
     names what a rank did in an untraced gap (slow-rank) and must not call it GC."""
     def compute() -> dict[str, Any] | None:
         if ctx.vendor(rank) == "ascend":

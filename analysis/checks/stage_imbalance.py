@@ -82,7 +82,7 @@ def stages_from_p2p(ctx: CheckContext, dist: list[tuple[int, object]]) -> tuple[
         chains = _p2p_groups(ctx, dist)
         how = "process groups carrying send/recv"
     else:
-        chains = _chains(edges)
+        chains = p2p_chains(edges)
     if not chains or len({len(c) for c in chains}) != 1 or len(chains[0]) < 2:
         return None
     first = _first_p2p(ctx)
@@ -99,7 +99,7 @@ def stages_from_p2p(ctx: CheckContext, dist: list[tuple[int, object]]) -> tuple[
     return stages, len(chains[0]), how
 
 
-def _chains(edges: set[tuple[int, int]]) -> list[list[int]] | None:
+def p2p_chains(edges: set[tuple[int, int]]) -> list[list[int]] | None:
     """The undirected partner graph's components as paths from their lower-rank end; None when one is not a
     simple path (a rank with 3+ partners, or a ring as interleaved schedules make: no first stage to find)."""
     adj: dict[int, set[int]] = defaultdict(set)

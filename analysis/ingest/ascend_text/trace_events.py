@@ -197,7 +197,7 @@ def decode_args(dec: msgspec.json.Decoder, raws: Sequence[msgspec.Raw], default:
     return out
 
 
-def _start_ns(ts: Any) -> int | None:
+def start_ns_of(ts: Any) -> int | None:
     """Exact ns of an event's ts (None when unreadable); fast path for the usual "…250.125" string: dropping
     the dot gives exact ns."""
     if type(ts) is str and len(ts) > 4 and ts[-4] == ".":
@@ -245,7 +245,7 @@ def _milli_strings(ts: Sequence[str]) -> np.ndarray | None:
 
 
 def starts_ns(ts: Sequence[Any]) -> np.ndarray | list[int | None]:
-    """[_start_ns(t) for t in ts]; an int64 array when every ts is the usual µs string (`_milli_strings`),
+    """[start_ns_of(t) for t in ts]; an int64 array when every ts is the usual µs string (`_milli_strings`),
     else the fast path for all at once (C-level maps) when every ts takes it."""
     if ts and STR_ONLY.issuperset(map(type, ts)):
         fixed = _milli_strings(ts)
@@ -256,7 +256,7 @@ def starts_ns(ts: Sequence[Any]) -> np.ndarray | list[int | None]:
                 return list(map(int, map(_DROP_DOT, ts)))
             except ValueError:
                 pass
-    return [_start_ns(t) for t in ts]
+    return [start_ns_of(t) for t in ts]
 
 
 def durs_ns(durs: Sequence[Any]) -> Any:
