@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import socket
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,6 +126,7 @@ def connect(address: str | None) -> Any:
 
     _ray_messages_to_stderr()
     if not ray.is_initialized():
+        _reachable(address or os.environ.get("RAY_ADDRESS"))
         try:
             ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="WARNING",
                      configure_logging=False)
@@ -134,6 +136,23 @@ def connect(address: str | None) -> Any:
             raise ProfileError(None, f"cannot start or join Ray ({where}): {type(e).__name__}: {first}"[:400]) \
                 from None
     return ray
+
+
+def _reachable(address: str | None, timeout_s: float = 5.0) -> None:
+    """A "host:port" or "ray://host:port" address must accept a TCP connection within `timeout_s`: Ray itself
+    retries an unreachable cluster for minutes before it fails. "auto", "local" and no address are Ray's to
+    resolve."""
+    if not address or address in ("auto", "local"):
+        return
+    hostport = address.removeprefix("ray://").rsplit("/", 1)[0]
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise ProfileError(None, f"cannot reach the Ray cluster at {address}: {e.strerror or e} "
+                                 f"(nothing accepted a connection within {timeout_s:g} s)") from None
 
 
 def _ray_messages_to_stderr() -> None:
