@@ -139,23 +139,6 @@ def _fill(src: Source, buf: bytearray, pos: int) -> bytearray:
     return bytearray().join(chunks)
 
 
-def _last_piece(src: Source, doc: Doc, buf: bytearray, pos: int, base: int) -> Iterator[list[Event]]:
-    """The events from `pos` to the end of the input (the stream is at its end), then the keys after the
-    array; a damaged end yields the whole events before the damage, then raises."""
-    piece = b"[" + bytes(buf[pos:])
-    try:
-        yield _decode_events(piece)
-        if not doc.top_level_list:
-            raise ProfileError(src.path, "invalid JSON: truncated (the top-level object is not closed)")
-    except msgspec.DecodeError as e:
-        end = _split_array_end(piece, e)
-        if end is None:
-            yield _events_before_damage(piece, _err_pos(e))
-            raise _invalid(src.path, e, base + pos - 1, base + len(buf)) from None
-        yield _decode_events(piece[:end])
-        _read_tail(src, piece[end:], doc, base + pos - 1 + end)
-
-
 def iter_events(src: Source, doc: Doc) -> Iterator[list[Event]]:
     """Yield lists of events in file order, filling `doc` with the top-level metadata."""
     opened = _open_array(src, doc)
@@ -168,7 +151,7 @@ def iter_events(src: Source, doc: Doc) -> Iterator[list[Event]]:
         if not src.eof and len(buf) - pos < _PIECE:
             buf = _fill(src, buf, pos)
         if src.eof:
-            yield from _last_piece(src, doc, buf, pos, base)
+            yield from _finish_rest(src, b"[" + bytes(buf[pos:]), doc, base + pos - 1)
             return
         hi = len(buf)
         done = False
@@ -252,6 +235,8 @@ def _events_before_damage(piece: bytes, at: int | None) -> list[Event]:
 
 
 def _finish_rest(src: Source, piece: bytes, doc: Doc, offset: int) -> Iterator[list[Event]]:
+    """The events of `piece` (a "[" and the rest of the array, `offset` its input position), then the keys
+    after the array; a damaged end yields the whole events before the damage, then raises."""
     try:
         yield _decode_events(piece)
         if not doc.top_level_list:
