@@ -7,7 +7,9 @@ case folded), so `"Start Time(us)\t"` and `"start time(us)"` are the same column
 
 Known variants covered here (docs/formats.md §1.2):
 - `Block Dim` / `Block Num`, `Mix Block Dim` / `Mix Block Num` (newer torch_npu writes *Num*);
-- a leading `Device_id` column (newer torch_npu) or none (MindSpore, older torch_npu);
+- a `Device_id` column first (newer torch_npu), second (CANN 8.3) or none (MindSpore, older torch_npu);
+  matched by name, never by position; its cells are the device index (not the rank), `host` in
+  api_statistic.csv (host API rows);
 - `OP State` and `HF32 Eligible` missing (older CANN); `Step Id` (torch_npu) / `Step ID` (MindSpore);
 - msprof `op_summary_*.csv` names: `Op Name, OP Type, Task Type, Task Start Time(us), Task Duration(us),
   Task Wait Time(us)`;
@@ -128,7 +130,7 @@ KERNEL_DETAILS = FileColumns("kernel_details.csv", (
     *(Col(name, variants) for name, variants in PIPE_RATIO_COLUMNS.items()),
 ))
 
-# --- step_trace_time.csv (µs; torch_npu has Device_id first, MindSpore has none) ------------------------
+# --- step_trace_time.csv (µs; torch_npu has a Device_id column, MindSpore has none) ---------------------
 
 STEP_TRACE_TIME = FileColumns("step_trace_time.csv", (
     Col("device_id", ("Device_id", "Device Id", "Device ID")),
