@@ -14,20 +14,29 @@ writes each table of at least `shard_min_rows` rows of its rank as a Parquet fil
 the big columns then cross compressed, through the shared storage, and DuckDB inserts them from the file
 without Python touching them. The files are removed once inserted.
 
+Locality: a rank whose files name a host that a node of the cluster answers to (`locality.place`: the host in
+Kineto's / torch_npu's file names, matched against the label `stepdoctor/host`, node names, host names and
+addresses of `ray.nodes()`) runs with `NodeAffinitySchedulingStrategy(node, soft=True)`: on that node, waiting
+for its CPUs when they are busy (its files may be on its disk only), elsewhere when the node is gone or cannot
+run the task. Other ranks go where Ray puts them. The count is logged (INFO) and handed to `on_placement`.
+
 Failures: a rank whose reader fails (ProfileError) is answered, not raised, and skipped at once (parsing it
 again gives the same error). A task whose process dies (killed, out of memory, a lost node) is retried by
 Ray `max_retries` times; when every attempt failed the rank is skipped with Ray's reason in the warnings.
 
-This module imports Ray only inside `build_with_ray`: nothing else in stepdoctor imports it.
+This module imports Ray only inside the functions the Ray engine runs (`build_with_ray` and what it calls):
+nothing else in stepdoctor imports it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import socket
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +44,7 @@ from typing import Any
 from ..errors import ProfileError
 from ..ingest.base import Coded, RankSource
 from ..ingest.discover import Discovery
+from .locality import Placement, interleaved, place
 from .parse import Parts, parse_rank
 from .pool import ProgressFn
 from .writer import CHUNK_ROWS, Writer, connect_for_writing, row_count
@@ -49,6 +59,8 @@ SHARDS_ENV = "STEPDOCTOR_RAY_SHARDS"
 # worth a file: an INSERT from a file costs a few milliseconds whatever its size).
 SHARD_MIN_ROWS = 4 * CHUNK_ROWS
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class ShardFile:
@@ -59,7 +71,9 @@ class ShardFile:
 
 
 Block = dict[str, Any] | ShardFile
-TaskResult = tuple[int, list[tuple[str, Block]], list[str], list[str]] | str  # (rank, parts, warnings, caps) | error
+# (rank, parts, warnings, capabilities, the id of the node it ran on) | the error that skips the rank
+Parsed = tuple[int, list[tuple[str, Block]], list[str], list[str], str]
+TaskResult = Parsed | str
 
 
 def parse_task(src: RankSource, fault: str | None = None, shard_dir: str | None = None,
@@ -75,7 +89,17 @@ def parse_task(src: RankSource, fault: str | None = None, shard_dir: str | None 
         return str(e)
     except OSError as e:  # the shard folder
         return f"{src.path}: cannot write its shard: {e}"
-    return t.rank, blocks, list(t.warnings), sorted(t.capabilities)
+    return t.rank, blocks, list(t.warnings), sorted(t.capabilities), _node_id()
+
+
+def _node_id() -> str:
+    """The Ray node this task runs on ("" outside Ray)."""
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+    except Exception:  # the id only reports where a rank ran: never fail a parse for it
+        return ""
 
 
 def _shards(rank: int, parts: Parts, folder: Path, min_rows: int) -> list[tuple[str, Block]]:
@@ -175,35 +199,41 @@ def _ray_messages_to_stderr() -> None:
 
 def build_with_ray(disc: Discovery, out: Path, progress: ProgressFn | None, *, address: str | None = None,
                    in_flight: int | None = None, max_retries: int = MAX_RETRIES, shard_dir: Path | None = None,
-                   shard_min_rows: int | None = None) -> tuple[int, list[str]]:
+                   shard_min_rows: int | None = None,
+                   on_placement: Callable[[Placement], None] | None = None) -> tuple[int, list[str]]:
     """Parse every rank of `disc` in Ray tasks and insert them into a new database at `out`; returns (ranks
-    stored, errors of the skipped ranks)."""
+    stored, errors of the skipped ranks). `on_placement` gets where each rank was pinned and where it ran."""
     ray = connect(address)
     task = ray.remote(num_cpus=1, max_retries=max_retries, retry_exceptions=False)(parse_task)
+    placement = place(disc.sources, _nodes(ray))
+    remotes = {node: _pinned(task, node) for node in set(placement.targets)}
     fault = os.environ.get(FAULT_ENV)
     base = shard_dir or os.environ.get(SHARDS_ENV)
     shards = str(Path(base) / f"{out.name}.shards") if base else None  # this build's own, removed after it
     min_rows = SHARD_MIN_ROWS if shard_min_rows is None else shard_min_rows
     cpus = int(ray.cluster_resources().get("CPU", 1))
     limit = max(1, in_flight or 2 * cpus)
-    todo = list(reversed(disc.sources))
-    running: dict[Any, RankSource] = {}
+    todo = list(reversed(interleaved(placement.targets)))  # source indexes, popped from the end
+    running: dict[Any, int] = {}
     n, stored, errors = len(disc.sources), 0, []
     con, rows = connect_for_writing(out)
     try:
         writer = Writer(con, rows)
         while todo or running:
             while todo and len(running) < limit:  # backpressure: results wait in the store, not here
-                src = todo.pop()
-                running[task.remote(src, fault, shards, min_rows)] = src
+                i = todo.pop()
+                running[remotes[placement.targets[i]].remote(disc.sources[i], fault, shards, min_rows)] = i
             (ref,), _ = ray.wait(list(running), num_returns=1)
-            src = running.pop(ref)
+            i = running.pop(ref)
+            src = disc.sources[i]
             try:
                 result: TaskResult = ray.get(ref)
             except ray.exceptions.RayError as e:
                 result = (f"{src.path}: cannot parse: the Ray task failed {max_retries + 1} times "
                           f"({_reason(e)})")
             del ref
+            if not isinstance(result, str):
+                placement.ran_on[i] = result[4]
             err = result if isinstance(result, str) else _insert(writer, src, result)
             del result
             if err:
@@ -217,12 +247,32 @@ def build_with_ray(disc: Discovery, out: Path, progress: ProgressFn | None, *, a
         con.close()
         if shards:  # (a task that died after writing a shard left it here)
             shutil.rmtree(shards, ignore_errors=True)
+    log.info("ray %s", placement.summary())
+    if on_placement:
+        on_placement(placement)
     return stored, errors
 
 
-def _insert(writer: Writer, src: RankSource, result: tuple[int, list[tuple[str, Block]], list[str], list[str]]
-            ) -> str | None:
-    rank, parts, warnings, capabilities = result
+def _nodes(ray: Any) -> list[dict[str, Any]]:
+    """The cluster's nodes as Ray reports them; none (no locality) when it cannot say."""
+    try:
+        return list(ray.nodes())
+    except Exception as e:  # locality only speeds a build up: never fail one for it
+        log.info("ray locality off: the cluster did not list its nodes (%s)", _reason(e))
+        return []
+
+
+def _pinned(task: Any, node_id: str | None) -> Any:
+    """`task`, soft-pinned to `node_id`: there when it is alive and can run it, else wherever Ray pleases."""
+    if node_id is None:
+        return task
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=True))
+
+
+def _insert(writer: Writer, src: RankSource, result: Parsed) -> str | None:
+    rank, parts, warnings, capabilities, _ = result
     files = [b.path for _, b in parts if isinstance(b, ShardFile)]
     try:
         if not writer.claim(rank):
