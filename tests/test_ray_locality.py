@@ -39,6 +39,8 @@ needs_ray = pytest.mark.skipif(not HAS_RAY, reason="ray is not installed (pip in
     ("gpu_host_7_1234.99.pt.trace.json", "gpu_host_7"),                # underscores in the host name
     ("node-b_123_20250109073508123_ascend_pt", "node-b"),              # torch_npu's rank folder
     ("worker3_77_20240101000000000_ascend_ms", "worker3"),             # MindSpore's
+    ("gpu-3_77_20240101000000_ascend_pt", "gpu-3"), ("gpu-3_77_20240101000000.123_ascend_pt", "gpu-3"),
+    ("myrun_20240101000000123_ascend_pt", None),                       # a worker name without the pid
     ("rank0_ascend_pt", None), ("rank0.pt.trace.json", None), ("sampled_rank-7.json", None),
     ("ascend_pytorch_profiler_0.db", None),
 ])

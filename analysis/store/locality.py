@@ -2,9 +2,11 @@
 
 A rank's host comes from what the profiler wrote, never from a guess:
 * Kineto's `tensorboard_trace_handler` names a trace `<worker>.<ts>.pt.trace.json[.gz]`, whose default worker
-  name is `<host>_<pid>` (scripts often keep the form with the rank for the pid: `vm_0.1795….pt.trace.json.gz`);
-* torch_npu / MindSpore name a rank folder `<host>_<pid>_<ts>_ascend_pt` / `_ascend_ms` (the same worker name,
-  then the 17-digit timestamp msprof-analyze keys on); a DB export inside it is looked up by its folder;
+  name is `<host>_<pid>` (scripts often put the rank where the pid was: `vm_0.1795….pt.trace.json.gz`);
+* torch_npu / MindSpore name a rank folder `<host>_<pid>_<ts>_ascend_pt` / `_ascend_ms` (the same default
+  worker name, then the timestamp); a DB export inside it is looked up by its folder. A worker name the user
+  set replaces `<host>_<pid>` (older torch_npu) or `<host>` (newer), so it names a host only by coincidence
+  with a node: the pin is then harmless, as every pin is soft;
 * a `hostname` / `host` that discovery put in `RankSource.extra` wins over the names.
 A name without the `_<digits>` worker suffix (`rank0_ascend_pt`, `rank-3.json`) names no host.
 
@@ -32,7 +34,8 @@ from ..ingest.base import RankSource
 
 HOST_LABEL = "stepdoctor/host"
 KINETO_FILE_RE = re.compile(r"^(?P<host>.+)_\d+\.\d+\.pt\.trace\.json(\.gz)?$")
-ASCEND_DIR_RE = re.compile(r"^(?P<host>.+)_\d+_\d{14,}_ascend_(pt|ms)$")
+# The timestamp: YYYYmmddHHMMSS, then milliseconds as torch_npu versions write them ("123", ".123" or none).
+ASCEND_DIR_RE = re.compile(r"^(?P<host>.+)_\d+_\d{14}(\.?\d{3})?_ascend_(pt|ms)$")
 
 
 def host_of_name(name: str) -> str | None:
