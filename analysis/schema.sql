@@ -238,3 +238,36 @@ CREATE TABLE capabilities (
     rank            INTEGER NOT NULL,
     name            VARCHAR NOT NULL      -- e.g. kernel_details, op_state, pipe_ratios, block_dim, freq, gc, comm_json, ...
 );
+
+-- Per-rank summaries, computed where the rank is parsed (analysis/store/summaries.py) from the rows above,
+-- so cross-rank answers read ranks x steps rows instead of every event (docs/scale.md).
+
+-- The breakdown of each `steps` row in integer ns (the definitions: analysis/metrics/breakdown.py).
+-- W = the device window the breakdown measured (torch_npu's on Ascend; the host window where unknown).
+CREATE TABLE step_breakdown (
+    rank            INTEGER NOT NULL,
+    step            INTEGER NOT NULL,     -- as in steps
+    kept            BOOLEAN NOT NULL,     -- as in steps
+    start_ns        BIGINT NOT NULL,      -- host step start (steps.start_ns)
+    end_ns          BIGINT NOT NULL,      -- host step end
+    window_start_ns BIGINT NOT NULL,      -- W start
+    window_end_ns   BIGINT NOT NULL,      -- W end
+    window_start_known BOOLEAN NOT NULL,  -- W starts at device work (FALSE: the host start, Preparing unknown)
+    has_device      BOOLEAN NOT NULL,     -- the rank has device ops (FALSE: every duration below is unknown)
+    busy_ns         BIGINT NOT NULL,      -- |union(all device ops) ∩ W|
+    compute_ns      BIGINT NOT NULL,      -- |union(compute ops) ∩ W|
+    communication_ns BIGINT NOT NULL,     -- |union(communication ops) ∩ W|
+    compute_or_comm_ns BIGINT NOT NULL,   -- |union(compute and communication ops) ∩ W|
+    bubble_ns       BIGINT                -- receive-op time starting in the host step (pipeline bubble); NULL: unknown
+);
+
+-- Device ops per (rank, step, name, category): top kernels are a GROUP BY over this.
+CREATE TABLE kernel_totals (
+    rank            INTEGER NOT NULL,
+    step            INTEGER,              -- device_ops.step (NULL: outside every step)
+    name            VARCHAR NOT NULL,     -- device_ops.name
+    category        VARCHAR NOT NULL,     -- device_ops.category
+    count           BIGINT NOT NULL,      -- ops
+    total_ns        BIGINT NOT NULL,      -- sum of dur_ns
+    max_ns          BIGINT NOT NULL       -- longest dur_ns
+);

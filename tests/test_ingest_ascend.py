@@ -188,10 +188,11 @@ def test_breakdown_metric_matches_step_trace_time(cluster: Profile) -> None:
 
 def test_breakdown_reads_device_ops_in_batches_of_ranks(cluster: Profile, monkeypatch) -> None:
     """Device ops are read for several ranks per query and split per rank: one rank per batch, two, and
-    all four give the same rows, and the number of queries follows the batches."""
+    all four give the same rows, and the number of queries follows the batches (from_events: the
+    stored per-rank summaries are not read)."""
     from stepdoctor.analysis.metrics import breakdown
 
-    want = breakdown.compute_breakdown(cluster)
+    want = breakdown.compute_breakdown(cluster, from_events=True)
     sizes = dict(cluster.rows("SELECT rank, count(*) FROM device_ops GROUP BY rank"))
     loads: list[list[int]] = []
     real = breakdown._OpsByRank._load
@@ -200,9 +201,9 @@ def test_breakdown_reads_device_ops_in_batches_of_ranks(cluster: Profile, monkey
                            (breakdown.BATCH_OPS, [[0, 1, 2, 3]])):
         monkeypatch.setattr(breakdown, "BATCH_OPS", limit)
         loads.clear()
-        assert breakdown.compute_breakdown(cluster) == want
+        assert breakdown.compute_breakdown(cluster, from_events=True) == want
         assert loads == batches
-    assert breakdown.compute_breakdown(cluster, ranks=[2]) == [r for r in want if r.rank == 2]
+    assert breakdown.compute_breakdown(cluster, ranks=[2], from_events=True) == [r for r in want if r.rank == 2]
 
 
 def test_planted_step_facts(cluster: Profile) -> None:

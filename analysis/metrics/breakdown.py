@@ -36,13 +36,15 @@ float timestamps. Without it, all device work in the window counts.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 from pydantic import BaseModel, Field
 
 from ..ingest.kineto import HTA_KEPT_DEVICE_OPS_SQL
 from ..store import Profile
+from ..store.summaries import STEP_TABLE, is_ascend, step_breakdown_ns
 from ..units import NS_PER_MS
-from .intervals import Coverage
 
 # Device ops are read for a batch of ranks per query, up to this many rows: a query per rank costs more
 # than its rows on many small ranks, and one query for all ranks would hold every op of a large cluster.
@@ -76,7 +78,6 @@ class BreakdownRow(BaseModel):
 
 _FIELDS = ("step_ms", "host_step_ms", "device_ms", "compute_ms", "communication_ms", "comm_not_overlapped_ms", "overlapped_ms",
            "free_ms", "bubble_ms", "preparing_ms", "stage_ms", "idle_ms", "non_compute_ms")
-_KINETO_FORMATS = ("kineto",)
 
 
 def _ms(ns: float | int | None) -> float | None:
@@ -84,9 +85,14 @@ def _ms(ns: float | int | None) -> float | None:
 
 
 def compute_breakdown(profile: Profile, *, hta_compat: bool = False, ranks: list[int] | None = None,
-                      steps: list[int] | None = None, include_dropped: bool = False) -> list[BreakdownRow]:
+                      steps: list[int] | None = None, include_dropped: bool = False,
+                      from_events: bool = False) -> list[BreakdownRow]:
     """Breakdown rows for every (rank, step), ordered by rank then step.
 
+    A rank's rows come from its stored summary (`step_breakdown`, computed where the rank was parsed by
+    the same `step_breakdown_ns`), so the driver reads ranks x steps rows; from its device ops only where
+    there is none (a store built without summaries), with hta_compat (HTA's op set and µs rounding) or
+    with `from_events` (every rank: what the summaries are checked against).
     Columns come straight from DuckDB as numpy arrays (no pandas: opening a profile and printing its
     breakdown stays within ~1.1x the largest input file of memory, see evals/bench/README.md).
     """
@@ -97,22 +103,62 @@ def compute_breakdown(profile: Profile, *, hta_compat: bool = False, ranks: list
             cond.append(f"{col} IN (SELECT unnest(?::BIGINT[]))")
             params.append([int(v) for v in vals])
     where = f"WHERE {' AND '.join(cond)}" if cond else ""
+    formats = dict(profile.rows("SELECT rank, format FROM ranks"))
+    summarised: set[int] = set()
+    rows: list[BreakdownRow] = []
+    if not (hta_compat or from_events):
+        summarised = {int(r[0]) for r in profile.rows(f"SELECT DISTINCT rank FROM {STEP_TABLE}")}
+        rows += _summary_rows(profile, where, params, formats)
     st = profile.arrays("SELECT rank, step, start_ns, end_ns, device_start_ns IS NOT NULL AS d0_known, "
                         "device_end_ns IS NOT NULL AS d1_known, coalesce(device_start_ns, 0) AS d0, "
                         f"coalesce(device_end_ns, 0) AS d1 FROM steps {where} ORDER BY rank, step", params)
-    rows: list[BreakdownRow] = []
-    kineto_ranks = {int(r[0]) for r in profile.rows("SELECT rank FROM ranks WHERE format = 'kineto'")}
-    formats = dict(profile.rows("SELECT rank, format FROM ranks"))
-    # Receive ops (the pipeline bubble): communication.json's, else the trace's hcom_receive* tasks
-    recv = profile.arrays(
-        "SELECT rank, start_ns, elapse_ns FROM comm_ops WHERE op_type IN ('receive', 'recv') UNION ALL "
-        "SELECT rank, start_ns, dur_ns FROM device_ops WHERE category = 'communication' "
-        "AND lower(name) LIKE 'hcom_receive%' AND rank NOT IN (SELECT DISTINCT rank FROM comm_ops)")
-    recv_rank = np.asarray(recv["rank"], dtype=np.int64)
     st_rank = np.asarray(st["rank"], dtype=np.int64)
     step_ranks = np.unique(st_rank).tolist()
-    batched = _OpsByRank(profile, [r for r in step_ranks if not (hta_compat and r in kineto_ranks)])
-    for rank in step_ranks:
+    from_events = [r for r in step_ranks if r not in summarised]
+    if from_events:
+        rows += _event_rows(profile, st, st_rank, from_events, formats, hta_compat)
+    _steps_from_step_table(profile, rows)
+    rows += _step_table_rows(profile, set(step_ranks), ranks, steps)
+    rows.sort(key=lambda r: (r.rank, r.step if r.step is not None else -1))
+    return rows
+
+
+_SUMMARY_COLS = ("step", "start_ns", "end_ns", "window_start_ns", "window_end_ns", "window_start_known",
+                 "has_device", "busy_ns", "compute_ns", "communication_ns", "compute_or_comm_ns")
+
+
+def _summary_rows(profile: Profile, where: str, params: list[object], formats: dict[int, str]
+                  ) -> list[BreakdownRow]:
+    """The rows of the ranks that have a stored summary (the steps' filter `where` applies to it as is)."""
+    s = profile.arrays(f"SELECT rank, {', '.join(_SUMMARY_COLS)}, coalesce(bubble_ns, 0) AS bubble_ns, "
+                       f"bubble_ns IS NOT NULL AS bubble_known FROM {STEP_TABLE} {where} ORDER BY rank, step",
+                       params)
+    rank = np.asarray(s["rank"], dtype=np.int64)
+    if not rank.size:
+        return []
+    cuts = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1], True]).tolist()
+    rows: list[BreakdownRow] = []
+    for i, j in itertools.pairwise(cuts):
+        r = int(rank[i])
+        rows += rank_rows(r, {k: np.asarray(v)[i:j] for k, v in s.items()}, ascend=is_ascend(formats.get(r)))
+    return rows
+
+
+def _event_rows(profile: Profile, st: dict[str, np.ndarray], st_rank: np.ndarray, ranks: list[int],
+                formats: dict[int, str], hta_compat: bool) -> list[BreakdownRow]:
+    """The rows of `ranks` computed from their device ops (`st`: the steps query, every rank's rows)."""
+    kineto_ranks = {r for r in ranks if formats.get(r) == "kineto"}
+    # Receive ops (the pipeline bubble): communication.json's, else the trace's hcom_receive* tasks
+    recv = profile.arrays(
+        "SELECT rank, start_ns, elapse_ns FROM comm_ops WHERE op_type IN ('receive', 'recv') "
+        "AND rank IN (SELECT unnest(?::BIGINT[])) UNION ALL "
+        "SELECT rank, start_ns, dur_ns FROM device_ops WHERE category = 'communication' "
+        "AND lower(name) LIKE 'hcom_receive%' AND rank NOT IN (SELECT DISTINCT rank FROM comm_ops) "
+        "AND rank IN (SELECT unnest(?::BIGINT[]))", [ranks, ranks])
+    recv_rank = np.asarray(recv["rank"], dtype=np.int64)
+    batched = _OpsByRank(profile, [r for r in ranks if not (hta_compat and r in kineto_ranks)])
+    rows: list[BreakdownRow] = []
+    for rank in ranks:
         sel = st_rank == rank
         if hta_compat and rank in kineto_ranks:
             # HTA's kept-op set (hta_compat on Kineto): ops whose launch precedes the last step
@@ -121,11 +167,7 @@ def compute_breakdown(profile: Profile, *, hta_compat: bool = False, ranks: list
         else:
             ops = batched.of(rank)
         rows += _rank_rows(rank, ops, {k: np.asarray(v)[sel] for k, v in st.items()},
-                           recv, recv_rank == rank, ascend=formats.get(rank) not in _KINETO_FORMATS,
-                           hta_compat=hta_compat)
-    _steps_from_step_table(profile, rows)
-    rows += _step_table_rows(profile, set(step_ranks), ranks, steps)
-    rows.sort(key=lambda r: (r.rank, r.step if r.step is not None else -1))
+                           recv, recv_rank == rank, ascend=is_ascend(formats.get(rank)), hta_compat=hta_compat)
     return rows
 
 
@@ -133,45 +175,37 @@ def _rank_rows(rank: int, ops: dict[str, np.ndarray], st: dict[str, np.ndarray],
                r_sel: np.ndarray, *, ascend: bool, hta_compat: bool) -> list[BreakdownRow]:
     """The breakdown rows of one rank's steps `st` (the steps query's columns, this rank's rows) from its
     device ops; `recv` rows `r_sel` are its receive ops (the pipeline bubble)."""
-    rows: list[BreakdownRow] = []
     starts = np.asarray(ops["start_ns"], dtype=np.int64)
     ends = starts + np.asarray(ops["dur_ns"], dtype=np.int64)
     if hta_compat:
         starts = -((-starts) // 1000) * 1000
         ends = (ends // 1000) * 1000
-    is_comp = np.asarray(ops["comp"], dtype=bool)
-    is_comm = np.asarray(ops["comm"], dtype=bool)
-    all_cov = Coverage(starts, ends)
-    comp_cov = Coverage(starts[is_comp], ends[is_comp])
-    comm_cov = Coverage(starts[is_comm], ends[is_comm])
-    both = is_comp | is_comm
-    cc_cov = Coverage(starts[both], ends[both])
-    has_device = starts.size > 0
+    s = step_breakdown_ns(starts, ends, np.asarray(ops["comp"], dtype=bool), np.asarray(ops["comm"], dtype=bool),
+                          st, np.asarray(recv["start_ns"], dtype=np.int64)[r_sel],
+                          np.asarray(recv["elapse_ns"], dtype=np.int64)[r_sel], ascend=ascend)
+    return rank_rows(rank, s, ascend=ascend)
 
-    # integer ns throughout: epoch ns do not survive a float64 round trip (~256 ns steps at 1.7e18)
-    h0 = np.asarray(st["start_ns"], dtype=np.int64)
-    h1 = np.asarray(st["end_ns"], dtype=np.int64)
-    d0_known = np.asarray(st["d0_known"], dtype=bool)
-    d1_known = np.asarray(st["d1_known"], dtype=bool)
-    # a step whose device window is unknown but whose rank has device data: the host window
-    w0 = np.where(d0_known, np.asarray(st["d0"], dtype=np.int64), h0)
-    w1 = np.where(d1_known, np.asarray(st["d1"], dtype=np.int64), h1)
-    if ascend:
-        w0, w1, d0_known = _compute_comm_window(starts[both], ends[both], w0, w1, d0_known)
-    busy = all_cov.within(w0, w1)
-    comp = comp_cov.within(w0, w1)
-    comm = comm_cov.within(w0, w1)
-    union_cc = cc_cov.within(w0, w1)
+
+def rank_rows(rank: int, s: dict[str, np.ndarray], *, ascend: bool) -> list[BreakdownRow]:
+    """Breakdown rows (ms) of one rank from its per-step ns quantities: `step_breakdown_ns`'s columns, or
+    the same columns read back from the stored `step_breakdown` (bubble_ns with NULL as 0 plus bubble_known)."""
+    rows: list[BreakdownRow] = []
+    h0 = np.asarray(s["start_ns"], dtype=np.int64)
+    h1 = np.asarray(s["end_ns"], dtype=np.int64)
+    w0 = np.asarray(s["window_start_ns"], dtype=np.int64)
+    w1 = np.asarray(s["window_end_ns"], dtype=np.int64)
+    d0_known = np.asarray(s["window_start_known"], dtype=bool)
+    has_device = np.asarray(s["has_device"], dtype=bool)
+    busy = np.asarray(s["busy_ns"], dtype=np.int64)
+    comp = np.asarray(s["compute_ns"], dtype=np.int64)
+    comm = np.asarray(s["communication_ns"], dtype=np.int64)
+    union_cc = np.asarray(s["compute_or_comm_ns"], dtype=np.int64)
     overl = comp + comm - union_cc
-    r_start = np.asarray(recv["start_ns"], dtype=np.int64)[r_sel]
-    r_elapse = np.asarray(recv["elapse_ns"], dtype=np.int64)[r_sel]
-    for i, step in enumerate(np.asarray(st["step"]).tolist()):
-        # Ascend: torch_npu's Bubble is 0 without receives; elsewhere unknown unless there are some
-        bubble = 0 if ascend and has_device else None
-        if r_start.size:
-            m = (r_start >= h0[i]) & (r_start < h1[i])
-            bubble = int(r_elapse[m].sum())
-        dev = has_device
+    bubble_ns = np.asarray(s["bubble_ns"], dtype=np.int64)
+    bubble_known = np.asarray(s["bubble_known"], dtype=bool)
+    for i, step in enumerate(np.asarray(s["step"]).tolist()):
+        dev = bool(has_device[i])
+        bubble = int(bubble_ns[i]) if bubble_known[i] else None
         device = w1[i] - w0[i]
         rows.append(BreakdownRow(
             rank=int(rank), step=int(step), step_ms=_ms(h1[i] - h0[i]), host_step_ms=_ms(h1[i] - h0[i]),
@@ -227,21 +261,6 @@ def _step_table_rows(profile: Profile, timed: set[int], ranks: list[int] | None,
                                 preparing_ms=_ms(prep), stage_ms=_ms(stage),
                                 idle_ms=_ms(None if free is None else free + (prep or 0))))
     return out
-
-
-def _compute_comm_window(starts: np.ndarray, ends: np.ndarray, w0: np.ndarray, w1: np.ndarray,
-                         known: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per step, [first start, last end) of the compute / communication ops that start in [w0, w1): the
-    window of torch_npu's Overlap Analysis. Steps with no such op keep their window (and are not known)."""
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    lo = np.searchsorted(s, w0, side="left")
-    hi = np.searchsorted(s, w1, side="left")
-    n0, n1, k = w0.copy(), w1.copy(), known.copy()
-    for i in np.flatnonzero(hi > lo).tolist():
-        n0[i], n1[i] = s[lo[i]], e[lo[i]:hi[i]].max()
-    k[hi <= lo] = False
-    return n0, n1, k
 
 
 # Fields of the profiler's own step table (vendor_step_trace, ns) and the breakdown fields they check.

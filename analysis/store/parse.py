@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ProfileError
 from ..ingest.base import RankSource, RankTables, StoreError
+from .summaries import RankSummary
 
 if TYPE_CHECKING:
     import numpy as np
@@ -92,10 +93,18 @@ def parse_rank(src: RankSource, sink: Sink | None = None) -> tuple[RankTables, P
     """Parse one rank and type its columns for the insert; every failure is a ProfileError naming the file.
 
     `sink(rank, table, columns)`, for a reader in STREAMING: its big tables' typed blocks as the reader
-    finishes them (they are then not in the parts returned); the rank may fail after some were given."""
+    finishes them (they are then not in the parts returned); the rank may fail after some were given.
+
+    The parts end with the rank's summaries (`summaries.RankSummary`: its per-step breakdown and kernel
+    totals), computed here from the same typed blocks, streamed or not, so every engine stores them."""
+    summary = RankSummary(src.rank if src.rank is not None else -1)
     try:
-        t = read_source(src, sink)
-        return t, list(t.parts())
+        t = read_source(src, summary.tee(sink) if sink is not None else None)
+        parts = list(t.parts())
+        summary.rank = t.rank
+        for table, cols in parts:
+            summary.add(table, cols)
+        return t, parts + summary.parts(t.warnings)
     except MemoryError:
         raise ProfileError(src.path, "out of memory while parsing") from None
     except ProfileError:
