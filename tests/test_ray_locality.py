@@ -20,6 +20,7 @@ from stepdoctor.analysis.ingest.base import RankSource, table_columns
 from stepdoctor.analysis.ingest.discover import discover
 from stepdoctor.analysis.store.locality import (
     HOST_LABEL,
+    HOST_RESOURCE,
     NodeIndex,
     host_of_name,
     interleaved,
@@ -64,9 +65,11 @@ def test_real_kineto_traces_name_the_host_they_were_recorded_on():
     assert [rank_host(s) for s in asc.sources] == [None, None]
 
 
-def _node(nid: str, host: str, addr: str, cpus: float = 4, alive: bool = True, **labels: str) -> dict:
+def _node(nid: str, host: str, addr: str, cpus: float = 4, alive: bool = True, hosts: tuple[str, ...] = (),
+          **labels: str) -> dict:
+    resources = {**({"CPU": cpus} if cpus else {}), **{f"{HOST_RESOURCE}{h}": 1.0 for h in hosts}}
     return {"NodeID": nid, "Alive": alive, "NodeName": addr, "NodeManagerHostname": host,
-            "NodeManagerAddress": addr, "Resources": {"CPU": cpus} if cpus else {}, "Labels": labels}
+            "NodeManagerAddress": addr, "Resources": resources, "Labels": labels}
 
 
 NODES = [
@@ -75,6 +78,7 @@ NODES = [
     _node("b", "pod-7f9c", "10.0.0.2", **{HOST_LABEL: "gpu-b"}),  # a pod whose label names its trainer host
     _node("dead", "gpu-c", "10.0.0.3", alive=False),
     _node("head", "gpu-d", "10.0.0.4", cpus=0),                   # a head that runs no tasks
+    _node("nfs", "store-1", "10.0.0.5", hosts=("gpu-e", "gpu-f")),  # holds two hosts' files (custom resources)
 ]
 
 
@@ -86,6 +90,7 @@ def test_nodes_answer_to_label_host_name_short_name_and_address():
     assert index.nodes_for("10.0.0.1") == ["a1", "a2"] and index.nodes_for("10") == []
     assert index.nodes_for("gpu-b") == ["b"] and index.nodes_for("pod-7f9c") == ["b"]
     assert index.nodes_for("gpu-c") == [] and index.nodes_for("gpu-d") == [] and index.nodes_for("gpu-z") == []
+    assert index.nodes_for("gpu-e") == index.nodes_for("GPU-F") == index.nodes_for("store-1") == ["nfs"]
 
 
 def test_place_deals_a_hosts_ranks_among_its_nodes_and_leaves_unknown_hosts_to_ray(tmp_path):
@@ -193,12 +198,12 @@ def test_ranks_named_after_this_machine_are_dealt_between_its_two_raylets(cluste
 
 @needs_ray
 def test_a_rank_whose_node_is_gone_runs_elsewhere(cluster, tmp_path, monkeypatch):
-    """The cluster listed node-c alive, then node-c went away before its rank ran: soft affinity runs it on a
-    node that is still there, and the store is whole."""
+    """The cluster listed node-c (named by a custom resource) alive, then node-c went away before its rank ran:
+    soft affinity runs it on a node that is still there, and the store is whole."""
     import ray
 
     c, head, node_b = cluster
-    node_c = c.add_node(num_cpus=1, object_store_memory=80 << 20, labels={HOST_LABEL: "node-c"})
+    node_c = c.add_node(num_cpus=1, object_store_memory=80 << 20, resources={f"{HOST_RESOURCE}node-c": 1})
     c.wait_for_nodes()
     listed = ray.nodes()
     c.remove_node(node_c)

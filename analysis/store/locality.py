@@ -11,8 +11,10 @@ A rank's host comes from what the profiler wrote, never from a guess:
 A name without the `_<digits>` worker suffix (`rank0_ascend_pt`, `rank-3.json`) names no host.
 
 A node answers to (most deliberate first; the first level with an alive node that has CPUs decides):
-1. the label `stepdoctor/host` (`ray start --labels stepdoctor/host=<name>`): for nodes whose host name is not the
-   trainer's (containers, KubeRay pods) or that hold another host's files;
+1. the label `stepdoctor/host` (`ray start --labels stepdoctor/host=<name>`) or a custom resource
+   `stepdoctor-host:<name>` (`ray start --resources '{"stepdoctor-host:<name>": 1}'`, any amount; one per name,
+   so a node can hold several hosts' files; Ray's documented flag, where `--labels` is still a hidden one): for
+   nodes whose host name is not the trainer's (containers, KubeRay pods) or that hold another host's files;
 2. its node name (`ray start --node-name`), its host name (`NodeManagerHostname`, also its first DNS label, so
    `node-b` matches `node-b.cluster.local` both ways) and its address (`NodeManagerAddress`).
 Names compare case-insensitively. When several nodes answer to one host (several raylets on one machine), that
@@ -33,6 +35,7 @@ from typing import Any
 from ..ingest.base import RankSource
 
 HOST_LABEL = "stepdoctor/host"
+HOST_RESOURCE = "stepdoctor-host:"  # + the host name
 KINETO_FILE_RE = re.compile(r"^(?P<host>.+)_\d+\.\d+\.pt\.trace\.json(\.gz)?$")
 # The timestamp: YYYYmmddHHMMSS, then milliseconds as torch_npu versions write them ("123", ".123" or none).
 ASCEND_DIR_RE = re.compile(r"^(?P<host>.+)_\d+_\d{14}(\.?\d{3})?_ascend_(pt|ms)$")
@@ -71,7 +74,7 @@ def _short(name: str) -> str:
 class NodeIndex:
     """Alive nodes that can run a task (CPU > 0), by the names they answer to (lower case): node ids."""
 
-    by_label: dict[str, list[str]] = field(default_factory=dict)
+    by_label: dict[str, list[str]] = field(default_factory=dict)  # the label or the custom resources
     by_name: dict[str, list[str]] = field(default_factory=dict)
 
     @classmethod
@@ -86,6 +89,9 @@ class NodeIndex:
             label = (node.get("Labels") or {}).get(HOST_LABEL)
             if label:
                 _add(index.by_label, label, nid)
+            for res in node.get("Resources") or {}:
+                if res.startswith(HOST_RESOURCE) and len(res) > len(HOST_RESOURCE):
+                    _add(index.by_label, res[len(HOST_RESOURCE):], nid)
             names = {node.get("NodeName"), node.get("NodeManagerHostname"), node.get("NodeManagerAddress")}
             for name in names - {None, ""}:
                 _add(index.by_name, str(name), nid)
