@@ -15,8 +15,8 @@ the big columns then cross compressed, through the shared storage, and DuckDB in
 without Python touching them. The files are removed once inserted.
 
 Locality: a rank whose files name a host that a node of the cluster answers to (`locality.place`: the host in
-Kineto's / torch_npu's file names, matched against the label `stepdoctor/host`, node names, host names and
-addresses of `ray.nodes()`) runs with `NodeAffinitySchedulingStrategy(node, soft=True)`: on that node, waiting
+Kineto's / torch_npu's file names, matched against the label `stepdoctor/host`, the custom resources
+`stepdoctor-host:<name>`, node names, host names and addresses of `ray.nodes()`) runs with `NodeAffinitySchedulingStrategy(node, soft=True)`: on that node, waiting
 for its CPUs when they are busy (its files may be on its disk only), elsewhere when the node is gone or cannot
 run the task. Other ranks go where Ray puts them. The count is logged (INFO) and handed to `on_placement`.
 
