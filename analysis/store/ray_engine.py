@@ -16,9 +16,10 @@ without Python touching them. The files are removed once inserted.
 
 Locality: a rank whose files name a host that a node of the cluster answers to (`locality.place`: the host in
 Kineto's / torch_npu's file names, matched against the label `stepdoctor/host`, the custom resources
-`stepdoctor-host:<name>`, node names, host names and addresses of `ray.nodes()`) runs with `NodeAffinitySchedulingStrategy(node, soft=True)`: on that node, waiting
-for its CPUs when they are busy (its files may be on its disk only), elsewhere when the node is gone or cannot
-run the task. Other ranks go where Ray puts them. The count is logged (INFO) and handed to `on_placement`.
+`stepdoctor-host:<name>`, node names, host names and addresses of `ray.nodes()`) runs with
+`NodeAffinitySchedulingStrategy(node, soft=True)`: on that node, waiting for its CPUs when they are busy (its
+files may be on its disk only), elsewhere when the node is gone or cannot run the task. Other ranks go where
+Ray puts them. The count is logged (INFO) and handed to `on_placement`.
 
 Failures: a rank whose reader fails (ProfileError) is answered, not raised, and skipped at once (parsing it
 again gives the same error). A task whose process dies (killed, out of memory, a lost node) is retried by
