@@ -44,6 +44,15 @@ def _int_column(values: list[Any]) -> np.ndarray:
     return np.array([v if type(v) is int and -(2**63) <= v < 2**63 else NONE for v in values], dtype=np.int64)
 
 
+def _int64(values: list[int]) -> np.ndarray:
+    """A typed int field (the decode gives only ints there: never str, bool or None) -> int64, converted in
+    C without sniffing each value's type; an int beyond int64 becomes the NONE sentinel."""
+    try:
+        return np.array(values, dtype=np.int64)
+    except OverflowError:
+        return _int_column(values)
+
+
 def _canonical_raws(raws: list[msgspec.Raw]) -> list[msgspec.Raw]:
     """The raw `Input Dims` / `Input type` values made canonical: a value that is not a JSON list (a
     string, null) counts as absent, as the loose decode has it, and a list written with newlines, tabs
@@ -76,21 +85,30 @@ def _raw_blob(raws: list[msgspec.Raw]) -> bytes:
     return blob
 
 
-def _shape_texts(blob: bytes, intern: dict[str, str | None]) -> list[str | None]:
-    """Input Dims JSON (a `_raw_blob`) -> text, e.g. `[[4096, 1000], [1000, 4000]]` -> "4096,1000;1000,4000"
-    (tensors split by ';' like Ascend; a scalar input is an empty field; nested tensor lists are flattened).
-    Done on one blob per piece so no Python code runs per value; equal texts share one str. An absent arg,
-    a value that is not a list, or no inputs at all, gives None."""
+def _text_codes(parts: list[str], ids: dict[str, int], labels: list[str]) -> np.ndarray:
+    """int32 codes of `parts` into `labels` (interned in `ids`: "" -> -1, NULL), new texts appended."""
+    try:  # C-level lookups: shapes and dtypes repeat every step (`None in` a list of ints is no cheaper)
+        return np.array(list(map(ids.__getitem__, parts)), dtype=np.int32)
+    except KeyError:
+        for p in set(parts).difference(ids):
+            ids[p] = len(labels)
+            labels.append(p)
+        return np.array(list(map(ids.__getitem__, parts)), dtype=np.int32)
+
+
+def shape_parts(blob: bytes) -> list[str]:
+    """Input Dims JSON (a `_raw_blob`) -> one text per value, e.g. `[[4096, 1000], [1000, 4000]]` ->
+    "4096,1000;1000,4000" (tensors split by ';' like Ascend; a scalar input is an empty field; nested tensor
+    lists are flattened); "" for an absent arg, a value that is not a list, or no inputs at all. Done on
+    one blob per piece so no Python code runs per value."""
     blob = blob.replace(b" ", b"").replace(b"],[", b";").translate(None, b"[]")
-    parts = blob.decode("utf-8", "replace").split("\x01")
-    return list(map(intern.setdefault, parts, parts))
+    return blob.decode("utf-8", "replace").split("\x01")
 
 
-def _type_texts(blob: bytes, intern: dict[str, str | None]) -> list[str | None]:
+def type_parts(blob: bytes) -> list[str]:
     """Input type JSON (a `_raw_blob`) -> text: `["float", "Scalar"]` -> "float;Scalar" (same technique)."""
     blob = blob.replace(b'", "', b";").replace(b'","', b";").translate(None, b'[]"')
-    parts = blob.decode("utf-8", "replace").split("\x01")
-    return list(map(intern.setdefault, parts, parts))
+    return blob.decode("utf-8", "replace").split("\x01")
 
 
 class _Columns:
@@ -155,8 +173,10 @@ class Folder:
         self.stack_ids: dict[str, int] = {}
         self.h_comm: dict[int, Comm] = {}
         self.d_comm: dict[int, Comm] = {}
-        # interned shape / dtype texts (they repeat every step); "" (absent, or no inputs) -> None
-        self.texts: dict[str, str | None] = {"": None}
+        # interned shape / dtype texts (they repeat every step): the host columns "dims" and "types" hold
+        # their codes into `texts`; "" (absent, or no inputs) is -1 (NULL)
+        self.text_ids: dict[str, int] = {"": -1}
+        self.texts: list[str] = []
         self.has_shapes = False
         self.gpu_step_starts: list[int] = []  # ns
         self.gpu_step_names: set[int] = set()
@@ -201,49 +221,51 @@ class Folder:
             self._fold_device(*self._with_times(dl, dc))
 
     def _with_times(self, evs: list[Event], codes: list[int]
-                    ) -> tuple[list[Event], list[int], np.ndarray, list[float]]:
-        """The events with a time, their codes, `ts` as int ns and `dur` as float µs."""
+                    ) -> tuple[list[Event], list[int], np.ndarray, np.ndarray]:
+        """The events with a time, their codes, `ts` as int ns and `dur` as float64 µs."""
         ts = ts_ns_column([e.ts for e in evs])
-        dur = [e.dur for e in evs]
+        dur = np.array([e.dur for e in evs], dtype=np.float64)  # (an absent dur, None, becomes NaN)
         # complete events without ts/dur carry no time: skipped (like HTA); so are times whose ns do not
         # fit int64 (beyond ~285 years of µs), which no clock writes
-        if None in dur or (ts == NO_NS).any() or not (min(dur) > -TIME_LIMIT_US and max(dur) < TIME_LIMIT_US):
-            keep = [i for i, (t, d) in enumerate(zip(ts.tolist(), dur, strict=True))
-                    if t != NO_NS and d is not None and -TIME_LIMIT_US < d < TIME_LIMIT_US]
+        ok = np.abs(dur) < TIME_LIMIT_US  # (False for NaN)
+        if not ok.all() or (ts == NO_NS).any():
+            ok &= ts != NO_NS
+            keep = np.flatnonzero(ok).tolist()
             self.no_dur += len(evs) - len(keep)
             evs = [evs[i] for i in keep]
             codes = [codes[i] for i in keep]
-            ts = ts[keep]
-            dur = [dur[i] for i in keep]
-        return evs, codes, ts, dur  # type: ignore[return-value]
+            ts, dur = ts[ok], dur[ok]
+        return evs, codes, ts, dur
 
     def _ids(self, evs: list[Event]) -> np.ndarray:
         ids = self.name_ids
         names = [e.name for e in evs]
-        got = list(map(ids.get, names))  # C-level lookups; new names are rare after the first pieces
-        if None in got:
+        try:  # C-level lookups; new names are rare after the first pieces
+            got = list(map(ids.__getitem__, names))
+        except KeyError:
             got = [ids.setdefault(n, len(ids)) for n in names]
         return np.array(got, dtype=np.int32)
 
-    def _fold_host(self, hl: list[Event], codes: list[int], ts: np.ndarray, dur: list[float]) -> None:
+    def _fold_host(self, hl: list[Event], codes: list[int], ts: np.ndarray, dur: np.ndarray) -> None:
         base = self.host.n
         cols = self.host.done
         cols["name"].append(self._ids(hl))
         cols["cat"].append(np.array(codes, dtype=np.int8))
         cols["tid"].append(_int_column([e.tid for e in hl]))
-        cols["ts"].append(np.array(ts, dtype=np.int64))
-        cols["dur"].append(np.array(dur, dtype=np.float64))
+        cols["ts"].append(ts)
+        cols["dur"].append(dur)
         args = [e.args for e in hl]
-        cols["corr"].append(_int_column([a.correlation for a in args]))
-        cols["ext"].append(_int_column([a.external_id for a in args]))
+        cols["corr"].append(_int64([a.correlation for a in args]))
+        cols["ext"].append(_int64([a.external_id for a in args]))
         dims = [a.input_dims for a in args]
         if any(dims) and (blob := _raw_blob(dims)).strip(b"\x01"):
-            cols["dims"].append(_shape_texts(blob, self.texts))
-            cols["types"].append(_type_texts(_raw_blob([a.input_type for a in args]), self.texts))
+            cols["dims"].append(_text_codes(shape_parts(blob), self.text_ids, self.texts))
+            cols["types"].append(_text_codes(type_parts(_raw_blob([a.input_type for a in args])), self.text_ids,
+                                             self.texts))
             self.has_shapes = True
         else:
-            cols["dims"].append([None] * len(hl))
-            cols["types"].append([None] * len(hl))
+            cols["dims"].append(np.full(len(hl), -1, dtype=np.int32))
+            cols["types"].append(np.full(len(hl), -1, dtype=np.int32))
         sids = self.stack_ids
         cols["stack"].append(np.array([sids.setdefault(a.call_stack, len(sids)) if a.call_stack else -1
                                        for a in args], dtype=np.int32))
@@ -253,7 +275,7 @@ class Folder:
                                           None if a.pg_name is None else str(a.pg_name))
         self.host.n = base + len(hl)
 
-    def _fold_device(self, dl: list[Event], codes: list[int], ts: np.ndarray, dur: list[float]) -> None:
+    def _fold_device(self, dl: list[Event], codes: list[int], ts: np.ndarray, dur: np.ndarray) -> None:
         base = self.dev.n
         cols = self.dev.done
         cols["name"].append(self._ids(dl))
@@ -266,14 +288,13 @@ class Folder:
             fixed = [s if type(s) is int else _int_or_none(s if s is not None else e.tid)
                      for s, e in zip(streams, dl, strict=True)]
             cols["stream"].append(_int_column(fixed))
-        cols["device"].append(np.array([a.device if a.device is not None else
-                                        (e.pid if type(e.pid) is int else NONE)
-                                        for a, e in zip(args, dl, strict=True)], dtype=np.int64))
-        cols["ts"].append(np.array(ts, dtype=np.int64))
-        cols["dur"].append(np.array(dur, dtype=np.float64))
-        cols["corr"].append(_int_column([a.correlation for a in args]))
-        cols["ext"].append(_int_column([a.external_id for a in args]))
-        cols["grid"].append(_int_column([g[0] * g[1] * g[2] if type(g) is list and len(g) == 3 else NONE
+        cols["device"].append(_int64([a.device if a.device is not None else (e.pid if type(e.pid) is int else NONE)
+                                      for a, e in zip(args, dl, strict=True)]))
+        cols["ts"].append(ts)
+        cols["dur"].append(dur)
+        cols["corr"].append(_int64([a.correlation for a in args]))
+        cols["ext"].append(_int64([a.external_id for a in args]))
+        cols["grid"].append(_int64([g[0] * g[1] * g[2] if type(g) is list and len(g) == 3 else NONE
                                       for g in [a.grid for a in args]]))
         nbytes = [a.nbytes if a.nbytes is not None else
                   (_int_or_none(a.size) if t == D_MTIA else None) for a, t in zip(args, codes, strict=True)]

@@ -110,7 +110,8 @@ def add_host_ops(t: RankTables, tr: Trace, f: Folder) -> None:
     # sparse columns only when the trace has them (an absent column is NULL; a column of NULLs still costs
     # the insert a pass over every row)
     if f.has_shapes:
-        host["input_dims"], host["input_types"] = f.host.column("dims", None), f.host.column("types", None)
+        host["input_dims"] = Coded(f.host.column("dims", np.int32), f.texts)
+        host["input_types"] = Coded(f.host.column("types", np.int32), f.texts)
     if f.stack_ids:
         host["call_stack"] = Coded(f.host.column("stack", np.int32), list(f.stack_ids))
     if f.h_comm:
