@@ -118,7 +118,7 @@ class TraceColumns:
     n_bad_ts: int = 0
     min_ts: int | None = None
     with_stack: bool = False
-    # row buffers of the piece being classified (see TraceParser._flush)
+    # row buffers of the events classified since the last conversion (see TraceParser._flush, FLUSH_ROWS)
     host_rows: list[tuple[Any, ...]] = field(default_factory=list)
     hw_rows: list[tuple[Any, ...]] = field(default_factory=list)
     comm_rows: list[tuple[Any, ...]] = field(default_factory=list)
@@ -323,6 +323,7 @@ class TraceColumnBuilder:
                                       and (ev.cat is None or ev.cat.lower() != "gc"))
             out.n_events -= len(pending)  # _consume counts them again
             self._consume(pending)
+        self._flush()
         done = set(self._parts)
         for fname in list(self._parts):
             parts = self._parts.pop(fname)  # (each field's pieces go as it is joined: not all twice at once)

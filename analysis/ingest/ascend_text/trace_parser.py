@@ -39,6 +39,12 @@ from .trace_events import (
     ts_ns,
 )
 
+# Rows collected before they are converted into column parts (`_flush`): each conversion is a few calls per
+# column whatever its length, so the rows of many pieces (~64 of 256 KB) are converted together; the rows
+# hold only the events' fields (the decoded events of a piece are freed after it), their raw args a view
+# of the piece's text (a few MB at most stay referenced).
+FLUSH_ROWS = 1 << 15
+
 
 class TraceParser(TraceColumnBuilder):
     """Decode one trace_view.json into `TraceColumns` (algorithm: the comment above `trace_events.BLOCK_BYTES`)."""
@@ -247,15 +253,17 @@ class TraceParser(TraceColumnBuilder):
                 host_rows.append((ev.pid, ev.tid, name, "gc", start, dur, None))
             elif dropped_min is None or start < dropped_min:
                 dropped_min = start
-        self._flush(dropped_min)
+        self._lower_min_ts(dropped_min)
+        if len(host_rows) + len(hw_rows) + len(comm_rows) + len(overlap_rows) + len(flow_rows) >= FLUSH_ROWS:
+            self._flush()
 
     def _lower_min_ts(self, t: int | None) -> None:
         if t is not None and (self.out.min_ts is None or t < self.out.min_ts):
             self.out.min_ts = t
 
-    def _flush(self, min_ts: int | None = None) -> None:
-        """Move the row buffers of one piece into column parts (int64 arrays for start/dur) and lower
-        out.min_ts to the piece's earliest start (`min_ts`: that of the events not kept).
+    def _flush(self) -> None:
+        """Move the row buffers (FLUSH_ROWS rows or more, or the last ones) into column parts (int64 arrays
+        for start/dur).
 
         Device, communication and overlap rows and flows come raw from `_consume` (ts, dur, args as
         decoded), converted here a column at a time; host, device and communication rows end with their raw
@@ -280,7 +288,6 @@ class TraceParser(TraceColumnBuilder):
             if args is not None:
                 cols = cols[:-1] + args(cols[-1], cols[1])
             self.add_parts(names, cols)
-        self._lower_min_ts(min_ts)
 
     def add_parts(self, names: tuple[str, ...], cols: Sequence[Sequence[Any]]) -> None:
         """Append one group's columns (int64 arrays for the start / dur fields); the earliest start lowers
