@@ -17,6 +17,9 @@ from .trace_events import FLOAT_OR_NONE, INT_OR_NONE, STR_ONLY
 I64_MIN, I64_MAX = -(2 ** 63), 2 ** 63 - 1
 
 
+_F53 = float(2 ** 53)  # below it every integer is exact as a float64
+
+
 def _float64(values: list[float | None]) -> Any:
     """pd.array(values, dtype="Float64") of floats and None as a float64 array (None -> NaN: `RankTables`
     stores NaN as NULL, as pandas does); other values through pandas (imported only then)."""
@@ -63,6 +66,20 @@ def int_array(values: Sequence[int | None]) -> np.ma.MaskedArray | None:
     value is beyond int64."""
     try:
         if None in values:
+            if type(values) is list:
+                n_null = values.count(None)
+                if n_null == len(values):
+                    return ma(np.ones(n_null, dtype=np.int64), np.ones(n_null, dtype=bool))
+                if 2 * n_null > len(values):  # mostly NULL: two comprehensions cost half the object array
+                    mask = np.array([v is None for v in values], dtype=bool)
+                    return ma(np.array([1 if v is None else v for v in values], dtype=np.int64), mask)
+                # through float64 (None -> NaN), exact while every value is below 2**53: faster than the
+                # object array below, which takes the other columns
+                f = np.array(values, dtype=np.float64)
+                mask = np.isnan(f)
+                f[mask] = 1
+                if np.abs(f).max() < _F53:
+                    return ma(f.astype(np.int64), mask)
             obj = np.array(values, dtype=object)
             mask = np.equal(obj, None)
             obj[mask] = 1
