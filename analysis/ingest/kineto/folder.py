@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 import numpy as np
 
-from .events import ANY, EMPTY_RAW, NO_NS, TIME_LIMIT_US, Event, raw_ts_ns, ts_ns_column
+from .events import ANY, NO_NS, TIME_LIMIT_US, Event, raw_ts_ns, ts_ns_column
 from .names import D_MTIA, DEVICE_CODE, DEVICE_TYPE_NAMES, DTYPE_BYTES, HOST_CODE, IGNORED_CATS, STEP_RE
 
 # --------------------------------------------------------------------------------------------------
@@ -53,62 +54,37 @@ def _int64(values: list[int]) -> np.ndarray:
         return _int_column(values)
 
 
-def _canonical_raws(raws: list[msgspec.Raw]) -> list[msgspec.Raw]:
-    """The raw `Input Dims` / `Input type` values made canonical: a value that is not a JSON list (a
-    string, null) counts as absent, as the loose decode has it, and a list written with newlines, tabs
-    or escapes (a pretty-printed trace) is re-encoded compactly, as the loose decode does, so a value
-    gives the same text whichever decode read its piece."""
-    out = []
-    for r in raws:
-        if r:
-            b = bytes(r)
-            if b[0] != 0x5B:
-                r = EMPTY_RAW
-            elif any(c in b for c in _NOT_COMPACT):
-                r = msgspec.Raw(msgspec.json.encode(ANY.decode(b)))
-        out.append(r)
-    return out
-
-
 _NOT_COMPACT = (b"\n", b"\r", b"\t", b"\\")
-_NOT_A_LIST = re.compile(rb"\x01[^\[\x01]")   # a value after the first that does not open a list
 
 
-def _raw_blob(raws: list[msgspec.Raw]) -> bytes:
-    """The raw values joined by \\x01 (never in JSON text: control characters are escaped), canonical as
-    `_canonical_raws` makes them. The checks run over the joined bytes, in C: a piece whose values are all
-    compact lists or absent (the common case) is joined once and no Python code runs per value."""
-    blob = b"\x01".join(raws)
-    if (blob[:1] not in (b"", b"[", b"\x01") or _NOT_A_LIST.search(blob) is not None
-            or any(c in blob for c in _NOT_COMPACT)):
-        blob = b"\x01".join(_canonical_raws(raws))
-    return blob
+def _canonical(raw: bytes) -> bytes:
+    """A raw `Input Dims` / `Input type` value made canonical: a value that is not a JSON list (a string,
+    null) counts as absent (b""), as the loose decode has it, and a list written with newlines, tabs or
+    escapes (a pretty-printed trace) is re-encoded compactly, as the loose decode does, so a value gives the
+    same text whichever decode read its piece."""
+    if raw[:1] != b"[":
+        return b""
+    if any(c in raw for c in _NOT_COMPACT):
+        return msgspec.json.encode(ANY.decode(raw))
+    return raw
 
 
-def _text_codes(parts: list[str], ids: dict[str, int], labels: list[str]) -> np.ndarray:
-    """int32 codes of `parts` into `labels` (interned in `ids`: "" -> -1, NULL), new texts appended."""
-    try:  # C-level lookups: shapes and dtypes repeat every step (`None in` a list of ints is no cheaper)
-        return np.array(list(map(ids.__getitem__, parts)), dtype=np.int32)
-    except KeyError:
-        for p in set(parts).difference(ids):
-            ids[p] = len(labels)
-            labels.append(p)
-        return np.array(list(map(ids.__getitem__, parts)), dtype=np.int32)
+def shape_text(raw: bytes) -> str:
+    """Input Dims JSON (canonical) -> text, e.g. `[[4096, 1000], [1000, 4000]]` -> "4096,1000;1000,4000"
+    (tensors split by ';' like Ascend; a scalar input is an empty field; nested tensor lists are flattened);
+    "" (NULL) for an absent value or no inputs at all."""
+    return raw.replace(b" ", b"").replace(b"],[", b";").translate(None, b"[]").decode("utf-8", "replace")
 
 
-def shape_parts(blob: bytes) -> list[str]:
-    """Input Dims JSON (a `_raw_blob`) -> one text per value, e.g. `[[4096, 1000], [1000, 4000]]` ->
-    "4096,1000;1000,4000" (tensors split by ';' like Ascend; a scalar input is an empty field; nested tensor
-    lists are flattened); "" for an absent arg, a value that is not a list, or no inputs at all. Done on
-    one blob per piece so no Python code runs per value."""
-    blob = blob.replace(b" ", b"").replace(b"],[", b";").translate(None, b"[]")
-    return blob.decode("utf-8", "replace").split("\x01")
+def type_text(raw: bytes) -> str:
+    """Input type JSON (canonical) -> text: `["float", "Scalar"]` -> "float;Scalar"."""
+    return raw.replace(b'", "', b";").replace(b'","', b";").translate(None, b'[]"').decode("utf-8", "replace")
 
 
-def type_parts(blob: bytes) -> list[str]:
-    """Input type JSON (a `_raw_blob`) -> text: `["float", "Scalar"]` -> "float;Scalar" (same technique)."""
-    blob = blob.replace(b'", "', b";").replace(b'","', b";").translate(None, b'[]"')
-    return blob.decode("utf-8", "replace").split("\x01")
+def _raw_keys(raws: list[msgspec.Raw]) -> list[bytes]:
+    """The raw values as bytes (b"": absent), cut from one join in C: JSON text never holds \\x01 (control
+    characters are escaped), and msgspec.Raw is not hashable."""
+    return b"\x01".join(raws).split(b"\x01") if raws else []
 
 
 class _Columns:
@@ -174,9 +150,13 @@ class Folder:
         self.h_comm: dict[int, Comm] = {}
         self.d_comm: dict[int, Comm] = {}
         # interned shape / dtype texts (they repeat every step): the host columns "dims" and "types" hold
-        # their codes into `texts`; "" (absent, or no inputs) is -1 (NULL)
+        # their codes into `texts`; "" (absent, or no inputs) is -1 (NULL). Each raw value is made text once:
+        # `dim_codes` / `type_codes` map it to its code, `dim_lists` holds the raw dims that are lists
         self.text_ids: dict[str, int] = {"": -1}
         self.texts: list[str] = []
+        self.dim_codes: dict[bytes, int] = {}
+        self.type_codes: dict[bytes, int] = {}
+        self.dim_lists: set[bytes] = set()
         self.has_shapes = False
         self.gpu_step_starts: list[int] = []  # ns
         self.gpu_step_names: set[int] = set()
@@ -246,6 +226,24 @@ class Folder:
             got = [ids.setdefault(n, len(ids)) for n in names]
         return np.array(got, dtype=np.int32)
 
+    def _text_codes(self, keys: list[bytes], codes: dict[bytes, int], text_of: Callable[[bytes], str],
+                    lists: set[bytes] | None = None) -> np.ndarray:
+        """int32 codes into `texts` of raw values (`_raw_keys`), through `codes` (raw -> code); a new raw value
+        is made canonical and text (`text_of`) once, and added to `lists` when it is a list."""
+        try:  # C-level lookups: shapes and dtypes repeat every step
+            return np.array(list(map(codes.__getitem__, keys)), dtype=np.int32)
+        except KeyError:
+            for k in set(keys).difference(codes):
+                raw = _canonical(k)
+                if raw and lists is not None:
+                    lists.add(k)
+                text = text_of(raw)
+                if text not in self.text_ids:
+                    self.text_ids[text] = len(self.texts)
+                    self.texts.append(text)
+                codes[k] = self.text_ids[text]
+            return np.array(list(map(codes.__getitem__, keys)), dtype=np.int32)
+
     def _fold_host(self, hl: list[Event], codes: list[int], ts: np.ndarray, dur: np.ndarray) -> None:
         base = self.host.n
         cols = self.host.done
@@ -258,10 +256,12 @@ class Folder:
         cols["corr"].append(_int64([a.correlation for a in args]))
         cols["ext"].append(_int64([a.external_id for a in args]))
         dims = [a.input_dims for a in args]
-        if any(dims) and (blob := _raw_blob(dims)).strip(b"\x01"):
-            cols["dims"].append(_text_codes(shape_parts(blob), self.text_ids, self.texts))
-            cols["types"].append(_text_codes(type_parts(_raw_blob([a.input_type for a in args])), self.text_ids,
-                                             self.texts))
+        keys = _raw_keys(dims) if any(dims) else []
+        codes = self._text_codes(keys, self.dim_codes, shape_text, self.dim_lists)
+        if any(map(self.dim_lists.__contains__, keys)):  # (a piece without shapes stores no dtypes either)
+            cols["dims"].append(codes)
+            cols["types"].append(self._text_codes(_raw_keys([a.input_type for a in args]), self.type_codes,
+                                                  type_text))
             self.has_shapes = True
         else:
             cols["dims"].append(np.full(len(hl), -1, dtype=np.int32))
