@@ -173,18 +173,30 @@ def plain_column(cells: list[str | None], kind: str, nulls: bool) -> Any:
     (NaN marks them in a float column). int: at most 15 digits, no decimals (exact as DOUBLE, so round()
     keeps it); ns: at most 18 integer digits (absolute epoch µs have 16) and 3 decimals, scaled exactly as
     DECIMAL(38,3) does, when all fit BIGINT (DuckDB's TRY_CAST gives NULL for the others)."""
+    plain = None if kind in (TEXT, QTEXT) else \
+        {INT: plain_numerals(0, 15), NS: plain_numerals(3, 18), FLOAT: _PLAIN_FLOATS}[kind]
+    if plain is not None and not nulls and cells:
+        # cells that already are plain numerals (no blank, quote or NULL text to trim): as they are
+        text = "\n".join(cells)  # type: ignore[arg-type]
+        if text.count("\n") == len(cells) - 1 and plain.fullmatch(text):
+            return _numbers(cells, cells, text, kind)  # type: ignore[arg-type]
     chars = _TRIM + '"' if kind == QTEXT else _TRIM
     texts = ([c if c is None else c.strip(chars) for c in cells] if nulls
              else list(map(str.strip, cells, itertools.repeat(chars))))  # type: ignore[arg-type]
     if "" in texts or "N/A" in texts:
         texts = [None if t == "" or t == "N/A" else t for t in texts]
-    if kind in (TEXT, QTEXT):
+    if plain is None:
         return texts
     present = [t for t in texts if t is not None]
     text = "\n".join(present)
-    plain = {INT: plain_numerals(0, 15), NS: plain_numerals(3, 18), FLOAT: _PLAIN_FLOATS}[kind]
     if present and (text.count("\n") != len(present) - 1 or not plain.fullmatch(text)):
         return None
+    return _numbers(texts, present, text, kind)
+
+
+def _numbers(texts: list[str | None], present: list[str], text: str, kind: str) -> Any:
+    """`plain_column`'s numeric column of the trimmed cells `texts` (None: NULL), whose non-NULL ones,
+    `present`, are plain numerals, joined by newlines in `text`; None when an ns value is beyond int64."""
     if kind == NS and _MILLI_NUMERALS.fullmatch(text):
         # the usual export: 3 decimals everywhere, so the digits without the dot are the ns
         values: list[Any] = list(map(int, text.replace(".", "").split("\n")))
