@@ -144,9 +144,10 @@ def _comm_gather(data: dict[str, Any], exact: bool, typed: bool) -> CommRows | N
     step, name, group, start, elapse, transit, wait, sync, idle = map(list, zip(*ops, strict=True))
     infos: list[_Band] = list(itertools.chain.from_iterable(map(dict.values, band_infos)))
     packets: list[tuple[int, Any, Any, Any]] = []
-    for j, b in enumerate(infos):
-        if isinstance(b.distribution, dict):
-            packets += [(j, packet, ct[0], ct[1]) for packet, ct in b.distribution.items()
+    dists = [b.distribution for b in infos]
+    for j in itertools.compress(range(len(dists)), dists):  # (most transports have none: {} or null)
+        if isinstance(dists[j], dict):
+            packets += [(j, packet, ct[0], ct[1]) for packet, ct in dists[j].items()
                         if isinstance(ct, list) and len(ct) >= 2]
     p_band, p_packet, p_count, p_total = map(list, zip(*packets, strict=True)) if packets else ([], [], [], [])
     return CommRows(step, name, group, scaled_i64(start, 1000, 3), elapse, transit, wait, sync, idle,
