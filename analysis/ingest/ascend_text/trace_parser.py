@@ -40,10 +40,10 @@ from .trace_events import (
 )
 
 # Rows collected before they are converted into column parts (`_flush`): each conversion is a few calls per
-# column whatever its length, so the rows of many pieces (~40 of 256 KB) are converted together; the rows
+# column whatever its length, so the rows of several pieces (~9 of 256 KB) are converted together; the rows
 # hold only the events' fields (the decoded events of a piece are freed after it), their raw args a view
-# of their piece's text (~10 MB of pieces stay referenced until the conversion).
-FLUSH_ROWS = 1 << 15
+# of their piece's text (~2 MB of pieces stay referenced until the conversion).
+FLUSH_ROWS = 1 << 13
 
 
 class TraceParser(TraceColumnBuilder):
