@@ -192,25 +192,31 @@ class RankSummary:
             s_val, s_null = np.zeros(dur.size, dtype=np.int64), np.ones(dur.size, dtype=bool)
         else:
             s_val, s_null = _ints(step)
-        s_val = np.where(s_null, 0, s_val)
-        keys = np.stack([n_codes, c_codes, s_val, s_null.astype(np.int64)])
-        uniq, inv = np.unique(keys, axis=1, return_inverse=True)
-        inv = np.asarray(inv).reshape(-1)
-        order = np.argsort(inv, kind="stable")
-        cuts = np.flatnonzero(np.r_[True, np.diff(inv[order]) != 0])
+        s_labels, s_code = np.unique(np.where(s_null, 0, s_val), return_inverse=True)
+        s_code = np.where(s_null, len(s_labels), np.asarray(s_code).reshape(-1))
+        # one int64 key per row (sorting it is ~50x faster than a unique over rows of a 2-D array)
+        ns, nc = len(s_labels) + 1, len(c_labels) + 1
+        key = ((n_codes + 1) * nc + (c_codes + 1)) * ns + s_code
+        order = np.argsort(key, kind="stable")
+        k = key[order]
+        cuts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if k.size else np.empty(0, np.int64)
         d = dur[order]
-        count = np.diff(np.r_[cuts, d.size])
-        total = np.add.reduceat(d, cuts) if d.size else d
-        longest = np.maximum.reduceat(d, cuts) if d.size else d
-        for j, (n, c, s, null) in enumerate(uniq.T.tolist()):
-            key = (n_labels[n], c_labels[c], None if null else s)
-            have = self.kernels.get(key)
+        count = np.diff(np.r_[cuts, d.size]).tolist()
+        total = (np.add.reduceat(d, cuts) if d.size else d).tolist()
+        longest = (np.maximum.reduceat(d, cuts) if d.size else d).tolist()
+        uk = k[cuts]
+        steps = [None if i == len(s_labels) else int(s_labels[i]) for i in (uk % ns).tolist()]
+        names = ((uk // ns) // nc - 1).tolist()
+        cats = ((uk // ns) % nc - 1).tolist()
+        for n, c, st, cnt, tot, mx in zip(names, cats, steps, count, total, longest, strict=True):
+            key3 = (n_labels[n], c_labels[c], st)
+            have = self.kernels.get(key3)
             if have is None:
-                self.kernels[key] = [int(count[j]), int(total[j]), int(longest[j])]
+                self.kernels[key3] = [cnt, tot, mx]
             else:
-                have[0] += int(count[j])
-                have[1] += int(total[j])
-                have[2] = max(have[2], int(longest[j]))
+                have[0] += cnt
+                have[1] += tot
+                have[2] = max(have[2], mx)
 
     def parts(self, warnings: list[str]) -> list[tuple[str, Columns]]:
         """The summary tables of the rank, typed as `RankTables.parts()` types a block (none when empty);
