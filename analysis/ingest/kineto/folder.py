@@ -266,9 +266,13 @@ class Folder:
         else:
             cols["dims"].append(np.full(len(hl), -1, dtype=np.int32))
             cols["types"].append(np.full(len(hl), -1, dtype=np.int32))
-        sids = self.stack_ids
-        cols["stack"].append(np.array([sids.setdefault(a.call_stack, len(sids)) if a.call_stack else -1
-                                       for a in args], dtype=np.int32))
+        stacks = [a.call_stack for a in args]
+        if any(stacks):  # (call stacks are recorded only with with_stack=True)
+            sids = self.stack_ids
+            cols["stack"].append(np.array([sids.setdefault(s, len(sids)) if s else -1 for s in stacks],
+                                          dtype=np.int32))
+        else:
+            cols["stack"].append(np.full(len(hl), -1, dtype=np.int32))
         for i in [i for i, a in enumerate(args) if a.collective is not None or a.in_nelems is not None]:
             a = args[i]
             self.h_comm[base + i] = Comm(a.collective, a.in_nelems, a.out_nelems, a.dtype,
