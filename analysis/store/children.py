@@ -3,7 +3,7 @@
 (wire.py) over its stdin and stdout.
 
 A parse worker gets one RankSource at a time and answers with D frames (rank, table, columns: the typed
-numpy columns of `RankTables.parts()`, in chunks of CHUNK_ROWS rows) and one R frame (rank, (warnings,
+numpy columns of `RankTables.parts()`, in chunks of FRAME_ROWS rows) and one R frame (rank, (warnings,
 capabilities) | None, error | None). A streaming reader's big tables go as D frames while it reads the next
 file, so a rank's tables are never all in the worker; an R frame with an error may follow some.
 """
@@ -25,7 +25,7 @@ from . import forks
 from .forks import NOT_FOR_FORKS, ForkedProcess, child_env
 from .parse import Parts, parse_rank
 from .wire import recv, send, widen_pipe
-from .writer import CHUNK_ROWS, row_count
+from .writer import FRAME_ROWS, row_count
 
 
 class Child:
@@ -189,18 +189,18 @@ def _send_rank(out: BinaryIO, rank: int, parts: Parts, info: Any, err: str | Non
 
 
 def _send_table(out: BinaryIO, rank: int, table: str, cols: dict[str, Any]) -> None:
-    """One block of a table as D frames of at most CHUNK_ROWS rows."""
+    """One block of a table as D frames of at most FRAME_ROWS rows."""
     for chunk in _chunks(cols):
         send(out, b"D", (rank, table, chunk))
 
 
 def _chunks(cols: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """A block of columns in slices of CHUNK_ROWS rows; a slice of a coded column carries only its labels."""
+    """A block of columns in slices of FRAME_ROWS rows; a slice of a coded column carries only its labels."""
     n = row_count(cols)
-    if n <= CHUNK_ROWS:
+    if n <= FRAME_ROWS:
         yield cols
         return
-    for i in range(0, n, CHUNK_ROWS):
-        chunk = {c: a[i:i + CHUNK_ROWS] for c, a in cols.items()}
-        yield {c: a.compact() if isinstance(a, Coded) and len(a.labels) > CHUNK_ROWS // 8 else a
+    for i in range(0, n, FRAME_ROWS):
+        chunk = {c: a[i:i + FRAME_ROWS] for c, a in cols.items()}
+        yield {c: a.compact() if isinstance(a, Coded) and len(a.labels) > FRAME_ROWS // 8 else a
                for c, a in chunk.items()}

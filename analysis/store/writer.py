@@ -25,10 +25,14 @@ if TYPE_CHECKING:
 # transaction that appends exactly this many rows to a table has them compressed and written to the file
 # at once, and the ingest process holds at most about one uncompressed row group per table: a quarter of
 # the default keeps it smaller for a slightly larger file and the same query speed (figures in
-# evals/bench/). Parse workers send chunks of half a row group.
+# evals/bench/).
 ROW_GROUP_ROWS = 30_720
 DEFAULT_ROW_GROUP_ROWS = 122_880  # DuckDB versions that cannot set it (< 1.2)
 CHUNK_ROWS = ROW_GROUP_ROWS // 2
+# Parse workers send a table's rows in frames of one row group: they then go in as one INSERT per commit
+# where the table's transaction is at a boundary (frames of half a row group cost ~4 % more of the ingest
+# process's CPU per rank)
+FRAME_ROWS = ROW_GROUP_ROWS
 # A block of fewer rows waits in its table's pool, shared by the ranks, and is inserted with the others
 # (see Writer.data): an INSERT has a fixed cost of about a millisecond whatever its size, so many small
 # ranks' blocks inserted one by one would make the single inserter the bottleneck.
