@@ -114,6 +114,7 @@ def _reference_rows(disc) -> dict[str, list[tuple]]:
     import duckdb
 
     from stepdoctor.analysis.ingest.base import schema_sql, table_columns
+    from stepdoctor.analysis.store.summaries import RankSummary
 
     con = duckdb.connect()
     con.execute(schema_sql())
@@ -123,6 +124,12 @@ def _reference_rows(disc) -> dict[str, list[tuple]]:
             con.register("_df", df)
             con.execute(f"INSERT INTO {name} SELECT * FROM _df")
             con.unregister("_df")
+        # the per-rank summaries, from the rank's whole tables (the children's come from streamed blocks)
+        summary = RankSummary(t.rank)
+        for name, cols in t.parts():
+            summary.add(name, cols)
+        for name, cols in summary.parts([]):
+            writer.insert(con, name, cols, t.rank)
         for w in t.warnings:
             con.execute("INSERT INTO ingest_warnings VALUES (?, NULL, ?)", [t.rank, w])
         for c in t.capabilities:
