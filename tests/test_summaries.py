@@ -185,3 +185,23 @@ def test_a_summary_failure_costs_only_the_summary(monkeypatch: pytest.MonkeyPatc
     t, parts = parse.parse_rank(src)
     assert STEP_TABLE not in {name for name, _ in parts} and KERNEL_TABLE not in {name for name, _ in parts}
     assert any("per-rank summaries not computed (ValueError: planted)" in w for w in t.warnings)
+
+
+def test_the_analysis_connection_spills_in_a_folder_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                               ) -> None:
+    """The read-only connection spills into a folder named for this process (removed as a stale temporary once
+    it is gone), and takes DuckDB's memory limit from STEPDOCTOR_ANALYSIS_MEMORY_MB when it is set."""
+    import os
+
+    from stepdoctor.analysis.store import cache, forget_opened
+
+    path = need(REAL / "ascend" / "msinsight-pt-text-l0")
+    monkeypatch.setenv("STEPDOCTOR_ANALYSIS_MEMORY_MB", "64")
+    forget_opened()
+    prof = open_profile(path, cache_dir=tmp_path)
+    (limit, spill), = prof.rows("SELECT current_setting('memory_limit'), current_setting('temp_directory')")
+    assert limit in ("61.0 MiB", "64.0 MiB") and spill == f"{prof.db_path}.tmp-{os.getpid()}-0.tmp"
+    assert cache._TMP_RE.search(spill)
+    assert_summaries_equal_events(prof)
+    prof.close()
+    forget_opened()

@@ -88,7 +88,7 @@ class Profile:
 
         with self._lock:
             self.con.close()
-            self.con = duckdb.connect(str(self.db_path), read_only=True)
+            self.con = duckdb.connect(str(self.db_path), read_only=True, config=analysis_config(self.db_path))
 
 
 def profile_info(con: duckdb.DuckDBPyConnection, path: Path) -> ProfileInfo:
@@ -111,6 +111,20 @@ def profile_info(con: duckdb.DuckDBPyConnection, path: Path) -> ProfileInfo:
                        world_size=int(ws) if ws is not None else None,
                        vendor="+".join(vendors) or None, framework="+".join(fws) or None,
                        dropped_steps=dropped)
+
+
+def analysis_config(db: Path) -> dict[str, str]:
+    """The read-only connection's settings: a spill folder of this process's own (DuckDB's default, `<db>.tmp`,
+    would be shared by the processes that open one cached store), named like a build's temporaries so
+    `remove_stale_temporaries` deletes it once this process is gone; and, when STEPDOCTOR_ANALYSIS_MEMORY_MB
+    is set, DuckDB's memory limit in MB. Without it DuckDB may use 80 % of RAM: a 64-256 MB limit cut the
+    driver's peak by a fifth to a third on 754k device ops, but a query whose operators cannot spill then
+    fails instead of using more memory (figures in evals/bench/results-2026-11-27-summaries.md)."""
+    config = {"temp_directory": f"{db}.tmp-{os.getpid()}-0.tmp"}
+    mb = os.environ.get("STEPDOCTOR_ANALYSIS_MEMORY_MB", "").strip()
+    if mb.isdigit():
+        config["memory_limit"] = f"{max(16, int(mb))}MB"
+    return config
 
 
 _OPEN: dict[Path, Profile] = {}
@@ -186,7 +200,7 @@ def open_profile(path: str | Path, *, cache_dir: Path | None = None, workers: in
                 shutil.rmtree(str(tmp) + ".tmp", ignore_errors=True)  # DuckDB's spill directory
         import duckdb
 
-        con = duckdb.connect(str(db), read_only=True)
+        con = duckdb.connect(str(db), read_only=True, config=analysis_config(db))
         warnings = [r[0] for r in con.execute(
             "SELECT DISTINCT CASE WHEN rank IS NULL THEN message ELSE 'rank ' || rank || ': ' || message END "
             "FROM ingest_warnings ORDER BY 1").fetchall()]
