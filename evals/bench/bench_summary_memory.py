@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             runs = [("issues cold", _measure("issues", prof, cache))]
             facts = _store_facts(cache)
             runs.append(("issues warm", _measure("issues", prof, cache)))
-            # each breakdown twice, alternating: the first process after a build was seen 3x slower
+            # each breakdown twice, alternating: the machine is shared, one run alone can be an outlier
             for _ in range(2):
                 runs += [("breakdown (summaries)", _measure("breakdown", prof, cache)),
                          ("breakdown (events)", _measure("breakdown-events", prof, cache))]
