@@ -142,3 +142,25 @@ def rank_slices(rank: np.ndarray) -> list[tuple[int, int, int]]:
     starts = np.concatenate(([0], cut))
     ends = np.concatenate((cut, [rank.size]))
     return [(int(rank[i]), int(i), int(j)) for i, j in zip(starts, ends, strict=True)]
+
+
+def rank_batches(ctx: CheckContext, ranks: list[int], table: str, max_rows: int | None = None) -> list[list[int]]:
+    """`ranks` cut into consecutive batches of at most `max_rows` rows of `table` each (a rank with more rows
+    is a batch of its own), in the order given. A check that reads event rows for many ranks reads them a
+    batch at a time, so what it holds follows the batch, not the cluster's events. One count query per table
+    and context. Default `max_rows`: BATCH_OPS, the breakdown's batch."""
+    from ..metrics.breakdown import BATCH_OPS
+
+    limit = BATCH_OPS if max_rows is None else max_rows
+    counts: dict[int, int] = ctx.memo(f"arrays.rows_per_rank.{table}", lambda: {
+        int(r): int(n) for r, n in ctx.profile.rows(f"SELECT rank, count(*) FROM {table} GROUP BY rank")})
+    batches: list[list[int]] = []
+    rows = 0
+    for r in ranks:
+        n = counts.get(int(r), 0)
+        if not batches or rows + n > limit:
+            batches.append([])
+            rows = 0
+        batches[-1].append(r)
+        rows += n
+    return batches

@@ -31,6 +31,7 @@ from ._arrays import (  # noqa: F401  (the checks import these from here)
     group_cumsum,
     group_shift,
     map_by_value,
+    rank_batches,
     rank_ordered,
     rank_slices,
     series_sum,
