@@ -52,6 +52,7 @@ from ._common import (
     by_value,
     fmt_ms,
     placeholders,
+    rank_batches,
     rank_ordered,
     rank_slices,
     ranks_and_steps,
@@ -113,25 +114,29 @@ class ExposedCommTailCheck(Check):
         thr = T.exposed_tail_pct.value
         per_rank: dict[int, dict[str, Any]] = {}
         tails: dict[int, dict[int, dict[str, Any]]] = {}
-        devs = self._device(ctx, ranks)
         # windows are sorted by rank: plain column slices per rank, not a DataFrame per rank
         w_rank = windows["rank"].to_numpy(dtype=np.int64)
         w_cols = (windows["step"].to_numpy(), windows["w0"].to_numpy(dtype=np.int64),
                   windows["w1"].to_numpy(dtype=np.int64))
         no_w = tuple(c[:0] for c in w_cols)
         w_of = {r: tuple(c[i:j] for c in w_cols) for r, i, j in rank_slices(w_rank)}
-        for rank in ranks:
-            w = w_of.get(rank, no_w)
-            dev = devs.get(rank)
-            if w[0].size and dev is not None and dev.is_comm.any():
-                tails[rank] = self._device_tails(ctx, rank, w, dev)
-            elif "step_phases" in ctx.caps(rank):
-                st = self._phase_rank(ctx, rank, w[0], steps_ms, thr)
-                if st:
-                    per_rank[rank] = st
+        # device ops are read a batch of ranks at a time (one query per batch); between batches only the
+        # per-step tails are kept, each with its final block's few collectives (the critical-path cap is
+        # cross-rank, so the firing steps are known only once every rank's tails are)
+        for batch in rank_batches(ctx, ranks, "device_ops"):
+            devs = self._device(ctx, batch)
+            for rank in batch:
+                w = w_of.get(rank, no_w)
+                dev = devs.pop(rank, None)
+                if w[0].size and dev is not None and dev.is_comm.any():
+                    tails[rank] = self._device_tails(ctx, rank, w, dev)
+                elif "step_phases" in ctx.caps(rank):
+                    st = self._phase_rank(ctx, rank, w[0], steps_ms, thr)
+                    if st:
+                        per_rank[rank] = st
         cap_by_critical_path(tails)
         for rank, by_step in tails.items():
-            st = self._device_stats(ctx, rank, w_of.get(rank, no_w)[0].size, by_step, steps_ms, thr, devs[rank])
+            st = self._device_stats(ctx, rank, w_of.get(rank, no_w)[0].size, by_step, steps_ms, thr)
             if st:
                 per_rank[rank] = st
         if not per_rank:
@@ -243,24 +248,24 @@ class ExposedCommTailCheck(Check):
             tail = exposed_ns(s_all[lo:hi], e_all[lo:hi], cm, bwd_end, blk_end)
             idle_after, _ = timeline.idle_run_after(blk_end, w1)
             groups = {str(g) for g in dev.group[block] if g is not None}   # NULL is None in `columns`
+            # the block's ops in start order (stable: equal starts stay latest first, as collected)
+            ops = [(dev.name[j], dev.size[j], dev.collective[j], int(s_all[j]), int(e_all[j]))
+                   for j in sorted(block, key=lambda j: s_all[j])]
             out[int(step)] = {
                 "tail_ns": tail, "idle_after_ns": float(idle_after), "eff_ns": max(0.0, tail - idle_after),
-                "groups": frozenset(groups), "block": block, "bwd_end": bwd_end,
+                "groups": frozenset(groups), "block": ops, "bwd_end": bwd_end,
             }
         return out
 
-    def _colls(self, ctx: CheckContext, rank: int, dev: _RankOps, block: list[int], bwd_end: int
+    def _colls(self, ctx: CheckContext, rank: int, block: list[tuple[Any, Any, Any, int, int]], bwd_end: int
                ) -> list[dict[str, Any]]:
-        """The collectives of a final block, in start order, with their sizes and types."""
+        """The collectives of a final block ((name, bytes, collective, start ns, end ns) in start order), with
+        their sizes and types."""
         comm_sizes = self._comm_sizes(ctx, rank)
-        s_all, e_all = dev.start, dev.end
-        return [self._coll(dev.name[j], dev.size[j], dev.collective[j], int(s_all[j]), int(e_all[j]), bwd_end,
-                           comm_sizes)
-                for j in sorted(block, key=lambda j: s_all[j])]
+        return [self._coll(name, size, coll, s, e, bwd_end, comm_sizes) for name, size, coll, s, e in block]
 
     def _device_stats(self, ctx: CheckContext, rank: int, n_kept: int, tails: dict[int, dict[str, Any]],
-                      steps_ms: dict[tuple[int, int], float], thr: float, dev: _RankOps
-                      ) -> dict[str, Any] | None:
+                      steps_ms: dict[tuple[int, int], float], thr: float) -> dict[str, Any] | None:
         impact: list[float] = []
         fired: list[int] = []
         by_step: dict[str, dict[str, float]] = {}
@@ -276,7 +281,7 @@ class ExposedCommTailCheck(Check):
             if sm and eff > 0 and eff / NS_PER_MS >= thr / 100.0 * sm:
                 fired.append(step)
                 # only the first firing step's collectives are described: build them for that step alone
-                colls = colls or self._colls(ctx, rank, dev, t["block"], t["bwd_end"])
+                colls = colls or self._colls(ctx, rank, t["block"], t["bwd_end"])
         if not fired:
             return None
         return self._stats(ctx, rank, n_kept, fired, impact, by_step, colls)

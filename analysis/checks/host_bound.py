@@ -55,6 +55,7 @@ from ._common import (
     host_silences,
     host_stalls,
     kept_steps,
+    rank_batches,
     rank_ordered,
     ranks_text,
     step_ms_of,
@@ -120,24 +121,29 @@ class HostBoundCheck(Check):
         steps_ms = step_ms_of(ctx)
         free_ms = {(r.rank, int(r.step)): r.free_ms for r in ctx.breakdown if r.step is not None}
         all_steps = kept_steps(ctx)
-        host = host_calls(ctx, ranks)
-        marks = ",".join("?" * len(ranks))
-        dev = rank_ordered(ctx, ranks, _DEVICE_QUERY,
-                           "SELECT rank, start_ns, dur_ns, correlation_id FROM device_ops WHERE rank IN "
-                           f"({marks}) AND category <> 'sync' ORDER BY rank, start_ns", ("start_ns",))
         per_rank: dict[int, dict[str, Any]] = {}
         fired_steps: dict[int, list[int]] = {}
-        for rank in ranks:
-            w = w_by_rank.get(int(rank))
-            if w is None:
-                continue
-            stats = self._rank_stats(ctx, rank, w, host.get(rank) or no_calls(), dev[rank])
-            fired = self._fired(rank, stats, steps_ms, free_ms)
-            if not fired:
-                continue
-            n = max(len(all_steps.get(rank, [])), 1)
-            per_rank[rank] = self._rank_entry(ctx, rank, w, stats, fired, n)
-            fired_steps[rank] = fired
+        # host calls and device ops are read a batch of ranks at a time (one query each per batch; batches
+        # cut by host_ops rows, the larger table: a launch call per kernel plus the framework's ops); only
+        # the fired ranks' entries are kept between batches
+        for batch in rank_batches(ctx, ranks, "host_ops"):
+            host = host_calls(ctx, batch)
+            marks = ",".join("?" * len(batch))
+            dev = rank_ordered(ctx, batch, _DEVICE_QUERY,
+                               "SELECT rank, start_ns, dur_ns, correlation_id FROM device_ops WHERE rank IN "
+                               f"({marks}) AND category <> 'sync' ORDER BY rank, start_ns", ("start_ns",))
+            for rank in batch:
+                w = w_by_rank.get(int(rank))
+                if w is None:
+                    continue
+                stats = self._rank_stats(ctx, rank, w, host.get(rank) or no_calls(), dev[rank])
+                fired = self._fired(rank, stats, steps_ms, free_ms)
+                if not fired:
+                    continue
+                n = max(len(all_steps.get(rank, [])), 1)
+                per_rank[rank] = self._rank_entry(ctx, rank, w, stats, fired, n)
+                fired_steps[rank] = fired
+            del host, dev
         return per_rank, fired_steps
 
     @staticmethod

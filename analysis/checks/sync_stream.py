@@ -48,6 +48,7 @@ from ._common import (
     group_shift,
     host_stalls,
     in_steps_mask,
+    rank_batches,
     rank_ordered,
     rank_slices,
     ranks_text,
@@ -87,25 +88,29 @@ class SyncStreamCheck(Check):
         env = self._blocking_env(ctx, ranks)
         # subject (sync API) -> rank -> stats
         found: dict[str, dict[int, dict[str, Any]]] = {}
-        calls = self._api_calls(ctx, ranks)
         # windows are ordered by rank, step: cut them once instead of a boolean filter per rank
         wr = windows["rank"].to_numpy(dtype=np.int64)
         w_cols = {k: windows[k].to_numpy() for k in ("step", "start_ns", "end_ns")}
         w_at = {r: (i, j) for r, i, j in rank_slices(wr)}
-        marks = self._marks(ctx, ranks, calls, windows)
-        for rank in ranks:
-            i, j = w_at.get(int(rank), (0, 0))
-            if i == j:
-                continue
-            w = {k: v[i:j] for k, v in w_cols.items()}
-            ascend = ctx.vendor(rank) == "ascend"
-            stats = self._rank(ctx, rank, w, ascend, calls[rank], marks.get(rank))
-            if stats is None:
-                continue
-            subject, st = stats
-            if env.get(rank):
-                st["launch_blocking_env"] = env[rank]
-            found.setdefault(subject, {})[rank] = st
+        # API calls are read a batch of ranks at a time (one query per batch and kind of rank); only the
+        # per-rank stats are kept between batches
+        for batch in rank_batches(ctx, ranks, "host_ops"):
+            calls = self._api_calls(ctx, batch)
+            marks = self._marks(ctx, batch, calls, windows)
+            for rank in batch:
+                i, j = w_at.get(int(rank), (0, 0))
+                if i == j:
+                    continue
+                w = {k: v[i:j] for k, v in w_cols.items()}
+                ascend = ctx.vendor(rank) == "ascend"
+                stats = self._rank(ctx, rank, w, ascend, calls[rank], marks.get(rank))
+                if stats is None:
+                    continue
+                subject, st = stats
+                if env.get(rank):
+                    st["launch_blocking_env"] = env[rank]
+                found.setdefault(subject, {})[rank] = st
+            del calls, marks
         out: list[Finding] = []
         for subject, per_rank in sorted(found.items()):
             out.append(self._finding(ctx, subject, per_rank))
