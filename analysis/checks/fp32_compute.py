@@ -45,6 +45,7 @@ from ._common import (
     in_steps_mask,
     map_by_value,
     placeholders,
+    rank_batches,
     ranks_and_steps,
     ranks_text,
     series_sum,
@@ -162,17 +163,19 @@ class Fp32ComputeCheck(Check):
         windows = step_windows(ctx, ranks)
         thr = T.fp32_share_pct.value
         n_windows = window_counts(windows)
-        # one query per vendor family for all ranks: a query per rank costs seconds at 1,024 ranks
-        judged = self._judge(self._ascend_classified(ctx, [r for r in ranks if ctx.vendor(r) == "ascend"]),
-                             windows, n_windows, thr)
-        judged.update(self._judge(self._classified(ctx, [r for r in ranks if ctx.vendor(r) != "ascend"]),
-                                  windows, n_windows, thr))
-        per_rank: dict[int, dict[str, Any]] = {}
-        for rank in ranks:
-            if rank not in judged:
-                continue
-            n = max(n_windows.get(int(rank), 0), 1)
-            per_rank[rank] = self._rank_evidence(ctx, rank, judged[rank], n)
+        # one query per batch of ranks (a query per rank costs seconds at 1,024 ranks; one for all ranks holds
+        # every rank's ops and, on GPU, DuckDB's self-join of every rank's host ops at once); between batches
+        # only the evidence of the ranks that qualify is kept
+        evidence: dict[int, dict[str, Any]] = {}
+        batches = [(self._ascend_classified, b) for b in
+                   rank_batches(ctx, [r for r in ranks if ctx.vendor(r) == "ascend"], "device_ops")]
+        batches += [(self._classified, b) for b in
+                    rank_batches(ctx, [r for r in ranks if ctx.vendor(r) != "ascend"], "host_ops")]
+        for classified, batch in batches:
+            for rank, entry in self._judge(classified(ctx, batch), windows, n_windows, thr).items():
+                n = max(n_windows.get(int(rank), 0), 1)
+                evidence[rank] = self._rank_evidence(ctx, rank, entry, n)
+        per_rank = {rank: evidence[rank] for rank in ranks if rank in evidence}
         if not per_rank:
             return []
         rank_w, ms_w = worst_share(ctx, {r: v["impact_ms_per_step"] for r, v in per_rank.items()})
