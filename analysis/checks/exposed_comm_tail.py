@@ -73,7 +73,7 @@ _GRADIENT = re.compile(GRADIENT_RE)
 @dataclass
 class _RankOps:
     """One rank's compute ops and gradient collectives as numpy columns, sorted by start (so a step's ops
-    are one contiguous slice)."""
+    are one contiguous slice). The text and size columns are None / NaN for compute ops."""
 
     name: np.ndarray         # object
     is_comm: np.ndarray      # bool: a collective (else a compute op)
@@ -178,7 +178,12 @@ class ExposedCommTailCheck(Check):
         order (it shows in the evidence, see `rank_ordered`)."""
         out: dict[int, _RankOps] = {}
         marks = placeholders(ranks)
-        cols = "name, category, start_ns, dur_ns, size_bytes, collective, group_name"
+        # a compute op is only an interval: its text columns are never read, so they come back NULL (no
+        # Python string per compute op; those were most of this check's memory)
+        comm = "category = 'communication'"
+        cols = (f"CASE WHEN {comm} THEN name END AS name, {comm} AS is_comm, start_ns, dur_ns, "
+                f"CASE WHEN {comm} THEN size_bytes END AS size_bytes, CASE WHEN {comm} THEN collective END AS "
+                f"collective, CASE WHEN {comm} THEN group_name END AS group_name")
         by_rank = rank_ordered(
             ctx, ranks, f"SELECT {cols} FROM device_ops WHERE rank = ? AND category IN ('compute', "
                         "'communication') ORDER BY start_ns",
@@ -187,9 +192,9 @@ class ExposedCommTailCheck(Check):
         present = [int(r) for r in ranks if by_rank[int(r)]["name"].size]
         if not present:
             return out
-        cat, name, coll = (np.concatenate([by_rank[r][k] for r in present]).astype(object)
-                           for k in ("category", "name", "collective"))
-        comm_all = cat == "communication"
+        name, coll = (np.concatenate([by_rank[r][k] for r in present]).astype(object)
+                      for k in ("name", "collective"))
+        comm_all = np.concatenate([by_rank[r]["is_comm"] for r in present]).astype(bool)
         label = np.where(pd.isna(coll), name, coll)
         grad_all = np.zeros(comm_all.size, dtype=bool)
         grad_all[comm_all] = by_value(label[comm_all], lambda v: _GRADIENT.search(str(v)))
@@ -215,8 +220,8 @@ class ExposedCommTailCheck(Check):
     def _device_tails(self, ctx: CheckContext, rank: int, w: tuple[np.ndarray, np.ndarray, np.ndarray],
                       dev: _RankOps) -> dict[int, dict[str, Any]]:
         """Per kept step (w: steps, device window starts and ends): the exposed tail, the idle after it, the
-        effective tail (ns) and its final block of collectives (row indices; `_colls` describes them when a
-        step fires)."""
+        effective tail (ns) and its final block of collectives ((name, bytes, collective, start, end) in start
+        order: kept past the rank's ops, `_colls` describes them when a step fires)."""
         s_all, e_all, is_comm = dev.start, dev.end, dev.is_comm
         timeline = DeviceTimeline.of(ctx, rank)
         out: dict[int, dict[str, Any]] = {}
