@@ -46,6 +46,7 @@ from ._common import (
     fmt_ms,
     host_silences,
     in_steps_mask,
+    rank_batches,
     rank_slices,
     ranks_text,
     step_windows,
@@ -107,26 +108,30 @@ class GcPauseCheck(Check):
             elif "cann_api" in ctx.caps(rank):
                 # the advisor's rule weighs the gap against AscendCL calls: without the CANN API, no evidence
                 acl_ranks.append(rank)
-        # the conjectured rules read each rank's host ops: one query for all those ranks, not one per rank
-        acl = _by_rank(ctx, acl_ranks, "SELECT rank, start_ns, dur_ns FROM host_ops WHERE category = 'cann' AND "
+        # the conjectured rules read each rank's host ops: one query per batch of ranks (not one per rank, nor
+        # one holding every rank's host ops at once); between batches only each rank's result is kept
+        found: dict[int, dict[str, Any] | None] = {}
+        fixed_of: dict[int, dict[str, Any]] = {}
+        for batch in rank_batches(ctx, acl_ranks, "host_ops"):
+            acl = _by_rank(ctx, batch, "SELECT rank, start_ns, dur_ns FROM host_ops WHERE category = 'cann' AND "
                                        "name LIKE 'AscendCL@%' AND rank IN ({marks}) ORDER BY rank")
-        host = _by_rank(ctx, gpu_ranks, "SELECT rank, name, category, start_ns, dur_ns FROM host_ops WHERE rank IN "
+            for rank in batch:
+                found[rank] = self._conjectured_ascend(acl[rank]["start_ns"], acl[rank]["dur_ns"], windows.of(rank),
+                                                       DeviceTimeline.of(ctx, rank))
+        for batch in rank_batches(ctx, gpu_ranks, "host_ops"):
+            host = _by_rank(ctx, batch, "SELECT rank, name, category, start_ns, dur_ns FROM host_ops WHERE rank IN "
                                         "({marks}) ORDER BY rank")
-        conjectured: dict[int, dict[str, Any]] = {}
-        for rank in ranks:
-            if rank in acl:
-                a = acl[rank]
-                st = self._conjectured_ascend(a["start_ns"], a["dur_ns"], windows.of(rank),
-                                              DeviceTimeline.of(ctx, rank))
-            elif rank in host:
+            for rank in batch:
                 st = self._conjectured_gpu(host[rank], windows.of(rank), DeviceTimeline.of(ctx, rank))
                 fixed = st.pop("fixed_stall", None) if st else None
                 if fixed:
-                    ctx.notes.append(fixed_stall_text(rank, fixed))
-                if st and not st["gaps"]:
-                    st = None
-            else:
-                continue
+                    fixed_of[rank] = fixed
+                found[rank] = None if st and not st["gaps"] else st
+        conjectured: dict[int, dict[str, Any]] = {}
+        for rank in ranks:
+            if rank in fixed_of:
+                ctx.notes.append(fixed_stall_text(rank, fixed_of[rank]))
+            st = found.get(rank)
             if st:
                 conjectured[rank] = st
         out: list[Finding] = []
