@@ -85,3 +85,10 @@ def test_gc_pause_ascend_acl_gaps_batches_of_one_rank(monkeypatch: pytest.Monkey
     assert len(fs) == 1 and fs[0]["subject"] == "conjectured GC" and fs[0]["ranks"] == [0, 1]
     assert {r: v["gaps"] for r, v in fs[0]["evidence"]["per_rank"].items()} == {"0": 88, "1": 89}
     assert fs[0]["impact_ms"] == pytest.approx(30.506, abs=1e-3)
+
+
+def test_memory_ops_batches_of_one_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+    fs = _same_in_batches_of_one(monkeypatch, need(CLUSTER4), "memory-ops", "host_ops")
+    assert len(fs) == 1 and fs[0]["subject"] == "AscendCL@aclMallocMemInner" and fs[0]["ranks"] == [0, 1, 2, 3]
+    assert fs[0]["title"] == "aclMallocMemInner inside steps (6 calls, 15.0 ms per step)"
+    assert fs[0]["impact_ms"] == pytest.approx(15.0, abs=1e-3)

@@ -20,7 +20,7 @@ the evidence.
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -34,6 +34,7 @@ from ._common import (
     fmt_ms,
     in_steps_mask,
     placeholders,
+    rank_batches,
     ranks_and_steps,
     ranks_text,
     step_ms_of,
@@ -43,6 +44,9 @@ from ._common import (
     worst_share,
 )
 from .base import Check, CheckContext, register
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 API_RE = re.compile(r"^(AscendCL@(aclMallocMemInner|aclrtFreePhysical|aclrtFree)|cudaMalloc|cudaFree|"
                     r"hipMalloc|hipFree|cuMemAlloc(_v2)?|cuMemFree(_v2)?)$")
@@ -92,6 +96,22 @@ def _groups(names: np.ndarray, rank: np.ndarray, step: np.ndarray,
     return out
 
 
+def _api_calls(ctx: CheckContext, ranks: list[int], windows: pd.DataFrame) -> tuple[np.ndarray, ...]:
+    """(name, rank, step, start_ns, dur_ns) of the allocator calls of `ranks` inside their kept steps, in the
+    table's row order: one query for the ranks, whose runtime / CANN calls (every kernel launch among them)
+    are dropped here, so a check over many ranks holds only the allocator calls of all but one batch."""
+    a = ctx.profile.arrays(f"SELECT rank, step, name, start_ns, dur_ns FROM host_ops WHERE rank IN "
+                           f"({placeholders(ranks)}) AND category IN ('cann', 'runtime', 'driver') AND (name LIKE "
+                           "'AscendCL@acl%' OR name LIKE 'cu%' OR name LIKE 'hip%')", ranks)
+    names = np.asarray(a["name"], dtype=object)
+    idx = np.flatnonzero(by_value(names, lambda n: API_RE.match(str(n)))) if names.size else np.empty(0, np.int64)
+    rank = np.asarray(np.ma.getdata(a["rank"]), dtype=np.int64)[idx]
+    kept = in_steps_mask(rank, a["step"][idx], windows) if idx.size else np.zeros(0, dtype=bool)
+    idx, rank = idx[kept], rank[kept]
+    return (names[idx], rank, *(np.asarray(np.ma.getdata(a[k]), dtype=np.int64)[idx]
+                                for k in ("step", "start_ns", "dur_ns")))
+
+
 @register
 class MemoryOpsCheck(Check):
     id = "memory-ops"
@@ -112,23 +132,12 @@ class MemoryOpsCheck(Check):
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         windows = step_windows(ctx, ranks)
-        marks = placeholders(ranks)
-        a = ctx.profile.arrays(f"SELECT rank, step, name, start_ns, dur_ns FROM host_ops WHERE rank IN ({marks}) "
-                               "AND category IN ('cann', 'runtime', 'driver') AND (name LIKE 'AscendCL@acl%' OR "
-                               "name LIKE 'cu%' OR name LIKE 'hip%')", ranks)
-        names = np.asarray(a["name"], dtype=object)
+        calls = [_api_calls(ctx, batch, windows) for batch in rank_batches(ctx, ranks, "host_ops")]
+        if not calls:
+            return []
+        names, rank, step, start, dur = (np.concatenate([c[k] for c in calls]) for k in range(5))
         if names.size == 0:
             return []
-        idx = np.flatnonzero(by_value(names, lambda n: API_RE.match(str(n))))
-        rank = np.asarray(np.ma.getdata(a["rank"]), dtype=np.int64)[idx]
-        kept = in_steps_mask(rank, a["step"][idx], windows)
-        if not kept.any():
-            return []
-        idx, rank = idx[kept], rank[kept]
-        names = names[idx]
-        step = np.asarray(np.ma.getdata(a["step"]), dtype=np.int64)[idx]
-        start = np.asarray(np.ma.getdata(a["start_ns"]), dtype=np.int64)[idx]
-        dur = np.asarray(np.ma.getdata(a["dur_ns"]), dtype=np.int64)[idx]
         thr_ms = T.memory_api_total_ms.value
         thr_pct = T.memory_api_gpu_step_pct.value
         steps_of = window_counts(windows)
