@@ -46,9 +46,12 @@ from ..store import Profile
 from ..store.summaries import STEP_TABLE, is_ascend, step_breakdown_ns
 from ..units import NS_PER_MS
 
-# Device ops are read for a batch of ranks per query, up to this many rows: a query per rank costs more
-# than its rows on many small ranks, and one query for all ranks would hold every op of a large cluster.
-BATCH_OPS = 1_000_000
+# Event rows (device ops here, and the checks' event queries through `checks._arrays.rank_batches`) are read
+# for a batch of ranks per query, up to this many rows: a query per rank costs more than its rows on many
+# small ranks, and one query for all ranks would hold every event of a large cluster. The batch bounds what
+# the driver holds of the events; down to ~100k rows the checks' queries cost no more CPU (figures in
+# evals/bench/results-2026-11-27-summaries.md).
+BATCH_OPS = 250_000
 
 
 class BreakdownRow(BaseModel):
