@@ -41,9 +41,10 @@ def stage_of_ranks(ctx: CheckContext) -> tuple[dict[int, int], int, str] | None:
                  "('cluster_analyse', 'distributedInfo', 'parallel_group_info')")
     ranks = set(ctx.all_ranks)
     by_key: dict[str, list[tuple[int, object]]] = defaultdict(list)
+    shared: dict[tuple, dict] = {}
     for rank, key, value in md.itertuples(index=False):
         try:
-            by_key[key].append((int(rank), json.loads(value)))
+            by_key[key].append((int(rank), _share_groups(json.loads(value), shared)))
         except (TypeError, ValueError):
             continue
     for _rank, v in by_key.get("cluster_analyse", []):
@@ -160,6 +161,28 @@ def _first_p2p(ctx: CheckContext) -> dict[int, str]:
     for r, _s, f in df.itertuples(index=False):
         votes[int(r)].append(str(f))
     return {r: max(sorted(set(v)), key=v.count) for r, v in votes.items()}
+
+
+def _share_groups(v: object, shared: dict[tuple, dict]) -> object:
+    """A decoded distributedInfo / parallel_group_info whose group dicts are shared with the ranks that list an
+    equal group (equal in what is read here: names, description, rank lists). Every rank lists every group,
+    each with its ranks, so keeping each rank's own copies would hold ranks x world size ints."""
+    if not isinstance(v, dict):
+        return v
+
+    def one(g: object) -> object:
+        if not isinstance(g, dict):
+            return g
+        rs = g.get("ranks", g.get("global_ranks"))
+        key = (str(g.get("pg_name")), str(g.get("pg_desc")), str(g.get("group_name")), repr(rs))
+        return shared.setdefault(key, g)
+
+    if isinstance(v.get("pg_config"), list):
+        v["pg_config"] = [one(g) for g in v["pg_config"]]
+    else:
+        for k, g in v.items():
+            v[k] = one(g)
+    return v
 
 
 def _pipeline_groups(v: object) -> list[list[int]]:
