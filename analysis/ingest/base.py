@@ -14,6 +14,7 @@ so a parse worker never imports it.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -145,6 +146,15 @@ class RankTables:
 
     def warn(self, message: str) -> None:
         self.warnings.append(message)
+
+    def read_json(self, path: Path) -> Any:
+        """A JSON file's value, or None with a warning naming the file when it cannot be read or decoded
+        (a damaged side file costs only what it held)."""
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            self.warn(f"{path.name}: unreadable JSON ({e}); ignored")
+            return None
 
     def has(self, *caps: str) -> None:
         self.capabilities.update(caps)

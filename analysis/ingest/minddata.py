@@ -62,14 +62,6 @@ def read_csv_rows(path: Path, tables: RankTables) -> list[dict[str, str]]:
     return [{(k or "").strip(): (v.strip() if isinstance(v, str) else v) for k, v in r.items()} for r in rows]
 
 
-def read_json_file(path: Path, tables: RankTables) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        tables.warn(f"{path.name}: unreadable JSON ({e}); ignored")
-        return None
-
-
 def find_file(folders: list[Path], template: str, ids: list[str]) -> Path | None:
     """First existing `template.format(id)` over folders × ids; else the only file matching the pattern."""
     for folder in folders:
@@ -110,7 +102,7 @@ def _summary_from_csv(rows: list[list[str]]) -> dict[str, list[Any]]:
 
 def _load_summary(folders: list[Path], ids: list[str], tables: RankTables) -> dict[str, Any] | None:
     p = find_file(folders, "minddata_pipeline_summary_{}.json", ids)
-    if p is not None and isinstance(d := read_json_file(p, tables), dict):
+    if p is not None and isinstance(d := tables.read_json(p), dict):
         return d
     p = find_file(folders, "minddata_pipeline_summary_{}.csv", ids)
     if p is not None:
@@ -170,7 +162,7 @@ def _ops_from_sampler(folders: list[Path], ids: list[str], tables: RankTables) -
     """Ops of the raw sampler `pipeline_profiling_{id}.json`: usage = mean(queue size) / capacity."""
     ops: dict[int, dict[str, Any]] = {}
     sampler = find_file(folders, "pipeline_profiling_{}.json", ids)
-    if sampler is None or not isinstance(d := read_json_file(sampler, tables), dict):
+    if sampler is None or not isinstance(d := tables.read_json(sampler), dict):
         return ops
     parents: dict[int, int] = {}
     for o in d.get("op_info") or []:
@@ -218,7 +210,7 @@ def _apply_cpu_sampler(folders: list[Path], ids: list[str], tables: RankTables,
                        ops: dict[int, dict[str, Any]]) -> None:
     """`minddata_cpu_utilization_{id}.json`: per-op CPU where the summary gave none, machine busy % -> metadata."""
     cpu = find_file(folders, "minddata_cpu_utilization_{}.json", ids)
-    if cpu is None or not isinstance(d := read_json_file(cpu, tables), dict):
+    if cpu is None or not isinstance(d := tables.read_json(cpu), dict):
         return
     for o in d.get("op_info") or []:
         oid = cell_int(o.get("op_id"))
@@ -239,6 +231,15 @@ def _apply_cpu_sampler(folders: list[Path], ids: list[str], tables: RankTables,
         "sampling_interval_ms": cell_num(d.get("sampling_interval"))}))
 
 
+def _lines(path: Path, tables: RankTables) -> list[str] | None:
+    """A text file's lines, or None with a warning naming it when it cannot be read."""
+    try:
+        return path.read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        tables.warn(f"{path.name}: unreadable ({e}); ignored")
+        return None
+
+
 def _host_queue(folders: list[Path], ids: list[str], tables: RankTables) -> bool:
     """`type extra batch value timestamp` records -> empty/full share of batches and mean times (ms)."""
     path = find_file(folders, "device_queue_profiling_{}.txt", ids)
@@ -249,10 +250,8 @@ def _host_queue(folders: list[Path], ids: list[str], tables: RankTables) -> bool
         return False
     times: dict[int, list[float]] = {0: [], 1: [], 2: []}
     depth: list[tuple[int, int]] = []      # (size, capacity)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as e:
-        tables.warn(f"{path.name}: unreadable ({e}); ignored")
+    lines = _lines(path, tables)
+    if lines is None:
         return False
     for line in lines:
         f = line.split()
@@ -288,10 +287,8 @@ def _device_queue(folders: list[Path], ids: list[str], tables: RankTables) -> bo
         return False
     sizes: list[int] = []
     waits_us: list[float] = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as e:
-        tables.warn(f"{path.name}: unreadable ({e}); ignored")
+    lines = _lines(path, tables)
+    if lines is None:
         return False
     for line in lines:
         f = line.split()

@@ -123,11 +123,7 @@ class _LegacyReader:
         p = self.file("profiler_info_{}.json")
         if p is None:
             return {}
-        try:
-            info = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            self.t.warn(f"{p.name}: unreadable JSON ({e}); ignored")
-            return {}
+        info = self.t.read_json(p)
         if isinstance(info, dict):
             self.t.add("metadata", key="profiler_info", value_json=json.dumps(info, sort_keys=True, default=str))
             return info

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,14 +119,6 @@ class RankMeta:
     info: dict[str, Any] = field(default_factory=dict)         # profiler_info_{rank}.json
 
 
-def _load_json(path: Path, tables: RankTables) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        tables.warn(f"{path.name}: unreadable JSON ({e}); ignored")
-        return None
-
-
 def to_int(v: Any) -> int | None:
     if type(v) is int:  # INTEGER cells, most of them
         return v
@@ -191,7 +182,7 @@ def read_rank_meta(rank_dir: Path, tables: RankTables) -> RankMeta:
     if not rank_dir.is_dir():
         return meta
     infos = sorted(rank_dir.glob("profiler_info*.json"))
-    if infos and isinstance(info := _load_json(infos[0], tables), dict):
+    if infos and isinstance(info := tables.read_json(infos[0]), dict):
         meta.info = info
         meta.framework_version = info.get("torch_npu_version") or info.get("ms_version")
         cfg = info.get("config") or {}
@@ -203,12 +194,12 @@ def read_rank_meta(rank_dir: Path, tables: RankTables) -> RankMeta:
         meta.with_stack = bool(ws) if ws is not None else None
         meta.world_size = to_int(info.get("rank_size"))
     md_path = rank_dir / "profiler_metadata.json"
-    if md_path.is_file() and isinstance(md := _load_json(md_path, tables), dict):
+    if md_path.is_file() and isinstance(md := tables.read_json(md_path), dict):
         meta.metadata = md
     for dev_info in sorted(rank_dir.glob("PROF_*/device_*/info.json.*")):
         if dev_info.name.endswith(".done"):
             continue
-        if isinstance(di := _load_json(dev_info, tables), dict):
+        if isinstance(di := tables.read_json(dev_info), dict):
             devs = di.get("DeviceInfo") or [{}]
             d0 = devs[0] if devs else {}
             meta.device_name = di.get("platform_version") or meta.device_name
