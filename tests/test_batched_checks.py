@@ -1,6 +1,7 @@
-"""fp32-compute, gc-pause and memory-ops read event rows a batch of ranks at a time (`rank_batches`): with one
-rank per batch they give exactly the findings of the default batch (all ranks of these profiles in one), on
-real multi-rank profiles where each check fires."""
+"""The checks that read event rows a batch of ranks at a time (`rank_batches`: fp32-compute, gc-pause,
+memory-ops, exposed-comm-tail, sync-stream, host-bound): with one rank per batch they give exactly the findings
+and warnings of the default batch (all ranks of these profiles in one), on real multi-rank profiles where each
+check fires."""
 
 from __future__ import annotations
 
@@ -92,3 +93,24 @@ def test_memory_ops_batches_of_one_rank(monkeypatch: pytest.MonkeyPatch) -> None
     assert len(fs) == 1 and fs[0]["subject"] == "AscendCL@aclMallocMemInner" and fs[0]["ranks"] == [0, 1, 2, 3]
     assert fs[0]["title"] == "aclMallocMemInner inside steps (6 calls, 15.0 ms per step)"
     assert fs[0]["impact_ms"] == pytest.approx(15.0, abs=1e-3)
+
+
+def test_exposed_comm_tail_batches_of_one_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+    path = need(ASCEND / "msinsight-pt-db-l0")
+    fs = _same_in_batches_of_one(monkeypatch, path, "exposed-comm-tail", "device_ops")
+    assert len(fs) == 1 and fs[0]["ranks"] == [0, 1]
+    assert fs[0]["impact_ms"] == pytest.approx(9.949, abs=1e-3)
+    assert fs[0]["evidence"]["per_rank"]["0"]["collectives"]   # the block's collectives are kept per step
+
+
+def test_sync_stream_batches_of_one_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+    fs = _same_in_batches_of_one(monkeypatch, need(CLUSTER4), "sync-stream", "host_ops")
+    assert len(fs) == 1 and fs[0]["ranks"] == [0, 1, 2, 3]
+    assert fs[0]["impact_ms"] == pytest.approx(26.588, abs=1e-3)
+
+
+def test_host_bound_batches_of_one_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+    path = need(ASCEND / "msinsight-pt-db-l0")
+    fs = _same_in_batches_of_one(monkeypatch, path, "host-bound", "host_ops")
+    assert len(fs) == 1 and fs[0]["ranks"] == [0, 1]
+    assert fs[0]["impact_ms"] == pytest.approx(17.968, abs=1e-3)
