@@ -49,8 +49,7 @@ from ..units import NS_PER_MS
 # Event rows (device ops here, and the checks' event queries through `checks._arrays.rank_batches`) are read
 # for a batch of ranks per query, up to this many rows: a query per rank costs more than its rows on many
 # small ranks, and one query for all ranks would hold every event of a large cluster. The batch bounds what
-# the driver holds of the events; down to ~100k rows the checks' queries cost no more CPU (figures in
-# evals/bench/results-2026-11-27-summaries.md).
+# the driver holds of the events; smaller batches cost more queries (figures in evals/bench/).
 BATCH_OPS = 250_000
 
 
@@ -117,9 +116,9 @@ def compute_breakdown(profile: Profile, *, hta_compat: bool = False, ranks: list
                         f"coalesce(device_end_ns, 0) AS d1 FROM steps {where} ORDER BY rank, step", params)
     st_rank = np.asarray(st["rank"], dtype=np.int64)
     step_ranks = np.unique(st_rank).tolist()
-    from_events = [r for r in step_ranks if r not in summarised]
-    if from_events:
-        rows += _event_rows(profile, st, st_rank, from_events, formats, hta_compat)
+    event_ranks = [r for r in step_ranks if r not in summarised]
+    if event_ranks:
+        rows += _event_rows(profile, st, st_rank, event_ranks, formats, hta_compat)
     _steps_from_step_table(profile, rows)
     rows += _step_table_rows(profile, set(step_ranks), ranks, steps)
     rows.sort(key=lambda r: (r.rank, r.step if r.step is not None else -1))

@@ -117,9 +117,9 @@ def analysis_config(db: Path) -> dict[str, str]:
     """The read-only connection's settings: a spill folder of this process's own (DuckDB's default, `<db>.tmp`,
     would be shared by the processes that open one cached store), named like a build's temporaries so
     `remove_stale_temporaries` deletes it once this process is gone; and, when STEPDOCTOR_ANALYSIS_MEMORY_MB
-    is set, DuckDB's memory limit in MB. Without it DuckDB may use 80 % of RAM: a 64-256 MB limit cut the
-    driver's peak by a fifth to a third on 754k device ops, but a query whose operators cannot spill then
-    fails instead of using more memory (figures in evals/bench/results-2026-11-27-summaries.md)."""
+    is set, DuckDB's memory limit in MB. Without it DuckDB may use 80 % of RAM; it is not set by default
+    because a query whose operators cannot spill then fails instead of using more memory (figures in
+    evals/bench/results-2026-11-27-summaries.md)."""
     config = {"temp_directory": f"{db}.tmp-{os.getpid()}-0.tmp"}
     mb = os.environ.get("STEPDOCTOR_ANALYSIS_MEMORY_MB", "").strip()
     if mb.isdigit():

@@ -194,7 +194,7 @@ class RankSummary:
             s_val, s_null = _ints(step)
         s_labels, s_code = np.unique(np.where(s_null, 0, s_val), return_inverse=True)
         s_code = np.where(s_null, len(s_labels), np.asarray(s_code).reshape(-1))
-        # one int64 key per row (sorting it is ~50x faster than a unique over rows of a 2-D array)
+        # one int64 key per row: a sort of one column, not a unique over the rows of a 2-D array
         ns, nc = len(s_labels) + 1, len(c_labels) + 1
         key = ((n_codes + 1) * nc + (c_codes + 1)) * ns + s_code
         order = np.argsort(key, kind="stable")

@@ -30,8 +30,7 @@ ROW_GROUP_ROWS = 30_720
 DEFAULT_ROW_GROUP_ROWS = 122_880  # DuckDB versions that cannot set it (< 1.2)
 CHUNK_ROWS = ROW_GROUP_ROWS // 2
 # Parse workers send a table's rows in frames of one row group: they then go in as one INSERT per commit
-# where the table's transaction is at a boundary (frames of half a row group cost ~4 % more of the ingest
-# process's CPU per rank)
+# where the table's transaction is at a boundary (an INSERT has a fixed cost; see POOL_BELOW_ROWS)
 FRAME_ROWS = ROW_GROUP_ROWS
 # A block of fewer rows waits in its table's pool, shared by the ranks, and is inserted with the others
 # (see Writer.data): an INSERT has a fixed cost of about a millisecond whatever its size, so many small
@@ -109,8 +108,8 @@ def block_bytes(cols: dict[str, Any]) -> int:
     """About the memory a block holds: its arrays' bytes, plus the characters of its text values.
 
     A text column longer than TEXT_SAMPLE values is measured on an evenly spaced sample and scaled: the
-    figure only decides when a pool or a transaction is flushed, and a per-value loop over a rank's
-    host-op shapes cost about a third of the ingest process's CPU."""
+    figure only decides when a pool or a transaction is flushed, so an estimate serves, and a loop over
+    every value would run per row on the single inserting process."""
     total = 0
     for a in cols.values():
         if isinstance(a, Coded):

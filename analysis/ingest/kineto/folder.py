@@ -46,7 +46,7 @@ def _int_column(values: list[Any]) -> np.ndarray:
 
 
 def _small_codes(codes: list[int]) -> np.ndarray:
-    """Category codes (0..127) -> int8, through a bytearray (in C, ~6x faster than numpy's per-value path)."""
+    """Category codes (0..127) -> int8 through a bytearray: converted in C, not value by value."""
     return np.frombuffer(bytearray(codes), dtype=np.int8)
 
 
