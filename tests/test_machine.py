@@ -111,10 +111,10 @@ def test_plan_workers_fits_the_largest_rank_in_memory(monkeypatch):
     plan = machine.plan_workers(ranks, cpus=64, available=16 * GB)
     assert plan.workers == int((16 * GB * 0.7 - 256 * MB) // peak) == 10
     assert plan.reason == "memory"
-    # the Ascend text reader streams its tables: a worker takes ~0.55x what it reads (0.8x planned)
+    # the Ascend text reader streams its tables: a worker takes ~1.1x what it reads (1.2x planned)
     text = machine.plan_workers([("ascend_pt_text", 400 * MB)] * 32, cpus=64, available=16 * GB)
-    assert text.worker_peak_bytes == machine.WORKER_FIXED_BYTES + int(0.8 * 400 * MB)
-    assert text.workers == int((16 * GB * 0.7 - 256 * MB) // text.worker_peak_bytes) == 29
+    assert text.worker_peak_bytes == machine.WORKER_FIXED_BYTES + int(1.2 * 400 * MB)
+    assert text.workers == int((16 * GB * 0.7 - 256 * MB) // text.worker_peak_bytes) == 20
     assert machine.plan_workers(ranks, cpus=64, available=512 * MB).workers == 1  # never fewer than one
     assert machine.plan_workers(ranks[:3], cpus=64, available=None).workers == 3
     # Kineto ranks stream: ~0.6 byte per input byte
