@@ -27,6 +27,7 @@ from ...errors import ProfileError
 from ..base import RankSource
 from .content import (
     DB_RE,
+    EXECUTION_TRACE,
     INFO_RE,
     KINETO_NAME_RE,
     MS_LEGACY_RE,
@@ -73,6 +74,8 @@ def discover(path: str | Path) -> Discovery:
             kind = json_kind(p)
             if kind == "ascend_trace":
                 return _ascend([p.parent], p)
+            if kind == "execution_trace":
+                raise ProfileError(p, EXECUTION_TRACE)
             if kind is None:
                 raise ProfileError(p, "not a trace: neither a Kineto trace (an object with traceEvents) nor an "
                                       "Ascend trace_view.json; pass the profile folder")

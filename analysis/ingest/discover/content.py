@@ -164,17 +164,26 @@ def timestamp_of(d: Path) -> int:
     return int(d.stat().st_mtime_ns)
 
 
+# A PyTorch execution trace holds the operator graph, not a timeline: it is recorded beside a Kineto trace.
+EXECUTION_TRACE = ("a PyTorch execution trace (ExecutionTraceObserver: schema and nodes, the operator graph "
+                   "without a timeline), not a profile: pass the Kineto trace recorded with it (torch.profiler, "
+                   "e.g. tensorboard_trace_handler's *.pt.trace.json)")
+
+
 def json_kind(path: Path) -> str | None:
     """What a .json / .json.gz file is, from its first bytes: "kineto" (an object with traceEvents),
-    "ascend_trace" (torch_npu's trace_view.json: an array of events with Ascend process names), or None."""
+    "ascend_trace" (torch_npu's trace_view.json: an array of events with Ascend process names),
+    "execution_trace" (PyTorch's ExecutionTraceObserver graph: an object with schema and nodes, no timeline),
+    or None."""
     try:
         head = read_head(path, 1 << 16)
     except ProfileError:
         return "kineto" if path.name.endswith(".gz") else None   # a damaged trace: the reader says how
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if text.startswith(b"{"):
-        return "kineto" if b'"traceEvents"' in head or b'"schemaVersion"' in head or not head.strip(b"{ \n") \
-            else None
+        if b'"traceEvents"' in head or b'"schemaVersion"' in head or not head.strip(b"{ \n"):
+            return "kineto"
+        return "execution_trace" if b'"nodes"' in head and b'"schema"' in head else None
     if text.startswith(b"["):
         # torch_npu writes ts as a string of µs ("1704161511420306.491"); its tracks are named Ascend
         # Hardware, CANN, Overlap Analysis; AscendCL@ / torch_to_npu name its API calls and flows

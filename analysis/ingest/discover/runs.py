@@ -8,7 +8,16 @@ import os
 from pathlib import Path
 
 from ...errors import ProfileError
-from .content import MS_LEGACY_RE, OUTPUT_DIR, ascend_rank, kineto_rank, msprof_rank
+from .content import (
+    EXECUTION_TRACE,
+    KINETO_NAME_RE,
+    MS_LEGACY_RE,
+    OUTPUT_DIR,
+    ascend_rank,
+    json_kind,
+    kineto_rank,
+    msprof_rank,
+)
 
 
 def refuse_unrelated_runs(root: Path, ascend: list[Path], legacy: list[Path], kineto: list[Path],
@@ -77,6 +86,8 @@ def nothing_found(p: Path) -> str:
                 "the folder holding mindstudio_profiler_output/")
     if names and all((p / n).is_file() and (p / n).stat().st_size == 0 for n in names):
         return "every file here is empty (0 bytes): nothing to read"
+    if any(KINETO_NAME_RE.search(n) and (p / n).is_file() and json_kind(p / n) == "execution_trace" for n in names):
+        return f"only {EXECUTION_TRACE}"
     return ("no recognizable profile: no torch_npu / MindSpore rank folder (ASCEND_PROFILER_OUTPUT/, "
             "profiler_info_N.json), MindSpore profiler folder, msprof PROF_* folder or msprof_*.db, or Kineto "
             "trace (.json/.json.gz) found")
