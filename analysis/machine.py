@@ -38,12 +38,13 @@ _UNLIMITED = 1 << 60
 # Peak private memory of a parse worker per byte its reader reads, and a fixed part for everything else
 # (index arrays, DuckDB's CSV buffers). Measured on the bench inputs, worker RSS minus the interpreter
 # with its imports (~72 MB with DuckDB, ~45 MB without):
-#   Ascend text, read by msgspec and numpy alone (no native scanner: the communication JSONs are decoded
-#   whole, the trace's columns built from Python objects): 8 x 400k events (up to 192 MB read per rank)
-#   275-291 MB -> 1.05-1.1 x (evals/bench/results-2026-11-27-*.md).
-#   Kineto, 8 x 93 MB JSON: 79-86 MB -> 0.4 x (read in 512 KiB pieces, folded into compact columns). The
-#   other formats (Ascend and MindSpore databases, MindSpore's older text export) build whole-rank columns
-#   and keep the old Ascend text factor.
+#   Ascend text (the communication JSONs decoded whole, the trace's columns built from Python objects, the
+#   big tables streamed as finished): 8 x 400k events (up to 192 MB read per rank) 275-291 MB -> 1.05-1.1 x
+#   (evals/bench/results-2026-11-27-ingest-status.md).
+#   Kineto, 8 x 93 MB JSON: 79-86 MB -> 0.4 x (read in 512 KiB pieces, folded into compact columns).
+#   The other formats (Ascend and MindSpore databases, MindSpore's older text export) build whole-rank
+#   columns: 2.5, above the 1.8-2.1 x the Ascend text reader measured when it held a rank's columns whole
+#   (2 x 400k events, 382-432 MB).
 PEAK_PER_INPUT_BYTE = {"kineto": 0.6, "ascend_text": 1.2, "ascend": 2.5}
 _TEXT_FORMATS = {"ascend_pt_text", "ascend_ms_text"}
 WORKER_FIXED_BYTES = 64 << 20
