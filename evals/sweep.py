@@ -26,8 +26,9 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..analysis.ingest.discover.content import KINETO_NAME_RE
+
 COMMANDS = ("issues", "breakdown")
-TRACE_SUFFIXES = (".json", ".json.gz", ".db")
 
 
 @dataclass
@@ -63,9 +64,11 @@ def run_one(path: Path, command: str, timeout: float) -> Outcome:
 
 
 def entries(root: Path, files: bool) -> list[Path]:
-    """The profiles to pass: DIR's entries, or (files) every trace file below it."""
+    """The profiles to pass: DIR's entries, or (files) every trace file below it (.json, .json.gz as discovery
+    names them, .db)."""
     if files:
-        return sorted(p for p in root.rglob("*") if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
+        return sorted(p for p in root.rglob("*") if p.is_file() and (KINETO_NAME_RE.search(p.name)
+                                                                      or p.name.endswith(".db")))
     return sorted(p for p in root.iterdir() if not p.name.startswith("."))
 
 
