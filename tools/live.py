@@ -15,18 +15,31 @@ def render_hang(r: HangReport) -> str:
     lines = [r.verdict, ""]
     lines.append(f"dumps read: {len(r.dump_ranks)} rank(s)"
                  + (f"; no dump: ranks {r.missing_dumps}" if r.missing_dumps else ""))
-    for d in r.divergences:
-        lines.append(f"- {d.group_name} #{d.seq} {d.op}: {d.kind}, ranks {d.ranks} "
+    if r.divergences:
+        lines.append("first cause(s):")
+    for i, d in enumerate(r.divergences, 1):
+        who = f"ranks {d.ranks}" if d.ranks else (f"unknown (no dump: {d.unknown_ranks})" if d.unknown_ranks
+                                                   else "not told apart")
+        lines.append(f"{i}. {d.group_name} #{d.seq} {d.op}: {d.kind}, {who} "
                      f"({len(d.waiting_ranks)} waiting"
                      + (f", {d.waited_ms / 1000:.1f} s" if d.waited_ms and d.waited_ms >= 100 else "") + ")")
         for p in d.positions[:8]:
             where = f"; at {p.stack[0]}" if p.stack else ""
             lines.append(f"    rank {p.rank}: last issued #{p.last_issued_seq} {p.last_issued_op or ''}, "
                          f"last completed #{p.last_completed_seq}{where}")
+    if r.consequences:
+        lines.append(f"consequences ({len(r.consequences)} collective(s) where ranks wait because of the above):")
+        for c in r.consequences[:8]:
+            lines.append(f"- {c.message}")
+        if len(r.consequences) > 8:
+            lines.append(f"- and {len(r.consequences) - 8} more")
     if r.stacks:
-        lines.append(f"stacks: {len(r.stacks.groups)} distinct main-thread stack(s)")
-        for g in r.stacks.outliers[:8]:
-            lines.append(f"- ranks {g.ranks} differ from the majority: " + " <- ".join(g.frames[:4]))
+        lines.append(f"stacks: {len(r.stacks.groups)} distinct main-thread stack(s)"
+                     + (" (largest groups tie: no majority)" if r.stacks.tie else ""))
+        for g in (r.stacks.groups if r.stacks.tie else r.stacks.outliers)[:8]:
+            lines.append(f"- ranks {g.ranks}" + ("" if r.stacks.tie else " differ from the majority") + ": "
+                         + " <- ".join(g.frames[:4]))
+    lines += [f"unknown: {u}" for u in r.unknowns]
     lines += [f"warning: {w}" for w in r.warnings]
     return "\n".join(lines)
 

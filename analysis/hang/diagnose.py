@@ -1,34 +1,184 @@
-"""Find where the ranks of a hung job diverge: Flight Recorder entries matched across ranks per process group
-and collective sequence id.
+"""Find the first cause of a hang from every rank's Flight Recorder dump: a wait-for graph across all process
+groups.
 
-Algorithm, per process group (members from `pg_config`, else the ranks that recorded it):
-  1. per rank, the collectives it issued (seq -> entry) and the highest seq issued;
-  2. mismatch: the first seq recorded by every member (ring buffers may have dropped early entries) where
-     the members disagree on the op or the input shapes; the minority is named;
-  3. missing: the first seq some member never issued (its highest seq is below the others'); those are named;
-  4. stuck: every member issued the last seq, and some completed it while others did not (NCCL records
-     completion; Gloo does not, so a Gloo group is never called stuck);
-the earliest of 2-3 (or 4) is the group's divergence. Groups are reported earliest first by the time the
-divergent collective was created, since a hang in one group stalls the groups that follow it.
-Ranks without a dump are listed as unknown, never counted as missing from a collective. Linear in entries.
+Each rank's entries are its program order across groups (record_id). Per rank:
+  * an entry is complete when its state is `completed` (NCCL), else when its group's `pg_status` (mapped from
+    the rank's local index to the group's name) says its seq completed, else when the recorder retired it
+    (Gloo); otherwise it is pending, or unknown where none of these is written;
+  * the rank is blocked at its first pending collective in program order (at its last entry where completion
+    is unknown), and free when every entry completed: then it is running, or stuck outside any collective.
+Per blocked instance (group, seq) the members are classified: issued it (the same op and shapes, or another:
+a mismatch), never issued it (their last seq in the group is lower), or unknown (no dump). A member that never
+issued it and is free is a first cause (it is stuck elsewhere); one that is itself blocked is followed to the
+instance it waits in. Causes are: `missing` (free ranks others wait for), `mismatch` (the minority of the
+members that issued another op or other shapes; no minority on a tie), `stuck` (every member issued it and
+some never completed it: NCCL records completion), `unknown` (every member with a dump issued it and waits; the
+ranks without a dump are where the cause may be), `deadlock` (ranks that wait for each other with no cause
+among them). Every other blocked instance is a consequence of the causes it leads to, and its ranks are
+victims, never culprits. Linear in entries plus the blocked instances.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 
 from ..units import NS_PER_MS
 from .frdump import DumpSet, Entry, RankDump
-from .models import Divergence, RankPosition
+from .groups import build_groups
+from .models import Consequence, Divergence, RankPosition
+
+Inst = tuple[str, int]   # (group key, collective seq)
 
 
 @dataclass
-class _Member:
+class _Rank:
     rank: int
-    by_seq: dict[int, Entry]
-    top: int | None
-    last_completed: int | None
+    by_inst: dict[Inst, list[Entry]]            # coalesced ops share one seq
+    top: dict[str, int]                          # group -> highest seq issued (entries, or pg_status)
+    done: dict[str, int | None]                  # group -> highest seq completed (None: not recorded)
+    blocked: Inst | None = None
+    order: list[Inst] = field(default_factory=list)
+
+
+def _complete(e: Entry, d: RankDump, key: str, tracks: bool) -> bool | None:
+    if e.state == "completed":
+        return True
+    st = d.status.get(e.group)
+    if st is not None and st.completed is not None and not e.is_p2p:
+        return e.seq <= st.completed
+    if tracks:
+        return False
+    return e.retired
+
+
+def _most(a: int | None, b: int) -> int:
+    return b if a is None else max(a, b)
+
+
+def _rank_state(d: RankDump, keyof: dict[tuple[int, str], str]) -> _Rank:
+    tracks = any(e.state in ("started", "completed") for e in d.entries)
+    by_inst: dict[Inst, list[Entry]] = defaultdict(list)
+    top: dict[str, int] = {}
+    done: dict[str, int | None] = {}
+    order: list[Inst] = []
+    blocked: Inst | None = None
+    unknown_last: Inst | None = None
+    for e in d.entries:
+        if e.is_p2p:
+            continue
+        key = keyof[(d.rank, e.group)]
+        inst = (key, e.seq)
+        if inst not in by_inst:
+            order.append(inst)
+        by_inst[inst].append(e)
+        top[key] = max(top.get(key, e.seq), e.seq)
+        c = _complete(e, d, key, tracks)
+        if c:
+            done[key] = _most(done.get(key), e.seq)
+        elif c is None:
+            unknown_last = inst
+            done.setdefault(key, None)
+        elif blocked is None:
+            blocked = inst
+    for name, st in d.status.items():
+        key = keyof.get((d.rank, name), name)
+        if st.enqueued is not None and st.enqueued > top.get(key, 0):
+            top[key] = st.enqueued
+        if st.completed is not None:   # -1: tracked, nothing completed yet
+            done[key] = _most(done.get(key), st.completed)
+    if blocked is None and unknown_last is not None and order and order[-1] == unknown_last:
+        blocked = unknown_last   # nothing says it completed, and it is the rank's last collective
+    return _Rank(d.rank, by_inst, top, done, blocked, order)
+
+
+@dataclass
+class _Cause:
+    kind: str
+    inst: Inst
+    ranks: list[int]
+    unknown: list[int] = field(default_factory=list)
+    sides: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+
+
+class _Analysis:
+    def __init__(self, ds: DumpSet, world: set[int]):
+        self.ds = ds
+        self.groups, keyof = build_groups(ds, world)
+        self.ranks = {r: _rank_state(d, keyof) for r, d in ds.dumps.items()}
+        self.failed = self._failed_with_absent()
+        self.pending: dict[Inst, list[int]] = defaultdict(list)
+        for r in sorted(self.ranks):
+            if (b := self.ranks[r].blocked) is not None:
+                self.pending[b].append(r)
+        self.causes: dict[Inst, list[_Cause]] = {}
+        self.waits_on: dict[Inst, list[int]] = {}
+
+    def _failed_with_absent(self) -> set[int]:
+        """Free ranks whose last collective is one of a group with a member that left no dump, and that is
+        still pending on another member: it did not complete, it failed (Gloo retires a collective that
+        raised when a peer died). Such a rank is blocked there, a victim of the absent rank, not stuck."""
+        failed = set()
+        for r, st in self.ranks.items():
+            if st.blocked is not None or not st.order:
+                continue
+            inst = st.order[-1]
+            g = self.groups.get(inst[0])
+            if g is None or all(m in self.ranks for m in g.ranks):
+                continue
+            if any(self.ranks[m].blocked == inst for m in g.ranks if m in self.ranks and m != r) or \
+                    any(self.ranks[m].top.get(inst[0], 0) < inst[1] for m in g.ranks if m in self.ranks):
+                st.blocked = inst
+                failed.add(r)
+        return failed
+
+    def _sig(self, r: int, inst: Inst) -> tuple[str, str] | None:
+        es = self.ranks[r].by_inst.get(inst)
+        if not es:
+            return None
+        return " + ".join(e.op for e in es), " + ".join(e.input_sizes for e in es)
+
+    def classify(self, inst: Inst) -> None:
+        key, seq = inst
+        g = self.groups.get(key)
+        members = g.ranks if g else self.pending[inst]
+        issued, never, no_dump = [], [], []
+        for m in members:
+            if m not in self.ranks:
+                no_dump.append(m)
+            elif self.ranks[m].top.get(key, 0) >= seq:
+                issued.append(m)
+            else:
+                never.append(m)
+        causes: list[_Cause] = []
+        sigs = {m: s for m in issued if (s := self._sig(m, inst)) is not None}
+        counts = Counter(sigs.values())
+        if len(counts) > 1:
+            (major, n1), (_, n2) = counts.most_common(2)
+            sides = {s: sorted(m for m in sigs if sigs[m] == s) for s in counts}
+            odd = sorted(m for m in sigs if sigs[m] != major) if n1 > n2 else []
+            causes.append(_Cause("mismatch", inst, odd, sides=sides))
+        free = [m for m in never if self.ranks[m].blocked is None]
+        if free:
+            causes.append(_Cause("missing", inst, free))
+        self.waits_on[inst] = never
+        if not causes and not never:
+            tracked = [m for m in issued if self.ranks[m].done.get(key) is not None]
+            finished = [m for m in tracked if (self.ranks[m].done.get(key) or -1) >= seq and m not in self.failed]
+            if no_dump:
+                causes.append(_Cause("unknown", inst, [], unknown=no_dump))
+            elif tracked and finished:
+                causes.append(_Cause("stuck", inst, sorted(set(issued) - set(finished))))
+            elif tracked and len(tracked) == len(issued):
+                # issued by every member, completed by none: the collective itself does not finish; with one
+                # member that member is the one stuck, with more no rank is to blame over another
+                causes.append(_Cause("stuck", inst, sorted(issued) if len(issued) == 1 else []))
+        if causes:
+            self.causes[inst] = causes
+
+    def run(self) -> None:
+        for inst in self.pending:
+            self.classify(inst)
 
 
 def _frames(e: Entry | None) -> list[str]:
@@ -37,119 +187,180 @@ def _frames(e: Entry | None) -> list[str]:
     return [f"{name} ({file.rsplit('/', 1)[-1]}:{line})" for name, file, line in e.frames]
 
 
-def _members(ds: DumpSet, gid: str) -> tuple[list[int], list[_Member]]:
-    named: list[int] | None = None
-    for d in ds.dumps.values():
-        g = d.groups.get(gid)
-        if g is not None and g.ranks:
-            named = g.ranks
-            break
-    members: list[_Member] = []
-    ranks = named if named is not None else sorted(
-        r for r, d in ds.dumps.items() if any(e.group == gid for e in d.entries))
-    for r in ranks:
-        d = ds.dumps.get(r)
-        if d is None:
+def _leads_to(a: _Analysis) -> dict[Inst, set[Inst]]:
+    """For every blocked instance, the cause instances it waits on, directly or through other blocked ranks."""
+    memo: dict[Inst, set[Inst]] = {}
+    on_stack: set[Inst] = set()
+
+    def visit(inst: Inst) -> set[Inst]:
+        if inst in memo:
+            return memo[inst]
+        if inst in on_stack:
+            return set()
+        on_stack.add(inst)
+        out = {inst} if inst in a.causes else set()
+        for m in a.waits_on.get(inst, []):
+            b = a.ranks[m].blocked
+            if b is not None and b != inst:
+                out |= visit(b)
+        on_stack.discard(inst)
+        memo[inst] = out
+        return out
+
+    for inst in a.pending:
+        visit(inst)
+    return memo
+
+
+def _deadlocks(a: _Analysis, leads: dict[Inst, set[Inst]]) -> None:
+    """Blocked instances that lead to no cause wait in a cycle: one `deadlock` cause per cycle found."""
+    seen: set[Inst] = set()
+    for inst in sorted(a.pending):
+        if leads.get(inst) or inst in seen:
             continue
-        by_seq = {e.seq: e for e in d.entries if e.group == gid and not e.is_p2p}
-        done = d.last_completed.get(gid)
-        if done is None:
-            seqs = [s for s, e in by_seq.items() if e.state == "completed"]
-            done = max(seqs) if seqs else None
-        members.append(_Member(r, by_seq, max(by_seq) if by_seq else None, done))
-    return ranks, members
+        path: list[Inst] = []
+        cur: Inst | None = inst
+        while cur is not None and cur not in path and cur not in seen:
+            path.append(cur)
+            nxt = [a.ranks[m].blocked for m in a.waits_on.get(cur, []) if a.ranks[m].blocked is not None]
+            cur = nxt[0] if nxt else None
+        seen.update(path)
+        if cur is not None and cur in path:
+            cycle = path[path.index(cur):]
+            ranks = sorted({r for i in cycle for r in a.pending[i]})
+            a.causes[cycle[0]] = [_Cause("deadlock", cycle[0], ranks)]
+            for i in path:
+                leads[i] = {cycle[0]}
 
 
-def _position(m: _Member, seq: int) -> RankPosition:
-    e = m.by_seq.get(seq)
-    last = m.by_seq.get(m.top) if m.top is not None else None
-    return RankPosition(rank=m.rank, last_issued_seq=m.top, last_issued_op=last.op if last else None,
-                        last_completed_seq=m.last_completed, state=e.state if e else None,
-                        stack=_frames(e or last))
+def _created(a: _Analysis, inst: Inst) -> int:
+    ts = [e.created_ns for r in a.ranks.values() for e in r.by_inst.get(inst, []) if e.created_ns]
+    return min(ts, default=0)
 
 
-def _mismatch(members: list[_Member]) -> tuple[int, list[_Member], str] | None:
-    common = set.intersection(*(set(m.by_seq) for m in members)) if members else set()
-    for seq in sorted(common):
-        keys = {m.rank: (m.by_seq[seq].op, m.by_seq[seq].input_sizes) for m in members}
-        counts = Counter(keys.values())
-        if len(counts) > 1:
-            major, _ = counts.most_common(1)[0]
-            return seq, [m for m in members if keys[m.rank] != major], major[0]
-    return None
+def _position(a: _Analysis, r: int, inst: Inst) -> RankPosition:
+    st = a.ranks[r]
+    key = inst[0]
+    top = st.top.get(key)
+    last = st.by_inst.get((key, top)) if top is not None else None
+    here = st.by_inst.get(inst)
+    last_any = st.by_inst.get(st.order[-1]) if st.order else None
+    return RankPosition(rank=r, last_issued_seq=top, last_issued_op=last[0].op if last else None,
+                        last_completed_seq=st.done.get(key), state=here[0].state if here else None,
+                        stack=_frames((here or last or last_any or [None])[0]))
 
 
-def _divergence(gid: str, name: str, members: list[_Member], now_ns: int | None) -> Divergence | None:
-    if not members:
-        return None
-    tops = [m.top if m.top is not None else 0 for m in members]
-    found: tuple[str, int, list[_Member], str] | None = None
-    if len(members) > 1 and (mm := _mismatch(members)) is not None:
-        found = ("mismatch", mm[0], mm[1], mm[2])
-    if min(tops) < max(tops):
-        seq = min(tops) + 1
-        if found is None or seq < found[1]:
-            late = [m for m in members if (m.top or 0) < seq]
-            op = next(m.by_seq[seq].op for m in members if seq in m.by_seq)
-            found = ("missing", seq, late, op)
-    if found is None:
-        seq = max(tops)
-        tracked = [m for m in members if m.last_completed is not None]   # Gloo records no completion
-        done = [m for m in tracked if m.last_completed >= seq]
-        if tracked and len(done) < len(members):
-            stuck = [m for m in members if m not in done]
-            found = ("stuck", seq, stuck, members[0].by_seq[seq].op if seq in members[0].by_seq else "?")
-    if found is None:
-        return None
-    kind, seq, culprits, op = found
-    bad = {m.rank for m in culprits}
-    waiting = [m for m in members if m.rank not in bad and seq in m.by_seq]
-    created = [m.by_seq[seq].created_ns for m in waiting if m.by_seq[seq].created_ns]
-    waited = (now_ns - min(created)) / NS_PER_MS if created and now_ns else None
-    return Divergence(group=gid, group_name=name, seq=seq, op=op, kind=kind, ranks=sorted(bad),
-                      waiting_ranks=sorted(m.rank for m in waiting),
-                      waited_ms=round(waited, 3) if waited is not None else None,
-                      positions=[_position(m, seq) for m in culprits],
-                      message=_message(kind, name, seq, op, culprits, len(waiting), waited))
+def _op(a: _Analysis, inst: Inst, c: _Cause) -> str:
+    if c.sides:
+        return max(c.sides.items(), key=lambda kv: len(kv[1]))[0][0]
+    for r in a.ranks.values():
+        if inst in r.by_inst:
+            return " + ".join(e.op for e in r.by_inst[inst])
+    return "?"
 
 
-def _message(kind: str, group: str, seq: int, op: str, culprits: list[_Member], waiting: int,
-             waited_ms: float | None) -> str:
-    ranks = ", ".join(str(m.rank) for m in culprits)
-    wait = f" for at least {waited_ms / 1000:.1f} s" if waited_ms and waited_ms >= 100 else ""
-    if kind == "missing":
-        last = "; ".join(f"rank {m.rank} last issued seq {m.top}" for m in culprits[:4])
-        return (f"{group} collective #{seq} ({op}): rank(s) {ranks} never issued it while {waiting} rank(s) "
-                f"wait in it{wait} ({last}).")
-    if kind == "mismatch":
-        theirs = "; ".join(f"rank {m.rank} issued {m.by_seq[seq].op} {m.by_seq[seq].input_sizes}"
-                           for m in culprits[:4])
-        return f"{group} collective #{seq}: the others issued {op}, but {theirs}."
-    done = "; ".join(f"rank {m.rank} last completed #{m.last_completed}" for m in culprits[:4])
-    return f"{group} collective #{seq} ({op}): rank(s) {ranks} issued it and never completed it ({done})."
+def _label(a: _Analysis, key: str) -> str:
+    g = a.groups.get(key)
+    return g.label if g else f"group {key}"
 
 
-def _group_names(dumps: dict[int, RankDump]) -> dict[str, str]:
-    names: dict[str, str] = {}
-    for d in dumps.values():
-        for gid, g in d.groups.items():
-            names.setdefault(gid, g.name)
-    return names
+def _waited(a: _Analysis, inst: Inst, waiting: list[int], now_ns: int | None) -> float | None:
+    created = [e.created_ns for r in waiting for e in a.ranks[r].by_inst.get(inst, [])[:1] if e.created_ns]
+    return round((now_ns - min(created)) / NS_PER_MS, 3) if created and now_ns else None
 
 
-def find_divergences(ds: DumpSet) -> tuple[list[Divergence], list[int]]:
-    """(divergences earliest first, ranks named by a group that have no dump)."""
-    names = _group_names(ds.dumps)
+def _who(ranks: list[int]) -> str:
+    shown = ", ".join(map(str, ranks[:8])) + (f" and {len(ranks) - 8} more" if len(ranks) > 8 else "")
+    return f"rank {shown}" if len(ranks) == 1 else f"ranks {shown}"
+
+
+def _message(a: _Analysis, c: _Cause, op: str, waiting: list[int], waited: float | None) -> str:
+    key, seq = c.inst
+    where = f"{_label(a, key)} collective #{seq}"
+    ranks = ", ".join(map(str, c.ranks))
+    wait = f" for at least {waited / 1000:.1f} s" if waited and waited >= 100 else ""
+    if c.kind == "missing":
+        last = "; ".join(f"rank {r} last issued #{a.ranks[r].top.get(key, 0)} there and completed every "
+                         f"collective it issued" for r in c.ranks[:4])
+        return (f"{where} ({op}): {_who(c.ranks)} never issued it while {len(waiting)} rank(s) wait in it{wait} "
+                f"({last}: stuck outside any collective).")
+    if c.kind == "mismatch":
+        parts = "; ".join(f"{_who(rs)} issued {s[0]} {s[1]}"
+                          for s, rs in sorted(c.sides.items(), key=lambda kv: -len(kv[1])))
+        if not c.ranks:
+            return (f"{where}: the members disagree in equal numbers ({parts}): the dumps cannot tell which side "
+                    "is wrong; the code that issues them (the stacks) does.")
+        return f"{where}: the others issued {op}, but {parts.split('; ', 1)[1] if '; ' in parts else parts}."
+    if c.kind == "stuck" and not c.ranks:
+        return (f"{where} ({op}): every member issued it and none completed it: the collective itself does not "
+                "finish (the network or the communication library); its logs or the timeout dump tell more.")
+    if c.kind == "stuck":
+        done = "; ".join(f"rank {r} last completed #{a.ranks[r].done.get(key)}" for r in c.ranks[:4])
+        return f"{where} ({op}): rank(s) {ranks} issued it and never completed it ({done})."
+    if c.kind == "unknown":
+        return (f"{where} ({op}): every rank with a dump issued it and waits{wait}; rank(s) "
+                f"{', '.join(map(str, c.unknown))} of the group left no dump, so the cause is most likely there "
+                "(a dead or stuck process): its dump, log or a stack snapshot would tell.")
+    return (f"{where} ({op}): ranks {ranks} wait for each other in a cycle (a deadlock: the order of collectives "
+            "differs between them); their stacks show which call comes first.")
+
+
+def find_divergences(ds: DumpSet, world: set[int] | None = None) -> tuple[list[Divergence], list[Consequence],
+                                                                         list[int]]:
+    """(first causes earliest first, consequences, ranks a group names that have no dump). `world`: every
+    rank known to exist (dump files read or not, and the ranks between them)."""
+    a = _Analysis(ds, world or set(ds.dumps))
+    a.run()
+    leads = _leads_to(a)
+    _deadlocks(a, leads)
     times = [t for d in ds.dumps.values() for e in d.entries for t in (e.created_ns, e.completed_ns) if t]
     now_ns = max(times) if times else None
-    out: list[tuple[int, Divergence]] = []
-    no_dump: set[int] = set()
-    for gid in sorted(names):
-        ranks, members = _members(ds, gid)
-        no_dump.update(r for r in ranks if r not in ds.dumps)
-        div = _divergence(gid, names[gid], members, now_ns)
-        if div is not None:
-            first = [m.by_seq[div.seq].created_ns for m in members if div.seq in m.by_seq]
-            out.append((min((t for t in first if t), default=0), div))
-    out.sort(key=lambda x: x[0])
-    return [d for _, d in out], sorted(no_dump)
+    no_dump = sorted({r for g in a.groups.values() for r in g.ranks if r not in ds.dumps})
+    causes: list[tuple[int, Divergence]] = []
+    index: dict[tuple[str, int], int] = {}
+    for inst, cs in a.causes.items():
+        for c in cs:
+            waiting = [r for r in a.pending[inst] if r not in c.ranks]
+            op = _op(a, inst, c)
+            waited = _waited(a, inst, waiting, now_ns)
+            g = a.groups.get(inst[0])
+            div = Divergence(group=inst[0], group_name=_label(a, inst[0]), seq=inst[1], op=op, kind=c.kind,
+                             ranks=c.ranks, waiting_ranks=waiting, waited_ms=waited,
+                             positions=[_position(a, r, inst) for r in c.ranks],
+                             message=_message(a, c, op, waiting, waited), unknown_ranks=c.unknown,
+                             group_desc=g.desc if g else "", group_ranks=g.ranks if g else [])
+            causes.append((_created(a, inst), div))
+    causes.sort(key=lambda x: (x[0], x[1].group, x[1].seq))
+    divs: list[Divergence] = []
+    cons: list[Consequence] = []
+    first_of: dict[tuple[str, tuple[int, ...], tuple[int, ...]], int] = {}
+    for _, d in causes:
+        who = (d.kind, tuple(d.ranks), tuple(d.unknown_ranks))
+        same = first_of.get(who) if d.kind in ("missing", "unknown") else None
+        if same is None:   # one cause per stuck (or absent) rank set: its other groups wait for the same ranks
+            first_of[who] = len(divs)
+            index.setdefault((d.group, d.seq), len(divs))
+            divs.append(d)
+            continue
+        index.setdefault((d.group, d.seq), same)
+        cons.append(Consequence(group=d.group, group_name=d.group_name, seq=d.seq, op=d.op,
+                                waiting_ranks=d.waiting_ranks, waits_for=d.ranks or d.unknown_ranks,
+                                caused_by=[same],
+                                message=f"{d.group_name} #{d.seq}: {_who(d.waiting_ranks)} wait for "
+                                        f"{_who(d.ranks or d.unknown_ranks)} too: the same cause as {same + 1}."))
+    for inst, ranks in sorted(a.pending.items(), key=lambda kv: _created(a, kv[0])):
+        if inst in a.causes:
+            continue
+        of = sorted({index[c] for c in leads.get(inst, set()) if c in index})
+        on = a.waits_on.get(inst, [])
+        label = _label(a, inst[0])
+        via = "; ".join(f"rank {m} waits in {_label(a, b[0])} #{b[1]}" for m in on[:3]
+                        if (b := a.ranks[m].blocked) is not None)
+        cons.append(Consequence(group=inst[0], group_name=label, seq=inst[1], op=_op(a, inst, _Cause("", inst, [])),
+                                waiting_ranks=ranks, waits_for=on, caused_by=of,
+                                message=f"{label} #{inst[1]}: rank(s) {', '.join(map(str, ranks[:8]))} wait for "
+                                        f"rank(s) {', '.join(map(str, on[:8])) or '?'}"
+                                        + (f" ({via})" if via else "")
+                                        + (f": a consequence of cause {', '.join(str(i + 1) for i in of)}"
+                                           if of else "") + "."))
+    return divs, cons, no_dump

@@ -34,6 +34,23 @@ class Divergence(BaseModel):
                                                       "dump was written (lower bound)")
     positions: list[RankPosition] = Field(default_factory=list, description="the culprit ranks' positions")
     message: str
+    unknown_ranks: list[int] = Field(default_factory=list, description="members with no dump where the cause "
+                                                                       "may be (kind unknown)")
+    group_desc: str = Field("", description="the group's description (a label several groups may share)")
+    group_ranks: list[int] = Field(default_factory=list, description="the group's members (global ranks)")
+
+
+class Consequence(BaseModel):
+    """A collective where ranks wait because of a first cause elsewhere: its ranks are victims, not culprits."""
+
+    group: str
+    group_name: str
+    seq: int
+    op: str
+    waiting_ranks: list[int] = Field(description="ranks blocked in this collective")
+    waits_for: list[int] = Field(description="members that never issued it (themselves blocked elsewhere)")
+    caused_by: list[int] = Field(description="indexes into divergences[] of the causes this follows from")
+    message: str
 
 
 class StackGroup(BaseModel):
@@ -43,7 +60,8 @@ class StackGroup(BaseModel):
 
 class StackReport(BaseModel):
     groups: list[StackGroup] = Field(description="ranks grouped by identical main-thread stack, largest first")
-    outliers: list[StackGroup] = Field(description="the groups that differ from the majority")
+    outliers: list[StackGroup] = Field(description="the groups that differ from the majority (none on a tie)")
+    tie: bool = Field(False, description="the largest groups are equal in size: no majority")
     unreadable: list[str] = Field(default_factory=list)
 
 
@@ -53,7 +71,14 @@ class HangReport(BaseModel):
     missing_dumps: list[int] = Field(description="ranks a process group names that have no dump: unknown, "
                                                  "never guessed")
     unreadable: list[str] = Field(default_factory=list, description="'file: problem' of dumps not read")
-    divergences: list[Divergence] = Field(description="one per process group that diverges, earliest first")
+    divergences: list[Divergence] = Field(description="the first causes, earliest first: missing, mismatch, "
+                                                      "stuck, unknown (a rank with no dump) or deadlock")
     stacks: StackReport | None = None
     verdict: str
     warnings: list[str] = Field(default_factory=list)
+    consequences: list[Consequence] = Field(default_factory=list, description="collectives where ranks wait "
+                                                                              "because of a cause")
+    culprits: list[int] = Field(default_factory=list, description="the ranks the causes name (for kind unknown, "
+                                "the ranks without a dump where the cause must be); empty where the dumps and "
+                                "stacks cannot tell")
+    unknowns: list[str] = Field(default_factory=list, description="what cannot be told, and what would tell it")

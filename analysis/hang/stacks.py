@@ -103,8 +103,11 @@ def group_stacks(files: list[Path]) -> StackReport:
         rank = _rank_of(p)
         try:
             frames = _main_thread(json.loads(p.read_bytes()))
-        except (OSError, ValueError) as e:
-            bad.append(f"{p}: {type(e).__name__}: {e}"[:200])
+        except OSError as e:
+            bad.append(f"{p}: cannot be read ({e.strerror or 'I/O error'})")
+            continue
+        except (ValueError, RecursionError):
+            bad.append(f"{p}: not a py-spy JSON stack file (not valid JSON)")
             continue
         if rank is None or frames is None:
             bad.append(f"{p}: no rank in the file name or no thread in the file")
@@ -112,6 +115,6 @@ def group_stacks(files: list[Path]) -> StackReport:
         by_stack[tuple(_frame_text(f) for f in frames if isinstance(f, dict))].append(rank)
     groups = sorted((StackGroup(ranks=sorted(r), frames=list(k)) for k, r in by_stack.items()),
                     key=lambda g: (-len(g.ranks), g.ranks))
-    outliers = groups[1:] if len(groups) > 1 and len(groups[0].ranks) > len(groups[1].ranks) else \
-        (groups if len(groups) > 1 else [])
-    return StackReport(groups=groups, outliers=outliers, unreadable=bad)
+    tie = len(groups) > 1 and len(groups[0].ranks) == len(groups[1].ranks)
+    outliers = groups[1:] if len(groups) > 1 and not tie else []
+    return StackReport(groups=groups, outliers=outliers, unreadable=bad, tie=tie)

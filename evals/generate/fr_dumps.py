@@ -43,3 +43,63 @@ def write_hang(out: Path, world: int, culprit: int, mode: str, steps: int = 20, 
                                    "last_completed_collective": min(done, n)}},
                "entries": entries}
         (out / f"{prefix}{r}").write_bytes(pickle.dumps(doc))
+
+
+def grid_groups(world: int, ngroups: int) -> list[tuple[str, str, list[list[int]]]]:
+    """(name prefix, desc, partition of the ranks) for `ngroups` kinds of group: the default group, then
+    partitions into blocks of 2, 4, 8, ... consecutive ranks and strided ones, alternating. Several groups of
+    one kind share a description, as Megatron's groups do."""
+    kinds: list[tuple[str, str, list[list[int]]]] = [("0", "default_pg", [list(range(world))])]
+    size = 2
+    while len(kinds) < ngroups:
+        if world % size:
+            size = 2
+        blocks = [list(range(b, b + size)) for b in range(0, world, size)]
+        strided = [list(range(o, world, world // size)) for o in range(world // size)]
+        kinds.append(("b", f"BLOCK{size}_GROUP", blocks))
+        if len(kinds) < ngroups:
+            kinds.append(("s", f"STRIDE{size}_GROUP", strided))
+        size *= 2
+    return kinds
+
+
+def write_grid_hang(out: Path, world: int, ngroups: int, culprit: int, stuck_kind: int = 3, steps: int = 4,
+                    backend: str = "nccl") -> None:
+    """A job where every rank is in `ngroups` process groups (`grid_groups`) and issues one collective per group
+    per step, in kind order; at the last step `culprit` stops before its collective of kind `stuck_kind`.
+    NCCL's host does not block: every other rank issues everything, and a collective completes exactly when
+    every member issued it. Group names are global (as torch makes them); each rank's local group index
+    (`pg_id`, the `pg_status` key) is its own, unlike the name."""
+    out.mkdir(parents=True, exist_ok=True)
+    kinds = grid_groups(world, ngroups)
+    names: dict[tuple[int, int], tuple[str, list[int]]] = {}   # (kind, rank) -> (name, ranks)
+    nid = 1
+    for k, (_, _, parts) in enumerate(kinds):
+        for part in parts:
+            name = "0" if k == 0 else str(nid)
+            nid += k > 0
+            for r in part:
+                names[(k, r)] = (name, part)
+    t0 = 1_795_000_000_000_000_000
+    for r in range(world):
+        local = {k: (k + r) % len(kinds) for k in range(len(kinds))}   # differs from the name on purpose
+        cfg = {names[(k, r)][0]: {"name": names[(k, r)][0], "desc": kinds[k][1], "ranks": str(names[(k, r)][1])}
+               for k in range(len(kinds))}
+        entries, top, done = [], {}, {}
+        for step in range(steps):
+            for k in range(len(kinds)):
+                if r == culprit and step == steps - 1 and k >= stuck_kind:
+                    break
+                name, part = names[(k, r)]
+                complete = not (step == steps - 1 and k >= stuck_kind and culprit in part)
+                e = _entry(step + 1, f"{backend}:all_reduce", t0 + (step * len(kinds) + k) * 1_000_000 + r,
+                           "completed" if complete else "scheduled", (name, kinds[k][1]))
+                e.update(record_id=len(entries), pg_id=local[k], op_id=len(entries))
+                entries.append(e)
+                top[k] = step + 1
+                done[k] = step + 1 if complete else done.get(k, 0)
+        status = {str(local[k]): {"last_enqueued_collective": top.get(k, 0), "last_started_collective": -1,
+                                  "last_completed_collective": done.get(k, 0)} for k in range(len(kinds))}
+        doc = {"version": "2.9", "pg_config": cfg, "comm_lib_version": "2.21.5", "pg_status": status,
+               "entries": entries}
+        (out / f"nccl_trace_rank_{r}").write_bytes(pickle.dumps(doc))
