@@ -46,6 +46,15 @@ class _Table:
     straggler_sigma: Threshold = Threshold(
         3.0, "standard deviations", f"{MSPROF} slow rank 3-sigma rule",
         "beyond 10 ranks, how far below the other ranks' mean wait the last arriver's wait must be")
+    replay_max_error_pct: Threshold = Threshold(
+        2.0, "% of step", "OSDI'25 straggler analysis (ByteDance-Seed/StragglerAnalysis): null-replay error "
+        "0.5-1.9 % on its traces", "a step whose null replay misses its measured time by more is not used")
+    whatif_one_worker_share: Threshold = Threshold(
+        0.5, "share of S - 1", "stepdoctor (the OSDI'25 analysis names a worker when its S_rank explains "
+        "most of the slowdown)", "a rank whose S_rank - 1 reaches this share of S - 1 is the slow worker")
+    whatif_min_slowdown: Threshold = Threshold(
+        1.03, "S", "OSDI'25 straggler analysis: decomposition only above S = 1.03",
+        "below this the job runs at its ideal: no verdict of a slow worker or stage")
     straggler_min_wait_ms: Threshold = Threshold(
         0.2, "ms", "stepdoctor (keeps launch jitter, tens of µs, from counting as a late arrival)",
         "the median wait of the other ranks at a collective for its last arriver to count as late")

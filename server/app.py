@@ -61,6 +61,16 @@ class StepdoctorServer(MCPServer):
         super().__init__(**kw)
         self.registry = registry
 
+    async def list_tools(self, *args: Any, **kw: Any) -> Any:
+        """The SDK's list, less each argument's `title` (the argument's name again, in title case): the tool
+        list is read into a model's context on every session, so it carries nothing twice."""
+        tools = await super().list_tools(*args, **kw)
+        for t in tools:
+            for prop in (t.input_schema or {}).get("properties", {}).values():
+                if isinstance(prop, dict):
+                    prop.pop("title", None)
+        return tools
+
 
 def create_server(
     roots: Iterable[str | Path] | None = None,

@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 from ..analysis.checks.base import registry
 from ..analysis.metrics.breakdown import standing_out
 from ..analysis.models import SEVERITY_ORDER
+from ..analysis.replay.models import WhatIf
 from ..analysis.store import Profile
 from ..tools import catalog
 from ..tools import models as m
@@ -26,8 +27,8 @@ from . import answers as a
 from .registry import ProfileRegistry, profile_id_of
 from .roots import Roots
 
-PATH_HELP = ("Profile to read: a rank folder (*_ascend_pt / *_ascend_ms), a folder of ranks, or a Kineto trace "
-             "(.json / .json.gz) or folder of traces, under the server's roots. Give path or profile_id.")
+PATH_HELP = ("Profile under the server's roots: a rank folder, a folder of ranks, or a Kineto trace (.json / "
+             ".json.gz) or folder of traces. Give path or profile_id.")
 ID_HELP = "profile_id returned by load_profile (faster than path)."
 
 # What an MCP answer is: (bounded structure, text for the model, how to ask for less when the text is cut).
@@ -118,6 +119,20 @@ def _issues_question(prof: Profile | None, args: catalog.IssuesArgs) -> catalog.
     return catalog.IssuesArgs()
 
 
+def _what_if_text(w: WhatIf) -> str:
+    err = max((x.error_pct for x in w.replay.steps), default=0.0)
+    lines = [f"Verdict: {w.verdict}",
+             f"null replay: {len(w.replay.steps)} step(s), worst error {err:.2f}% (limit {w.replay.max_error_pct:g}%)"
+             + (f"; not used: steps {w.replay.abstained_steps} ({w.replay.reason})" if w.replay.abstained_steps
+                else "")]
+    lines += [f"- if {sc.change}: {sc.predicted_step_ms:.2f} ms per step ({sc.delta_ms:+.2f} ms)"
+              for sc in w.scenarios[:10]]
+    if w.slowdown:
+        top = sorted(w.slowdown.by_rank.items(), key=lambda kv: -kv[1])[:5]
+        lines.append(f"S = {w.slowdown.S:.3f}; by rank (top): " + ", ".join(f"{r}: {v:.3f}" for r, v in top))
+    return "\n".join(lines)
+
+
 def _plain(text: Callable[[Any], str], narrow: str) -> Budget:
     """A tool whose catalog answer is already bounded by its `limit` argument."""
     return lambda out, args, pid: (out, text(out), narrow)
@@ -137,6 +152,7 @@ BUDGETS: dict[str, Budget] = {
     "explain": _explain,
     "list_fixes": _plain(a.text_fixes, "pass check or vendor, or lower limit"),
     "suggest_edit": _suggest_edit,
+    "what_if": _plain(_what_if_text, "pass ranks_at_median or stages_at_median for one scenario"),
 }
 
 

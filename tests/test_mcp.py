@@ -39,6 +39,7 @@ TOOLS = {
     "load_profile",
     "list_issues",
     "breakdown",
+    "what_if",
     "slow_ranks",
     "slow_links",
     "top_kernels",

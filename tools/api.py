@@ -265,3 +265,17 @@ def env_audit(ref: ProfileRef) -> EnvAudit:
     if not env.empty and missing:
         warnings.append(f"not recorded: {', '.join(missing)}")
     return EnvAudit(profile=prof.info, variables=variables, warnings=warnings)
+
+
+def what_if(ref: ProfileRef, ranks_at_median: list[int] | None = None, stages_at_median: list[int] | None = None,
+            comm_at_median: bool = False):
+    """The cross-rank replay's answers (`WhatIf`): the null replay per step, the scenarios asked (or the
+    ideal job), the slowdown S split by rank, stage, op type and step, and a verdict."""
+    from ..analysis.replay import what_if as replay_what_if
+
+    prof = load(ref)
+    st = stage_of_ranks(context(prof))
+    res = replay_what_if(prof, ranks_at_median=ranks_at_median, stages_at_median=stages_at_median,
+                         comm_at_median=comm_at_median, stages=st[0] if st else None)
+    res.warnings = list(prof.warnings) + res.warnings
+    return res

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..analysis.errors import ProfileError, UsageError
+from ..analysis.replay.models import WhatIf
 from ..analysis.store import Profile
 from . import api
 from . import models as m
@@ -97,6 +98,12 @@ class SuggestEditArgs(Args):
     fix: str | None = Field(None, description="a fix id to apply, e.g. 'aclnn-cache-limit'")
 
 
+class WhatIfArgs(Args):
+    ranks_at_median: list[int] | None = Field(None, description="these ranks at their peers' median")
+    stages_at_median: list[int] | None = Field(None, description="these pipeline stages at the median")
+    comm_at_median: bool = Field(False, description="transfer times at each collective's median")
+
+
 ProfileUse = Literal["required", "optional", "none"]
 
 
@@ -175,6 +182,11 @@ def _suggest_edit(prof: Profile | None, a: SuggestEditArgs, resolve: Resolve, *,
     return knowledge_tools.suggest_edit(a.code_path, fix=a.fix, profile=prof, apply=apply)
 
 
+def _what_if(prof: Profile, a: WhatIfArgs, resolve: Resolve) -> BaseModel:
+    return api.what_if(prof, ranks_at_median=a.ranks_at_median, stages_at_median=a.stages_at_median,
+                       comm_at_median=a.comm_at_median)
+
+
 TOOLS: tuple[Tool, ...] = (
     Tool("list_issues", "issues", "List issues by priority",
          "Run every applicable check and return the findings, sorted by severity then time lost per step. "
@@ -219,6 +231,10 @@ TOOLS: tuple[Tool, ...] = (
          "A unified diff that applies a fix (or every fix the profile's findings point to) to the user's "
          "code. Never writes: show the diff to the user, who applies it. Give fix, or a profile.",
          SuggestEditArgs, m.EditSuggestion, "optional", _suggest_edit, paths=("code_path",)),
+    Tool("what_if", "whatif", "What-if replay across ranks",
+         "Replay each step across ranks (steps whose null replay is off by >2% are not used); predict step time "
+         "with ranks, stages or communication at the median. No changes: the ideal job, slowdown S, a verdict.",
+         WhatIfArgs, WhatIf, "required", _what_if),
 )
 
 BY_NAME: dict[str, Tool] = {t.name: t for t in TOOLS}

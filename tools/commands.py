@@ -105,6 +105,28 @@ def cmd_suggest_edit(a: argparse.Namespace) -> int:
     return 0
 
 
+def _median_of(specs: list[str] | None, what: str) -> list[int]:
+    """--rank 7=median (repeatable; 'median' is the one target the replay answers today)."""
+    out = []
+    for spec in specs or []:
+        key, _, target = spec.partition("=")
+        if target not in ("", "median") or not key.strip().isdigit():
+            raise UsageError(f"--{what} takes N=median (e.g. --{what} 7=median), got {spec!r}")
+        out.append(int(key))
+    return out
+
+
+def cmd_whatif(a: argparse.Namespace) -> int:
+    from . import api
+
+    if a.comm not in (None, "median"):
+        raise UsageError(f"--comm takes 'median', got {a.comm!r}")
+    res = ask("whatif", api.load(a.path), ranks_at_median=_median_of(a.rank, "rank") or None,
+              stages_at_median=_median_of(a.stage, "stage") or None, comm_at_median=a.comm == "median")
+    emit(res, a.format)
+    return 0
+
+
 def cmd_report(a: argparse.Namespace) -> int:
     from . import api
     from .report import write_report
@@ -164,6 +186,15 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     s.add_argument("--profile", help="apply every fix the profile's findings point to")
     s.add_argument("--apply", action="store_true", help="write the change (keeps a .bak backup)")
     s.set_defaults(func=cmd_suggest_edit)
+
+    s = sub.add_parser("whatif", parents=[common], help="replay the steps across ranks: what if a rank, a stage "
+                       "or communication ran at the median (without flags: the ideal job and the slowdown)")
+    s.add_argument("path", help=PROFILE_HELP)
+    s.add_argument("--rank", action="append", metavar="R=median", help="rank R at the median of its peers "
+                   "(repeatable)")
+    s.add_argument("--stage", action="append", metavar="S=median", help="pipeline stage S at the median")
+    s.add_argument("--comm", nargs="?", const="median", metavar="median", help="communication at the median")
+    s.set_defaults(func=cmd_whatif)
 
     s = sub.add_parser("report", parents=[debug_only], help="write a self-contained HTML report")
     add_ray_flag(s)

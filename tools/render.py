@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from ..analysis.replay.models import WhatIf
 from . import models as m
 from .render_fit import Table, fit_table, hanging, shorten_names
 
@@ -71,6 +72,25 @@ def _profile_line(p: Any, width: int) -> str:
     return "\n".join(lines)
 
 
+def _what_if_tables(w: WhatIf) -> list[Table]:
+    rep = [[x.step, fmt_value(x.measured_ms), fmt_value(x.replayed_ms), fmt_value(x.error_pct),
+            "no" if x.step in w.replay.abstained_steps else "yes"] for x in w.replay.steps]
+    out = [Table(f"Null replay (steps off by more than {w.replay.max_error_pct:g}% are not used)",
+                 ["step", "measured_ms", "replayed_ms", "error_%", "used"], rep, note=w.replay.reason or "")]
+    for sc in w.scenarios:
+        out.append(Table(f"What if: {sc.change} -> {sc.predicted_step_ms:.2f} ms per step ({sc.delta_ms:+.2f} ms)",
+                         ["step", "predicted_ms", "delta_ms"],
+                         [[x.step, fmt_value(x.predicted_ms), fmt_value(x.delta_ms)] for x in sc.steps]))
+    if w.slowdown:
+        sd = w.slowdown
+        rows = [["rank", k, fmt_value(v)] for k, v in sorted(sd.by_rank.items(), key=lambda kv: -kv[1])[:8]]
+        rows += [["stage", k, fmt_value(v)] for k, v in sorted(sd.by_stage.items())]
+        rows += [["op type", k, fmt_value(v)] for k, v in sd.by_op_type.items()]
+        out.append(Table(f"Slowdown S = {sd.S:.3f} ({sd.measured_ms:.2f} ms measured, {sd.ideal_ms:.2f} ms ideal)",
+                         ["by", "which", "S"], rows, note=f"Verdict: {w.verdict}"))
+    return out
+
+
 def tables_for(model: BaseModel) -> list[Table]:
     """Plain tables for one output model."""
     if isinstance(model, m.Breakdown):
@@ -96,6 +116,8 @@ def tables_for(model: BaseModel) -> list[Table]:
         return out
     if isinstance(model, m.SlowRanks):
         return _slow_rank_tables(model)
+    if isinstance(model, WhatIf):
+        return _what_if_tables(model)
     if isinstance(model, m.SlowLinks):
         rows = [[lk.src, lk.dst, lk.transport, fmt_value(lk.bandwidth_gbps), fmt_value(lk.median_gbps), fmt_value(lk.size_mb),
                  fmt_value(lk.time_ms, 3)] for lk in model.links]

@@ -66,21 +66,25 @@ class Arrivals:
 
 
 def instances(sql) -> tuple[pd.DataFrame, str | None]:
-    """rank, step, start_ns, dur_ns, inst (matched instance id) of every collective seen on 2+ ranks."""
+    """rank, step, start_ns, dur_ns, src, lane (the host thread running it; -1 on the device), coll (its
+    normalized kind), k (its index among the rank's (group, kind)) and inst (matched instance id) of every
+    collective seen on 2+ ranks."""
     coll_list = ",".join(f"'{c}'" for c in COLLECTIVES)
     q = f"""
     WITH c AS (
         SELECT rank, step, coalesce(group_name, '') AS g, {_NORM.format(c='op_type')} AS coll, start_ns,
-               elapse_ns AS dur_ns, 'comm_ops' AS src
+               elapse_ns AS dur_ns, 'comm_ops' AS src, -1::BIGINT AS lane
         FROM comm_ops WHERE {_NORM.format(c='op_type')} IN ({coll_list})
         UNION ALL
-        SELECT rank, step, '' AS g, {_NORM.format(c="substr(name, 6)")} AS coll, start_ns, dur_ns, 'host_ops' AS src
+        SELECT rank, step, '' AS g, {_NORM.format(c="substr(name, 6)")} AS coll, start_ns, dur_ns, 'host_ops' AS src,
+               coalesce(tid, -1) AS lane
         FROM host_ops WHERE name LIKE 'gloo:%' AND rank NOT IN (SELECT DISTINCT rank FROM comm_ops)
     ), o AS (
         SELECT *, row_number() OVER (PARTITION BY rank, g, coll ORDER BY start_ns) AS k,
                count(*) OVER (PARTITION BY rank, g, coll) AS cnt FROM c
     )
-    SELECT rank, step, start_ns, dur_ns, src, dense_rank() OVER (ORDER BY g, coll, cnt, k) AS inst FROM o
+    SELECT rank, step, start_ns, dur_ns, src, lane, coll, k,
+           dense_rank() OVER (ORDER BY g, coll, cnt, k) AS inst FROM o
     """
     df = sql(q)
     if df.empty:

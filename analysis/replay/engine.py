@@ -1,0 +1,139 @@
+"""Replay one step of a multi-rank job from its collectives: a dependency graph across ranks, run forward.
+
+Per rank, its collectives in launch order j = 0..n-1 (`inputs.StepInput`), with four measured parameters:
+  c[j]  compute before the launch: launch[j] - resume[j-1], where resume[j] = end[j] if the issuing thread
+        waited for it (sync), else launch[j]; resume[-1] = the rank's step start (data loading, host stalls
+        and untraced time are in here: they are whatever held the rank before it asked);
+  q[j]  the lane's start latency: start[j] - max(launch[j], the end of the previous collective on its lane);
+  x[j]  its own transfer time: end[j] - the latest start over the members (the wait for the last member is
+        not in it: it is what the replay recomputes);
+  t     the tail: step end - max(resume[n-1], every collective's end) (the optimizer after the last wait).
+Replay (clocks aligned): launch'[j] = resume'[j-1] + c[j]; start'[j] = max(launch'[j], lane free') + q[j];
+end'[j] = max over members of start' + x[j]; step end' = max(resume'[n-1], ends') + t; the step time is the
+slowest rank's end' - its step start. With the measured parameters this returns the measured step (the null
+replay), up to what the model does not hold (clipped negative parameters, clocks, ops outside the chain):
+that error is reported, and a step whose error is too large is not used for any answer.
+Instances are taken in the order of their latest measured start: a collective that waits for another on some
+rank started after that one ended everywhere, so its inputs are ready when it is taken.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .inputs import StepInput
+
+
+@dataclass
+class Params:
+    """The replay's parameters of one step, as columns beside `StepInput.rows` (c, q, x) and per rank (t)."""
+
+    c: np.ndarray
+    q: np.ndarray
+    x: np.ndarray
+    t: np.ndarray          # per rank, aligned with StepInput.ranks
+    clipped: int = 0       # measured parameters that were negative and set to 0
+
+
+def measure(si: StepInput) -> Params:
+    r = si.rows
+    n = len(r)
+    c = np.zeros(n, np.int64)
+    q = np.zeros(n, np.int64)
+    clipped = 0
+    rank = r["rank"].to_numpy()
+    launch, start, end = (r[k].to_numpy(np.int64) for k in ("launch_ns", "start_ns", "end_ns"))
+    lane, sync = r["lane"].to_numpy(), r["sync"].to_numpy(bool)
+    latest = r.groupby("inst")["start_ns"].transform("max").to_numpy(np.int64)
+    x = end - latest
+    pos = {int(rk): i for i, rk in enumerate(si.ranks)}
+    t = np.zeros(len(si.ranks), np.int64)
+    resume = {int(rk): int(si.start[i]) for i, rk in enumerate(si.ranks)}
+    last_end = dict(resume)
+    free: dict[tuple[int, int], int] = {}
+    for j in range(n):
+        rk = int(rank[j])
+        c[j] = launch[j] - resume[rk]
+        lf = free.get((rk, int(lane[j])))
+        q[j] = start[j] - max(launch[j], lf if lf is not None else launch[j])
+        resume[rk] = int(end[j]) if sync[j] else int(launch[j])
+        free[(rk, int(lane[j]))] = int(end[j])
+        last_end[rk] = max(last_end[rk], int(end[j]))
+    for rk, i in pos.items():
+        t[i] = si.end[i] - max(resume[rk], last_end[rk])
+    for arr in (c, q, x, t):
+        neg = arr < 0
+        clipped += int(neg.sum())
+        arr[neg] = 0
+    return Params(c, q, x, t, clipped)
+
+
+def replay(si: StepInput, p: Params) -> np.ndarray:
+    """Replayed step end per rank (aligned with si.ranks), ns."""
+    r = si.rows
+    rank = r["rank"].to_numpy()
+    inst = r["inst"].to_numpy()
+    lane, sync = r["lane"].to_numpy(), r["sync"].to_numpy(bool)
+    order = _instance_order(r)
+    # per rank, the row indexes in launch order (rows are sorted by rank, then launch)
+    bounds = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1], True]) if len(r) else np.array([0])
+    chain = {int(rank[b]): (b, e) for b, e in itertools.pairwise(bounds)} if len(r) else {}
+    by_inst: dict[int, list[int]] = {}
+    for j, i in enumerate(inst):
+        by_inst.setdefault(int(i), []).append(j)
+    pos = {int(rk): i for i, rk in enumerate(si.ranks)}
+    resume = {rk: int(si.start[i]) for rk, i in pos.items()}
+    nxt = {rk: chain[rk][0] if rk in chain else 0 for rk in pos}
+    launch_r = np.zeros(len(r), np.int64)
+    end_r = np.full(len(r), -1, np.int64)
+    free: dict[tuple[int, int], int] = {}
+    last_end = dict(resume)
+
+    def advance(rk: int, upto: int) -> None:
+        """Launch times of rank rk's collectives up to row `upto`. A sync collective's end is known once it
+        is replayed; the one being replayed now resumes at its launch until then (fixed below)."""
+        j = nxt[rk]
+        while j <= upto:
+            launch_r[j] = resume[rk] + p.c[j]
+            resume[rk] = int(end_r[j]) if sync[j] and end_r[j] >= 0 else int(launch_r[j])
+            j += 1
+        nxt[rk] = max(nxt[rk], j)
+
+    for i in order:
+        members = by_inst[i]
+        starts = []
+        for j in members:
+            rk = int(rank[j])
+            advance(rk, j)
+            lf = free.get((rk, int(lane[j])))
+            starts.append(max(int(launch_r[j]), lf if lf is not None else int(launch_r[j])) + int(p.q[j]))
+        ready = max(starts)
+        for j in members:
+            rk = int(rank[j])
+            end_r[j] = ready + p.x[j]
+            free[(rk, int(lane[j]))] = int(end_r[j])
+            last_end[rk] = max(last_end[rk], int(end_r[j]))
+            if sync[j] and nxt[rk] == j + 1:
+                resume[rk] = int(end_r[j])
+    out = np.zeros(len(si.ranks), np.int64)
+    for rk, i in pos.items():
+        if rk in chain:
+            advance(rk, chain[rk][1] - 1)
+        out[i] = max(resume[rk], last_end[rk]) + p.t[i]
+    return out
+
+
+def _instance_order(r: pd.DataFrame) -> list[int]:
+    if r.empty:
+        return []
+    g = r.groupby("inst")["start_ns"].agg(["max", "min"]).sort_values(["max", "min"], kind="stable")
+    return [int(i) for i in g.index]
+
+
+def step_ms(si: StepInput, ends: np.ndarray) -> float:
+    """The step time: the slowest rank's step end minus its own step start (ms)."""
+    return float(np.max(ends - si.start)) / 1e6 if len(ends) else 0.0

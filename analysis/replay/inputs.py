@@ -1,0 +1,95 @@
+"""The replay's inputs, read from the store for any format: per kept step, per rank, its collectives in the
+order the rank issued them, with what the replay needs to move them.
+
+For every collective row of `metrics.collectives.instances` (the one matching of collectives across ranks:
+process group and sequence where the profile has them, else the order of the same kind on the same group):
+  * `launch`: when the rank asked for it. Gloo runs collectives on worker threads and records each as a
+    `gloo:*` span there; the k-th `c10d::<kind>` call on the issuing thread is the k-th `gloo:<kind>` span.
+    Device collectives (NCCL / HCCL kernels, Ascend communication ops) are launched when they start.
+  * `sync`: the issuing thread waited for it to end (its next op starts after the collective ended): its
+    next work resumes at the end, not at the launch. A device stream is sync by construction.
+  * `lane`: the thread or stream that runs it, so collectives on one lane wait for each other.
+Per rank and step the host step window (`steps`) gives where the step starts and ends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..metrics.collectives import instances
+
+SYNC_TOLERANCE_NS = 50_000   # a thread that resumes within this of the end waited for it
+
+
+@dataclass
+class StepInput:
+    step: int
+    ranks: np.ndarray            # ranks with a window in this step
+    start: np.ndarray            # host step start per rank (ns)
+    end: np.ndarray              # host step end per rank (ns)
+    rows: pd.DataFrame           # rank, inst, launch, start, end, lane, sync, k (per rank in launch order)
+
+
+def _launches(sql) -> pd.DataFrame:
+    """rank, coll, k, launch_ns, next_ns (start of the issuing thread's next op after the call) of every
+    `c10d::<kind>` call (the issuing side of a gloo collective)."""
+    return sql("""
+        WITH l AS (
+            SELECT rank, tid, start_ns, start_ns + dur_ns AS end_ns,
+                   lower(regexp_replace(regexp_replace(substr(name, 7), '_+$', ''), '[^A-Za-z]', '', 'g')) AS coll
+            FROM host_ops WHERE name LIKE 'c10d::%' AND coalesce(depth, 0) <= 2
+        ), k AS (
+            SELECT *, row_number() OVER (PARTITION BY rank, coll ORDER BY start_ns) AS k FROM l
+        ), h AS (
+            SELECT rank, tid, start_ns FROM host_ops WHERE name NOT LIKE 'c10d::%' AND name NOT LIKE 'gloo:%'
+                   AND name NOT LIKE 'record_param_comms%' AND name NOT LIKE 'ProfilerStep#%'
+        )
+        SELECT k.rank, k.coll, k.k, k.start_ns AS launch_ns, h.start_ns AS next_ns
+        FROM k ASOF LEFT JOIN h ON k.rank = h.rank AND k.tid = h.tid AND h.start_ns >= k.end_ns
+    """)
+
+
+def _rows(sql) -> tuple[pd.DataFrame, str | None]:
+    df, source = instances(sql)
+    if df.empty:
+        return df, source
+    df = df.assign(end_ns=df["start_ns"] + df["dur_ns"])
+    host = df["src"] == "host_ops"
+    df["launch_ns"] = df["start_ns"]
+    df["sync"] = True
+    if host.any():
+        la = _launches(sql)
+        if not la.empty:
+            m = df[host].reset_index().merge(la, on=["rank", "coll", "k"], how="left").set_index("index")
+            got = m["launch_ns"].notna()
+            launch = m["launch_ns"].where(got, m["start_ns"]).astype("int64")
+            # a launch after the span began is another call matched by mistake: keep the start
+            launch = launch.where(launch <= m["start_ns"], m["start_ns"])
+            df.loc[m.index, "launch_ns"] = launch
+            waited = m["next_ns"].isna() | (m["next_ns"] >= m["end_ns"] - SYNC_TOLERANCE_NS)
+            df.loc[m.index, "sync"] = (~got) | waited
+    return df, source
+
+
+def step_inputs(sql) -> tuple[list[StepInput], str | None]:
+    """One StepInput per kept step that has collectives on 2+ ranks; the collectives' source."""
+    rows, source = _rows(sql)
+    steps = sql("SELECT rank, step, start_ns, end_ns FROM steps WHERE kept ORDER BY step, rank")
+    if steps.empty:
+        return [], source
+    out: list[StepInput] = []
+    by_step = {int(s): g for s, g in rows.dropna(subset=["step"]).groupby("step")} if not rows.empty else {}
+    for s, w in steps.groupby("step"):
+        r = by_step.get(int(s), pd.DataFrame(columns=["rank", "inst", "launch_ns", "start_ns", "end_ns", "lane",
+                                                     "sync"]))
+        r = r[r["rank"].isin(w["rank"])]
+        # an instance replays only where every rank holding it in this step is in the step
+        n = r.groupby("inst")["rank"].transform("size")
+        r = r[n >= 2].sort_values(["rank", "launch_ns", "start_ns"], kind="stable").reset_index(drop=True)
+        out.append(StepInput(int(s), w["rank"].to_numpy(np.int64), w["start_ns"].to_numpy(np.int64),
+                             w["end_ns"].to_numpy(np.int64),
+                             r[["rank", "inst", "launch_ns", "start_ns", "end_ns", "lane", "sync"]]))
+    return out, source
