@@ -161,3 +161,85 @@ def test_torch_npu_hccl_dumps_named_by_rank_alone(tmp_path: Path):
     write_hang(tmp_path, world=16, culprit=9, mode="stuck", backend="hccl", prefix="", version="2.4")
     d = diagnose_hang(tmp_path).divergences[0]
     assert (d.kind, d.ranks, d.op) == ("missing", [9], "hccl:all_reduce")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Recordings of 8-16 gloo ranks with several process groups (tests/data/real_hang/PROVENANCE.md says what was
+# planted in each and what the files hold, read without stepdoctor).
+
+def _no_other_culprit(r, culprits: list[int]) -> None:
+    assert r.culprits == culprits
+    assert all(set(d.ranks) <= set(culprits) for d in r.divergences)
+    for c in r.consequences:   # victims wait; they are never listed as culprits
+        assert not set(c.waiting_ranks) & set(culprits) or c.waits_for
+
+
+def test_real_grid16_stuck_tp_rank_across_node_folders():
+    r = diagnose_hang(REAL / "grid16_stuck")
+    assert r.dump_ranks == list(range(16)) and r.missing_dumps == []   # node0/ and node1/ both read
+    _no_other_culprit(r, [6])
+    d = r.divergences[0]
+    assert (d.kind, d.group_desc, d.seq, d.group_ranks) == ("missing", "TENSOR_MODEL_PARALLEL_GROUP", 4, [4, 5, 6, 7])
+    assert d.waiting_ranks == [4, 5, 7]
+    assert "TENSOR_MODEL_PARALLEL_GROUP (group " in d.group_name   # the description is shared: the id tells
+    # every data-parallel group waits, directly or through the tensor-parallel peers of rank 6
+    assert sorted(r for c in r.consequences for r in c.waiting_ranks) == [0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15]
+    assert all(c.caused_by == [0] for c in r.consequences)
+    assert "load_batch (hang_grid.py" in r.verdict
+
+
+def test_real_grid16_died_rank_is_the_unknown_cause_and_no_survivor_is_blamed():
+    r = diagnose_hang(REAL / "grid16_died")
+    assert r.missing_dumps == [9] and 9 not in r.dump_ranks
+    assert len(r.divergences) == 1
+    d = r.divergences[0]
+    assert (d.kind, d.ranks, d.unknown_ranks, d.group_ranks) == ("unknown", [], [9], [8, 9, 10, 11])
+    _no_other_culprit(r, [9])
+    assert "rank(s) 9" in r.verdict and "left no dump" in r.verdict
+    assert any("[9]" in u for u in r.unknowns)
+
+
+def test_real_order_swap_names_the_rank_that_issued_another_op():
+    r = diagnose_hang(REAL / "order_swap8")
+    _no_other_culprit(r, [3])
+    d = r.divergences[0]
+    assert (d.kind, d.op) == ("mismatch", "gloo:all_reduce")
+    assert d.positions[0].last_issued_op == "gloo:broadcast"
+
+
+def test_real_pipeline_deadlock_over_gloo_is_stated_not_guessed():
+    """Gloo records no send/recv: every dump is empty, the stacks split 2 and 2 in recv."""
+    r = diagnose_hang(REAL / "pp_deadlock4")
+    assert r.divergences == [] and r.culprits == []
+    assert r.stacks.tie and r.stacks.outliers == []
+    assert "point-to-point deadlock" in r.verdict and "recv_grad" in r.verdict and "recv_activation" in r.verdict
+    assert any("no entries" in u for u in r.unknowns) and any("equal in size" in u for u in r.unknowns)
+
+
+def test_real_clean_job_names_nobody():
+    r = diagnose_hang(REAL / "clean8")
+    assert r.divergences == [] and r.culprits == [] and r.consequences == []
+    assert r.verdict.startswith("no divergence found")
+
+
+def test_1024_ranks_x_20_groups_names_the_one_rank(tmp_path: Path):
+    """Group names are global, each rank's pg_id / pg_status keys its own; one rank stops before its 4th kind
+    of collective: it alone is the cause, every other waiting group a consequence."""
+    from stepdoctor.evals.generate.fr_dumps import write_grid_hang
+
+    write_grid_hang(tmp_path, world=1024, ngroups=20, culprit=777)
+    r = diagnose_hang(tmp_path)
+    assert r.culprits == [777] and len(r.divergences) == 1
+    assert r.divergences[0].kind == "missing" and r.divergences[0].group_desc == "BLOCK4_GROUP"
+    assert r.consequences and all(c.caused_by == [0] for c in r.consequences)
+
+
+def test_a_damaged_dump_is_a_warning_in_words_and_the_others_are_read(tmp_path: Path):
+    shutil.copytree(REAL / "stuck" / "fr", tmp_path / "fr")
+    (tmp_path / "fr" / "gloo_fr_trace_rank_3").write_bytes(pickle.dumps({"version": "2.10", "entries": {"a": 1}}))
+    (tmp_path / "fr" / "gloo_fr_trace_rank_4").write_bytes(b"\x80\x04garbage")
+    r = diagnose_hang(tmp_path)
+    assert r.missing_dumps == [3, 4] and r.culprits == [5]
+    text = " ".join(r.unreadable)
+    assert "'entries' is a dict, not a list" in text and "not a readable pickle dump" in text
+    assert "Error" not in text and "Exception" not in text

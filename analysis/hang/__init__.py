@@ -63,8 +63,11 @@ def _read_all_dumps(folders: list[Path]) -> tuple[DumpSet, list[str]]:
             notes.append(f"{shown}: not used" + (": a dump with no entries (a recorder that recorded nothing)"
                                                   if empty else f"; the {len(best.dumps)} dumps named "
                                                   f"{best_prefix!r}<rank> were read"))
-    notes += [f"{d.path}: rank {r}'s dump holds no entries: its collectives are unknown"
-              for r, d in best.dumps.items() if not d.entries]
+    empty = [r for r, d in best.dumps.items() if not d.entries]
+    if empty:
+        one = best.dumps[empty[0]].path
+        notes.append(f"{one}" + (f" and {len(empty) - 1} more dump(s)" if len(empty) > 1 else "")
+                     + f": no entries (rank(s) {_span(empty)}): their collectives are unknown")
     notes += [f"{d.path}: {n}" for d in best.dumps.values() for n in d.notes]
     return best, notes
 
@@ -78,6 +81,22 @@ def _world(ds: DumpSet) -> set[int]:
         if m:
             ranks.add(int(m.group(1)))
     return set(range(max(ranks) + 1)) if ranks else set()
+
+
+_RECV = ("recv ", "irecv ", "recv_object_list ")
+_TORCH_FILES = ("distributed_c10d.py", "c10d_logger.py", "tensor.py", "_ops.py")
+
+
+def _user_frame(frames: list[str]) -> str:
+    """The first frame outside torch.distributed's wrappers: the line of the user's code that called it."""
+    return next((f for f in frames if not any(t in f for t in _TORCH_FILES)), frames[0] if frames else "?")
+
+
+def _span(ranks: list[int]) -> str:
+    rs = sorted(ranks)
+    if len(rs) > 2 and rs == list(range(rs[0], rs[-1] + 1)):
+        return f"{rs[0]}-{rs[-1]}"
+    return ", ".join(map(str, rs[:16])) + (f" and {len(rs) - 16} more" if len(rs) > 16 else "")
 
 
 def _stack_of(stacks: StackReport | None, ranks: list[int]) -> str:
@@ -98,6 +117,10 @@ def _verdict(divs: list[Divergence], stacks: StackReport | None, missing: list[i
     if stacks and stacks.outliers:
         g = stacks.outliers[0]
         return f"rank(s) {g.ranks} are elsewhere than the others: {' <- '.join(g.frames[:3])}."
+    if stacks and stacks.groups and all(g.frames and g.frames[0].startswith(_RECV) for g in stacks.groups):
+        parts = "; ".join(f"ranks {g.ranks} in {_user_frame(g.frames)}" for g in stacks.groups[:4])
+        return (f"every rank waits to receive and none is sending: a point-to-point deadlock ({parts}); the "
+                "send that should match one of these receives is not issued, so the schedule is wrong there.")
     if stacks and stacks.tie:
         parts = "; ".join(f"ranks {g.ranks} at {' <- '.join(g.frames[:2])}" for g in stacks.groups[:4])
         return (f"the ranks split into {len(stacks.groups)} stack groups of equal size ({parts}): no majority, "

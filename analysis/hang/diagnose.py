@@ -42,7 +42,9 @@ class _Rank:
 
 
 def _complete(e: Entry, d: RankDump, key: str, tracks: bool) -> bool | None:
-    if e.state == "completed":
+    """Finished on this rank: completed (NCCL), retired (the recorder let it go: Gloo's only sign; a Gloo
+    `pg_status` can lag one collective behind a retired entry), or counted completed by `pg_status`."""
+    if e.state == "completed" or e.retired is True:
         return True
     st = d.status.get(e.group)
     if st is not None and st.completed is not None and not e.is_p2p:
@@ -290,7 +292,10 @@ def _message(a: _Analysis, c: _Cause, op: str, waiting: list[int], waited: float
         if not c.ranks:
             return (f"{where}: the members disagree in equal numbers ({parts}): the dumps cannot tell which side "
                     "is wrong; the code that issues them (the stacks) does.")
-        return f"{where}: the others issued {op}, but {parts.split('; ', 1)[1] if '; ' in parts else parts}."
+        major = max(c.sides.items(), key=lambda kv: len(kv[1]))[0]
+        odd = "; ".join(f"{_who(rs)} issued {sg[0]} {sg[1]}" for sg, rs in sorted(c.sides.items(), key=lambda kv: -len(kv[1]))
+                        if sg != major)
+        return f"{where}: the others issued {major[0]} {major[1]}, but {odd}."
     if c.kind == "stuck" and not c.ranks:
         return (f"{where} ({op}): every member issued it and none completed it: the collective itself does not "
                 "finish (the network or the communication library); its logs or the timeout dump tell more.")
@@ -303,6 +308,40 @@ def _message(a: _Analysis, c: _Cause, op: str, waiting: list[int], waited: float
                 "(a dead or stuck process): its dump, log or a stack snapshot would tell.")
     return (f"{where} ({op}): ranks {ranks} wait for each other in a cycle (a deadlock: the order of collectives "
             "differs between them); their stacks show which call comes first.")
+
+
+def _program_order(a: _Analysis, causes: list[tuple[int, Divergence]]) -> list[tuple[int, Divergence]]:
+    """Causes in the order the ranks issue their collectives: clocks of different ranks do not order two
+    collectives that no rank shares, but every rank's record order does order the kinds of group (the
+    description) within a step: where the ranks issue TENSOR #4 before DATA #4, a rank stuck before both owes
+    TENSOR #4 first. A pair is ordered by the majority of the ranks that issued both kinds at that seq;
+    unordered pairs keep the time order."""
+    if len(causes) < 2:
+        return causes
+    want = {(d.group_desc, d.seq) for _, d in causes if d.group_desc}
+    rank_pos: list[dict[tuple[str, int], int]] = []
+    for st in a.ranks.values():
+        pos: dict[tuple[str, int], int] = {}
+        for n, inst in enumerate(st.order):
+            g = a.groups.get(inst[0])
+            k = (g.desc if g else "", inst[1])
+            if k in want and k not in pos:
+                pos[k] = n
+        rank_pos.append(pos)
+
+    def wins(x: Divergence) -> int:
+        kx = (x.group_desc, x.seq)
+        n = 0
+        for _, y in causes:
+            ky = (y.group_desc, y.seq)
+            if ky == kx:
+                continue
+            both = [p for p in rank_pos if kx in p and ky in p]
+            n += sum(p[kx] < p[ky] for p in both) > len(both) / 2
+        return n
+
+    ranked = sorted(enumerate(causes), key=lambda ic: (-wins(ic[1][1]), ic[0]))
+    return [c for _, c in ranked]
 
 
 def find_divergences(ds: DumpSet, world: set[int] | None = None) -> tuple[list[Divergence], list[Consequence],
@@ -331,6 +370,7 @@ def find_divergences(ds: DumpSet, world: set[int] | None = None) -> tuple[list[D
                              group_desc=g.desc if g else "", group_ranks=g.ranks if g else [])
             causes.append((_created(a, inst), div))
     causes.sort(key=lambda x: (x[0], x[1].group, x[1].seq))
+    causes = _program_order(a, causes)
     divs: list[Divergence] = []
     cons: list[Consequence] = []
     first_of: dict[tuple[str, tuple[int, ...], tuple[int, ...]], int] = {}
