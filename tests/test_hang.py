@@ -243,3 +243,19 @@ def test_a_damaged_dump_is_a_warning_in_words_and_the_others_are_read(tmp_path: 
     text = " ".join(r.unreadable)
     assert "'entries' is a dict, not a list" in text and "not a readable pickle dump" in text
     assert "Error" not in text and "Exception" not in text
+
+
+def test_nccl_pipeline_send_never_issued_names_the_stage_not_the_ones_waiting_after_it(tmp_path: Path):
+    """NCCL records send/recv (profiling_name 'nccl:send 2->3', group ranks): the k-th send src->dst is the
+    k-th recv at dst from src. Stage 2 never sends its last microbatch on; stages 3-5 wait, each for the one
+    before it: consequences, not culprits."""
+    from stepdoctor.evals.generate.fr_dumps import write_p2p_hang
+
+    write_p2p_hang(tmp_path, stages=6, culprit=2)
+    r = diagnose_hang(tmp_path)
+    assert r.culprits == [2]
+    d = r.divergences[0]
+    assert (d.kind, d.seq, d.group_ranks, d.waiting_ranks) == ("missing", 4, [2, 3], [3])
+    assert "send 2->3 #4" in r.verdict
+    assert sorted(c.waiting_ranks[0] for c in r.consequences) == [4, 5]
+    assert all(c.caused_by == [0] for c in r.consequences)

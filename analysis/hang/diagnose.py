@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from ..units import NS_PER_MS
 from .frdump import DumpSet, Entry, RankDump
-from .groups import build_groups
+from .groups import PGroup, build_groups
 from .models import Consequence, Divergence, RankPosition
 
 Inst = tuple[str, int]   # (group key, collective seq)
@@ -58,8 +58,25 @@ def _most(a: int | None, b: int) -> int:
     return b if a is None else max(a, b)
 
 
-def _rank_state(d: RankDump, keyof: dict[tuple[int, str], str]) -> _Rank:
+P2P = "|p2p|"   # in an instance key: (group key + P2P + "src->dst", k), the k-th op between the two ranks
+
+
+def _p2p_key(d: RankDump, e: Entry, key: str, groups: dict[str, PGroup], count: dict[str, int]) -> Inst | None:
+    """The k-th send src->dst of a group is the k-th recv at dst from src: one instance of both. The peer in
+    profiling_name is the group's rank: the group's sorted members map it to the global rank."""
+    if e.peer_local is None:
+        return None
+    members = sorted(groups[key].ranks) if key in groups else []
+    peer = members[e.peer_local] if 0 <= e.peer_local < len(members) else e.peer_local
+    src, dst = (d.rank, peer) if ":send" in e.op else (peer, d.rank)
+    pair = f"{key}{P2P}{src}->{dst}"
+    count[pair] = count.get(pair, 0) + 1
+    return pair, count[pair]
+
+
+def _rank_state(d: RankDump, keyof: dict[tuple[int, str], str], groups: dict[str, PGroup]) -> _Rank:
     tracks = any(e.state in ("started", "completed") for e in d.entries)
+    pairs: dict[str, int] = {}
     by_inst: dict[Inst, list[Entry]] = defaultdict(list)
     top: dict[str, int] = {}
     done: dict[str, int | None] = {}
@@ -67,17 +84,23 @@ def _rank_state(d: RankDump, keyof: dict[tuple[int, str], str]) -> _Rank:
     blocked: Inst | None = None
     unknown_last: Inst | None = None
     for e in d.entries:
-        if e.is_p2p:
-            continue
         key = keyof[(d.rank, e.group)]
-        inst = (key, e.seq)
+        if e.is_p2p:
+            got = _p2p_key(d, e, key, groups, pairs)
+            if got is None:
+                continue
+            inst = got
+            key = got[0]
+        else:
+            inst = (key, e.seq)
+        seq = inst[1]
         if inst not in by_inst:
             order.append(inst)
         by_inst[inst].append(e)
-        top[key] = max(top.get(key, e.seq), e.seq)
+        top[key] = max(top.get(key, seq), seq)
         c = _complete(e, d, key, tracks)
         if c:
-            done[key] = _most(done.get(key), e.seq)
+            done[key] = _most(done.get(key), seq)
         elif c is None:
             unknown_last = inst
             done.setdefault(key, None)
@@ -107,7 +130,15 @@ class _Analysis:
     def __init__(self, ds: DumpSet, world: set[int]):
         self.ds = ds
         self.groups, keyof = build_groups(ds, world)
-        self.ranks = {r: _rank_state(d, keyof) for r, d in ds.dumps.items()}
+        self.ranks = {r: _rank_state(d, keyof, self.groups) for r, d in ds.dumps.items()}
+        for st in self.ranks.values():   # each send/recv pair is a group of its two ranks
+            for key in st.top:
+                if P2P in key and key not in self.groups:
+                    base, pair = key.split(P2P)
+                    src, dst = (int(x) for x in pair.split("->"))
+                    g = self.groups.get(base)
+                    self.groups[key] = PGroup(key, base, g.desc if g else "", sorted({src, dst}), True,
+                                              f"{g.label if g else 'group ' + base} send {src}->{dst}")
         self.failed = self._failed_with_absent()
         self.pending: dict[Inst, list[int]] = defaultdict(list)
         for r in sorted(self.ranks):
@@ -138,6 +169,8 @@ class _Analysis:
         es = self.ranks[r].by_inst.get(inst)
         if not es:
             return None
+        if P2P in inst[0]:   # a send and its recv differ in name by design: their shapes must agree
+            return "send/recv", " + ".join(e.input_sizes for e in es)
         return " + ".join(e.op for e in es), " + ".join(e.input_sizes for e in es)
 
     def classify(self, inst: Inst) -> None:
@@ -278,7 +311,7 @@ def _who(ranks: list[int]) -> str:
 
 def _message(a: _Analysis, c: _Cause, op: str, waiting: list[int], waited: float | None) -> str:
     key, seq = c.inst
-    where = f"{_label(a, key)} collective #{seq}"
+    where = f"{_label(a, key)} #{seq}" if P2P in key else f"{_label(a, key)} collective #{seq}"
     ranks = ", ".join(map(str, c.ranks))
     wait = f" for at least {waited / 1000:.1f} s" if waited and waited >= 100 else ""
     if c.kind == "missing":

@@ -103,3 +103,41 @@ def write_grid_hang(out: Path, world: int, ngroups: int, culprit: int, stuck_kin
         doc = {"version": "2.9", "pg_config": cfg, "comm_lib_version": "2.21.5", "pg_status": status,
                "entries": entries}
         (out / f"nccl_trace_rank_{r}").write_bytes(pickle.dumps(doc))
+
+
+def write_p2p_hang(out: Path, stages: int, culprit: int, micro: int = 4) -> None:
+    """An NCCL pipeline of `stages` ranks on the default group: for each microbatch, stage s receives from s-1
+    and sends to s+1 (`nccl:recv s<-s-1`, `nccl:send s->s+1`, p2p_seq_id counting each rank's p2p ops). Stage
+    `culprit` never sends its last microbatch on; the stage after it waits in that recv and issues nothing
+    more, and so on down the pipeline. An op completes when its peer issued the matching one."""
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = 1_795_000_000_000_000_000
+    issued: dict[int, list[tuple[str, int, int]]] = {}   # rank -> [(kind, peer, microbatch)]
+    stalled = False
+    for s in range(stages):
+        ops: list[tuple[str, int, int]] = []
+        for m in range(micro):
+            if s > 0:
+                ops.append(("recv", s - 1, m))
+                if stalled and m == micro - 1:
+                    break   # waits for the send that never came, and issues nothing after it
+            if s < stages - 1 and not (s == culprit and m == micro - 1):
+                ops.append(("send", s + 1, m))
+        issued[s] = ops
+        stalled = stalled or s == culprit
+    have = {(s, k, p, m) for s, ops in issued.items() for k, p, m in ops}
+    for s, ops in issued.items():
+        entries = []
+        for n, (kind, peer, m) in enumerate(ops):
+            match = ("recv" if kind == "send" else "send", s, m)
+            done = (peer, *match[:1], match[1], m) in {(q, k, p, mm) for q, k, p, mm in have if q == peer}
+            name = f"nccl:send {s}->{peer}" if kind == "send" else f"nccl:recv {s}<-{peer}"
+            e = _entry(0, name, t0 + (m * 10 + n) * 1_000_000 + s, "completed" if done else "scheduled",
+                       ("0", "default_pg"))
+            e.update(record_id=n, op_id=n + 1, is_p2p=True, p2p_seq_id=n + 1, collective_seq_id=0)
+            entries.append(e)
+        doc = {"version": "2.10", "pg_config": {"0": {"name": "0", "desc": "default_pg",
+                                                     "ranks": str(list(range(stages)))}},
+               "pg_status": {"0": {"last_enqueued_collective": 0, "last_started_collective": -1,
+                                   "last_completed_collective": 0}}, "entries": entries}
+        (out / f"nccl_trace_rank_{s}").write_bytes(pickle.dumps(doc))
