@@ -52,6 +52,9 @@ class _Table:
     whatif_one_worker_share: Threshold = Threshold(
         0.5, "share of S - 1", "stepdoctor (the OSDI'25 analysis names a worker when its S_rank explains "
         "most of the slowdown)", "a rank whose S_rank - 1 reaches this share of S - 1 is the slow worker")
+    replay_t_alpha: Threshold = Threshold(
+        0.05, "one-sided p", "Student's paired t test (3 or more replayed steps), Bonferroni over the ranks tested",
+        "a rank is named only when its own time exceeds its peers' median at this significance")
     whatif_min_slowdown: Threshold = Threshold(
         1.03, "S", "OSDI'25 straggler analysis: decomposition only above S = 1.03",
         "below this the job runs at its ideal: no verdict of a slow worker or stage")

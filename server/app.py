@@ -68,8 +68,19 @@ class StepdoctorServer(MCPServer):
         for t in tools:
             for prop in (t.input_schema or {}).get("properties", {}).values():
                 if isinstance(prop, dict):
-                    prop.pop("title", None)
+                    _lean_property(prop)
         return tools
+
+
+def _lean_property(prop: dict[str, Any]) -> None:
+    """An optional argument's schema without what JSON Schema already says: its title (the name again) and,
+    for `X | None = None`, the null branch and the null default (a property not in `required` may be left out)."""
+    prop.pop("title", None)
+    alts = prop.get("anyOf")
+    if prop.get("default", 0) is None and isinstance(alts, list) and len(alts) == 2 and {"type": "null"} in alts:
+        (only,) = [x for x in alts if x != {"type": "null"}]
+        del prop["anyOf"], prop["default"]
+        prop.update(only)
 
 
 def create_server(

@@ -153,6 +153,8 @@ BUDGETS: dict[str, Budget] = {
     "list_fixes": _plain(a.text_fixes, "pass check or vendor, or lower limit"),
     "suggest_edit": _suggest_edit,
     "what_if": _plain(_what_if_text, "pass ranks_at_median or stages_at_median for one scenario"),
+    "critical_path": _plain(lambda cp: cp.summary + "\n" + "\n".join(
+        f"- {lk.kind} rank {lk.rank}: {lk.ms:.2f} ms ({lk.share_pct:.1f}%)" for lk in cp.links[:12]), "pass step"),
 }
 
 

@@ -40,6 +40,7 @@ TOOLS = {
     "list_issues",
     "breakdown",
     "what_if",
+    "critical_path",
     "slow_ranks",
     "slow_links",
     "top_kernels",

@@ -116,8 +116,11 @@ def test_gloo_straggler_slow_ranks_names_the_straggler_without_empty_tables():
     assert [r[:4] for r in verdicts.rows] == [[0, "waits for 1", "-", "-"], [1, "straggler", "12 of 12", "65.50"]]
     md = "\n".join(markdown_tables(tables))
     assert "no slow rank" not in md and "| 1 | straggler | 12 of 12 | 65.50 |" in md
-    # the finding names the kept steps only: step 7 is the partial step the profile drops
-    assert [f.steps for f in sr.findings if f.subject == "arrival"] == [[4, 5, 6]]
+    # the finding names the kept steps only: step 7 is the partial step the profile drops; it stands on the
+    # replay (rank 1 at the median recovers its 50 ms stall), with its arrival record as evidence
+    f = next(f for f in sr.findings if f.check == "slow-rank")
+    assert f.ranks == [1] and f.steps == [4, 5, 6] and f.evidence["dimension"] == "replay"
+    assert f.evidence["arrival"]["last"] == 12
 
 
 def test_a_fixed_host_stall_on_the_straggler_leads_with_locating_it():
@@ -126,10 +129,14 @@ def test_a_fixed_host_stall_on_the_straggler_leads_with_locating_it():
     from conftest import SHARED
 
     rep = api.issues(need(SHARED / "real" / "gpu-h100" / "gloo2_straggler"), checks=["slow-rank"])
-    f = next(f for f in rep.findings if f.subject == "arrival")
+    f = next(f for f in rep.findings if f.check == "slow-rank")
     assert f.ranks == [1] and f.fixes[0] == "straggler-host-stall-locate"
     assert not any(x.startswith("gc-") for x in f.fixes)
-    per_arrival = f.evidence["before_arrival"]["excess_ms"]["untraced"]
+    # the replay's cause: 50 ms more untraced after its last collective than rank 0, every step
+    assert f.evidence["before"]["cause"] == "untraced" and f.evidence["window"] == "tail"
+    assert f.evidence["before"]["excess_ms"]["untraced"] == pytest.approx(50.2, abs=1.0)
+    assert 44 <= f.impact_ms <= 52   # the step without its 50 ms stall, as the replay predicts it
+    per_arrival = f.evidence["arrival"]["before_arrival"]["excess_ms"]["untraced"]
     assert 10 <= per_arrival <= 14
     # 3 arrivals in each of steps 4-7 (step 7 is cut short in the trace, but its arrivals happened)
     assert f"{per_arrival * 3:.1f} ms per step over its 12 late arrivals in 4 steps" in f.message
@@ -139,10 +146,14 @@ def test_a_fixed_host_stall_on_the_straggler_leads_with_locating_it():
 def chance_rule_off(monkeypatch):
     """msinsight's 2-rank job has no straggler: rank 1 is last at 1 of 4 all-reduces, below the half that chance
     gives one of two ranks (test_two_ranks_last_by_chance_are_not_named). The wording tests below need its
-    arrival record as a finding, so they switch the chance rule off."""
+    arrival record as a finding, so they switch the chance rule off, and the replay (which speaks first where
+    every step replays) too: the arrival finding is what slow-rank says without it."""
     from dataclasses import replace
 
+    from stepdoctor.analysis.checks import slow_rank
     from stepdoctor.analysis.metrics import collectives
+
+    monkeypatch.setattr(slow_rank, "replay_ranks", lambda ctx: None)
 
     t = collectives.T
     monkeypatch.setattr(collectives, "T", replace(t, straggler_chance_factor=replace(t.straggler_chance_factor,

@@ -279,3 +279,13 @@ def what_if(ref: ProfileRef, ranks_at_median: list[int] | None = None, stages_at
                          comm_at_median=comm_at_median, stages=st[0] if st else None)
     res.warnings = list(prof.warnings) + res.warnings
     return res
+
+
+def critical_path(ref: ProfileRef, step: int | None = None):
+    """The chain of work across ranks that sets one step's end (`CriticalPath`)."""
+    from ..analysis.replay import critical_path_of
+
+    prof = load(ref)
+    res = critical_path_of(prof, step)
+    res.warnings = list(prof.warnings)
+    return res

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..analysis.errors import ProfileError, UsageError
-from ..analysis.replay.models import WhatIf
+from ..analysis.replay.models import CriticalPath, WhatIf
 from ..analysis.store import Profile
 from . import api
 from . import models as m
@@ -104,6 +104,10 @@ class WhatIfArgs(Args):
     comm_at_median: bool = Field(False, description="transfer times at each collective's median")
 
 
+class CriticalPathArgs(Args):
+    step: int | None = Field(None, description="the step (default: the slowest replayed one)")
+
+
 ProfileUse = Literal["required", "optional", "none"]
 
 
@@ -187,6 +191,10 @@ def _what_if(prof: Profile, a: WhatIfArgs, resolve: Resolve) -> BaseModel:
                        comm_at_median=a.comm_at_median)
 
 
+def _critical_path(prof: Profile, a: CriticalPathArgs, resolve: Resolve) -> BaseModel:
+    return api.critical_path(prof, step=a.step)
+
+
 TOOLS: tuple[Tool, ...] = (
     Tool("list_issues", "issues", "List issues by priority",
          "Run every applicable check and return the findings, sorted by severity then time lost per step. "
@@ -235,6 +243,10 @@ TOOLS: tuple[Tool, ...] = (
          "Replay each step across ranks (steps whose null replay is off by >2% are not used); predict step time "
          "with ranks, stages or communication at the median. No changes: the ideal job, slowdown S, a verdict.",
          WhatIfArgs, WhatIf, "required", _what_if),
+    Tool("critical_path", "critical-path", "Critical path across ranks",
+         "The chain of work across ranks that sets a step's end (compute, transfer after the last arrival, "
+         "tail, late start), each link with its rank and share of the step.",
+         CriticalPathArgs, CriticalPath, "required", _critical_path),
 )
 
 BY_NAME: dict[str, Tool] = {t.name: t for t in TOOLS}

@@ -127,6 +127,13 @@ def cmd_whatif(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_critical_path(a: argparse.Namespace) -> int:
+    from . import api
+
+    emit(ask("critical-path", api.load(a.path), step=a.step), a.format)
+    return 0
+
+
 def cmd_report(a: argparse.Namespace) -> int:
     from . import api
     from .report import write_report
@@ -195,6 +202,12 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     s.add_argument("--stage", action="append", metavar="S=median", help="pipeline stage S at the median")
     s.add_argument("--comm", nargs="?", const="median", metavar="median", help="communication at the median")
     s.set_defaults(func=cmd_whatif)
+
+    s = sub.add_parser("critical-path", parents=[common], help="the chain of work across ranks that sets a step's "
+                       "end, each link with its share of the step")
+    s.add_argument("path", help=PROFILE_HELP)
+    s.add_argument("--step", type=int, help="the step (default: the slowest replayed one)")
+    s.set_defaults(func=cmd_critical_path)
 
     s = sub.add_parser("report", parents=[debug_only], help="write a self-contained HTML report")
     add_ray_flag(s)

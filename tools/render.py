@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..analysis.replay.models import WhatIf
+from ..analysis.replay.models import CriticalPath, WhatIf
 from . import models as m
 from .render_fit import Table, fit_table, hanging, shorten_names
 
@@ -118,6 +118,12 @@ def tables_for(model: BaseModel) -> list[Table]:
         return _slow_rank_tables(model)
     if isinstance(model, WhatIf):
         return _what_if_tables(model)
+    if isinstance(model, CriticalPath):
+        rows = [[lk.kind, lk.rank, fmt_value(lk.collective), fmt_value(lk.start_ms), fmt_value(lk.ms),
+                 fmt_value(lk.share_pct)] for lk in model.links]
+        return [Table(f"Critical path of step {model.step} ({model.step_ms:.2f} ms; replay error "
+                      f"{model.replay_error_pct:.2f}%)", ["link", "rank", "collective", "start_ms", "ms", "share_%"],
+                      rows, note=model.summary)]
     if isinstance(model, m.SlowLinks):
         rows = [[lk.src, lk.dst, lk.transport, fmt_value(lk.bandwidth_gbps), fmt_value(lk.median_gbps), fmt_value(lk.size_mb),
                  fmt_value(lk.time_ms, 3)] for lk in model.links]

@@ -134,7 +134,7 @@ class CheckContext:
         return pct, severity_from_impact(pct)
 
 
-VENDORS: tuple[str, ...] = ("ascend", "cuda", "rocm")
+VENDORS: tuple[str, ...] = ("ascend", "cuda", "rocm", "cpu")   # cpu: a job with no device (gloo on CPUs)
 FRAMEWORKS: tuple[str, ...] = ("pytorch", "mindspore")
 
 

@@ -41,7 +41,15 @@ from ..metrics.intervals import merge
 from ..metrics.names import short_name
 from ..models import Finding
 from ..thresholds import T
-from ._slow_rank_text import arrival_text, host_ops_text, ms_text, per_step_text, slow_steps_text
+from ._replay_ranks import ReplayRanks, noise_known, replay_ranks
+from ._slow_rank_text import (
+    arrival_text,
+    host_ops_text,
+    ms_text,
+    per_step_text,
+    replay_cause_text,
+    slow_steps_text,
+)
 from .base import Check, CheckContext, register
 from .gc_pause import fixed_stall
 from .stage_imbalance import stage_of_ranks
@@ -274,65 +282,82 @@ class SlowRankCheck(Check):
     dimension = "compute"
     title = "Slow rank"
     fires_when = (
-        "one or more ranks are slower than the others in a dimension; `subject` = `compute` | "
-        "`communication` | `free`"
+        "a rank holds the job back (replayed at its peers' median, the step is shorter), or, where the replay does "
+        "not hold, is slower than the others in a dimension; `subject` = `compute` | `communication` | `free` | "
+        "`arrival`"
     )
     thresholds = (
-        "slow_link_ratio", "slow_rank_dim_excess_pct", "slow_rank_min_excess_pct", "slow_rank_robust_z",
+        "replay_max_error_pct", "replay_t_alpha", "slow_link_ratio", "slow_rank_dim_excess_pct", "slow_rank_min_excess_pct", "slow_rank_robust_z",
         "straggler_chance_factor", "straggler_dixon_alpha", "straggler_last_share", "straggler_min_wait_ms",
         "straggler_sigma",
     )
     frameworks = ("pytorch", "mindspore")
     needs = ("steps",)
-    vendors = ("ascend", "cuda", "rocm", "mtia")
-    description = ("Per step and dimension (compute, communication not overlapped, free), ranks beyond the median "
-                   "by a robust (MAD) test; names the rank, the steps and the cause.")
+    vendors = ("ascend", "cuda", "rocm", "mtia", "cpu")
+    description = ("Replays each step across ranks and names the rank whose move to its peers' median recovers "
+                   "the most step time (that time is the impact), with what it did in the window it lost it; "
+                   "where no step replays, per step and dimension (compute, communication not overlapped, free), "
+                   "ranks beyond the median by a robust (MAD) test.")
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         if len(ctx.all_ranks) < 2:
             return []
+        rr = replay_ranks(ctx)
+        if rr is not None:   # the replay says who holds the step back; ranks that only wait recover nothing
+            out = self._replay_findings(ctx, rr)
+            return out + self._dimension_findings(ctx, rr)
         arr = arrival(ctx)
-        n_steps = Counter(r.rank for r in ctx.breakdown if r.step is not None)
-        out: list[Finding] = []
         worst_wait = max((arr.ranks[r].caused_per_step_ms for r in arr.stragglers), default=0.0)
-        for dim, stats in analyse(ctx).items():
-            for e in stats.slow:
-                if e.evidence.get("waiting_only"):
-                    continue
-                if arr.stragglers and e.rank not in arr.stragglers and e.excess_ms < worst_wait:
-                    continue  # it waits for a straggler; its small excess is not why the job is slow
-                f = self.finding(
-                    ctx, title=(f"rank {e.rank} is slower in {dim}: {e.value_ms:.2f} ms against a median of "
-                                f"{e.median_ms:.2f} ms in {slow_steps_text(e.steps)}"),
-                    subject=dim, ranks=[e.rank], steps=e.steps, impact_ms=e.impact_ms,
-                    evidence={"dimension": dim, "value_ms": e.value_ms, "median_ms": e.median_ms,
-                              "excess_ms": e.excess_ms, "spread_pct": stats.spread_pct,
-                              **({"excess_pct": e.excess_pct} if e.median_ms >= MIN_PCT_BASE_MS else {}),
-                              "thresholds": {"dim_excess_pct": T.slow_rank_dim_excess_pct.value,
-                                             "min_excess_pct_of_step": T.slow_rank_min_excess_pct.value,
-                                             "robust_z": T.slow_rank_robust_z.value},
-                              "impact_method": "excess over the per-step median, summed over slow steps / steps",
-                              **e.evidence},
-                    message=f"Rank {e.rank} spends {e.value_ms:.2f} ms in {dim} in {slow_steps_text(e.steps)} "
-                            f"against a median of {e.median_ms:.2f} ms, {e.excess_ms:.2f} ms more"
-                            f"{per_step_text(e.steps, e.impact_ms, n_steps.get(e.rank, 0))}: {e.cause}.")
-                f.fixes = _cause_fixes(ctx, e, f.fixes)
-                out.append(f)
+        out = [f for f in self._dimension_findings(ctx, None)
+               if not (arr.stragglers and f.ranks[0] not in arr.stragglers
+                       and f.evidence["excess_ms"] < worst_wait)]   # it waits for a straggler
         # a straggler already named in compute/free keeps one finding, its arrival record as evidence
         for r in arr.stragglers:
             own = [f for f in out if f.ranks == [r] and f.subject in ("compute", "free")]
             if not own:
                 out.append(self._arrival_finding(ctx, arr, r))
                 continue
-            ra = arr.ranks[r]
-            own[0].evidence["arrival"] = {"matched": ra.matched, "last": ra.last, "share_last": ra.share_last,
-                                          "wait_caused_per_step_ms": ra.caused_per_step_ms,
-                                          "before_arrival": ra.before}
-            why = arrival_text(ra)
-            own[0].message += (f" It arrives last at {ra.last} of {ra.matched} collectives; the other ranks wait "
-                               f"{ra.caused_per_step_ms:.2f} ms per step for it" + (f": {why}." if why else "."))
+            self._add_arrival(ctx, own[0], r)
         return out
 
+    def _dimension_findings(self, ctx: CheckContext, rr: ReplayRanks | None) -> list[Finding]:
+        """A finding per rank beyond the median in a dimension. With the replay, only for ranks it did not name
+        whose move to the median still recovers time, and that time is the impact (a rank slower in compute
+        whose peers have slack costs the job less than its excess)."""
+        n_steps = Counter(r.rank for r in ctx.breakdown if r.step is not None)
+        out: list[Finding] = []
+        for dim, stats in analyse(ctx).items():
+            for e in stats.slow:
+                if e.evidence.get("waiting_only"):
+                    continue
+                impact, method = e.impact_ms, "excess over the per-step median, summed over slow steps / steps"
+                if rr is not None:
+                    if e.rank in rr.named:
+                        continue
+                    rec = rr.recovery(e.rank)
+                    if rec.recovered_ms < T.straggler_min_wait_ms.value:
+                        continue
+                    impact, method = rec.recovered_ms, ("replay: measured step - the step replayed with this rank "
+                                                        "at the median of its peers")
+                f = self.finding(
+                    ctx, title=(f"rank {e.rank} is slower in {dim}: {e.value_ms:.2f} ms against a median of "
+                                f"{e.median_ms:.2f} ms in {slow_steps_text(e.steps)}"),
+                    subject=dim, ranks=[e.rank], steps=e.steps, impact_ms=impact,
+                    evidence={"dimension": dim, "value_ms": e.value_ms, "median_ms": e.median_ms,
+                              "excess_ms": e.excess_ms, "spread_pct": stats.spread_pct,
+                              **({"excess_pct": e.excess_pct} if e.median_ms >= MIN_PCT_BASE_MS else {}),
+                              "thresholds": {"dim_excess_pct": T.slow_rank_dim_excess_pct.value,
+                                             "min_excess_pct_of_step": T.slow_rank_min_excess_pct.value,
+                                             "robust_z": T.slow_rank_robust_z.value},
+                              "impact_method": method, **e.evidence},
+                    message=f"Rank {e.rank} spends {e.value_ms:.2f} ms in {dim} in {slow_steps_text(e.steps)} "
+                            f"against a median of {e.median_ms:.2f} ms, {e.excess_ms:.2f} ms more"
+                            + (f"{per_step_text(e.steps, e.impact_ms, n_steps.get(e.rank, 0))}" if rr is None else
+                               f"; replayed at the median it would save the job {impact:.2f} ms per step (its "
+                               "peers have slack)") + f": {e.cause}.")
+                f.fixes = _cause_fixes(ctx, e, f.fixes)
+                out.append(f)
+        return out
 
     def _arrival_finding(self, ctx: CheckContext, arr: collectives.Arrivals, r: int) -> Finding:
         ra = arr.ranks[r]
@@ -354,17 +379,79 @@ class SlowRankCheck(Check):
             message=(f"Rank {r} arrives last, significantly, at {ra.last} of its {ra.matched} matched collectives "
                      f"({100 * ra.share_last:.0f}%); the other ranks wait {ra.caused_per_step_ms:.2f} ms per step "
                      f"for it" + (f": {why}." if why else ".")))
-        if ctx.fixes_for is not None and ra.before:
-            lead = {"untraced": "gc-pause", "data_loading": "slow-dataloader", "host_ops": "host-bound"}.get(
-                ra.before["cause"])
-            first: list[str] = []
-            if lead == "gc-pause" and fixed_stall(ctx, r):
-                # the same stall every step: a timed wait or fixed work, not GC
-                first, lead = _fixed_stall_fixes(ctx, r), None
-            if lead:
-                first = ctx.fixes_for(lead, ctx.vendor(r), ctx.framework(r), None)[:2]
-            f.fixes = list(dict.fromkeys([*first, *f.fixes]))
+        if ra.before:
+            f.fixes = _lead_fixes(ctx, r, ra.before["cause"], f.fixes)
         return f
+
+    def _replay_findings(self, ctx: CheckContext, rr: ReplayRanks) -> list[Finding]:
+        """One finding per rank whose move to the median recovers step time in the replay; impact = that time."""
+        out = []
+        for r in rr.named:
+            e = rr.by_rank[r]
+            b = e.before
+            why = replay_cause_text(b) if b else ""
+            steps = e.steps or [s.step for s in rr.replay.steps if s.step not in rr.replay.abstained_steps]
+            f = self.finding(
+                ctx, title=(f"rank {r} holds the job back: at its peers' median the step would take "
+                            f"{e.predicted_ms:.2f} ms instead of {e.measured_ms:.2f} ms"),
+                subject=_SUBJECT.get(b.get("cause", ""), "compute") if b else "compute", ranks=[r], steps=steps,
+                impact_ms=e.recovered_ms,
+                evidence={"dimension": "replay", "measured_ms": e.measured_ms, "predicted_ms": e.predicted_ms,
+                          "recovered_ms": e.recovered_ms, "window": e.window, "before": b,
+                          **({"excess_ms": b["excess_ms"][b["cause"]]} if b else {}),
+                          "recovered_by_rank": {str(k): v.recovered_ms for k, v in sorted(rr.by_rank.items())},
+                          "replay_error_pct": max((x.error_pct for x in rr.replay.steps), default=0.0),
+                          "thresholds": {"min_recovered_pct_of_step": T.slow_rank_min_excess_pct.value,
+                                         "t_alpha": T.replay_t_alpha.value, "robust_z": T.slow_rank_robust_z.value},
+                          "impact_method": "replay: measured step - the step replayed with this rank at the median "
+                                           "of its peers, mean over the replayed steps"},
+                message=(f"Rank {r} holds the job back by {e.recovered_ms:.2f} ms per step: replayed with its "
+                         f"compute and tail at its peers' median, the step takes {e.predicted_ms:.2f} ms instead of "
+                         f"{e.measured_ms:.2f} ms; the other ranks only wait for it" + (f". {why}" if why else "")
+                         + "."))
+            if b:
+                f.fixes = _lead_fixes(ctx, r, b["cause"], f.fixes)
+            self._add_arrival(ctx, f, r)
+            if not noise_known(len(rr.replay.steps), len(rr.replay.ranks)):
+                # one or two steps of a few ranks: one of them is always the slower; noise cannot be told
+                f.severity = "low"
+                f.evidence["noise_tested"] = False
+                f.message += (f" With {len(rr.replay.steps)} step(s) of {len(rr.replay.ranks)} ranks, whether this "
+                              "is more than noise cannot be told: profile 3 or more steps to know.")
+            out.append(f)
+        return out
+
+    @staticmethod
+    def _add_arrival(ctx: CheckContext, f: Finding, r: int) -> None:
+        """A straggler's arrival record (who arrives last at matched collectives) as evidence of its finding."""
+        arr = arrival(ctx)
+        ra = arr.ranks.get(r)
+        if ra is None or not ra.last:
+            return
+        f.evidence["arrival"] = {"matched": ra.matched, "last": ra.last, "share_last": ra.share_last,
+                                 "wait_caused_per_step_ms": ra.caused_per_step_ms, "before_arrival": ra.before}
+        why = arrival_text(ra)
+        f.message += (f" It arrives last at {ra.last} of {ra.matched} collectives; the other ranks wait "
+                      f"{ra.caused_per_step_ms:.2f} ms per step for it" + (f": {why}." if why else "."))
+
+
+# the replay's cause, in the dimension vocabulary of slow-rank's subjects: time in compute kernels or host ops
+# is compute; a host stall or the data loader leaves the device (or the step) free
+_SUBJECT = {"compute_kernels": "compute", "host_ops": "compute", "untraced": "free", "data_loading": "free"}
+
+
+def _lead_fixes(ctx: CheckContext, rank: int, cause: str, fixes: list[str]) -> list[str]:
+    """Lead with the fixes of what the late rank did: untraced time is a stall (a fixed one every step is a
+    timed wait or fixed work, else GC), data loading the loader, host ops the host."""
+    if ctx.fixes_for is None:
+        return fixes
+    lead = {"untraced": "gc-pause", "data_loading": "slow-dataloader", "host_ops": "host-bound"}.get(cause)
+    first: list[str] = []
+    if lead == "gc-pause" and fixed_stall(ctx, rank):
+        first, lead = _fixed_stall_fixes(ctx, rank), None
+    if lead:
+        first = ctx.fixes_for(lead, ctx.vendor(rank), ctx.framework(rank), None)[:2]
+    return list(dict.fromkeys([*first, *fixes]))
 
 
 def _cause_fixes(ctx: CheckContext, e: SlowEntry, fixes: list[str]) -> list[str]:

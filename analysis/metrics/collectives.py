@@ -188,22 +188,13 @@ def lead_up(rows: pd.DataFrame, insts: np.ndarray) -> pd.DataFrame:
     return r[r["inst"].isin(insts)][["rank", "inst", "step", "start_ns", "prev_end"]].reset_index(drop=True)
 
 
-def before_arrival(cursor, rank: int, arr: Arrivals, limit: int = 64) -> dict:
-    """What `rank` did before its late arrivals, against the other ranks of the same collectives.
-
-    For each of its late instances (up to `limit`) and every rank in it, the lead-up window (`lead_up`) is
-    split into compute kernels (device), data loading and other outermost host ops, and untraced (window −
-    the larger of compute and host). Per part: the late rank's ms per instance minus the median of the
-    other ranks'; `cause` = the part with the largest excess (what made it late)."""
-    insts = arr.late.loc[arr.late["rank"] == rank, "inst"].to_numpy()[:limit]
-    if insts.size == 0 or arr.rows.empty:
-        return {}
-    w = lead_up(arr.rows, insts)
-    cursor.register("lw", w)
-    cursor.execute("CREATE OR REPLACE TEMP TABLE win AS SELECT lw.rank, lw.inst, "
-                   "coalesce(lw.prev_end, s.start_ns, lw.start_ns)::BIGINT AS w0, lw.start_ns::BIGINT AS w1 "
-                   "FROM lw LEFT JOIN steps s ON s.rank = lw.rank AND s.step = lw.step")
-    cursor.unregister("lw")
+def window_parts(cursor, win: pd.DataFrame) -> pd.DataFrame:
+    """Per window (rank, inst, w0, w1: ns on that rank's clock), what the rank did in it: compute kernels
+    (device), data loading and the other outermost host ops, and untraced (window − the larger of compute and
+    host), ms. Columns: rank, inst, window_ms and PARTS."""
+    cursor.register("pw", win[["rank", "inst", "w0", "w1"]])
+    cursor.execute("CREATE OR REPLACE TEMP TABLE win AS SELECT rank, inst, w0::BIGINT AS w0, w1::BIGINT AS w1 FROM pw")
+    cursor.unregister("pw")
     ov = "greatest(0, least(o.start_ns + o.dur_ns, win.w1) - greatest(o.start_ns, win.w0)) / 1e6"
     skip = " AND ".join(f"o.name NOT LIKE '{p}'" for p in _SKIP_HOST)
     dl = "(o.category = 'dataloader' OR o.name ILIKE '%dataloader%')"
@@ -220,22 +211,52 @@ def before_arrival(cursor, rank: int, arr: Arrivals, limit: int = 64) -> dict:
                    FROM win JOIN host_ops o ON o.rank = win.rank AND o.start_ns < win.w1
                    AND o.start_ns + o.dur_ns > win.w0 JOIN base b ON b.rank = o.rank
                    WHERE coalesce(o.depth, 0) = b.d AND {skip} GROUP BY ALL)
-        SELECT win.rank, win.inst, greatest(win.w1 - win.w0, 0) / 1e6 AS window_ms,
+        SELECT win.rank, win.inst, win.w0, win.w1, greatest(win.w1 - win.w0, 0) / 1e6 AS window_ms,
                coalesce(c.ms, 0) AS compute_kernels, coalesce(h.dl_ms, 0) AS data_loading,
                coalesce(h.host_ms, 0) AS host_ops
         FROM win LEFT JOIN c USING (rank, inst) LEFT JOIN h USING (rank, inst)""").df()
-    top = cursor.execute(f"SELECT o.name, o.category, sum({ov}) AS ms FROM win JOIN host_ops o ON o.rank = win.rank "
-                         f"AND o.start_ns < win.w1 AND o.start_ns + o.dur_ns > win.w0 JOIN base b ON b.rank = o.rank "
-                         f"WHERE win.rank = ? AND coalesce(o.depth, 0) = b.d AND {skip} "
-                         f"GROUP BY ALL ORDER BY ms DESC LIMIT 3",
-                         [rank]).fetchall()
-    cursor.execute("DROP TABLE IF EXISTS win; DROP TABLE IF EXISTS base")
     df["untraced"] = (df["window_ms"] - np.maximum(df["compute_kernels"], df["data_loading"] + df["host_ops"])).clip(0)
+    return df
+
+
+def top_host_ops(cursor, rank: int, limit: int = 3) -> list[tuple[str, str, float]]:
+    """The outermost host ops of `rank` that fill most of the windows `window_parts` registered last."""
+    ov = "greatest(0, least(o.start_ns + o.dur_ns, win.w1) - greatest(o.start_ns, win.w0)) / 1e6"
+    skip = " AND ".join(f"o.name NOT LIKE '{p}'" for p in _SKIP_HOST)
+    return cursor.execute(f"SELECT o.name, o.category, sum({ov}) AS ms FROM win JOIN host_ops o ON o.rank = win.rank "
+                          f"AND o.start_ns < win.w1 AND o.start_ns + o.dur_ns > win.w0 JOIN base b ON b.rank = o.rank "
+                          f"WHERE win.rank = ? AND coalesce(o.depth, 0) = b.d AND {skip} "
+                          f"GROUP BY ALL ORDER BY ms DESC LIMIT {int(limit)}", [rank]).fetchall()
+
+
+def before_arrival(cursor, rank: int, arr: Arrivals, limit: int = 64) -> dict:
+    """What `rank` did before its late arrivals, against the other ranks of the same collectives.
+
+    For each of its late instances (up to `limit`) and every rank in it, the lead-up window (`lead_up`) is
+    split by `window_parts`; per part: the late rank's ms per instance minus the median of the other ranks';
+    `cause` = the part with the largest excess (what made it late)."""
+    insts = arr.late.loc[arr.late["rank"] == rank, "inst"].to_numpy()[:limit]
+    if insts.size == 0 or arr.rows.empty:
+        return {}
+    w = lead_up(arr.rows, insts)
+    cursor.register("lw", w)
+    win = cursor.execute("SELECT lw.rank, lw.inst, coalesce(lw.prev_end, s.start_ns, lw.start_ns)::BIGINT AS w0, "
+                         "lw.start_ns::BIGINT AS w1 FROM lw LEFT JOIN steps s ON s.rank = lw.rank "
+                         "AND s.step = lw.step").df()
+    cursor.unregister("lw")
+    df = window_parts(cursor, win)
+    top = top_host_ops(cursor, rank)
+    cursor.execute("DROP TABLE IF EXISTS win; DROP TABLE IF EXISTS base")
+    return compare_parts(df, rank, top) | {"instances": int(insts.size)}
+
+
+def compare_parts(df: pd.DataFrame, rank: int, top: list[tuple[str, str, float]]) -> dict:
+    """The rank's mean parts per window against the median of the other ranks': excess per part, the cause."""
     mine = df[df["rank"] == rank][["window_ms", *PARTS]].mean()
     peers = df[df["rank"] != rank].groupby("rank")[["window_ms", *PARTS]].mean().median()
     excess = {k: float(mine[k] - peers[k]) for k in PARTS}
     cause = max(excess, key=lambda k: excess[k])
-    return {"cause": cause, "instances": int(insts.size), "window_ms": round(float(mine["window_ms"]), 3),
+    return {"cause": cause, "window_ms": round(float(mine["window_ms"]), 3),
             "peer_window_ms": round(float(peers["window_ms"]), 3),
             "rank_ms": {k: round(float(mine[k]), 3) for k in PARTS},
             "peer_median_ms": {k: round(float(peers[k]), 3) for k in PARTS},

@@ -20,7 +20,7 @@ rank started after that one ended everywhere, so its inputs are ready when it is
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -37,6 +37,10 @@ class Params:
     x: np.ndarray
     t: np.ndarray          # per rank, aligned with StepInput.ranks
     clipped: int = 0       # measured parameters that were negative and set to 0
+    lead: np.ndarray | None = None   # per rank: a shift of the step's start where no replayed step precedes it
+    #                                  (a rank late into the first step was late in the step before it)
+    w0: np.ndarray | None = None     # per row: where the measured compute c[j] began (resume[j-1]), ns
+    tail_w0: np.ndarray | None = None   # per rank: where the measured tail began, ns
 
 
 def measure(si: StepInput) -> Params:
@@ -55,25 +59,60 @@ def measure(si: StepInput) -> Params:
     resume = {int(rk): int(si.start[i]) for i, rk in enumerate(si.ranks)}
     last_end = dict(resume)
     free: dict[tuple[int, int], int] = {}
+    w0 = np.zeros(n, np.int64)
     for j in range(n):
         rk = int(rank[j])
+        w0[j] = resume[rk]
         c[j] = launch[j] - resume[rk]
         lf = free.get((rk, int(lane[j])))
         q[j] = start[j] - max(launch[j], lf if lf is not None else launch[j])
         resume[rk] = int(end[j]) if sync[j] else int(launch[j])
         free[(rk, int(lane[j]))] = int(end[j])
         last_end[rk] = max(last_end[rk], int(end[j]))
+    tail_w0 = np.zeros(len(si.ranks), np.int64)
     for rk, i in pos.items():
-        t[i] = si.end[i] - max(resume[rk], last_end[rk])
+        tail_w0[i] = max(resume[rk], last_end[rk])
+        t[i] = si.end[i] - tail_w0[i]
     for arr in (c, q, x, t):
         neg = arr < 0
         clipped += int(neg.sum())
         arr[neg] = 0
-    return Params(c, q, x, t, clipped)
+    return Params(c, q, x, t, clipped, w0=w0, tail_w0=tail_w0)
 
 
-def replay(si: StepInput, p: Params) -> np.ndarray:
-    """Replayed step end per rank (aligned with si.ranks), ns."""
+TAIL = -1   # the instance id of a rank's tail window in `windows`
+
+
+def windows(si: StepInput, p: Params) -> pd.DataFrame:
+    """rank, inst, w0, w1 (ns) of every measured compute window: before each collective (inst), and the tail
+    (inst TAIL). What a rank did there is what a what-if moves."""
+    assert p.w0 is not None and p.tail_w0 is not None
+    r = si.rows
+    before = pd.DataFrame({"rank": r["rank"].to_numpy(), "inst": r["inst"].to_numpy(), "w0": p.w0,
+                           "w1": r["launch_ns"].to_numpy(np.int64)})
+    tail = pd.DataFrame({"rank": si.ranks, "inst": TAIL, "w0": p.tail_w0, "w1": si.end})
+    return pd.concat([before, tail], ignore_index=True)
+
+
+@dataclass
+class Trace:
+    """What set each replayed time (row indexes into StepInput.rows; -1 = the rank's step start): filled by
+    `replay` for the critical path."""
+
+    launch_from: dict[int, int] = field(default_factory=dict)    # row -> the row its compute followed
+    lane_from: dict[int, int] = field(default_factory=dict)      # row -> the row whose end freed its lane
+    last_member: dict[int, int] = field(default_factory=dict)    # instance -> the member row that started last
+    end_from: dict[int, tuple[int, bool]] = field(default_factory=dict)   # rank -> (row, True: that row's end;
+    #                                                                          False: the rank resumed after it)
+    launch: np.ndarray | None = None
+    end: np.ndarray | None = None
+
+
+def replay(si: StepInput, p: Params, start: np.ndarray | None = None, trace: Trace | None = None) -> np.ndarray:
+    """Replayed step end per rank (aligned with si.ranks), ns, the step starting at `start` per rank (default:
+    as measured). The parameters are durations, so any start works; the order instances are taken in comes
+    from the measured times, which is a topological order of the graph whatever the parameters."""
+    start = si.start if start is None else start
     r = si.rows
     rank = r["rank"].to_numpy()
     inst = r["inst"].to_numpy()
@@ -86,12 +125,13 @@ def replay(si: StepInput, p: Params) -> np.ndarray:
     for j, i in enumerate(inst):
         by_inst.setdefault(int(i), []).append(j)
     pos = {int(rk): i for i, rk in enumerate(si.ranks)}
-    resume = {rk: int(si.start[i]) for rk, i in pos.items()}
+    resume = {rk: int(start[i]) for rk, i in pos.items()}
     nxt = {rk: chain[rk][0] if rk in chain else 0 for rk in pos}
     launch_r = np.zeros(len(r), np.int64)
     end_r = np.full(len(r), -1, np.int64)
-    free: dict[tuple[int, int], int] = {}
-    last_end = dict(resume)
+    free: dict[tuple[int, int], tuple[int, int]] = {}   # (rank, lane) -> (end, row)
+    last_end = {rk: (v, -1) for rk, v in resume.items()}
+    came = {rk: -1 for rk in pos}   # the row whose end (sync) or launch (async) the rank resumes from
 
     def advance(rk: int, upto: int) -> None:
         """Launch times of rank rk's collectives up to row `upto`. A sync collective's end is known once it
@@ -99,7 +139,10 @@ def replay(si: StepInput, p: Params) -> np.ndarray:
         j = nxt[rk]
         while j <= upto:
             launch_r[j] = resume[rk] + p.c[j]
+            if trace is not None:
+                trace.launch_from[j] = came[rk]
             resume[rk] = int(end_r[j]) if sync[j] and end_r[j] >= 0 else int(launch_r[j])
+            came[rk] = j
             j += 1
         nxt[rk] = max(nxt[rk], j)
 
@@ -109,21 +152,31 @@ def replay(si: StepInput, p: Params) -> np.ndarray:
         for j in members:
             rk = int(rank[j])
             advance(rk, j)
-            lf = free.get((rk, int(lane[j])))
-            starts.append(max(int(launch_r[j]), lf if lf is not None else int(launch_r[j])) + int(p.q[j]))
+            lf, lrow = free.get((rk, int(lane[j])), (int(launch_r[j]), -1))
+            if trace is not None and lf > launch_r[j]:
+                trace.lane_from[j] = lrow
+            starts.append(max(int(launch_r[j]), lf) + int(p.q[j]))
         ready = max(starts)
+        if trace is not None:
+            trace.last_member[i] = members[int(np.argmax(starts))]
         for j in members:
             rk = int(rank[j])
             end_r[j] = ready + p.x[j]
-            free[(rk, int(lane[j]))] = int(end_r[j])
-            last_end[rk] = max(last_end[rk], int(end_r[j]))
+            free[(rk, int(lane[j]))] = (int(end_r[j]), j)
+            if end_r[j] > last_end[rk][0]:
+                last_end[rk] = (int(end_r[j]), j)
             if sync[j] and nxt[rk] == j + 1:
                 resume[rk] = int(end_r[j])
     out = np.zeros(len(si.ranks), np.int64)
     for rk, i in pos.items():
         if rk in chain:
             advance(rk, chain[rk][1] - 1)
-        out[i] = max(resume[rk], last_end[rk]) + p.t[i]
+        out[i] = max(resume[rk], last_end[rk][0]) + p.t[i]
+        if trace is not None:
+            # the tail follows the later of the rank's own resume point and its last collective's end
+            trace.end_from[rk] = (last_end[rk][1], True) if last_end[rk][0] >= resume[rk] else (came[rk], False)
+    if trace is not None:
+        trace.launch, trace.end = launch_r, end_r
     return out
 
 
@@ -134,6 +187,6 @@ def _instance_order(r: pd.DataFrame) -> list[int]:
     return [int(i) for i in g.index]
 
 
-def step_ms(si: StepInput, ends: np.ndarray) -> float:
+def step_ms(start: np.ndarray, ends: np.ndarray) -> float:
     """The step time: the slowest rank's step end minus its own step start (ms)."""
-    return float(np.max(ends - si.start)) / 1e6 if len(ends) else 0.0
+    return float(np.max(ends - start)) / 1e6 if len(ends) else 0.0

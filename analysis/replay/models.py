@@ -54,3 +54,29 @@ class WhatIf(BaseModel):
     slowdown: Slowdown | None
     verdict: str
     warnings: list[str] = Field(default_factory=list)
+
+
+class PathLink(BaseModel):
+    kind: str = Field(description="compute (before a collective) | latency (the lane's start latency) | transfer "
+                                  "(after the last member arrived) | tail (after the last collective, to the step "
+                                  "end) | late_start (the rank began the step after the end rank did: the end of "
+                                  "its previous step)")
+    rank: int
+    collective: int | None = Field(None, description="the matched collective instance (metrics.collectives)")
+    start_ms: float = Field(description="from the step's earliest start on any rank")
+    ms: float
+    share_pct: float = Field(description="ms / the step time")
+
+
+class CriticalPath(BaseModel):
+    path: str
+    step: int
+    step_ms: float = Field(description="the step time (the slowest rank's step), replayed = measured where the "
+                                       "null replay holds")
+    replay_error_pct: float
+    end_rank: int = Field(description="the rank whose step ends last")
+    links: list[PathLink] = Field(description="earliest first: the chain of work that sets the step's end")
+    by_rank: dict[int, float] = Field(description="ms of the path on each rank")
+    by_kind: dict[str, float] = Field(description="ms of the path by link kind")
+    summary: str
+    warnings: list[str] = Field(default_factory=list)

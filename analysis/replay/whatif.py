@@ -28,18 +28,48 @@ class Step:
     p: Params
     measured: float
     replayed: float
+    gap: np.ndarray          # per rank: this step's start minus the previous kept step's end (ns), or 0
 
     @property
     def error_pct(self) -> float:
         return abs(self.replayed - self.measured) / self.measured * 100 if self.measured > 0 else 0.0
 
 
+def chain(steps: list[Step], params) -> list[float]:
+    """Replay the steps in order, each rank starting a step where it ended the one before (plus the measured
+    gap between them): a rank that ends a step late starts the next late, and its peers wait for it there.
+    `params(step) -> Params`. Returns the step time of each step (ms)."""
+    out = []
+    ends: dict[int, int] = {}
+    prev_step: int | None = None
+    for s in steps:
+        contiguous = prev_step is not None and s.si.step == prev_step + 1
+        p = params(s)
+        lead = p.lead if p.lead is not None else np.zeros(len(s.si.ranks), np.int64)
+        start = np.array([ends[int(r)] + int(g) if contiguous and int(r) in ends else int(m) + int(d)
+                          for r, g, m, d in zip(s.si.ranks, s.gap, s.si.start, lead, strict=True)], np.int64)
+        e = replay(s.si, p, start)
+        out.append(step_ms(start, e))
+        ends = {int(r): int(x) for r, x in zip(s.si.ranks, e, strict=True)}
+        prev_step = s.si.step
+    return out
+
+
 def replay_steps(inputs: list[StepInput]) -> tuple[list[Step], Replay]:
     steps = []
+    prev: StepInput | None = None
     for si in inputs:
         p = measure(si)
         measured = float(np.max(si.end - si.start)) / 1e6
-        steps.append(Step(si, p, measured, step_ms(si, replay(si, p))))
+        gap = np.zeros(len(si.ranks), np.int64)
+        if prev is not None and si.step == prev.step + 1:
+            pe = dict(zip(prev.ranks.tolist(), prev.end.tolist(), strict=True))
+            gap = np.array([max(int(st) - pe.get(int(r), int(st)), 0) for r, st in zip(si.ranks, si.start, strict=True)],
+                           np.int64)
+        steps.append(Step(si, p, measured, 0.0, gap))
+        prev = si
+    for s, ms in zip(steps, chain(steps, lambda s: s.p), strict=True):
+        s.replayed = ms
     limit = T.replay_max_error_pct.value
     bad = [s.si.step for s in steps if s.error_pct > limit]
     reason = None
@@ -49,7 +79,7 @@ def replay_steps(inputs: list[StepInput]) -> tuple[list[Step], Replay]:
     rep = Replay(steps=[ReplayStep(step=s.si.step, measured_ms=round(s.measured, 3), replayed_ms=round(s.replayed, 3),
                                    error_pct=round(s.error_pct, 3)) for s in steps],
                  abstained_steps=bad, reason=reason, max_error_pct=limit)
-    return [s for s in steps if s.si.step not in bad], rep
+    return steps, rep
 
 
 def _median_of_others(rows: pd.DataFrame, col: np.ndarray, who: np.ndarray) -> np.ndarray:
@@ -67,16 +97,51 @@ def _median_all(rows: pd.DataFrame, col: np.ndarray) -> np.ndarray:
     return rows.assign(v=col).groupby("inst")["v"].transform("median").to_numpy(np.float64)
 
 
-def at_median(s: Step, ranks: list[int]) -> Params:
+def _excess(steps: list[Step], who: np.ndarray, col: str) -> dict[tuple[int, int], float]:
+    """(rank, k) -> the mean over steps of the rank's k-th collective's parameter minus the median of the other
+    ranks' at the same collective: its systematic excess at that place in its step."""
+    acc: dict[tuple[int, int], list[float]] = {}
+    for s in steps:
+        r = s.si.rows
+        v = getattr(s.p, col)
+        rank = r["rank"].to_numpy()
+        k = r.groupby("rank").cumcount().to_numpy()
+        med = _median_of_others(r, v, who)
+        for j in np.flatnonzero(np.isin(rank, who)):
+            acc.setdefault((int(rank[j]), int(k[j])), []).append(float(v[j]) - float(med[j]))
+    return {key: float(np.mean(x)) for key, x in acc.items()}
+
+
+def at_median(steps: list[Step], ranks: list[int]):
+    """Params for each step with `ranks` at the median of their peers: each of their compute windows, lane
+    latencies and their tail lose their systematic excess over the other ranks (the mean over the steps of
+    the difference at the same place), so they keep their own step-to-step variation, as the job without the
+    problem would. A rank late into the first step starts it at the others' median."""
     who = np.array(ranks)
-    r = s.si.rows
-    c = _median_of_others(r, s.p.c, who).astype(np.int64)
-    q = _median_of_others(r, s.p.q, who).astype(np.int64)
-    t = s.p.t.copy()
-    mine = np.isin(s.si.ranks, who)
-    if (~mine).any():
-        t[mine] = int(np.median(s.p.t[~mine]))
-    return replace(s.p, c=c, q=q, t=t)
+    ex_c, ex_q = _excess(steps, who, "c"), _excess(steps, who, "q")
+    ex_t: dict[int, float] = {}
+    for r in ranks:
+        d = [float(s.p.t[s.si.ranks == r][0]) - float(np.median(s.p.t[~np.isin(s.si.ranks, who)])) for s in steps
+             if (s.si.ranks == r).any() and (~np.isin(s.si.ranks, who)).any()]
+        ex_t[r] = float(np.mean(d)) if d else 0.0
+
+    def params(s: Step) -> Params:
+        r = s.si.rows
+        rank = r["rank"].to_numpy()
+        k = r.groupby("rank").cumcount().to_numpy()
+        c, q, t = s.p.c.copy(), s.p.q.copy(), s.p.t.copy()
+        for j in np.flatnonzero(np.isin(rank, who)):
+            key = (int(rank[j]), int(k[j]))
+            c[j] = max(int(c[j] - ex_c.get(key, 0.0)), 0)
+            q[j] = max(int(q[j] - ex_q.get(key, 0.0)), 0)
+        mine = np.isin(s.si.ranks, who)
+        lead = np.zeros(len(s.si.ranks), np.int64)
+        for i in np.flatnonzero(mine):
+            t[i] = max(int(t[i] - ex_t.get(int(s.si.ranks[i]), 0.0)), 0)
+        if (~mine).any():
+            lead[mine] = int(np.median(s.si.start[~mine])) - s.si.start[mine]
+        return replace(s.p, c=c, q=q, t=t, lead=lead)
+    return params
 
 
 def comm_median(s: Step, p: Params | None = None) -> Params:
@@ -87,57 +152,64 @@ def comm_median(s: Step, p: Params | None = None) -> Params:
 def ideal(s: Step) -> Params:
     r = s.si.rows
     return Params(_median_all(r, s.p.c).astype(np.int64), _median_all(r, s.p.q).astype(np.int64),
-                  _median_all(r, s.p.x).astype(np.int64), np.full_like(s.p.t, int(np.median(s.p.t))))
+                  _median_all(r, s.p.x).astype(np.int64), np.full_like(s.p.t, int(np.median(s.p.t))),
+                  lead=int(np.median(s.si.start)) - s.si.start)
 
 
 def with_rank(s: Step, base: Params, rank: int) -> Params:
     """`base` with rank's measured parameters put back."""
     mine = (s.si.rows["rank"] == rank).to_numpy()
     c, q, x, t = base.c.copy(), base.q.copy(), base.x.copy(), base.t.copy()
+    lead = base.lead.copy() if base.lead is not None else np.zeros(len(s.si.ranks), np.int64)
     c[mine], q[mine], x[mine] = s.p.c[mine], s.p.q[mine], s.p.x[mine]
     t[s.si.ranks == rank] = s.p.t[s.si.ranks == rank]
-    return Params(c, q, x, t)
+    lead[s.si.ranks == rank] = 0
+    return Params(c, q, x, t, lead=lead)
 
 
-def scenario(steps: list[Step], change: str, params) -> Scenario:
-    rows = []
-    for s in steps:
-        pred = step_ms(s.si, replay(s.si, params(s)))
-        rows.append(ScenarioStep(step=s.si.step, predicted_ms=round(pred, 3), delta_ms=round(pred - s.measured, 3)))
-    mean_pred = float(np.mean([x.predicted_ms for x in rows])) if rows else 0.0
-    mean_meas = float(np.mean([s.measured for s in steps])) if steps else 0.0
+def _used(steps: list[Step], bad: list[int]) -> list[int]:
+    return [i for i, s in enumerate(steps) if s.si.step not in bad]
+
+
+def scenario(steps: list[Step], bad: list[int], change: str, params) -> Scenario:
+    pred = chain(steps, params)
+    use = _used(steps, bad)
+    rows = [ScenarioStep(step=steps[i].si.step, predicted_ms=round(pred[i], 3),
+                         delta_ms=round(pred[i] - steps[i].measured, 3)) for i in use]
+    mean_pred = float(np.mean([pred[i] for i in use])) if use else 0.0
+    mean_meas = float(np.mean([steps[i].measured for i in use])) if use else 0.0
     return Scenario(change=change, steps=rows, predicted_step_ms=round(mean_pred, 3),
                     delta_ms=round(mean_pred - mean_meas, 3))
 
 
-def slowdown(steps: list[Step], stages: dict[int, int] | None = None) -> Slowdown:
-    ideal_by = {s.si.step: step_ms(s.si, replay(s.si, ideal(s))) for s in steps}
-    ideal_ms = float(np.mean(list(ideal_by.values())))
-    measured = float(np.mean([s.measured for s in steps]))
+def slowdown(steps: list[Step], bad: list[int], stages: dict[int, int] | None = None) -> Slowdown:
+    use = _used(steps, bad)
+    ideal_all = chain(steps, ideal)
+    ideal_ms = float(np.mean([ideal_all[i] for i in use]))
+    measured = float(np.mean([steps[i].measured for i in use]))
     ranks = sorted({int(r) for s in steps for r in s.si.ranks})
 
     def s_of(put_back) -> float:
-        vals = [step_ms(s.si, replay(s.si, put_back(s, ideal(s)))) for s in steps]
-        return round(float(np.mean(vals)) / ideal_ms, 4) if ideal_ms > 0 else 1.0
+        vals = chain(steps, lambda s: put_back(s, ideal(s)))
+        return round(float(np.mean([vals[i] for i in use])) / ideal_ms, 4) if ideal_ms > 0 else 1.0
 
     by_rank = {r: s_of(lambda s, b, r=r: with_rank(s, b, r)) for r in ranks}
     by_stage: dict[int, float] = {}
-    if stages:
-        for st in sorted(set(stages.values())):
-            members = [r for r, v in stages.items() if v == st]
+    for st in sorted(set((stages or {}).values())):
+        members = [r for r, v in (stages or {}).items() if v == st]
 
-            def put(s, b, members=members):
-                for r in members:
-                    b = with_rank(s, b, r)
-                return b
-            by_stage[st] = s_of(put)
+        def put(s, b, members=members):
+            for r in members:
+                b = with_rank(s, b, r)
+            return b
+        by_stage[st] = s_of(put)
     by_op = {"compute": s_of(lambda s, b: replace(b, c=s.p.c, q=s.p.q)),
              "communication": s_of(lambda s, b: replace(b, x=s.p.x)),
              "tail": s_of(lambda s, b: replace(b, t=s.p.t))}
     return Slowdown(S=round(measured / ideal_ms, 4) if ideal_ms > 0 else 1.0, ideal_ms=round(ideal_ms, 3),
                     measured_ms=round(measured, 3), by_rank=by_rank, by_stage=by_stage, by_op_type=by_op,
-                    by_step={k: round(next(s.measured for s in steps if s.si.step == k) / v, 4) if v > 0 else 1.0
-                             for k, v in ideal_by.items()})
+                    by_step={steps[i].si.step: round(steps[i].measured / ideal_all[i], 4) if ideal_all[i] > 0 else 1.0
+                             for i in use})
 
 
 def verdict(sd: Slowdown) -> str:
