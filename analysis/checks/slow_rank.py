@@ -40,8 +40,9 @@ from ..metrics import collectives
 from ..metrics.intervals import merge
 from ..metrics.names import short_name
 from ..models import Finding
+from ..replay.noise import noise_known
 from ..thresholds import T
-from ._replay_ranks import ReplayRanks, noise_known, replay_ranks
+from ._replay_ranks import ReplayRanks, replay_ranks
 from ._slow_rank_text import (
     arrival_text,
     host_ops_text,

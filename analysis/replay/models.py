@@ -41,7 +41,8 @@ class Slowdown(BaseModel):
     ideal_ms: float
     measured_ms: float
     by_rank: dict[int, float] = Field(description="S_rank: the ideal with only that rank's measured times "
-                                                  "put back, over the ideal")
+                                                  "put back, over the ideal; for the ranks with the most own "
+                                                  "time over their peers (all of a job of 8 ranks or fewer)")
     by_stage: dict[int, float] = Field(default_factory=dict, description="S_stage, where stages are known")
     by_op_type: dict[str, float] = Field(description="compute / communication / tail put back alone")
     by_step: dict[int, float] = Field(description="measured / ideal per step")

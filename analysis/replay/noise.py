@@ -1,0 +1,85 @@
+"""Whether a rank does more of its own work than its peers beyond the noise of the job.
+
+A rank's own time in a step is what a what-if moves: its compute before each collective, its lanes' start
+latency and its tail, never its waits. Its excess is that minus the other ranks' median. With more than 4 ranks
+the other ranks' spread in the same step is the noise (a robust MAD z); with 3 or more steps the steps are the
+samples (a one-sided t test with Bonferroni over the ranks tested); with neither the noise cannot be told.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..thresholds import T
+
+# a what-if per rank replays the whole job: of a large job, only the ranks with the most excess are replayed
+MAX_REPLAYED = 8
+
+
+def heaviest(steps: list, limit: int = MAX_REPLAYED) -> list[int]:
+    """The ranks with the largest mean excess of own time, at most `limit` (every rank of a small job)."""
+    d, _ = excess_own_time(steps)
+    return sorted(d, key=lambda r: -float(np.mean(d[r])))[:limit]
+
+
+def noise_known(n_steps: int, n_ranks: int) -> bool:
+    """Whether `significant` could test the noise (else only the floor applied)."""
+    return n_ranks > 4 or n_steps >= 3
+
+
+def excess_own_time(steps: list) -> tuple[dict[int, list[float]], dict[int, bool]]:
+    """Per rank: its own time (compute before its collectives, lane latency, tail: what a what-if moves, not
+    its waits) minus the median of the other ranks', per step (ms); and whether it is a robust outlier (MAD z)
+    among the ranks in some step."""
+    d: dict[int, list[float]] = {}
+    z_ok: dict[int, bool] = {}
+    for s in steps:
+        ranks = s.si.ranks
+        idx = pd.Index(ranks).get_indexer(s.si.rows["rank"].to_numpy())
+        own = (np.bincount(idx, weights=(s.p.c + s.p.q).astype(np.float64), minlength=len(ranks))
+               + s.p.t.astype(np.float64)) / 1e6
+        med_all = float(np.median(own))
+        mad = float(np.median(np.abs(own - med_all)))
+        for i, r in enumerate(ranks.tolist()):
+            # the median of the others: exact for a few ranks, the median of all beyond (the same to noise)
+            med = float(np.median(np.delete(own, i))) if len(ranks) <= 16 else med_all
+            d.setdefault(r, []).append(float(own[i]) - med)
+            out = mad > 0 and 0.6745 * (own[i] - med_all) / mad >= T.slow_rank_robust_z.value
+            z_ok[r] = z_ok.get(r, False) or bool(out)
+    return d, z_ok
+
+
+# one-sided Student t critical values by degrees of freedom, for p = 0.05, 0.025, 0.01, 0.005, 0.001
+_ALPHAS = (0.05, 0.025, 0.01, 0.005, 0.001)
+_T = {1: (6.314, 12.706, 31.821, 63.657, 318.31), 2: (2.920, 4.303, 6.965, 9.925, 22.327),
+      3: (2.353, 3.182, 4.541, 5.841, 10.215), 4: (2.132, 2.776, 3.747, 4.604, 7.173),
+      5: (2.015, 2.571, 3.365, 4.032, 5.893), 6: (1.943, 2.447, 3.143, 3.707, 5.208),
+      7: (1.895, 2.365, 2.998, 3.499, 4.785), 8: (1.860, 2.306, 2.896, 3.355, 4.501),
+      9: (1.833, 2.262, 2.821, 3.250, 4.297), 10: (1.812, 2.228, 2.764, 3.169, 4.144),
+      15: (1.753, 2.131, 2.602, 2.947, 3.733), 20: (1.725, 2.086, 2.528, 2.845, 3.552),
+      30: (1.697, 2.042, 2.457, 2.750, 3.385), 10**9: (1.645, 1.960, 2.326, 2.576, 3.090)}
+
+
+def _t_crit(df: int, alpha: float) -> float:
+    """The critical value at the table's df at or below `df` and its alpha at or below `alpha` (conservative)."""
+    row = _T[max(k for k in _T if k <= df)] if df >= 1 else _T[1]
+    col = next((i for i, a in enumerate(_ALPHAS) if a <= alpha), len(_ALPHAS) - 1)
+    return row[col]
+
+
+def significant(d: np.ndarray, z_ok: bool, n_ranks: int) -> bool:
+    """The rank does more of its own work than its peers beyond the noise: a robust outlier (MAD z) among more
+    than 4 ranks in some step (the other ranks' spread in the step is the noise), or, over 3 or more steps, a
+    one-sided t test of its excess per step at T.replay_t_alpha / the ranks tested (Bonferroni: the steps are
+    the samples). With neither, only the floor applies where the noise cannot be told (fewer than 3 steps and
+    at most 4 ranks)."""
+    if n_ranks > 4 and z_ok:
+        return True
+    n = len(d)
+    if n < 3:
+        return n_ranks <= 4
+    sd = float(np.std(d, ddof=1))
+    if sd == 0:
+        return float(d.mean()) > 0
+    return float(d.mean()) / (sd / np.sqrt(n)) >= _t_crit(n - 1, T.replay_t_alpha.value / max(n_ranks, 1))
