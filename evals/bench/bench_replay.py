@@ -39,7 +39,7 @@ def build(out: Path, ranks: int, ops: int, colls: int, steps: int, late: int, la
     for s in range(steps):
         start = t.copy()
         dev, comm = [], []
-        for c in range(colls):
+        for _ in range(colls):
             comp = per * kern_ms + rng.normal(0, 0.01, ranks) + np.where(r == late, late_ms / colls, 0)
             k0 = t[:, None] + np.arange(per)[None, :] * kern_ms
             dev.append(pd.DataFrame({"rank": np.repeat(r, per), "step": s + 1, "name": "sm90_gemm",
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         prof = open_store(db)
         base = _peak_mb()
         t0 = time.perf_counter()
-        steps, rep = prepare(prof)
+        _, rep = prepare(prof)
         rows.append(("null replay of every step (prepare)", time.perf_counter() - t0, _peak_mb()))
         t0 = time.perf_counter()
         w = what_if(prof)
