@@ -259,3 +259,30 @@ def test_nccl_pipeline_send_never_issued_names_the_stage_not_the_ones_waiting_af
     assert "send 2->3 #4" in r.verdict
     assert sorted(c.waiting_ranks[0] for c in r.consequences) == [4, 5]
     assert all(c.caused_by == [0] for c in r.consequences)
+
+
+def test_coalesced_collectives_compare_as_one_and_a_different_member_is_named(tmp_path: Path):
+    """A coalesced group (entries sharing one collective_seq_id, ending in `nccl:coalesced`) is one collective:
+    rank 2 coalesces other shapes at seq 3 and is the odd one; its peers complete seq 3 nowhere."""
+    from stepdoctor.evals.generate.fr_dumps import _entry
+
+    pg = ("0", "default_pg")
+    for r in range(4):
+        entries = [_entry(s, "nccl:all_reduce", 1_795_000_000_000_000_000 + s * 10**6, "completed", pg)
+                   for s in (1, 2)]
+        sizes = [[512]] if r == 2 else [[1024]]
+        for op in ("nccl:all_reduce", "nccl:all_reduce", "nccl:coalesced"):
+            e = _entry(3, op, 1_795_000_000_003_000_000, "scheduled", pg)
+            e["input_sizes"] = sizes
+            entries.append(e)
+        for i, e in enumerate(entries):
+            e["record_id"] = i
+        doc = {"version": "2.8", "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"}},
+               "pg_status": {"0": {"last_enqueued_collective": 3, "last_started_collective": -1,
+                                   "last_completed_collective": 2}}, "entries": entries}
+        (tmp_path / f"nccl_trace_rank_{r}").write_bytes(pickle.dumps(doc))
+    r = diagnose_hang(tmp_path)
+    assert r.culprits == [2]
+    d = r.divergences[0]
+    assert (d.kind, d.seq) == ("mismatch", 3) and d.op == "nccl:all_reduce + nccl:all_reduce + nccl:coalesced"
+    assert "[[512]]" in d.message and "[[1024]]" in d.message
