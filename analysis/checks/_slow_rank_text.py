@@ -62,18 +62,17 @@ def per_step_text(slow_steps: list[int], impact_ms: float, steps: int) -> str:
             "the impact)")
 
 
-_PART_TEXT = {"untraced": "with nothing recorded on its host (a sleep, blocking I/O, a GC pause or work outside the "
-                          "profiled threads)",
-              "data_loading": "in its data loader", "host_ops": "in host ops (on a CPU job, its compute)",
-              "compute_kernels": "in compute kernels"}
+_PART_TEXT = {"untraced": "with nothing recorded on its host (a sleep, blocking I/O, GC or untraced work)",
+              "data_loading": "in its data loader", "host_ops": "in host ops", "compute_kernels": "in compute kernels"}
 
 
-def replay_cause_text(before: dict) -> str:
+def replay_cause_text(before: dict, cpu: bool = False) -> str:
     """What the late rank did in the window where it lost the time, against its peers (compare_parts)."""
     part = before["cause"]
     ex = before["excess_ms"][part]
     where = "after its last collective" if before.get("window") == "tail" else "before one of its collectives"
+    what = "in host ops (its compute: no device)" if part == "host_ops" and cpu else _PART_TEXT.get(part, part)
     top = [h for h in before.get("top_host_ops", []) if h.get("ms", 0) > 0][:2]
     ops = f" ({host_ops_text(top)})" if top and part in ("host_ops", "data_loading") else ""
-    return (f"{where.capitalize()} it spends {before['window_ms']:.2f} ms per step against its peers' "
-            f"{before['peer_window_ms']:.2f} ms, {ex:.2f} ms more {_PART_TEXT.get(part, part)}{ops}")
+    return (f"{where.capitalize()} it spends {ex:.2f} ms more than its peers ({before['window_ms']:.2f} against "
+            f"{before['peer_window_ms']:.2f} ms) {what}{ops}")

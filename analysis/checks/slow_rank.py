@@ -390,7 +390,7 @@ class SlowRankCheck(Check):
         for r in rr.named:
             e = rr.by_rank[r]
             b = e.before
-            why = replay_cause_text(b) if b else ""
+            why = replay_cause_text(b, cpu=ctx.vendor(r) == "cpu") if b else ""
             steps = e.steps or [s.step for s in rr.replay.steps if s.step not in rr.replay.abstained_steps]
             f = self.finding(
                 ctx, title=(f"rank {r} holds the job back: at its peers' median the step would take "
@@ -398,7 +398,7 @@ class SlowRankCheck(Check):
                 subject=_SUBJECT.get(b.get("cause", ""), "compute") if b else "compute", ranks=[r], steps=steps,
                 impact_ms=e.recovered_ms,
                 evidence={"dimension": "replay", "measured_ms": e.measured_ms, "predicted_ms": e.predicted_ms,
-                          "recovered_ms": e.recovered_ms, "window": e.window, "before": b,
+                          "recovered_ms": e.recovered_ms, "window": e.window, "before": _compact(b),
                           **({"excess_ms": b["excess_ms"][b["cause"]]} if b else {}),
                           "recovered_by_rank": {str(k): v.recovered_ms for k, v in sorted(rr.by_rank.items())},
                           "replay_error_pct": max((x.error_pct for x in rr.replay.steps), default=0.0),
@@ -406,10 +406,9 @@ class SlowRankCheck(Check):
                                          "t_alpha": T.replay_t_alpha.value, "robust_z": T.slow_rank_robust_z.value},
                           "impact_method": "replay: measured step - the step replayed with this rank at the median "
                                            "of its peers, mean over the replayed steps"},
-                message=(f"Rank {r} holds the job back by {e.recovered_ms:.2f} ms per step: replayed with its "
-                         f"compute and tail at its peers' median, the step takes {e.predicted_ms:.2f} ms instead of "
-                         f"{e.measured_ms:.2f} ms; the other ranks only wait for it" + (f". {why}" if why else "")
-                         + "."))
+                message=(f"Rank {r} holds the job back by {e.recovered_ms:.2f} ms per step: replayed at its "
+                         f"peers' median, the step takes {e.predicted_ms:.2f} ms, not {e.measured_ms:.2f} ms"
+                         + (f". {why}" if why else "") + "."))
             if b:
                 f.fixes = _lead_fixes(ctx, r, b["cause"], f.fixes)
             self._add_arrival(ctx, f, r)
@@ -417,8 +416,8 @@ class SlowRankCheck(Check):
                 # one or two steps of a few ranks: one of them is always the slower; noise cannot be told
                 f.severity = "low"
                 f.evidence["noise_tested"] = False
-                f.message += (f" With {len(rr.replay.steps)} step(s) of {len(rr.replay.ranks)} ranks, whether this "
-                              "is more than noise cannot be told: profile 3 or more steps to know.")
+                f.message += (f" {len(rr.replay.steps)} step(s) of {len(rr.replay.ranks)} ranks cannot tell this "
+                              "from noise: profile 3 or more steps.")
             out.append(f)
         return out
 
@@ -430,7 +429,8 @@ class SlowRankCheck(Check):
         if ra is None or not ra.last:
             return
         f.evidence["arrival"] = {"matched": ra.matched, "last": ra.last, "share_last": ra.share_last,
-                                 "wait_caused_per_step_ms": ra.caused_per_step_ms, "before_arrival": ra.before}
+                                 "wait_caused_per_step_ms": ra.caused_per_step_ms,
+                                 "before_arrival": ra.before}
         why = arrival_text(ra)
         f.message += (f" It arrives last at {ra.last} of {ra.matched} collectives; the other ranks wait "
                       f"{ra.caused_per_step_ms:.2f} ms per step for it" + (f": {why}." if why else "."))
@@ -439,6 +439,12 @@ class SlowRankCheck(Check):
 # the replay's cause, in the dimension vocabulary of slow-rank's subjects: time in compute kernels or host ops
 # is compute; a host stall or the data loader leaves the device (or the step) free
 _SUBJECT = {"compute_kernels": "compute", "host_ops": "compute", "untraced": "free", "data_loading": "free"}
+
+
+def _compact(parts: dict) -> dict:
+    """A window's parts as evidence: the cause, the excess per part and the two window lengths (each side's
+    per-part times follow from them and stay with `explain`)."""
+    return {k: v for k, v in parts.items() if k not in ("rank_ms", "peer_median_ms")}
 
 
 def _lead_fixes(ctx: CheckContext, rank: int, cause: str, fixes: list[str]) -> list[str]:
