@@ -149,3 +149,20 @@ def test_whatif_cli_json_is_the_mcp_answer(tmp_path):
     assert res.structured_content["scenarios"] == cli["scenarios"]
     assert res.structured_content["verdict"] == cli["verdict"]
     assert "rank 0 at the median" in res.content[0].text
+
+
+def test_the_report_has_the_what_if_table_and_the_critical_path():
+    import re
+
+    from stepdoctor.tools.report import render_report
+
+    html = render_report(need(GLOO2))
+    assert re.search(r'<section id="whatif" data-s="1\.3\d+">', html)
+    rows = re.findall(r'<tr data-change="([^"]+)" data-predicted-ms="([\d.]+)">', html)
+    assert [c for c, _ in rows][:2] == ["the ideal job: every rank at the median, communication at the median",
+                                        "rank 1 at the median of its peers"]
+    kinds = re.findall(r'<tr data-kind="(\w+)" data-rank="(\d+)">', html)
+    assert kinds[0] == ("late_start", "1") and kinds[-1][0] == "tail"
+    # a job that does not replay has no such section, and no failed-section warning
+    one = render_report(need(SHARED / "real" / "gpu-h100" / "clean" / "traces"))
+    assert 'id="whatif"' not in one and "what-if" not in one

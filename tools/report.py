@@ -128,6 +128,8 @@ class Sections:
     links: m.SlowLinks | None
     comparison: Any = None
     warnings: list[str] = field(default_factory=list)
+    whatif: Any = None              # WhatIf, None where nothing replays
+    critical: Any = None            # CriticalPath of the slowest replayed step
 
 
 def _load_sections(prof: Profile, compare_base: api.ProfileRef | None) -> Sections:
@@ -140,6 +142,7 @@ def _load_sections(prof: Profile, compare_base: api.ProfileRef | None) -> Sectio
         links=_safe("links", lambda: api.slow_links(prof, limit=TOP_LINKS), w),
         warnings=w,
     )
+    s.whatif, s.critical = _replayed(prof, w)
     if compare_base is not None:
 
         def run_compare() -> Any:
@@ -151,6 +154,18 @@ def _load_sections(prof: Profile, compare_base: api.ProfileRef | None) -> Sectio
 
         s.comparison = _safe("comparison", run_compare, w)
     return s
+
+
+def _replayed(prof: Profile, warnings: list[str]) -> tuple[Any, Any]:
+    """The what-if table and the critical path, where the job replays; a job that does not replay has no such
+    section (the replay says why in the what-if tool), never a failed one."""
+    def both() -> tuple[Any, Any]:
+        try:
+            return api.what_if(prof), api.critical_path(prof)
+        except ProfileError:
+            return None, None
+    got = _safe("what-if", both, warnings)
+    return got if got is not None else (None, None)
 
 
 def _finding_views(findings: list[Finding], framework: str | None) -> list[dict[str, Any]]:
@@ -248,6 +263,8 @@ def render_report(profile: api.ProfileRef, compare_base: api.ProfileRef | None =
             env_rows=_env_rows(s.env_audit),
             links=s.links,
             comparison=comparison,
+            whatif=s.whatif,
+            critical=s.critical,
             compare_chart=compare_chart(comparison.base, comparison.target) if comparison else None,
             straggler=straggler_card(findings),
             warnings=warnings,
