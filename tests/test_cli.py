@@ -110,3 +110,11 @@ def test_human_formats(tmp_path, fmt):
     res = run("breakdown", str(need(KINETO / "trace_filter")), "--format", fmt, cache=tmp_path / "c")
     assert res.returncode == 0, res.stderr
     assert "551" in res.stdout
+
+
+def test_python_dash_m_stepdoctor_is_the_cli():
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "stepdoctor", "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "whatif" in r.stdout and "critical-path" in r.stdout and "hang" in r.stdout
