@@ -166,3 +166,17 @@ def test_the_report_has_the_what_if_table_and_the_critical_path():
     # a job that does not replay has no such section, and no failed-section warning
     one = render_report(need(SHARED / "real" / "gpu-h100" / "clean" / "traces"))
     assert 'id="whatif"' not in one and "what-if" not in one
+
+
+@pytest.mark.parametrize(("run", "says"), [
+    ("pp2_heavy", "the only communication is pipeline send/recv"),
+    ("dp2pp2_heavy", "wait in pipeline send/recv"),
+])
+def test_a_pipeline_is_not_replayed_and_says_why(run, says):
+    """The store keeps no peer of a gloo send or recv, so a stage's wait in recv would read as its own work: the
+    replay abstains with the reason, and slow-rank names nobody on that ground."""
+    prof = _prof(run)
+    with pytest.raises(ProfileError, match=says):
+        what_if(prof)
+    assert not [f for f in api.issues(prof, checks=["slow-rank"]).findings
+                if f.evidence.get("dimension") == "replay"]

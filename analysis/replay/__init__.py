@@ -34,8 +34,7 @@ def what_if(prof: Profile, ranks_at_median: list[int] | None = None, stages_at_m
     path = prof.info.path
     got = prepare(prof)
     if got is None:
-        raise ProfileError(path or None, "nothing to replay: no collective is matched on two or more ranks in a "
-                                         "kept step (one rank, or no communication recorded)")
+        raise ProfileError(path or None, _nothing(prof))
     steps, rep = got
     bad = rep.abstained_steps
     warnings = []
@@ -44,8 +43,8 @@ def what_if(prof: Profile, ranks_at_median: list[int] | None = None, stages_at_m
         warnings.append(f"{clipped} measured gap(s) were negative (overlap on one lane, or clocks) and were "
                         "taken as 0")
     if len(bad) == len(steps):
-        raise ProfileError(path or None, f"no step can be replayed within {rep.max_error_pct:g}% of its measured "
-                                         f"time ({rep.reason}): what-if answers would not be trustworthy")
+        raise ProfileError(path or None, f"no step can be replayed ({rep.reason}): what-if answers would not be "
+                                         "trustworthy")
     scenarios = []
     for r in ranks_at_median or []:
         if r not in rep.ranks:
@@ -78,14 +77,22 @@ def what_if(prof: Profile, ranks_at_median: list[int] | None = None, stages_at_m
                   warnings=warnings)
 
 
+def _nothing(prof: Profile) -> str:
+    p2p = prof.rows("SELECT count(*) FROM comm_ops WHERE lower(op_type) IN ('send', 'receive', 'recv')")[0][0]
+    if p2p:
+        return ("nothing to replay: the only communication is pipeline send/recv, which the replay does not model "
+                "yet (no peer of a send or a receive is kept)")
+    return ("nothing to replay: no collective is matched on two or more ranks in a kept step (one rank, or no "
+            "communication recorded)")
+
+
 def critical_path_of(prof: Profile, step: int | None = None) -> CriticalPath:
     """The critical path of one replayed step (default: the slowest that replays within the limit). Raises
     ProfileError where nothing can be replayed or the step asked is not replayed."""
     got = prepare(prof)
     path = prof.info.path
     if got is None:
-        raise ProfileError(path or None, "nothing to replay: no collective is matched on two or more ranks in a "
-                                         "kept step (one rank, or no communication recorded)")
+        raise ProfileError(path or None, _nothing(prof))
     steps, rep = got
     ok = [s for s in steps if s.si.step not in rep.abstained_steps]
     if step is not None:

@@ -31,6 +31,7 @@ class StepInput:
     start: np.ndarray            # host step start per rank (ns)
     end: np.ndarray              # host step end per rank (ns)
     rows: pd.DataFrame           # rank, inst, launch, start, end, lane, sync, k (per rank in launch order)
+    p2p_ms: dict[int, float] | None = None   # rank -> ms in send/recv this step (not replayed: no peers kept)
 
 
 def _launches(sql) -> pd.DataFrame:
@@ -82,10 +83,24 @@ def _rows(sql) -> tuple[pd.DataFrame, str | None]:
     return df, source
 
 
+def _p2p_time(sql) -> dict[int, dict[int, float]]:
+    """step -> rank -> ms spent in point-to-point ops (send / receive: pipeline stages). The replay has no edge
+    for them (the store keeps no peer of a send or a receive), so a step where a rank waits in them is not one
+    the replay can answer for."""
+    df = sql("""SELECT step, rank, sum(elapse_ns) / 1e6 AS ms FROM comm_ops
+                WHERE lower(op_type) IN ('send', 'receive', 'recv', 'sendrecv', 'batchsendrecv') AND step IS NOT NULL
+                GROUP BY ALL""")
+    out: dict[int, dict[int, float]] = {}
+    for step, rank, ms in df.itertuples(index=False):
+        out.setdefault(int(step), {})[int(rank)] = float(ms)
+    return out
+
+
 def step_inputs(sql) -> tuple[list[StepInput], str | None]:
     """One StepInput per kept step that has collectives on 2+ ranks; the collectives' source."""
     rows, source = _rows(sql)
     steps = sql("SELECT rank, step, start_ns, end_ns FROM steps WHERE kept ORDER BY step, rank")
+    p2p = _p2p_time(sql)
     if steps.empty:
         return [], source
     out: list[StepInput] = []
@@ -99,5 +114,6 @@ def step_inputs(sql) -> tuple[list[StepInput], str | None]:
         r = r[n >= 2].sort_values(["rank", "launch_ns", "start_ns"], kind="stable").reset_index(drop=True)
         out.append(StepInput(int(s), w["rank"].to_numpy(np.int64), w["start_ns"].to_numpy(np.int64),
                              w["end_ns"].to_numpy(np.int64),
-                             r[["rank", "inst", "launch_ns", "start_ns", "end_ns", "lane", "sync"]]))
+                             r[["rank", "inst", "launch_ns", "start_ns", "end_ns", "lane", "sync"]],
+                             p2p.get(int(s), {})))
     return out, source

@@ -73,10 +73,20 @@ def replay_steps(inputs: list[StepInput]) -> tuple[list[Step], Replay]:
         s.replayed = ms
     limit = T.replay_max_error_pct.value
     bad = [s.si.step for s in steps if s.error_pct > limit]
-    reason = None
+    reasons = []
     if bad:
-        reason = (f"{len(bad)} step(s) replay more than {limit:g}% away from their measured time: the model "
-                  "(collectives in launch order, compute between them) does not hold there")
+        reasons.append(f"{len(bad)} step(s) replay more than {limit:g}% away from their measured time: the model "
+                       "(collectives in launch order, compute between them) does not hold there")
+    # a step whose ranks wait in send/recv: the replay would count that wait as the rank's own work
+    piped = [s.si.step for s in steps if s.si.step not in bad and s.si.p2p_ms
+             and max(s.si.p2p_ms.values()) > limit / 100 * s.measured]
+    if piped:
+        worst = max(((r, ms) for s in steps if s.si.step in piped for r, ms in s.si.p2p_ms.items()),
+                    key=lambda x: x[1])
+        reasons.append(f"{len(piped)} step(s) wait in pipeline send/recv (rank {worst[0]}: {worst[1]:.1f} ms in one "
+                       "step), which the replay does not model yet (no peer of a send or a receive is kept)")
+        bad = sorted(bad + piped)
+    reason = "; ".join(reasons) or None
     rep = Replay(steps=[ReplayStep(step=s.si.step, measured_ms=round(s.measured, 3), replayed_ms=round(s.replayed, 3),
                                    error_pct=round(s.error_pct, 3)) for s in steps],
                  abstained_steps=bad, reason=reason, max_error_pct=limit)
