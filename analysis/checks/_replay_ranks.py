@@ -20,7 +20,7 @@ from ..metrics.collectives import compare_parts, top_host_ops, window_parts
 from ..replay import prepare
 from ..replay.engine import TAIL, windows
 from ..replay.models import Replay
-from ..replay.noise import MAX_REPLAYED, excess_own_time, significant
+from ..replay.noise import MAX_REPLAYED, standing_out
 from ..replay.whatif import at_median, chain
 from ..thresholds import T
 from .base import CheckContext
@@ -64,21 +64,16 @@ def _replay_ranks(ctx: CheckContext) -> ReplayRanks | None:
     steps, rep = got
     if rep.abstained_steps:   # the model does not hold for every step: it speaks for none of the job's ranks
         return None
-    use = list(range(len(steps)))
-    measured = np.array([steps[i].measured for i in use])
-    floor_pct = T.slow_rank_min_excess_pct.value
-    used = [steps[i] for i in use]
-    d, z_ok = excess_own_time(used)
+    measured = np.array([s.measured for s in steps])
     # only a rank that does more of its own work than its peers, beyond the noise, can hold the job back:
     # the replay runs for those (the heaviest MAX_REPLAYED), not for every rank of a large job
-    cands = sorted((r for r in d if float(np.mean(d[r])) >= T.straggler_min_wait_ms.value
-                    and significant(np.array(d[r]), z_ok[r], len(rep.ranks))), key=lambda r: -float(np.mean(d[r])))
+    cands = standing_out(steps, len(rep.ranks), T.straggler_min_wait_ms.value)
     out = {r: _recover(steps, rep, r) for r in cands[:MAX_REPLAYED]}
-    floor = floor_pct / 100 * float(measured.mean())
+    floor = T.slow_rank_min_excess_pct.value / 100 * float(measured.mean())
     named = sorted((r for r, v in out.items() if v.recovered_ms >= max(floor, T.straggler_min_wait_ms.value)),
                    key=lambda r: -out[r].recovered_ms)
     for r in named:
-        out[r].window, out[r].before = _cause(ctx, used, r)
+        out[r].window, out[r].before = _cause(ctx, steps, r)
     return ReplayRanks(rep, out, named, steps)
 
 

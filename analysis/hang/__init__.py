@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from ..errors import ProfileError
 from .diagnose import find_divergences
-from .frdump import DumpSet, dump_files, read_dumps
+from .frdump import DumpSet, dump_files, rank_of_file, read_dumps
 from .models import Divergence, HangReport, StackReport
 from .stacks import group_stacks, stack_files
 
@@ -77,9 +76,8 @@ def _world(ds: DumpSet) -> set[int]:
     between 0 and the highest (torchrun numbers ranks from 0 with no gap)."""
     ranks = set(ds.dumps)
     for f, _ in ds.unreadable:
-        m = re.search(r"(\d+)(?:\.json|\.pkl|\.pickle)?$", f)
-        if m:
-            ranks.add(int(m.group(1)))
+        if (r := rank_of_file(Path(f).name)) is not None:
+            ranks.add(r)
     return set(range(max(ranks) + 1)) if ranks else set()
 
 

@@ -41,7 +41,7 @@ class _Rank:
     order: list[Inst] = field(default_factory=list)
 
 
-def _complete(e: Entry, d: RankDump, key: str, tracks: bool) -> bool | None:
+def _complete(e: Entry, d: RankDump, tracks: bool) -> bool | None:
     """Finished on this rank: completed (NCCL), retired (the recorder let it go: Gloo's only sign; a Gloo
     `pg_status` can lag one collective behind a retired entry), or counted completed by `pg_status`."""
     if e.state == "completed" or e.retired is True:
@@ -98,7 +98,7 @@ def _rank_state(d: RankDump, keyof: dict[tuple[int, str], str], groups: dict[str
             order.append(inst)
         by_inst[inst].append(e)
         top[key] = max(top.get(key, seq), seq)
-        c = _complete(e, d, key, tracks)
+        c = _complete(e, d, tracks)
         if c:
             done[key] = _most(done.get(key), seq)
         elif c is None:

@@ -237,6 +237,12 @@ def read_dump(path: Path, rank: int) -> RankDump:
     return RankDump(rank, path, str(doc.get("version", "?")), entries, _configs(doc), status, notes)
 
 
+def rank_of_file(name: str) -> int | None:
+    """The rank a dump file's name ends with (`<prefix><rank>`, optionally .json / .pkl / .pickle)."""
+    m = _RANK_RE.match(name)
+    return int(m.group("rank")) if m else None
+
+
 def dump_files(folder: Path) -> dict[str, dict[int, Path]]:
     """The candidate dumps in `folder`: file-name prefix -> {rank: file} (the rank is the trailing integer).
     JSON stack snapshots are not candidates; only regular files are opened."""

@@ -175,6 +175,9 @@ def windows(late: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 _SKIP_HOST = ("ProfilerStep#%", "gloo:%", "c10d::%", "nccl:%", "record_param_comms%")
 PARTS = ("compute_kernels", "data_loading", "host_ops", "untraced")
+# ms of an op `o` inside the window `win`, and the host ops a window's parts leave out (step marks, collectives)
+_OVERLAP_MS = "greatest(0, least(o.start_ns + o.dur_ns, win.w1) - greatest(o.start_ns, win.w0)) / 1e6"
+_NOT_SKIPPED = " AND ".join(f"o.name NOT LIKE '{p}'" for p in _SKIP_HOST)
 
 
 def lead_up(rows: pd.DataFrame, insts: np.ndarray) -> pd.DataFrame:
@@ -195,22 +198,20 @@ def window_parts(cursor, win: pd.DataFrame) -> pd.DataFrame:
     cursor.register("pw", win[["rank", "inst", "w0", "w1"]])
     cursor.execute("CREATE OR REPLACE TEMP TABLE win AS SELECT rank, inst, w0::BIGINT AS w0, w1::BIGINT AS w1 FROM pw")
     cursor.unregister("pw")
-    ov = "greatest(0, least(o.start_ns + o.dur_ns, win.w1) - greatest(o.start_ns, win.w0)) / 1e6"
-    skip = " AND ".join(f"o.name NOT LIKE '{p}'" for p in _SKIP_HOST)
     dl = "(o.category = 'dataloader' OR o.name ILIKE '%dataloader%')"
     # outermost host ops: the least depth of the rank's ops once the step annotations are left out (a Kineto
     # ProfilerStep#N is depth 0 and holds everything else at depth 1)
     cursor.execute(f"CREATE OR REPLACE TEMP TABLE base AS SELECT o.rank, min(coalesce(o.depth, 0)) AS d "
-                   f"FROM host_ops o WHERE o.rank IN (SELECT DISTINCT rank FROM win) AND {skip} GROUP BY o.rank")
+                   f"FROM host_ops o WHERE o.rank IN (SELECT DISTINCT rank FROM win) AND {_NOT_SKIPPED} GROUP BY o.rank")
     df = cursor.execute(f"""
-        WITH c AS (SELECT win.rank, win.inst, sum({ov}) AS ms FROM win JOIN device_ops o ON o.rank = win.rank
+        WITH c AS (SELECT win.rank, win.inst, sum({_OVERLAP_MS}) AS ms FROM win JOIN device_ops o ON o.rank = win.rank
                    AND o.start_ns < win.w1 AND o.start_ns + o.dur_ns > win.w0 WHERE o.category = 'compute'
                    GROUP BY ALL),
-             h AS (SELECT win.rank, win.inst, sum(CASE WHEN {dl} THEN {ov} ELSE 0 END) AS dl_ms,
-                          sum(CASE WHEN {dl} THEN 0 ELSE {ov} END) AS host_ms
+             h AS (SELECT win.rank, win.inst, sum(CASE WHEN {dl} THEN {_OVERLAP_MS} ELSE 0 END) AS dl_ms,
+                          sum(CASE WHEN {dl} THEN 0 ELSE {_OVERLAP_MS} END) AS host_ms
                    FROM win JOIN host_ops o ON o.rank = win.rank AND o.start_ns < win.w1
                    AND o.start_ns + o.dur_ns > win.w0 JOIN base b ON b.rank = o.rank
-                   WHERE coalesce(o.depth, 0) = b.d AND {skip} GROUP BY ALL)
+                   WHERE coalesce(o.depth, 0) = b.d AND {_NOT_SKIPPED} GROUP BY ALL)
         SELECT win.rank, win.inst, win.w0, win.w1, greatest(win.w1 - win.w0, 0) / 1e6 AS window_ms,
                coalesce(c.ms, 0) AS compute_kernels, coalesce(h.dl_ms, 0) AS data_loading,
                coalesce(h.host_ms, 0) AS host_ops
@@ -221,11 +222,9 @@ def window_parts(cursor, win: pd.DataFrame) -> pd.DataFrame:
 
 def top_host_ops(cursor, rank: int, limit: int = 3) -> list[tuple[str, str, float]]:
     """The outermost host ops of `rank` that fill most of the windows `window_parts` registered last."""
-    ov = "greatest(0, least(o.start_ns + o.dur_ns, win.w1) - greatest(o.start_ns, win.w0)) / 1e6"
-    skip = " AND ".join(f"o.name NOT LIKE '{p}'" for p in _SKIP_HOST)
-    return cursor.execute(f"SELECT o.name, o.category, sum({ov}) AS ms FROM win JOIN host_ops o ON o.rank = win.rank "
+    return cursor.execute(f"SELECT o.name, o.category, sum({_OVERLAP_MS}) AS ms FROM win JOIN host_ops o ON o.rank = win.rank "
                           f"AND o.start_ns < win.w1 AND o.start_ns + o.dur_ns > win.w0 JOIN base b ON b.rank = o.rank "
-                          f"WHERE win.rank = ? AND coalesce(o.depth, 0) = b.d AND {skip} "
+                          f"WHERE win.rank = ? AND coalesce(o.depth, 0) = b.d AND {_NOT_SKIPPED} "
                           f"GROUP BY ALL ORDER BY ms DESC LIMIT {int(limit)}", [rank]).fetchall()
 
 

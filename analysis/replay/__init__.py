@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..errors import ProfileError
 from ..store import Profile
 from .inputs import step_inputs
 from .models import CriticalPath, Replay, WhatIf
-from .noise import excess_own_time, significant
+from .noise import standing_out
 from .whatif import Step, at_median, comm_median, ideal, replay_steps, scenario, slowdown, verdict
 
 __all__ = ["CriticalPath", "WhatIf", "critical_path_of", "prepare", "what_if"]
@@ -62,9 +60,9 @@ def what_if(prof: Profile, ranks_at_median: list[int] | None = None, stages_at_m
     sd = slowdown(steps, bad, stages)
     # the ranks that weigh most on the ideal, each moved to its peers' median: the verdict stands on these
     used = [s for s in steps if s.si.step not in bad]
-    d, z_ok = excess_own_time(used)
-    out = {r for r in d if float(np.mean(d[r])) > 0 and significant(np.array(d[r]), z_ok[r], len(d))}
-    top = sorted(out, key=lambda r: -float(np.mean(d[r])))[:3] or sorted(sd.by_rank, key=lambda r: -sd.by_rank[r])[:1]
+    ranked = standing_out(used, len({int(r) for s in used for r in s.si.ranks}), 0.0)
+    out = set(ranked)
+    top = ranked[:3] or sorted(sd.by_rank, key=lambda r: -sd.by_rank[r])[:1]
     tried = {r: scenario(steps, bad, f"rank {r} at the median of its peers", at_median(steps, [r])) for r in top}
     recovered = {r: -sc.delta_ms for r, sc in tried.items()}
     if not scenarios:

@@ -23,6 +23,14 @@ def heaviest(steps: list, limit: int = MAX_REPLAYED) -> list[int]:
     return sorted(d, key=lambda r: -float(np.mean(d[r])))[:limit]
 
 
+def standing_out(steps: list, n_ranks: int, floor_ms: float) -> list[int]:
+    """The ranks whose own time exceeds their peers' median by more than `floor_ms` per step on average and
+    beyond the noise (`significant`), the largest excess first."""
+    d, z_ok = excess_own_time(steps)
+    out = [r for r in d if float(np.mean(d[r])) > floor_ms and significant(np.array(d[r]), z_ok[r], n_ranks)]
+    return sorted(out, key=lambda r: -float(np.mean(d[r])))
+
+
 def noise_known(n_steps: int, n_ranks: int) -> bool:
     """Whether `significant` could test the noise (else only the floor applied)."""
     return n_ranks > 4 or n_steps >= 3

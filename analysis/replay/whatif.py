@@ -1,8 +1,8 @@
 """What-if answers from the replay: scenarios, the ideal job, the slowdown S and its split, a verdict.
 
-A scenario changes the replay's parameters (`engine.Params`) and replays every step that passed the null
-replay. "Rank R at the median": each of R's collectives gets the median, over the other ranks of the same
-collective, of compute before it and lane latency, and R's tail the median of the other ranks' tails.
+A scenario changes the replay's parameters (`engine.Params`) and replays the chain of steps; its answer is
+taken over the steps that passed the null replay. "Rank R at the median" (`at_median`): R's compute before
+each collective, lane latency and tail lose R's systematic excess over the other ranks at that place.
 "Communication at the median": every member's transfer time is the median of the collective's members'.
 The ideal: both, for every rank. S = measured / ideal; S_rank = the ideal with rank r's measured parameters put
 back, over the ideal (the OSDI'25 straggler analysis's attribution); S for compute, communication and the
@@ -61,7 +61,7 @@ def replay_steps(inputs: list[StepInput]) -> tuple[list[Step], Replay]:
     prev: StepInput | None = None
     for si in inputs:
         p = measure(si)
-        measured = float(np.max(si.end - si.start)) / 1e6
+        measured = step_ms(si.start, si.end)
         gap = np.zeros(len(si.ranks), np.int64)
         if prev is not None and si.step == prev.step + 1:
             pe = dict(zip(prev.ranks.tolist(), prev.end.tolist(), strict=True))
