@@ -104,7 +104,8 @@ CREATE TABLE comm_ops (
     wait_ns         BIGINT,               -- time waiting for peers
     sync_ns         BIGINT,               -- synchronization part of the wait
     idle_ns         BIGINT,
-    size_bytes      BIGINT                -- total bytes moved by this op on this rank, when known
+    size_bytes      BIGINT,               -- total bytes moved by this op on this rank, when known
+    peer_rank       INTEGER               -- send / receive: the other side's global rank, when the profile says it
 );
 
 -- Bandwidth of a comm op per transport (communication.json "Communication Bandwidth Info").

@@ -35,6 +35,11 @@ class _Args(msgspec.Struct, gc=False, frozen=True):
     dtype: str | None = None
     group_size: int | None = msgspec.field(name="Group size", default=None)
     pg_name: str | int | None = msgspec.field(name="Process Group Name", default=None)
+    # record_param_comms: the caller's rank for a collective, the peer (group rank) for send / recv
+    comm_rank: int | None = msgspec.field(name="Rank", default=None)
+    pg_ranks: str | list[int] | None = msgspec.field(name="Process Group Ranks", default=None)
+    # the scalar arguments of an op as text; c10d::send / c10d::recv_ (gloo) hold the peer's group rank at 2
+    concrete: msgspec.Raw = msgspec.field(name="Concrete Inputs", default=msgspec.Raw())
     nbytes: int | None = msgspec.field(name="bytes", default=None)
     size: int | str | None = None                    # MTIA dma_request bytes (AMD runtime: a string)
     grid: list[int] | str | None = None              # CUDA grid [x, y, z] (Triton cpu ops: "grid(100,)")
@@ -146,7 +151,7 @@ def coerce_event(e: _LooseEvent) -> Event:
         for f in msgspec.structs.fields(_Args):
             if f.encode_name in e.args:
                 v = e.args[f.encode_name]
-                if f.name in ("input_dims", "input_type"):
+                if f.name in ("input_dims", "input_type", "concrete"):
                     if isinstance(v, list):
                         kw[f.name] = msgspec.Raw(msgspec.json.encode(v))
                     continue

@@ -120,6 +120,37 @@ _DEV_COLS = ("name", "task", "stream", "device", "ts", "dur", "corr", "ext", "gr
 NONE = -(2**62)  # sentinel for "absent" in int64 columns
 
 
+P2P_CALLS = ("c10d::send", "c10d::recv_")
+
+
+def concrete_int(raw: msgspec.Raw, at: int) -> int | None:
+    """The integer at position `at` of an op's "Concrete Inputs" (a list of texts), or None."""
+    if not raw:
+        return None
+    try:
+        v = msgspec.json.decode(raw)
+        return int(v[at]) if isinstance(v, list) and len(v) > at and str(v[at]).lstrip("-").isdigit() else None
+    except (msgspec.DecodeError, ValueError):
+        return None
+
+
+def p2p_peer(a) -> int | None:
+    """The global rank of the other side of a send / recv from record_param_comms: its "Rank" is the peer's
+    rank in the group (the caller's own rank for a collective), "Process Group Ranks" the group's global
+    ranks. None for a collective, or where the group's ranks are not given."""
+    if (a.collective or "").lower() not in ("send", "recv", "receive") or a.comm_rank is None:
+        return None
+    ranks = a.pg_ranks
+    if isinstance(ranks, str):
+        try:
+            ranks = msgspec.json.decode(ranks)
+        except msgspec.DecodeError:
+            return None
+    if isinstance(ranks, list) and 0 <= a.comm_rank < len(ranks) and isinstance(ranks[a.comm_rank], int):
+        return int(ranks[a.comm_rank])
+    return None
+
+
 @dataclass
 class Comm:
     collective: str | None
@@ -127,6 +158,7 @@ class Comm:
     out_nelems: int | None
     dtype: str | None
     group: str | None
+    peer: int | None = None      # send / recv: the other rank (global), when the trace says it
 
     def size_bytes(self) -> int | None:
         """Payload of the collective: max(in, out) elements × dtype size (nccl-tests' "size")."""
@@ -153,6 +185,8 @@ class Folder:
         # call stacks interned like names; the host column "stack" holds their ids (-1: none)
         self.stack_ids: dict[str, int] = {}
         self.h_comm: dict[int, Comm] = {}
+        # host row -> the peer's group rank of a gloo `c10d::send` / `c10d::recv_` call (its Concrete Inputs)
+        self.h_p2p: dict[int, int] = {}
         self.d_comm: dict[int, Comm] = {}
         # interned shape / dtype texts (they repeat every step): the host columns "dims" and "types" hold
         # their codes into `texts`; "" (absent, or no inputs) is -1 (NULL). Each raw value is made text once:
@@ -281,8 +315,20 @@ class Folder:
         for i in [i for i, a in enumerate(args) if a.collective is not None or a.in_nelems is not None]:
             a = args[i]
             self.h_comm[base + i] = Comm(a.collective, a.in_nelems, a.out_nelems, a.dtype,
-                                          None if a.pg_name is None else str(a.pg_name))
+                                          None if a.pg_name is None else str(a.pg_name), p2p_peer(a))
+        self._p2p_calls(cols["name"][-1], args, base)
         self.host.n = base + len(hl)
+
+    def _p2p_calls(self, nids: np.ndarray, args: list, base: int) -> None:
+        """The peer of each gloo send / recv call: c10d::send(tensors, group, dst, tag) and
+        c10d::recv_(tensors, group, src, tag) hold it as their third concrete input."""
+        want = [self.name_ids[n] for n in P2P_CALLS if n in self.name_ids]
+        if not want:
+            return
+        for i in np.flatnonzero(np.isin(nids, want)).tolist():
+            peer = concrete_int(args[i].concrete, 2)
+            if peer is not None:
+                self.h_p2p[base + i] = peer
 
     def _fold_device(self, dl: list[Event], codes: list[int], ts: np.ndarray, dur: np.ndarray) -> None:
         base = self.dev.n
@@ -311,7 +357,7 @@ class Folder:
         for i in [i for i, a in enumerate(args) if a.collective is not None or a.in_nelems is not None]:
             a = args[i]
             self.d_comm[base + i] = Comm(a.collective, a.in_nelems, a.out_nelems, a.dtype,
-                                          None if a.pg_name is None else str(a.pg_name))
+                                          None if a.pg_name is None else str(a.pg_name), p2p_peer(a))
         self.dev.n = base + len(dl)
 
     def _memory(self, e: Event) -> None:

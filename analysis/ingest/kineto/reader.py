@@ -77,7 +77,7 @@ def _build(t: RankTables, path: Path, doc: Doc, f: Folder) -> None:
     window_note = _add_steps(t, tr, st, win, info)
     add_device_ops(t, tr, f, info.has_mtia)
     assert tr.h_step is not None
-    host_collectives(t, tr.names, tr.h_nid, tr.h_cat, tr.h_step, tr.h_start, tr.h_dur)
+    host_collectives(t, tr.names, tr.h_nid, tr.h_cat, tr.h_step, tr.h_start, tr.h_dur, tr.h_tid, f.h_p2p)
     add_host_ops(t, tr, f)
     if info.with_stack:
         t.has("with_stack")

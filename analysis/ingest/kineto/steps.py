@@ -73,11 +73,15 @@ _GLOO_RE = re.compile(r"^gloo:(\w+)$")
 
 
 def host_collectives(t: RankTables, names: np.ndarray, h_nid: np.ndarray, h_cat: np.ndarray,
-                      h_step: np.ndarray, h_start: np.ndarray, h_dur: np.ndarray) -> None:
+                      h_step: np.ndarray, h_start: np.ndarray, h_dur: np.ndarray, h_tid: np.ndarray,
+                      p2p: dict[int, int]) -> None:
     """Gloo collectives run on the host: their `gloo:<op>` annotation (start and duration on the host
     clock) becomes a comm_ops row so that cross-rank checks can match them. The trace gives no process
     group, sequence number or Collective name for them (c10d::allreduce_ carries only Input Dims), so
-    group_name and size are unknown (null)."""
+    group_name and size are unknown (null). A `gloo:send` / `gloo:recv` starts inside the `c10d::send` /
+    `c10d::recv_` call that issued it on the same thread: that call's peer (`p2p`: host row -> the peer's
+    group rank) is its peer_rank. Gloo traces name no group for it either, so the group rank is taken as the
+    global one (the default group); the replay checks every send against its receive before it uses them."""
     ids = [i for i, n in enumerate(names.tolist()) if _GLOO_RE.match(str(n))]
     if not ids or not h_nid.size:
         return
@@ -85,12 +89,34 @@ def host_collectives(t: RankTables, names: np.ndarray, h_nid: np.ndarray, h_cat:
     if not rows.size:
         return
     ops = [collective_op_type(_GLOO_RE.match(str(names[h_nid[i]])).group(1)) for i in rows.tolist()]  # type: ignore[union-attr]
+    peers = _enclosing_peer(rows, h_start, h_dur, h_tid, p2p)
     t.extend("comm_ops", {
         "step": ints(h_step[rows]), "name": [str(names[h_nid[i]]) for i in rows.tolist()], "op_type": ops,
         "group_name": [None] * rows.size, "start_ns": h_start[rows].tolist(), "elapse_ns": h_dur[rows].tolist(),
-        "size_bytes": [None] * rows.size,
+        "size_bytes": [None] * rows.size, "peer_rank": peers,
     })
     t.has("comm_ops")
+
+
+def _enclosing_peer(rows: np.ndarray, h_start: np.ndarray, h_dur: np.ndarray, h_tid: np.ndarray,
+                    p2p: dict[int, int]) -> list[int | None]:
+    """Per row: the peer of the send / recv call on its thread that contains its start, else None."""
+    out: list[int | None] = [None] * rows.size
+    if not p2p:
+        return out
+    by_tid: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for tid in {int(h_tid[i]) for i in p2p}:
+        calls = np.array(sorted((i for i in p2p if int(h_tid[i]) == tid), key=lambda i: int(h_start[i])), np.int64)
+        by_tid[tid] = (calls, h_start[calls])
+    for n, i in enumerate(rows.tolist()):
+        got = by_tid.get(int(h_tid[i]))
+        if got is None:
+            continue
+        calls, starts = got
+        j = int(np.searchsorted(starts, h_start[i], side="right")) - 1
+        if j >= 0 and h_start[i] <= starts[j] + h_dur[calls[j]]:
+            out[n] = p2p[int(calls[j])]
+    return out
 
 
 def launcher_ops(names: list[str], h_nid: np.ndarray, h_cat: np.ndarray, h_tid: np.ndarray,

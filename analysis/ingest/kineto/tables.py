@@ -61,6 +61,7 @@ def add_device_ops(t: RankTables, tr: Trace, f: Folder, has_mtia: bool) -> None:
     category = labels[inverse]
     collective = np.full(tr.nd, None, dtype=object)
     group = np.full(tr.nd, None, dtype=object)
+    peer = np.full(tr.nd, None, dtype=object)
     size = tr.d_bytes.copy()
     comm_rows = np.flatnonzero(category == "communication")
     for i in comm_rows.tolist():
@@ -68,6 +69,7 @@ def add_device_ops(t: RankTables, tr: Trace, f: Folder, has_mtia: bool) -> None:
         collective[i] = collective_op_type(c.collective if c else None, tr.names[tr.d_nid[i]])
         if c is not None:
             group[i] = c.group
+            peer[i] = c.peer
             if size[i] == NONE and (b := c.size_bytes()) is not None:
                 size[i] = b
     t.extend("device_ops", {
@@ -82,6 +84,7 @@ def add_device_ops(t: RankTables, tr: Trace, f: Folder, has_mtia: bool) -> None:
             "op_type": collective[comm_rows],
             "group_name": group[comm_rows], "start_ns": ints(tr.d_start[comm_rows]),
             "elapse_ns": ints(tr.d_dur[comm_rows]), "size_bytes": ints(size[comm_rows]),
+            "peer_rank": peer[comm_rows].tolist(),
         })
         t.has("comm_ops")
         if (size[comm_rows] != NONE).any():
