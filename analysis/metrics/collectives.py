@@ -8,9 +8,10 @@ Sources, one row per collective instance per rank (times on the rank's own clock
 Point-to-point ops (send/receive) are left out: their wait belongs to pipeline schedules (stage-imbalance).
 
 Matching: the n-th instance of collective C in group G on one rank is the n-th on every rank of G. A
-group name may be missing (legacy Ascend files), so ranks are also split by how many instances of (G, C)
-they hold: ranks with different counts are in different groups (e.g. data-parallel groups of different
-pipeline stages) and are never matched together.
+group name may be missing (legacy Ascend files, gloo), so ranks are also split by how many instances of
+(G, C) they hold: ranks with different counts are in different groups (e.g. data-parallel groups of
+different pipeline stages) and are never matched together; and, where the ranks list their groups, by the
+group family under which the collectives keep their timing invariant (`coll_groups`).
 
 Arrival: a collective ends at about the same moment on every rank, so a rank that arrives later waits
 less; the last arriver has the shortest duration and every other rank waits about (its duration − the
@@ -29,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from ..thresholds import T
+from .coll_groups import split_ungrouped
 from .intervals import merge
 
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast", "alltoall", "alltoallv", "reduce",
@@ -83,12 +85,14 @@ def instances(sql) -> tuple[pd.DataFrame, str | None]:
         SELECT *, row_number() OVER (PARTITION BY rank, g, coll ORDER BY start_ns) AS k,
                count(*) OVER (PARTITION BY rank, g, coll) AS cnt FROM c
     )
-    SELECT rank, step, start_ns, dur_ns, src, lane, coll, k,
-           dense_rank() OVER (ORDER BY g, coll, cnt, k) AS inst FROM o
+    SELECT rank, step, start_ns, dur_ns, src, lane, g, coll, cnt, k FROM o
     """
     df = sql(q)
     if df.empty:
         return df, None
+    df = split_ungrouped(df, sql)
+    df["inst"] = df.groupby(["g", "coll", "cnt", "part", "k"], sort=True).ngroup() + 1
+    df = df.drop(columns=["g", "cnt", "part"])
     n = df.groupby("inst")["rank"].transform("size")
     df = df[n >= 2].reset_index(drop=True)
     srcs = sorted(set(df["src"]))
