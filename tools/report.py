@@ -168,6 +168,14 @@ def _replayed(prof: Profile, warnings: list[str]) -> tuple[Any, Any]:
     return got if got is not None else (None, None)
 
 
+def _path_of(prof: Profile, step: int) -> Any:
+    """The critical path of a step where it replays, else None (the timeline is drawn without it)."""
+    try:
+        return api.critical_path(prof, step=step)
+    except ProfileError:
+        return None
+
+
 def _finding_views(findings: list[Finding], framework: str | None) -> list[dict[str, Any]]:
     seen_fixes: dict[str, int] = {}
     return [
@@ -212,8 +220,8 @@ def _rank_charts(prof: Profile, bd: m.Breakdown | None, findings: list[Finding],
     late = stragglers(findings)
     late_steps = next((f.steps for f in findings if late and f.check == "slow-rank" and f.ranks[:1] == late[:1]),
                       None)
-    out["timeline"] = _safe("timeline", lambda: step_timeline(prof, bd.rows, bd.totals, late, slow, late_steps),
-                            warnings)
+    out["timeline"] = _safe("timeline", lambda: step_timeline(prof, bd.rows, bd.totals, late, slow, late_steps,
+                                                              path_of=lambda step: _path_of(prof, step)), warnings)
     for metric in ("compute", "free"):
         if (h := heatmap(bd.rows, metric, bd.totals)) is not None:
             out["heatmaps"].append(h)

@@ -176,10 +176,11 @@ def _lanes(prof: Profile, ranks: list[int], step: int, offsets: dict[int, int]) 
 
 def step_timeline(prof: Profile, rows: list[BreakdownRow], totals: list[BreakdownRow],
                   stragglers: list[int], slow: set[int] | frozenset[int] = frozenset(),
-                  late_steps: list[int] | None = None) -> Chart | None:
+                  late_steps: list[int] | None = None, path_of=None) -> Chart | None:
     """The timeline chart of one step for a profile of 2+ ranks; None when there is nothing to draw.
     Row labels: a straggler "arrives last", a rank another slow-rank finding names (`slow`) is "slow", the
-    others "wait" when there is a straggler. `late_steps`: the steps the first straggler is late in."""
+    others "wait" when there is a straggler. `late_steps`: the steps the first straggler is late in.
+    `path_of(step) -> CriticalPath | None`: the replay's critical path of the step, drawn over the lanes."""
     if len({r.rank for r in rows}) < 2:
         return None
     picked = _pick_step(rows, late_steps or [])
@@ -219,6 +220,9 @@ def step_timeline(prof: Profile, rows: list[BreakdownRow], totals: list[Breakdow
                              cls="value"))
         ch.lines.append((left + ln.w0 * px, y - 2, left + ln.w0 * px, y + row_h + 2))
         ch.lines.append((left + ln.w1 * px, y - 2, left + ln.w1 * px, y + row_h + 2))
+    path = path_of(step) if path_of is not None else None
+    if path is not None:
+        _draw_path(prof, ch, path, lanes, offsets, left, top, row_h + gap, row_h, px)
     axis_y = top + len(lanes) * (row_h + gap)
     ch.lines.append((left, axis_y, left + PLOT_W, axis_y))
     span_ms = span_ns / 1e6
@@ -241,3 +245,46 @@ def _runs(ch: Chart, ln: Lane, left: float, y: float, h: float, ms_per_px: float
         key, label, colour = TIMELINE_CLASSES[k]
         ch.rects.append(Rect(left + a, y, float(z - a), h, colour, f"rank {ln.rank}: {label}, "
                              f"{a * ms_per_px:.1f}-{z * ms_per_px:.1f} ms", key=f"{ln.rank}:{key}"))
+
+
+PATH_COLOUR = "#c0392b"
+
+
+def _draw_path(prof: Profile, ch: Chart, path, lanes: list[Lane], offsets: dict[int, int], left: float, top: float,
+               pitch: float, row_h: float, px: float) -> None:
+    """The critical path (replay.critical) over the lanes: each link a bar along the bottom of its rank's lane,
+    at its time on the shared axis, and a vertical line where the path passes from one rank to another. Link
+    times are on the replay's clock: ns since the earliest step start of the step's ranks (their own clocks,
+    which the null replay reproduces), moved by each rank's offset here."""
+    row = {ln.rank: i for i, ln in enumerate(lanes)}
+    origin = prof.rows("SELECT min(start_ns) FROM steps WHERE kept AND step = ?", [path.step])[0][0]
+    if origin is None:
+        return
+    t0 = min(ln_start for ln_start in _axis_starts(prof, path.step, offsets))
+    prev: tuple[float, int] | None = None
+    drawn = 0
+    for lk in path.links:
+        if lk.rank not in row:
+            prev = None
+            continue
+        x0 = left + (origin + lk.start_ms * 1e6 + offsets.get(lk.rank, 0) - t0) * px
+        w = max(lk.ms * 1e6 * px, 1.0)
+        y = top + row[lk.rank] * pitch + row_h - 4
+        ch.rects.append(Rect(x0, y, w, 4, PATH_COLOUR, f"critical path: {lk.kind} on rank {lk.rank}, "
+                             f"{lk.ms:.2f} ms ({lk.share_pct:.1f}% of the step)", key=f"cp:{lk.rank}:{lk.kind}"))
+        if prev is not None and prev[1] != lk.rank:
+            y0 = top + row[prev[1]] * pitch + row_h - 2
+            ch.lines.append((x0, min(y0, y + 2), x0, max(y0, y + 2)))
+        prev = (x0 + w, lk.rank)
+        drawn += 1
+    if drawn:
+        ch.legend.append(("critical path (replayed)", PATH_COLOUR))
+        ch.note += f"; critical path: {path.summary}"
+        ch.data["critical-links"] = str(drawn)
+
+
+def _axis_starts(prof: Profile, step: int, offsets: dict[int, int]) -> list[int]:
+    """The shifted step starts of the drawn ranks (the axis begins at the earliest)."""
+    ranks = list(offsets)
+    return [int(s) + offsets.get(int(r), 0) for r, s in prof.rows(
+        "SELECT rank, start_ns FROM steps WHERE step = ? AND rank IN (SELECT unnest(?::BIGINT[]))", [step, ranks])]
