@@ -49,9 +49,6 @@ class _Table:
     replay_max_error_pct: Threshold = Threshold(
         2.0, "% of step", "OSDI'25 straggler analysis (ByteDance-Seed/StragglerAnalysis): null-replay error "
         "0.5-1.9 % on its traces", "a step whose null replay misses its measured time by more is not used")
-    whatif_one_worker_share: Threshold = Threshold(
-        0.5, "share of S - 1", "stepdoctor (the OSDI'25 analysis names a worker when its S_rank explains "
-        "most of the slowdown)", "a rank whose S_rank - 1 reaches this share of S - 1 is the slow worker")
     replay_t_alpha: Threshold = Threshold(
         0.05, "one-sided p", "Student's paired t test (3 or more replayed steps), Bonferroni over the ranks tested",
         "a rank is named only when its own time exceeds its peers' median at this significance")
@@ -72,6 +69,9 @@ class _Table:
     stage_imbalance_pct: Threshold = Threshold(
         10.0, "% of the fastest stage's compute", f"{MSPROF} pipeline-parallel stage analysis (stage_time per stage)",
         "how much more compute per step a stage must have than the lightest stage to be named")
+    stage_equal_step_pct: Threshold = Threshold(
+        5.0, "% of the median step", "stepdoctor (ranks of one job that wait for each other end their steps together)",
+        "spread of the ranks' median step times under which ranks of unequal compute are waiting for each other")
     # slow link
     slow_link_ratio: Threshold = Threshold(
         0.8, "x median bandwidth", "stepdoctor; msprof-analyze slow link has no threshold (prints min/avg/max)",

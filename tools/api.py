@@ -16,9 +16,9 @@ from ..analysis.checks.env_var import ENV_RULES, RULES_BY_NAME
 from ..analysis.checks.slow_link import link_stats
 from ..analysis.checks.slow_rank import analyse as analyse_slow_ranks
 from ..analysis.checks.slow_rank import arrival as slow_rank_arrival
-from ..analysis.checks.stage_imbalance import stage_of_ranks
 from ..analysis.errors import ProfileError, UsageError
 from ..analysis.metrics.breakdown import compute_breakdown, totals, vendor_mismatches
+from ..analysis.metrics.stages import stage_of_ranks
 from ..analysis.models import SEVERITY_ORDER, Finding
 from ..analysis.store import Profile, ProgressFn, open_profile
 from .models import (
@@ -268,15 +268,17 @@ def env_audit(ref: ProfileRef) -> EnvAudit:
 
 
 def what_if(ref: ProfileRef, ranks_at_median: list[int] | None = None, stages_at_median: list[int] | None = None,
-            comm_at_median: bool = False):
+            comm_at_median: bool = False, no_stalls: list[int] | None = None, ops: dict[str, float] | None = None):
     """The cross-rank replay's answers (`WhatIf`): the null replay per step, the scenarios asked (or the
     ideal job), the slowdown S split by rank, stage, op type and step, and a verdict."""
     from ..analysis.replay import what_if as replay_what_if
 
     prof = load(ref)
     st = stage_of_ranks(context(prof))
+    # stages are numbered from 1, as stage-imbalance names them ("stage 2 of 2")
     res = replay_what_if(prof, ranks_at_median=ranks_at_median, stages_at_median=stages_at_median,
-                         comm_at_median=comm_at_median, stages=st[0] if st else None)
+                         comm_at_median=comm_at_median, stages={r: s + 1 for r, s in st[0].items()} if st else None,
+                         no_stalls=no_stalls, ops=ops)
     res.warnings = list(prof.warnings) + res.warnings
     return res
 

@@ -102,6 +102,8 @@ class WhatIfArgs(Args):
     ranks_at_median: list[int] | None = Field(None, description="these ranks at their peers' median")
     stages_at_median: list[int] | None = Field(None, description="these pipeline stages at the median")
     comm_at_median: bool = Field(False, description="transfer times at each collective's median")
+    no_stalls: list[int] | None = Field(None, description="these ranks without data loading and untraced gaps")
+    ops: dict[str, float] | None = Field(None, description="op name -> factor on its time (0.5: twice as fast)")
 
 
 class CriticalPathArgs(Args):
@@ -188,7 +190,7 @@ def _suggest_edit(prof: Profile | None, a: SuggestEditArgs, resolve: Resolve, *,
 
 def _what_if(prof: Profile, a: WhatIfArgs, resolve: Resolve) -> BaseModel:
     return api.what_if(prof, ranks_at_median=a.ranks_at_median, stages_at_median=a.stages_at_median,
-                       comm_at_median=a.comm_at_median)
+                       comm_at_median=a.comm_at_median, no_stalls=a.no_stalls, ops=a.ops)
 
 
 def _critical_path(prof: Profile, a: CriticalPathArgs, resolve: Resolve) -> BaseModel:

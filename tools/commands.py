@@ -116,13 +116,40 @@ def _median_of(specs: list[str] | None, what: str) -> list[int]:
     return out
 
 
+def _ranks(specs: list[str] | None) -> list[int]:
+    """--no-stalls 3 (repeatable, or 3,5)."""
+    out = []
+    for spec in specs or []:
+        for part in spec.split(","):
+            if not part.strip().isdigit():
+                raise UsageError(f"--no-stalls takes a rank (e.g. --no-stalls 3), got {spec!r}")
+            out.append(int(part))
+    return out
+
+
+def _ops(specs: list[str] | None) -> dict[str, float]:
+    """--op NAME=xF (repeatable): the op's time times F (x0.5: twice as fast)."""
+    out = {}
+    for spec in specs or []:
+        name, _, f = spec.rpartition("=")
+        try:
+            factor = float(f.removeprefix("x"))
+        except ValueError:
+            factor = -1.0
+        if not name or factor < 0:
+            raise UsageError(f"--op takes NAME=xF (e.g. --op aten::mm=x0.5), got {spec!r}")
+        out[name] = factor
+    return out
+
+
 def cmd_whatif(a: argparse.Namespace) -> int:
     from . import api
 
     if a.comm not in (None, "median"):
         raise UsageError(f"--comm takes 'median', got {a.comm!r}")
     res = ask("whatif", api.load(a.path), ranks_at_median=_median_of(a.rank, "rank") or None,
-              stages_at_median=_median_of(a.stage, "stage") or None, comm_at_median=a.comm == "median")
+              stages_at_median=_median_of(a.stage, "stage") or None, comm_at_median=a.comm == "median",
+              no_stalls=_ranks(a.no_stalls) or None, ops=_ops(a.op) or None)
     emit(res, a.format)
     return 0
 
@@ -201,6 +228,10 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                    "(repeatable)")
     s.add_argument("--stage", action="append", metavar="S=median", help="pipeline stage S at the median")
     s.add_argument("--comm", nargs="?", const="median", metavar="median", help="communication at the median")
+    s.add_argument("--no-stalls", action="append", metavar="R", help="rank R without its host stalls (data loading, "
+                   "untraced gaps)")
+    s.add_argument("--op", action="append", metavar="NAME=xF", help="op NAME taking F times its time (x0.5: twice "
+                   "as fast)")
     s.set_defaults(func=cmd_whatif)
 
     s = sub.add_parser("critical-path", parents=[common], help="the chain of work across ranks that sets a step's "

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..metrics.collectives import compare_parts, top_host_ops, window_parts
+from ..metrics.stages import stage_of_ranks
 from ..replay import prepare
 from ..replay.engine import TAIL, windows
 from ..replay.models import Replay
@@ -43,11 +44,12 @@ class ReplayRanks:
     by_rank: dict[int, Recovery]       # the ranks replayed at the median (the candidates), and any asked since
     named: list[int]                   # ranks to name, most recovered first
     steps: list = field(default_factory=list, repr=False)
+    groups: dict[int, int] | None = None   # rank -> pipeline stage, where stages are known
 
     def recovery(self, rank: int) -> Recovery:
         """The step time recovered with `rank` at its peers' median (replayed on first ask)."""
         if rank not in self.by_rank:
-            self.by_rank[rank] = _recover(self.steps, self.replay, rank)
+            self.by_rank[rank] = _recover(self.steps, self.replay, rank, self.groups)
         return self.by_rank[rank]
 
 
@@ -65,23 +67,27 @@ def _replay_ranks(ctx: CheckContext) -> ReplayRanks | None:
     if rep.abstained_steps:   # the model does not hold for every step: it speaks for none of the job's ranks
         return None
     measured = np.array([s.measured for s in steps])
+    # pipeline stages do different work by design: a rank's peers are its own stage's ranks (stage-imbalance
+    # judges the stages against each other)
+    st = stage_of_ranks(ctx)
+    groups = st[0] if st and len(set(st[0].values())) >= 2 else None
     # only a rank that does more of its own work than its peers, beyond the noise, can hold the job back:
     # the replay runs for those (the heaviest MAX_REPLAYED), not for every rank of a large job
-    cands = standing_out(steps, len(rep.ranks), T.straggler_min_wait_ms.value)
-    out = {r: _recover(steps, rep, r) for r in cands[:MAX_REPLAYED]}
+    cands = standing_out(steps, len(rep.ranks), T.straggler_min_wait_ms.value, groups)
+    out = {r: _recover(steps, rep, r, groups) for r in cands[:MAX_REPLAYED]}
     floor = T.slow_rank_min_excess_pct.value / 100 * float(measured.mean())
     named = sorted((r for r, v in out.items() if v.recovered_ms >= max(floor, T.straggler_min_wait_ms.value)),
                    key=lambda r: -out[r].recovered_ms)
     for r in named:
         out[r].window, out[r].before = _cause(ctx, steps, r)
-    return ReplayRanks(rep, out, named, steps)
+    return ReplayRanks(rep, out, named, steps, groups)
 
 
 
-def _recover(steps: list, rep: Replay, r: int) -> Recovery:
+def _recover(steps: list, rep: Replay, r: int, groups: dict[int, int] | None = None) -> Recovery:
     use = [i for i, s in enumerate(steps) if s.si.step not in rep.abstained_steps]
     measured = np.array([steps[i].measured for i in use])
-    pred = np.array(chain(steps, at_median(steps, [r])))[use]
+    pred = np.array(chain(steps, at_median(steps, [r], groups)))[use]
     gain = measured - pred
     floor = T.slow_rank_min_excess_pct.value / 100
     good = [steps[i].si.step for i, g in zip(use, gain, strict=True) if g >= floor * steps[i].measured]

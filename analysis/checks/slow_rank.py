@@ -20,7 +20,7 @@ Algorithm, per dimension and per step, over the ranks present in that step:
 impact_ms = the rank's excess summed over its slow steps / the number of steps (time the whole job
 loses per step, since synchronous peers wait for it). Severity from impact (docs/rules.md §1).
 
-With pipeline stages known (stage_imbalance.stage_of_ranks) the median is taken per step and stage.
+With pipeline stages known (metrics.stages.stage_of_ranks) the median is taken per step and stage.
 
 Arrival (metrics/collectives.py): collectives matched across ranks name the rank that arrives last and
 what it did before arriving (dimension `arrival`). When such stragglers exist, a rank that only waits for
@@ -39,6 +39,7 @@ import pandas as pd
 from ..metrics import collectives
 from ..metrics.intervals import merge
 from ..metrics.names import short_name
+from ..metrics.stages import stage_of_ranks
 from ..models import Finding
 from ..replay.noise import noise_known
 from ..thresholds import T
@@ -53,7 +54,6 @@ from ._slow_rank_text import (
 )
 from .base import Check, CheckContext, register
 from .gc_pause import fixed_stall
-from .stage_imbalance import stage_of_ranks
 
 # "free" is judged on the device's idle time in the whole host step (idle_ms): on Ascend the profiler's
 # Free stops at the last kernel, and a rank that idles after it (GC, I/O) is still the slow one.

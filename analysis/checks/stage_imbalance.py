@@ -1,205 +1,32 @@
 """stage-imbalance: pipeline-parallel stages that do unequal compute; name the heavy stage and its ranks.
 
-Stages, from what the profile holds (first source that assigns 2+ stages wins):
-  * MindSpore's cluster files (`ascend_cluster_analyse_pipeline-parallel_{stages}_{ranks}_{rank}.csv`,
-    metadata `cluster_analyse`): MindSpore places stage_device_num = ranks / stages consecutive ranks per
-    stage, so stage = rank // (ranks / stages);
-  * a pipeline process group in Kineto's `distributedInfo.pg_config` or torch_npu's `parallel_group_info`
-    (a group whose name/description says pipeline / pp): a rank's stage is its position in that group;
-  * send / receive partners, when nothing names the pipeline (`stages_from_p2p`): the point-to-point edges
-    (src -> dst of send/receive links and tasks: Ascend communication.json / matrix, the DB's task table) or,
-    on Kineto, the process groups that carry send/recv (their rank lists in `pg_config`; the world group only
-    when no smaller group carries any collective, since then every rank may be its own stage). Pipeline
-    partners form chains (each rank talks to the stage before and after it); every chain must be a simple
-    path and all chains the same length. A chain's first stage is the end whose first point-to-point op in a
-    step is a send (stage 0 sends activations before it receives anything; the last stage receives first),
-    else the end with the lower rank.
-Compute per rank and step: the per-step `computation_time` of MindSpore's pipeline CSV when present (its
-device compute on the stage), else the breakdown's compute_ms. A rank's value is its median over steps
-(the first step of a pipeline holds the warm-up), a stage's the median of its ranks (ms).
+Stages: `metrics.stages.stage_of_ranks`. Compute per rank and step: the per-step `computation_time` of MindSpore's
+pipeline CSV when present (its device compute on the stage), else the breakdown's compute_ms, else (a profile
+with no device: CPU training) the replay's work per rank (compute before each collective and the tail). A
+rank's value is its median over steps (the first step of a pipeline holds the warm-up), a stage's the median
+of its ranks (ms).
 
-The heaviest stage is named when it computes >= T.stage_imbalance_pct % more than the lightest and the
-gap is >= T.slow_rank_min_excess_pct % of the mean step. impact_ms = the gap: per step the lighter stages
-wait about that long for it in send/receive.
+The heaviest stage is named when it computes >= T.stage_imbalance_pct % more than the lightest, its excess
+per step stands out of the step-to-step noise where the replay gives per-step work (`noise.significant`), and
+the impact is >= T.slow_rank_min_excess_pct % of the mean step. impact_ms: where every step replays, the step
+time saved with the stage doing the median work of the others (`replay.whatif.balanced`); else the gap (per
+step the lighter stages wait about that long for it in send/receive).
+Without known stages, ranks of equal step time whose compute splits into two groups are named as a group
+(`split_by_compute`): half the ranks slow is what a median-based slow-rank test cannot see.
 """
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 
 import numpy as np
 
+from ..metrics.stages import stage_of_ranks
 from ..models import Finding
+from ..replay.noise import significant
 from ..thresholds import T
+from ._replay_stages import stage_replay
 from .base import Check, CheckContext, register
-
-
-def stage_of_ranks(ctx: CheckContext) -> tuple[dict[int, int], int, str] | None:
-    """rank -> stage (0-based), the number of stages, and where the assignment came from."""
-    md = ctx.sql("SELECT rank, key, value_json FROM metadata WHERE key IN "
-                 "('cluster_analyse', 'distributedInfo', 'parallel_group_info')")
-    ranks = set(ctx.all_ranks)
-    by_key: dict[str, list[tuple[int, object]]] = defaultdict(list)
-    shared: dict[tuple, dict] = {}
-    for rank, key, value in md.itertuples(index=False):
-        try:
-            by_key[key].append((int(rank), _share_groups(json.loads(value), shared)))
-        except (TypeError, ValueError):
-            continue
-    for _rank, v in by_key.get("cluster_analyse", []):
-        if isinstance(v, dict) and v.get("stage_num") and v.get("rank_size"):
-            per = int(v["rank_size"]) // int(v["stage_num"])
-            if per > 0:
-                stages = {r: r // per for r in ranks}
-                return stages, int(v["stage_num"]), "MindSpore pipeline-parallel cluster files"
-    stages: dict[int, int] = {}
-    n_stages = 0
-    for _rank, v in by_key.get("distributedInfo", []) + by_key.get("parallel_group_info", []):
-        for g in _pipeline_groups(v):
-            for i, r in enumerate(g):
-                if r in ranks:
-                    stages[r] = i
-            n_stages = max(n_stages, len(g))
-    if n_stages >= 2 and len(set(stages.values())) >= 2:
-        return stages, n_stages, "pipeline process groups"
-    return stages_from_p2p(ctx, by_key.get("distributedInfo", []))
-
-
-_P2P_NAME = "(lower(op_name) LIKE '%send%' OR lower(op_name) LIKE '%receive%' OR lower(op_name) LIKE '%recv%')"
-_P2P_TYPES = "('send', 'receive', 'sendrecv')"
-
-
-def stages_from_p2p(ctx: CheckContext, dist: list[tuple[int, object]]) -> tuple[dict[int, int], int, str] | None:
-    """rank -> stage from point-to-point partners (see the module doc), or None when they do not form equal
-    simple chains of 2+ ranks."""
-    edges: set[tuple[int, int]] = set()
-    for table in ("links", "comm_tasks"):
-        df = ctx.sql(f"SELECT DISTINCT src_rank, dst_rank FROM {table} WHERE src_rank IS NOT NULL AND dst_rank "
-                     f"IS NOT NULL AND src_rank <> dst_rank AND {_P2P_NAME}")
-        edges |= {(int(a), int(b)) for a, b in df.itertuples(index=False)}
-    how = "send/receive partners"
-    if not edges:
-        chains = _p2p_groups(ctx, dist)
-        how = "process groups carrying send/recv"
-    else:
-        chains = p2p_chains(edges)
-    if not chains or len({len(c) for c in chains}) != 1 or len(chains[0]) < 2:
-        return None
-    first = _first_p2p(ctx)
-    stages: dict[int, int] = {}
-    for c in chains:
-        if first.get(c[-1]) == "send" and first.get(c[0]) != "send":
-            c = c[::-1]
-        for i, r in enumerate(c):
-            stages[r] = i
-    ranks = set(ctx.all_ranks)
-    stages = {r: s for r, s in stages.items() if r in ranks}
-    if len(set(stages.values())) < 2:
-        return None
-    return stages, len(chains[0]), how
-
-
-def p2p_chains(edges: set[tuple[int, int]]) -> list[list[int]] | None:
-    """The undirected partner graph's components as paths from their lower-rank end; None when one is not a
-    simple path (a rank with 3+ partners, or a ring as interleaved schedules make: no first stage to find)."""
-    adj: dict[int, set[int]] = defaultdict(set)
-    for a, b in edges:
-        adj[a].add(b)
-        adj[b].add(a)
-    if any(len(v) > 2 for v in adj.values()):
-        return None
-    seen: set[int] = set()
-    out: list[list[int]] = []
-    for start in sorted(adj):
-        if start in seen or len(adj[start]) != 1:
-            continue
-        path, prev, cur = [start], None, start
-        while True:
-            nxt = [x for x in adj[cur] if x != prev]
-            if not nxt:
-                break
-            prev, cur = cur, nxt[0]
-            path.append(cur)
-        seen |= set(path)
-        out.append(path)
-    return out if seen == set(adj) else None
-
-
-def _p2p_groups(ctx: CheckContext, dist: list[tuple[int, object]]) -> list[list[int]] | None:
-    """Kineto: the rank lists (in group order) of the process groups that carry send/recv ops."""
-    df = ctx.sql(f"SELECT DISTINCT group_name FROM comm_ops WHERE op_type IN {_P2P_TYPES} AND group_name IS NOT NULL")
-    names = {str(g) for g in df["group_name"]}
-    if not names:
-        return None
-    members: dict[str, list[int]] = {}
-    world = 0
-    for _rank, v in dist:
-        if not isinstance(v, dict):
-            continue
-        world = max(world, int(v.get("world_size") or 0))
-        for g in v.get("pg_config") or []:
-            if isinstance(g, dict) and str(g.get("pg_name")) in names and isinstance(g.get("ranks"), list):
-                members[str(g["pg_name"])] = [int(r) for r in g["ranks"]]
-    groups = list({tuple(rs): rs for rs in members.values() if len(rs) >= 2}.values())
-    if not groups:
-        return None
-    if any(len(rs) == world for rs in groups):
-        others = ctx.sql(f"SELECT count(*) AS n FROM comm_ops WHERE op_type NOT IN {_P2P_TYPES} AND group_name "
-                         f"IS NOT NULL AND group_name NOT IN ({','.join('?' * len(members))})", list(members))
-        if len(groups) > 1 or int(others["n"].iloc[0]) > 0:
-            return None   # the world group beside data-parallel groups: ranks share it, it orders no stages
-    flat = [r for rs in groups for r in rs]
-    return groups if len(flat) == len(set(flat)) else None
-
-
-def _first_p2p(ctx: CheckContext) -> dict[int, str]:
-    """rank -> the op type (send / receive) its steps most often begin their point-to-point ops with."""
-    df = ctx.sql("SELECT rank, step, arg_min(op_type, start_ns) AS first FROM comm_ops "
-                 f"WHERE op_type IN {_P2P_TYPES} AND step IS NOT NULL GROUP BY rank, step")
-    votes: dict[int, list[str]] = defaultdict(list)
-    for r, _s, f in df.itertuples(index=False):
-        votes[int(r)].append(str(f))
-    return {r: max(sorted(set(v)), key=v.count) for r, v in votes.items()}
-
-
-def _share_groups(v: object, shared: dict[tuple, dict]) -> object:
-    """A decoded distributedInfo / parallel_group_info whose group dicts are shared with the ranks that list an
-    equal group (equal in what is read here: names, description, rank lists). Every rank lists every group,
-    each with its ranks, so keeping each rank's own copies would hold ranks x world size ints."""
-    if not isinstance(v, dict):
-        return v
-
-    def one(g: object) -> object:
-        if not isinstance(g, dict):
-            return g
-        rs = g.get("ranks", g.get("global_ranks"))
-        key = (str(g.get("pg_name")), str(g.get("pg_desc")), str(g.get("group_name")), repr(rs))
-        return shared.setdefault(key, g)
-
-    if isinstance(v.get("pg_config"), list):
-        v["pg_config"] = [one(g) for g in v["pg_config"]]
-    else:
-        for k, g in v.items():
-            v[k] = one(g)
-    return v
-
-
-def _pipeline_groups(v: object) -> list[list[int]]:
-    """Rank lists of pipeline groups in distributedInfo (pg_config) or torch_npu parallel_group_info."""
-    groups: list[dict] = []
-    if isinstance(v, dict) and isinstance(v.get("pg_config"), list):
-        groups = [g for g in v["pg_config"] if isinstance(g, dict)]
-    elif isinstance(v, dict):
-        groups = [g for g in v.values() if isinstance(g, dict)]
-    out = []
-    for g in groups:
-        label = f"{g.get('pg_desc', '')} {g.get('group_name', '')}".lower()
-        rs = g.get("ranks", g.get("global_ranks"))
-        words = label.split()
-        if ("pipe" in label or (bool(words) and words[0] in ("pp", "pp_group"))) and isinstance(rs, list):
-            out.append([int(r) for r in rs])
-    return out
 
 
 def stage_compute(ctx: CheckContext, stages: dict[int, int]) -> tuple[dict[int, float], str]:
@@ -223,21 +50,28 @@ class StageImbalanceCheck(Check):
     fires_when = (
         "pipeline-parallel stages do unequal work: one stage's ranks compute clearly longer than the "
         "other stages' and the rest wait for them; `ranks` = that stage's ranks, `subject` = the stage "
-        '(e.g. `"stage 1 of 2"`)'
+        '(e.g. `"stage 1 of 2"`); without known stages, ranks that split into a heavy and a light group at '
+        'equal step time (`subject` = `"rank group"`)'
     )
-    thresholds = ("slow_rank_min_excess_pct", "stage_imbalance_pct")
+    thresholds = ("slow_rank_min_excess_pct", "stage_imbalance_pct", "stage_equal_step_pct")
     frameworks = ("pytorch", "mindspore")
     needs = ("steps",)
-    vendors = ("ascend", "cuda", "rocm")
-    description = ("Groups ranks into pipeline stages (MindSpore cluster files, pipeline process groups) and "
-                   "names the stage whose compute per step clearly exceeds the lightest stage's.")
+    vendors = ("ascend", "cuda", "rocm", "cpu")
+    description = ("Groups ranks into pipeline stages (MindSpore cluster files, pipeline process groups, send/recv "
+                   "partners) and names the stage whose compute per step clearly exceeds the lightest stage's; "
+                   "where the replay holds, the impact is the step time saved with that stage balanced.")
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
-        st = stage_of_ranks(ctx)
-        if st is None or len(ctx.all_ranks) < 2:
+        if len(ctx.all_ranks) < 2:
             return []
+        st = stage_of_ranks(ctx)
+        if st is None:
+            return self._unstaged(ctx)
         stages, n, how = st
+        rp = stage_replay(ctx, stages)
         per_rank, src = stage_compute(ctx, stages)
+        if not per_rank and rp is not None:
+            per_rank, src = {r: v for r, v in rp.work_ms.items() if r in stages}, "replay_work"
         members: dict[int, list[int]] = defaultdict(list)
         for r in sorted(per_rank):
             members[stages[r]].append(r)
@@ -247,27 +81,103 @@ class StageImbalanceCheck(Check):
         heavy = max(comp, key=lambda s: comp[s])
         light = min(comp, key=lambda s: comp[s])
         gap = comp[heavy] - comp[light]
-        step = ctx.mean_step_ms() or 0.0
+        step = ctx.mean_step_ms() or (rp.measured_ms if rp else 0.0)
         if comp[light] <= 0 or 100.0 * gap / comp[light] < T.stage_imbalance_pct.value:
             return []
-        if step and 100.0 * gap / step < T.slow_rank_min_excess_pct.value:
+        impact, method = gap, "heavy stage's compute per step minus the lightest stage's"
+        if rp is not None and heavy in rp.stage_work_ms and light in rp.stage_work_ms:
+            d = np.array(rp.stage_work_ms[heavy]) - np.array(rp.stage_work_ms[light])
+            if not significant(d[~np.isnan(d)], False, len(members)):
+                return []   # the stages differ by no more than their steps do
+        if rp is not None:
+            impact = rp.recovered_ms.get(heavy, 0.0)
+            method = ("replay: measured step - the step replayed with this stage doing the median work of the "
+                      "other stages (its compute scaled), median over the replayed steps")
+        if step and 100.0 * impact / step < T.slow_rank_min_excess_pct.value:
             return []
+        return [self._finding(ctx, heavy, light, n, comp, members, impact, method, how, src, rp)]
+
+    def _finding(self, ctx, heavy, light, n, comp, members, impact, method, how, src, rp) -> Finding:
+        gap = comp[heavy] - comp[light]
         last = heavy == n - 1
         where = ("it is the last stage, which also holds the output layer and the loss: give it fewer layers"
                  if last else ("it is the first stage, which also holds the embedding: give it fewer layers"
                                if heavy == 0 else "move layers from it to the lighter stages"))
         ranks = members[heavy]
         per_stage = [{"stage": s + 1, "ranks": members[s], "compute_ms": round(comp[s], 3)} for s in sorted(comp)]
-        return [self.finding(
+        saved = (f" Replayed with stage {heavy + 1} doing the median work of the others, the step would take "
+                 f"{impact:.1f} ms less." if rp is not None else "")
+        return self.finding(
             ctx, title=(f"pipeline stage {heavy + 1} of {n} computes {comp[heavy]:.1f} ms per step against "
                         f"{comp[light]:.1f} ms on stage {light + 1} (+{gap:.1f} ms)"),
-            subject=f"stage {heavy + 1} of {n}", ranks=ranks, impact_ms=gap,
+            subject=f"stage {heavy + 1} of {n}", ranks=ranks, impact_ms=impact,
             evidence={"stages": per_stage, "heavy_stage": heavy + 1, "lightest_stage": light + 1,
                       "gap_ms": round(gap, 3), "gap_pct": round(100.0 * gap / comp[light], 1),
                       "stage_source": how, "compute_source": src, "stage_count": n,
                       "threshold_pct": T.stage_imbalance_pct.value,
-                      "impact_method": "heavy stage's compute per step minus the lightest stage's"},
+                      **({"replay_error_pct": round(rp.error_pct, 3)} if rp is not None else {}),
+                      "impact_method": method},
             message=(f"Pipeline stage {heavy + 1} of {n} (ranks {', '.join(map(str, ranks))}) computes "
                      f"{comp[heavy]:.1f} ms per step, the lightest stage {light + 1} {comp[light]:.1f} ms: the "
-                     f"other stages wait about {gap:.1f} ms per step for it in send/receive. Rebalance the "
-                     f"layers per stage: {where}."))]
+                     f"other stages wait about {gap:.1f} ms per step for it in send/receive.{saved} Rebalance the "
+                     f"layers per stage: {where}."))
+
+    def _unstaged(self, ctx: CheckContext) -> list[Finding]:
+        """No stage is known: ranks whose steps take the same time but whose compute splits into two groups
+        (`split_by_compute`) still say that some ranks wait for the others every step."""
+        got = split_by_compute(ctx)
+        if got is None:
+            return []
+        heavy, light, comp, step = got
+        gap = float(np.median([comp[r] for r in heavy]) - np.median([comp[r] for r in light]))
+        hv, lv = float(np.median([comp[r] for r in heavy])), float(np.median([comp[r] for r in light]))
+        return [self.finding(
+            ctx, title=(f"ranks {_span(heavy)} compute {hv:.1f} ms per step against {lv:.1f} ms on ranks "
+                        f"{_span(light)} at the same step time"),
+            subject="rank group", ranks=heavy, impact_ms=gap,
+            evidence={"heavy_ranks": heavy, "light_ranks": light, "compute_ms": {r: round(v, 3) for r, v in comp.items()},
+                      "gap_ms": round(gap, 3), "step_ms": round(step, 3), "stage_source": None,
+                      "threshold_pct": T.stage_imbalance_pct.value,
+                      "impact_method": "median compute per step of the heavy ranks minus the light ranks'"},
+            message=(f"Ranks {_span(heavy)} compute {hv:.1f} ms per step and ranks {_span(light)} {lv:.1f} ms, yet "
+                     f"every rank's step takes {step:.1f} ms: the light ranks wait about {gap:.1f} ms per step for "
+                     "the heavy ones in communication. The profile names no pipeline stages; if these are stages, "
+                     "move layers from the heavy stage to the light one; else give the heavy ranks less work."))]
+
+
+def split_by_compute(ctx: CheckContext) -> tuple[list[int], list[int], dict[int, float], float] | None:
+    """(heavy ranks, light ranks, rank -> median compute ms per step, median step ms) where the ranks' median
+    step times agree within T.stage_equal_step_pct % and their compute splits at its largest gap into two
+    groups of 2+ ranks (or 1+ with 2 ranks) that differ by T.stage_imbalance_pct % and
+    T.slow_rank_min_excess_pct % of the step; else None."""
+    comp: dict[int, list[float]] = defaultdict(list)
+    steps: dict[int, list[float]] = defaultdict(list)
+    for row in ctx.breakdown:
+        if row.step is not None and row.compute_ms is not None and row.step_ms:
+            comp[row.rank].append(row.compute_ms)
+            steps[row.rank].append(row.step_ms)
+    if len(comp) < 2:
+        return None
+    med = {r: float(np.median(v)) for r, v in comp.items()}
+    st = np.array([float(np.median(steps[r])) for r in med])
+    step = float(np.median(st))
+    if step <= 0 or 100.0 * float(st.max() - st.min()) / step > T.stage_equal_step_pct.value:
+        return None
+    order = sorted(med, key=lambda r: med[r])
+    vals = np.array([med[r] for r in order])
+    cut = int(np.argmax(np.diff(vals))) + 1
+    light, heavy = sorted(order[:cut]), sorted(order[cut:])
+    lo, hi = float(np.median(vals[:cut])), float(np.median(vals[cut:]))
+    if len(order) > 2 and (len(light) < 2 or len(heavy) < 2):
+        return None   # one rank apart is slow-rank's to judge
+    if lo <= 0 or 100.0 * (hi - lo) / lo < T.stage_imbalance_pct.value \
+            or 100.0 * (hi - lo) / step < T.slow_rank_min_excess_pct.value:
+        return None
+    # the groups must be apart: the largest gap is wider than the spread inside each group
+    if float(vals[cut] - vals[cut - 1]) < max(float(np.ptp(vals[:cut])), float(np.ptp(vals[cut:]))):
+        return None
+    return heavy, light, med, step
+
+
+def _span(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks))

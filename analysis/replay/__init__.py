@@ -3,19 +3,36 @@
 from __future__ import annotations
 
 from ..errors import ProfileError
+from ..metrics.stages import of_profile
 from ..store import Profile
 from .inputs import step_inputs
 from .models import CriticalPath, Replay, WhatIf
 from .noise import standing_out
-from .whatif import Step, at_median, comm_median, ideal, replay_steps, scenario, slowdown, verdict
+from .whatif import (
+    Step,
+    at_median,
+    balanced,
+    comm_median,
+    ideal_of,
+    replay_steps,
+    scenario,
+    slowdown,
+    verdict,
+)
 
 __all__ = ["CriticalPath", "WhatIf", "critical_path_of", "prepare", "what_if"]
 
 
 def prepare(prof: Profile) -> tuple[list[Step], Replay] | None:
     """Every kept step's replay inputs and the null replay, or None where no collective is matched on two or
-    more ranks in a kept step."""
-    inputs, source = step_inputs(lambda q: prof.sql(q))
+    more ranks in a kept step. Computed once per opened profile (the report, what-if, the critical path and the
+    checks share it); callers must not change it."""
+    return prof.derived("replay.prepare", lambda: _prepare(prof))
+
+
+def _prepare(prof: Profile) -> tuple[list[Step], Replay] | None:
+    st = of_profile(prof)
+    inputs, source = step_inputs(lambda q: prof.sql(q), st[0] if st else None)
     inputs = [si for si in inputs if not si.rows.empty]
     if not inputs:
         return None
@@ -26,14 +43,17 @@ def prepare(prof: Profile) -> tuple[list[Step], Replay] | None:
 
 
 def what_if(prof: Profile, ranks_at_median: list[int] | None = None, stages_at_median: list[int] | None = None,
-            comm_at_median: bool = False, stages: dict[int, int] | None = None) -> WhatIf:
+            comm_at_median: bool = False, stages: dict[int, int] | None = None, no_stalls: list[int] | None = None,
+            ops: dict[str, float] | None = None) -> WhatIf:
     """Replay every kept step; answer the scenarios asked, or, with none, the ideal job, its slowdown S and a
-    verdict. `stages`: rank -> pipeline stage where known. Raises ProfileError when nothing can be replayed."""
+    verdict. `stages`: rank -> pipeline stage where known; `no_stalls`: ranks without their host stalls;
+    `ops`: op name -> factor on its time (`edits`). Raises ProfileError when nothing can be replayed."""
     path = prof.info.path
     got = prepare(prof)
     if got is None:
         raise ProfileError(path or None, _nothing(prof))
     steps, rep = got
+    rep = rep.model_copy(deep=True)   # the answer is the caller's; the memoised replay stays as it is
     bad = rep.abstained_steps
     warnings = []
     clipped = sum(s.p.clipped for s in steps)
@@ -53,33 +73,68 @@ def what_if(prof: Profile, ranks_at_median: list[int] | None = None, stages_at_m
         if not members:
             raise ProfileError(path or None, f"stage {st} is not known in this profile "
                                              f"(stages {sorted(set((stages or {}).values()))})")
-        scenarios.append(scenario(steps, bad, f"stage {st} (ranks {members}) at the median of the other ranks",
-                                  at_median(steps, members)))
+        scenarios.append(scenario(steps, bad, f"stage {st} (ranks {members}) doing the median work of the other "
+                                              "stages", balanced(steps, stages or {}, [st])))
     if comm_at_median:
         scenarios.append(scenario(steps, bad, "communication at the median", comm_median))
-    sd = slowdown(steps, bad, stages)
+    scenarios += _edits(prof, steps, bad, rep.ranks, no_stalls or [], ops or {})
+    staged = stages if stages and len(set(stages.values())) >= 2 else None
+    sd = slowdown(steps, bad, staged)
     # the ranks that weigh most on the ideal, each moved to its peers' median: the verdict stands on these
     used = [s for s in steps if s.si.step not in bad]
-    ranked = standing_out(used, len({int(r) for s in used for r in s.si.ranks}), 0.0)
+    ranked = standing_out(used, len({int(r) for s in used for r in s.si.ranks}), 0.0, staged)
     out = set(ranked)
-    top = ranked[:3] or sorted(sd.by_rank, key=lambda r: -sd.by_rank[r])[:1]
-    tried = {r: scenario(steps, bad, f"rank {r} at the median of its peers", at_median(steps, [r])) for r in top}
+    top = ranked[:3] or [r for r in sorted(sd.by_rank, key=lambda r: -sd.by_rank[r])[:1] if not staged]
+    tried = {r: scenario(steps, bad, f"rank {r} at the median of its peers", at_median(steps, [r], staged))
+             for r in top}
     recovered = {r: -sc.delta_ms for r, sc in tried.items()}
+    by_stage = {st: scenario(steps, bad, f"stage {st} (ranks {sorted(r for r, v in staged.items() if v == st)}) "
+                                         "doing the median work of the other stages", balanced(steps, staged, [st]))
+                for st in sorted(set(staged.values()))} if staged else {}
     if not scenarios:
-        scenarios.append(scenario(steps, bad, "the ideal job: every rank at the median, communication at the median",
-                                  ideal))
+        scenarios.append(scenario(steps, bad, "the ideal job: every rank at the median, communication at the median"
+                                  + (", every stage doing the median stage's work" if staged else ""),
+                                  ideal_of(staged)))
         scenarios += [sc for r, sc in tried.items() if r in out]
+        scenarios += [sc for sc in by_stage.values() if sc.delta_ms < 0]
+    stage_gain = {st: -sc.delta_ms for st, sc in by_stage.items()}
     if rep.abstained_steps:
         warnings.append(f"steps {rep.abstained_steps} not used: {rep.reason}")
-    return WhatIf(path=path, replay=rep, scenarios=scenarios, slowdown=sd, verdict=verdict(sd, recovered, out),
-                  warnings=warnings)
+    return WhatIf(path=path, replay=rep, scenarios=scenarios, slowdown=sd,
+                  verdict=verdict(sd, recovered, out, stage_gain, staged), warnings=warnings)
+
+
+def _edits(prof: Profile, steps: list[Step], bad: list[int], ranks: list[int], no_stalls: list[int],
+           ops: dict[str, float]) -> list:
+    from .edits import no_stalls as without_stalls
+    from .edits import op_scaled
+
+    path = prof.info.path
+    out = []
+    cur = prof.cursor()
+    try:
+        for r in no_stalls:
+            if r not in ranks:
+                raise ProfileError(path or None, f"rank {r} is not in the profile (ranks {ranks})")
+            out.append(scenario(steps, bad, f"rank {r} without host stalls (data loading, untraced gaps)",
+                                without_stalls(cur, steps, [r])))
+        for name, factor in ops.items():
+            if not factor >= 0:
+                raise ProfileError(path or None, f"--op {name}: the factor must be 0 or more, got {factor}")
+            params, ms = op_scaled(cur, steps, name, factor)
+            if ms <= 0:
+                raise ProfileError(path or None, f"no op named {name!r} runs in the replayed steps' compute windows")
+            out.append(scenario(steps, bad, f"{name} at x{factor:g} ({ms:.2f} ms per step measured)", params))
+    finally:
+        cur.close()
+    return out
 
 
 def _nothing(prof: Profile) -> str:
     p2p = prof.rows("SELECT count(*) FROM comm_ops WHERE lower(op_type) IN ('send', 'receive', 'recv')")[0][0]
     if p2p:
-        return ("nothing to replay: the only communication is pipeline send/recv, which the replay does not model "
-                "yet (no peer of a send or a receive is kept)")
+        return ("nothing to replay: the only communication is pipeline send/recv, and their peers are not known or "
+                "do not pair (gloo records them only with record_shapes=True; NCCL in record_param_comms)")
     return ("nothing to replay: no collective is matched on two or more ranks in a kept step (one rank, or no "
             "communication recorded)")
 

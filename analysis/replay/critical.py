@@ -36,7 +36,7 @@ def critical_path(s: Step, path: str, error_pct: float) -> CriticalPath:
         if kind == "end":
             i = int(inst[j])
             links.append(("transfer", int(rank[j]), i, int(tr.end[j] - p.x[j]), int(p.x[j])))
-            last = tr.last_member.get(i, j)
+            last = tr.ready_from.get(j, j)
             node = ("start", last, int(rank[last]))
             continue
         if kind == "start":

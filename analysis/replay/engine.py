@@ -6,10 +6,11 @@ Per rank, its collectives in launch order j = 0..n-1 (`inputs.StepInput`), with 
         and untraced time are in here: they are whatever held the rank before it asked);
   q[j]  the lane's start latency: start[j] - max(launch[j], the end of the previous collective on its lane);
   x[j]  its own transfer time: end[j] - the latest start over the members (the wait for the last member is
-        not in it: it is what the replay recomputes);
+        not in it: it is what the replay recomputes); for a row that does not wait for the others (a send
+        the transport buffered, `p2p`), end[j] - its own start;
   t     the tail: step end - max(resume[n-1], every collective's end) (the optimizer after the last wait).
 Replay (clocks aligned): launch'[j] = resume'[j-1] + c[j]; start'[j] = max(launch'[j], lane free') + q[j];
-end'[j] = max over members of start' + x[j]; step end' = max(resume'[n-1], ends') + t; the step time is the
+end'[j] = max over members of start' (own start' where it does not wait) + x[j]; step end' = max(resume'[n-1], ends') + t; the step time is the
 slowest rank's end' - its step start. With the measured parameters this returns the measured step (the null
 replay), up to what the model does not hold (clipped negative parameters, clocks, ops outside the chain):
 that error is reported, and a step whose error is too large is not used for any answer.
@@ -53,7 +54,7 @@ def measure(si: StepInput) -> Params:
     launch, start, end = (r[k].to_numpy(np.int64) for k in ("launch_ns", "start_ns", "end_ns"))
     lane, sync = r["lane"].to_numpy(), r["sync"].to_numpy(bool)
     latest = r.groupby("inst")["start_ns"].transform("max").to_numpy(np.int64)
-    x = end - latest
+    x = end - np.where(_waits(r), latest, start)
     pos = {int(rk): i for i, rk in enumerate(si.ranks)}
     t = np.zeros(len(si.ranks), np.int64)
     resume = {int(rk): int(si.start[i]) for i, rk in enumerate(si.ranks)}
@@ -101,7 +102,8 @@ class Trace:
 
     launch_from: dict[int, int] = field(default_factory=dict)    # row -> the row its compute followed
     lane_from: dict[int, int] = field(default_factory=dict)      # row -> the row whose end freed its lane
-    last_member: dict[int, int] = field(default_factory=dict)    # instance -> the member row that started last
+    ready_from: dict[int, int] = field(default_factory=dict)     # row -> the member row whose start its own
+    #                                                                transfer followed (the last to start, or itself)
     end_from: dict[int, tuple[int, bool]] = field(default_factory=dict)   # rank -> (row, True: that row's end;
     #                                                                          False: the rank resumed after it)
     launch: np.ndarray | None = None
@@ -117,6 +119,7 @@ def replay(si: StepInput, p: Params, start: np.ndarray | None = None, trace: Tra
     rank = r["rank"].to_numpy()
     inst = r["inst"].to_numpy()
     lane, sync = r["lane"].to_numpy(), r["sync"].to_numpy(bool)
+    waits = _waits(r)
     order = _instance_order(r)
     # per rank, the row indexes in launch order (rows are sorted by rank, then launch)
     bounds = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1], True]) if len(r) else np.array([0])
@@ -157,11 +160,12 @@ def replay(si: StepInput, p: Params, start: np.ndarray | None = None, trace: Tra
                 trace.lane_from[j] = lrow
             starts.append(max(int(launch_r[j]), lf) + int(p.q[j]))
         ready = max(starts)
-        if trace is not None:
-            trace.last_member[i] = members[int(np.argmax(starts))]
-        for j in members:
+        last = members[int(np.argmax(starts))]
+        for j, own in zip(members, starts, strict=True):
             rk = int(rank[j])
-            end_r[j] = ready + p.x[j]
+            end_r[j] = (ready if waits[j] else own) + p.x[j]
+            if trace is not None:
+                trace.ready_from[j] = last if waits[j] else j
             free[(rk, int(lane[j]))] = (int(end_r[j]), j)
             if end_r[j] > last_end[rk][0]:
                 last_end[rk] = (int(end_r[j]), j)
@@ -178,6 +182,11 @@ def replay(si: StepInput, p: Params, start: np.ndarray | None = None, trace: Tra
     if trace is not None:
         trace.launch, trace.end = launch_r, end_r
     return out
+
+
+def _waits(r: pd.DataFrame) -> np.ndarray:
+    """Per row: whether its transfer waits for the last member to start (else it follows its own start)."""
+    return r["waits"].to_numpy(bool) if "waits" in r.columns else np.ones(len(r), bool)
 
 
 def _instance_order(r: pd.DataFrame) -> list[int]:

@@ -8,7 +8,9 @@ process group and sequence where the profile has them, else the order of the sam
     Device collectives (NCCL / HCCL kernels, Ascend communication ops) are launched when they start.
   * `sync`: the issuing thread waited for it to end (its next op starts after the collective ended): its
     next work resumes at the end, not at the launch. A device stream is sync by construction.
-  * `lane`: the thread or stream that runs it, so collectives on one lane wait for each other.
+  * `lane`: the thread or stream that runs it, so collectives on one lane wait for each other;
+  * `waits`: it waits for the last member to start (every collective; a send / recv as measured, `p2p`).
+Send / recv pairs (`p2p`) are instances of two members after the collectives.
 Per rank and step the host step window (`steps`) gives where the step starts and ends.
 """
 
@@ -20,8 +22,7 @@ import numpy as np
 import pandas as pd
 
 from ..metrics.collectives import instances
-
-SYNC_TOLERANCE_NS = 50_000   # a thread that resumes within this of the end waited for it
+from .p2p import SYNC_TOLERANCE_NS, p2p_rows
 
 
 @dataclass
@@ -31,7 +32,7 @@ class StepInput:
     start: np.ndarray            # host step start per rank (ns)
     end: np.ndarray              # host step end per rank (ns)
     rows: pd.DataFrame           # rank, inst, launch, start, end, lane, sync, k (per rank in launch order)
-    p2p_ms: dict[int, float] | None = None   # rank -> ms in send/recv this step (not replayed: no peers kept)
+    p2p_ms: dict[int, float] | None = None   # rank -> ms in unpaired send/recv this step (not replayed)
 
 
 def _launches(sql) -> pd.DataFrame:
@@ -83,37 +84,42 @@ def _rows(sql) -> tuple[pd.DataFrame, str | None]:
     return df, source
 
 
-def _p2p_time(sql) -> dict[int, dict[int, float]]:
-    """step -> rank -> ms spent in point-to-point ops (send / receive: pipeline stages). The replay has no edge
-    for them (the store keeps no peer of a send or a receive), so a step where a rank waits in them is not one
-    the replay can answer for."""
-    df = sql("""SELECT step, rank, sum(elapse_ns) / 1e6 AS ms FROM comm_ops
-                WHERE lower(op_type) IN ('send', 'receive', 'recv', 'sendrecv', 'batchsendrecv') AND step IS NOT NULL
-                GROUP BY ALL""")
-    out: dict[int, dict[int, float]] = {}
-    for step, rank, ms in df.itertuples(index=False):
-        out.setdefault(int(step), {})[int(rank)] = float(ms)
-    return out
-
-
-def step_inputs(sql) -> tuple[list[StepInput], str | None]:
-    """One StepInput per kept step that has collectives on 2+ ranks; the collectives' source."""
+def _all_rows(sql, stages: dict[int, int] | None) -> tuple[pd.DataFrame, str | None, dict[int, dict[int, float]]]:
+    """Collective rows, then send / recv pairs; and step -> rank -> ms in unpaired send / recv."""
     rows, source = _rows(sql)
+    first = int(rows["inst"].max()) + 1 if not rows.empty else 1
+    pairs, left = p2p_rows(sql, first, stages)
+    if not rows.empty:
+        rows = rows.assign(waits=True)
+    if not pairs.empty:
+        rows = pd.concat([rows, pairs], ignore_index=True) if not rows.empty else pairs
+        source = "+".join(sorted(set((source or "").split("+")) - {""} | {"p2p"}))
+    unpaired: dict[int, dict[int, float]] = {}
+    for (step, rank), ns in left.dropna(subset=["step"]).groupby(["step", "rank"])["dur_ns"].sum().items():
+        unpaired.setdefault(int(step), {})[int(rank)] = float(ns) / 1e6
+    return rows, source, unpaired
+
+
+_COLS = ("rank", "inst", "launch_ns", "start_ns", "end_ns", "lane", "sync", "waits")
+
+
+def step_inputs(sql, stages: dict[int, int] | None = None) -> tuple[list[StepInput], str | None]:
+    """One StepInput per kept step that has collectives on 2+ ranks; the collectives' source. `stages`: rank ->
+    pipeline stage, where known (peers of send / recv that the profile does not name)."""
+    rows, source, p2p = _all_rows(sql, stages)
     steps = sql("SELECT rank, step, start_ns, end_ns FROM steps WHERE kept ORDER BY step, rank")
-    p2p = _p2p_time(sql)
     if steps.empty:
         return [], source
     out: list[StepInput] = []
     by_step = {int(s): g for s, g in rows.dropna(subset=["step"]).groupby("step")} if not rows.empty else {}
     for s, w in steps.groupby("step"):
-        r = by_step.get(int(s), pd.DataFrame(columns=["rank", "inst", "launch_ns", "start_ns", "end_ns", "lane",
-                                                     "sync"]))
+        r = by_step.get(int(s), pd.DataFrame(columns=list(_COLS)))
         r = r[r["rank"].isin(w["rank"])]
         # an instance replays only where every rank holding it in this step is in the step
         n = r.groupby("inst")["rank"].transform("size")
         r = r[n >= 2].sort_values(["rank", "launch_ns", "start_ns"], kind="stable").reset_index(drop=True)
         out.append(StepInput(int(s), w["rank"].to_numpy(np.int64), w["start_ns"].to_numpy(np.int64),
                              w["end_ns"].to_numpy(np.int64),
-                             r[["rank", "inst", "launch_ns", "start_ns", "end_ns", "lane", "sync"]],
+                             r[list(_COLS)],
                              p2p.get(int(s), {})))
     return out, source

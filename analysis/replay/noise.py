@@ -17,16 +17,21 @@ from ..thresholds import T
 MAX_REPLAYED = 8
 
 
-def heaviest(steps: list, limit: int = MAX_REPLAYED) -> list[int]:
+def heaviest(steps: list, limit: int = MAX_REPLAYED, groups: dict[int, int] | None = None) -> list[int]:
     """The ranks with the largest mean excess of own time, at most `limit` (every rank of a small job)."""
-    d, _ = excess_own_time(steps)
+    every = sorted({int(r) for s in steps for r in s.si.ranks})
+    if len(every) <= limit:
+        return every
+    d, _ = excess_own_time(steps, groups)
     return sorted(d, key=lambda r: -float(np.mean(d[r])))[:limit]
 
 
-def standing_out(steps: list, n_ranks: int, floor_ms: float) -> list[int]:
+def standing_out(steps: list, n_ranks: int, floor_ms: float, groups: dict[int, int] | None = None) -> list[int]:
     """The ranks whose own time exceeds their peers' median by more than `floor_ms` per step on average and
-    beyond the noise (`significant`), the largest excess first."""
-    d, z_ok = excess_own_time(steps)
+    beyond the noise (`significant`), the largest excess first. `groups`: rank -> the group of ranks that do
+    the same work (a pipeline stage): a rank's peers are its group's other ranks; a rank alone in its group has
+    none and never stands out (its stage is judged as a stage)."""
+    d, z_ok = excess_own_time(steps, groups)
     out = [r for r in d if float(np.mean(d[r])) > floor_ms and significant(np.array(d[r]), z_ok[r], n_ranks)]
     return sorted(out, key=lambda r: -float(np.mean(d[r])))
 
@@ -36,25 +41,37 @@ def noise_known(n_steps: int, n_ranks: int) -> bool:
     return n_ranks > 4 or n_steps >= 3
 
 
-def excess_own_time(steps: list) -> tuple[dict[int, list[float]], dict[int, bool]]:
-    """Per rank: its own time (compute before its collectives, lane latency, tail: what a what-if moves, not
-    its waits) minus the median of the other ranks', per step (ms); and whether it is a robust outlier (MAD z)
-    among the ranks in some step."""
+def own_time(s) -> np.ndarray:
+    """Per rank of a step (aligned with its ranks): compute before its collectives, lane latency and tail (ms):
+    what a what-if moves, not its waits."""
+    ranks = s.si.ranks
+    idx = pd.Index(ranks).get_indexer(s.si.rows["rank"].to_numpy())
+    return (np.bincount(idx, weights=(s.p.c + s.p.q).astype(np.float64), minlength=len(ranks))
+            + s.p.t.astype(np.float64)) / 1e6
+
+
+def excess_own_time(steps: list, groups: dict[int, int] | None = None) -> tuple[dict[int, list[float]], dict[int, bool]]:
+    """Per rank with peers (`standing_out`): its own time (`own_time`) minus the median of its peers', per
+    step (ms); and whether it is a robust outlier (MAD z) among its group in some step."""
     d: dict[int, list[float]] = {}
     z_ok: dict[int, bool] = {}
     for s in steps:
         ranks = s.si.ranks
-        idx = pd.Index(ranks).get_indexer(s.si.rows["rank"].to_numpy())
-        own = (np.bincount(idx, weights=(s.p.c + s.p.q).astype(np.float64), minlength=len(ranks))
-               + s.p.t.astype(np.float64)) / 1e6
-        med_all = float(np.median(own))
-        mad = float(np.median(np.abs(own - med_all)))
-        for i, r in enumerate(ranks.tolist()):
-            # the median of the others: exact for a few ranks, the median of all beyond (the same to noise)
-            med = float(np.median(np.delete(own, i))) if len(ranks) <= 16 else med_all
-            d.setdefault(r, []).append(float(own[i]) - med)
-            out = mad > 0 and 0.6745 * (own[i] - med_all) / mad >= T.slow_rank_robust_z.value
-            z_ok[r] = z_ok.get(r, False) or bool(out)
+        own = own_time(s)
+        gid = np.array([(groups or {}).get(int(r), 0) for r in ranks])
+        for g in np.unique(gid):
+            sel = np.flatnonzero(gid == g)
+            if len(sel) < 2:
+                continue
+            mine = own[sel]
+            med_all = float(np.median(mine))
+            mad = float(np.median(np.abs(mine - med_all)))
+            for i, r in zip(range(len(sel)), ranks[sel].tolist(), strict=True):
+                # the median of the others: exact for a few ranks, the median of all beyond (the same to noise)
+                med = float(np.median(np.delete(mine, i))) if len(sel) <= 16 else med_all
+                d.setdefault(r, []).append(float(mine[i]) - med)
+                out = mad > 0 and 0.6745 * (mine[i] - med_all) / mad >= T.slow_rank_robust_z.value
+                z_ok[r] = z_ok.get(r, False) or bool(out)
     return d, z_ok
 
 

@@ -77,14 +77,15 @@ def replay_steps(inputs: list[StepInput]) -> tuple[list[Step], Replay]:
     if bad:
         reasons.append(f"{len(bad)} step(s) replay more than {limit:g}% away from their measured time: the model "
                        "(collectives in launch order, compute between them) does not hold there")
-    # a step whose ranks wait in send/recv: the replay would count that wait as the rank's own work
+    # a step whose ranks wait in send/recv that did not pair: the replay would count that wait as own work
     piped = [s.si.step for s in steps if s.si.step not in bad and s.si.p2p_ms
              and max(s.si.p2p_ms.values()) > limit / 100 * s.measured]
     if piped:
         worst = max(((r, ms) for s in steps if s.si.step in piped for r, ms in s.si.p2p_ms.items()),
                     key=lambda x: x[1])
-        reasons.append(f"{len(piped)} step(s) wait in pipeline send/recv (rank {worst[0]}: {worst[1]:.1f} ms in one "
-                       "step), which the replay does not model yet (no peer of a send or a receive is kept)")
+        reasons.append(f"{len(piped)} step(s) wait in pipeline send/recv whose peers are not known or do not pair "
+                       f"(rank {worst[0]}: {worst[1]:.1f} ms in one step): the replay would count that wait as the "
+                       "rank's own work")
         bad = sorted(bad + piped)
     reason = "; ".join(reasons) or None
     rep = Replay(steps=[ReplayStep(step=s.si.step, measured_ms=round(s.measured, 3), replayed_ms=round(s.replayed, 3),
@@ -93,47 +94,62 @@ def replay_steps(inputs: list[StepInput]) -> tuple[list[Step], Replay]:
     return steps, rep
 
 
-def _median_of_others(rows: pd.DataFrame, col: np.ndarray, who: np.ndarray) -> np.ndarray:
-    """Per row of the ranks in `who`: the median of `col` over the other ranks' rows of the same instance."""
+def _gid(ranks: np.ndarray, groups: dict[int, int] | None) -> np.ndarray:
+    return np.array([(groups or {}).get(int(r), 0) for r in ranks], np.int64)
+
+
+def _median_of_others(rows: pd.DataFrame, col: np.ndarray, who: np.ndarray,
+                      groups: dict[int, int] | None = None) -> np.ndarray:
+    """Per row of the ranks in `who`: the median of `col` over the other ranks' rows of the same instance and
+    group (a send / recv pair joins two stages: the other stage does other work, it is no peer)."""
     out = col.astype(np.float64).copy()
-    df = pd.DataFrame({"inst": rows["inst"].to_numpy(), "rank": rows["rank"].to_numpy(), "v": col})
-    mine = df["rank"].isin(who).to_numpy()
-    med = df[~mine].groupby("inst")["v"].median()
-    got = df.loc[mine, "inst"].map(med)
-    out[mine] = np.where(got.isna(), out[mine], got.to_numpy(np.float64))
+    df = pd.DataFrame({"inst": rows["inst"].to_numpy(), "g": _gid(rows["rank"].to_numpy(), groups), "v": col})
+    mine = np.isin(rows["rank"].to_numpy(), who)
+    med = df[~mine].groupby(["inst", "g"])["v"].median()
+    key = pd.MultiIndex.from_frame(df.loc[mine, ["inst", "g"]])
+    got = med.reindex(key).to_numpy(np.float64)
+    out[mine] = np.where(np.isnan(got), out[mine], got)
     return out
 
 
-def _median_all(rows: pd.DataFrame, col: np.ndarray) -> np.ndarray:
-    return rows.assign(v=col).groupby("inst")["v"].transform("median").to_numpy(np.float64)
+def _median_all(rows: pd.DataFrame, col: np.ndarray, groups: dict[int, int] | None = None) -> np.ndarray:
+    g = _gid(rows["rank"].to_numpy(), groups)
+    return rows.assign(v=col, g=g).groupby(["inst", "g"])["v"].transform("median").to_numpy(np.float64)
 
 
-def _excess(steps: list[Step], who: np.ndarray, col: str) -> dict[tuple[int, int], float]:
-    """(rank, k) -> the mean over steps of the rank's k-th collective's parameter minus the median of the other
-    ranks' at the same collective: its systematic excess at that place in its step."""
+def _excess(steps: list[Step], who: np.ndarray, col: str,
+            groups: dict[int, int] | None = None) -> dict[tuple[int, int], float]:
+    """(rank, k) -> the mean over steps of the rank's k-th collective's parameter minus the median of its
+    peers' at the same collective: its systematic excess at that place in its step."""
     acc: dict[tuple[int, int], list[float]] = {}
     for s in steps:
         r = s.si.rows
         v = getattr(s.p, col)
         rank = r["rank"].to_numpy()
         k = r.groupby("rank").cumcount().to_numpy()
-        med = _median_of_others(r, v, who)
+        med = _median_of_others(r, v, who, groups)
         for j in np.flatnonzero(np.isin(rank, who)):
             acc.setdefault((int(rank[j]), int(k[j])), []).append(float(v[j]) - float(med[j]))
     return {key: float(np.mean(x)) for key, x in acc.items()}
 
 
-def at_median(steps: list[Step], ranks: list[int]):
-    """Params for each step with `ranks` at the median of their peers: each of their compute windows, lane
-    latencies and their tail lose their systematic excess over the other ranks (the mean over the steps of
-    the difference at the same place), so they keep their own step-to-step variation, as the job without the
-    problem would. A rank late into the first step starts it at the others' median."""
+def at_median(steps: list[Step], ranks: list[int], groups: dict[int, int] | None = None):
+    """Params for each step with `ranks` at the median of their peers (the other ranks of their group, where
+    `groups` says which ranks do the same work): each of their compute windows, lane latencies and their tail
+    lose their systematic excess over the peers (the mean over the steps of the difference at the same place),
+    so they keep their own step-to-step variation, as the job without the problem would. A rank late into
+    the first step starts it at the others' median."""
     who = np.array(ranks)
-    ex_c, ex_q = _excess(steps, who, "c"), _excess(steps, who, "q")
+    ex_c, ex_q = _excess(steps, who, "c", groups), _excess(steps, who, "q", groups)
     ex_t: dict[int, float] = {}
     for r in ranks:
-        d = [float(s.p.t[s.si.ranks == r][0]) - float(np.median(s.p.t[~np.isin(s.si.ranks, who)])) for s in steps
-             if (s.si.ranks == r).any() and (~np.isin(s.si.ranks, who)).any()]
+        d = []
+        for s in steps:
+            gid = _gid(s.si.ranks, groups)
+            me = s.si.ranks == r
+            peers = ~np.isin(s.si.ranks, who) & (gid == (groups or {}).get(r, 0))
+            if me.any() and peers.any():
+                d.append(float(s.p.t[me][0]) - float(np.median(s.p.t[peers])))
         ex_t[r] = float(np.mean(d)) if d else 0.0
 
     def params(s: Step) -> Params:
@@ -155,16 +171,89 @@ def at_median(steps: list[Step], ranks: list[int]):
     return params
 
 
+def rank_work(s: Step) -> np.ndarray:
+    """Per rank of the step (aligned with its ranks): its compute before each collective plus its tail (ns),
+    the work `balanced` scales."""
+    idx = pd.Index(s.si.ranks).get_indexer(s.si.rows["rank"].to_numpy())
+    return np.bincount(idx, weights=s.p.c.astype(np.float64), minlength=len(s.si.ranks)) + s.p.t
+
+
+def _stage_work(s: Step, stages: dict[int, int]) -> dict[int, float]:
+    """stage -> the mean over its ranks of their `rank_work` in this step (ns): the work a stage does."""
+    w = rank_work(s)
+    per: dict[int, list[float]] = {}
+    for r, v in zip(s.si.ranks.tolist(), w.tolist(), strict=True):
+        if r in stages:
+            per.setdefault(stages[r], []).append(v)
+    return {st: float(np.mean(v)) for st, v in per.items()}
+
+
+def stage_factors(steps: list[Step], stages: dict[int, int], moved: list[int]) -> dict[int, float]:
+    """stage -> the factor that brings its work to the median of the other stages' (mean over the steps of the
+    ratio), for each stage in `moved`."""
+    out: dict[int, float] = {}
+    for st in moved:
+        ratios = []
+        for s in steps:
+            w = _stage_work(s, stages)
+            others = [v for k, v in w.items() if k != st]
+            if st in w and w[st] > 0 and others:
+                ratios.append(float(np.median(others)) / w[st])
+        out[st] = float(np.mean(ratios)) if ratios else 1.0
+    return out
+
+
+def balanced(steps: list[Step], stages: dict[int, int], moved: list[int], base=None):
+    """Params with each stage in `moved` doing the median work of the other stages: its ranks' compute windows
+    and tails scaled by `stage_factors` (a balanced pipeline gives every stage the same layers: each of its
+    microbatches' compute shrinks or grows by the same factor). `base(step) -> Params` to start from."""
+    f = stage_factors(steps, stages, moved)
+
+    def params(s: Step) -> Params:
+        p = base(s) if base is not None else s.p
+        rank = s.si.rows["rank"].to_numpy()
+        fr = np.array([f.get(stages.get(int(r), -1), 1.0) for r in rank])
+        ft = np.array([f.get(stages.get(int(r), -1), 1.0) for r in s.si.ranks])
+        return replace(p, c=(p.c * fr).astype(np.int64), t=(p.t * ft).astype(np.int64))
+    return params
+
+
 def comm_median(s: Step, p: Params | None = None) -> Params:
     p = p or s.p
     return replace(p, x=_median_all(s.si.rows, s.p.x).astype(np.int64))
 
 
-def ideal(s: Step) -> Params:
-    r = s.si.rows
-    return Params(_median_all(r, s.p.c).astype(np.int64), _median_all(r, s.p.q).astype(np.int64),
-                  _median_all(r, s.p.x).astype(np.int64), np.full_like(s.p.t, int(np.median(s.p.t))),
-                  lead=int(np.median(s.si.start)) - s.si.start)
+def ideal_of(stages: dict[int, int] | None = None):
+    """The ideal job: every rank at the median of its peers (its stage's ranks, where stages are known) per
+    collective, communication at the median, and, in a pipeline, every stage doing the median stage's work."""
+    def at(s: Step) -> Params:
+        r = s.si.rows
+        g = _gid(s.si.ranks, stages)
+        t = np.array([np.median(s.p.t[g == x]) for x in g], np.int64)
+        return Params(_median_all(r, s.p.c, stages).astype(np.int64), _median_all(r, s.p.q, stages).astype(np.int64),
+                      _median_all(r, s.p.x).astype(np.int64), t, lead=int(np.median(s.si.start)) - s.si.start)
+    if not stages or len(set(stages.values())) < 2:
+        return at
+    cache: dict[int, Params] = {}
+
+    def staged(s: Step) -> Params:
+        if s.si.step not in cache:
+            cache[s.si.step] = _scaled_to_median(s, at(s), stages)
+        return cache[s.si.step]
+    return staged
+
+
+def _scaled_to_median(s: Step, p: Params, stages: dict[int, int]) -> Params:
+    """`p` with each stage's compute and tails scaled to the median stage work of the step."""
+    w = _stage_work(Step(s.si, p, s.measured, s.replayed, s.gap), stages)
+    med = float(np.median(list(w.values()))) if w else 0.0
+    f = {st: med / v if v > 0 else 1.0 for st, v in w.items()}
+    fr = np.array([f.get(stages.get(int(r), -1), 1.0) for r in s.si.rows["rank"].to_numpy()])
+    ft = np.array([f.get(stages.get(int(r), -1), 1.0) for r in s.si.ranks])
+    return replace(p, c=(p.c * fr).astype(np.int64), t=(p.t * ft).astype(np.int64))
+
+
+ideal = ideal_of()
 
 
 def with_rank(s: Step, base: Params, rank: int) -> Params:
@@ -195,13 +284,14 @@ def scenario(steps: list[Step], bad: list[int], change: str, params) -> Scenario
 
 def slowdown(steps: list[Step], bad: list[int], stages: dict[int, int] | None = None) -> Slowdown:
     use = _used(steps, bad)
-    ideal_all = chain(steps, ideal)
+    best = ideal_of(stages)
+    ideal_all = chain(steps, best)
     ideal_ms = float(np.mean([ideal_all[i] for i in use]))
     measured = float(np.mean([steps[i].measured for i in use]))
-    ranks = sorted(heaviest([steps[i] for i in use]))
+    ranks = sorted(heaviest([steps[i] for i in use], groups=stages))
 
     def s_of(put_back) -> float:
-        vals = chain(steps, lambda s: put_back(s, ideal(s)))
+        vals = chain(steps, lambda s: put_back(s, best(s)))
         return round(float(np.mean([vals[i] for i in use])) / ideal_ms, 4) if ideal_ms > 0 else 1.0
 
     by_rank = {r: s_of(lambda s, b, r=r: with_rank(s, b, r)) for r in ranks}
@@ -223,11 +313,14 @@ def slowdown(steps: list[Step], bad: list[int], stages: dict[int, int] | None = 
                              for i in use})
 
 
-def verdict(sd: Slowdown, recovered: dict[int, float], standing_out: set[int]) -> str:
+def verdict(sd: Slowdown, recovered: dict[int, float], standing_out: set[int],
+            stage_gain: dict[int, float] | None = None, stages: dict[int, int] | None = None) -> str:
     """One slow worker when one rank does more of its own work than its peers beyond the noise
     (`standing_out`, noise.significant) and moving it to their median makes the step at least
-    T.whatif_min_slowdown faster; several such ranks are named together; one slow stage by S_stage; else
-    everyone (the job itself). `recovered`: rank -> measured - the step with that rank at the median (ms)."""
+    T.whatif_min_slowdown faster; several such ranks are named together. Else one slow stage when balancing
+    one pipeline stage (`stage_gain`: stage -> ms recovered, `whatif.balanced`) makes the step that much
+    faster. Else everyone (the job itself). `recovered`: rank -> measured - the step with that rank at the
+    median (ms)."""
     gain = T.whatif_min_slowdown.value
     if gain > sd.S:
         return (f"the job runs within {(sd.S - 1) * 100:.1f}% of its ideal ({sd.measured_ms:.2f} ms against "
@@ -239,10 +332,12 @@ def verdict(sd: Slowdown, recovered: dict[int, float], standing_out: set[int]) -
         return (f"{who} {', '.join(map(str, big))}: at its peers' median the step takes "
                 f"{sd.measured_ms - recovered[big[0]]:.2f} ms instead of {sd.measured_ms:.2f} ms "
                 f"(S = {sd.S:.3f} against the ideal {sd.ideal_ms:.2f} ms)")
-    if sd.by_stage:
-        st = max(sd.by_stage, key=lambda k: sd.by_stage[k])
-        if sd.by_stage[st] - 1 >= T.whatif_one_worker_share.value * (sd.S - 1):
-            return (f"one slow stage: stage {st} makes the step {(sd.by_stage[st] - 1) * 100:.1f}% slower than the "
-                    f"ideal (S = {sd.S:.3f})")
+    if stage_gain:
+        st = max(stage_gain, key=lambda k: stage_gain[k])
+        if sd.measured_ms >= gain * (sd.measured_ms - stage_gain[st]):
+            members = sorted(r for r, v in (stages or {}).items() if v == st)
+            return (f"one slow stage: stage {st} (ranks {', '.join(map(str, members))}): doing the median work of "
+                    f"the other stages, the step takes {sd.measured_ms - stage_gain[st]:.2f} ms instead of "
+                    f"{sd.measured_ms:.2f} ms (S = {sd.S:.3f} against the ideal {sd.ideal_ms:.2f} ms)")
     return (f"everyone: no rank stands out beyond the noise (S = {sd.S:.3f}; {sd.measured_ms:.2f} ms against "
             f"{sd.ideal_ms:.2f} ms): the job itself")

@@ -39,6 +39,17 @@ class Profile:
     con: duckdb.DuckDBPyConnection
     from_cache: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # views derived from the (read-only) database, computed once per opened profile: `derived`
+    _derived: dict[str, Any] = field(default_factory=dict, repr=False)
+    _derived_lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+
+    def derived(self, key: str, compute: Callable[[], Any]) -> Any:
+        """The value of a view derived from this profile's database (its data never changes once opened),
+        computed on first ask; callers must not mutate it."""
+        with self._derived_lock:
+            if key not in self._derived:
+                self._derived[key] = compute()
+            return self._derived[key]
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """A cursor for the calling thread (DuckDB connections are not shared across threads)."""
