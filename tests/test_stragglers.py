@@ -178,3 +178,20 @@ def test_cluster_propose_stage_imbalance_names_second_stage():
     assert f.fixes[0] == "pipeline-stage-rebalance"
     assert {v.rank: v.verdict for v in sr.ranks} == {0: "ok", 1: "ok", 2: "heavy-stage", 3: "heavy-stage"}
     assert [v.stage for v in sr.ranks] == [1, 1, 2, 2]
+
+
+def test_unnamed_stages_are_named_as_a_heavy_rank_group_at_equal_step_time(tmp_path):
+    """Nothing names or links the stages: the last quarter of the ranks computes 1.5x longer while every rank's
+    step takes the same time. A median test sees nothing odd in a quarter of the ranks; the compute split does."""
+    n = 16
+    prof = gen.open_store(gen.build(tmp_path, n, "stage_none"))
+    findings, _ = _run(prof)
+    st = [f for f in findings if f.check == "stage-imbalance"]
+    assert [(f.subject, f.ranks) for f in st] == [("rank group", list(range(3 * n // 4, n)))]
+    f = st[0]
+    assert f.evidence["gap_ms"] == pytest.approx(gen.COMPUTE_MS * (gen.STAGE_EXTRA - 1), abs=0.2)
+    assert f.evidence["light_ranks"] == list(range(3 * n // 4))
+    assert "names no pipeline stages" in f.message
+    # the same job with its stages named finds the stage, not a rank group
+    named, _ = _run(gen.open_store(gen.build(tmp_path / "named", n, "stage")))
+    assert [f.subject for f in named if f.check == "stage-imbalance"] == ["stage 4 of 4"]

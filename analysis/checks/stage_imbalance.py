@@ -148,7 +148,7 @@ class StageImbalanceCheck(Check):
 def split_by_compute(ctx: CheckContext) -> tuple[list[int], list[int], dict[int, float], float] | None:
     """(heavy ranks, light ranks, rank -> median compute ms per step, median step ms) where the ranks' median
     step times agree within T.stage_equal_step_pct % and their compute splits at its largest gap into two
-    groups of 2+ ranks (or 1+ with 2 ranks) that differ by T.stage_imbalance_pct % and
+    groups of 2+ ranks each that differ by T.stage_imbalance_pct % and
     T.slow_rank_min_excess_pct % of the step; else None."""
     comp: dict[int, list[float]] = defaultdict(list)
     steps: dict[int, list[float]] = defaultdict(list)
@@ -168,7 +168,7 @@ def split_by_compute(ctx: CheckContext) -> tuple[list[int], list[int], dict[int,
     cut = int(np.argmax(np.diff(vals))) + 1
     light, heavy = sorted(order[:cut]), sorted(order[cut:])
     lo, hi = float(np.median(vals[:cut])), float(np.median(vals[cut:]))
-    if len(order) > 2 and (len(light) < 2 or len(heavy) < 2):
+    if len(light) < 2 or len(heavy) < 2:
         return None   # one rank apart is slow-rank's to judge
     if lo <= 0 or 100.0 * (hi - lo) / lo < T.stage_imbalance_pct.value \
             or 100.0 * (hi - lo) / step < T.slow_rank_min_excess_pct.value:

@@ -17,7 +17,9 @@ transfer), so a rank that arrives late has the shortest collective, as on real h
     send/recv ops (each stage but the first receives before its compute, each but the last sends after it);
   * `stage_links`: the same send/recv ops on an Ascend-like layout with no process groups, the partners in
     `links` (src -> dst), and stage 0 on the highest ranks (stage k = ranks of block 3 - k), so the stage
-    order comes from which end of a chain sends first, not from rank numbers.
+    order comes from which end of a chain sends first, not from rank numbers;
+  * `stage_none`: the `stage` job with nothing that names or links its stages (no process groups, no send/recv),
+    as a text export with only step tables and collectives gives it.
 Jitter is seeded: the same call writes the same store.
 """
 
@@ -35,8 +37,8 @@ LATE_MS = 7.5
 HOST_MS = 20.0
 STAGE_EXTRA = 1.5
 XFER_MS = 5.0
-SCENARIOS = ("late", "host", "stage", "stage_pg", "stage_links")
-STAGE_SCENARIOS = ("stage", "stage_pg", "stage_links")
+SCENARIOS = ("late", "host", "stage", "stage_pg", "stage_links", "stage_none")
+STAGE_SCENARIOS = ("stage", "stage_pg", "stage_links", "stage_none")
 P2P_MS = 0.5
 _MS = 1_000_000
 
@@ -110,7 +112,7 @@ def _tables(n: int, scenario: str, culprit: int, steps: int, seed: int,
 
     md = [{"rank": r, "key": "distributedInfo", "value_json": json.dumps({
         "backend": "nccl", "rank": r, "world_size": n, "pg_config": pp(r)})}
-          for r in range(n) if scenario != "stage_links"]
+          for r in range(n) if scenario not in ("stage_links", "stage_none")]
     links = pd.DataFrame(columns=["rank", "step", "op_name", "src_rank", "dst_rank"])
     if scenario == "stage_links":
         src = [r for r in range(n) if p["group"][r] < 3]
