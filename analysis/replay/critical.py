@@ -5,7 +5,7 @@ late, and so on to a step start. Every link is a parameter of the replay, so the
 
 from __future__ import annotations
 
-from .engine import Trace, replay
+from .engine import Trace, own_clock, replay
 from .models import CriticalPath, PathLink
 from .whatif import Step
 
@@ -19,7 +19,6 @@ def critical_path(s: Step, path: str, error_pct: float) -> CriticalPath:
     rank = r["rank"].to_numpy()
     inst = r["inst"].to_numpy()
     sync = r["sync"].to_numpy(bool)
-    origin = int(si.start.min())
     i_end = int((ends - si.start).argmax())
     end_rank = int(si.ranks[i_end])
     links: list[tuple[str, int, int | None, int, int]] = []   # kind, rank, inst, start, dur (ns)
@@ -61,7 +60,11 @@ def critical_path(s: Step, path: str, error_pct: float) -> CriticalPath:
         links.append(("late_start", first, None, int(si.start[i_end]), gap))
     links.reverse()
     step_ns = int(ends[i_end] - si.start[i_end])
-    out = [PathLink(kind=k, rank=rk, collective=i, start_ms=round((t0 - origin) / 1e6, 3), ms=round(d / 1e6, 3),
+    # link starts on each rank's own clock, from the earliest step start on the ranks' own clocks
+    back = own_clock(si)
+    origin = int((si.start - back(si.ranks)).min())
+    out = [PathLink(kind=k, rank=rk, collective=i, start_ms=round((t0 - int(back([rk])[0]) - origin) / 1e6, 3),
+                    ms=round(d / 1e6, 3),
                     share_pct=round(100 * d / step_ns, 2) if step_ns else 0.0)
            for k, rk, i, t0, d in links if d > 0]
     by_rank: dict[int, float] = {}

@@ -85,14 +85,24 @@ TAIL = -1   # the instance id of a rank's tail window in `windows`
 
 
 def windows(si: StepInput, p: Params) -> pd.DataFrame:
-    """rank, inst, w0, w1 (ns) of every measured compute window: before each collective (inst), and the tail
-    (inst TAIL). What a rank did there is what a what-if moves."""
+    """rank, inst, w0, w1 (ns, on the rank's own clock, as the store holds its ops) of every measured compute
+    window: before each collective (inst), and the tail (inst TAIL). What a rank did there is what a what-if
+    moves."""
     assert p.w0 is not None and p.tail_w0 is not None
     r = si.rows
-    before = pd.DataFrame({"rank": r["rank"].to_numpy(), "inst": r["inst"].to_numpy(), "w0": p.w0,
-                           "w1": r["launch_ns"].to_numpy(np.int64)})
-    tail = pd.DataFrame({"rank": si.ranks, "inst": TAIL, "w0": p.tail_w0, "w1": si.end})
+    back = own_clock(si)
+    rank = r["rank"].to_numpy()
+    before = pd.DataFrame({"rank": rank, "inst": r["inst"].to_numpy(), "w0": p.w0 - back(rank),
+                           "w1": r["launch_ns"].to_numpy(np.int64) - back(rank)})
+    tail = pd.DataFrame({"rank": si.ranks, "inst": TAIL, "w0": p.tail_w0 - back(si.ranks),
+                         "w1": si.end - back(si.ranks)})
     return pd.concat([before, tail], ignore_index=True)
+
+
+def own_clock(si: StepInput):
+    """ranks -> the ns to subtract from a shared-clock time to put it back on each rank's own clock."""
+    off = dict(zip(si.ranks.tolist(), si.offset.tolist(), strict=True)) if si.offset is not None else {}
+    return lambda ranks: np.array([off.get(int(x), 0) for x in ranks], np.int64)
 
 
 @dataclass

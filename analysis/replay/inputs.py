@@ -16,6 +16,7 @@ Per rank and step the host step window (`steps`) gives where the step starts and
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,6 +34,8 @@ class StepInput:
     end: np.ndarray              # host step end per rank (ns)
     rows: pd.DataFrame           # rank, inst, launch, start, end, lane, sync, k (per rank in launch order)
     p2p_ms: dict[int, float] | None = None   # rank -> ms in unpaired send/recv this step (not replayed)
+    offset: np.ndarray | None = None         # per rank: ns added to its own clock (`clock_offsets`); every
+    #                                          time above is on the shared clock
 
 
 def _launches(sql) -> pd.DataFrame:
@@ -110,6 +113,14 @@ def step_inputs(sql, stages: dict[int, int] | None = None) -> tuple[list[StepInp
     steps = sql("SELECT rank, step, start_ns, end_ns FROM steps WHERE kept ORDER BY step, rank")
     if steps.empty:
         return [], source
+    off = clock_offsets(rows, hosts(sql))
+    if off:
+        shift = rows["rank"].map(off).fillna(0).astype("int64") if not rows.empty else 0
+        for c in ("launch_ns", "start_ns", "end_ns"):
+            if not rows.empty:
+                rows[c] = rows[c].astype("int64") + shift
+        ws = steps["rank"].map(off).fillna(0).astype("int64")
+        steps = steps.assign(start_ns=steps["start_ns"] + ws, end_ns=steps["end_ns"] + ws)
     out: list[StepInput] = []
     by_step = {int(s): g for s, g in rows.dropna(subset=["step"]).groupby("step")} if not rows.empty else {}
     for s, w in steps.groupby("step"):
@@ -121,5 +132,61 @@ def step_inputs(sql, stages: dict[int, int] | None = None) -> tuple[list[StepInp
         out.append(StepInput(int(s), w["rank"].to_numpy(np.int64), w["start_ns"].to_numpy(np.int64),
                              w["end_ns"].to_numpy(np.int64),
                              r[list(_COLS)],
-                             p2p.get(int(s), {})))
+                             p2p.get(int(s), {}),
+                             np.array([off.get(int(x), 0) for x in w["rank"]], np.int64)))
     return out, source
+
+
+def clock_offsets(rows: pd.DataFrame, host: dict[int, str]) -> dict[int, int]:
+    """rank -> ns to add to its clock so that the collectives its host shares with the hosts aligned before it
+    end together. Ranks on one host share its clock (their collectives' ends differ by the work itself: gloo's
+    ring, a rank the OS descheduled), so only hosts are aligned: a collective ends at about the same moment on
+    every member, so the median over the shared instances of (aligned host's end - this host's end), each
+    host's end being its members' median, needs no clock synchronisation between hosts. From the host of the
+    lowest rank outwards; send / recv do not end together and are not used; a host that shares no collective,
+    and a rank whose host is not known, keep their own clock."""
+    if rows.empty or len(set(host.values())) < 2:
+        return {}
+    coll = rows[rows["waits"].astype(bool) & ~rows["coll"].isin(["send", "recv"])] if "coll" in rows else rows
+    coll = coll[coll["rank"].isin(list(host))]
+    if coll.empty:
+        return {}
+    # relative to the earliest end: epoch ns do not fit a float's mantissa, the differences do
+    coll = coll.assign(rel=coll["end_ns"].astype("int64") - int(coll["end_ns"].min()),
+                       host=coll["rank"].map(host))
+    ends = coll.groupby(["inst", "host"])["rel"].median().unstack("host")
+    first = host[min(int(r) for r in coll["rank"])]
+    names = [first, *sorted(h for h in ends.columns if h != first)]
+    e = ends[names].to_numpy(np.float64)
+    has = ~np.isnan(e)
+    shift = np.zeros(len(names))
+    aligned = np.zeros(len(names), bool)
+    aligned[0] = True
+    while not aligned.all():
+        # the unaligned hosts that share an instance with an aligned one; each takes the first such host
+        shared = has[:, ~aligned].T.astype(np.int32) @ has[:, aligned].astype(np.int32)
+        got = np.flatnonzero(shared.any(axis=1))
+        if not got.size:
+            break
+        todo, src = np.flatnonzero(~aligned), np.flatnonzero(aligned)
+        for i in got:
+            h, a = todo[i], src[int(np.argmax(shared[i] > 0))]
+            both = has[:, h] & has[:, a]
+            shift[h] = shift[a] + float(np.median(e[both, a] - e[both, h]))
+        aligned[todo[got]] = True
+    by_host = {names[i]: int(np.rint(v)) for i, v in enumerate(shift) if aligned[i]}
+    return {r: by_host[h] for r, h in host.items() if by_host.get(h)}
+
+
+def hosts(sql) -> dict[int, str]:
+    """rank -> the host its trace says it ran on (Kineto's top-level `host_name`), where it says so."""
+    df = sql("SELECT rank, value_json FROM metadata WHERE key = 'host_name'")
+    out = {}
+    for r, v in df.itertuples(index=False):
+        try:
+            name = json.loads(v)
+        except (TypeError, ValueError):
+            continue
+        if isinstance(name, str) and name:
+            out[int(r)] = name
+    return out
