@@ -95,7 +95,10 @@ def replay_steps(inputs: list[StepInput]) -> tuple[list[Step], Replay]:
 
 
 def _gid(ranks: np.ndarray, groups: dict[int, int] | None) -> np.ndarray:
-    return np.array([(groups or {}).get(int(r), 0) for r in ranks], np.int64)
+    """Per rank: its group (one group 0 without `groups`)."""
+    if not groups:
+        return np.zeros(len(ranks), np.int64)
+    return pd.Series(ranks).map(groups).fillna(0).to_numpy(np.int64)
 
 
 def _median_of_others(rows: pd.DataFrame, col: np.ndarray, who: np.ndarray,
@@ -229,7 +232,8 @@ def ideal_of(stages: dict[int, int] | None = None):
     def at(s: Step) -> Params:
         r = s.si.rows
         g = _gid(s.si.ranks, stages)
-        t = np.array([np.median(s.p.t[g == x]) for x in g], np.int64)
+        med = {int(x): float(np.median(s.p.t[g == x])) for x in np.unique(g)}
+        t = np.array([med[int(x)] for x in g], np.int64)
         return Params(_median_all(r, s.p.c, stages).astype(np.int64), _median_all(r, s.p.q, stages).astype(np.int64),
                       _median_all(r, s.p.x).astype(np.int64), t, lead=int(np.median(s.si.start)) - s.si.start)
     if not stages or len(set(stages.values())) < 2:
