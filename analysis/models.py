@@ -28,6 +28,9 @@ class ProfileInfo(BaseModel):
     framework: str | None = None
     dropped_steps: list[int] = Field(default_factory=list,
                                      description="steps present but left out (Kineto: the last, partial one)")
+    missing_ranks: list[int] = Field(default_factory=list,
+                                     description="ranks below world_size with no profile here (the cross-rank "
+                                                 "answers cover the ranks present only)")
 
 
 class Finding(BaseModel):

@@ -234,3 +234,41 @@ def test_ranks_on_two_hosts_are_aligned_on_their_collectives_ends(tmp_path):
     steps, _ = prepare(api.load(out))
     assert -37.5 <= steps[0].si.offset[1] / 1e6 <= -36.5
     assert moved.scenarios[0].predicted_step_ms == pytest.approx(same.scenarios[0].predicted_step_ms, rel=0.02)
+
+
+def test_a_rank_without_trace_events_is_a_coarse_node_with_a_warning(tmp_path):
+    """The real 2-rank torch_npu text export with every trace_view.json removed (and rank 1's kernel details): only
+    the step tables and communication files are left. Each rank's step is its step-table Stage time ending at its
+    last collective, so the job still replays across ranks, and the answer says how coarse it is."""
+    src = need(SHARED / "real" / "ascend" / "msinsight-pt-text-l1")
+    dst = tmp_path / "job"
+    import shutil
+
+    shutil.copytree(src, dst)
+    for f in dst.rglob("trace_view.json"):
+        f.unlink()
+    (dst / "rank1_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv").unlink()
+    prof = api.load(dst)
+    stage = {int(r): ms for r, ms in prof.rows("SELECT rank, stage_ns / 1e6 FROM vendor_step_trace")}
+    w = what_if(prof)
+    assert w.replay.coarse_ranks == [0, 1] and w.replay.abstained_steps == []
+    assert w.replay.steps[0].measured_ms == pytest.approx(max(stage.values()), abs=0.01)
+    assert any("have no trace events" in x for x in w.warnings)
+
+
+def test_a_missing_rank_is_said_and_never_named(tmp_path):
+    """dp4_slowrank without rank 0's trace: the other three replay, the answer says rank 0 has no profile, and the
+    planted rank 2 is still the one named."""
+    import shutil
+
+    out = tmp_path / "traces"
+    out.mkdir()
+    for f in need(CPU / "dp4_slowrank" / "traces").glob("*.json.gz"):
+        if not f.name.startswith("rank0."):
+            shutil.copy(f, out / f.name)
+    prof = api.load(out)
+    w = what_if(prof)
+    assert w.replay.missing_ranks == [0] and w.replay.ranks == [1, 2, 3]
+    assert any("rank 0 of the job has no profile" in x for x in w.warnings)
+    named = [f.ranks for f in api.issues(prof, checks=["slow-rank"]).findings]
+    assert named == [[2]], named

@@ -63,6 +63,8 @@ def _profile_line(p: Any, width: int) -> str:
     steps = f"steps {fmt_value(p.steps)}" + (f" (dropped {fmt_value(dropped)}: partial)" if dropped else "")
     fields = [p.path, f"[{p.format}]", f"ranks {fmt_value(p.ranks)}", steps]
     fields += [f"world size {p.world_size}"] if p.world_size else []
+    miss = getattr(p, "missing_ranks", None) or []
+    fields += [f"missing {'rank' if len(miss) == 1 else 'ranks'} {fmt_value(miss)}"] if miss else []
     lines = [fields[0]]
     for x in fields[1:]:
         if len(lines[-1]) + 2 + len(x) <= width:

@@ -39,6 +39,9 @@ def _prepare(prof: Profile) -> tuple[list[Step], Replay] | None:
     steps, rep = replay_steps(inputs)
     rep.source = source
     rep.ranks = sorted({int(r) for si in inputs for r in si.ranks})
+    traced = {int(r) for (r,) in prof.rows("SELECT DISTINCT rank FROM steps")}
+    rep.coarse_ranks = [r for r in rep.ranks if r not in traced]
+    rep.missing_ranks = list(prof.info.missing_ranks)
     return steps, rep
 
 
@@ -100,8 +103,27 @@ def what_if(prof: Profile, ranks_at_median: list[int] | None = None, stages_at_m
     stage_gain = {st: -sc.delta_ms for st, sc in by_stage.items()}
     if rep.abstained_steps:
         warnings.append(f"steps {rep.abstained_steps} not used: {rep.reason}")
+    warnings += replay_scope(rep)
     return WhatIf(path=path, replay=rep, scenarios=scenarios, slowdown=sd,
                   verdict=verdict(sd, recovered, out, stage_gain, staged), warnings=warnings)
+
+
+def replay_scope(rep: Replay) -> list[str]:
+    """What the replay could not see, in words: ranks without trace events, ranks without any profile."""
+    out = []
+    if rep.coarse_ranks:
+        out.append(f"ranks {_span(rep.coarse_ranks)} have no trace events: their step windows are inferred from "
+                   "their step tables (each step ends at its last collective), so what they did after it is unknown")
+    if rep.missing_ranks:
+        one = len(rep.missing_ranks) == 1
+        out.append(f"{'rank' if one else 'ranks'} {_span(rep.missing_ranks)} of the job {'has' if one else 'have'} "
+                   "no profile: collectives are replayed without them (a wait for them reads as transfer time), "
+                   f"and {'it' if one else 'none of them'} can be named")
+    return out
+
+
+def _span(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks[:16])) + (f" and {len(ranks) - 16} more" if len(ranks) > 16 else "")
 
 
 def _edits(prof: Profile, steps: list[Step], bad: list[int], ranks: list[int], no_stalls: list[int],

@@ -110,7 +110,8 @@ def step_inputs(sql, stages: dict[int, int] | None = None) -> tuple[list[StepInp
     """One StepInput per kept step that has collectives on 2+ ranks; the collectives' source. `stages`: rank ->
     pipeline stage, where known (peers of send / recv that the profile does not name)."""
     rows, source, p2p = _all_rows(sql, stages)
-    steps = sql("SELECT rank, step, start_ns, end_ns FROM steps WHERE kept ORDER BY step, rank")
+    steps = pd.concat([sql("SELECT rank, step, start_ns, end_ns FROM steps WHERE kept"), coarse_windows(sql)],
+                      ignore_index=True).sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
     if steps.empty:
         return [], source
     off = clock_offsets(rows, hosts(sql))
@@ -135,6 +136,22 @@ def step_inputs(sql, stages: dict[int, int] | None = None) -> tuple[list[StepInp
                              p2p.get(int(s), {}),
                              np.array([off.get(int(x), 0) for x in w["rank"]], np.int64)))
     return out, source
+
+
+def coarse_windows(sql) -> pd.DataFrame:
+    """rank, step, start_ns, end_ns of the steps of a rank that has no step window of its own (an Ascend text
+    export without trace_view.json: only its step table and communication files) but a step-table time (Stage)
+    and timed collectives in the step: the step is taken to end at its last collective and to last its Stage
+    time. Coarser than a traced rank (what it did after its last collective is unknown), but its collectives
+    still link it to the other ranks."""
+    return sql("""
+        SELECT v.rank, v.step, max(c.start_ns + c.elapse_ns) - any_value(v.stage_ns) AS start_ns,
+               max(c.start_ns + c.elapse_ns) AS end_ns
+        FROM vendor_step_trace v JOIN comm_ops c ON c.rank = v.rank AND c.step = v.step
+        WHERE v.stage_ns > 0 AND v.step IS NOT NULL
+          AND NOT EXISTS (SELECT 1 FROM steps s WHERE s.rank = v.rank AND s.step = v.step)
+        GROUP BY v.rank, v.step
+    """)
 
 
 def clock_offsets(rows: pd.DataFrame, host: dict[int, str]) -> dict[int, int]:

@@ -20,6 +20,10 @@ class Replay(BaseModel):
     max_error_pct: float = Field(description="the limit on a step's null-replay error")
     source: str | None = Field(None, description="where the collectives came from (comm_ops, host_ops)")
     ranks: list[int] = Field(default_factory=list, description="the ranks replayed")
+    coarse_ranks: list[int] = Field(default_factory=list, description="ranks with no trace events: their step "
+                                    "windows are inferred from their step table (end at their last collective)")
+    missing_ranks: list[int] = Field(default_factory=list, description="ranks of the job's world size with no "
+                                     "profile: their collectives are replayed without them")
 
 
 class ScenarioStep(BaseModel):

@@ -121,7 +121,18 @@ def profile_info(con: duckdb.DuckDBPyConnection, path: Path) -> ProfileInfo:
     return ProfileInfo(path=str(path), format="+".join(fmts), ranks=ranks, steps=steps,
                        world_size=int(ws) if ws is not None else None,
                        vendor="+".join(vendors) or None, framework="+".join(fws) or None,
-                       dropped_steps=dropped)
+                       dropped_steps=dropped, missing_ranks=missing_ranks(ranks, ws))
+
+
+MAX_LISTED_WORLD = 1 << 20   # a world size beyond this is not taken at its word (a damaged header)
+
+
+def missing_ranks(ranks: list[int], world: int | None) -> list[int]:
+    """The ranks 0..world-1 that have no profile."""
+    if not world or world > MAX_LISTED_WORLD:
+        return []
+    have = set(ranks)
+    return [r for r in range(int(world)) if r not in have]
 
 
 def analysis_config(db: Path) -> dict[str, str]:
@@ -215,7 +226,12 @@ def open_profile(path: str | Path, *, cache_dir: Path | None = None, workers: in
         warnings = [r[0] for r in con.execute(
             "SELECT DISTINCT CASE WHEN rank IS NULL THEN message ELSE 'rank ' || rank || ': ' || message END "
             "FROM ingest_warnings ORDER BY 1").fetchall()]
-        prof = Profile(path=p, db_path=db, info=profile_info(con, p), warnings=warnings, con=con,
-                       from_cache=from_cache)
+        info = profile_info(con, p)
+        if info.missing_ranks:
+            miss = info.missing_ranks
+            listed = ", ".join(map(str, miss[:16])) + (f" and {len(miss) - 16} more" if len(miss) > 16 else "")
+            warnings.append(f"{len(miss)} of the job's {info.world_size} ranks have no profile here (ranks {listed}): "
+                            "slow-rank, stage-imbalance and the what-if cover the ranks present only")
+        prof = Profile(path=p, db_path=db, info=info, warnings=warnings, con=con, from_cache=from_cache)
         _OPEN[db] = prof
         return prof
