@@ -91,6 +91,14 @@ def _gz_cut(f: Path, _: str | None) -> None:
     f.write_bytes(data[: len(data) // 2])
 
 
+def _gz_head(f: Path, _: str | None) -> None:
+    """A gzip stream cut at a tenth of its compressed bytes: only its head decompresses (the metadata and the
+    first events, before the trace's first step), so the rank must be found from that head or its file name."""
+    data = f.read_bytes()
+    assert data[:2] == b"\x1f\x8b", f"{f} is not gzip"
+    f.write_bytes(data[: len(data) // 10])
+
+
 DAMAGES: dict[str, Callable[[Path, str | None], None]] = {
     "truncate": _truncate,
     "empty": _empty,
@@ -101,6 +109,7 @@ DAMAGES: dict[str, Callable[[Path, str | None], None]] = {
     "trailing_garbage": _trailing_garbage,
     "corrupt_db": _corrupt_db,
     "gz_cut": _gz_cut,
+    "gz_head": _gz_head,
 }
 
 

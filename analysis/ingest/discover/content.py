@@ -6,7 +6,6 @@ the folder's own name alone, so a rank folder copied under any name is still fou
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import re
@@ -193,22 +192,42 @@ def json_kind(path: Path) -> str | None:
 
 
 def read_head(path: Path, n: int = _HEAD_BYTES) -> bytes:
-    """The first n bytes of a trace, decompressed when gzip; raises ProfileError on a corrupt gzip."""
+    """The first n bytes of a trace, decompressed when gzip. A gzip cut short or damaged after its start gives
+    what it decompressed up to there (the rank and format are near the top; the reader says what was lost);
+    raises ProfileError only when not one byte decompresses."""
     try:
         with open(path, "rb") as f:
             magic = f.read(2)
             f.seek(0)
-            if magic == b"\x1f\x8b":
-                with gzip.GzipFile(fileobj=f) as g:
-                    return g.read(n)
-            return f.read(n)
-    except (OSError, EOFError, zlib.error) as e:
-        raise ProfileError(path, f"cannot read: corrupt or truncated gzip ({e})") from None
+            if magic != b"\x1f\x8b":
+                return f.read(n)
+            d = zlib.decompressobj(wbits=31)
+            out = bytearray()
+            try:
+                while len(out) < n:
+                    chunk = f.read(1 << 16)
+                    if not chunk:
+                        break
+                    out += d.decompress(chunk, n - len(out))
+                    while d.unconsumed_tail and len(out) < n:
+                        out += d.decompress(d.unconsumed_tail, n - len(out))
+            except zlib.error as e:
+                if not out:
+                    raise ProfileError(path, f"cannot read: corrupt or truncated gzip ({e})") from None
+            if not out and not d.eof:
+                raise ProfileError(path, "cannot read: corrupt or truncated gzip (no data before its end)")
+            return bytes(out[:n])
+    except OSError as e:
+        raise ProfileError(path, f"cannot read: {e}") from None
 
 
 def kineto_rank(path: Path) -> tuple[int | None, str]:
-    """Rank of a Kineto file: distributedInfo.rank in the head, else the file name."""
-    head = read_head(path)
+    """Rank of a Kineto file: distributedInfo.rank in the head, else the file name (a file whose head cannot be
+    read at all is still its rank's: the reader reports the damage, and the other ranks go on)."""
+    try:
+        head = read_head(path)
+    except ProfileError:
+        head = b""
     if m := _DIST_RANK_RE.search(head):
         return int(m.group(1)), "distributedInfo.rank"
     if m := _FILE_RANK_RE.search(path.name):

@@ -74,7 +74,7 @@ def _build(t: RankTables, path: Path, doc: Doc, f: Folder) -> None:
     join_launches(tr, st)
     win = device_windows(tr, st, f)
     info = add_ranks_row(t, path, meta, tr, f)
-    window_note = _add_steps(t, tr, st, win, info)
+    window_note = _add_steps(t, tr, st, win, info, damaged=bool(doc.damage))
     add_device_ops(t, tr, f, info.has_mtia)
     assert tr.h_step is not None
     host_collectives(t, tr.names, tr.h_nid, tr.h_cat, tr.h_step, tr.h_start, tr.h_dur, tr.h_tid, f.h_p2p)
@@ -87,7 +87,7 @@ def _build(t: RankTables, path: Path, doc: Doc, f: Folder) -> None:
     _warn(t, path, doc, f, tr, st, info, window_note)
 
 
-def _add_steps(t: RankTables, tr: Trace, st: Steps, win: Windows, info: RankInfo) -> str:
+def _add_steps(t: RankTables, tr: Trace, st: Steps, win: Windows, info: RankInfo, damaged: bool = False) -> str:
     """The steps rows; without ProfilerStep one step 0 whose window leaves initialisation out (host rows and
     device ops before it get no step). Returns the note saying how that window was chosen ('' with steps)."""
     if st.n:
@@ -115,7 +115,8 @@ def _add_steps(t: RankTables, tr: Trace, st: Steps, win: Windows, info: RankInfo
     d0 = int(tr.d_start[in_step].min()) if in_step.any() else win.span0
     if d0 is not None and win.span0 is not None:
         d0 = max(d0, win.span0)
-    t.add("steps", step=0, start_ns=win0, end_ns=max(all_ends), kept=True, device_start_ns=d0,
+    # a trace cut before its first ProfilerStep is not a stepless trace: its one window is no step of the job
+    t.add("steps", step=0, start_ns=win0, end_ns=max(all_ends), kept=not damaged, device_start_ns=d0,
           device_end_ns=win.span1)
     return note
 
@@ -129,7 +130,9 @@ def _warn(t: RankTables, path: Path, doc: Doc, f: Folder, tr: Trace, st: Steps, 
     if doc.damage:
         t.warn(f"{path.name} is damaged ({doc.damage}): the {f.host.n + f.dev.n} host and device events read "
                "before the damage are kept, the rest of the file is lost")
-    if not st.n:
+    if not st.n and doc.damage:
+        t.warn("no ProfilerStep#N annotation before the damage: its events belong to no analysed step")
+    elif not st.n:
         t.warn("no ProfilerStep#N annotations: the trace is analysed as one step (step 0)" + window_note)
     if not info.props and nd:
         t.warn("no deviceProperties: device name and SM count unknown")
