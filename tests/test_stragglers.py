@@ -195,3 +195,26 @@ def test_unnamed_stages_are_named_as_a_heavy_rank_group_at_equal_step_time(tmp_p
     # the same job with its stages named finds the stage, not a rank group
     named, _ = _run(gen.open_store(gen.build(tmp_path / "named", n, "stage")))
     assert [f.subject for f in named if f.check == "stage-imbalance"] == ["stage 4 of 4"]
+
+
+def test_old_sendrecv_all_to_all_is_matched_and_the_late_rank_named_on_the_replay(tmp_path):
+    """2021-2023 traces show an all-to-all as NCCL's grouped ncclKernel_SendRecv with no collective args: the 8-rank
+    DLRM shape (rank 5 starts 7.5 ms late in 5 of 8 steps). Matched in order, every instance keeps the invariant
+    (no member ends before the last starts), so the replay runs and names rank 5, never a rank that waits."""
+    import duckdb
+
+    prof = gen.open_store(gen.build(tmp_path, 8, "late", culprit=5, steps=8, late_steps=5, kind="sendrecv"))
+    df, _ = collectives.instances(lambda q: prof.sql(q))
+    assert set(df["coll"]) == {"sendrecv"} and df.groupby("inst")["rank"].nunique().eq(8).all()
+    findings, _ = _run(prof)
+    assert [(f.ranks, f.evidence.get("dimension")) for f in findings] == [([5], "replay")]
+    assert api.what_if(prof).verdict.startswith("one slow worker: rank 5")
+    # the same kernels between pipeline neighbours (each rank talks to one other): matched in order they would
+    # end before they begin, so they stay point-to-point of unknown peers
+    db = gen.build(tmp_path / "pp", 8, "stage_pg")
+    con = duckdb.connect(str(db))
+    con.execute("UPDATE comm_ops SET op_type = 'sendrecv' WHERE op_type IN ('send', 'receive')")
+    con.close()
+    pp = gen.open_store(db)
+    df, _ = collectives.instances(lambda q: pp.sql(q))
+    assert "sendrecv" not in set(df["coll"]) and len(df)

@@ -82,3 +82,25 @@ def split_ungrouped(df: pd.DataFrame, sql) -> pd.DataFrame:
     if best is not None:
         df.loc[loose, "part"] = best
     return df
+
+
+P2P_BROKEN_SHARE = 0.05   # instances of a grouped send/recv kind allowed to break the invariant (clocks)
+# NCCL's grouped point-to-point kernel (ncclKernel_SendRecv): what an all-to-all is in 2021-2023 traces, which
+# name no collective. Matched in order like a collective only where the timing invariant holds
+# (`drop_unmatched_p2p`); else it is point-to-point of unknown peers.
+GROUPED_P2P = ("sendrecv",)
+
+
+def drop_unmatched_p2p(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` without the rows of a grouped send/recv kind (`collectives.GROUPED_P2P`) whose matching in order
+    breaks the invariant in more than P2P_BROKEN_SHARE of its instances: those kernels pair ranks two by two
+    (a pipeline), not all with all (an all-to-all), and the order does not match them."""
+    for kind in GROUPED_P2P:
+        sel = (df["coll"] == kind).to_numpy()
+        if not sel.any():
+            continue
+        sub = df[sel]
+        n = sub["inst"].nunique()
+        if broken(sub, sub["inst"].to_numpy()) > P2P_BROKEN_SHARE * n:
+            df = df[~sel]
+    return df

@@ -6,6 +6,8 @@ Sources, one row per collective instance per rank (times on the rank's own clock
   * for a rank without comm_ops, its CPU-side collectives in host_ops (`gloo:all_reduce` ...): gloo runs
     collectives on the CPU and Kineto records them as user annotations spanning the wait.
 Point-to-point ops (send/receive) are left out: their wait belongs to pipeline schedules (stage-imbalance).
+NCCL's grouped send/recv kernel of old traces (op type sendrecv: an all-to-all) is matched like a collective
+where every instance keeps the timing invariant (`coll_groups`).
 
 Matching: the n-th instance of collective C in group G on one rank is the n-th on every rank of G. A
 group name may be missing (legacy Ascend files, gloo), so ranks are also split by how many instances of
@@ -30,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from ..thresholds import T
-from .coll_groups import split_ungrouped
+from .coll_groups import GROUPED_P2P, drop_unmatched_p2p, split_ungrouped
 from .intervals import merge
 
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast", "alltoall", "alltoallv", "reduce",
@@ -71,7 +73,7 @@ def instances(sql) -> tuple[pd.DataFrame, str | None]:
     """rank, step, start_ns, dur_ns, src, lane (the host thread running it; -1 on the device), coll (its
     normalized kind), k (its index among the rank's (group, kind)) and inst (matched instance id) of every
     collective seen on 2+ ranks."""
-    coll_list = ",".join(f"'{c}'" for c in COLLECTIVES)
+    coll_list = ",".join(f"'{c}'" for c in (*COLLECTIVES, *GROUPED_P2P))
     q = f"""
     WITH c AS (
         SELECT rank, step, coalesce(group_name, '') AS g, {_NORM.format(c='op_type')} AS coll, start_ns,
@@ -91,7 +93,9 @@ def instances(sql) -> tuple[pd.DataFrame, str | None]:
     if df.empty:
         return df, None
     df = split_ungrouped(df, sql)
-    df["inst"] = df.groupby(["g", "coll", "cnt", "part", "k"], sort=True).ngroup() + 1
+    key = ["g", "coll", "cnt", "part", "k"]
+    df["inst"] = df.groupby(key, sort=True).ngroup() + 1
+    df = drop_unmatched_p2p(df)
     df = df.drop(columns=["g", "cnt", "part"])
     n = df.groupby("inst")["rank"].transform("size")
     df = df[n >= 2].reset_index(drop=True)

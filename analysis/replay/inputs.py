@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..metrics.coll_groups import GROUPED_P2P
 from ..metrics.collectives import instances
 from .p2p import SYNC_TOLERANCE_NS, p2p_rows
 
@@ -91,7 +92,8 @@ def _all_rows(sql, stages: dict[int, int] | None) -> tuple[pd.DataFrame, str | N
     """Collective rows, then send / recv pairs; and step -> rank -> ms in unpaired send / recv."""
     rows, source = _rows(sql)
     first = int(rows["inst"].max()) + 1 if not rows.empty else 1
-    pairs, left = p2p_rows(sql, first, stages)
+    taken = not rows.empty and bool(rows["coll"].isin(GROUPED_P2P).any())
+    pairs, left = p2p_rows(sql, first, stages, grouped_taken=taken)
     if not rows.empty:
         rows = rows.assign(waits=True)
     if not pairs.empty:

@@ -48,16 +48,20 @@ def layout_peers(stages: dict[int, int] | None) -> dict[int, int]:
     return out
 
 
-def p2p_rows(sql, first_inst: int, stages: dict[int, int] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def p2p_rows(sql, first_inst: int, stages: dict[int, int] | None = None,
+             grouped_taken: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(paired rows, unpaired rows). Paired: rank, step, start_ns, dur_ns, end_ns, launch_ns, src, lane, coll,
     k, inst (from first_inst on), sync, waits. Unpaired: rank, step, dur_ns. `stages` (rank -> stage) gives
-    peers by the layout where the profile has none (`layout_peers`)."""
+    peers by the layout where the profile has none (`layout_peers`). NCCL's grouped send/recv kernels
+    (op type sendrecv) name no peer and no direction: unpaired, unless the collectives took them as an
+    all-to-all (`grouped_taken`)."""
+    kinds = _P2P if grouped_taken else "('send', 'receive', 'sendrecv')"
     df = sql(f"""
         WITH p AS (
             SELECT c.rank, c.step, c.op_type, c.peer_rank, c.start_ns, c.elapse_ns, h.tid
             FROM comm_ops c LEFT JOIN (SELECT DISTINCT rank, start_ns, tid FROM host_ops WHERE name LIKE 'gloo:%') h
                  ON h.rank = c.rank AND h.start_ns = c.start_ns
-            WHERE lower(c.op_type) IN {_P2P}
+            WHERE lower(c.op_type) IN {kinds}
         ), calls AS (
             SELECT rank, tid, start_ns AS call_ns, start_ns + dur_ns AS call_end FROM host_ops
             WHERE name IN ('c10d::send', 'c10d::recv_')

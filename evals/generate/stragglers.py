@@ -145,9 +145,11 @@ def _p2p_ops(stage: np.ndarray, step: int, c0: np.ndarray, c1: np.ndarray, scena
 
 
 def build(out: Path, n_ranks: int, scenario: str, *, culprit: int | None = None, steps: int = 3,
-          seed: int = 0, late_steps: int | None = None) -> Path:
+          seed: int = 0, late_steps: int | None = None, kind: str = "allreduce") -> Path:
     """Write the scenario's store to out/profile.duckdb (replaced) and return its path. culprit defaults
-    to the middle rank (late / host); late_steps limits its delay to the first that many steps."""
+    to the middle rank (late / host); late_steps limits its delay to the first that many steps. kind
+    "sendrecv": each step's collective is an all-to-all as 2021-2023 traces show it (NCCL's grouped
+    `ncclKernel_SendRecv` kernel, op type sendrecv, no group, no collective args)."""
     import duckdb
 
     from stepdoctor.analysis.ingest.base import schema_sql
@@ -156,6 +158,8 @@ def build(out: Path, n_ranks: int, scenario: str, *, culprit: int | None = None,
     db = out / "profile.duckdb"
     db.unlink(missing_ok=True)
     tabs = _tables(n_ranks, scenario, n_ranks // 2 if culprit is None else culprit, steps, seed, late_steps)
+    if kind == "sendrecv":
+        _as_sendrecv(tabs)
     con = duckdb.connect(str(db))
     try:
         con.execute(schema_sql())
@@ -169,6 +173,15 @@ def build(out: Path, n_ranks: int, scenario: str, *, culprit: int | None = None,
     finally:
         con.close()
     return db
+
+
+def _as_sendrecv(tabs: dict[str, pd.DataFrame]) -> None:
+    name = "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t"
+    dev, comm = tabs["device_ops"], tabs["comm_ops"]
+    c = dev["category"] == "communication"
+    dev.loc[c, "name"] = name
+    dev.loc[c, ["collective", "group_name"]] = None
+    tabs["comm_ops"] = comm.assign(name=name, op_type="sendrecv", group_name=None)
 
 
 def open_store(db: Path):
