@@ -57,6 +57,48 @@ def test_changed_input_reingests(tmp_path):
     store.forget_opened()
     b = store.open_profile(prof_dir, cache_dir=cache)
     assert a.db_path != b.db_path and not b.from_cache
+    # one database per profile: the one of the old input is gone
+    assert sorted(f.name for f in cache.glob("*.duckdb")) == [b.db_path.name]
+
+
+def test_a_wal_mode_db_export_is_never_written_and_hits_the_cache(tmp_path, monkeypatch):
+    """The real torch_npu DB export was left in WAL mode (-wal and -shm beside it): opening it read-only must not
+    touch them (SQLite's mode=ro still writes -shm), so the input's fingerprint stays and the second open is a
+    cache hit; the -wal's pages are read from a private copy."""
+    prof_dir = tmp_path / "prof"
+    shutil.copytree(need(SHARED / "real" / "ascend" / "msinsight-pt-db-l1"), prof_dir)
+    for p in prof_dir.rglob("*"):
+        p.chmod(p.stat().st_mode | 0o200)
+    assert list(prof_dir.rglob("*.db-wal"))
+    before = _snapshot(prof_dir)
+    cache = tmp_path / "cache"
+    first = store.open_profile(prof_dir, cache_dir=cache)
+    for _ in range(3):
+        store.forget_opened()
+        again = store.open_profile(prof_dir, cache_dir=cache)
+        assert again.from_cache and again.db_path == first.db_path
+    assert _snapshot(prof_dir) == before
+    assert len(list(cache.glob("*.duckdb"))) == 1
+
+
+def test_the_cache_keeps_under_its_size_cap_least_recently_used_first(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    dirs = []
+    for name in ("a", "b"):
+        d = tmp_path / name
+        shutil.copytree(need(KINETO / "trace_filter"), d)
+        dirs.append(d)
+    a = store.open_profile(dirs[0], cache_dir=cache)
+    size_mb = a.db_path.stat().st_size / 2**20
+    monkeypatch.setenv("STEPDOCTOR_CACHE_MAX_MB", str(size_mb * 1.5))   # room for one database, not two
+    store.forget_opened()
+    b = store.open_profile(dirs[1], cache_dir=cache)
+    assert sorted(f.name for f in cache.glob("*.duckdb")) == [b.db_path.name]
+    # the one just built is kept even when it alone is over the cap
+    monkeypatch.setenv("STEPDOCTOR_CACHE_MAX_MB", "0")
+    store.forget_opened()
+    c = store.open_profile(dirs[0], cache_dir=cache)
+    assert sorted(f.name for f in cache.glob("*.duckdb")) == [c.db_path.name]
 
 
 def test_crash_mid_ingest_leaves_no_usable_cache(tmp_path):

@@ -3,6 +3,11 @@
 The fingerprint is a SHA-256 over every input file's relative path, size and mtime (ns), the schema text and
 the reader version: unchanged input -> same cache file -> no parsing at all. Nothing is written next to the
 input: the cache lives under $STEPDOCTOR_CACHE_DIR, else $XDG_CACHE_HOME/stepdoctor, else ~/.cache/stepdoctor.
+
+A cache file is `<place>-<fingerprint>.duckdb`, `place` a digest of the profile's resolved path: one database
+per profile (a changed input replaces its older database, `keep_one_per_place`), and the whole cache stays
+under $STEPDOCTOR_CACHE_MAX_MB (default CACHE_MAX_MB), the least recently used databases removed first
+(`trim`; a cache hit touches its file).
 """
 
 from __future__ import annotations
@@ -127,3 +132,67 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:   # alive, another user's
         return True
     return True
+
+
+CACHE_MAX_MB = 20_480
+_DB_RE = re.compile(r"^([0-9a-f]{12})-[0-9a-f]{32}\.duckdb$")
+
+
+def place_key(path: Path) -> str:
+    """The digest of a profile's resolved path that prefixes its cache files."""
+    return hashlib.sha256(str(path).encode("utf-8", "surrogateescape")).hexdigest()[:12]
+
+
+def keep_one_per_place(root: Path, current: Path) -> int:
+    """Delete the older databases of the profile whose database is `current` (same place prefix). A process
+    that still has one open keeps reading it (the file is only unlinked). Returns how many were removed."""
+    m = _DB_RE.match(current.name)
+    if m is None:
+        return 0
+    removed = 0
+    with contextlib.suppress(OSError):
+        for q in root.glob(f"{m.group(1)}-*.duckdb"):
+            if q != current and _DB_RE.match(q.name):
+                with contextlib.suppress(OSError):
+                    q.unlink()
+                    removed += 1
+    return removed
+
+
+def max_cache_bytes() -> int:
+    try:
+        mb = float(os.environ.get("STEPDOCTOR_CACHE_MAX_MB", CACHE_MAX_MB))
+    except ValueError:
+        mb = CACHE_MAX_MB
+    return int(max(mb, 0) * 2**20)
+
+
+def trim(root: Path, keep: Path) -> int:
+    """Remove the least recently used cache databases until the cache fits `max_cache_bytes`, never `keep`
+    (the one just opened, even when it alone is over the cap). Returns how many were removed."""
+    cap = max_cache_bytes()
+    files = []
+    with contextlib.suppress(OSError):
+        for q in root.iterdir():
+            if _DB_RE.match(q.name):
+                with contextlib.suppress(OSError):
+                    st = q.stat()
+                    files.append((st.st_mtime_ns, st.st_size, q))
+    total = sum(size for _, size, _ in files)
+    removed = 0
+    for _, size, q in sorted(files, key=lambda x: x[0]):
+        if total <= cap:
+            break
+        if q == keep:
+            continue
+        with contextlib.suppress(OSError):
+            q.unlink()
+            total -= size
+            removed += 1
+    return removed
+
+
+def touch(db: Path) -> None:
+    """Mark a cache database as used now (the least recently used go first in `trim`)."""
+    with contextlib.suppress(OSError):
+        os.utime(db)

@@ -1,7 +1,7 @@
 """An opened profile: its read-only DuckDB connection and header, memoised per database in this process.
 
 `open_profile`: discover PATH's ranks, fingerprint their files (cache.py); on a miss build the database in
-`<fp>.duckdb.tmp-<pid>-<thread>` and rename it over the cache file only when complete (os.replace is
+`<place>-<fp>.duckdb.tmp-<pid>-<thread>` and rename it over the cache file only when complete (os.replace is
 atomic), so a crash never leaves a cache that gets used.
 """
 
@@ -18,7 +18,16 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ProfileError
 from ..ingest.discover import discover
 from .build import Engine, build_database
-from .cache import cache_root, fingerprint, input_listing, remove_stale_temporaries
+from .cache import (
+    cache_root,
+    fingerprint,
+    input_listing,
+    keep_one_per_place,
+    place_key,
+    remove_stale_temporaries,
+    touch,
+    trim,
+)
 from .forks import start_background
 from .pool import ProgressFn
 
@@ -200,22 +209,25 @@ def open_profile(path: str | Path, *, cache_dir: Path | None = None, workers: in
         root.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ProfileError(root, f"cannot create the cache directory ({e.strerror})") from None
-    db = root / f"{fp}.duckdb"
+    db = root / f"{place_key(p)}-{fp}.duckdb"
     with _OPEN_LOCK:
         if not refresh and db in _OPEN:
             start_background(background)
             return _OPEN[db]
         from_cache = db.exists() and not refresh
         if from_cache:
+            touch(db)
             start_background(background)
         else:
             remove_stale_temporaries(root)
-            tmp = root / f"{fp}.duckdb.tmp-{os.getpid()}-{threading.get_ident()}"
+            tmp = root / f"{db.name}.tmp-{os.getpid()}-{threading.get_ident()}"
             tmp.unlink(missing_ok=True)
             try:
                 build_database(disc, tmp, workers=workers, progress=progress, fork=fork, background=background,
                                listing=listing, engine=engine, ray_address=ray_address)
                 os.replace(tmp, db)
+                keep_one_per_place(root, db)
+                trim(root, db)
             finally:
                 tmp.unlink(missing_ok=True)
                 Path(str(tmp) + ".wal").unlink(missing_ok=True)

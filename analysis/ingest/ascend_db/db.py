@@ -29,31 +29,42 @@ def _ro_uri(path: Path, immutable: bool = False) -> str:
 
 @contextlib.contextmanager
 def open_ro(path: Path) -> Iterator[sqlite3.Connection]:
-    """Open an SQLite file read-only; ProfileError (one line) when it is not an SQLite database.
+    """Open an SQLite file read-only without writing anything beside it; ProfileError (one line) when it is
+    not an SQLite database.
 
-    `mode=ro` never creates a journal; if the directory is read-only and the DB was left in WAL mode the open
-    fails, and `immutable=1` (no locking, no -shm file) is the fallback.
+    Even `mode=ro` creates `-shm` (and may touch `-wal`) beside a database left in WAL mode, which changes the
+    profile folder (and so its cache key). So the file is opened `immutable=1` (no locks, no side files). A
+    non-empty `-wal` beside it holds committed pages the main file does not have yet: then the database and its
+    `-wal` are copied into a private temporary folder and that copy is opened, where SQLite may write its side
+    files.
     """
-    con: sqlite3.Connection | None = None
-    last: Exception | None = None
-    for immutable in (False, True):
+    wal = path.with_name(path.name + "-wal")
+    with contextlib.ExitStack() as stack:
+        target, immutable = path, True
+        if wal.is_file() and wal.stat().st_size > 0:
+            import shutil
+            import tempfile
+
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="stepdoctor-sqlite-")))
+            target = tmp / path.name
+            try:
+                shutil.copyfile(path, target)
+                shutil.copyfile(wal, tmp / wal.name)
+            except OSError as e:
+                raise ProfileError(path, f"cannot read: {e.strerror or e}") from None
+            immutable = False
+        con: sqlite3.Connection | None = None
         try:
-            con = sqlite3.connect(_ro_uri(path, immutable), uri=True)
+            con = sqlite3.connect(_ro_uri(target, immutable), uri=True)
             con.execute("SELECT count(*) FROM sqlite_master").fetchone()
-            break
         except sqlite3.DatabaseError as e:  # OperationalError is a subclass
-            last = e
             if con is not None:
                 con.close()
-            con = None
-            if "not a database" in str(e) or "malformed" in str(e):
-                break
-    if con is None:
-        raise ProfileError(path, f"not a readable SQLite database ({last})")
-    try:
-        yield con
-    finally:
-        con.close()
+            raise ProfileError(path, f"not a readable SQLite database ({e})") from None
+        try:
+            yield con
+        finally:
+            con.close()
 
 
 class Db:
