@@ -61,6 +61,26 @@ def test_changed_input_reingests(tmp_path):
     assert sorted(f.name for f in cache.glob("*.duckdb")) == [b.db_path.name]
 
 
+def test_a_rewrite_with_the_same_size_and_mtime_put_back_is_seen(tmp_path):
+    """A kernel_details.csv rewritten with other values of the same size and its mtime put back: the ctime moved,
+    so the cache is not used and the new values are read."""
+    prof_dir = tmp_path / "prof"
+    shutil.copytree(need(SHARED / "real" / "ascend" / "msinsight-pt-text-l1"), prof_dir)
+    for p in prof_dir.rglob("*"):
+        p.chmod(p.stat().st_mode | 0o200)
+    cache = tmp_path / "cache"
+    a = store.open_profile(prof_dir, cache_dir=cache)
+    f = next(prof_dir.rglob("kernel_details.csv"))
+    st = f.stat()
+    data = f.read_bytes()
+    f.write_bytes(data.replace(b"MatMul", b"MutMal"))   # same length
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert f.stat().st_size == st.st_size and f.stat().st_mtime_ns == st.st_mtime_ns
+    store.forget_opened()
+    b = store.open_profile(prof_dir, cache_dir=cache)
+    assert not b.from_cache and b.db_path != a.db_path
+
+
 def test_a_wal_mode_db_export_is_never_written_and_hits_the_cache(tmp_path, monkeypatch):
     """The real torch_npu DB export was left in WAL mode (-wal and -shm beside it): opening it read-only must not
     touch them (SQLite's mode=ro still writes -shm), so the input's fingerprint stays and the second open is a
@@ -638,7 +658,7 @@ def test_input_stats_walk_like_os_walk(tmp_path):
             p = Path(d) / f
             if p.exists():
                 st = p.stat()
-                want.append((str(p.relative_to(root)), st.st_size, st.st_mtime_ns))
+                want.append((str(p.relative_to(root)), st.st_size, store.version_stamp(st)))
     got = store.input_stats(RankSource(path=root, format="ascend_pt_text"))
     assert got == want
     assert [n for n, _, _ in got] == ["a.csv", "b.json", "c_link.json", "A/x",
@@ -646,7 +666,7 @@ def test_input_stats_walk_like_os_walk(tmp_path):
                                       "PROF_1/device_0/info.json.0"]
     one = root / "b.json"
     assert store.input_stats(RankSource(path=one, format="kineto")) == [("b.json", one.stat().st_size,
-                                                                           one.stat().st_mtime_ns)]
+                                                                           store.version_stamp(one.stat()))]
 
 
 def test_writer_memory_stays_bounded_for_many_ranks_of_long_text(tmp_path):
@@ -677,3 +697,24 @@ def test_writer_memory_stays_bounded_for_many_ranks_of_long_text(tmp_path):
     assert con.execute("SELECT count(*), count(DISTINCT rank), sum(length(value_json)) FROM metadata").fetchone() \
         == (16_000, 2000, sum(len(f"{r}:{j}:") + 3000 for r in range(2000) for j in range(8)))
     con.close()
+
+
+@pytest.mark.parametrize("how", ["truncate", "zero"])
+def test_a_damaged_cache_database_is_discarded_and_rebuilt(tmp_path, how):
+    prof_dir = tmp_path / "prof"
+    shutil.copytree(need(KINETO / "trace_filter"), prof_dir)
+    cache = tmp_path / "cache"
+    a = store.open_profile(prof_dir, cache_dir=cache)
+    info = a.info
+    store.forget_opened()
+    a.close()   # (DuckDB shares an open database's instance within a process: a later run is a new process)
+    size = a.db_path.stat().st_size
+    if how == "truncate":
+        with open(a.db_path, "r+b") as f:
+            f.truncate(size // 3)
+    else:
+        a.db_path.write_bytes(b"\0" * size)
+    b = store.open_profile(prof_dir, cache_dir=cache)
+    assert not b.from_cache and b.info == info
+    store.forget_opened()
+    assert store.open_profile(prof_dir, cache_dir=cache).from_cache

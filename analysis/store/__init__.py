@@ -18,6 +18,7 @@ from .cache import (
     input_stats,
     reader_version,
     remove_stale_temporaries,
+    version_stamp,
 )
 from .forks import fork_safe, reap_exiting, release_forked, settle
 from .parse import READERS, STREAMING, Parts, Sink, parse_rank, read_source, reader
@@ -54,4 +55,5 @@ __all__ = [
     "remove_stale_temporaries",
     "settle",
     "use_engine",
+    "version_stamp",
 ]

@@ -1,6 +1,7 @@
 """Where a profile's database lives: the cache folder, the fingerprint of the input, stale temporaries.
 
-The fingerprint is a SHA-256 over every input file's relative path, size and mtime (ns), the schema text and
+The fingerprint is a SHA-256 over every input file's relative path, size and version stamp (mtime, ctime and
+inode: `version_stamp`), the schema text and
 the reader version: unchanged input -> same cache file -> no parsing at all. Nothing is written next to the
 input: the cache lives under $STEPDOCTOR_CACHE_DIR, else $XDG_CACHE_HOME/stepdoctor, else ~/.cache/stepdoctor.
 
@@ -44,8 +45,15 @@ def cache_root() -> Path:
     return Path(base) / "stepdoctor"
 
 
+def version_stamp(st: os.stat_result) -> int:
+    """What changes whenever a file's content can have changed without trying to fool the cache: its mtime,
+    its inode (a file replaced by another), and its ctime, which no user can set (a rewrite with the same size
+    and its mtime put back still moves it)."""
+    return hash((st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+
+
 def input_stats(src: RankSource) -> list[tuple[str, int, int]]:
-    """(path relative to the rank directory, or the file's name; size; mtime in ns) of every file of a rank,
+    """(path relative to the rank directory, or the file's name; size; `version_stamp`) of every file of a rank,
     in os.walk order (top-down, names sorted, a directory's files before its subdirectories; symlinked
     directories listed, not entered). One scandir per directory and no Path per file: every warm command
     walks every input file."""
@@ -54,7 +62,7 @@ def input_stats(src: RankSource) -> list[tuple[str, int, int]]:
             st = src.path.stat()
         except OSError:
             return []
-        return [(src.path.name, st.st_size, st.st_mtime_ns)]
+        return [(src.path.name, st.st_size, version_stamp(st))]
     out: list[tuple[str, int, int]] = []
 
     def walk(top: str, rel: str) -> None:
@@ -76,7 +84,7 @@ def input_stats(src: RankSource) -> list[tuple[str, int, int]]:
                 st = e.stat()
             except OSError:
                 continue
-            out.append((rel + e.name, st.st_size, st.st_mtime_ns))
+            out.append((rel + e.name, st.st_size, version_stamp(st)))
         for d in dirs:
             if not d.is_symlink():
                 walk(d.path, f"{rel}{d.name}/")
@@ -99,8 +107,8 @@ def fingerprint(disc: Discovery, listing: Listing | None = None) -> str:
     h.update(reader_version().encode())
     for src, files in zip(disc.sources, listing or input_listing(disc), strict=True):
         h.update(f"\0{src.rank}\0{src.format}\0{src.path}".encode())
-        for name, size, mtime_ns in files:
-            h.update(f"{name}:{size}:{mtime_ns}".encode())
+        for name, size, stamp in files:
+            h.update(f"{name}:{size}:{stamp}".encode())
     return h.hexdigest()[:32]
 
 

@@ -7,6 +7,7 @@ atomic), so a crash never leaves a cache that gets used.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import threading
@@ -144,6 +145,30 @@ def missing_ranks(ranks: list[int], world: int | None) -> list[int]:
     return [r for r in range(int(world)) if r not in have]
 
 
+def _open_cached(db: Path):
+    """The cache database opened read-only, or None where it cannot be trusted: not a DuckDB file (zeroed,
+    overwritten), shorter than the blocks its header counts (cut short), or its tables do not read back (a
+    damaged block fails DuckDB's checksum)."""
+    import duckdb
+
+    con = None
+    try:
+        con = duckdb.connect(str(db), read_only=True, config=analysis_config(db))
+        con.execute("SELECT count(*) FROM ranks").fetchone()
+        con.execute("SELECT count(*) FROM ingest_warnings").fetchone()
+        con.execute("SELECT count(*), max(start_ns) FROM steps").fetchone()
+        # a file cut short still opens; its header says how many blocks it must hold
+        block, total = con.execute("SELECT block_size, total_blocks FROM pragma_database_size()").fetchone()
+        if db.stat().st_size < int(block) * int(total):
+            raise OSError("the cache database is shorter than its blocks")
+        return con
+    except (duckdb.Error, OSError):
+        if con is not None:
+            with contextlib.suppress(duckdb.Error):
+                con.close()
+        return None
+
+
 def analysis_config(db: Path) -> dict[str, str]:
     """The read-only connection's settings: a spill folder of this process's own (DuckDB's default, `<db>.tmp`,
     would be shared by the processes that open one cached store), named like a build's temporaries so
@@ -215,6 +240,11 @@ def open_profile(path: str | Path, *, cache_dir: Path | None = None, workers: in
             start_background(background)
             return _OPEN[db]
         from_cache = db.exists() and not refresh
+        con = _open_cached(db) if from_cache else None
+        if con is None and from_cache:   # a damaged cache database is discarded and rebuilt, never trusted
+            from_cache = False
+            with contextlib.suppress(OSError):
+                db.unlink()
         if from_cache:
             touch(db)
             start_background(background)
@@ -234,7 +264,8 @@ def open_profile(path: str | Path, *, cache_dir: Path | None = None, workers: in
                 shutil.rmtree(str(tmp) + ".tmp", ignore_errors=True)  # DuckDB's spill directory
         import duckdb
 
-        con = duckdb.connect(str(db), read_only=True, config=analysis_config(db))
+        if con is None:
+            con = duckdb.connect(str(db), read_only=True, config=analysis_config(db))
         warnings = [r[0] for r in con.execute(
             "SELECT DISTINCT CASE WHEN rank IS NULL THEN message ELSE 'rank ' || rank || ': ' || message END "
             "FROM ingest_warnings ORDER BY 1").fetchall()]
