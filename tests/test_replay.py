@@ -46,8 +46,20 @@ def _step_ms(path: Path) -> float:
     return float(np.mean([s.measured_ms for s in what_if(api.load(path)).replay.steps]))
 
 
-@pytest.mark.parametrize("run", [*MULTI, "gloo2"])
+ASCEND_MULTI = {"pt-text-l1": ("ascend", "msinsight-pt-text-l1"), "pt-db-l1": ("ascend", "msinsight-pt-db-l1"),
+                "ms-pipeline": ("ascend", "mindinsight-fixtures", "cluster_propose")}
+
+
+@pytest.mark.parametrize("run", [*MULTI, "gloo2", *ASCEND_MULTI])
 def test_null_replay_reproduces_every_step(run):
+    """Every real multi-rank profile: the CPU recordings, the H100 gloo pair, the two-rank torch_npu text and DB
+    exports, MindSpore's two-stage pipeline (its send/recv paired by the layout)."""
+    if run in ASCEND_MULTI:
+        prof = api.load(need(SHARED / "real" / Path(*ASCEND_MULTI[run])))
+        got = prepare(prof)
+        assert got is not None and got[1].abstained_steps == []
+        assert max(s.error_pct for s in got[1].steps) <= 2.0
+        return
     prof = api.load(need(GLOO2)) if run == "gloo2" else _prof(run)
     got = prepare(prof)
     assert got is not None
