@@ -1,0 +1,63 @@
+"""Real DistributedDataParallel jobs (gloo, CPU): the reducer all-reduces its buckets during the backward and
+the step waits for the last one, a shape the what-if and slow-rank tests of test_replay.py (plain all_reduce
+after the backward) were not built on. tests/data/real_cpu/ddp2_* (PROVENANCE.md there): a rank with 15 extra
+matmuls per step, a rank whose data loader does 14 ms of work per batch, and the clean job recorded twice."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import need
+from stepdoctor.analysis.replay import prepare, what_if
+from stepdoctor.tools import api
+
+CPU = Path(__file__).parent / "data" / "real_cpu"
+RUNS = [("ddp2_slowrank", 1, "compute", "host_ops"), ("ddp2_slowloader", 1, "free", "data_loading")]
+
+
+def _prof(run: str, repeat: str = ""):
+    return api.load(need(CPU / run / repeat / "traces"))
+
+
+def _clean_ms() -> list[float]:
+    return [float(np.mean([s.measured for s in prepare(_prof("ddp2_clean", r))[0]])) for r in ("", "repeat2")]
+
+
+@pytest.mark.parametrize("run", ["ddp2_clean", "ddp2_slowrank", "ddp2_slowloader"])
+def test_null_replay_of_ddp_steps(run):
+    steps, rep = prepare(_prof(run))
+    assert rep.abstained_steps == [] and len(steps) == 3
+    assert max(s.error_pct for s in rep.steps) <= 2.0
+    # the buckets overlap the backward: the main thread does not wait for each of them
+    assert not steps[0].si.rows["sync"].all()
+
+
+@pytest.mark.parametrize(("run", "rank", "subject", "cause"), RUNS)
+def test_slow_rank_names_the_planted_ddp_rank_and_its_cause(run, rank, subject, cause):
+    rep = api.issues(_prof(run), checks=["slow-rank"])
+    assert [(f.ranks, f.subject) for f in rep.findings] == [([rank], subject)]
+    f = rep.findings[0]
+    assert f.evidence["dimension"] == "replay" and f.evidence["before"]["cause"] == cause
+    assert what_if(_prof(run)).verdict.startswith(f"one slow worker: rank {rank}:")
+    for repeat in ("", "repeat2"):
+        assert api.issues(_prof("ddp2_clean", repeat), checks=["slow-rank"]).findings == []
+        assert what_if(_prof("ddp2_clean", repeat)).verdict.startswith("everyone")
+
+
+def test_the_extra_compute_rank_at_the_median_predicts_the_clean_ddp_job():
+    pred = what_if(_prof("ddp2_slowrank"), ranks_at_median=[1]).scenarios[0].predicted_step_ms
+    clean = _clean_ms()
+    noise = float(np.std(clean, ddof=1) / np.mean(clean))
+    assert abs(pred - np.mean(clean)) / np.mean(clean) <= max(0.10, 2 * noise), (pred, clean)
+
+
+@pytest.mark.xfail(strict=True, reason="profiled, the slow loader costs only ~3 ms (unprofiled ~15 ms): the "
+                   "profiler's overhead on 2 shared cores hides it, so the replay's -11.5 ms cannot land on the "
+                   "profiled clean twin (PROVENANCE.md of ddp2_slowloader)")
+def test_the_slow_loader_rank_at_the_median_predicts_the_clean_ddp_job():
+    pred = what_if(_prof("ddp2_slowloader"), ranks_at_median=[1]).scenarios[0].predicted_step_ms
+    clean = _clean_ms()
+    assert abs(pred - np.mean(clean)) / np.mean(clean) <= 0.10, (pred, clean)
