@@ -6,9 +6,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..analysis.errors import ProfileError, UsageError
-from ..analysis.hang import HangReport, diagnose_hang
+
+if TYPE_CHECKING:   # the hang stack is imported by the hang command only, not by every command's start-up
+    from ..analysis.hang import HangReport
 
 
 def render_hang(r: HangReport) -> str:
@@ -45,6 +48,8 @@ def render_hang(r: HangReport) -> str:
 
 
 def cmd_hang(a: argparse.Namespace) -> int:
+    from ..analysis.hang import diagnose_hang
+
     r = diagnose_hang(a.path)
     if a.format == "json":
         print(r.model_dump_json(indent=2))
