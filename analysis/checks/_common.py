@@ -291,7 +291,8 @@ def host_silences(ev: pd.DataFrame, min_ns: int) -> tuple[np.ndarray, np.ndarray
         return empty, empty
     s = ev["start_ns"].to_numpy(dtype=np.int64)
     e = s + ev["dur_ns"].to_numpy(dtype=np.int64)
-    b = np.unique(np.concatenate((s, e)))
+    b = np.sort(np.concatenate((s, e)))
+    b = b[np.r_[True, b[1:] != b[:-1]]] if b.size else b   # distinct boundaries (a sort beats np.unique's hash)
     if b.size < 2:
         return empty, empty
     cand = np.flatnonzero(np.diff(b) >= min_ns)
@@ -299,9 +300,13 @@ def host_silences(ev: pd.DataFrame, min_ns: int) -> tuple[np.ndarray, np.ndarray
         return empty, empty
     work = (ev["category"].isin(WORK_CATEGORIES).to_numpy()
             | by_value(ev["name"], lambda n: "dataloader" in str(n).lower()))
-    ws, we = s[work], e[work]
-    keep = [i for i in cand.tolist() if not ((ws <= b[i]) & (we >= b[i + 1])).any()]
-    idx = np.asarray(keep, dtype=np.int64)
+    # a gap [b_i, b_i+1] is work when an op that started at or before b_i is still open at b_i+1: the latest
+    # end among the ops started by b_i (a running maximum over the ops sorted by start) reaches b_i+1
+    order = np.argsort(s[work], kind="stable")
+    ws, reach = s[work][order], np.maximum.accumulate(e[work][order]) if work.any() else e[work]
+    j = np.searchsorted(ws, b[cand], side="right") - 1
+    covered = (j >= 0) & (reach[np.clip(j, 0, None)] >= b[cand + 1]) if ws.size else np.zeros(cand.size, bool)
+    idx = cand[~covered]
     return b[idx], b[idx + 1]
 
 

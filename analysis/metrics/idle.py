@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 # operators whose host code reads a device value (and so waits for the device); innermost one wins
 TRIGGER_RE = re.compile(r"^aten::(item|_local_scalar_dense|is_nonzero|nonzero|equal|allclose|tolist|cpu|"
@@ -160,16 +161,21 @@ def attribute_idle(g0: np.ndarray, g1: np.ndarray, host: Any, silences: tuple[np
     out = np.full(g0.size, "launch", dtype=object)
     if g0.size == 0:
         return out
-    names = host["name"].astype(str).to_numpy()
+    # each distinct name is matched once (a rank's host events repeat a few hundred names every step)
+    codes, uniq = pd.factorize(host["name"].astype(str), sort=False)
+    uniq = [str(u) for u in uniq]
     s = host["start_ns"].to_numpy(dtype=np.int64)
     e = s + host["dur_ns"].to_numpy(dtype=np.int64)
     gap = (g1 - g0).astype(np.float64)
 
+    def matching(test) -> np.ndarray:
+        return np.array([bool(test(u)) for u in uniq], dtype=bool)[codes] if uniq else np.zeros(0, bool)
+
     def share(rx: re.Pattern[str]) -> np.ndarray:
-        m = np.array([bool(rx.search(n)) for n in names], dtype=bool)
+        m = matching(rx.search)
         return Coverage(s[m], e[m]).within(g0, g1) / gap if m.any() else np.zeros(g0.size)
 
-    sync_m = np.array([bool(_SYNC_NAME_RE.match(n)) for n in names], dtype=bool)
+    sync_m = matching(_SYNC_NAME_RE.match)
     se = np.sort(e[sync_m])
     j = np.searchsorted(se, g0, side="left")
     synced = (j < se.size) & (se[np.minimum(j, max(se.size - 1, 0))] < g1) if se.size else np.zeros(g0.size, bool)
