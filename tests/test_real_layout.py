@@ -188,3 +188,24 @@ def test_ranks_with_only_their_step_table_keep_their_breakdown(tmp_path: Path):
     assert got == {0: (75.175, 69.91, 291.698), 1: (75.422, 67.861, 294.587)}   # step_trace_time.csv, µs -> ms
     rep = api.issues(str(tmp_path))
     assert rep.profile.ranks == [0, 1]
+
+
+def test_kineto_traces_of_different_runs_in_one_folder_are_refused(tmp_path):
+    """Two single-GPU runs written into one folder (re-running into one tensorboard_trace_handler folder): no
+    rank, no distributedInfo; and HTA's trace_diff (its control and test runs state world sizes 8 and 2). Each
+    is one line listing the traces, exit 2, never a fake two-rank job whose 'slow rank' is the other run."""
+    mix = tmp_path / "prof"
+    mix.mkdir()
+    for run in ("clean", "host_bound"):
+        for f in need(REAL / "gpu-h100" / run / "traces").glob("*.json.gz"):
+            shutil.copy(f, mix / f.name)
+    with pytest.raises(ProfileError, match=r"holds 2 Kineto traces that are not the ranks of one job \(they do "
+                                           r"not say their rank"):
+        discover(mix)
+    with pytest.raises(ProfileError, match=r"they state different world sizes\): control/control\.json\.gz \(rank 3"):
+        discover(need(SHARED / "kineto" / "trace_diff"))
+    r = subprocess.run([sys.executable, "-m", "stepdoctor.tools.cli", "issues", str(mix)], capture_output=True,
+                       text=True, env={"STEPDOCTOR_CACHE_DIR": str(tmp_path / "c"), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "pass one run's traces" in r.stderr
+    # one job's ranks stay one job
+    assert [s.rank for s in discover(need(REAL / "gpu-h100" / "gloo2_straggler" / "traces")).sources] == [0, 1]

@@ -207,7 +207,7 @@ def _profile_rows(prof: store.Profile) -> dict[str, list[tuple]]:
     return {t: prof.rows(f"SELECT * FROM {t} ORDER BY ALL") for t in table_columns()}
 
 
-@pytest.mark.parametrize("data", ["kineto/trace_filter", "kineto/trace_diff", "kineto/nccl_parser_config",
+@pytest.mark.parametrize("data", ["kineto/trace_filter", "kineto/trace_diff/control", "kineto/nccl_parser_config",
                                   "ascend/cluster4"])
 @pytest.mark.parametrize("path", ["children", "here"])
 def test_ingest_tables_equal_the_frames_reference(data, path, tmp_path, monkeypatch):

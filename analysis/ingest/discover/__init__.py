@@ -46,7 +46,7 @@ from .content import (
     timestamp_of,
     walk,
 )
-from .runs import nothing_found, refuse_unrelated_runs
+from .runs import nothing_found, refuse_mixed_kineto, refuse_unrelated_runs
 
 __all__ = ["MSPROF_OUTPUT_DIR", "OUTPUT_DIR", "Discovery", "discover", "json_kind", "kineto_rank", "read_head"]
 
@@ -208,8 +208,9 @@ def _kineto(files: list[Path], root: Path) -> Discovery:
     warnings: list[str] = []
     by_rank: dict[int, RankSource] = {}
     unknown: list[RankSource] = []
-    for f in files:
-        rank, how = kineto_rank(f)
+    found = [kineto_rank(f) for f in files]
+    refuse_mixed_kineto(root, files, [r for r, _ in found], [h for _, h in found])
+    for f, (rank, how) in zip(files, found, strict=True):
         src = RankSource(path=f, format="kineto", rank=rank, rank_how=how)
         if rank is None:
             unknown.append(src)

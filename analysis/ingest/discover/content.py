@@ -24,6 +24,7 @@ MS_LEGACY_RE = re.compile(r"^step_trace_raw_(\d+)_detail_time\.csv$")
 KINETO_NAME_RE = re.compile(r"\.(json|json\.gz)$")
 _DIST_RANK_RE = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}]*?"rank"\s*:\s*(\d+)', re.S)
 _FILE_RANK_RE = re.compile(r"rank[-_]?(\d+)", re.I)
+_DIST_WORLD_RE = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}]*?"world_size"\s*:\s*(\d+)', re.S)
 MSPROF_DB_RE = re.compile(r"^msprof_[\w.-]*\.db$")
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _HEAD_BYTES = 1 << 20
@@ -219,6 +220,16 @@ def read_head(path: Path, n: int = _HEAD_BYTES) -> bytes:
             return bytes(out[:n])
     except OSError as e:
         raise ProfileError(path, f"cannot read: {e}") from None
+
+
+def kineto_world_size(path: Path) -> int | None:
+    """distributedInfo.world_size in a Kineto file's head, or None."""
+    try:
+        head = read_head(path)
+    except ProfileError:
+        return None
+    m = _DIST_WORLD_RE.search(head)
+    return int(m.group(1)) if m else None
 
 
 def kineto_rank(path: Path) -> tuple[int | None, str]:

@@ -16,6 +16,7 @@ from .content import (
     ascend_rank,
     json_kind,
     kineto_rank,
+    kineto_world_size,
     msprof_rank,
 )
 
@@ -71,6 +72,38 @@ def refuse_unrelated_runs(root: Path, ascend: list[Path], legacy: list[Path], ki
         listed = "; ".join(f"{k.relative_to(root) if k != root else here or '.'} ({v})"
                            for k, v in sorted(runs.items()))
         raise ProfileError(root, f"holds {len(runs)} separate runs, not one job: {listed[:600]}; pass one of them")
+
+
+def refuse_mixed_kineto(root: Path, files: list[Path], ranks: list[int | None], hows: list[str]) -> None:
+    """Kineto traces in one folder that cannot be the ranks of one job, refused with one line listing them:
+    traces that state different world sizes, a trace of a one-process run (world size 1) beside others, two or
+    more traces that say nothing of their rank (re-running into one tensorboard_trace_handler folder), or one
+    rank twice (two runs of a job, or two profiling windows of one run). Merging them would make a fake
+    multi-rank job whose "slow rank" is another run."""
+    if len(files) < 2:
+        return
+    worlds = [kineto_world_size(f) for f in files]
+    stated = {w for w in worlds if w is not None}
+    unknown = [f for f, r in zip(files, ranks, strict=True) if r is None]
+    seen: dict[int, list[Path]] = {}
+    for f, r in zip(files, ranks, strict=True):
+        if r is not None:
+            seen.setdefault(r, []).append(f)
+    twice = {r: fs for r, fs in seen.items() if len(fs) > 1}
+    why = ("they state different world sizes" if len(stated) > 1 else
+           "a one-process run (world size 1) is not a rank of a job" if 1 in stated else
+           "they do not say their rank (no distributedInfo, no rank in the file name)" if len(unknown) > 1 else
+           f"rank {min(twice)} has {len(twice[min(twice)])} traces" if twice else "")
+    if not why:
+        return
+
+    def label(f: Path, w: int | None, r: int | None, how: str) -> str:
+        parts = [f"rank {r} ({how})" if r is not None else "no rank", f"world size {w}" if w else "no world size"]
+        return f"{f.relative_to(root) if f != root else f.name} ({', '.join(parts)})"
+
+    listed = "; ".join(label(f, w, r, h) for f, w, r, h in zip(files, worlds, ranks, hows, strict=True))
+    raise ProfileError(root, f"holds {len(files)} Kineto traces that are not the ranks of one job ({why}): "
+                             f"{listed[:600]}; pass one run's traces (one per rank)")
 
 
 def nothing_found(p: Path) -> str:
