@@ -209,3 +209,13 @@ def test_kineto_traces_of_different_runs_in_one_folder_are_refused(tmp_path):
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "pass one run's traces" in r.stderr
     # one job's ranks stay one job
     assert [s.rank for s in discover(need(REAL / "gpu-h100" / "gloo2_straggler" / "traces")).sources] == [0, 1]
+
+
+def test_a_gpu_trace_beside_an_ascend_rank_is_refused_not_dropped(tmp_path):
+    mix = tmp_path / "prof"
+    shutil.copytree(need(REAL / "ascend" / "msinsight-pt-text-l1" / "rank0_ascend_pt"), mix / "rank0_ascend_pt")
+    for f in need(REAL / "gpu-h100" / "clean" / "traces").glob("*.json.gz"):
+        shutil.copy(f, mix / f.name)
+    with pytest.raises(ProfileError, match=r"holds two kinds of profile in \.: Ascend rank folders and Kineto "
+                                           r"traces \(vm_0\.\d+\.pt\.trace\.json\.gz\)"):
+        discover(mix)

@@ -38,6 +38,17 @@ def refuse_unrelated_runs(root: Path, ascend: list[Path], legacy: list[Path], ki
         runs.setdefault(d, "MindSpore profiler")
     for f in kineto:
         runs.setdefault(f.parent, "Kineto")
+    # one folder holding two kinds of profile (a GPU trace beside an Ascend rank folder) is two runs
+    kinds = {m.parent: "msprof" for m in msprof}
+    for d in ascend:
+        kinds.setdefault(d if d in loose else d.parent, "Ascend")
+    mixed = sorted({f.parent for f in kineto if f.parent in kinds and kinds[f.parent] != "Kineto"})
+    if mixed:
+        where = mixed[0]
+        raise ProfileError(root, f"holds two kinds of profile in {where.relative_to(root) if where != root else '.'}: "
+                                 f"{kinds[where]} rank folders and Kineto traces "
+                                 f"({', '.join(f.name for f in kineto if f.parent == where)[:300]}), not one job; "
+                                 "pass one of them")
     if len(runs) < 2:
         return
     ranks: dict[int, set[Path]] = {}
