@@ -718,3 +718,29 @@ def test_a_damaged_cache_database_is_discarded_and_rebuilt(tmp_path, how):
     assert not b.from_cache and b.info == info
     store.forget_opened()
     assert store.open_profile(prof_dir, cache_dir=cache).from_cache
+
+
+def test_an_unusable_default_cache_falls_back_to_a_temporary_one_and_says_so(tmp_path, monkeypatch):
+    """A home whose cache folder cannot be made (here $XDG_CACHE_HOME is a file; a read-only home is the common
+    case): the run still answers, caching in a folder of this user under the temporary directory, with a note.
+    A cache folder the user asked for that cannot be used is one line naming it."""
+    import subprocess
+    import sys
+
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    env = {"PATH": "/usr/bin:/bin", "XDG_CACHE_HOME": str(blocker), "HOME": str(tmp_path), "TMPDIR": str(tmpdir)}
+    run = need(KINETO / "trace_filter")
+    r = subprocess.run([sys.executable, "-m", "stepdoctor", "breakdown", str(run), "--format", "json"],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    import json
+
+    notes = [w for w in json.loads(r.stdout)["warnings"] if "cannot be used" in w]
+    assert len(notes) == 1 and str(tmpdir) in notes[0] and "STEPDOCTOR_CACHE_DIR" in notes[0]
+    assert list(tmpdir.glob("stepdoctor-cache-*/*.duckdb"))
+    r = subprocess.run([sys.executable, "-m", "stepdoctor", "breakdown", str(run)], capture_output=True, text=True,
+                       env={**env, "STEPDOCTOR_CACHE_DIR": str(blocker / "x")})
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "cannot use the cache directory" in r.stderr

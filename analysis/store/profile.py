@@ -145,6 +145,34 @@ def missing_ranks(ranks: list[int], world: int | None) -> list[int]:
     return [r for r in range(int(world)) if r not in have]
 
 
+def usable_cache(asked: Path | None) -> tuple[Path, str]:
+    """The cache folder and a note for the user. A folder asked for (the caller's, or $STEPDOCTOR_CACHE_DIR)
+    that cannot be created or written is an error naming it; the default one (under a read-only home, say)
+    falls back to a folder of this user under the system's temporary directory, with a note."""
+    import tempfile
+
+    explicit = asked is not None or bool(os.environ.get("STEPDOCTOR_CACHE_DIR"))
+    root = asked if asked is not None else cache_root()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        if os.access(root, os.W_OK | os.X_OK):
+            return root, ""
+        why = "not writable"
+    except OSError as e:
+        why = e.strerror or str(e)
+    if explicit:
+        raise ProfileError(root, f"cannot use the cache directory ({why}): set STEPDOCTOR_CACHE_DIR to a writable "
+                                 "folder")
+    tmp = Path(tempfile.gettempdir()) / f"stepdoctor-cache-{os.getuid() if hasattr(os, 'getuid') else 'user'}"
+    try:
+        tmp.mkdir(mode=0o700, exist_ok=True)
+    except OSError as e:
+        raise ProfileError(root, f"cannot use the cache directory ({why}), nor {tmp} ({e.strerror}): set "
+                                 "STEPDOCTOR_CACHE_DIR to a writable folder") from None
+    return tmp, (f"the cache folder {root} cannot be used ({why}): this run caches in {tmp}; set "
+                 "STEPDOCTOR_CACHE_DIR to keep the cache elsewhere")
+
+
 def _open_cached(db: Path):
     """The cache database opened read-only, or None where it cannot be trusted: not a DuckDB file (zeroed,
     overwritten), shorter than the blocks its header counts (cut short), or its tables do not read back (a
@@ -229,11 +257,7 @@ def open_profile(path: str | Path, *, cache_dir: Path | None = None, workers: in
     disc = discover(p)
     listing = input_listing(disc)
     fp = fingerprint(disc, listing)
-    root = Path(cache_dir) if cache_dir else cache_root()
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ProfileError(root, f"cannot create the cache directory ({e.strerror})") from None
+    root, cache_note = usable_cache(Path(cache_dir) if cache_dir else None)
     db = root / f"{place_key(p)}-{fp}.duckdb"
     with _OPEN_LOCK:
         if not refresh and db in _OPEN:
@@ -275,6 +299,8 @@ def open_profile(path: str | Path, *, cache_dir: Path | None = None, workers: in
             listed = ", ".join(map(str, miss[:16])) + (f" and {len(miss) - 16} more" if len(miss) > 16 else "")
             warnings.append(f"{len(miss)} of the job's {info.world_size} ranks have no profile here (ranks {listed}): "
                             "slow-rank, stage-imbalance and the what-if cover the ranks present only")
+        if cache_note:
+            warnings.append(cache_note)
         prof = Profile(path=p, db_path=db, info=info, warnings=warnings, con=con, from_cache=from_cache)
         _OPEN[db] = prof
         return prof
