@@ -60,6 +60,18 @@ class StepdoctorServer(MCPServer):
     def __init__(self, registry: ProfileRegistry, **kw: Any) -> None:
         super().__init__(**kw)
         self.registry = registry
+        self.arg_names: dict[str, list[str]] = {}   # tool -> its argument names (filled as tools register)
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], *args: Any, **kw: Any) -> Any:
+        """The SDK's call, but an argument the tool does not take is refused in one line naming the ones it
+        does take (the SDK drops it silently, so a misspelt filter would answer another question)."""
+        known = self.arg_names.get(name)
+        if known is not None and (bad := sorted(set(arguments or {}) - set(known))):
+            from mcp.server.mcpserver.exceptions import ToolError
+
+            raise ToolError(f"{name} takes no argument {', '.join(map(repr, bad))}; its arguments: "
+                            f"{', '.join(known) or 'none'}")
+        return await super().call_tool(name, arguments, *args, **kw)
 
     async def list_tools(self, *args: Any, **kw: Any) -> Any:
         """The SDK's list, less each argument's `title` (the argument's name again, in title case): the tool

@@ -215,5 +215,7 @@ def _register(server: MCPServer, tool: catalog.Tool, reg: ProfileRegistry, roots
     call.__name__ = call.__qualname__ = tool.name
     server.add_tool(call, name=tool.name, title=tool.title, description=tool.description,
                     annotations=annotations, structured_output=None if output_schemas else False)
+    if isinstance(names := getattr(server, "arg_names", None), dict):
+        names[tool.name] = [p.name for p in params]
 
 

@@ -834,3 +834,25 @@ async def test_the_tool_list_is_lean_by_default(cache: Path):
     async with Client(server, raise_exceptions=True) as c:
         r = await c.call_tool("list_fixes", {"check": "gc-pause"})
     assert r.structured_content["total"] >= 1   # the structured answer is still there
+
+
+def test_an_unknown_argument_is_refused_naming_the_valid_ones(tmp_path):
+    """A misspelt filter ("rnak") was dropped by the SDK, so the call answered another question."""
+    import anyio
+    from mcp.client import Client
+
+    from stepdoctor.server.app import create_server
+
+    run = need(Path(__file__).parent / "data" / "real_cpu" / "dp2_late" / "traces")
+
+    async def ask():
+        srv = create_server([run.parent], cache_dir=tmp_path)
+        async with Client(srv, raise_exceptions=False) as c:
+            bad = await c.call_tool("breakdown", {"path": str(run), "rnak": [1]})
+            good = await c.call_tool("breakdown", {"path": str(run), "ranks": [1]})
+            return bad, good
+
+    bad, good = anyio.run(ask)
+    assert bad.is_error and not good.is_error
+    text = bad.content[0].text
+    assert "takes no argument 'rnak'" in text and "ranks" in text and text.count("\n") == 0
