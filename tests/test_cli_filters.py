@@ -73,3 +73,19 @@ def test_every_positional_and_option_has_help():
             if action.dest in ("help", "mcp_args"):
                 continue
             assert action.help, f"stepdoctor {name}: {action.dest} has no help"
+
+
+def test_a_rank_filter_says_where_else_a_check_fired():
+    """`--check slow-rank --rank 0` on a job whose slow rank is 1: no finding on rank 0, and one line saying the
+    check fired on rank 1 (so 'nothing on rank 0' is not read as 'the job is fine')."""
+    from pathlib import Path
+
+    from conftest import need
+    from stepdoctor.tools import api
+
+    run = need(Path(__file__).parent / "data" / "real_cpu" / "dp2_slowrank" / "traces")
+    rep = api.issues(run, checks=["slow-rank"], ranks=[0])
+    assert rep.findings == []
+    assert [w for w in rep.warnings if "outside the ranks asked" in w] == \
+        ["slow-rank fired on rank 1, outside the ranks asked (0)"]
+    assert not [w for w in api.issues(run, checks=["slow-rank"], ranks=[1]).warnings if "outside" in w]

@@ -94,7 +94,23 @@ def issues(ref: ProfileRef, *, min_severity: str = "low", checks: list[str] | No
     if limit is not None:
         fs = fs[:limit]
     return IssueReport(profile=prof.info, findings=fs, not_applicable=run.not_applicable,
-                       warnings=[*prof.warnings, *run.warnings], total=total, truncated=len(fs) < total)
+                       warnings=[*prof.warnings, *run.warnings, *_elsewhere(prof, ranks, checks, cut, run.findings)],
+                       total=total, truncated=len(fs) < total)
+
+
+def _elsewhere(prof: Profile, ranks: list[int] | None, checks: list[str] | None, cut: int,
+               shown: list) -> list[str]:
+    """With a rank filter: the checks that fired on other ranks only, said in one line each, so "no finding on
+    rank 0" is never read as "the job is fine" (a cross-rank check names the rank that holds the others back)."""
+    if not ranks:
+        return []
+    mine = {f.check for f in shown}
+    other: dict[str, set[int]] = {}
+    for f in run_checks(context(prof), only=checks).findings:
+        if SEVERITY_ORDER[f.severity] <= cut and f.check not in mine and not set(f.ranks) & set(ranks):
+            other.setdefault(f.check, set()).update(f.ranks)
+    return [f"{c} fired on rank{'s' if len(rs) > 1 else ''} {_ranks_text(sorted(rs))}, outside the ranks asked "
+            f"({_ranks_text(sorted(ranks))})" for c, rs in sorted(other.items())]
 
 
 def breakdown(ref: ProfileRef, *, ranks: list[int] | None = None, steps: list[int] | None = None) -> Breakdown:
