@@ -914,3 +914,14 @@ def test_plain_csv_cases(tmp_path) -> None:
         assert csv_io.plain_csv(p, csv_io.csv_header(p)) is None, text
     big = write("a,b\n" + "1,2\n" * (at.PLAIN_CSV_BYTES // 4 + 1))
     assert csv_io.plain_csv(big, ["a", "b"]) is None
+
+
+def test_step_table_disagreements_are_one_line_per_field_with_the_count():
+    """The demo's 4 ranks x 2 steps disagree with their step table on free and stage in every row: two lines
+    saying how many rows, by how much at most and where, not sixteen."""
+    from stepdoctor.tools import api
+
+    lines = [w for w in api.breakdown(need(CLUSTER4)).warnings if "differs from the profiler's step table" in w]
+    assert [w.split(" differs")[0] for w in lines] == ["free_ms", "stage_ms"]
+    assert all(" in 8 (rank, step) rows, by up to " in w for w in lines)
+    assert "rank 0 step 2: 30.078 ms from the timeline, 311.184 ms in the table" in lines[0]

@@ -275,10 +275,11 @@ VENDOR_FLOOR_MS = 0.001       # below 1 µs of difference nothing is reported
 
 def vendor_mismatches(profile: Profile, rows: list[BreakdownRow]) -> list[str]:
     """Warnings where the recomputed breakdown and the profiler's own step table (step_trace_time.csv,
-    analysis.db StepTraceTime) differ by more than 0.5 %, naming rank, step, field and both values."""
+    analysis.db StepTraceTime) differ by more than 0.5 %: one line per field, with how many (rank, step) rows
+    differ, by how much at most, and the largest one's rank, step and both values."""
     cols = ", ".join(c for c, _ in VENDOR_FIELDS)
     table = {(int(r[0]), r[1]): r[2:] for r in profile.rows(f"SELECT rank, step, {cols} FROM vendor_step_trace")}
-    out = []
+    by_field: dict[str, list[tuple[float, BreakdownRow, float, float, str]]] = {}
     for row in rows:
         vendor = table.get((row.rank, row.step))
         if vendor is None:
@@ -290,8 +291,14 @@ def vendor_mismatches(profile: Profile, rows: list[BreakdownRow]) -> list[str]:
             theirs = v_ns / NS_PER_MS
             diff = abs(ours - theirs)
             if diff > max(VENDOR_TOLERANCE * abs(theirs), VENDOR_FLOOR_MS):
-                out.append(f"rank {row.rank} step {row.step}: {field} {ours:.3f} ms from the timeline, "
-                           f"{theirs:.3f} ms in the profiler's step table ({col.removesuffix('_ns')})")
+                by_field.setdefault(field, []).append((diff, row, ours, theirs, col.removesuffix("_ns")))
+    out = []
+    for field, got in by_field.items():
+        diff, row, ours, theirs, col = max(got, key=lambda g: g[0])
+        where = f"rank {row.rank} step {row.step}: {ours:.3f} ms from the timeline, {theirs:.3f} ms in the table"
+        out.append(f"{field} differs from the profiler's step table ({col}) in {len(got)} (rank, step) row"
+                   f"{'s' if len(got) > 1 else ''}, by up to {diff:.3f} ms ({where}); the breakdown shows the "
+                   "timeline's")
     return out
 
 
