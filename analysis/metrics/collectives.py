@@ -103,6 +103,21 @@ def instances(sql) -> tuple[pd.DataFrame, str | None]:
     return df, "+".join(srcs) if srcs else None
 
 
+def _in_kept_steps(df: pd.DataFrame, sql) -> pd.DataFrame:
+    """The instances whose every row lies in a kept step of its rank (the steps the other views count: a
+    profiler's partial last step is left out everywhere); all of them where no step is kept or known."""
+    if df.empty:
+        return df
+    kept = sql("SELECT rank, step FROM steps WHERE kept")
+    if kept.empty:
+        return df
+    key = set(zip(kept["rank"].astype(int), kept["step"].astype(int), strict=True))
+    ok = np.array([not pd.isna(s) and (int(r), int(s)) in key for r, s in zip(df["rank"], df["step"], strict=True)],
+                  dtype=bool)
+    whole = pd.Series(ok).groupby(df["inst"].to_numpy()).transform("all").to_numpy()
+    return df[whole].reset_index(drop=True)
+
+
 def per_instance(df: pd.DataFrame) -> pd.DataFrame:
     """Per instance: the last arriver, n, its wait deficit and whether it is a significant straggler."""
     d = df.sort_values(["inst", "dur_ns"], kind="stable").reset_index(drop=True)
@@ -145,6 +160,7 @@ def arrivals(sql, step_counts: dict[int, int], mean_step_ms: float | None) -> Ar
     collectives and at >= T.straggler_chance_factor / n of them (n the ranks taking part), and the waits it
     causes per step reach T.slow_rank_min_excess_pct % of the mean step."""
     df, source = instances(sql)
+    df = _in_kept_steps(df, sql)
     if df.empty:
         return Arrivals(source, 0, {}, [], pd.DataFrame())
     pi = per_instance(df)
