@@ -36,6 +36,7 @@ docs: $(STAMP)
 	$(BIN)/python -m stepdoctor.tools.gendocs
 	$(BIN)/python -m stepdoctor.knowledge.render > docs/fixes.md
 	$(BIN)/python -m stepdoctor.server.gendocs > docs/tools.md
+	$(BIN)/python -m stepdoctor.server.gendocs --readme
 
 clean:
 	rm -rf $(VENV) build *.egg-info

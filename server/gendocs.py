@@ -140,7 +140,31 @@ def tools_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
+MCP_BEGIN = "<!-- mcp tools: generated from the server's tools/list by `make docs`; do not edit by hand -->"
+MCP_END = "<!-- end of the generated mcp tools -->"
+
+
+def tool_names() -> list[str]:
+    server = create_server()
+    return [t.name for t in anyio.run(server.list_tools)]
+
+
+def readme_with_tools(text: str) -> str:
+    """README's MCP tool list (the names a client sees in tools/list) between its markers."""
+    head, found, rest = text.partition(MCP_BEGIN)
+    if not found:
+        raise ValueError(f"README.md has no {MCP_BEGIN!r} marker")
+    names = ", ".join(f"`{n}`" for n in tool_names())
+    return head + f"{MCP_BEGIN}\n{names}.\n{MCP_END}" + rest.partition(MCP_END)[2]
+
+
 def main() -> int:
+    from pathlib import Path
+
+    if sys.argv[1:] == ["--readme"]:
+        readme = Path(__file__).resolve().parent.parent / "README.md"
+        readme.write_text(readme_with_tools(readme.read_text(encoding="utf-8")), encoding="utf-8")
+        return 0
     sys.stdout.write(tools_markdown())
     return 0
 

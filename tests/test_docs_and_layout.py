@@ -12,7 +12,7 @@ import pytest
 from conftest import REPO
 from stepdoctor.analysis.checks.base import FRAMEWORKS, VENDORS, registry
 from stepdoctor.analysis.thresholds import all_thresholds
-from stepdoctor.tools.gendocs import checks_markdown, contract_with_catalog
+from stepdoctor.tools.gendocs import checks_markdown, contract_with_catalog, readme_with_commands
 
 
 def test_checks_page_is_fresh():
@@ -23,6 +23,24 @@ def test_checks_page_is_fresh():
 def test_contract_check_catalog_is_fresh():
     text = (REPO / "docs" / "contract.md").read_text(encoding="utf-8")
     assert text == contract_with_catalog(text), "docs/contract.md's check catalog is stale: run `make docs`"
+
+
+def test_readme_command_list_is_fresh():
+    """README's command list is the CLI parser's: every command (hang, trigger and snapshot too) with its own
+    arguments, and which commands take --format."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert text == readme_with_commands(text), "README.md's command list is stale: run `make docs`"
+    for name in ("issues", "whatif", "critical-path", "hang", "trigger", "snapshot", "report"):
+        assert f".venv/bin/stepdoctor {name} " in text
+    assert "[--no-stalls R] [--op NAME=xF]" in text and "not by `demo`, `report`" in text
+
+
+def test_readme_mcp_tool_list_is_fresh():
+    from stepdoctor.server.gendocs import readme_with_tools
+
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert text == readme_with_tools(text), "README.md's MCP tool list is stale: run `make docs`"
+    assert "`diagnose_hang`" in text and "`what_if`" in text
 
 
 def test_analysis_never_imports_front_ends():

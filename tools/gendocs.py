@@ -82,8 +82,61 @@ def contract_with_catalog(text: str) -> str:
     return head + contract_catalog() + rest.partition(CATALOG_END)[2]
 
 
+README = DOCS.parent / "README.md"
+COMMANDS_BEGIN = "<!-- commands: generated from the CLI parser by `make docs`; do not edit by hand -->"
+COMMANDS_END = "<!-- end of the generated commands -->"
+_COMMON = {"-h", "--help", "--format", "--debug", "--ray"}
+
+
+def _usage(sub) -> str:
+    """A subcommand's own arguments (its positionals, then its options with their metavars)."""
+    parts = []
+    for act in sub._actions:   # argparse keeps no public list of a parser's arguments
+        if not act.option_strings:
+            parts.append(act.metavar or act.dest.upper())
+        elif not set(act.option_strings) & _COMMON:
+            opt = max(act.option_strings, key=len)
+            takes = act.nargs != 0 and not isinstance(act.const, bool) and act.__class__.__name__ not in (
+                "_StoreTrueAction", "_StoreFalseAction")
+            meta = act.metavar or act.dest.upper()
+            meta = " ".join(meta) if isinstance(meta, tuple) else meta
+            parts.append(f"[{opt} {meta}]" if takes else f"[{opt}]")
+    return " ".join(str(p) for p in parts)
+
+
+def commands_block() -> str:
+    """README's command list: every CLI command, its arguments and its help line, from the parser itself."""
+    import argparse
+    import textwrap
+
+    from .cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    helps = {c.dest: c.help or "" for c in sub._choices_actions}
+    lines = [COMMANDS_BEGIN, "", "```sh"]
+    for name, p in sub.choices.items():
+        lines.append(f".venv/bin/stepdoctor {name} {_usage(p)}".rstrip())
+        for part in textwrap.wrap(helps.get(name, ""), 100):
+            lines.append(f"    # {part}")
+    fmt = [n for n, p in sub.choices.items() if any("--format" in a.option_strings for a in p._actions)]
+    rest = [n for n in sub.choices if n not in fmt]
+    lines += ["```", "", f"`--format table|json|markdown` (the JSON shapes: [docs/contract.md](docs/contract.md)) is "
+              f"taken by {', '.join(f'`{n}`' for n in fmt)}" + (f"; not by {', '.join(f'`{n}`' for n in rest)}."
+                                                                 if rest else ".")]
+    return "\n".join([*lines, "", COMMANDS_END])
+
+
+def readme_with_commands(text: str) -> str:
+    head, found, rest = text.partition(COMMANDS_BEGIN)
+    if not found:
+        raise ValueError(f"README.md has no {COMMANDS_BEGIN!r} marker")
+    return head + commands_block() + rest.partition(COMMANDS_END)[2]
+
+
 def main() -> int:
     DOCS.mkdir(exist_ok=True)
+    README.write_text(readme_with_commands(README.read_text(encoding="utf-8")), encoding="utf-8")
     (DOCS / "checks.md").write_text(checks_markdown(), encoding="utf-8")
     contract = DOCS / "contract.md"
     contract.write_text(contract_with_catalog(contract.read_text(encoding="utf-8")), encoding="utf-8")
