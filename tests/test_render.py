@@ -121,11 +121,18 @@ def test_breakdown_drops_unknown_columns_and_right_aligns_numbers(tmp_path):
     assert "│ 350.00 │" in row and "│ 30.08 │ 296.11 │" in row   # rank 0, step 2: free, then the idle tail
 
 
-def test_cli_tables_fit_80_columns_when_piped(tmp_path):
+def test_cli_tables_fit_the_piped_width_or_columns(tmp_path):
+    """Piped (no terminal, no $COLUMNS): the findings table keeps its steps and share columns within
+    render.PIPED_WIDTH; with COLUMNS=80 everything fits 80 columns, text wrapped under its number."""
     env = {**{k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")},
            "STEPDOCTOR_CACHE_DIR": str(tmp_path)}
-    res = subprocess.run([sys.executable, "-m", "stepdoctor.tools.cli", "issues", str(need(CLUSTER4))],
-                         capture_output=True, text=True, env=env, timeout=300)
+    cmd = [sys.executable, "-m", "stepdoctor.tools.cli", "issues", str(need(CLUSTER4))]
+    wide = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert wide.returncode == 0, wide.stderr
+    head = [ln for ln in wide.stdout.splitlines() if ln[:1] == "┃"]
+    assert max(map(len, wide.stdout.splitlines())) <= render.PIPED_WIDTH
+    assert "steps" in "".join(head) and "% of" in "".join(head)
+    res = subprocess.run(cmd, capture_output=True, text=True, env={**env, "COLUMNS": "80"}, timeout=300)
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     table = [ln for ln in lines if ln[:1] in "┏┃┡│└"]
@@ -200,7 +207,7 @@ def test_cli_fixes_table_json_and_markdown():
 
     out = run()
     table = [ln for ln in out.splitlines() if ln[:1] in "┏┃┡│└"]
-    assert max(map(len, table)) <= 80 and out.startswith(f"{len(ids)} fixes")
+    assert max(map(len, table)) <= render.PIPED_WIDTH and out.startswith(f"{len(ids)} fixes")
     assert [ln.split("│")[1].strip() for ln in table if ln.startswith("│") and ln.split("│")[1].strip()] == ids
     listed = json.loads(run("--format", "json"))  # the contract's shape: a list of fixes
     assert [f["id"] for f in listed] == ids and {"title", "vendors", "frameworks", "checks"} <= set(listed[0])
@@ -220,4 +227,4 @@ def test_cells_titles_and_the_profile_line_are_not_read_as_markup(tmp_path):
     head = lines[:lines.index(next(ln for ln in lines if ln.startswith("Breakdown")))]
     assert " ".join(head).split() == [str(need(CLUSTER4)), "[ascend_pt_text]", "ranks", "0-3", "steps", "1-2",
                                       "world", "size", "4"], head
-    assert "world size 4" in head[-1] and max(map(len, head)) <= 80  # broken between fields only
+    assert "world size 4" in head[-1] and max(map(len, head)) <= render.PIPED_WIDTH  # broken between fields only

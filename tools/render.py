@@ -3,8 +3,8 @@
 Every model is first turned into plain tables (title, header, rows); the same tables then print as a
 rich table on a terminal or as Markdown (for chat, PR comments and `--format markdown`).
 
-On a terminal a table is fitted to the console's width (80 columns when output is piped; left to rich,
-the 10-column findings table folds every cell to a few letters): short columns (ranks, numbers, check
+On a terminal a table is fitted to the console's width (PIPED_WIDTH columns when output is piped, unless
+$COLUMNS says; left to rich, the 10-column findings table folds every cell to a few letters): short columns (ranks, numbers, check
 ids) never wrap and get the width they need; the width left goes to the free-text columns
 (`Table.text`) and name columns (`Table.names`: kernel and op names, C++ signatures of hundreds of
 characters), narrowest first, each its need or an equal share of the rest (`render_fit.flex_widths`). Text
@@ -17,6 +17,8 @@ never shortened.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -27,6 +29,9 @@ from . import models as m
 from .render_fit import Table, fit_table, hanging, shorten_names
 
 NAME_WIDTH = 80   # a name column's width in Markdown (no terminal to fit)
+# piped output (a file, `| less`, CI logs) has no terminal width: rich's 80 would drop the findings table's
+# steps and share columns; $COLUMNS still decides where it is set
+PIPED_WIDTH = 120
 
 
 def fmt_value(x: Any, nd: int = 2) -> str:
@@ -238,7 +243,7 @@ def render_table(model: BaseModel) -> None:
 
     # Everything printed is Text, never a str: rich would read "[ascend_pt]" in a profile line or a
     # "[...]" in a path or a kernel name as markup and drop it.
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else PIPED_WIDTH)
     prof = getattr(model, "profile", None)
     if prof is not None:
         console.print(Text(_profile_line(prof, console.width), style="bold"))
