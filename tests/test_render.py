@@ -228,3 +228,14 @@ def test_cells_titles_and_the_profile_line_are_not_read_as_markup(tmp_path):
     assert " ".join(head).split() == [str(need(CLUSTER4)), "[ascend_pt_text]", "ranks", "0-3", "steps", "1-2",
                                       "world", "size", "4"], head
     assert "world size 4" in head[-1] and max(map(len, head)) <= render.PIPED_WIDTH  # broken between fields only
+
+
+def test_checks_made_for_other_vendors_are_one_row():
+    """A GPU profile's issues list the Ascend-only checks as one row with their count, not a row each."""
+    from stepdoctor.tools.models import IssueReport
+
+    rep = IssueReport(profile={"path": "p", "format": "kineto", "ranks": [0], "steps": [1]}, findings=[],
+                      not_applicable={"aicpu-op": "applies to ascend profiles", "slow-link": "applies to ascend profiles",
+                                      "env-var": "needs env"})
+    t = next(t for t in render.tables_for(rep) if t.title == "Checks not applicable")
+    assert t.rows == [["env-var", "needs env"], ["2 checks", "made for ascend profiles: aicpu-op, slow-link"]]

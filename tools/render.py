@@ -61,6 +61,22 @@ def _ranges(ids: Sequence[int], most: int = 6) -> str:
     return ",".join(parts)
 
 
+def _not_applicable(why: dict[str, str]) -> Table:
+    """The checks that could not run, and why. Checks made for other vendors' profiles are one row ("12 checks
+    made for ascend profiles"), not a row each: a GPU profile is not missing them, they are not its checks."""
+    other: dict[str, list[str]] = {}
+    rows = []
+    for k, v in sorted(why.items()):
+        if v.startswith("applies to ") and v.endswith(" profiles"):
+            other.setdefault(v.removeprefix("applies to ").removesuffix(" profiles"), []).append(k)
+        else:
+            rows.append([k, v])
+    for vendors, ids in sorted(other.items(), key=lambda x: -len(x[1])):
+        rows.append([f"{len(ids)} check{'s' if len(ids) > 1 else ''}", f"made for {vendors} profiles: "
+                     f"{', '.join(ids)}"])
+    return Table("Checks not applicable", ["check", "why"], rows, text=("why",))
+
+
 def _profile_line(p: Any, width: int) -> str:
     """Path, format, ranks, steps, world size, separated by two spaces; broken into lines of `width` only
     between those fields (a long path gets a line of its own, "world size 8" is never split)."""
@@ -118,8 +134,7 @@ def tables_for(model: BaseModel) -> list[Table]:
                      text=("title",), names=("subject",), optional=("fixes", "subject", "steps", "impact_%"),
                      empty="no check fired")]
         if model.not_applicable:
-            out.append(Table("Checks not applicable", ["check", "why"],
-                             [[k, v] for k, v in sorted(model.not_applicable.items())], text=("why",)))
+            out.append(_not_applicable(model.not_applicable))
         return out
     if isinstance(model, m.SlowRanks):
         return _slow_rank_tables(model)
