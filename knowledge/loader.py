@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
 
@@ -142,3 +143,27 @@ def fixes_for(
         )
     )
     return [f.id for f in candidates]
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    """What a profile says of its job that decides whether a fix can apply there (`applies_here`).
+    backends: the distributed backends the job uses (empty: one process, none; None: not known). env: the
+    recorded environment, variable -> the values seen across ranks (None: unset on some rank), or None where
+    the profile records no environment; a variable it does not list is not known (torch_npu records a fixed
+    list)."""
+
+    backends: frozenset[str] | None = None
+    env: dict[str, frozenset[str | None]] | None = None
+
+
+def applies_here(fix: Fix, facts: JobFacts) -> bool:
+    """False where the job shows the fix cannot help: it is about a backend the job does not use, or it only
+    sets environment variables that every rank already has as the fix wants them (recorded, so known)."""
+    want = fix.applies_to.backends
+    if want and facts.backends is not None and not set(want) & facts.backends:
+        return False
+    only_env = fix.env and fix.code_edit and all(e.kind == "env" for e in fix.code_edit)
+    if only_env and facts.env is not None and all(v.name in facts.env for v in fix.env):
+        return any(not v.satisfied_by(cur) for v in fix.env for cur in facts.env[v.name])
+    return True   # a variable the profile does not record may be set: the fix may apply

@@ -92,6 +92,10 @@ class AppliesTo(_Strict):
     versions: str | None = Field(
         default=None, description="version constraints in words, e.g. 'torch_npu >= 2.1'"
     )
+    backends: list[Literal["nccl", "rccl", "hccl", "gloo"]] | None = Field(
+        default=None, description="the distributed backends the fix is about (an NCCL setting means nothing to a "
+        "single-GPU or gloo run); none: any job"
+    )
 
     def matches(self, vendor: str | None, framework: str | None) -> bool:
         """True when the fix applies to `vendor` and `framework` (None = do not filter on it)."""
@@ -262,6 +266,20 @@ class EnvVar(_Strict):
     option: bool = Field(
         default=False, description="value is one `key:value` option of a comma-separated list"
     )
+
+    def satisfied_by(self, current: str | None) -> bool:
+        """Whether a variable's current value (None = unset) already satisfies the fix."""
+        if self.value is None:
+            return current is None or current in self.ok_values
+        if current is None:
+            return False
+        if current == self.value or current in self.ok_values:
+            return True
+        if self.at_least is not None and current.strip().isdigit():
+            return int(current) >= self.at_least
+        if self.option:
+            return self.value.replace(" ", "") in [o.strip().replace(" ", "") for o in current.split(",")]
+        return False
 
     @field_validator("name")
     @classmethod

@@ -403,3 +403,28 @@ def test_docs_page_is_fresh():
     assert page.read_text(encoding="utf-8") == generated, (
         "docs/fixes.md is stale: run `python -m stepdoctor.knowledge.render > docs/fixes.md`"
     )
+
+
+def test_a_fix_applies_only_where_the_job_can_use_it():
+    """An NCCL setting is no advice for a single-GPU or gloo run; an env-only fix whose variables every rank
+    already has as it wants them is no advice either; a variable the profile does not record may be set."""
+    from stepdoctor.knowledge.loader import JobFacts, applies_here, load_fixes
+
+    fixes = load_fixes()
+    nccl, algo = fixes["torch-nccl-blocking-wait-off"], fixes["hccl-algo-unset"]
+    assert not applies_here(nccl, JobFacts(backends=frozenset()))            # one process
+    assert not applies_here(nccl, JobFacts(backends=frozenset({"gloo"})))
+    assert applies_here(nccl, JobFacts(backends=frozenset({"nccl"})))
+    assert applies_here(nccl, JobFacts(backends=None))                       # not known: kept
+    assert not applies_here(algo, JobFacts(env={"HCCL_ALGO": frozenset({None})}))
+    assert applies_here(algo, JobFacts(env={"HCCL_ALGO": frozenset({None, "level0:NA;level1:ring"})}))
+    assert applies_here(algo, JobFacts(env={"HCCL_RDMA_TC": frozenset({None})}))   # HCCL_ALGO not recorded
+
+
+def test_single_gpu_and_gloo_runs_get_no_nccl_fix():
+    from conftest import SHARED, need
+    from stepdoctor.tools import api
+
+    for run in ("sync_heavy", "gloo2_straggler", "host_bound"):
+        rep = api.issues(need(SHARED / "real" / "gpu-h100" / run))
+        assert not [x for f in rep.findings for x in f.fixes if "nccl" in x], run

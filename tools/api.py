@@ -46,20 +46,64 @@ def load(ref: ProfileRef, *, progress: ProgressFn | None = None, cache_dir: Path
     return open_profile(ref, progress=progress, cache_dir=cache_dir)
 
 
-def _fix_lookup():
-    """The knowledge base's fix lookup, or None when the knowledge base is absent from this build."""
+def _fix_lookup(prof: Profile | None = None):
+    """The knowledge base's fix lookup, or None when the knowledge base is absent from this build. With a
+    profile, only the fixes that can apply to its job (`knowledge.loader.applies_here`: its backends, its
+    recorded environment)."""
     try:
-        from ..knowledge.loader import fixes_for
+        from ..knowledge.loader import applies_here, fixes_for, load_fixes
     except ImportError:  # pragma: no cover - the knowledge package ships with stepdoctor
         return None
+    facts = job_facts(prof) if prof is not None else None
 
     def lookup(check: str, vendor: str | None, framework: str | None, subject: str | None) -> list[str]:
         try:
-            return fixes_for(check, vendor, framework, subject)
+            ids = fixes_for(check, vendor, framework, subject)
+            if facts is None:
+                return ids
+            fixes = load_fixes()
+            return [i for i in ids if applies_here(fixes[i], facts)]
         except Exception:  # a broken fix file must not hide findings; the KB tests catch it
             return []
 
     return lookup
+
+
+def job_facts(prof: Profile):
+    """The job's distributed backends and recorded environment, for the fixes that depend on them."""
+    import json
+
+    from ..knowledge.loader import JobFacts
+
+    backends: set[str] = set()
+    for (value,) in prof.rows("SELECT value_json FROM metadata WHERE key = 'distributedInfo'"):
+        try:
+            b = json.loads(value).get("backend")
+        except (TypeError, ValueError, AttributeError):
+            continue
+        if isinstance(b, str) and b:
+            backends.add(b.lower())
+    if prof.rows("SELECT count(*) FROM comm_ops WHERE name ILIKE '%nccl%'")[0][0]:
+        backends.add("nccl")
+    if prof.rows("SELECT count(*) FROM comm_ops WHERE name ILIKE 'hcom%' OR name ILIKE '%hccl%'")[0][0] \
+            or (prof.info.vendor == "ascend" and len(prof.info.ranks) > 1):
+        backends.add("hccl")
+    single = (prof.info.world_size or 1) <= 1 and len(prof.info.ranks) == 1
+    known = frozenset(backends) if backends or single else None
+    rows = prof.rows("SELECT rank, name, value FROM env_vars")
+    env: dict[str, set[str | None]] | None = None
+    if rows:
+        ranks = {int(r) for r, _, _ in rows}
+        env = {}
+        for _r, name, value in rows:   # torch_npu records an unset variable as ""
+            env.setdefault(str(name), set()).add(None if value is None or not str(value).strip() else str(value))
+        holders: dict[str, set[int]] = {}
+        for r, name, _v in rows:
+            holders.setdefault(str(name), set()).add(int(r))
+        for name, vals in env.items():   # a variable some recorded rank lacks is unset there
+            if len(holders[name]) < len(ranks):
+                vals.add(None)
+    return JobFacts(known, {k: frozenset(v) for k, v in env.items()} if env is not None else None)
 
 
 def context(prof: Profile, ranks: list[int] | None = None) -> CheckContext:
@@ -68,7 +112,7 @@ def context(prof: Profile, ranks: list[int] | None = None) -> CheckContext:
         if missing:
             raise UsageError(f"{prof.path}: rank {missing[0]} not in profile; ranks are "
                                           f"{_ranks_text(prof.info.ranks)}")
-    return CheckContext(prof, fixes_for=_fix_lookup(), ranks=ranks)
+    return CheckContext(prof, fixes_for=_fix_lookup(prof), ranks=ranks)
 
 
 def _ranks_text(ranks: list[int]) -> str:

@@ -16,21 +16,6 @@ from .text import EditLocation, LineMap, Outcome, TextEdit
 # environment variables
 
 
-def _env_value_ok(var: EnvVar, current: str | None) -> bool:
-    """Whether a variable's current value (None = unset) already satisfies the fix."""
-    if var.value is None:
-        return current is None or current in var.ok_values
-    if current is None:
-        return False
-    if current == var.value or current in var.ok_values:
-        return True
-    if var.at_least is not None and current.strip().isdigit():
-        return int(current) >= var.at_least
-    if var.option:
-        return var.value.replace(" ", "") in [o.strip().replace(" ", "") for o in current.split(",")]
-    return False
-
-
 def _env_new_value(var: EnvVar, current: str | None) -> str:
     """The value to write: for `option` variables, the option merged into the existing comma list
     (replacing the same key with another value), else the fix's value."""
@@ -94,7 +79,7 @@ def edit_env_python(mod: Module, fix: Fix, params: dict[str, Any]) -> Outcome:
             out.notes.append(f"line {stmt.lineno}: {name} is set from an expression; check it by hand")
             continue
         current = str(current)
-        if _env_value_ok(var, current):
+        if var.satisfied_by(current):
             out.locations.append(EditLocation(line=stmt.lineno, what=f"{name}={current} already ok"))
         elif var.value is None:
             start, end = src.span(stmt)
@@ -223,7 +208,7 @@ def edit_env_shell(text: str, fix: Fix, params: dict[str, Any]) -> tuple[str, Ou
         last_set = max((a.line for a in mine), default=-1)
         last_unset = max(unset_lines, default=-1)
         effective = next(a for a in mine if a.line == last_set).value if last_set > last_unset else None
-        bad = [a for a in mine if not _env_value_ok(var, a.value)]
+        bad = [a for a in mine if not var.satisfied_by(a.value)]
         mentioned = bool(mine or unset_lines)
         if mentioned:
             out.matched = True
@@ -233,7 +218,7 @@ def edit_env_shell(text: str, fix: Fix, params: dict[str, Any]) -> tuple[str, Ou
             and not (named or (var is fix.env[0] and not script_mentions_fix))
         ):
             continue  # an unset-type variable the script never mentions and nobody flagged: leave it alone
-        if not bad and mentioned and _env_value_ok(var, effective):
+        if not bad and mentioned and var.satisfied_by(effective):
             line = max(last_set, last_unset) + 1
             state = "unset" if effective is None else f"={effective}"
             out.locations.append(
