@@ -218,3 +218,22 @@ def test_no_empty_table_is_printed(tmp_path):
     assert "no link-level communication data in this" in outs["slow-links"]
     assert "0 finding(s): no check fired" in outs["slow-links"]
     assert "Environment audit: no environment variables recorded" in outs["env"]
+
+
+def test_slow_ranks_dimensions_name_the_breakdown_field_they_compare():
+    """slow-ranks' "free" is the breakdown's idle_ms (free + lead-in + tail), not its free_ms: the answer says
+    so, and its median is the breakdown's idle_ms median (one definition, two views)."""
+    import statistics
+
+    from conftest import SHARED
+    from stepdoctor.tools import render
+
+    p = need(SHARED / "real" / "ascend" / "msinsight-pt-text-l1")
+    sr, bd = api.slow_ranks(p), api.breakdown(p)
+    free = next(d for d in sr.dimensions if d.name == "free")
+    assert free.measures == "idle_ms"
+    per_step = [statistics.median(r.idle_ms for r in bd.rows if r.step == s) for s in sorted({r.step for r in bd.rows})]
+    assert free.median_ms == pytest.approx(statistics.mean(per_step), abs=0.01)
+    assert free.median_ms != pytest.approx(statistics.median(r.free_ms for r in bd.rows), abs=1.0)
+    dims = render.tables_for(sr)[0]
+    assert [r[0] for r in dims.rows] == ["compute", "communication (= comm not overlapped)", "free (= idle)"]

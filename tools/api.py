@@ -14,6 +14,7 @@ import pandas as pd
 from ..analysis.checks.base import CheckContext, registry, run_checks
 from ..analysis.checks.env_var import ENV_RULES, RULES_BY_NAME
 from ..analysis.checks.slow_link import link_stats
+from ..analysis.checks.slow_rank import DIMENSIONS as SLOW_DIMENSIONS
 from ..analysis.checks.slow_rank import analyse as analyse_slow_ranks
 from ..analysis.checks.slow_rank import arrival as slow_rank_arrival
 from ..analysis.errors import ProfileError, UsageError
@@ -183,7 +184,7 @@ def slow_ranks(ref: ProfileRef) -> SlowRanks:
         return SlowRank(rank=e.rank, steps=e.steps, value_ms=e.value_ms, excess_ms=e.excess_ms,
                         excess_pct=e.excess_pct, cause=e.cause, median_ms=e.median_ms, impact_ms=e.impact_ms)
 
-    dims = [SlowDimension(name=name, median_ms=s.median_ms, spread_pct=s.spread_pct,
+    dims = [SlowDimension(name=name, measures=SLOW_DIMENSIONS[name], median_ms=s.median_ms, spread_pct=s.spread_pct,
                           slow=[conv(e) for e in s.slow],
                           late_arrivals=[conv(e) for e in s.fast] if name == "communication" else [])
             for name, s in stats.items()]

@@ -41,6 +41,8 @@ class SlowRank(BaseModel):
 
 class SlowDimension(BaseModel):
     name: Literal["compute", "communication", "free"]
+    measures: str | None = Field(None, description="the breakdown field this dimension compares (free: `idle_ms`, "
+                                 "free plus the step's lead-in and tail, not the breakdown's `free_ms`)")
     median_ms: float | None
     spread_pct: float | None = Field(description="(max - min) / mean step, percent, worst step")
     slow: list[SlowRank]

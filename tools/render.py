@@ -26,7 +26,7 @@ from pydantic import BaseModel
 
 from ..analysis.replay.models import CriticalPath, WhatIf
 from . import models as m
-from .render_fit import Table, fit_table, hanging, shorten_names
+from .render_fit import Table, column_label, fit_table, hanging, shorten_names
 
 NAME_WIDTH = 80   # a name column's width in Markdown (no terminal to fit)
 # piped output (a file, `| less`, CI logs) has no terminal width: rich's 80 would drop the findings table's
@@ -59,6 +59,13 @@ def _ranges(ids: Sequence[int], most: int = 6) -> str:
     if len(parts) > most:
         return f"{','.join(parts[:most - 1])},… ({sum(b - a + 1 for a, b in runs):,})"
     return ",".join(parts)
+
+
+def _dimension(d: Any) -> str:
+    """A slow-ranks dimension with the breakdown field it compares where that is not `<name>_ms` (free is the
+    breakdown's idle_ms, not its free_ms): the two views never show one name for two numbers."""
+    col = getattr(d, "measures", None)
+    return d.name if not col or col == f"{d.name}_ms" else f"{d.name} (= {column_label(col, '(ms)')})"
 
 
 def _not_applicable(why: dict[str, str]) -> Table:
@@ -209,8 +216,8 @@ def _slow_rank_tables(model: m.SlowRanks) -> list[Table]:
     named = {d.name: [e.rank for e in d.slow] for d in model.dimensions}
     dims = Table("Dimensions: the median rank per step (ms)", ["dimension", "median_ms", "spread_%_of_step",
                                                                 "slower ranks"],
-                 [[d.name, fmt_value(d.median_ms), fmt_value(d.spread_pct), fmt_value(named[d.name]) if named[d.name] else "none"]
-                  for d in model.dimensions])
+                 [[_dimension(d), fmt_value(d.median_ms), fmt_value(d.spread_pct),
+                   fmt_value(named[d.name]) if named[d.name] else "none"] for d in model.dimensions])
     out = [dims]
     rows = [[d.name, e.rank, fmt_value(e.steps), fmt_value(e.value_ms), fmt_value(e.median_ms), f"+{fmt_value(e.excess_ms)}", e.cause]
             for d in model.dimensions for e in d.slow]
