@@ -20,6 +20,8 @@ Classes (priority order, ns intervals clipped to the rank's host step window):
                    host waits in them), minus compute (overlapped communication is drawn as compute);
   other          = other device work (memory copies, syncs) not covered by the above;
   idle           = the rest of the host step window.
+The totals beside a row are over the rank's host step window ("host step", its ProfilerStep span or trace
+window), which can differ from the breakdown's step (an Ascend step table's Stage): the label says which.
 Drawing: the axis is cut into PLOT_W pixel bins and each bin takes the class that covers most of it
 (idle included), run-length encoded into rects; the totals beside each row are exact (ms).
 """
@@ -215,7 +217,7 @@ def step_timeline(prof: Profile, rows: list[BreakdownRow], totals: list[Breakdow
         _runs(ch, ln, left, y, row_h, span_ns / 1e6 / PLOT_W)
         t = ln.totals_ms
         other = f", other {t['other']:.1f}" if t["other"] >= 0.05 else ""
-        ch.texts.append(Text(left + PLOT_W + 8, y + row_h * 0.72, f"step {(ln.w1 - ln.w0) / 1e6:.1f} ms: "
+        ch.texts.append(Text(left + PLOT_W + 8, y + row_h * 0.72, f"host step {(ln.w1 - ln.w0) / 1e6:.1f} ms: "
                              f"compute {t['compute']:.1f}, comm {t['comm']:.1f}{other}, idle {t['idle']:.1f}", size=10,
                              cls="value"))
         ch.lines.append((left + ln.w0 * px, y - 2, left + ln.w0 * px, y + row_h + 2))
