@@ -58,6 +58,10 @@ from .gc_pause import fixed_stall
 # "free" is judged on the device's idle time in the whole host step (idle_ms): on Ascend the profiler's
 # Free stops at the last kernel, and a rank that idles after it (GC, I/O) is still the slow one.
 DIMENSIONS = {"compute": "compute_ms", "communication": "comm_not_overlapped_ms", "free": "idle_ms"}
+# what each dimension's number is, in a finding's words ("free" compares idle_ms, which holds the step's lead-in
+# and tail beside the breakdown's free_ms: a finding must not call 326 ms "free" beside a table's 30 ms)
+DIMENSION_WORDS = {"compute": "compute", "communication": "communication not overlapped",
+                   "free": "device idle (free time plus the step's lead-in and tail)"}
 
 
 @dataclass
@@ -341,7 +345,8 @@ class SlowRankCheck(Check):
                     impact, method = rec.recovered_ms, ("replay: measured step - the step replayed with this rank "
                                                         "at the median of its peers")
                 f = self.finding(
-                    ctx, title=(f"rank {e.rank} is slower in {dim}: {e.value_ms:.2f} ms against a median of "
+                    ctx, title=(f"rank {e.rank} is slower in {dim if dim != 'free' else 'device idle'}: "
+                                f"{e.value_ms:.2f} ms against a median of "
                                 f"{e.median_ms:.2f} ms in {slow_steps_text(e.steps)}"),
                     subject=dim, ranks=[e.rank], steps=e.steps, impact_ms=impact,
                     evidence={"dimension": dim, "value_ms": e.value_ms, "median_ms": e.median_ms,
@@ -351,7 +356,8 @@ class SlowRankCheck(Check):
                                              "min_excess_pct_of_step": T.slow_rank_min_excess_pct.value,
                                              "robust_z": T.slow_rank_robust_z.value},
                               "impact_method": method, **e.evidence},
-                    message=f"Rank {e.rank} spends {e.value_ms:.2f} ms in {dim} in {slow_steps_text(e.steps)} "
+                    message=f"Rank {e.rank} spends {e.value_ms:.2f} ms in {DIMENSION_WORDS[dim]} in "
+                            f"{slow_steps_text(e.steps)} "
                             f"against a median of {e.median_ms:.2f} ms, {e.excess_ms:.2f} ms more"
                             + (f"{per_step_text(e.steps, e.impact_ms, n_steps.get(e.rank, 0))}" if rr is None else
                                f"; replayed at the median it would save the job {impact:.2f} ms per step (its "
