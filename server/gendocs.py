@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 
 from ..tools import catalog
+from ..tools.gendocs import replace_block
 from .app import create_server
 
 HEADER = """# MCP tools
@@ -151,11 +152,8 @@ def tool_names() -> list[str]:
 
 def readme_with_tools(text: str) -> str:
     """README's MCP tool list (the names a client sees in tools/list) between its markers."""
-    head, found, rest = text.partition(MCP_BEGIN)
-    if not found:
-        raise ValueError(f"README.md has no {MCP_BEGIN!r} marker")
     names = ", ".join(f"`{n}`" for n in tool_names())
-    return head + f"{MCP_BEGIN}\n{names}.\n{MCP_END}" + rest.partition(MCP_END)[2]
+    return replace_block(text, MCP_BEGIN, MCP_END, f"{MCP_BEGIN}\n{names}.\n{MCP_END}", "README.md")
 
 
 def main() -> int:

@@ -74,12 +74,18 @@ def contract_catalog() -> str:
     return "\n".join([*lines, "", CATALOG_END])
 
 
+def replace_block(text: str, begin: str, end: str, block: str, where: str) -> str:
+    """`text` with the generated block from the `begin` marker to the `end` marker replaced by `block` (which
+    starts with `begin` and ends with `end`); ValueError naming `where` when the marker is missing."""
+    head, found, rest = text.partition(begin)
+    if not found:
+        raise ValueError(f"{where} has no {begin!r} marker")
+    return head + block + rest.partition(end)[2]
+
+
 def contract_with_catalog(text: str) -> str:
     """docs/contract.md's text with its generated block replaced by `contract_catalog()`."""
-    head, found, rest = text.partition(CATALOG_BEGIN)
-    if not found:
-        raise ValueError(f"docs/contract.md has no {CATALOG_BEGIN!r} marker")
-    return head + contract_catalog() + rest.partition(CATALOG_END)[2]
+    return replace_block(text, CATALOG_BEGIN, CATALOG_END, contract_catalog(), "docs/contract.md")
 
 
 README = DOCS.parent / "README.md"
@@ -128,10 +134,7 @@ def commands_block() -> str:
 
 
 def readme_with_commands(text: str) -> str:
-    head, found, rest = text.partition(COMMANDS_BEGIN)
-    if not found:
-        raise ValueError(f"README.md has no {COMMANDS_BEGIN!r} marker")
-    return head + commands_block() + rest.partition(COMMANDS_END)[2]
+    return replace_block(text, COMMANDS_BEGIN, COMMANDS_END, commands_block(), "README.md")
 
 
 def main() -> int:
