@@ -31,20 +31,13 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 from torch.utils.data import DataLoader, Dataset
-
-EXTRA_N = 384
-
-
-def matmul_work(n_mm: int, seed: int = 1) -> float:
-    g = torch.Generator().manual_seed(seed)
-    a = torch.randn(EXTRA_N, EXTRA_N, generator=g)
-    b = torch.randn(EXTRA_N, EXTRA_N, generator=g) * (1.0 / EXTRA_N ** 0.5)
-    for _ in range(n_mm):
-        a = torch.tanh(a @ b)
-    return float(a[0, 0])
+from train_job import matmul_work  # the same extra compute (torchrun puts this script's folder on sys.path)
 
 
 class RandomBatches(Dataset):
+    """Item i is a whole batch; its own seeding and loader work (not train_job's): the ddp2_* recordings were
+    made with it."""
+
     def __init__(self, n, batch, width, classes, seed, work_ms=0.0):
         self.n, self.batch, self.width, self.classes, self.seed, self.work_ms = n, batch, width, classes, seed, work_ms
 
