@@ -72,18 +72,11 @@ def _fix_lookup(prof: Profile | None = None):
 
 def job_facts(prof: Profile):
     """The job's distributed backends and recorded environment, for the fixes that depend on them."""
-    import json
-
+    from ..analysis.metrics.metadata import decoded
     from ..knowledge.loader import JobFacts
 
-    backends: set[str] = set()
-    for (value,) in prof.rows("SELECT value_json FROM metadata WHERE key = 'distributedInfo'"):
-        try:
-            b = json.loads(value).get("backend")
-        except (TypeError, ValueError, AttributeError):
-            continue
-        if isinstance(b, str) and b:
-            backends.add(b.lower())
+    backends = {v["backend"].lower() for _r, v in decoded(prof.sql, "distributedInfo")
+                if isinstance(v, dict) and isinstance(v.get("backend"), str) and v["backend"]}
     if prof.rows("SELECT count(*) FROM comm_ops WHERE name ILIKE '%nccl%'")[0][0]:
         backends.add("nccl")
     if prof.rows("SELECT count(*) FROM comm_ops WHERE name ILIKE 'hcom%' OR name ILIKE '%hccl%'")[0][0] \

@@ -13,26 +13,23 @@ invariant by more than CLOCK_TOLERANCE_NS is kept; the world on a tie.
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pandas as pd
 
-CLOCK_TOLERANCE_NS = 100_000   # ends before the last start by less than this: clocks, not another group
+from .metadata import decoded
+
+# one rank's clock may seem ahead of another's by this on one shared clock (timer resolution, the profiler's
+# own stamps): an end before a start by less is not evidence of a wrong match
+CLOCK_TOLERANCE_NS = 100_000
 
 
 def families(sql) -> list[dict[int, int]]:
     """Each family of disjoint groups (same description and size, 2 <= size < world) that covers every rank
     listing a distributedInfo: rank -> index of its group in the family."""
-    md = sql("SELECT rank, value_json FROM metadata WHERE key = 'distributedInfo'")
     groups: dict[tuple[str, int], set[tuple[int, ...]]] = {}
     ranks: set[int] = set()
     world = 0
-    for rank, value in md.itertuples(index=False):
-        try:
-            v = json.loads(value)
-        except (TypeError, ValueError):
-            continue
+    for rank, v in decoded(sql, "distributedInfo"):
         if not isinstance(v, dict):
             continue
         ranks.add(int(rank))

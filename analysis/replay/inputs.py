@@ -16,7 +16,6 @@ Per rank and step the host step window (`steps`) gives where the step starts and
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +23,7 @@ import pandas as pd
 
 from ..metrics.coll_groups import GROUPED_P2P
 from ..metrics.collectives import instances
+from ..metrics.metadata import decoded
 from .p2p import SYNC_TOLERANCE_NS, p2p_rows
 
 
@@ -116,12 +116,11 @@ def step_inputs(sql, stages: dict[int, int] | None = None) -> tuple[list[StepInp
                       ignore_index=True).sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
     if steps.empty:
         return [], source
-    off = clock_offsets(rows, hosts(sql))
+    off = clock_offsets(rows, hosts(sql))   # non-empty only where rows are
     if off:
-        shift = rows["rank"].map(off).fillna(0).astype("int64") if not rows.empty else 0
+        shift = rows["rank"].map(off).fillna(0).astype("int64")
         for c in ("launch_ns", "start_ns", "end_ns"):
-            if not rows.empty:
-                rows[c] = rows[c].astype("int64") + shift
+            rows[c] = rows[c].astype("int64") + shift
         ws = steps["rank"].map(off).fillna(0).astype("int64")
         steps = steps.assign(start_ns=steps["start_ns"] + ws, end_ns=steps["end_ns"] + ws)
     out: list[StepInput] = []
@@ -199,13 +198,4 @@ def clock_offsets(rows: pd.DataFrame, host: dict[int, str]) -> dict[int, int]:
 
 def hosts(sql) -> dict[int, str]:
     """rank -> the host its trace says it ran on (Kineto's top-level `host_name`), where it says so."""
-    df = sql("SELECT rank, value_json FROM metadata WHERE key = 'host_name'")
-    out = {}
-    for r, v in df.itertuples(index=False):
-        try:
-            name = json.loads(v)
-        except (TypeError, ValueError):
-            continue
-        if isinstance(name, str) and name:
-            out[int(r)] = name
-    return out
+    return {r: name for r, name in decoded(sql, "host_name") if isinstance(name, str) and name}

@@ -22,7 +22,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-CLOCK_TOLERANCE_NS = 100_000   # a receive ending this much before its send began: peers paired wrongly
+from ..metrics.coll_groups import (
+    CLOCK_TOLERANCE_NS,  # a receive ending this much before its send began: paired wrongly
+)
+
 SYNC_TOLERANCE_NS = 50_000      # a thread that resumes within this of an op's end waited for it
 
 _P2P = "('send', 'receive')"
