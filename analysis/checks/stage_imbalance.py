@@ -129,8 +129,8 @@ class StageImbalanceCheck(Check):
         if got is None:
             return []
         heavy, light, comp, step = got
-        gap = float(np.median([comp[r] for r in heavy]) - np.median([comp[r] for r in light]))
         hv, lv = float(np.median([comp[r] for r in heavy])), float(np.median([comp[r] for r in light]))
+        gap = hv - lv
         return [self.finding(
             ctx, title=(f"ranks {_span(heavy)} compute {hv:.1f} ms per step against {lv:.1f} ms on ranks "
                         f"{_span(light)} at the same step time"),

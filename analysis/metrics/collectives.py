@@ -111,9 +111,9 @@ def _in_kept_steps(df: pd.DataFrame, sql) -> pd.DataFrame:
     kept = sql("SELECT rank, step FROM steps WHERE kept")
     if kept.empty:
         return df
-    key = set(zip(kept["rank"].astype(int), kept["step"].astype(int), strict=True))
-    ok = np.array([not pd.isna(s) and (int(r), int(s)) in key for r, s in zip(df["rank"], df["step"], strict=True)],
-                  dtype=bool)
+    k = kept.assign(rank=kept["rank"].astype("int64"), step=kept["step"].astype("int64"), ok=True)
+    rows = df[["rank", "step"]].astype({"rank": "int64", "step": "Int64"})
+    ok = rows.merge(k, on=["rank", "step"], how="left")["ok"].fillna(False).to_numpy(bool)
     whole = pd.Series(ok).groupby(df["inst"].to_numpy()).transform("all").to_numpy()
     return df[whole].reset_index(drop=True)
 
