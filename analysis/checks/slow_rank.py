@@ -58,8 +58,8 @@ from .gc_pause import fixed_stall
 # "free" is judged on the device's idle time in the whole host step (idle_ms): on Ascend the profiler's
 # Free stops at the last kernel, and a rank that idles after it (GC, I/O) is still the slow one.
 DIMENSIONS = {"compute": "compute_ms", "communication": "comm_not_overlapped_ms", "free": "idle_ms"}
-# what each dimension's number is, in a finding's words ("free" compares idle_ms, which holds the step's lead-in
-# and tail beside the breakdown's free_ms: a finding must not call 326 ms "free" beside a table's 30 ms)
+# what each dimension's number is, in a finding's words: "free" compares idle_ms, which holds the step's lead-in
+# and tail besides the breakdown's free_ms, so a finding must not call that number "free"
 DIMENSION_WORDS = {"compute": "compute", "communication": "communication not overlapped",
                    "free": "device idle (free time plus the step's lead-in and tail)"}
 
