@@ -55,15 +55,17 @@ def _fix_lookup(prof: Profile | None = None):
         from ..knowledge.loader import applies_here, fixes_for, load_fixes
     except ImportError:  # pragma: no cover - the knowledge package ships with stepdoctor
         return None
-    facts = job_facts(prof) if prof is not None else None
+    facts: list = []   # the job's facts, read on the first lookup (most contexts never ask for a fix)
 
     def lookup(check: str, vendor: str | None, framework: str | None, subject: str | None) -> list[str]:
         try:
             ids = fixes_for(check, vendor, framework, subject)
-            if facts is None:
+            if prof is None:
                 return ids
+            if not facts:
+                facts.append(job_facts(prof))
             fixes = load_fixes()
-            return [i for i in ids if applies_here(fixes[i], facts)]
+            return [i for i in ids if applies_here(fixes[i], facts[0])]
         except Exception:  # a broken fix file must not hide findings; the KB tests catch it
             return []
 
