@@ -23,10 +23,12 @@ from mcp.types import ToolAnnotations
 from .. import __version__
 from ..analysis.errors import ProfileError, StepdoctorError, exit_code
 from .answers import catalog_errors, is_loopback, result
-from .http import http_app
+from .http import HangUps, http_app
 from .live_tools import register_live_tools
 from .mcp_tools import register_catalog
 from .own_tools import register_load_profile, register_query
+from .query import query_budget_mb, query_memory_mb
+from .query_pool import QueryPool
 from .registry import ProfileRegistry
 from .resources import register_prompts, register_resources
 from .roots import Roots
@@ -57,9 +59,11 @@ READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_worl
 class StepdoctorServer(MCPServer):
     """The MCP server with its profile registry (shared by every tool call, resources and tests)."""
 
-    def __init__(self, registry: ProfileRegistry, **kw: Any) -> None:
+    def __init__(self, registry: ProfileRegistry, query_pool: QueryPool, **kw: Any) -> None:
         super().__init__(**kw)
         self.registry = registry
+        self.query_pool = query_pool      # the worker processes of the `query` tool (the server-wide budget)
+        self.hang_ups = HangUps()         # HTTP callers that went away before their answer
         self.arg_names: dict[str, list[str]] = {}   # tool -> its argument names (filled as tools register)
 
     async def call_tool(self, name: str, arguments: dict[str, Any], *args: Any, **kw: Any) -> Any:
@@ -102,6 +106,8 @@ def create_server(
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "WARNING",
     allow_links: bool = False,
     output_schemas: bool = False,
+    query_mb: int | None = None,
+    query_budget: int | None = None,
 ) -> StepdoctorServer:
     """Build the MCP server over the tool catalog.
 
@@ -112,15 +118,20 @@ def create_server(
         allow_links: follow symbolic and hard links that stay under the roots (refused by default).
         output_schemas: declare each tool's output schema in tools/list (several times the context of the
             tool list for the model; the structured content is returned either way).
+        query_mb: DuckDB memory of one `query` call (default $STEPDOCTOR_QUERY_MEMORY_MB, else 512).
+        query_budget: memory of all `query` calls in flight together, their worker processes included
+            (default $STEPDOCTOR_QUERY_BUDGET_MB, else two queries' worth); beyond it calls queue.
     """
     allowed = Roots(roots, allow_links=allow_links)
     reg = ProfileRegistry(allowed, Path(cache_dir) if cache_dir else None)
-    server = StepdoctorServer(reg, name=SERVER_NAME, title="stepdoctor", version=__version__,
+    pool = QueryPool(query_mb or query_memory_mb(), query_budget or query_budget_mb())
+    server = StepdoctorServer(reg, pool, name=SERVER_NAME, title="stepdoctor", version=__version__,
                               instructions=INSTRUCTIONS, log_level=log_level)
 
     register_load_profile(server, reg, READ_ONLY, output_schemas)
     register_catalog(server, reg, allowed, READ_ONLY, output_schemas)
-    register_query(server, reg, READ_ONLY, output_schemas)
+    register_query(server, reg, pool, READ_ONLY, output_schemas,
+                   lambda ctx: server.hang_ups.gone((ctx.headers or {}).get("mcp-session-id"), ctx.request_id))
     # ---- resources -----------------------------------------------------------------------------------
     register_live_tools(server, allowed, result, catalog_errors, READ_ONLY, output_schemas)
     register_resources(server, reg)
@@ -138,6 +149,8 @@ def serve(
     cache_dir: str | Path | None = None,
     allow_links: bool = False,
     output_schemas: bool = False,
+    query_mb: int | None = None,
+    query_budget: int | None = None,
 ) -> None:
     """Run the server until the client disconnects (stdio) or the process is stopped (http).
 
@@ -153,7 +166,15 @@ def serve(
             f"refusing to listen on {host} without a token: pass --token or set "
             "STEPDOCTOR_MCP_TOKEN (clients then send Authorization: Bearer <token>)",
         )
-    server = create_server(roots, cache_dir=cache_dir, allow_links=allow_links, output_schemas=output_schemas)
+    server = create_server(roots, cache_dir=cache_dir, allow_links=allow_links, output_schemas=output_schemas,
+                           query_mb=query_mb, query_budget=query_budget)
+    try:
+        _run(server, transport, host, port, token)
+    finally:
+        server.query_pool.close()
+
+
+def _run(server: StepdoctorServer, transport: str, host: str, port: int, token: str | None) -> None:
     roots_text = server.registry.roots.text()
     if transport == "stdio":
         logger.info("stepdoctor MCP server on stdio; roots: %s", roots_text)
@@ -161,7 +182,7 @@ def serve(
         return
     import uvicorn
 
-    app = http_app(server, host=host, token=token)
+    app = http_app(server, host=host, token=token, hang_ups=server.hang_ups)
     # A one-line banner on stderr (HTTP mode only: in stdio mode stderr is the host's log and stays quiet).
     sys.stderr.write(
         f"stepdoctor MCP server on http://{host}:{port}/mcp"
@@ -199,6 +220,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="load_profile parses ranks in Ray tasks (ADDRESS, else RAY_ADDRESS, else a local Ray)")
     p.add_argument("--query-memory-mb", type=int,
                    help="memory one read-only SQL query may use (default 512; or STEPDOCTOR_QUERY_MEMORY_MB)")
+    p.add_argument("--query-budget-mb", type=int,
+                   help="memory all SQL queries in flight may use together, their processes included (default "
+                        "1536; or STEPDOCTOR_QUERY_BUDGET_MB); further queries wait")
     p.add_argument("--version", action="version", version=f"stepdoctor-mcp {__version__}")
     return p
 
@@ -209,15 +233,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         stream=sys.stderr, level=a.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s"
     )
-    if a.query_memory_mb:
-        os.environ["STEPDOCTOR_QUERY_MEMORY_MB"] = str(a.query_memory_mb)
     if a.ray is not None:
         from ..analysis.store import use_engine
 
         use_engine("ray", a.ray or None)
     try:
         serve(a.transport, a.root or [], a.host, a.port, a.token, a.cache_dir, allow_links=a.allow_links,
-              output_schemas=a.output_schemas)
+              output_schemas=a.output_schemas, query_mb=a.query_memory_mb, query_budget=a.query_budget_mb)
     except (StepdoctorError, KeyboardInterrupt) as e:
         if isinstance(e, StepdoctorError):
             sys.stderr.write(f"stepdoctor-mcp: error: {e}\n")

@@ -5,6 +5,7 @@ No `from __future__ import annotations`: the SDK reads the tools' annotations at
 """
 
 import inspect
+import threading
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -20,6 +21,7 @@ from ..analysis.ingest.base import table_columns
 from .answers import LoadedProfile, catalog_errors, result, text_loaded
 from .mcp_tools import ID_HELP, PATH_HELP
 from .query import QUERY_DEFAULT_ROWS, QUERY_MAX_ROWS, QueryResult, run_query, text_query
+from .query_pool import QueryPool
 from .registry import ProfileRegistry
 
 PathArg = Annotated[str | None, Field(description=PATH_HELP)]
@@ -93,8 +95,11 @@ def register_load_profile(server: MCPServer, reg: ProfileRegistry, annotations: 
         return result(out, text_loaded(out), "see the structured content for every warning")
 
 
-def register_query(server: MCPServer, reg: ProfileRegistry, annotations: ToolAnnotations,
-                   output_schemas: bool) -> None:
+def register_query(server: MCPServer, reg: ProfileRegistry, pool: QueryPool, annotations: ToolAnnotations,
+                   output_schemas: bool, gone: Callable[[Context], Callable[[], bool]]) -> None:
+    """`gone(ctx)`: a test that is true once the caller of this request went away (an HTTP client that
+    hung up); a cancelled call (stdio closed, notifications/cancelled) stops the query as well."""
+
     @_adder(
         server, annotations, output_schemas,
         "Read-only SQL over the profile tables",
@@ -104,7 +109,8 @@ def register_query(server: MCPServer, reg: ProfileRegistry, annotations: ToolAnn
             f"Tables: {', '.join(table_columns())}; columns in the resource stepdoctor://schema."
         ),
     )
-    def query(
+    async def query(
+        ctx: Context,
         sql: Annotated[
             str,
             Field(
@@ -119,6 +125,16 @@ def register_query(server: MCPServer, reg: ProfileRegistry, annotations: ToolAnn
         ] = QUERY_DEFAULT_ROWS,
     ) -> Annotated[CallToolResult, QueryResult]:
         with catalog_errors():
-            prof = reg.get(path, profile_id)
-        q = run_query(prof, sql, limit)
+            prof = await anyio.to_thread.run_sync(lambda: reg.get(path, profile_id))
+        cancelled = threading.Event()
+        hung_up = gone(ctx)
+        try:
+            # abandon_on_cancel: a cancelled call returns at once; the event then makes the thread kill the
+            # query's worker (a thread cannot be stopped from outside).
+            q = await anyio.to_thread.run_sync(
+                lambda: run_query(prof, sql, limit, pool=pool, stop=lambda: cancelled.is_set() or hung_up()),
+                abandon_on_cancel=True)
+        except anyio.get_cancelled_exc_class():
+            cancelled.set()
+            raise
         return result(q, text_query(q), "select fewer columns, aggregate, or lower limit")

@@ -1,13 +1,18 @@
-"""The read-only SQL tool: one SELECT over a profile's normalized tables, in a locked-down DuckDB connection
-with a time limit (QUERY_TIMEOUT_S), a memory limit (QUERY_MEMORY_MB), a row limit and a byte limit on
-the answer (QUERY_MAX_JSON_BYTES)."""
+"""The read-only SQL tool: one SELECT over a profile's normalized tables, run in a worker process of the
+server-wide query pool (`query_pool.py`), read-only, with no file, settings or network access.
+
+Bounds, all applied while the answer is produced: the SQL text (QUERY_MAX_SQL_CHARS, before anything parses
+it), the wall-clock time of the whole call (QUERY_TIMEOUT_S, queueing included), DuckDB's memory for one
+query (QUERY_MEMORY_MB) inside a process whose writable memory is capped, the memory of all queries in
+flight together (QUERY_BUDGET_MB: the number of worker processes), and the answer: rows (the `limit`),
+characters per string (QUERY_CELL_CHARS), items per list (QUERY_CELL_ITEMS), nesting (QUERY_MAX_DEPTH) and
+bytes (QUERY_MAX_JSON_BYTES).
+"""
 
 from __future__ import annotations
 
-import json
-import math
-import os
 import threading
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import duckdb
@@ -16,23 +21,44 @@ from pydantic import BaseModel, Field, WithJsonSchema
 
 from ..analysis.ingest.base import table_columns
 from ..analysis.store import Profile
+from .query_pool import WORKER_BASE_MB, QueryFailed, QueryPool, env_mb
 
 QUERY_DEFAULT_ROWS = 100
 QUERY_MAX_ROWS = 1000
 QUERY_CELL_CHARS = 1000
+QUERY_CELL_ITEMS = 1000
+# Deeper values arrive as text: a result nested hundreds of levels deep wedges JSON clients.
+QUERY_MAX_DEPTH = 8
 QUERY_MAX_JSON_BYTES = 512 * 1024
+# A few KB: DuckDB's parser takes hundreds of MB per MB of SQL text.
+QUERY_MAX_SQL_CHARS = 8192
 QUERY_TIMEOUT_S = 30.0
-# DuckDB's memory for one query (its own limit, spilling off): a string_agg over a big table otherwise takes
-# gigabytes, and tool calls run in parallel. STEPDOCTOR_QUERY_MEMORY_MB overrides it.
+# DuckDB's memory for one query (its own limit, spilling off). STEPDOCTOR_QUERY_MEMORY_MB overrides it.
 QUERY_MEMORY_MB = 512
-QUERY_THREADS = 1
+# All queries in flight together (their worker processes, each QUERY_MEMORY_MB + WORKER_BASE_MB);
+# STEPDOCTOR_QUERY_BUDGET_MB overrides it.
+QUERY_BUDGET_MB = 2 * (QUERY_MEMORY_MB + WORKER_BASE_MB)
 
 
 def query_memory_mb() -> int:
-    try:
-        return max(16, int(os.environ.get("STEPDOCTOR_QUERY_MEMORY_MB", QUERY_MEMORY_MB)))
-    except ValueError:
-        return QUERY_MEMORY_MB
+    return env_mb("STEPDOCTOR_QUERY_MEMORY_MB", QUERY_MEMORY_MB, 16)
+
+
+def query_budget_mb() -> int:
+    return env_mb("STEPDOCTOR_QUERY_BUDGET_MB", QUERY_BUDGET_MB, 16)
+
+
+_default: QueryPool | None = None
+_default_lock = threading.Lock()
+
+
+def default_pool() -> QueryPool:
+    """The process's pool, sized from the environment when first used."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = QueryPool(query_memory_mb(), query_budget_mb())
+        return _default
 
 
 # A result cell: a JSON value (DuckDB lists and structs arrive as arrays and objects).
@@ -86,95 +112,60 @@ def _check_select(sql: str) -> str:
     return st.query.strip().rstrip(";").strip()
 
 
-def _json_cell(v: Any) -> Any:
-    if v is None or isinstance(v, bool | int | str):
-        return v if not isinstance(v, str) or len(v) <= QUERY_CELL_CHARS else v[:QUERY_CELL_CHARS] + "…"
-    if isinstance(v, float):
-        return None if math.isnan(v) or math.isinf(v) else v
-    if isinstance(v, list | tuple):
-        return [_json_cell(x) for x in v]
-    if isinstance(v, dict):
-        return {str(k): _json_cell(x) for k, x in v.items()}
-    return _json_cell(str(v))
+_NOTES = {
+    "items": f"lists cut at {QUERY_CELL_ITEMS} items",
+    "depth": f"values nested deeper than {QUERY_MAX_DEPTH} levels are given as their text",
+}
 
 
-def run_query(prof: Profile, sql: str, limit: int, timeout_s: float = QUERY_TIMEOUT_S) -> QueryResult:
-    """Run one SELECT over `prof`'s database, read-only, with no file or network access.
+def _failure(e: QueryFailed, pool: QueryPool, timeout_s: float) -> ToolError:
+    """The one line that says why a query gave no rows."""
+    if e.kind == "timeout":
+        return ToolError(f"query stopped after {timeout_s:.0f} s; aggregate (GROUP BY) or filter more")
+    if e.kind == "memory":
+        return ToolError(f"query needs more than the {pool.memory_mb} MB a query may use; aggregate, filter or "
+                         "select fewer columns")
+    if e.kind == "busy":
+        return ToolError(f"server busy: {pool.slots} queries in flight hold the query budget of {pool.budget_mb} "
+                         f"MB for over {timeout_s:.0f} s; try again")
+    if e.kind == "gone":
+        return ToolError("query stopped: the client went away")
+    if e.kind == "permission" and "query reads only" not in e.message:
+        return ToolError(f"{e.message}: query reads only the profile's tables (no files, network or extensions)")
+    if e.kind in ("sql", "catalog"):
+        return ToolError(f"{e.message} — tables: {', '.join(table_columns())}; read the resource "
+                         "stepdoctor://schema for the columns")
+    return ToolError(e.message or e.kind)
 
-    DuckDB refuses a second connection to a file already open in this process with a different
-    configuration, so the locked-down connection is an in-memory database that ATTACHes the profile file
-    READ_ONLY, then turns external access off and locks the configuration: from then on `read_csv`,
-    `COPY ... TO`, `ATTACH`, `INSTALL/LOAD` and settings changes all fail. The query runs wrapped as
-    `SELECT * FROM (<q>) LIMIT n+1`, so the database never computes more than one row past the limit.
+
+def run_query(prof: Profile, sql: str, limit: int, timeout_s: float = QUERY_TIMEOUT_S, *,
+              pool: QueryPool | None = None, stop: Callable[[], bool] | None = None) -> QueryResult:
+    """Run one SELECT over `prof`'s database in a worker of `pool` (the process's by default).
+
+    The worker's connection is an in-memory database that ATTACHes the profile file READ_ONLY, then turns
+    external access off and locks the configuration: from then on `read_csv`, `COPY ... TO`, `ATTACH`,
+    `INSTALL/LOAD` and settings changes all fail; the statement may name only the profile's tables and no
+    function that shows settings or paths. The query runs wrapped as `SELECT * FROM (<q>) LIMIT n+1`, so the
+    database never computes more than one row past the limit. `stop()` true: the caller went away.
     """
+    if len(sql) > QUERY_MAX_SQL_CHARS:
+        raise ToolError(f"SQL text of {len(sql)} characters is over the {QUERY_MAX_SQL_CHARS} a query may have; "
+                        "ask a smaller question")
     inner = _check_select(sql)
-    wrapped = f"SELECT * FROM (\n{inner}\n) AS q LIMIT {int(limit) + 1}"
     # The wrapper must still be one SELECT: a comment or quote trick in `inner` must not open a second one.
-    _check_select(wrapped)
-    con = duckdb.connect(
-        ":memory:", config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
-    )
-    timer = threading.Timer(timeout_s, con.interrupt)
+    _check_select(f"SELECT * FROM (\n{inner}\n) AS q LIMIT {int(limit) + 1}")
+    pool = pool or default_pool()
+    request = {"db": str(prof.db_path), "sql": inner, "limit": int(limit), "memory_mb": pool.memory_mb,
+               "cell_chars": QUERY_CELL_CHARS, "cell_items": QUERY_CELL_ITEMS, "max_depth": QUERY_MAX_DEPTH,
+               "max_bytes": QUERY_MAX_JSON_BYTES}
     try:
-        db = str(prof.db_path).replace("'", "''")
-        con.execute(f"ATTACH '{db}' AS profile (READ_ONLY)")
-        con.execute("USE profile")
-        con.execute("SET temp_directory = ''")  # never spill into the working directory
-        con.execute(f"SET memory_limit = '{query_memory_mb()}MB'")
-        con.execute(f"SET threads = {QUERY_THREADS}")
-        con.execute("SET enable_external_access = false")
-        con.execute("SET lock_configuration = true")
-        timer.start()
-        try:
-            cur = con.execute(wrapped)
-            rows = cur.fetchall()
-            desc = cur.description or []
-        except duckdb.InterruptException:
-            raise ToolError(
-                f"query stopped after {timeout_s:.0f} s; aggregate (GROUP BY) or filter more"
-            ) from None
-        except duckdb.OutOfMemoryException:
-            raise ToolError(
-                f"query needs more than the {query_memory_mb()} MB a query may use; aggregate, filter or select "
-                "fewer columns"
-            ) from None
-        except duckdb.PermissionException as e:
-            raise ToolError(
-                f"{str(e).splitlines()[0]}: query reads only the profile's tables (no files, network "
-                "or extensions)"
-            ) from None
-        except duckdb.Error as e:
-            tables = ", ".join(table_columns())
-            raise ToolError(
-                f"{type(e).__name__}: {str(e).splitlines()[0]} — tables: {tables}; read the resource "
-                "stepdoctor://schema for the columns"
-            ) from None
-    finally:
-        timer.cancel()
-        con.close()
-    truncated = len(rows) > limit
-    rows = rows[:limit]
-    notes: list[str] = []
-    out = [[_json_cell(v) for v in r] for r in rows]
-    # Bound the bytes too: 1000 rows of call stacks would otherwise be megabytes.
-    size = len(json.dumps(out, default=str))
-    while out and size > QUERY_MAX_JSON_BYTES:
-        keep = max(1, int(len(out) * QUERY_MAX_JSON_BYTES / size * 0.9))
-        out = out[:keep] if keep < len(out) else out[:-1]
-        size = len(json.dumps(out, default=str))
-        truncated = True
-        notes = [
-            f"result cut to {len(out)} rows to stay under {QUERY_MAX_JSON_BYTES // 1024} KB; select fewer "
-            "columns or aggregate"
-        ]
-    return QueryResult(
-        columns=[d[0] for d in desc],
-        types=[str(d[1]) for d in desc],
-        rows=out,
-        row_count=len(out),
-        limit=limit,
-        truncated=truncated,
-        notes=notes,
-    )
-
-
+        reply = pool.run(request, timeout_s, stop)
+    except QueryFailed as e:
+        raise _failure(e, pool, timeout_s) from None
+    rows: list[list[Any]] = reply["rows"]
+    notes = [_NOTES[c] for c in reply["cut"] if c in _NOTES]
+    if "bytes" in reply["cut"]:
+        notes.insert(0, f"result cut to {len(rows)} rows to stay under {QUERY_MAX_JSON_BYTES // 1024} KB; select "
+                     "fewer columns or aggregate")
+    return QueryResult(columns=reply["columns"], types=reply["types"], rows=rows, row_count=len(rows),
+                       limit=limit, truncated=bool(reply["truncated"]) or "bytes" in reply["cut"], notes=notes)

@@ -20,6 +20,7 @@ from typing import Any
 
 import anyio
 import httpx
+import duckdb
 import pytest
 from mcp import Client, ClientSession, StdioServerParameters, stdio_client
 from mcp.server.mcpserver.exceptions import ToolError
@@ -354,14 +355,19 @@ async def test_query_cannot_read_files_or_write(server, sql, needle):
 
 
 def test_query_connection_is_locked_down(server, tmp_path: Path):
-    """Below the statement filter: the connection itself refuses files, settings and writes."""
+    """Below the statement filter: the worker's connection itself refuses files, settings and writes."""
+    from stepdoctor.server import query_worker
+
     prof = server.registry.load(CLUSTER4.resolve())[1]
-    r = run_query(
-        prof,
-        "SELECT current_setting('enable_external_access') AS e, current_setting('lock_configuration') AS l",
-        10,
-    )
-    assert r.rows == [[False, True]]
+    con, own = query_worker._connect({"db": str(prof.db_path), "memory_mb": 64})
+    assert con.execute("SELECT current_setting('enable_external_access'), current_setting('lock_configuration'), "
+                       "current_setting('memory_limit'), current_setting('threads')").fetchall() == [
+        (False, True, "61.0 MiB", 1)]   # 64 MB as DuckDB shows it (MiB), one thread
+    assert {"device_ops", "host_ops", "ranks"} <= own
+    with pytest.raises(duckdb.PermissionException):
+        con.execute(f"SELECT * FROM read_csv('{tmp_path}/x.csv')")
+    with pytest.raises(duckdb.Error):
+        con.execute("SET enable_external_access = true")
     with pytest.raises(ToolError, match="Permission"):
         run_query(prof, f"SELECT * FROM read_csv('{tmp_path}/x.csv')", 10)
 

@@ -12,6 +12,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from stepdoctor.analysis import store
 from stepdoctor.server.query import run_query
+from stepdoctor.server.query_pool import QueryPool
 from stepdoctor.server.roots import Roots
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "cluster4"
@@ -59,14 +60,15 @@ def test_hostile_paths_get_one_clear_line(root: Path, raw: str, problem: str):
     assert "\n" not in str(ei.value)
 
 
-def test_a_memory_eating_query_stops_at_the_memory_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("STEPDOCTOR_QUERY_MEMORY_MB", "64")
+def test_a_memory_eating_query_stops_at_the_memory_limit(tmp_path: Path):
     prof = store.open_profile(EXAMPLE, cache_dir=tmp_path / "cache")
     sql = "SELECT string_agg(repeat('x', 100000), ',') AS s FROM range(20000)"   # ~2 GB of text
-    with pytest.raises(ToolError, match="64 MB"):
-        run_query(prof, sql, 10)
-    r = run_query(prof, "SELECT current_setting('memory_limit') AS m, current_setting('threads') AS t", 10)
-    assert r.rows == [["61.0 MiB", 1]]   # 64 MB as DuckDB shows it (MiB), one thread
+    pool = QueryPool(64, 400)
+    try:
+        with pytest.raises(ToolError, match="64 MB"):
+            run_query(prof, sql, 10, pool=pool)
+    finally:
+        pool.close()
 
 
 def test_temporaries_of_a_killed_ingest_are_removed_on_the_next_run(tmp_path: Path):

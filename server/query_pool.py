@@ -1,0 +1,149 @@
+"""The server-wide budget of the read-only SQL tool: every query runs in a worker process
+(`query_worker.py`) whose writable memory is capped, and at most `slots` workers exist at once, so all queries
+in flight together never hold more than the budget, whatever the SQL asks for.
+
+A query waits for a free worker (queued) until its call's wall-clock limit, which covers the whole call:
+the wait, the query, and turning its rows into JSON. Past the limit, or as soon as `stop()` says the
+caller went away, the worker is killed; the next query starts a fresh one. Idle workers are kept for reuse
+(starting one costs a fraction of a second); a worker that ran out of memory is not reused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+WORKER = Path(__file__).with_name("query_worker.py")
+# What a worker process needs beside DuckDB's own memory limit: the interpreter and DuckDB's code, the
+# rows turned into Python objects, and the JSON reply.
+WORKER_BASE_MB = 256
+# The worker's environment: nothing of the server's (a query could read settings derived from it).
+# Two malloc arenas: each further one is memory the query cannot use.
+WORKER_ENV = {"HOME": "/nonexistent", "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "MALLOC_ARENA_MAX": "2"}
+# After its own interrupt a worker has this long to answer before it is killed.
+GRACE_S = 2.0
+POLL_S = 0.05
+
+
+class QueryFailed(Exception):
+    """A query that gave no rows: `kind` is the worker's error kind, the message one line."""
+
+    def __init__(self, kind: str, message: str = "") -> None:
+        super().__init__(message or kind)
+        self.kind = kind
+        self.message = message
+
+
+class QueryPool:
+    """At most `slots` worker processes of `memory_mb` (DuckDB) + WORKER_BASE_MB (process cap) each."""
+
+    def __init__(self, memory_mb: int, budget_mb: int) -> None:
+        self.memory_mb = memory_mb
+        self.process_mb = memory_mb + WORKER_BASE_MB
+        self.budget_mb = budget_mb
+        self.slots = max(1, budget_mb // self.process_mb)
+        self._free = threading.BoundedSemaphore(self.slots)
+        self._idle: list[subprocess.Popen[bytes]] = []
+        self._lock = threading.Lock()
+
+    # ---- workers ------------------------------------------------------------------------------------
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [sys.executable, "-I", str(WORKER), str(self.process_mb)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            cwd="/", env=WORKER_ENV, close_fds=True,
+        )
+
+    def _take(self) -> subprocess.Popen[bytes]:
+        with self._lock:
+            while self._idle:
+                proc = self._idle.pop()
+                if proc.poll() is None:
+                    return proc
+        return self._spawn()
+
+    def _give_back(self, proc: subprocess.Popen[bytes]) -> None:
+        with self._lock:
+            self._idle.append(proc)
+
+    @staticmethod
+    def _kill(proc: subprocess.Popen[bytes]) -> None:
+        proc.kill()
+        proc.wait()
+        for f in (proc.stdin, proc.stdout):
+            if f is not None:
+                f.close()
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for proc in idle:
+            self._kill(proc)
+
+    def worker_pids(self) -> list[int]:
+        with self._lock:
+            return [p.pid for p in self._idle]
+
+    # ---- one query ----------------------------------------------------------------------------------
+    def run(self, request: dict[str, Any], timeout_s: float, stop: Callable[[], bool] | None = None) -> dict[str, Any]:
+        """The worker's reply to `request` (see query_worker.answer), or QueryFailed: "busy" (no worker
+        free within the limit), "timeout", "gone" (stop() said so), "memory" (the worker died)."""
+        deadline = time.monotonic() + timeout_s
+        while not self._free.acquire(timeout=POLL_S):
+            if stop is not None and stop():
+                raise QueryFailed("gone")
+            if time.monotonic() > deadline:
+                raise QueryFailed("busy")
+        try:
+            left = max(0.1, deadline - time.monotonic())
+            return self._ask(self._take(), {**request, "timeout_s": left}, deadline + GRACE_S, stop)
+        finally:
+            self._free.release()
+
+    def _ask(self, proc: subprocess.Popen[bytes], request: dict[str, Any], kill_at: float,
+             stop: Callable[[], bool] | None) -> dict[str, Any]:
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.write(json.dumps(request).encode() + b"\n")
+            proc.stdin.flush()
+        except OSError:
+            self._kill(proc)
+            raise QueryFailed("memory") from None
+        while True:
+            ready, _, _ = select.select([proc.stdout], [], [], POLL_S)
+            if ready:
+                break
+            if stop is not None and stop():
+                self._kill(proc)
+                raise QueryFailed("gone")
+            if time.monotonic() > kill_at:
+                self._kill(proc)
+                raise QueryFailed("timeout")
+        line = proc.stdout.readline()
+        if not line:   # the worker died: its memory cap, or a signal
+            self._kill(proc)
+            raise QueryFailed("memory")
+        reply: dict[str, Any] = json.loads(line)
+        if reply.get("error") == "memory":
+            self._kill(proc)   # its heap may stay large; a fresh worker costs little
+        else:
+            self._give_back(proc)
+        if "error" in reply:
+            raise QueryFailed(str(reply["error"]), str(reply.get("message", "")))
+        return reply
+
+
+def env_mb(name: str, default: int, floor: int) -> int:
+    """A size in MB from the environment (a bad value falls back to the default)."""
+    try:
+        return max(floor, int(os.environ.get(name, default)))
+    except ValueError:
+        return default
