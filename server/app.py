@@ -27,7 +27,7 @@ from .http import HangUps, http_app
 from .live_tools import register_live_tools
 from .mcp_tools import register_catalog
 from .own_tools import register_load_profile, register_query
-from .query import query_budget_mb, query_memory_mb
+from .query import QUERY_TIMEOUT_S, query_budget_mb, query_memory_mb
 from .query_pool import QueryPool
 from .registry import ProfileRegistry
 from .resources import register_prompts, register_resources
@@ -108,6 +108,7 @@ def create_server(
     output_schemas: bool = False,
     query_mb: int | None = None,
     query_budget: int | None = None,
+    query_timeout: float | None = None,
 ) -> StepdoctorServer:
     """Build the MCP server over the tool catalog.
 
@@ -121,17 +122,18 @@ def create_server(
         query_mb: DuckDB memory of one `query` call (default $STEPDOCTOR_QUERY_MEMORY_MB, else 512).
         query_budget: memory of all `query` calls in flight together, their worker processes included
             (default $STEPDOCTOR_QUERY_BUDGET_MB, else two queries' worth); beyond it calls queue.
+        query_timeout: wall-clock seconds of one `query` call, queueing included (default 30).
     """
     allowed = Roots(roots, allow_links=allow_links)
     reg = ProfileRegistry(allowed, Path(cache_dir) if cache_dir else None)
-    pool = QueryPool(query_mb or query_memory_mb(), query_budget or query_budget_mb())
+    pool = QueryPool(query_mb or query_memory_mb(), query_budget or query_budget_mb(), query_timeout or QUERY_TIMEOUT_S)
     server = StepdoctorServer(reg, pool, name=SERVER_NAME, title="stepdoctor", version=__version__,
                               instructions=INSTRUCTIONS, log_level=log_level)
 
     register_load_profile(server, reg, READ_ONLY, output_schemas)
     register_catalog(server, reg, allowed, READ_ONLY, output_schemas)
     register_query(server, reg, pool, READ_ONLY, output_schemas,
-                   lambda ctx: server.hang_ups.gone((ctx.headers or {}).get("mcp-session-id"), ctx.request_id))
+                   lambda ctx: server.hang_ups.gone(ctx.headers))
     # ---- resources -----------------------------------------------------------------------------------
     register_live_tools(server, allowed, result, catalog_errors, READ_ONLY, output_schemas)
     register_resources(server, reg)
@@ -151,6 +153,7 @@ def serve(
     output_schemas: bool = False,
     query_mb: int | None = None,
     query_budget: int | None = None,
+    query_timeout: float | None = None,
 ) -> None:
     """Run the server until the client disconnects (stdio) or the process is stopped (http).
 
@@ -167,7 +170,7 @@ def serve(
             "STEPDOCTOR_MCP_TOKEN (clients then send Authorization: Bearer <token>)",
         )
     server = create_server(roots, cache_dir=cache_dir, allow_links=allow_links, output_schemas=output_schemas,
-                           query_mb=query_mb, query_budget=query_budget)
+                           query_mb=query_mb, query_budget=query_budget, query_timeout=query_timeout)
     try:
         _run(server, transport, host, port, token)
     finally:
@@ -223,6 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--query-budget-mb", type=int,
                    help="memory all SQL queries in flight may use together, their processes included (default "
                         "1536; or STEPDOCTOR_QUERY_BUDGET_MB); further queries wait")
+    p.add_argument("--query-timeout-s", type=float,
+                   help="wall-clock limit of one SQL query call, waiting for a free worker included (default 30)")
     p.add_argument("--version", action="version", version=f"stepdoctor-mcp {__version__}")
     return p
 
@@ -239,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
         use_engine("ray", a.ray or None)
     try:
         serve(a.transport, a.root or [], a.host, a.port, a.token, a.cache_dir, allow_links=a.allow_links,
-              output_schemas=a.output_schemas, query_mb=a.query_memory_mb, query_budget=a.query_budget_mb)
+              output_schemas=a.output_schemas, query_mb=a.query_memory_mb, query_budget=a.query_budget_mb,
+              query_timeout=a.query_timeout_s)
     except (StepdoctorError, KeyboardInterrupt) as e:
         if isinstance(e, StepdoctorError):
             sys.stderr.write(f"stepdoctor-mcp: error: {e}\n")

@@ -4,9 +4,9 @@ and the record of callers that hung up before their answer."""
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 import threading
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -60,39 +60,36 @@ class BearerAuth:
 MAX_REQUEST_BYTES = 256 * 1024
 
 
+# The header the bounds middleware adds to each POST it passes on: the key of that HTTP request in HangUps.
+CALL_HEADER = "x-stepdoctor-call"
+
+
 class HangUps:
-    """Which HTTP callers hung up before their answer, by (MCP session id, JSON-RPC request id).
+    """Which HTTP requests lost their client before their answer, by the key in CALL_HEADER.
 
     The SDK goes on serving a request whose client disconnected; a tool that can compute for long asks
-    `gone(session, request)` for a test of its own request and stops when it turns true.
+    `gone(headers)` for a test of its own request and stops when it turns true.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._open: dict[tuple[str, str], threading.Event] = {}
+        self._open: dict[str, threading.Event] = {}
 
-    def open(self, keys: list[tuple[str, str]]) -> list[threading.Event]:
+    def open(self) -> tuple[str, threading.Event]:
+        key, ev = uuid.uuid4().hex, threading.Event()
         with self._lock:
-            return [self._open.setdefault(k, threading.Event()) for k in keys]
+            self._open[key] = ev
+        return key, ev
 
-    def close(self, keys: list[tuple[str, str]]) -> None:
+    def close(self, key: str) -> None:
         with self._lock:
-            for k in keys:
-                self._open.pop(k, None)
+            self._open.pop(key, None)
 
-    def gone(self, session: str | None, request: str) -> Any:
+    def gone(self, headers: Any) -> Any:
+        key = (headers or {}).get(CALL_HEADER)
         with self._lock:
-            ev = self._open.get((session or "", str(request)))
+            ev = self._open.get(key) if key else None
         return ev.is_set if ev is not None else (lambda: False)
-
-
-def _request_ids(body: bytes) -> list[str]:
-    try:
-        msg = json.loads(body)
-    except ValueError:
-        return []
-    msgs = msg if isinstance(msg, list) else [msg]
-    return [str(m["id"]) for m in msgs if isinstance(m, dict) and "id" in m and "method" in m]
 
 
 class RequestBounds:
@@ -102,13 +99,23 @@ class RequestBounds:
     def __init__(self, app: Callable[..., Any], hang_ups: HangUps, max_bytes: int = MAX_REQUEST_BYTES) -> None:
         self.app, self.hang_ups, self.max_bytes = app, hang_ups, max_bytes
 
-    async def _refuse(self, send: Callable[..., Any], size: str) -> None:
+    async def _refuse(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any],
+                      size: str) -> None:
+        """413, after reading the rest of the body without keeping it (a client still sending would
+        otherwise see a reset connection, not the answer); a body that never ends is dropped at 64 caps."""
         from starlette.responses import JSONResponse
+
+        seen = 0
+        while seen < 64 * self.max_bytes:
+            msg = await receive()
+            seen += len(msg.get("body", b""))
+            if msg["type"] == "http.disconnect" or not msg.get("more_body"):
+                break
 
         resp = JSONResponse({"error": "request_too_large", "error_description":
                              f"request body of {size} bytes is over the {self.max_bytes} this server takes"},
                             status_code=413)
-        await resp(None, None, send)  # type: ignore[arg-type]
+        await resp(scope, receive, send)
 
     async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
         if scope["type"] != "http" or scope.get("method") != "POST":
@@ -117,7 +124,7 @@ class RequestBounds:
         headers = dict(scope.get("headers", []))
         declared = headers.get(b"content-length", b"0")
         if declared.isdigit() and int(declared) > self.max_bytes:
-            await self._refuse(send, declared.decode())
+            await self._refuse(scope, receive, send, declared.decode())
             return
         body, more = b"", True
         while more:
@@ -127,11 +134,11 @@ class RequestBounds:
             body += msg.get("body", b"")
             more = bool(msg.get("more_body"))
             if len(body) > self.max_bytes:
-                await self._refuse(send, f"over {len(body)}")
+                await self._refuse(scope, receive, send, f"over {len(body)}")
                 return
-        session = headers.get(b"mcp-session-id", b"").decode("latin-1")
-        keys = [(session, rid) for rid in _request_ids(body)]
-        events = self.hang_ups.open(keys)
+        key, hung_up = self.hang_ups.open()
+        scope = {**scope, "headers": [*(h for h in scope.get("headers", []) if h[0] != CALL_HEADER.encode()),
+                                      (CALL_HEADER.encode(), key.encode())]}
         delivered = False
 
         async def replay() -> dict[str, Any]:
@@ -141,14 +148,13 @@ class RequestBounds:
                 return {"type": "http.request", "body": body, "more_body": False}
             msg = await receive()
             if msg["type"] == "http.disconnect":
-                for ev in events:
-                    ev.set()
+                hung_up.set()
             return msg
 
         try:
             await self.app(scope, replay, send)
         finally:
-            self.hang_ups.close(keys)
+            self.hang_ups.close(key)
 
 
 def http_app(server: MCPServer, *, host: str, token: str | None, hang_ups: HangUps) -> Any:

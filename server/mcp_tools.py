@@ -8,6 +8,7 @@ model's (types, defaults, bounds, descriptions), plus `path` / `profile_id` for 
 from __future__ import annotations
 
 import inspect
+import threading
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -30,6 +31,12 @@ from .roots import Roots
 PATH_HELP = ("Profile under the server's roots: a rank folder, a folder of ranks, or a Kineto trace (.json / "
              ".json.gz) or folder of traces. Give path or profile_id.")
 ID_HELP = "profile_id returned by load_profile (faster than path)."
+
+# Catalog calls computing at once (each holds what its question derives from a loaded profile: a what-if's
+# copy of the replay, a comparison's second profile); further calls wait up to CATALOG_WAIT_S, then are
+# refused in one line.
+CATALOG_IN_FLIGHT = 4
+CATALOG_WAIT_S = 120.0
 
 # What an MCP answer is: (bounded structure, text for the model, how to ask for less when the text is cut).
 Shaped = tuple[BaseModel, str, str]
@@ -185,16 +192,26 @@ def _parameters(tool: catalog.Tool) -> list[inspect.Parameter]:
 
 def register_catalog(server: MCPServer, reg: ProfileRegistry, roots: Roots, annotations: ToolAnnotations,
                      output_schemas: bool) -> None:
-    """Register every catalog entry as an MCP tool."""
+    """Register every catalog entry as an MCP tool; all of them share one bound on calls in flight."""
+    in_flight = threading.BoundedSemaphore(CATALOG_IN_FLIGHT)
     for tool in catalog.TOOLS:
-        _register(server, tool, reg, roots, annotations, output_schemas)
+        _register(server, tool, reg, roots, annotations, output_schemas, in_flight)
 
 
 def _register(server: MCPServer, tool: catalog.Tool, reg: ProfileRegistry, roots: Roots,
-              annotations: ToolAnnotations, output_schemas: bool) -> None:
+              annotations: ToolAnnotations, output_schemas: bool, in_flight: threading.BoundedSemaphore) -> None:
     budget = BUDGETS[tool.name]
 
     def call(**kw: Any) -> CallToolResult:
+        if not in_flight.acquire(timeout=CATALOG_WAIT_S):
+            raise ToolError(f"server busy: {CATALOG_IN_FLIGHT} tool calls computing for over {CATALOG_WAIT_S:g} s; "
+                            "try again")
+        try:
+            return answer(**kw)
+        finally:
+            in_flight.release()
+
+    def answer(**kw: Any) -> CallToolResult:
         path, pid = kw.pop("path", None), kw.pop("profile_id", None)
         for field in tool.paths:
             kw[field] = str(roots.resolve(kw[field], "code file"))

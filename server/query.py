@@ -57,7 +57,7 @@ def default_pool() -> QueryPool:
     global _default
     with _default_lock:
         if _default is None:
-            _default = QueryPool(query_memory_mb(), query_budget_mb())
+            _default = QueryPool(query_memory_mb(), query_budget_mb(), QUERY_TIMEOUT_S)
         return _default
 
 
@@ -138,7 +138,7 @@ def _failure(e: QueryFailed, pool: QueryPool, timeout_s: float) -> ToolError:
     return ToolError(e.message or e.kind)
 
 
-def run_query(prof: Profile, sql: str, limit: int, timeout_s: float = QUERY_TIMEOUT_S, *,
+def run_query(prof: Profile, sql: str, limit: int, timeout_s: float | None = None, *,
               pool: QueryPool | None = None, stop: Callable[[], bool] | None = None) -> QueryResult:
     """Run one SELECT over `prof`'s database in a worker of `pool` (the process's by default).
 
@@ -155,6 +155,7 @@ def run_query(prof: Profile, sql: str, limit: int, timeout_s: float = QUERY_TIME
     # The wrapper must still be one SELECT: a comment or quote trick in `inner` must not open a second one.
     _check_select(f"SELECT * FROM (\n{inner}\n) AS q LIMIT {int(limit) + 1}")
     pool = pool or default_pool()
+    timeout_s = timeout_s or pool.timeout_s
     request = {"db": str(prof.db_path), "sql": inner, "limit": int(limit), "memory_mb": pool.memory_mb,
                "cell_chars": QUERY_CELL_CHARS, "cell_items": QUERY_CELL_ITEMS, "max_depth": QUERY_MAX_DEPTH,
                "max_bytes": QUERY_MAX_JSON_BYTES}

@@ -1,6 +1,11 @@
 """The server-wide budget of the read-only SQL tool: every query runs in a worker process
-(`query_worker.py`) whose writable memory is capped, and at most `slots` workers exist at once, so all queries
-in flight together never hold more than the budget, whatever the SQL asks for.
+(`query_worker.py`) whose resident memory is held to `process_mb`, and at most `slots` workers exist at once,
+so all queries in flight together never hold more than the budget, whatever the SQL asks for.
+
+Resident memory is what the budget counts, and no kernel limit enforces it: DuckDB allocates vectors it
+never touches (a list nested 200 levels deep takes a GB of writable mappings and 100 MB resident), so the
+worker's `RLIMIT_DATA` is only a backstop at WORKER_DATA_FACTOR times the cap, and the pool reads each busy
+worker's resident size every POLL_S and kills it past the cap.
 
 A query waits for a free worker (queued) until its call's wall-clock limit, which covers the whole call:
 the wait, the query, and turning its rows into JSON. Past the limit, or as soon as `stop()` says the
@@ -28,9 +33,21 @@ WORKER_BASE_MB = 256
 # The worker's environment: nothing of the server's (a query could read settings derived from it).
 # Two malloc arenas: each further one is memory the query cannot use.
 WORKER_ENV = {"HOME": "/nonexistent", "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "MALLOC_ARENA_MAX": "2"}
+# The backstop on a worker's writable mappings, in multiples of its resident cap (see above).
+WORKER_DATA_FACTOR = 4
 # After its own interrupt a worker has this long to answer before it is killed.
 GRACE_S = 2.0
-POLL_S = 0.05
+POLL_S = 0.02
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def resident_bytes(pid: int) -> int:
+    """A process's resident memory (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * PAGE
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 class QueryFailed(Exception):
@@ -43,10 +60,12 @@ class QueryFailed(Exception):
 
 
 class QueryPool:
-    """At most `slots` worker processes of `memory_mb` (DuckDB) + WORKER_BASE_MB (process cap) each."""
+    """At most `slots` worker processes of `memory_mb` (DuckDB) + WORKER_BASE_MB (process cap) each; a call
+    lasts at most `timeout_s` unless it asks for less."""
 
-    def __init__(self, memory_mb: int, budget_mb: int) -> None:
+    def __init__(self, memory_mb: int, budget_mb: int, timeout_s: float) -> None:
         self.memory_mb = memory_mb
+        self.timeout_s = timeout_s
         self.process_mb = memory_mb + WORKER_BASE_MB
         self.budget_mb = budget_mb
         self.slots = max(1, budget_mb // self.process_mb)
@@ -57,7 +76,7 @@ class QueryPool:
     # ---- workers ------------------------------------------------------------------------------------
     def _spawn(self) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
-            [sys.executable, "-I", str(WORKER), str(self.process_mb)],
+            [sys.executable, "-I", str(WORKER), str(WORKER_DATA_FACTOR * self.process_mb)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             cwd="/", env=WORKER_ENV, close_fds=True,
         )
@@ -127,6 +146,9 @@ class QueryPool:
             if time.monotonic() > kill_at:
                 self._kill(proc)
                 raise QueryFailed("timeout")
+            if resident_bytes(proc.pid) > self.process_mb * 2**20:
+                self._kill(proc)
+                raise QueryFailed("memory")
         line = proc.stdout.readline()
         if not line:   # the worker died: its memory cap, or a signal
             self._kill(proc)

@@ -1,10 +1,10 @@
 """The process one read-only SQL query runs in (started by `query_pool.QueryPool`, never by hand).
 
-A query runs outside the server so that what it costs is bounded from outside DuckDB too: the process's
-writable memory is capped (`RLIMIT_DATA`: heap and private mappings, not the address space that
-malloc arenas and thread stacks reserve but never touch), so a result that DuckDB builds but Python would turn into gigabytes
-of objects fails as an allocation error here instead of growing the server; a query past its time is
-interrupted here and, if that does not end it, the pool kills the process. The process reads one JSON
+A query runs outside the server so that what it costs is bounded from outside DuckDB too: the pool kills
+the process when its resident memory passes its cap, and its writable mappings are capped (`RLIMIT_DATA`,
+a backstop), so a result that DuckDB builds but Python would turn into gigabytes of objects ends this
+process instead of growing the server; a query past its time is interrupted here and, if that does not end
+it, the pool kills the process. The process reads one JSON
 request per line on stdin and writes one JSON reply per line on stdout, and exits when its parent does.
 
 Invariants of a reply: at most `limit` rows, every string cut at `cell_chars`, every list at `cell_items`,

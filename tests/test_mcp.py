@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 import duckdb
+import httpx
 import pytest
 from mcp import Client, ClientSession, StdioServerParameters, stdio_client
 from mcp.server.mcpserver.exceptions import ToolError

@@ -63,7 +63,7 @@ def test_hostile_paths_get_one_clear_line(root: Path, raw: str, problem: str):
 def test_a_memory_eating_query_stops_at_the_memory_limit(tmp_path: Path):
     prof = store.open_profile(EXAMPLE, cache_dir=tmp_path / "cache")
     sql = "SELECT string_agg(repeat('x', 100000), ',') AS s FROM range(20000)"   # ~2 GB of text
-    pool = QueryPool(64, 400)
+    pool = QueryPool(64, 400, 30.0)
     try:
         with pytest.raises(ToolError, match="64 MB"):
             run_query(prof, sql, 10, pool=pool)

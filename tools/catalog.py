@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -28,6 +28,16 @@ VendorArg = Literal["ascend", "cuda", "rocm", "any"]
 Resolve = Callable[[str], Profile]
 
 
+# Bounds on what one call may ask for (a request is read whole before it is validated; these keep what it
+# makes the tool compute proportional to the profile, not to the request).
+MAX_ITEMS = 16384     # ranks or steps named in one filter: more than any job has
+MAX_TEXT = 4096       # a path, id or op name
+MAX_OPS = 64          # op scalings of one what-if
+
+Items = Annotated[list[int], Field(max_length=MAX_ITEMS)]
+Text = Annotated[str, Field(max_length=MAX_TEXT)]
+
+
 class Args(BaseModel):
     """Base of every tool's arguments: unknown names are errors, never ignored."""
 
@@ -36,14 +46,14 @@ class Args(BaseModel):
 
 class IssuesArgs(Args):
     min_severity: Severity = Field("low", description="lowest severity to list")
-    checks: list[str] | None = Field(None, description="only these check ids, e.g. ['slow-rank']")
-    ranks: list[int] | None = Field(None, description="only findings on these ranks")
+    checks: list[Text] | None = Field(None, max_length=256, description="only these check ids, e.g. ['slow-rank']")
+    ranks: Items | None = Field(None, description="only findings on these ranks")
     limit: int = Field(20, ge=1, le=100, description="max findings returned")
 
 
 class BreakdownArgs(Args):
-    ranks: list[int] | None = Field(None, description="only these ranks")
-    steps: list[int] | None = Field(None, description="only these steps (ProfilerStep numbers)")
+    ranks: Items | None = Field(None, description="only these ranks")
+    steps: Items | None = Field(None, description="only these steps (ProfilerStep numbers)")
     limit: int = Field(64, ge=1, le=2000, description="max (rank, step) rows returned")
 
 
@@ -70,8 +80,8 @@ class EnvAuditArgs(Args):
 
 
 class CompareArgs(Args):
-    base: str = Field(description="the reference run: a profile path under the roots or a profile_id")
-    target: str | None = Field(None, description="the run to explain (path or profile_id); omit it with "
+    base: Text = Field(description="the reference run: a profile path under the roots or a profile_id")
+    target: Text | None = Field(None, description="the run to explain (path or profile_id); omit it with "
                                "rank_a / rank_b to compare two ranks of base")
     rank: int | None = Field(None, description="compare this rank only")
     step: int | None = Field(None, description="compare this step only")
@@ -81,29 +91,29 @@ class CompareArgs(Args):
 
 
 class ExplainArgs(Args):
-    id: str = Field(description="a check id (e.g. 'slow-rank', 'env-var') or a fix id (e.g. 'aclnn-cache-limit')")
+    id: Text = Field(description="a check id (e.g. 'slow-rank', 'env-var') or a fix id (e.g. 'aclnn-cache-limit')")
     finding: int | None = Field(None, ge=1, description="finding number (1-based, as list_issues lists them) "
                                 "of the given profile")
 
 
 class ListFixesArgs(Args):
-    check: str | None = Field(None, description="only fixes for this check id, e.g. 'env-var'")
+    check: Text | None = Field(None, description="only fixes for this check id, e.g. 'env-var'")
     vendor: VendorArg | None = Field(None, description="only fixes that apply to this vendor")
     limit: int = Field(50, ge=1, le=200, description="max fixes returned")
 
 
 class SuggestEditArgs(Args):
-    code_path: str = Field(description="the training script (a .py or launch .sh file) to patch, under the "
+    code_path: Text = Field(description="the training script (a .py or launch .sh file) to patch, under the "
                            "server's roots")
-    fix: str | None = Field(None, description="a fix id to apply, e.g. 'aclnn-cache-limit'")
+    fix: Text | None = Field(None, description="a fix id to apply, e.g. 'aclnn-cache-limit'")
 
 
 class WhatIfArgs(Args):
-    ranks_at_median: list[int] | None = Field(None, description="these ranks at their peers' median")
-    stages_at_median: list[int] | None = Field(None, description="these pipeline stages at the median")
+    ranks_at_median: Items | None = Field(None, description="these ranks at their peers' median")
+    stages_at_median: Items | None = Field(None, description="these pipeline stages at the median")
     comm_at_median: bool = Field(False, description="transfer times at each collective's median")
-    no_stalls: list[int] | None = Field(None, description="these ranks without data loading and untraced gaps")
-    ops: dict[str, float] | None = Field(None, description="op name -> factor on its time (0.5: twice as fast)")
+    no_stalls: Items | None = Field(None, description="these ranks without data loading and untraced gaps")
+    ops: dict[Text, float] | None = Field(None, max_length=MAX_OPS, description="op name -> factor on its time (0.5: twice as fast)")
 
 
 class CriticalPathArgs(Args):
