@@ -405,7 +405,6 @@ def test_writer_inserts_the_ranks_rows_together_and_refuses_two_for_a_rank(tmp_p
 
 
 def test_parse_worker_death_skips_its_rank(tmp_path):
-    import os
     import threading
 
     import psutil
@@ -413,8 +412,14 @@ def test_parse_worker_death_skips_its_rank(tmp_path):
     from stepdoctor.analysis.ingest.base import RankSource
 
     good = next(need(KINETO / "trace_filter").glob("*rank-0*"))
-    fifo = tmp_path / "rank1.json"
-    os.mkfifo(fifo)  # opening it blocks the worker until it is killed
+    import gzip
+
+    slow = tmp_path / "rank1.json"   # a gzip of 256 MB of blanks: the worker inflates it until it is killed
+    with gzip.open(slow, "wb", compresslevel=1) as f:
+        f.write(b'{"traceEvents": [')
+        for _ in range(16):
+            f.write(b" " * (1 << 24))
+        f.write(b"]}")
     con, rows = writer.connect_for_writing(tmp_path / "w.duckdb")
     w = writer.Writer(con, rows)
     seen: list[tuple[int, int, str]] = []
@@ -427,7 +432,7 @@ def test_parse_worker_death_skips_its_rank(tmp_path):
                 p.kill()
 
     threading.Thread(target=kill_when_blocked, daemon=True).start()
-    sources = [RankSource(path=good, format="kineto", rank=0), RankSource(path=fifo, format="kineto", rank=1)]
+    sources = [RankSource(path=good, format="kineto", rank=0), RankSource(path=slow, format="kineto", rank=1)]
     _, stored, errors = pool.run_workers(sources, 1, lambda: w, lambda *a: seen.append(a))
     w.finish([])
     assert stored == 1 and len(errors) == 1
@@ -490,16 +495,21 @@ print(json.dumps({"stored": stored, "errors": errors, "rows": w.rows, "killed": 
 
 
 def test_forked_parse_worker_death_skips_its_rank(tmp_path):
+    import gzip
     import json
-    import os
     import subprocess
     import sys
 
     good = next(need(KINETO / "trace_filter").glob("*rank-0*"))
-    fifo = tmp_path / "rank1.json"
-    os.mkfifo(fifo)  # opening it blocks the worker until it is killed
+
+    slow = tmp_path / "rank1.json"   # a gzip of 256 MB of blanks: the worker inflates it until it is killed
+    with gzip.open(slow, "wb", compresslevel=1) as f:
+        f.write(b'{"traceEvents": [')
+        for _ in range(16):
+            f.write(b" " * (1 << 24))
+        f.write(b"]}")
     # the environment of an ingest process (no BLAS thread pool: it forks only while single-threaded)
-    out = subprocess.run([sys.executable, "-c", FORKED_DEATH, str(good), str(fifo)], capture_output=True,
+    out = subprocess.run([sys.executable, "-c", FORKED_DEATH, str(good), str(slow)], capture_output=True,
                          text=True, timeout=120, env=forks.child_env())
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout.strip().splitlines()[-1])

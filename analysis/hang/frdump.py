@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..files import open_regular, read_bytes
+
 _RANK_RE = re.compile(r"^(?P<prefix>.*?)(?P<rank>\d+)(?:\.json|\.pkl|\.pickle)?$")
 _P2P_RE = re.compile(r":(?P<kind>send|recv)\s+(?P<a>-?\d+)\s*(?:->|<-)\s*(?P<b>-?\d+)")
 
@@ -108,7 +110,7 @@ class DumpSet:
 
 
 def _load(path: Path) -> dict[str, Any]:
-    data = path.read_bytes()
+    data = read_bytes(path)
     if not data:
         raise DumpError("empty file (the dump was never written, or was cut at 0 bytes)")
     try:
@@ -258,7 +260,7 @@ def _looks_like_dump(path: Path) -> bool:
     """A pickle (protocol 2+ starts with 0x80; an empty file is a dump that failed to write) or a JSON object
     naming the dump's keys near its start; anything else (traces, logs) is not read."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             head = f.read(1 << 16)
     except OSError:
         return False

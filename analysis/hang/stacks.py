@@ -21,6 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from ..files import open_regular, read_bytes, read_text
 from .models import StackGroup, StackReport
 
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.I)
@@ -73,7 +74,7 @@ def stack_files(folders: list[Path]) -> list[Path]:
     for folder in folders:
         for p in sorted(folder.glob("*.json")):
             try:
-                with open(p, "rb") as f:
+                with open_regular(p) as f:
                     head = f.read(4096)
             except OSError:
                 continue
@@ -81,7 +82,7 @@ def stack_files(folders: list[Path]) -> list[Path]:
                 out.append(p)
         for p in sorted(folder.glob("*.txt")):   # the debug server's dumps: the newest one is read
             try:
-                with open(p, "rb") as f:
+                with open_regular(p) as f:
                     if f.read(64).startswith(b"=== Rank "):
                         out.append(p)
             except OSError:
@@ -95,14 +96,14 @@ def group_stacks(files: list[Path]) -> StackReport:
     dumps = sorted(p for p in files if p.suffix == ".txt")
     if dumps:   # periodic dumps: the newest shows where the ranks are now
         try:
-            for rank, frames in debug_server_stacks(dumps[-1].read_text(errors="replace")).items():
+            for rank, frames in debug_server_stacks(read_text(dumps[-1], errors="replace")).items():
                 by_stack[tuple(frames)].append(rank)
         except OSError as e:
             bad.append(f"{dumps[-1]}: {e.strerror}")
     for p in (p for p in files if p.suffix != ".txt"):
         rank = _rank_of(p)
         try:
-            frames = _main_thread(json.loads(p.read_bytes()))
+            frames = _main_thread(json.loads(read_bytes(p)))
         except OSError as e:
             bad.append(f"{p}: cannot be read ({e.strerror or 'I/O error'})")
             continue

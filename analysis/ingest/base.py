@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .typed_columns import PANDAS_DTYPES, has_null, pandas_values, typed_column
+from ..files import display, read_text
+from .typed_columns import MAX_TEXT_CHARS, PANDAS_DTYPES, cut_long_text, has_null, pandas_values, typed_column
 from .typed_columns import Coded as Coded  # re-exported: readers and the store import it from here
 
 if TYPE_CHECKING:
@@ -126,7 +127,8 @@ class RankTables:
         if table in self._streamed:
             raise RuntimeError(f"{table}: add() to a streamed table")
         row.setdefault("rank", self.rank)
-        self._rows.setdefault(table, []).append(row)
+        # a scalar row holds names of files (source_path): text a file name gives need not be UTF-8
+        self._rows.setdefault(table, []).append({k: display(v) if isinstance(v, str) else v for k, v in row.items()})
 
     def extend(self, table: str, columns: dict[str, list[Any]]) -> None:
         names = {c for c, _ in table_columns()[table]}
@@ -145,13 +147,13 @@ class RankTables:
         self._cols.setdefault(table, []).append(columns)
 
     def warn(self, message: str) -> None:
-        self.warnings.append(message)
+        self.warnings.append(display(message))   # messages name files, whose names need not be UTF-8
 
     def read_json(self, path: Path) -> Any:
         """A JSON file's value, or None with a warning naming the file when it cannot be read or decoded
         (a damaged side file costs only what it held)."""
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
+            return json.loads(read_text(path))
         except (OSError, ValueError) as e:
             self.warn(f"{path.name}: unreadable JSON ({e}); ignored")
             return None
@@ -231,6 +233,10 @@ class RankTables:
                 raise ValueError(f"{table}.{c}: {e}") from None
             if len(a) != n:
                 raise ValueError(f"{table}.{c}: {len(a)} values for {n} rows")
+            if t == "VARCHAR":
+                a, cut = cut_long_text(a)
+                if cut:
+                    self.warn(f"{table}.{c}: {cut} value(s) longer than {MAX_TEXT_CHARS:,} characters cut there")
             if c == "rank":
                 if isinstance(a, np.ma.MaskedArray):
                     a = np.where(np.ma.getmaskarray(a), self.rank, np.ma.getdata(a))

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ..files import open_regular, read_text
 from .base import RankTables
 
 
@@ -53,7 +54,7 @@ def cell_list(v: Any) -> list[Any]:
 
 def read_csv_rows(path: Path, tables: RankTables) -> list[dict[str, str]]:
     try:
-        with open(path, newline="", encoding="utf-8-sig") as f:
+        with open_regular(path, "r", newline="", encoding="utf-8-sig") as f:
             rows = list(csv.DictReader(f))
     except (OSError, csv.Error, UnicodeDecodeError) as e:
         tables.warn(f"{path.name}: unreadable ({e}); ignored")
@@ -107,7 +108,7 @@ def _load_summary(folders: list[Path], ids: list[str], tables: RankTables) -> di
     p = find_file(folders, "minddata_pipeline_summary_{}.csv", ids)
     if p is not None:
         try:
-            with open(p, newline="", encoding="utf-8-sig") as f:
+            with open_regular(p, "r", newline="", encoding="utf-8-sig") as f:
                 return _summary_from_csv(list(csv.reader(f)))
         except (OSError, csv.Error) as e:
             tables.warn(f"{p.name}: unreadable ({e}); ignored")
@@ -234,7 +235,7 @@ def _apply_cpu_sampler(folders: list[Path], ids: list[str], tables: RankTables,
 def _lines(path: Path, tables: RankTables) -> list[str] | None:
     """A text file's lines, or None with a warning naming it when it cannot be read."""
     try:
-        return path.read_text(encoding="utf-8").splitlines()
+        return read_text(path).splitlines()
     except OSError as e:
         tables.warn(f"{path.name}: unreadable ({e}); ignored")
         return None

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ProfileError
+from ..files import read_text
 from ..units import NS_PER_MS_INT
 from .ascend_common import collective_of
 from .base import RankSource, RankTables
@@ -111,7 +112,7 @@ class _LegacyReader:
         if points is not None:
             try:
                 self.t.add("metadata", key="step_trace_points", value_json=json.dumps(json.loads(
-                    points.read_text(encoding="utf-8")), sort_keys=True))
+                    read_text(points)), sort_keys=True))
             except (OSError, ValueError) as e:
                 self.t.warn(f"{points.name}: unreadable ({e}); ignored")
         read_minddata([self.dir], [str(self.r)], self.t)

@@ -11,6 +11,7 @@ from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+from ..files import open_regular, read_text
 from .base import RankTables
 
 IO_KEY_RE = re.compile(r"^(input|output)_(\d+)$", re.I)
@@ -51,7 +52,7 @@ def int_cell(v: Any) -> int | None:
 def read_csv_table(path: Path, tables: RankTables) -> tuple[list[str], list[dict[str, str]]]:
     """(stripped header, non-blank rows as dicts); ([], []) with a warning when the file is unreadable."""
     try:
-        with open(path, newline="", encoding="utf-8-sig") as f:
+        with open_regular(path, "r", newline="", encoding="utf-8-sig") as f:
             rdr = csv.reader(f)
             header = [h.strip() for h in next(rdr, [])]
             rows = [dict(zip(header, (c.strip() for c in r), strict=False)) for r in rdr if any(c.strip() for c in r)]
@@ -125,7 +126,7 @@ def read_op_totals(detail: Path | None, compute_time: Path | None,
     if path is None:
         return out
     # 1.x text: header line(s), then `name avg_ms stream count`, a `total` line
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in read_text(path).splitlines():
         f = line.split()
         if len(f) < 2 or f[0] in ("op_name", "total") or f[0].startswith(("=", "-")):
             continue

@@ -119,6 +119,24 @@ def typed_column(values: Any, duck_type: str) -> np.ndarray:
     return _masked(out, mask)
 
 
+# One text value of a profile (a kernel name, a call stack) is at most this long in the store: a longer one is
+# damage or an attack (a 40 MB name), and the store's writer holds a value in one buffer block.
+MAX_TEXT_CHARS = 1 << 20
+
+
+def cut_long_text(col: Any) -> tuple[Any, int]:
+    """A typed VARCHAR column (object array or Coded) with every value over MAX_TEXT_CHARS cut, and how many
+    were cut."""
+    values = col.labels if isinstance(col, Coded) else col
+    long = [i for i, v in enumerate(values) if v is not None and len(v) > MAX_TEXT_CHARS]
+    if not long:
+        return col, 0
+    fixed = list(values) if isinstance(col, Coded) else col.copy()
+    for i in long:
+        fixed[i] = fixed[i][:MAX_TEXT_CHARS] + "…"
+    return (Coded(col.codes, fixed) if isinstance(col, Coded) else fixed), len(long)
+
+
 def _text_column(values: Any) -> Any:
     if isinstance(values, Coded):
         codes = values.codes

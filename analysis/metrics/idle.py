@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..files import read_text
+
 # operators whose host code reads a device value (and so waits for the device); innermost one wins
 TRIGGER_RE = re.compile(r"^aten::(item|_local_scalar_dense|is_nonzero|nonzero|equal|allclose|tolist|cpu|"
                         r"to|copy_|_to_copy|masked_select|unique.*)$")
@@ -96,7 +98,7 @@ def profiler_overhead(profile_path: str | Path | None, rank: int) -> dict[str, f
     if f is None:
         return None
     try:
-        d = json.loads(f.read_text())
+        d = json.loads(read_text(f))
         ms = [float(x) for x in d["step_ms"]]
         prof = sorted(int(x) for x in d["profiled_steps"])
     except (OSError, ValueError, KeyError, TypeError):

@@ -106,9 +106,10 @@ def fingerprint(disc: Discovery, listing: Listing | None = None) -> str:
     h.update(schema_sql().encode())
     h.update(reader_version().encode())
     for src, files in zip(disc.sources, listing or input_listing(disc), strict=True):
-        h.update(f"\0{src.rank}\0{src.format}\0{src.path}".encode())
+        # surrogateescape: a file name need not be UTF-8 on Linux; its bytes are what is hashed
+        h.update(f"\0{src.rank}\0{src.format}\0{src.path}".encode("utf-8", "surrogateescape"))
         for name, size, stamp in files:
-            h.update(f"{name}:{size}:{stamp}".encode())
+            h.update(f"{name}:{size}:{stamp}".encode("utf-8", "surrogateescape"))
     return h.hexdigest()[:32]
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ...errors import ProfileError
+from ...files import check_regular
 from ..ascend_common import group_hash
 from ..base import RankSource
 from .common import DB_RE, ENUM_DEFAULTS, INT_OR_NONE, OUTPUT_DIR, STR_OR_NONE
@@ -55,12 +56,15 @@ def open_ro(path: Path) -> Iterator[sqlite3.Connection]:
             immutable = False
         con: sqlite3.Connection | None = None
         try:
+            check_regular(target)
             con = sqlite3.connect(_ro_uri(target, immutable), uri=True)
             con.execute("SELECT count(*) FROM sqlite_master").fetchone()
         except sqlite3.DatabaseError as e:  # OperationalError is a subclass
             if con is not None:
                 con.close()
             raise ProfileError(path, f"not a readable SQLite database ({e})") from None
+        except OSError as e:
+            raise ProfileError(path, f"cannot read: {e.strerror or e}") from None
         try:
             yield con
         finally:
@@ -74,12 +78,29 @@ class Db:
         self.con = con
         self.path = path
         self.tables: dict[str, set[str]] = {}
-        for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"):
+        # Tables only: an export writes tables, and a view or a virtual table can compute without end (a view
+        # over a recursive CTE); such names are skipped, and run() says so.
+        self.not_tables: list[str] = []
+        for name, kind, sql in con.execute("SELECT name, type, sql FROM sqlite_master WHERE type IN ('table', 'view')"):
+            if kind != "table" or str(sql or "").lstrip().upper().startswith("CREATE VIRTUAL"):
+                self.not_tables.append(str(name))
+                continue
             cols = {r[1] for r in con.execute(f'PRAGMA table_info("{name}")')}
             self.tables[name] = cols
         self._strings: dict[int, str] | None = None
         self._enums: dict[str, dict[int, str]] = {}
         self.damaged: set[str] = set()      # tables whose rows could not be read
+
+    def losses(self) -> list[str]:
+        """What of this file was not read, one warning each: views and virtual tables, damaged tables."""
+        out = []
+        if self.not_tables:
+            out.append(f"{self.path.name}: {len(self.not_tables)} view(s) or virtual table(s) not read (an export "
+                       f"writes tables; a view can compute without end): {', '.join(sorted(self.not_tables)[:8])}")
+        if self.damaged:
+            out.append(f"{self.path.name}: {len(self.damaged)} table(s) unreadable (damaged file), their rows lost: "
+                       f"{', '.join(sorted(self.damaged))}")
+        return out
 
     def has(self, table: str) -> bool:
         return table in self.tables

@@ -32,24 +32,32 @@ def read_rank(src: RankSource) -> RankTables:
         with open_ro(db_path) as con:
             db = Db(con, db_path)
             missing = [t for t in REQUIRED_TABLES if not db.has(t)]
+            if views := [t for t in missing if t in db.not_tables]:
+                raise _ViewNotTable(db_path, f"{', '.join(views)} is a view, not a table: not read (an export "
+                                             "writes tables; a view can compute without end)")
             if missing:
                 raise ProfileError(db_path, f"missing required table(s) {', '.join(missing)}: not an Ascend "
                                             f"profiler DB export")
             reader = DbReader(db, tables, rank_dir, framework, src)
             reader.run()
-            if db.damaged:
-                tables.warn(f"{db_path.name}: {len(db.damaged)} table(s) unreadable (damaged file), their rows "
-                            f"lost: {', '.join(sorted(db.damaged))}")
+            for w in db.losses():
+                tables.warn(w)
     except (ProfileError, sqlite3.DatabaseError) as e:
         # the main DB is unusable: the step table in analysis.db still gives the rank's breakdown
-        only = _step_table_only(db_path, rank_dir, framework, src)
+        why = e.problem if isinstance(e, _ViewNotTable) else "damaged SQLite file"
+        only = _step_table_only(db_path, rank_dir, framework, src, why)
         if only is None:
             raise e if isinstance(e, ProfileError) else ProfileError(db_path, f"damaged SQLite file ({e})") from e
         return only
     return tables
 
 
-def _step_table_only(db_path: Path, rank_dir: Path, framework: str, src: RankSource) -> RankTables | None:
+class _ViewNotTable(ProfileError):
+    """A required table that the file holds as a view."""
+
+
+def _step_table_only(db_path: Path, rank_dir: Path, framework: str, src: RankSource,
+                     why: str) -> RankTables | None:
     """A rank from analysis.db's StepTraceTime alone (when the main DB is unreadable); None without one."""
     path = next((db_path.parent / n for n in ANALYSIS_DBS if (db_path.parent / n).is_file()), None)
     if path is None:
@@ -64,7 +72,7 @@ def _step_table_only(db_path: Path, rank_dir: Path, framework: str, src: RankSou
         return None
     if not tables.count("vendor_step_trace"):
         return None
-    tables.warn(f"{db_path.name}: unreadable (damaged SQLite file); the rank keeps only the step table of "
+    tables.warn(f"{db_path.name}: unreadable ({why}); the rank keeps only the step table of "
                 f"{path.name} ({tables.count('vendor_step_trace')} step row(s)), no timeline")
     meta = read_rank_meta(rank_dir, tables)
     tables.add("ranks", source_path=str(rank_dir), format=src.format, vendor="ascend",

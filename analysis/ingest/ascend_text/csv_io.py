@@ -15,6 +15,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
+from ...files import open_regular, read_bytes
 from .numbers import I64_MAX, I64_MIN, ma, plain_numerals, scaled_texts
 
 # --------------------------------------------------------------------------------------------------------
@@ -34,13 +35,21 @@ _CSV = ("read_csv(?, header=true, auto_detect=false, delim=',', quote='\"', esca
         "strict_mode=false, columns={columns})")
 
 
+# A profiler CSV has tens of columns; DuckDB's reader costs memory per declared column (a header of a
+# million cells took it to gigabytes), so a wider header is not read.
+MAX_CSV_COLUMNS = 4096
+
+
 def csv_header(path: Path) -> list[str]:
     """The column names DuckDB gives the header row of `path`: the cells (BOM dropped), an empty one named
-    `column<i>`, a repeated one suffixed `_1`, `_2` .... Raises ValueError when there is no header row."""
-    with path.open(encoding="utf-8-sig", newline="") as f:
+    `column<i>`, a repeated one suffixed `_1`, `_2` .... Raises ValueError when there is no header row or
+    more than MAX_CSV_COLUMNS cells in it."""
+    with open_regular(path, "r", encoding="utf-8-sig", newline="") as f:
         cells = next(csv.reader(f), None)
     if not cells:
         raise ValueError("no header row")
+    if len(cells) > MAX_CSV_COLUMNS:
+        raise ValueError(f"{len(cells)} columns in the header, over the {MAX_CSV_COLUMNS} a profiler CSV has")
     names: list[str] = []
     seen: set[str] = set()
     for i, cell in enumerate(cells):
@@ -78,7 +87,7 @@ def plain_csv(path: Path, header: list[str]) -> list[list[str | None]] | None:
     try:
         if path.stat().st_size > PLAIN_CSV_BYTES:
             return None
-        text = path.read_bytes().decode("utf-8")
+        text = read_bytes(path).decode("utf-8")
     except (OSError, UnicodeDecodeError):
         return None
     text = text.removeprefix("\ufeff")

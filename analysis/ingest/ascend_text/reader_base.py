@@ -13,6 +13,7 @@ import msgspec
 import numpy as np
 
 from ...errors import ProfileError
+from ...files import by_descriptor, open_regular, read_bytes
 from ..ascend_columns import (
     FileColumns,
     Resolved,
@@ -96,7 +97,7 @@ class ReaderBase:
     def _json_bytes(self, path: Path) -> bytes | None:
         """The bytes of a JSON file, or None with a warning (unreadable / empty)."""
         try:
-            data = path.read_bytes()
+            data = read_bytes(path)
         except OSError as e:
             self.warn(path, f"unreadable ({e.strerror}); skipped")
             return None
@@ -152,9 +153,15 @@ class ReaderBase:
         for parallel in (True, False):
             try:
                 source = csv_source(self._csv_columns[path], parallel)
-                got = self.con.execute(f"SELECT {', '.join(select)} FROM {source}", [str(path)]).fetchnumpy()
+                # DuckDB opens the file by name: the name of the descriptor checked here (see files.py)
+                with open_regular(path) as f:
+                    got = self.con.execute(f"SELECT {', '.join(select)} FROM {source}",
+                                           [by_descriptor(f, path)]).fetchnumpy()
                 cols = {name: frame_column(a) for name, a in got.items()}
                 return Frame(cols, len(next(iter(cols.values()))) if cols else 0)
+            except OSError as e:
+                error = str(e)
+                break
             except duckdb.Error as e:
                 error = str(e)
                 if "parallel=false" not in error:  # the one failure the serial scanner does not have

@@ -12,6 +12,7 @@ import msgspec
 import numpy as np
 
 from ...errors import ProfileError
+from ...files import open_regular
 from .common import ANALYSE_HINT
 from .numbers import float64_part, int_array
 from .trace_columns import TraceColumnBuilder, TraceColumns
@@ -78,7 +79,7 @@ class TraceParser(TraceColumnBuilder):
 
     def _parse(self, max_window: int) -> TraceColumns:
         dec = msgspec.json.Decoder(list[Event], float_hook=Decimal)
-        with open(self.path, "rb") as f:
+        with open_regular(self.path) as f:
             first = f.read(self.block)
             if not first:
                 raise ProfileError(self.path, f"empty file (0 bytes); {ANALYSE_HINT}")

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...errors import ProfileError
+from ...files import display, is_regular, kind_of
 from ..base import RankSource
 from .content import (
     DB_RE,
@@ -64,6 +65,8 @@ def discover(path: str | Path) -> Discovery:
     p = Path(path).expanduser()
     if not p.exists():
         raise ProfileError(p, "no such file or directory")
+    if not p.is_dir() and not is_regular(p):
+        raise ProfileError(p, f"{kind_of(p.stat().st_mode)}, not a regular file: not read")
     if p.is_file():
         if p.name in ("profiler_metadata.json",) or INFO_RE.match(p.name):
             raise ProfileError(p, f"{p.name} is torch_npu's run description, not a trace: pass the rank folder "
@@ -101,6 +104,7 @@ def discover(path: str | Path) -> Discovery:
     kineto_files: list[Path] = []
     bare_traces: list[Path] = []
     msprof: list[Path] = []
+    special: list[str] = []   # FIFOs, sockets, devices named like traces: never opened
     for root, dirs, files, depth in walk(p):
         if is_ascend_rank(root, dirs, files):
             ascend_dirs.append(root)
@@ -121,7 +125,10 @@ def discover(path: str | Path) -> Discovery:
         msprof += [root / f for f in files if MSPROF_DB_RE.match(f)]
         if depth <= 2:   # a run folder with its traces/ one level down, or a parent of such runs
             for f in files:
-                if KINETO_NAME_RE.search(f):
+                if KINETO_NAME_RE.search(f) and not is_regular(root / f):
+                    special.append(f"{display(root / f)}: {kind_of(os.stat(root / f).st_mode)}, not a regular "
+                                   "file: not read")
+                elif KINETO_NAME_RE.search(f):
                     kind = json_kind(root / f)
                     if kind == "kineto":
                         kineto_files.append(root / f)
@@ -129,16 +136,19 @@ def discover(path: str | Path) -> Discovery:
                         bare_traces.append(root / f)
     refuse_unrelated_runs(p, ascend_dirs, legacy_dirs, kineto_files, bare_traces, msprof)
     if ascend_dirs:
-        return _ascend(ascend_dirs, p)
-    if legacy_dirs:
-        return _mindspore_legacy(legacy_dirs, p)
-    if msprof:
-        return _msprof(msprof, p)
-    if kineto_files:
-        return _kineto(sorted(kineto_files), p)
-    if bare_traces:
-        return _ascend([t.parent for t in bare_traces[:1]], p)
-    raise ProfileError(p, nothing_found(p))
+        disc = _ascend(ascend_dirs, p)
+    elif legacy_dirs:
+        disc = _mindspore_legacy(legacy_dirs, p)
+    elif msprof:
+        disc = _msprof(msprof, p)
+    elif kineto_files:
+        disc = _kineto(sorted(kineto_files), p)
+    elif bare_traces:
+        disc = _ascend([t.parent for t in bare_traces[:1]], p)
+    else:
+        raise ProfileError(p, nothing_found(p) + (f" ({'; '.join(special)})" if special else ""))
+    disc.warnings[:0] = special
+    return disc
 
 
 def _ascend(dirs: list[Path], root: Path) -> Discovery:

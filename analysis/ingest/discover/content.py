@@ -13,6 +13,7 @@ import zlib
 from pathlib import Path
 
 from ...errors import ProfileError
+from ...files import open_regular, read_bytes
 
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 MSPROF_OUTPUT_DIR = "mindstudio_profiler_output"
@@ -92,7 +93,7 @@ def sqlite_db(out: Path) -> Path | None:
     for n in names:
         if n.startswith(("ascend_pytorch_profiler", "ascend_mindspore_profiler")) and (out / n).is_file():
             try:
-                with open(out / n, "rb") as f:
+                with open_regular(out / n) as f:
                     if f.read(16) == _SQLITE_MAGIC:
                         return out / n
             except OSError:
@@ -103,7 +104,7 @@ def sqlite_db(out: Path) -> Path | None:
 def _json_int(path: Path, key: str) -> int | None:
     """A non-negative integer (or digit string) at the top level of a JSON object file; None otherwise."""
     try:
-        obj = json.loads(path.read_bytes())
+        obj = json.loads(read_bytes(path))
     except (OSError, ValueError):
         return None
     v = obj.get(key) if isinstance(obj, dict) else None
@@ -197,7 +198,7 @@ def read_head(path: Path, n: int = _HEAD_BYTES) -> bytes:
     what it decompressed up to there (the rank and format are near the top; the reader says what was lost);
     raises ProfileError only when not one byte decompresses."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             magic = f.read(2)
             f.seek(0)
             if magic != b"\x1f\x8b":

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from ...errors import ProfileError
+from ...files import read_bytes
 from .content import (
     EXECUTION_TRACE,
     KINETO_NAME_RE,
@@ -144,7 +145,7 @@ def _world_size(d: Path) -> int | None:
         files = [d / name] if name else sorted(d.glob("profiler_info*.json"))
         for f in files:
             try:
-                v = json.loads(f.read_bytes())
+                v = json.loads(read_bytes(f))
             except (OSError, ValueError):
                 continue
             for key in path:

@@ -171,6 +171,30 @@ def coerce_event(e: _LooseEvent) -> Event:
                   tid=ident(e.tid), ts=_raw_numeral(_decimal(e.ts)), dur=num(e.dur), args=args)
 
 
+# The `ph` of an entry of traceEvents that is no event at all (a number, string, list or null): the folder
+# counts these and the reader says how many were skipped.
+NOT_AN_EVENT = "\x00"
+_RAW_ITEMS = msgspec.json.Decoder(list[msgspec.Raw])
+_LOOSE_EVENT = msgspec.json.Decoder(_LooseEvent)
+
+
+def loose_events(piece: bytes | memoryview) -> list[Event]:
+    """The events of `[ ... ]` whose values do not fit the strict types: coerced; an entry that is not an
+    object becomes one NOT_AN_EVENT event (so one junk entry costs itself, not the piece)."""
+    try:
+        return [coerce_event(e) for e in LOOSE_EVENTS.decode(piece)]
+    except msgspec.ValidationError:
+        pass
+    out = []
+    for raw in _RAW_ITEMS.decode(piece):
+        try:
+            out.append(coerce_event(_LOOSE_EVENT.decode(raw)))
+        except msgspec.ValidationError:
+            out.append(Event(ph=NOT_AN_EVENT, cat=None, name="", pid=None, tid=None, ts=EMPTY_RAW, dur=None,
+                             args=_NO_ARGS))
+    return out
+
+
 def ts_ns(ts: Decimal) -> int:
     """A decimal µs timestamp as integer ns, rounded half-even below the ns (exact: no binary float)."""
     return int(ts.scaleb(3).to_integral_value())

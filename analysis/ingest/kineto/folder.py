@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from .events import ANY, NO_NS, TIME_LIMIT_US, Event, raw_ts_ns, ts_ns_column
+from .events import ANY, NO_NS, NOT_AN_EVENT, TIME_LIMIT_US, Event, raw_ts_ns, ts_ns_column
 from .names import D_MTIA, DEVICE_CODE, DEVICE_TYPE_NAMES, DTYPE_BYTES, HOST_CODE, IGNORED_CATS, STEP_RE
 
 # --------------------------------------------------------------------------------------------------
@@ -202,6 +202,7 @@ class Folder:
         self.memory: list[tuple[int, str, int | None, int | None]] = []
         self.skipped: Counter[str] = Counter()
         self.no_dur = 0
+        self.not_events = 0   # entries of traceEvents that are not objects (events.NOT_AN_EVENT)
 
     def fold(self, evs: list[Event]) -> None:
         """Append one decoded piece. Events are split by cat in one pass; each column is then pulled out
@@ -234,6 +235,8 @@ class Folder:
                     self.skipped[c or "(none)"] += 1
             elif e.ph == "i" and e.name == "[memory]":
                 self._memory(e)
+            elif e.ph == NOT_AN_EVENT:
+                self.not_events += 1
         if hl:
             self._fold_host(*self._with_times(hl, hc))
         if dl:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ...errors import ProfileError
+from ...files import open_regular
 
 
 @dataclass
@@ -27,7 +28,7 @@ class Source:
     def __init__(self, path: Path) -> None:
         self.path = path
         try:
-            self._raw: BinaryIO = open(path, "rb")  # noqa: SIM115 - closed in close()
+            self._raw: BinaryIO = open_regular(path)
         except OSError as e:
             raise ProfileError(path, f"cannot read ({e.strerror})") from None
         magic = self._raw.read(2)

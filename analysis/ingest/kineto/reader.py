@@ -64,6 +64,9 @@ def _read_events(path: Path) -> tuple[Doc, Folder]:
         if not (folder.host.n or folder.dev.n):
             raise error
         doc.damage = error.problem
+    elif not (folder.host.n or folder.dev.n or folder.gpu_step_starts):
+        raise ProfileError(path, "no events: its traceEvents holds no complete event with a time (nothing to "
+                                 "analyse)")
     return doc, folder
 
 
@@ -156,6 +159,9 @@ def _warn(t: RankTables, path: Path, doc: Doc, f: Folder, tr: Trace, st: Steps, 
         t.warn("timestamps are not epoch-based and baseTimeNanoseconds is absent: absolute time unknown")
     if f.no_dur:
         t.warn(f"{f.no_dur} complete events without a usable ts or dur (absent, or beyond int64 ns) were skipped")
+    if f.not_events:
+        t.warn(f"{path.name}: {f.not_events} entries of traceEvents are not events (a number, string, list or "
+               "null): skipped")
     if f.skipped:
         cats = ", ".join(f"{c} ({n})" for c, n in f.skipped.most_common(5))
         t.warn(f"{sum(f.skipped.values())} complete events of categories this reader does not know were skipped: "

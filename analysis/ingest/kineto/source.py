@@ -10,7 +10,7 @@ from pathlib import Path
 import msgspec
 
 from ...errors import ProfileError
-from .events import ANY, EVENTS, LOOSE_EVENTS, RAW_DICT, Event, coerce_event
+from .events import ANY, EVENTS, RAW_DICT, Event, loose_events
 from .inflate import Doc, Source
 
 _WS = frozenset(b" \t\r\n")
@@ -54,7 +54,7 @@ def _decode_events(piece: bytes | memoryview) -> list[Event]:
     try:
         return EVENTS.decode(piece)
     except msgspec.ValidationError:
-        return [coerce_event(e) for e in LOOSE_EVENTS.decode(piece)]
+        return loose_events(piece)
 
 
 def _split_array_end(piece: bytes, e: Exception) -> int | None:

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import ProfileError
+from ...files import read_bytes, read_text
 from ..ascend_db import db_task_category
 from ..base import RankSource, RankTables
 
@@ -61,7 +62,7 @@ def _load(files: list[Path], tables: RankTables) -> list[list[dict[str, Any]]]:
             empty.append(f.name)
             continue
         try:
-            ev = json.loads(f.read_bytes())
+            ev = json.loads(read_bytes(f))
         except (ValueError, OSError):
             bad.append(f.name)
             continue
@@ -195,7 +196,7 @@ def _ranks_row(d: Path, src: RankSource, tables: RankTables, t_min: int) -> None
     for f in sorted(d.parent.glob("info.json.*")):
         if f.suffix != ".done":
             try:
-                info = json.loads(f.read_text())
+                info = json.loads(read_text(f))
             except (ValueError, OSError):
                 tables.warn(f"{f.name}: not JSON (damaged), device info unknown")
             break
