@@ -478,7 +478,7 @@ class Writer:  # records what reaches the database
 
 
 pids, forked = [], []
-def kill_workers(*progress):  # after rank 0 is stored: the worker now blocks opening rank 1 (a FIFO)
+def kill_workers(*progress):  # after rank 0 is stored: the worker is now inflating rank 1 (256 MB of blanks)
     if pids:
         return
     me = psutil.Process()
