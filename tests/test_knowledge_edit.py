@@ -896,3 +896,43 @@ def test_periodic_collect_needs_a_step_counter(tmp_path):
     again = tmp_path / "again.py"
     again.write_text(patched, encoding="utf-8")
     assert suggest_edit(again, "gc-disable-collect-periodically", root=tmp_path).status == "already-applied"
+
+
+def test_apply_edit_edits_the_file_the_user_means_and_keeps_its_metadata(tmp_path):
+    import os
+    import stat
+
+    real = _copy(tmp_path, "gpu_ddp_train.py")
+    os.chmod(real, 0o640)
+    link = tmp_path / "train_link.py"
+    link.symlink_to(real)
+    result = _suggest(link, "ddp-bucket-overlap")
+    apply_edit(result, backup=False)
+    assert link.is_symlink() and link.resolve() == real          # the link stays a link ...
+    assert real.read_text(encoding="utf-8") == result.patched_text  # ... and the file it names is edited
+    assert stat.S_IMODE(real.stat().st_mode) == 0o640
+
+    other = tmp_path / "hard_name.py"
+    os.link(real, other)
+    second = _suggest(real, "torch-fused-optimizer")
+    apply_edit(second, backup=False)
+    assert os.path.samefile(real, other) and other.read_text(encoding="utf-8") == second.patched_text
+
+
+def test_apply_edit_keeps_a_save_made_while_it_writes(tmp_path, monkeypatch):
+    import tempfile
+
+    path = _copy(tmp_path, "gpu_ddp_train.py")
+    result = _suggest(path, "ddp-bucket-overlap")
+    real_mkstemp = tempfile.mkstemp
+
+    def user_saves_meanwhile(*a, **kw):
+        out = real_mkstemp(*a, **kw)
+        path.write_text(path.read_text(encoding="utf-8") + "# the user's save\n", encoding="utf-8")
+        return out
+
+    monkeypatch.setattr(tempfile, "mkstemp", user_saves_meanwhile)
+    with pytest.raises(EditConflictError, match="changed since the edit was suggested"):
+        apply_edit(result, backup=False)
+    assert path.read_text(encoding="utf-8").endswith("# the user's save\n")
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]   # no temporary left behind

@@ -124,11 +124,33 @@ def _load(path: Path) -> dict[str, Any]:
         kind = "JSON" if data.lstrip()[:1] == b"{" else "pickle"
         cut = " (cut short?)" if isinstance(e, EOFError) or "truncated" in str(e) else ""
         raise DumpError(f"not a readable {kind} dump{cut}") from None
+    if _expands_past(doc, 4 * len(data) + 100_000):
+        raise DumpError("its values expand past what the file holds (one list shared at many places, a "
+                        "'billion laughs' pickle): not read")
     if not isinstance(doc, dict) or "entries" not in doc:
         raise DumpError("not a Flight Recorder dump (no 'entries')")
     if not isinstance(doc["entries"], list):
         raise DumpError(f"'entries' is a {type(doc['entries']).__name__}, not a list")
     return doc
+
+
+def _expands_past(doc: Any, budget: int) -> bool:
+    """Whether `doc` read as a tree (every shared object counted at each place it appears, as the code after
+    this reads it) has more than `budget` values. A pickle shares objects by reference, so 40 levels of
+    `a = [a, a]` take a few hundred bytes and 2**40 values; a real dump's tree is about its size in bytes.
+    Iterative: depth costs no stack."""
+    todo, seen = [doc], 0
+    while todo:
+        v = todo.pop()
+        seen += 1
+        if seen > budget:
+            return True
+        if isinstance(v, dict):
+            todo.extend(v.keys())
+            todo.extend(v.values())
+        elif isinstance(v, list | tuple | set | frozenset):
+            todo.extend(v)
+    return False
 
 
 def _int(v: Any) -> int | None:

@@ -21,7 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from ..files import open_regular, read_bytes, read_text
+from ..files import Unreadable, open_regular, read_bytes, read_text
 from .models import StackGroup, StackReport
 
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.I)
@@ -76,6 +76,9 @@ def stack_files(folders: list[Path]) -> list[Path]:
             try:
                 with open_regular(p) as f:
                     head = f.read(4096)
+            except Unreadable:   # a FIFO or device named like a stack file: reported by group_stacks
+                out.append(p)
+                continue
             except OSError:
                 continue
             if head.lstrip().startswith(b"[") and b'"thread_id"' in head:

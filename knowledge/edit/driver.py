@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import difflib
 import hashlib
 import os
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ...analysis.files import read_bytes
 from ..loader import get_fix
 from ..schema import CodeEdit, Fix
 from .applicable import check_params, fallback_template, file_kind, skip_reason
@@ -181,7 +184,7 @@ def _diff_name(path: Path, root: Path | None) -> str:
 
 def _read(path: Path) -> str:
     try:
-        return path.read_bytes().decode("utf-8")
+        return read_bytes(path).decode("utf-8")
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: no such file") from None
     except UnicodeDecodeError:
@@ -285,10 +288,15 @@ def apply_edit(result: EditResult, backup: bool = True) -> Path | None:
     """Write the patched file of a `suggest_edit` result (the `--apply` of the CLI).
 
     Returns the backup path (or None when `backup` is False or nothing changes). Refuses with
-    EditConflictError when the file no longer has the content the diff was computed against, and with
-    ValueError when the result carries no patched text (e.g. it was rebuilt from JSON). The new content is
-    written to a temporary file beside the target and renamed over it, keeping the file mode, so a crash
-    cannot leave a half-written file.
+    EditConflictError when the file no longer has the content the diff was computed against (checked when
+    starting and again just before the new content takes its place: a save by the user's editor meanwhile is
+    kept, not overwritten), and with ValueError when the result carries no patched text (e.g. it was rebuilt
+    from JSON).
+
+    The file the user means is edited: through a symbolic link, the file it names (the link stays a link);
+    a file with hard links is rewritten in place (every name keeps seeing it); otherwise the new content is
+    written beside it and renamed over it, so a crash cannot leave a half-written file. Mode and owner are
+    kept.
     """
     if not result.changed:
         return None
@@ -296,21 +304,40 @@ def apply_edit(result: EditResult, backup: bool = True) -> Path | None:
         raise ValueError(
             "this result carries no patched text (was it loaded from JSON?); run suggest_edit again"
         )
-    path = Path(result.path)
-    current = _read(path)
-    if hashlib.sha256(current.encode("utf-8")).hexdigest() != result.base_sha256:
-        raise EditConflictError(f"{path} changed since the edit was suggested; run suggest-edit again")
+    target = Path(result.path).resolve()
+    before = _unchanged_since(target, result.base_sha256, None)
     saved: Path | None = None
     if backup:
-        saved = _backup_path(path)
-        shutil.copy2(path, saved)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        saved = _backup_path(target)
+        shutil.copy2(target, saved)
+    data = result.patched_text.encode("utf-8")
+    if before.st_nlink > 1:
+        _unchanged_since(target, result.base_sha256, before)
+        with open(target, "r+b") as handle:
+            handle.write(data)
+            handle.truncate()
+        return saved
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(result.patched_text.encode("utf-8"))
-        shutil.copymode(path, tmp_name)
-        os.replace(tmp_name, path)
+            handle.write(data)
+        os.chmod(tmp_name, stat.S_IMODE(before.st_mode))
+        if (before.st_uid, before.st_gid) != (os.getuid(), os.getgid()):
+            with contextlib.suppress(PermissionError):   # only root may give a file away
+                os.chown(tmp_name, before.st_uid, before.st_gid)
+        _unchanged_since(target, result.base_sha256, before)
+        os.replace(tmp_name, target)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
     return saved
+
+
+def _unchanged_since(path: Path, sha256: str, seen: os.stat_result | None) -> os.stat_result:
+    """The file's stat when it still has the content the diff was made from (and, given `seen`, the same
+    inode, size and modification time as then); EditConflictError otherwise."""
+    st = os.stat(path)
+    same = seen is None or (st.st_ino, st.st_size, st.st_mtime_ns) == (seen.st_ino, seen.st_size, seen.st_mtime_ns)
+    if not same or hashlib.sha256(_read(path).encode("utf-8")).hexdigest() != sha256:
+        raise EditConflictError(f"{path} changed since the edit was suggested; run suggest-edit again")
+    return st
