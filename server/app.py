@@ -22,6 +22,7 @@ from mcp.types import ToolAnnotations
 
 from .. import __version__
 from ..analysis.errors import ProfileError, StepdoctorError, exit_code
+from ..analysis.files import confine
 from .answers import catalog_errors, is_loopback, result
 from .http import HangUps, http_app
 from .live_tools import register_live_tools
@@ -171,6 +172,9 @@ def serve(
         )
     server = create_server(roots, cache_dir=cache_dir, allow_links=allow_links, output_schemas=output_schemas,
                            query_mb=query_mb, query_budget=query_budget, query_timeout=query_timeout)
+    # Every input file is checked again once open (analysis/files.py): a path checked here and swapped for
+    # a link to outside before the read is refused then. Process-wide, so only the server's own process.
+    confine(server.registry.roots.dirs, allow_links=allow_links)
     try:
         _run(server, transport, host, port, token)
     finally:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from mcp.server.mcpserver.exceptions import ToolError
 
+from ..analysis.errors import ProfileError
+from ..analysis.ingest.discover import discover
 from ..analysis.store import Profile
 from ..tools import api
 from .roots import Roots
@@ -49,12 +51,29 @@ class ProfileRegistry:
         with lock:
             prof = None if reopen else self._by_path.get(path)
             if prof is None:
-                self.roots.check_tree(path)
+                self._check_reads(path)
                 prof = api.load(str(path), progress=progress, cache_dir=self.cache_dir)
                 with self._lock:
                     self._by_path[path] = prof
                     self._ids[profile_id_of(prof)] = path
             return profile_id_of(prof), prof
+
+    def _check_reads(self, path: Path) -> None:
+        """The links check over what the readers will read: PATH's tree, and the folder above it that
+        discovery reads for a file inside a rank folder (its trace_view.json, its DB, ASCEND_PROFILER_OUTPUT/)."""
+        self.roots.check_tree(path)
+        try:
+            sources = discover(path).sources
+        except ProfileError:
+            return   # the load says what is wrong with it
+        for src in sources:
+            where = src.path.resolve()
+            if where == path or where.is_relative_to(path):
+                continue
+            if not self.roots.contains(where):
+                raise ToolError(f"{path} is read as part of {where}, which is outside the allowed roots "
+                                f"({self.roots.text()})")
+            self.roots.check_tree(where)
 
     def known_ids(self) -> list[str]:
         with self._lock:

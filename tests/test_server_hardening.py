@@ -85,3 +85,23 @@ def test_temporaries_of_a_killed_ingest_are_removed_on_the_next_run(tmp_path: Pa
     assert not any(f.exists() for f in stale) and not (cache / f"abc.duckdb.tmp-{dead}-1.tmp").exists()
     assert mine.exists()   # a live process's build is left alone
     shutil.rmtree(cache)
+
+
+def test_a_file_inside_a_rank_folder_is_checked_as_the_folder_discovery_reads(tmp_path: Path, root: Path):
+    """PATH = a rank's trace_view.json (or its ASCEND_PROFILER_OUTPUT/) makes discovery read the folder above
+    it: a link planted there is refused as if that folder had been given."""
+    from stepdoctor.server.registry import ProfileRegistry
+
+    rank = root / "run" / "node0_40000_20250101120000100_ascend_pt"
+    shutil.copytree(EXAMPLE / rank.name, rank)
+    out = rank / "ASCEND_PROFILER_OUTPUT"
+    for planted, given in ((out / "kernel_details.csv", out / "trace_view.json"),
+                           (rank / "profiler_info_0.json", out)):
+        secret = tmp_path / planted.name
+        shutil.move(planted, secret)
+        planted.symlink_to(secret)
+        reg = ProfileRegistry(Roots([root]), tmp_path / "cache")
+        with pytest.raises(ToolError, match="links outside the allowed roots"):
+            reg.load(Roots([root]).resolve(str(given)))
+        planted.unlink()
+        shutil.move(secret, planted)

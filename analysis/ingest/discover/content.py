@@ -13,7 +13,7 @@ import zlib
 from pathlib import Path
 
 from ...errors import ProfileError
-from ...files import open_regular, read_bytes
+from ...files import Unreadable, open_regular, read_bytes
 
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 MSPROF_OUTPUT_DIR = "mindstudio_profiler_output"
@@ -180,6 +180,8 @@ def json_kind(path: Path) -> str | None:
         head = read_head(path, 1 << 16)
     except ProfileError:
         return "kineto" if path.name.endswith(".gz") else None   # a damaged trace: the reader says how
+    except OSError:
+        return "kineto"   # unreadable (outside the roots once opened, no permission): the reader says so
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if text.startswith(b"{"):
         if b'"traceEvents"' in head or b'"schemaVersion"' in head or not head.strip(b"{ \n"):
@@ -196,7 +198,7 @@ def json_kind(path: Path) -> str | None:
 def read_head(path: Path, n: int = _HEAD_BYTES) -> bytes:
     """The first n bytes of a trace, decompressed when gzip. A gzip cut short or damaged after its start gives
     what it decompressed up to there (the rank and format are near the top; the reader says what was lost);
-    raises ProfileError only when not one byte decompresses."""
+    raises ProfileError only when not one byte decompresses, files.Unreadable when it is not to be read."""
     try:
         with open_regular(path) as f:
             magic = f.read(2)
@@ -219,6 +221,8 @@ def read_head(path: Path, n: int = _HEAD_BYTES) -> bytes:
             if not out and not d.eof:
                 raise ProfileError(path, "cannot read: corrupt or truncated gzip (no data before its end)")
             return bytes(out[:n])
+    except Unreadable:
+        raise   # not a regular file, outside the roots: callers tell it from damage
     except OSError as e:
         raise ProfileError(path, f"cannot read: {e}") from None
 
@@ -227,7 +231,7 @@ def kineto_world_size(path: Path) -> int | None:
     """distributedInfo.world_size in a Kineto file's head, or None."""
     try:
         head = read_head(path)
-    except ProfileError:
+    except (ProfileError, OSError):
         return None
     m = _DIST_WORLD_RE.search(head)
     return int(m.group(1)) if m else None
@@ -238,7 +242,7 @@ def kineto_rank(path: Path) -> tuple[int | None, str]:
     read at all is still its rank's: the reader reports the damage, and the other ranks go on)."""
     try:
         head = read_head(path)
-    except ProfileError:
+    except (ProfileError, OSError):
         head = b""
     if m := _DIST_RANK_RE.search(head):
         return int(m.group(1)), "distributedInfo.rank"
