@@ -168,6 +168,17 @@ def test_names_that_are_not_utf8(tmp_path: Path, gloo):
     assert sorted({r["rank"] for r in out["rows"]}) == [0, 1]
 
 
+def test_bytes_that_are_not_utf8_inside_a_trace_cost_the_names_they_are_in(tmp_path: Path, gloo):
+    dest, clean = gloo
+    f = _rank1(dest)
+    raw = gzip.decompress(f.read_bytes())
+    at = raw.index(b'"cat": "kernel", "name": "', len(raw) // 2) + len(b'"cat": "kernel", "name": "')
+    f.write_bytes(gzip.compress(raw[:at] + b"\xff\xfe" + raw[at:], compresslevel=1))
+    out = breakdown(tmp_path, dest)
+    assert rows_of(out, 1) == rows_of(clean, 1)
+    assert any("2 byte sequence(s) that are not UTF-8 read as U+FFFD" in w for w in out["warnings"]), out["warnings"]
+
+
 def test_junk_entries_cost_themselves(tmp_path: Path, gloo):
     dest, clean = gloo
     f = sorted(dest.iterdir())[0]

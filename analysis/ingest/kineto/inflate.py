@@ -20,6 +20,7 @@ class Doc:
     top_level_list: bool = False
     head: bytes = b""  # what was read before falling back to the whole-document decode
     damage: str | None = None  # why reading stopped early (a cut gzip, truncated JSON), events kept
+    not_utf8: int = 0          # byte sequences that were not UTF-8, read as U+FFFD
 
 
 class Source:

@@ -159,6 +159,9 @@ def _warn(t: RankTables, path: Path, doc: Doc, f: Folder, tr: Trace, st: Steps, 
         t.warn("timestamps are not epoch-based and baseTimeNanoseconds is absent: absolute time unknown")
     if f.no_dur:
         t.warn(f"{f.no_dur} complete events without a usable ts or dur (absent, or beyond int64 ns) were skipped")
+    if doc.not_utf8:
+        t.warn(f"{path.name}: {doc.not_utf8} byte sequence(s) that are not UTF-8 read as U+FFFD (in names or "
+               "args)")
     if f.not_events:
         t.warn(f"{path.name}: {f.not_events} entries of traceEvents are not events (a number, string, list or "
                "null): skipped")

@@ -49,12 +49,21 @@ def _invalid(path: Path, e: Exception, offset: int, total: int) -> ProfileError:
     return ProfileError(path, f"invalid JSON: {core}{where}")
 
 
-def _decode_events(piece: bytes | memoryview) -> list[Event]:
-    """Typed decode of `[ ... ]`; values of unexpected types fall back to a loose decode + coercion."""
+def _decode_events(piece: bytes | memoryview, doc: Doc) -> list[Event]:
+    """Typed decode of `[ ... ]`; values of unexpected types fall back to a loose decode + coercion; bytes
+    that are not UTF-8 (JSON text must be) become U+FFFD, counted in `doc.not_utf8`, so they cost only the
+    names they are in."""
     try:
         return EVENTS.decode(piece)
     except msgspec.ValidationError:
         return loose_events(piece)
+    except msgspec.DecodeError as e:
+        if "UTF-8" not in str(e):
+            raise
+    raw = bytes(piece)
+    fixed = raw.decode("utf-8", "replace")
+    doc.not_utf8 += fixed.count("\ufffd") - raw.count("\ufffd".encode())
+    return _decode_events(fixed.encode("utf-8"), doc)
 
 
 def _split_array_end(piece: bytes, e: Exception) -> int | None:
@@ -175,7 +184,7 @@ def iter_events(src: Source, doc: Doc) -> Iterator[list[Event]]:
             mv = memoryview(buf)
             view = mv[pos - 1: j + 2]
             try:
-                evs = _decode_events(view)  # type: ignore[arg-type]
+                evs = _decode_events(view, doc)  # type: ignore[arg-type]
             except msgspec.DecodeError as e:
                 view.release()
                 mv.release()
@@ -183,7 +192,7 @@ def iter_events(src: Source, doc: Doc) -> Iterator[list[Event]]:
                 piece = b"[" + bytes(buf[pos: j + 1]) + b"]"
                 end = _split_array_end(piece, e)
                 if end is not None:  # the events array ended inside this piece
-                    yield _decode_events(piece[:end])
+                    yield _decode_events(piece[:end], doc)
                     tail = piece[end:-1] + bytes(buf[j + 1:]) + src.read_all()
                     _read_tail(src, tail, doc, base + pos - 1 + end)
                     return
@@ -213,7 +222,7 @@ def iter_events(src: Source, doc: Doc) -> Iterator[list[Event]]:
         pos = 1
 
 
-def _events_before_damage(piece: bytes, at: int | None) -> list[Event]:
+def _events_before_damage(piece: bytes, at: int | None, doc: Doc) -> list[Event]:
     """The whole events of `[ ...` that precede a decode error at byte `at` (None: unknown, the end): the
     piece is cut after the last `},` before it at which the part before decodes (at most _MAX_CUT_TRIES
     tries); [] when none does. The caller then raises the error; the reader keeps these events."""
@@ -227,7 +236,7 @@ def _events_before_damage(piece: bytes, at: int | None) -> list[Event]:
             k += 1
         if k < len(piece) and piece[k] == 0x2C:
             try:
-                return _decode_events(piece[: j + 1] + b"]")
+                return _decode_events(piece[: j + 1] + b"]", doc)
             except msgspec.DecodeError:
                 pass
         hi = j
@@ -238,15 +247,15 @@ def _finish_rest(src: Source, piece: bytes, doc: Doc, offset: int) -> Iterator[l
     """The events of `piece` (a "[" and the rest of the array, `offset` its input position), then the keys
     after the array; a damaged end yields the whole events before the damage, then raises."""
     try:
-        yield _decode_events(piece)
+        yield _decode_events(piece, doc)
         if not doc.top_level_list:
             raise ProfileError(src.path, "invalid JSON: truncated (the top-level object is not closed)")
     except msgspec.DecodeError as e:
         end = _split_array_end(piece, e)
         if end is None:
-            yield _events_before_damage(piece, _err_pos(e))
+            yield _events_before_damage(piece, _err_pos(e), doc)
             raise _invalid(src.path, e, offset, offset + len(piece)) from None
-        yield _decode_events(piece[:end])
+        yield _decode_events(piece[:end], doc)
         _read_tail(src, piece[end:], doc, offset + end)
 
 
@@ -281,6 +290,6 @@ def _whole_document(src: Source, data: bytes, doc: Doc) -> Iterator[list[Event]]
     raw = bytes(top.pop("traceEvents"))
     del top
     try:
-        yield _decode_events(raw)
+        yield _decode_events(raw, doc)
     except msgspec.DecodeError:
         raise ProfileError(src.path, "no traceEvents: `traceEvents` is not a list of events") from None
