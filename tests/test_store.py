@@ -647,8 +647,9 @@ def test_a_released_child_that_does_not_exit_is_killed_when_reaped():
 
 
 def test_input_stats_walk_like_os_walk(tmp_path):
-    """The fingerprint's file list is os.walk's (sorted, files before subdirectories, symlinked directories
-    not entered, unreadable entries skipped), so caches keep their keys."""
+    """The fingerprint's file list is os.walk's (sorted, files before subdirectories, unreadable entries
+    skipped), so caches keep their keys; a symlinked directory is entered (the readers follow it), so a
+    file changed behind it changes the key."""
     from stepdoctor.analysis.ingest.base import RankSource
 
     root = tmp_path / "node0_1_ascend_pt"
@@ -662,7 +663,7 @@ def test_input_stats_walk_like_os_walk(tmp_path):
     os.symlink(tmp_path / "missing", root / "dangling")
     os.symlink(root / "b.json", root / "c_link.json")
     want = []
-    for d, dirs, files in os.walk(root):
+    for d, dirs, files in os.walk(root, followlinks=True):
         dirs.sort()
         for f in sorted(files):
             p = Path(d) / f
@@ -673,7 +674,11 @@ def test_input_stats_walk_like_os_walk(tmp_path):
     assert got == want
     assert [n for n, _, _ in got] == ["a.csv", "b.json", "c_link.json", "A/x",
                                       "ASCEND_PROFILER_OUTPUT/trace_view.json", "PROF_1/z.txt",
-                                      "PROF_1/device_0/info.json.0"]
+                                      "PROF_1/device_0/info.json.0", "linked_dir/inside.json"]
+    (tmp_path / "elsewhere" / "inside.json").write_text('{"changed": 1}')
+    assert store.input_stats(RankSource(path=root, format="ascend_pt_text")) != got
+    os.symlink(root, root / "A" / "loop")   # a link back up is walked once
+    assert len(store.input_stats(RankSource(path=root, format="ascend_pt_text"))) == len(got)
     one = root / "b.json"
     assert store.input_stats(RankSource(path=one, format="kineto")) == [("b.json", one.stat().st_size,
                                                                            store.version_stamp(one.stat()))]

@@ -54,9 +54,9 @@ def version_stamp(st: os.stat_result) -> int:
 
 def input_stats(src: RankSource) -> list[tuple[str, int, int]]:
     """(path relative to the rank directory, or the file's name; size; `version_stamp`) of every file of a rank,
-    in os.walk order (top-down, names sorted, a directory's files before its subdirectories; symlinked
-    directories listed, not entered). One scandir per directory and no Path per file: every warm command
-    walks every input file."""
+    in os.walk order (top-down, names sorted, a directory's files before its subdirectories; a symlinked
+    directory entered like any other, since the readers follow it, each directory once). One scandir per
+    directory and no Path per file: every warm command walks every input file."""
     if src.path.is_file():
         try:
             st = src.path.stat()
@@ -86,9 +86,19 @@ def input_stats(src: RankSource) -> list[tuple[str, int, int]]:
                 continue
             out.append((rel + e.name, st.st_size, version_stamp(st)))
         for d in dirs:
-            if not d.is_symlink():
+            try:
+                key = (d.stat().st_dev, d.stat().st_ino)
+            except OSError:
+                continue
+            if key not in seen:   # a linked folder is read by the readers, so it is walked, once
+                seen.add(key)
                 walk(d.path, f"{rel}{d.name}/")
 
+    try:
+        top = os.stat(src.path)
+    except OSError:
+        return out
+    seen: set[tuple[int, int]] = {(top.st_dev, top.st_ino)}
     walk(str(src.path), "")
     return out
 
