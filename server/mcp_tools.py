@@ -21,7 +21,7 @@ from ..analysis.checks.base import registry
 from ..analysis.metrics.breakdown import standing_out
 from ..analysis.models import SEVERITY_ORDER
 from ..analysis.replay.models import WhatIf
-from ..analysis.store import Profile
+from ..analysis.store import Profile, is_damaged_cache
 from ..tools import catalog
 from ..tools import models as m
 from . import answers as a
@@ -207,11 +207,19 @@ def _register(server: MCPServer, tool: catalog.Tool, reg: ProfileRegistry, roots
             raise ToolError(f"server busy: {CATALOG_IN_FLIGHT} tool calls computing for over {CATALOG_WAIT_S:g} s; "
                             "try again")
         try:
-            return answer(**kw)
+            used: list[Profile] = []
+            try:
+                return answer(used, **dict(kw))
+            except Exception as e:   # a damaged cache database found while answering: read the profiles again
+                if not is_damaged_cache(e) or not used:
+                    raise
+                for prof in used:
+                    reg.drop(prof)
+                return answer([], **kw)
         finally:
             in_flight.release()
 
-    def answer(**kw: Any) -> CallToolResult:
+    def answer(used: list[Profile], **kw: Any) -> CallToolResult:
         path, pid = kw.pop("path", None), kw.pop("profile_id", None)
         for field in tool.paths:
             kw[field] = str(roots.resolve(kw[field], "code file"))
@@ -220,8 +228,15 @@ def _register(server: MCPServer, tool: catalog.Tool, reg: ProfileRegistry, roots
             prof: Profile | None = None
             if tool.profile == "required" or (tool.profile == "optional" and (path or pid)):
                 prof = reg.get(path, pid)
+                used.append(prof)
+
+            def ref(value: str) -> Profile:
+                other = reg.ref(value)
+                used.append(other)
+                return other
+
             ask = QUESTIONS.get(tool.name)
-            out = tool.answer(prof, ask(prof, args) if ask else args, reg.ref)
+            out = tool.answer(prof, ask(prof, args) if ask else args, ref)
             shaped, text, narrow = budget(out, args, profile_id_of(prof) if prof is not None else "")
         return a.result(shaped, text, narrow)
 

@@ -12,7 +12,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from ..analysis.errors import ProfileError
 from ..analysis.ingest.discover import discover
-from ..analysis.store import Profile
+from ..analysis.store import Profile, discard
 from ..tools import api
 from .roots import Roots
 
@@ -74,6 +74,15 @@ class ProfileRegistry:
                 raise ToolError(f"{path} is read as part of {where}, which is outside the allowed roots "
                                 f"({self.roots.text()})")
             self.roots.check_tree(where)
+
+    def drop(self, prof: Profile) -> None:
+        """Forget a loaded profile and delete its cache database (found damaged): the next call reads the
+        profile again."""
+        with self._lock:
+            for path, held in list(self._by_path.items()):
+                if held is prof:
+                    del self._by_path[path]
+        discard(prof)
 
     def known_ids(self) -> list[str]:
         with self._lock:

@@ -105,3 +105,29 @@ def test_a_file_inside_a_rank_folder_is_checked_as_the_folder_discovery_reads(tm
             reg.load(Roots([root]).resolve(str(given)))
         planted.unlink()
         shutil.move(secret, planted)
+
+
+@pytest.mark.anyio
+async def test_a_cache_database_damaged_under_a_loaded_profile_is_read_again(tmp_path: Path):
+    """Bytes flipped in every block of a loaded profile's cache database (a disk fault, another process)
+    before its tables are read: the answer finds the failed checksum, drops the database and reads the
+    profile again: the same answer as an undamaged server's, never a wrong or partial one."""
+    from mcp import Client
+
+    from stepdoctor.server.app import create_server
+
+    async with Client(create_server([EXAMPLE.parent], cache_dir=tmp_path / "clean"), raise_exceptions=True) as c:
+        clean = (await c.call_tool("list_issues", {"path": str(EXAMPLE)})).structured_content
+    server = create_server([EXAMPLE.parent], cache_dir=tmp_path / "cache")
+    async with Client(server, raise_exceptions=True) as c:
+        await c.call_tool("load_profile", {"path": str(EXAMPLE)})
+        (db,) = (tmp_path / "cache").glob("*.duckdb")
+        data = bytearray(db.read_bytes())
+        for at in range(3 * 4096 + 100, len(data), 256 * 1024):   # past the headers: one byte per block
+            data[at] ^= 0xFF
+        db.write_bytes(bytes(data))
+        r = await c.call_tool("list_issues", {"path": str(EXAMPLE)})
+        assert not r.is_error, r.content[0].text
+        assert db.read_bytes() != bytes(data)   # found damaged, deleted and built again
+        assert r.structured_content["findings"] == clean["findings"]
+        assert not any("Corrupt" in w for w in r.structured_content.get("warnings", []))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -733,6 +734,30 @@ def test_a_damaged_cache_database_is_discarded_and_rebuilt(tmp_path, how):
     assert not b.from_cache and b.info == info
     store.forget_opened()
     assert store.open_profile(prof_dir, cache_dir=cache).from_cache
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_flipped_bytes_in_a_cache_database_never_give_an_answer(tmp_path, seed):
+    """Bytes flipped anywhere in the cache database: DuckDB's block checksums find it, at open or while a
+    command reads, and the database is deleted and the profile read again: the same answer as before."""
+    import random
+    import subprocess
+    import sys
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "cluster4"
+    env = {**os.environ, "STEPDOCTOR_CACHE_DIR": str(tmp_path / "cache")}
+    cmd = [sys.executable, "-m", "stepdoctor.tools.cli", "issues", str(example), "--format", "json"]
+    clean = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert clean.returncode == 0, clean.stderr
+    (db,) = (tmp_path / "cache").glob("*.duckdb")
+    data, rng = bytearray(db.read_bytes()), random.Random(seed)
+    for _ in range(30):
+        data[rng.randrange(len(data) // 16, len(data))] ^= 0xFF
+    db.write_bytes(bytes(data))
+    again = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert again.returncode == 0, again.stderr
+    strip = lambda out: {k: v for k, v in json.loads(out).items() if k not in ("profile",)}  # noqa: E731
+    assert strip(again.stdout) == strip(clean.stdout)
 
 
 def test_an_unusable_default_cache_falls_back_to_a_temporary_one_and_says_so(tmp_path, monkeypatch):

@@ -201,6 +201,21 @@ def _version() -> str:
     return __version__
 
 
+def _once_more_if_the_cache_was_damaged(a: argparse.Namespace) -> int:
+    """Run the command; if DuckDB finds a cached database damaged while it reads it (a failed block
+    checksum), that database is deleted and the command runs again on a fresh ingest, once."""
+    try:
+        return a.func(a)
+    except Exception as e:
+        from ..analysis.store import discard_opened, is_damaged_cache
+
+        if not is_damaged_cache(e) or not (dropped := discard_opened()):
+            raise
+        print(f"stepdoctor: warning: the cached database {dropped[0].name} was damaged "
+              f"({str(e).splitlines()[0][:120]}); deleted, the profile is read again", file=sys.stderr)
+        return a.func(a)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["mcp"]:   # one parser for `stepdoctor mcp` and `stepdoctor-mcp` (see commands.cmd_mcp)
@@ -214,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
 
         use_engine("ray", a.ray or None)
     try:
-        rc = a.func(a)
+        rc = _once_more_if_the_cache_was_damaged(a)
     except StepdoctorError as e:
         if getattr(a, "debug", False):
             raise

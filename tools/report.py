@@ -33,7 +33,7 @@ from ..analysis.errors import ProfileError
 from ..analysis.metrics.breakdown import per_step
 from ..analysis.metrics.names import display_names
 from ..analysis.models import Finding
-from ..analysis.store import Profile
+from ..analysis.store import Profile, is_damaged_cache
 from . import api
 from . import models as m
 from .report_charts import MAX_CHART_RANKS, SEGMENTS, breakdown_chart, compare_chart, heatmap
@@ -111,6 +111,8 @@ def _safe(label: str, fn: Any, warnings: list[str]) -> Any:
     except ProfileError as e:
         warnings.append(f"{label}: {e}")
     except Exception as e:  # a bug in one section: keep the others, say which one is missing
+        if is_damaged_cache(e):
+            raise
         logger.warning("report section %s failed: %s: %s", label, type(e).__name__, e)
         logger.debug("report section %s", label, exc_info=True)
         warnings.append(f"{label}: not available ({type(e).__name__}: {e})")

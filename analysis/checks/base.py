@@ -24,7 +24,7 @@ import pandas as pd
 
 from ..metrics.breakdown import BreakdownRow, compute_breakdown
 from ..models import Finding, Severity, severity_from_impact, sort_findings
-from ..store import Profile
+from ..store import Profile, is_damaged_cache
 
 FixLookup = Callable[[str, str | None, str | None, str | None], list[str]]
 
@@ -246,6 +246,8 @@ def _run_one(ctx: CheckContext, cid: str, cls: type[Check]) -> _Outcome:
     try:
         out.findings = chk.run(ctx, ranks)
     except Exception as e:  # one broken check must not hide the others' findings
+        if is_damaged_cache(e):
+            raise   # not this check's failure: the front end discards the database and reads the profile again
         out.failure = f"check {cid} failed: {type(e).__name__}: {e}"
     out.notes = ctx.notes[before:]
     del ctx.notes[before:]

@@ -23,7 +23,16 @@ from .cache import (
 from .forks import fork_safe, reap_exiting, release_forked, settle
 from .parse import READERS, STREAMING, Parts, Sink, parse_rank, read_source, reader
 from .pool import ProgressFn
-from .profile import Profile, forget_opened, open_profile, profile_info, use_engine
+from .profile import (
+    Profile,
+    discard,
+    discard_opened,
+    forget_opened,
+    is_damaged_cache,
+    open_profile,
+    profile_info,
+    use_engine,
+)
 
 __all__ = [
     "ENGINES",
@@ -39,11 +48,14 @@ __all__ = [
     "build_database",
     "build_here",
     "cache_root",
+    "discard",
+    "discard_opened",
     "fingerprint",
     "forget_opened",
     "fork_safe",
     "input_listing",
     "input_stats",
+    "is_damaged_cache",
     "open_profile",
     "parse_rank",
     "profile_info",

@@ -185,6 +185,7 @@ def _open_cached(db: Path):
         con.execute("SELECT count(*) FROM ranks").fetchone()
         con.execute("SELECT count(*) FROM ingest_warnings").fetchone()
         con.execute("SELECT count(*), max(start_ns) FROM steps").fetchone()
+        profile_info(con, db)   # what every command reads first: a damaged block there fails here
         # a file cut short still opens; its header says how many blocks it must hold
         block, total = con.execute("SELECT block_size, total_blocks FROM pragma_database_size()").fetchone()
         if db.stat().st_size < int(block) * int(total):
@@ -225,6 +226,46 @@ def use_engine(engine: Engine | None, ray_address: str | None = None) -> None:
     _DEFAULT_ENGINE.clear()
     if engine is not None:
         _DEFAULT_ENGINE.update(engine=engine, ray_address=ray_address)
+
+
+def is_damaged_cache(e: BaseException) -> bool:
+    """Whether `e` is DuckDB finding a cache database's block damaged while a command reads it (its checksum
+    fails): the database is then discarded and the profile read again, never trusted."""
+    import duckdb
+
+    text = str(e)
+    return isinstance(e, duckdb.Error) and ("Corrupt database file" in text or "checksum" in text)
+
+
+def discard_opened() -> list[Path]:
+    """Close and delete the cache databases of the profiles opened in this process (after
+    `is_damaged_cache`): the next `open_profile` of their paths builds them again. Returns their paths."""
+    import duckdb
+
+    with _OPEN_LOCK:
+        opened, dropped = list(_OPEN.items()), []
+        _OPEN.clear()
+    for db, prof in opened:
+        with contextlib.suppress(duckdb.Error):
+            prof.close()
+        with contextlib.suppress(OSError):
+            db.unlink()
+            dropped.append(db)
+    return dropped
+
+
+def discard(prof: Profile) -> None:
+    """Close and delete one profile's cache database (after `is_damaged_cache`); the next `open_profile` of its
+    path builds it again. Other profiles opened in this process are untouched."""
+    import duckdb
+
+    with _OPEN_LOCK:
+        if _OPEN.get(prof.db_path) is prof:
+            del _OPEN[prof.db_path]
+    with contextlib.suppress(duckdb.Error):
+        prof.close()
+    with contextlib.suppress(OSError):
+        prof.db_path.unlink()
 
 
 def forget_opened() -> None:
