@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ...errors import ProfileError
-from ...files import check_regular
+from ...files import by_descriptor, open_regular
 from ..ascend_common import group_hash
 from ..base import RankSource
 from .common import DB_RE, ENUM_DEFAULTS, INT_OR_NONE, OUTPUT_DIR, STR_OR_NONE
@@ -23,8 +23,8 @@ from .common import DB_RE, ENUM_DEFAULTS, INT_OR_NONE, OUTPUT_DIR, STR_OR_NONE
 # SQLite access
 
 
-def _ro_uri(path: Path, immutable: bool = False) -> str:
-    uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
+def _ro_uri(path: Path | str, immutable: bool = False) -> str:
+    uri = "file:" + urllib.parse.quote(str(path)) + "?mode=ro"
     return uri + "&immutable=1" if immutable else uri
 
 
@@ -40,23 +40,21 @@ def open_ro(path: Path) -> Iterator[sqlite3.Connection]:
     files.
     """
     wal = path.with_name(path.name + "-wal")
+    con: sqlite3.Connection | None = None
     with contextlib.ExitStack() as stack:
-        target, immutable = path, True
-        if wal.is_file() and wal.stat().st_size > 0:
-            import shutil
-            import tempfile
-
-            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="stepdoctor-sqlite-")))
-            target = tmp / path.name
-            try:
-                shutil.copyfile(path, target)
-                shutil.copyfile(wal, tmp / wal.name)
-            except OSError as e:
-                raise ProfileError(path, f"cannot read: {e.strerror or e}") from None
-            immutable = False
-        con: sqlite3.Connection | None = None
         try:
-            check_regular(target)
+            # opened by its checked descriptor (files.py): the file read is the one checked
+            src = stack.enter_context(open_regular(path))
+            target, immutable = by_descriptor(src, path), True
+            if wal.is_file() and wal.stat().st_size > 0:
+                import shutil
+                import tempfile
+
+                tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="stepdoctor-sqlite-")))
+                for f, name in ((src, path.name), (stack.enter_context(open_regular(wal)), wal.name)):
+                    with open(tmp / name, "wb") as out:
+                        shutil.copyfileobj(f, out)
+                target, immutable = str(tmp / path.name), False
             con = sqlite3.connect(_ro_uri(target, immutable), uri=True)
             con.execute("SELECT count(*) FROM sqlite_master").fetchone()
         except sqlite3.DatabaseError as e:  # OperationalError is a subclass
