@@ -53,7 +53,9 @@ def targets() -> list[Target]:
     db = REAL / "ascend" / "msinsight-pt-db-l0"
     hang = REPO / "tests" / "data" / "real_hang" / "stuck"
     out1 = "rank1_ascend_pt/ASCEND_PROFILER_OUTPUT/"
+    single = REAL / "kineto" / "kineto-docs-h100-sync-before"
     found = [Target("kineto", gloo, sorted(p.name for p in gloo.iterdir())[-1]) if gloo.is_dir() else None,
+             Target("kineto, one trace (damage may leave nothing)", single, "before_fix_trace.json"),
              Target("ascend text: trace_view.json", text, out1 + "trace_view.json"),
              Target("ascend text: kernel_details.csv", text, out1 + "kernel_details.csv"),
              Target("ascend text: step_trace_time.csv", text, out1 + "step_trace_time.csv"),
