@@ -232,3 +232,28 @@ def test_a_file_swapped_for_a_link_to_outside_is_refused_when_opened(tmp_path: P
     assert got["ranks"] == [0]
     assert any("outside the allowed roots when opened" in w for w in got["warnings"]), got["warnings"]
     shutil.rmtree(outside)
+
+
+def test_a_db_that_is_no_sqlite_file_beside_a_text_export_costs_nothing(tmp_path: Path):
+    dest = tmp_path / "text"
+    shutil.copytree(need(TEXT), dest)
+    clean = breakdown(tmp_path / "clean", dest)
+    (dest / "rank1_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_1.db").write_bytes(
+        os.urandom(5000))
+    out = breakdown(tmp_path, dest)
+    assert rows_of(out, 1) == rows_of(clean, 1)
+    assert "rank1_ascend_pt: ascend_pytorch_profiler_1.db is not an SQLite database (damaged or not an export); " \
+           "the text export beside it is read" in out["warnings"]
+
+
+def test_a_deeply_nested_trace_view_costs_that_file(tmp_path: Path):
+    dest = tmp_path / "text"
+    shutil.copytree(need(TEXT), dest)
+    clean = breakdown(tmp_path / "clean", dest)
+    t = dest / "rank1_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    t.write_text("[" * 200_000 + "]" * 200_000)
+    r, took = run(tmp_path, "breakdown", str(dest), "--format", "json")
+    assert r.returncode == 0 and took < BOUND_S, r.stderr
+    out = json.loads(r.stdout)
+    assert rows_of(out, 0) == rows_of(clean, 0) and sorted({x["rank"] for x in out["rows"]}) == [0, 1]
+    assert any("trace_view.json: invalid JSON" in w and "skipped" in w for w in out["warnings"])

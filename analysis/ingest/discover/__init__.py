@@ -159,6 +159,9 @@ def _ascend(dirs: list[Path], root: Path) -> Discovery:
     for d in sorted(dirs):
         rank, how, fmt = ascend_rank(d)
         kinds.add(fmt.split("_")[1])
+        if fmt.endswith("_text"):   # a DB name ascend_rank passed over: not an SQLite file
+            warnings += [f"{display(d.name)}: {n} is not an SQLite database (damaged or not an export); the text "
+                         "export beside it is read" for n in sorted(listdir(d / OUTPUT_DIR)) if DB_RE.match(n)]
         # a DB export not named *.db (found by its SQLite header): the reader is given the file itself
         renamed = sqlite_db(d / OUTPUT_DIR) if fmt.endswith("_db") and not any(
             DB_RE.match(n) for n in listdir(d / OUTPUT_DIR)) else None

@@ -91,14 +91,18 @@ def sqlite_db(out: Path) -> Path | None:
     except OSError:
         return None
     for n in names:
-        if n.startswith(("ascend_pytorch_profiler", "ascend_mindspore_profiler")) and (out / n).is_file():
-            try:
-                with open_regular(out / n) as f:
-                    if f.read(16) == _SQLITE_MAGIC:
-                        return out / n
-            except OSError:
-                continue
+        if n.startswith(("ascend_pytorch_profiler", "ascend_mindspore_profiler")) and (out / n).is_file() \
+                and _is_sqlite(out / n):
+            return out / n
     return None
+
+
+def _is_sqlite(path: Path) -> bool:
+    try:
+        with open_regular(path) as f:
+            return f.read(16) == _SQLITE_MAGIC
+    except OSError:
+        return False
 
 
 def _json_int(path: Path, key: str) -> int | None:
@@ -135,8 +139,14 @@ def ascend_rank(d: Path) -> tuple[int | None, str, str]:
     out = d / "ASCEND_PROFILER_OUTPUT"
     fmt = f"ascend_{framework}_text"
     if out.is_dir():
-        for n in sorted(os.listdir(out)):
+        listed = sorted(os.listdir(out))
+        text_beside = any(n in _DELIVERABLES for n in listed)
+        for n in listed:
             if m := DB_RE.match(n):
+                # a DB named like an export that is no SQLite file, beside a text export: the text is read
+                # (the reader of the text export names the DB it left out); alone, the DB reader says why
+                if text_beside and not _is_sqlite(out / n):
+                    continue
                 fmt = f"ascend_{framework}_db"
                 if rank is None and m.group(2) is not None:
                     rank, how = int(m.group(2)), n
