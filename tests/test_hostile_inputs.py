@@ -257,3 +257,16 @@ def test_a_deeply_nested_trace_view_costs_that_file(tmp_path: Path):
     out = json.loads(r.stdout)
     assert rows_of(out, 0) == rows_of(clean, 0) and sorted({x["rank"] for x in out["rows"]}) == [0, 1]
     assert any("trace_view.json: invalid JSON" in w and "skipped" in w for w in out["warnings"])
+
+
+def test_nesting_past_the_decoder_depth_in_a_kineto_trace_is_damage_not_a_crash(tmp_path: Path):
+    """Found by evals/fuzz.py: 200,000 opening brackets inside a lone trace gave `RecursionError` as the
+    message. It is damage at the first long run of brackets: one line, exit 2 (nothing before it is usable)."""
+    src = need(REAL / "kineto" / "kineto-docs-h100-sync-before" / "before_fix_trace.json")
+    raw = src.read_bytes()
+    at = raw.index(b"{", len(raw) // 2)
+    bad = tmp_path / "before_fix_trace.json"
+    bad.write_bytes(raw[:at] + b"[" * 200_000 + b"1" + b"]" * 200_000 + raw[at:])
+    r, _ = run(tmp_path, "breakdown", str(bad))
+    one_line_exit_2(r, f"invalid JSON: nested too deeply at byte {at}")
+    assert "RecursionError" not in r.stderr

@@ -29,6 +29,7 @@ _MAX_CUT_TRIES = 64
 
 
 _BYTE_RE = re.compile(r"\(byte (\d+)\)")
+_DEEP_RE = re.compile(rb"[\[{](?:\s*[\[{]){255,}")
 
 
 def _err_pos(e: Exception) -> int | None:
@@ -57,6 +58,10 @@ def _decode_events(piece: bytes | memoryview, doc: Doc) -> list[Event]:
         return EVENTS.decode(piece)
     except msgspec.ValidationError:
         return loose_events(piece)
+    except RecursionError:   # arrays or objects nested past the decoder's depth: damage like any other,
+        # at the first long run of opening brackets (so the events before it are kept)
+        m = _DEEP_RE.search(bytes(piece))
+        raise msgspec.DecodeError(f"nested too deeply{f' (byte {m.start()})' if m else ''}") from None
     except msgspec.DecodeError as e:
         if "UTF-8" not in str(e):
             raise
