@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..analysis.checks.base import CheckContext, registry, run_checks
+from ..analysis.checks.base import CheckContext, CheckRun, registry, run_checks
 from ..analysis.checks.env_var import ENV_RULES, RULES_BY_NAME
 from ..analysis.checks.slow_link import link_stats
 from ..analysis.checks.slow_rank import DIMENSIONS as SLOW_DIMENSIONS
@@ -126,8 +126,7 @@ def issues(ref: ProfileRef, *, min_severity: str = "low", checks: list[str] | No
         if bad:
             raise UsageError(f"unknown check {bad[0]!r}; the checks are {', '.join(known)}")
     prof = load(ref)
-    ctx = context(prof, ranks)
-    run = run_checks(ctx, only=checks)
+    run = checks_run(prof, ranks, checks)
     cut = SEVERITY_ORDER[min_severity]
     fs = [f for f in run.findings if SEVERITY_ORDER[f.severity] <= cut]
     total = len(fs)
@@ -138,6 +137,14 @@ def issues(ref: ProfileRef, *, min_severity: str = "low", checks: list[str] | No
                        total=total, truncated=len(fs) < total)
 
 
+def checks_run(prof: Profile, ranks: list[int] | None, checks: list[str] | None) -> CheckRun:
+    """The checks' run over `ranks` (None: all), once per profile opened: a profile's database never changes
+    once open, so a repeated question (an assistant asking list_issues again) is a lookup. Callers must not
+    mutate it."""
+    key = f"api.checks_run:{sorted(set(ranks)) if ranks else None}:{sorted(set(checks)) if checks else None}"
+    return prof.derived(key, lambda: run_checks(context(prof, ranks), only=checks))
+
+
 def _elsewhere(prof: Profile, ranks: list[int] | None, checks: list[str] | None, cut: int,
                shown: list) -> list[str]:
     """With a rank filter: the checks that fired on other ranks only, said in one line each, so "no finding on
@@ -146,7 +153,7 @@ def _elsewhere(prof: Profile, ranks: list[int] | None, checks: list[str] | None,
         return []
     mine = {f.check for f in shown}
     other: dict[str, set[int]] = {}
-    for f in run_checks(context(prof), only=checks).findings:
+    for f in checks_run(prof, None, checks).findings:
         if SEVERITY_ORDER[f.severity] <= cut and f.check not in mine and not set(f.ranks) & set(ranks):
             other.setdefault(f.check, set()).update(f.ranks)
     return [f"{c} fired on rank{'s' if len(rs) > 1 else ''} {_ranks_text(sorted(rs))}, outside the ranks asked "
@@ -170,8 +177,13 @@ def breakdown(ref: ProfileRef, *, ranks: list[int] | None = None, steps: list[in
 
 
 def slow_ranks(ref: ProfileRef) -> SlowRanks:
-    """Ranks slower than their peers per dimension, with steps and causes."""
+    """Ranks slower than their peers per dimension, with steps and causes (once per profile opened; callers
+    must not mutate it)."""
     prof = load(ref)
+    return prof.derived("api.slow_ranks", lambda: _slow_ranks(prof))
+
+
+def _slow_ranks(prof: Profile) -> SlowRanks:
     ctx = context(prof)
     stats = analyse_slow_ranks(ctx)
 
@@ -183,7 +195,7 @@ def slow_ranks(ref: ProfileRef) -> SlowRanks:
                           slow=[conv(e) for e in s.slow],
                           late_arrivals=[conv(e) for e in s.fast] if name == "communication" else [])
             for name, s in stats.items()]
-    run = run_checks(ctx, only=["slow-rank", "stage-imbalance"])
+    run = checks_run(prof, None, ["slow-rank", "stage-imbalance"])
     warnings = list(prof.warnings)
     if len(prof.info.ranks) < 2:
         warnings.append("one rank only: nothing to compare it with")
