@@ -55,6 +55,8 @@ def _read_events(path: Path) -> tuple[Doc, Folder]:
             del evs
     except ProfileError as e:
         error = e
+    except RecursionError:   # nesting past the decoder's depth outside the event list (its keys, its head)
+        error = ProfileError(path, "invalid JSON: nested too deeply")
     finally:
         source.close()
     # damage (a gzip or JSON cut short, a corrupt block, a syntax error): the whole events before it are
