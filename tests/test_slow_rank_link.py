@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import CLUSTER4, KINETO, need
+from stepdoctor.analysis import store
 from stepdoctor.tools import api
 
 
@@ -164,6 +165,10 @@ def chance_rule_off(monkeypatch):
     t = collectives.T
     monkeypatch.setattr(collectives, "T", replace(t, straggler_chance_factor=replace(t.straggler_chance_factor,
                                                                                      value=0.0)))
+    # answers are kept per opened profile (its data never changes, the thresholds do only here): open anew
+    store.forget_opened()
+    yield
+    store.forget_opened()
 
 
 @pytest.mark.parametrize("export", ["msinsight-pt-text-l1", "msinsight-pt-db-l1"])
