@@ -11,7 +11,7 @@ from ..tools import models as m
 from .lean import mcp_hint
 
 if TYPE_CHECKING:  # annotations only: answers.py imports this module to re-export the text_* functions
-    from .answers import BreakdownResult, EnvAuditResult, LoadedProfile, SlowRanksResult
+    from .results import BreakdownResult, EnvAuditResult, LoadedProfile, SlowRanksResult
 
 __all__ = [
     "findings_shown", "text_breakdown", "text_comparison", "text_env", "text_fixes", "text_issues", "text_kernels",

@@ -10,10 +10,10 @@ from typing import Any
 
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from ..analysis.errors import StepdoctorError
-from ..analysis.models import Finding, ProfileInfo
+from ..analysis.models import Finding
 from ..tools import models as m
 from .answer_text import (
     findings_shown,
@@ -28,6 +28,7 @@ from .answer_text import (
     text_slow_ranks,
 )
 from .lean import TRIMMED_KEY, lean
+from .results import BreakdownResult, EnvAuditResult, LoadedProfile, SlowRanksResult
 
 # the text_* summaries live in answer_text.py; they are re-exported so that tools reach every part of an
 # answer through this module
@@ -41,45 +42,6 @@ __all__ = [
 # Budget per answer: a few KB of text for the model; the structured content is bounded by `limit` arguments.
 TEXT_CAP = 6000
 _LOOPBACK_NAMES = {"localhost", "ip6-localhost"}
-
-
-# --------------------------------------------------------------------------------------------------------
-# Output models owned by the server (the catalog's models plus the fields that keep MCP answers small)
-# --------------------------------------------------------------------------------------------------------
-
-
-class LoadedProfile(BaseModel):
-    """What `load_profile` returns: the id to pass to the other tools and what the profile holds."""
-
-    profile_id: str = Field(description="pass as profile_id to the other tools (valid while the server runs)")
-    profile: ProfileInfo
-    n_ranks: int
-    n_steps: int
-    from_cache: bool = Field(description="True when the normalized tables came from the cache (no parsing)")
-    warnings: list[str] = Field(default_factory=list, description="what ingest skipped, lost or guessed")
-    warnings_total: int = 0
-    next_steps: list[str] = Field(default_factory=list)
-
-
-class BreakdownResult(m.Breakdown):
-    """`Breakdown` with the rows capped at `limit`."""
-
-    total: int = Field(0, description="rows (rank, step) before the limit")
-    truncated: bool = False
-
-
-class SlowRanksResult(m.SlowRanks):
-    """`SlowRanks` with each dimension's list capped at `limit`."""
-
-    total: int = Field(0, description="slow ranks and late arrivals over all dimensions, before the limit")
-    truncated: bool = Field(False, description="True if a dimension listed more slow ranks than `limit`")
-
-
-class EnvAuditResult(m.EnvAudit):
-    """`EnvAudit` with the variables capped at `limit` (bad ones first)."""
-
-    total: int = 0
-    truncated: bool = False
 
 
 # --------------------------------------------------------------------------------------------------------

@@ -59,6 +59,58 @@ def test_analysis_never_imports_front_ends():
     assert not offenders, offenders
 
 
+def _import_graph() -> dict[str, set[str]]:
+    """module -> the package modules it imports (module level, in functions and under TYPE_CHECKING alike)."""
+    skip = {".venv", "tests", ".git", "__pycache__"}
+    mods: dict[str, Path] = {}
+    for path in REPO.rglob("*.py"):
+        rel = path.relative_to(REPO)
+        if not set(rel.parts) & skip:
+            mods[".".join(("stepdoctor", *rel.with_suffix("").parts)).removesuffix(".__init__")] = path
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for mod, path in mods.items():
+        pkg = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets: list[str] = []
+            if isinstance(node, ast.ImportFrom):
+                base = ".".join(pkg.split(".")[: len(pkg.split(".")) - node.level + 1]) if node.level else ""
+                target = ".".join(x for x in (base, node.module or "") if x)
+                targets = [f"{target}.{a.name}" if f"{target}.{a.name}" in mods else target for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            for t in targets:
+                while t not in mods and "." in t:
+                    t = t.rsplit(".", 1)[0]
+                if t in mods and t != mod:
+                    graph[mod].add(t)
+    return graph
+
+
+# The one circle left: a child process of the ingest starts in children.child_main, which runs the ingest
+# loop of pool.py for role "ingest", while pool.py starts its children through children.Child.
+KNOWN_CIRCLES = [{"stepdoctor.analysis.store.children", "stepdoctor.analysis.store.pool"}]
+
+
+def test_no_import_circles():
+    graph = _import_graph()
+    reach = {m: _reach(graph, m) for m in graph}
+    circles: list[set[str]] = []
+    for m in graph:
+        if m in reach[m] and (c := {x for x in reach[m] if m in reach[x]} | {m}) not in circles:
+            circles.append(c)
+    assert [sorted(c) for c in circles if c not in KNOWN_CIRCLES] == []
+
+
+def _reach(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), list(graph[start])
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo += graph[m]
+    return seen
+
+
 def test_every_catalog_check_is_registered_once():
     contract = REPO / "docs" / "contract.md"
     text = contract.read_text(encoding="utf-8").split("## Check catalog", 1)[1].split("\n## ", 1)[0]

@@ -38,6 +38,7 @@ import pandas as pd
 
 from ..models import Finding
 from ..units import NS_PER_MS
+from ._affinity_rules import first_level, user_frame
 from ._common import (
     fmt_ms,
     in_kept_steps,
@@ -154,8 +155,6 @@ _SOFTMAX = "('aten::softmax', 'aten::_softmax', 'aten::_safe_softmax')"
 
 def _hand_written(ctx: CheckContext, ranks: list[int]) -> pd.DataFrame:
     """rank, step, tid, start_ns, end_ns, sequence, stack of each hand-written attention (module doc)."""
-    from .affinity_api import first_level, user_frame  # affinity_api imports this module
-
     marks = ",".join("?" * len(ranks))
     # only the threads that ran a softmax outside the math backend can hold one
     ops = ctx.sql(

@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 from . import compile_bytecode
-from .bench_ingest import Sampled, run_sampled
+from .sampling import Sampled, run_sampled
 
 PLANTS = ["env-var", "slow-rank", "slow-link", "sync-stream", "op-compile", "sync-batchnorm", "slow-dataloader",
           "gc-pause", "memory-ops", "aicpu-op", "block-dim-underuse", "no-bound-op", "misaligned-shape",

@@ -23,7 +23,6 @@ from ..base import RankSource, RankTables
 from .timeline import read_timeline_dir
 
 MSPROF_DB_RE = re.compile(r"^msprof(?:_[\w.-]*)?\.db$")
-DEVICE_DIR_RE = re.compile(r"^device_(\d+)$")
 
 
 def read_rank(src: RankSource) -> RankTables:
@@ -51,15 +50,6 @@ def timeline_dirs(p: Path) -> list[Path]:
                            "mindstudio_profiler_output", "PROF_*/mindstudio_profiler_output")
              for d in p.glob(pat) if d.is_dir() and any(d.glob("*.json"))]
     return sorted(set(found))
-
-
-def device_id_of(path: Path) -> int | None:
-    """The device id from a `device_<id>` folder on the path (msprof names device folders by id)."""
-    for part in reversed(path.parts):
-        m = DEVICE_DIR_RE.match(part)
-        if m:
-            return int(m.group(1))
-    return None
 
 
 def read_msprof_db(src: RankSource) -> RankTables:

@@ -32,6 +32,18 @@ _COLL_RE = re.compile(r"(allreduce|allgather|reducescatter|broadcast|alltoall|se
 _NONE_RANKS = {4294967295, -1}
 
 
+DEVICE_DIR_RE = re.compile(r"^device_(\d+)$")
+
+
+def device_id_of(path: Path) -> int | None:
+    """The device id from a `device_<id>` folder on the path (msprof names device folders by id)."""
+    for part in reversed(path.parts):
+        m = DEVICE_DIR_RE.match(part)
+        if m:
+            return int(m.group(1))
+    return None
+
+
 @dataclass
 class _Events:
     """X events by kind, each a (name, start_ns, dur_ns, args, tid) tuple."""
@@ -189,8 +201,6 @@ def _emit_comm(ev: _Events, steps: list[tuple[int, int, int]], tables: RankTable
 
 def _ranks_row(d: Path, src: RankSource, tables: RankTables, t_min: int) -> None:
     """Device id and core count from info.json.<dev> beside timeline/ (PROF layout) when present."""
-    from . import device_id_of
-
     dev = device_id_of(d)
     info: dict[str, Any] = {}
     for f in sorted(d.parent.glob("info.json.*")):
