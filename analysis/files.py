@@ -5,8 +5,8 @@ Why at open time: a check of the path before the read can be raced (a file renam
 the root between the check and the open). Here the file is opened first (never blocking: a FIFO would
 wait for a writer forever), then the opened descriptor is checked: its type with fstat, its real location
 with the kernel's own name for the descriptor (/proc/self/fd), its link count for hard links. A symbolic
-link whose target stays under a root is harmless here (the server's root check refuses links up front). What fails
-raises `Unreadable`, an OSError, so every reader's existing "this file is unreadable" path loses that file
+link whose target stays under a root is harmless here (the server's root check refuses links up front).
+What fails raises `Unreadable`, an OSError, so every reader's existing "this file is unreadable" path loses that file
 alone, with its warning.
 
 Confinement is per process and inherited by the ingest's child processes (through the environment, read
@@ -68,10 +68,6 @@ def confine(roots: list[str | os.PathLike[str]] | None, allow_links: bool = Fals
     _CONFINED.set([os.fspath(r) for r in roots] if roots is not None else None, allow_links)
 
 
-def confined_roots() -> list[str] | None:
-    return _CONFINED.roots
-
-
 def kind_of(mode: int) -> str:
     return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
 
@@ -106,12 +102,6 @@ def open_regular(path: str | os.PathLike[str], mode: str = "rb", **kw: Any) -> I
         raise
 
 
-def check_regular(path: str | os.PathLike[str]) -> None:
-    """Unreadable unless `path` opens as a regular file (under the roots): for readers that open by name
-    themselves (SQLite)."""
-    open_regular(path).close()
-
-
 def read_bytes(path: str | os.PathLike[str]) -> bytes:
     with open_regular(path) as f:
         return f.read()
@@ -130,12 +120,14 @@ def by_descriptor(f: IO[Any], path: str | os.PathLike[str]) -> str:
     return f"{fd_dir}/{f.fileno()}" if os.path.isdir(fd_dir) else os.fspath(path)
 
 
-def is_regular(path: str | os.PathLike[str]) -> bool:
-    """A regular file (following links), without opening it: for listings."""
+def not_regular(path: str | os.PathLike[str]) -> str | None:
+    """Why `path` is not a regular file (following links: "a FIFO", "a broken link" ...), or None when it is;
+    without opening it: for listings."""
     try:
-        return stat.S_ISREG(os.stat(path).st_mode)
+        mode = os.stat(path).st_mode
     except OSError:
-        return False
+        return "a broken link" if os.path.islink(path) else "unreadable"
+    return None if stat.S_ISREG(mode) else kind_of(mode)
 
 
 def display(path: str | os.PathLike[str] | Path) -> str:

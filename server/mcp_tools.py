@@ -209,7 +209,7 @@ def _register(server: MCPServer, tool: catalog.Tool, reg: ProfileRegistry, roots
         try:
             used: list[Profile] = []
             try:
-                return answer(used, **dict(kw))
+                return answer(used, **kw)
             except Exception as e:   # a damaged cache database found while answering: read the profiles again
                 if not is_damaged_cache(e) or not used:
                     raise

@@ -3,7 +3,7 @@ server-wide query pool (`query_pool.py`), read-only, with no file, settings or n
 
 Bounds, all applied while the answer is produced: the SQL text (QUERY_MAX_SQL_CHARS, before anything parses
 it), the wall-clock time of the whole call (QUERY_TIMEOUT_S, queueing included), DuckDB's memory for one
-query (QUERY_MEMORY_MB) inside a process whose writable memory is capped, the memory of all queries in
+query (QUERY_MEMORY_MB) inside a process held to its resident share, the memory of all queries in
 flight together (QUERY_BUDGET_MB: the number of worker processes), and the answer: rows (the `limit`),
 characters per string (QUERY_CELL_CHARS), items per list (QUERY_CELL_ITEMS), nesting (QUERY_MAX_DEPTH) and
 bytes (QUERY_MAX_JSON_BYTES).
@@ -11,6 +11,7 @@ bytes (QUERY_MAX_JSON_BYTES).
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from typing import Annotated, Any
@@ -21,7 +22,7 @@ from pydantic import BaseModel, Field, WithJsonSchema
 
 from ..analysis.ingest.base import table_columns
 from ..analysis.store import Profile
-from .query_pool import WORKER_BASE_MB, QueryFailed, QueryPool, env_mb
+from .query_pool import WORKER_BASE_MB, QueryFailed, QueryPool
 
 QUERY_DEFAULT_ROWS = 100
 QUERY_MAX_ROWS = 1000
@@ -38,6 +39,14 @@ QUERY_MEMORY_MB = 512
 # All queries in flight together (their worker processes, each QUERY_MEMORY_MB + WORKER_BASE_MB);
 # STEPDOCTOR_QUERY_BUDGET_MB overrides it.
 QUERY_BUDGET_MB = 2 * (QUERY_MEMORY_MB + WORKER_BASE_MB)
+
+
+def env_mb(name: str, default: int, floor: int) -> int:
+    """A size in MB from the environment (a bad value falls back to the default)."""
+    try:
+        return max(floor, int(os.environ.get(name, default)))
+    except ValueError:
+        return default
 
 
 def query_memory_mb() -> int:

@@ -107,10 +107,6 @@ class QueryPool:
         for proc in idle:
             self._kill(proc)
 
-    def worker_pids(self) -> list[int]:
-        with self._lock:
-            return [p.pid for p in self._idle]
-
     # ---- one query ----------------------------------------------------------------------------------
     def run(self, request: dict[str, Any], timeout_s: float, stop: Callable[[], bool] | None = None) -> dict[str, Any]:
         """The worker's reply to `request` (see query_worker.answer), or QueryFailed: "busy" (no worker
@@ -161,11 +157,3 @@ class QueryPool:
         if "error" in reply:
             raise QueryFailed(str(reply["error"]), str(reply.get("message", "")))
         return reply
-
-
-def env_mb(name: str, default: int, floor: int) -> int:
-    """A size in MB from the environment (a bad value falls back to the default)."""
-    try:
-        return max(floor, int(os.environ.get(name, default)))
-    except ValueError:
-        return default

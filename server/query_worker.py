@@ -4,8 +4,8 @@ A query runs outside the server so that what it costs is bounded from outside Du
 the process when its resident memory passes its cap, and its writable mappings are capped (`RLIMIT_DATA`,
 a backstop), so a result that DuckDB builds but Python would turn into gigabytes of objects ends this
 process instead of growing the server; a query past its time is interrupted here and, if that does not end
-it, the pool kills the process. The process reads one JSON
-request per line on stdin and writes one JSON reply per line on stdout, and exits when its parent does.
+it, the pool kills the process. The process reads one JSON request per line on stdin and writes one JSON
+reply per line on stdout, and exits when its parent does.
 
 Invariants of a reply: at most `limit` rows, every string cut at `cell_chars`, every list at `cell_items`,
 nothing nested deeper than `max_depth` (deeper values arrive as their text), and at most `max_bytes` of JSON

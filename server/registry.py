@@ -11,7 +11,7 @@ from pathlib import Path
 from mcp.server.mcpserver.exceptions import ToolError
 
 from ..analysis.errors import ProfileError
-from ..analysis.ingest.discover import discover
+from ..analysis.ingest.discover import MSPROF_OUTPUT_DIR, OUTPUT_DIR, discover
 from ..analysis.store import Profile, discard
 from ..tools import api
 from .roots import Roots
@@ -62,6 +62,8 @@ class ProfileRegistry:
         """The links check over what the readers will read: PATH's tree, and the folder above it that
         discovery reads for a file inside a rank folder (its trace_view.json, its DB, ASCEND_PROFILER_OUTPUT/)."""
         self.roots.check_tree(path)
+        if path.is_dir() and path.name not in (OUTPUT_DIR, MSPROF_OUTPUT_DIR):
+            return   # discovery reads only under a folder it is given, except a deliverables folder's rank
         try:
             sources = discover(path).sources
         except ProfileError:

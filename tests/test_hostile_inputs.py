@@ -78,6 +78,14 @@ def test_a_fifo_in_place_of_a_rank_costs_that_rank(tmp_path: Path, gloo):
     one_line_exit_2(r, "a FIFO, not a regular file: not read")
 
 
+def test_a_broken_link_named_like_a_trace_costs_nothing(tmp_path: Path, gloo):
+    dest, clean = gloo
+    (dest / "rank9.pt.trace.json").symlink_to(tmp_path / "nowhere")
+    out = breakdown(tmp_path, dest)
+    assert out["rows"] == clean["rows"]
+    assert f"{dest / 'rank9.pt.trace.json'}: a broken link, not a regular file: not read" in out["warnings"]
+
+
 def test_a_fifo_among_stack_files_is_reported_and_the_hang_still_diagnosed(tmp_path: Path):
     dest = tmp_path / "stuck"
     shutil.copytree(HANG, dest)

@@ -405,6 +405,18 @@ def test_writer_inserts_the_ranks_rows_together_and_refuses_two_for_a_rank(tmp_p
     con.close()
 
 
+def _slow_trace(path: Path) -> Path:
+    """A gzip of 256 MB of blanks: a parse worker inflates it for seconds, long enough to be killed."""
+    import gzip
+
+    with gzip.open(path, "wb", compresslevel=1) as f:
+        f.write(b'{"traceEvents": [')
+        for _ in range(16):
+            f.write(b" " * (1 << 24))
+        f.write(b"]}")
+    return path
+
+
 def test_parse_worker_death_skips_its_rank(tmp_path):
     import threading
 
@@ -413,14 +425,7 @@ def test_parse_worker_death_skips_its_rank(tmp_path):
     from stepdoctor.analysis.ingest.base import RankSource
 
     good = next(need(KINETO / "trace_filter").glob("*rank-0*"))
-    import gzip
-
-    slow = tmp_path / "rank1.json"   # a gzip of 256 MB of blanks: the worker inflates it until it is killed
-    with gzip.open(slow, "wb", compresslevel=1) as f:
-        f.write(b'{"traceEvents": [')
-        for _ in range(16):
-            f.write(b" " * (1 << 24))
-        f.write(b"]}")
+    slow = _slow_trace(tmp_path / "rank1.json")
     con, rows = writer.connect_for_writing(tmp_path / "w.duckdb")
     w = writer.Writer(con, rows)
     seen: list[tuple[int, int, str]] = []
@@ -496,19 +501,13 @@ print(json.dumps({"stored": stored, "errors": errors, "rows": w.rows, "killed": 
 
 
 def test_forked_parse_worker_death_skips_its_rank(tmp_path):
-    import gzip
     import json
     import subprocess
     import sys
 
     good = next(need(KINETO / "trace_filter").glob("*rank-0*"))
 
-    slow = tmp_path / "rank1.json"   # a gzip of 256 MB of blanks: the worker inflates it until it is killed
-    with gzip.open(slow, "wb", compresslevel=1) as f:
-        f.write(b'{"traceEvents": [')
-        for _ in range(16):
-            f.write(b" " * (1 << 24))
-        f.write(b"]}")
+    slow = _slow_trace(tmp_path / "rank1.json")
     # the environment of an ingest process (no BLAS thread pool: it forks only while single-threaded)
     out = subprocess.run([sys.executable, "-c", FORKED_DEATH, str(good), str(slow)], capture_output=True,
                          text=True, timeout=120, env=forks.child_env())

@@ -128,6 +128,8 @@ def cut_long_text(col: Any) -> tuple[Any, int]:
     """A typed VARCHAR column (object array or Coded) with every value over MAX_TEXT_CHARS cut, and how many
     were cut."""
     values = col.labels if isinstance(col, Coded) else col
+    if max(map(len, filter(None, values)), default=0) <= MAX_TEXT_CHARS:   # every block of text passes here
+        return col, 0
     long = [i for i, v in enumerate(values) if v is not None and len(v) > MAX_TEXT_CHARS]
     if not long:
         return col, 0

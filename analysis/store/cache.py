@@ -87,9 +87,10 @@ def input_stats(src: RankSource) -> list[tuple[str, int, int]]:
             out.append((rel + e.name, st.st_size, version_stamp(st)))
         for d in dirs:
             try:
-                key = (d.stat().st_dev, d.stat().st_ino)
+                st = d.stat()
             except OSError:
                 continue
+            key = (st.st_dev, st.st_ino)
             if key not in seen:   # a linked folder is read by the readers, so it is walked, once
                 seen.add(key)
                 walk(d.path, f"{rel}{d.name}/")

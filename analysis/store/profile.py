@@ -240,23 +240,14 @@ def is_damaged_cache(e: BaseException) -> bool:
 def discard_opened() -> list[Path]:
     """Close and delete the cache databases of the profiles opened in this process (after
     `is_damaged_cache`): the next `open_profile` of their paths builds them again. Returns their paths."""
-    import duckdb
-
     with _OPEN_LOCK:
-        opened, dropped = list(_OPEN.items()), []
-        _OPEN.clear()
-    for db, prof in opened:
-        with contextlib.suppress(duckdb.Error):
-            prof.close()
-        with contextlib.suppress(OSError):
-            db.unlink()
-            dropped.append(db)
-    return dropped
+        opened = list(_OPEN.values())
+    return [prof.db_path for prof in opened if discard(prof)]
 
 
-def discard(prof: Profile) -> None:
+def discard(prof: Profile) -> bool:
     """Close and delete one profile's cache database (after `is_damaged_cache`); the next `open_profile` of its
-    path builds it again. Other profiles opened in this process are untouched."""
+    path builds it again. Other profiles opened in this process are untouched. False if it was already gone."""
     import duckdb
 
     with _OPEN_LOCK:
@@ -264,8 +255,11 @@ def discard(prof: Profile) -> None:
             del _OPEN[prof.db_path]
     with contextlib.suppress(duckdb.Error):
         prof.close()
-    with contextlib.suppress(OSError):
+    try:
         prof.db_path.unlink()
+    except OSError:
+        return False
+    return True
 
 
 def forget_opened() -> None:

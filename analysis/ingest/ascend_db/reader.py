@@ -40,8 +40,6 @@ def read_rank(src: RankSource) -> RankTables:
                                             f"profiler DB export")
             reader = DbReader(db, tables, rank_dir, framework, src)
             reader.run()
-            for w in db.losses():
-                tables.warn(w)
     except (ProfileError, sqlite3.DatabaseError) as e:
         # the main DB is unusable: the step table in analysis.db still gives the rank's breakdown
         why = e.problem if isinstance(e, _ViewNotTable) else "damaged SQLite file"
@@ -129,6 +127,8 @@ class DbReader(HostTables, DeviceTables, StepTables, AnalysisTables):
         self._ranks_row(meta)
         if db.count("TASK") == 0:
             t.warn(f"{self.name}: table TASK is empty: no device activity recorded (partial result)")
+        for w in db.losses():
+            t.warn(w)
 
     def _preflight(self) -> None:
         db = self.db

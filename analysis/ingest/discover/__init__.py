@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...errors import ProfileError
-from ...files import display, is_regular, kind_of
+from ...files import display, not_regular
 from ..base import RankSource
 from .content import (
     DB_RE,
@@ -65,8 +65,8 @@ def discover(path: str | Path) -> Discovery:
     p = Path(path).expanduser()
     if not p.exists():
         raise ProfileError(p, "no such file or directory")
-    if not p.is_dir() and not is_regular(p):
-        raise ProfileError(p, f"{kind_of(p.stat().st_mode)}, not a regular file: not read")
+    if not p.is_dir() and (why := not_regular(p)):
+        raise ProfileError(p, f"{why}, not a regular file: not read")
     if p.is_file():
         if p.name in ("profiler_metadata.json",) or INFO_RE.match(p.name):
             raise ProfileError(p, f"{p.name} is torch_npu's run description, not a trace: pass the rank folder "
@@ -125,10 +125,11 @@ def discover(path: str | Path) -> Discovery:
         msprof += [root / f for f in files if MSPROF_DB_RE.match(f)]
         if depth <= 2:   # a run folder with its traces/ one level down, or a parent of such runs
             for f in files:
-                if KINETO_NAME_RE.search(f) and not is_regular(root / f):
-                    special.append(f"{display(root / f)}: {kind_of(os.stat(root / f).st_mode)}, not a regular "
-                                   "file: not read")
-                elif KINETO_NAME_RE.search(f):
+                if not KINETO_NAME_RE.search(f):
+                    continue
+                if why := not_regular(root / f):
+                    special.append(f"{display(root / f)}: {why}, not a regular file: not read")
+                else:
                     kind = json_kind(root / f)
                     if kind == "kineto":
                         kineto_files.append(root / f)

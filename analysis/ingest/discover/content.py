@@ -91,8 +91,7 @@ def sqlite_db(out: Path) -> Path | None:
     except OSError:
         return None
     for n in names:
-        if n.startswith(("ascend_pytorch_profiler", "ascend_mindspore_profiler")) and (out / n).is_file() \
-                and _is_sqlite(out / n):
+        if n.startswith(("ascend_pytorch_profiler", "ascend_mindspore_profiler")) and _is_sqlite(out / n):
             return out / n
     return None
 

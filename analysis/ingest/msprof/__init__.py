@@ -70,6 +70,4 @@ def read_msprof_db(src: RankSource) -> RankTables:
         if missing:
             raise ProfileError(p, f"missing required table(s) {', '.join(missing)}: not an msprof DB")
         DbReader(db, tables, p.parent, "msprof", src).run()
-        for w in db.losses():
-            tables.warn(w)
     return tables
