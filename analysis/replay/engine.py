@@ -46,39 +46,49 @@ class Params:
 
 def measure(si: StepInput) -> Params:
     r = si.rows
-    n = len(r)
-    c = np.zeros(n, np.int64)
-    q = np.zeros(n, np.int64)
-    clipped = 0
     rank = r["rank"].to_numpy()
     launch, start, end = (r[k].to_numpy(np.int64) for k in ("launch_ns", "start_ns", "end_ns"))
-    lane, sync = r["lane"].to_numpy(), r["sync"].to_numpy(bool)
+    sync = r["sync"].to_numpy(bool)
     latest = r.groupby("inst")["start_ns"].transform("max").to_numpy(np.int64)
     x = end - np.where(_waits(r), latest, start)
-    pos = {int(rk): i for i, rk in enumerate(si.ranks)}
-    t = np.zeros(len(si.ranks), np.int64)
-    resume = {int(rk): int(si.start[i]) for i, rk in enumerate(si.ranks)}
-    last_end = dict(resume)
-    free: dict[tuple[int, int], int] = {}
-    w0 = np.zeros(n, np.int64)
-    for j in range(n):
-        rk = int(rank[j])
-        w0[j] = resume[rk]
-        c[j] = launch[j] - resume[rk]
-        lf = free.get((rk, int(lane[j])))
-        q[j] = start[j] - max(launch[j], lf if lf is not None else launch[j])
-        resume[rk] = int(end[j]) if sync[j] else int(launch[j])
-        free[(rk, int(lane[j]))] = int(end[j])
-        last_end[rk] = max(last_end[rk], int(end[j]))
-    tail_w0 = np.zeros(len(si.ranks), np.int64)
-    for rk, i in pos.items():
-        tail_w0[i] = max(resume[rk], last_end[rk])
-        t[i] = si.end[i] - tail_w0[i]
+    pos = pd.Index(si.ranks).get_indexer(rank)
+    step0 = np.asarray(si.start, np.int64)
+    # a row's compute began where its rank resumed after the previous row (its end if the thread waited for
+    # it, else its launch), or at the step start for the rank's first row
+    after = np.where(sync, end, launch)
+    w0, last = _prev_in_group([pos], after, step0[pos])
+    c = launch - w0
+    lane_free, _ = _prev_in_group([pos, r["lane"].to_numpy()], end, launch)
+    q = start - np.maximum(launch, lane_free)
+    resume = step0.copy()
+    resume[pos[last]] = after[last]
+    last_end = step0.copy()
+    np.maximum.at(last_end, pos, end)
+    tail_w0 = np.maximum(resume, last_end)
+    t = np.asarray(si.end, np.int64) - tail_w0
+    clipped = 0
     for arr in (c, q, x, t):
         neg = arr < 0
         clipped += int(neg.sum())
         arr[neg] = 0
     return Params(c, q, x, t, clipped, w0=w0, tail_w0=tail_w0)
+
+
+def _prev_in_group(keys: list[np.ndarray], vals: np.ndarray, default: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: `vals` of the previous row (in row order) with the same keys, else `default` of that row
+    (integers kept exact: no float round trip); and the indexes of each group's last row."""
+    n = len(vals)
+    o = np.lexsort((np.arange(n), *reversed(keys)))   # lexsort's last key sorts first
+    same = np.zeros(n, bool)
+    if n > 1:
+        same[1:] = np.logical_and.reduce([k[o][1:] == k[o][:-1] for k in keys])
+    shifted = np.empty(n, np.int64)
+    shifted[1:] = vals[o][:-1]
+    shifted[:1] = 0
+    out = np.empty(n, np.int64)
+    out[o] = np.where(same, shifted, default[o])
+    ends = np.r_[~same[1:], True] if n else np.zeros(0, bool)
+    return out, o[ends]
 
 
 TAIL = -1   # the instance id of a rank's tail window in `windows`
@@ -120,78 +130,139 @@ class Trace:
     end: np.ndarray | None = None
 
 
+# an instance with at most this many members is replayed member by member (numpy's per-call cost is more)
+SCALAR_MEMBERS = 8
+_NONE = np.iinfo(np.int64).min   # a lane that has run nothing yet this step
+
+
 def replay(si: StepInput, p: Params, start: np.ndarray | None = None, trace: Trace | None = None) -> np.ndarray:
     """Replayed step end per rank (aligned with si.ranks), ns, the step starting at `start` per rank (default:
     as measured). The parameters are durations, so any start works; the order instances are taken in comes
     from the measured times, which is a topological order of the graph whatever the parameters."""
-    start = si.start if start is None else start
+    st = _State(si, p, si.start if start is None else start, trace)
     r = si.rows
-    rank = r["rank"].to_numpy()
     inst = r["inst"].to_numpy()
-    lane, sync = r["lane"].to_numpy(), r["sync"].to_numpy(bool)
-    waits = _waits(r)
-    order = _instance_order(r)
-    # per rank, the row indexes in launch order (rows are sorted by rank, then launch)
-    bounds = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1], True]) if len(r) else np.array([0])
-    chain = {int(rank[b]): (b, e) for b, e in itertools.pairwise(bounds)} if len(r) else {}
-    by_inst: dict[int, list[int]] = {}
-    for j, i in enumerate(inst):
-        by_inst.setdefault(int(i), []).append(j)
-    pos = {int(rk): i for i, rk in enumerate(si.ranks)}
-    resume = {rk: int(start[i]) for rk, i in pos.items()}
-    nxt = {rk: chain[rk][0] if rk in chain else 0 for rk in pos}
-    launch_r = np.zeros(len(r), np.int64)
-    end_r = np.full(len(r), -1, np.int64)
-    free: dict[tuple[int, int], tuple[int, int]] = {}   # (rank, lane) -> (end, row)
-    last_end = {rk: (v, -1) for rk, v in resume.items()}
-    came = {rk: -1 for rk in pos}   # the row whose end (sync) or launch (async) the rank resumes from
+    if len(r):
+        by = np.argsort(inst, kind="stable")
+        cut = np.flatnonzero(np.r_[True, inst[by][1:] != inst[by][:-1], True])
+        members = {int(inst[by[b]]): by[b:e] for b, e in itertools.pairwise(cut)}
+        for i in _instance_order(r):
+            st.take(members[i])
+    return st.finish()
 
-    def advance(rk: int, upto: int) -> None:
-        """Launch times of rank rk's collectives up to row `upto`. A sync collective's end is known once it
-        is replayed; the one being replayed now resumes at its launch until then (fixed below)."""
-        j = nxt[rk]
+
+class _State:
+    """The replay's state per rank (by its position in si.ranks) and per (rank, lane), as arrays: an instance
+    of many members is taken with array operations, one of few (or one whose members are not each their
+    rank's next collective) member by member; both give the same times and the same Trace."""
+
+    def __init__(self, si: StepInput, p: Params, start: np.ndarray, trace: Trace | None) -> None:
+        r = si.rows
+        n = len(r)
+        self.p, self.trace, self.ranks = p, trace, si.ranks
+        self.pos = pd.Index(si.ranks).get_indexer(r["rank"].to_numpy())
+        self.lane = pd.MultiIndex.from_arrays([self.pos, r["lane"].to_numpy()]).factorize()[0] if n else \
+            np.zeros(0, np.int64)
+        self.sync, self.waits = r["sync"].to_numpy(bool), _waits(r)
+        k = len(si.ranks)
+        # per rank, its rows in launch order: rows are sorted by rank, then launch
+        self.first = np.zeros(k, np.int64)
+        self.stop = np.zeros(k, np.int64)
+        if n:
+            b = np.flatnonzero(np.r_[True, self.pos[1:] != self.pos[:-1]])
+            self.first[self.pos[b]] = b
+            self.stop[self.pos[b]] = np.r_[b[1:], n]
+        self.has = np.zeros(k, bool)
+        self.has[self.pos] = True
+        self.nxt = self.first.copy()
+        self.resume = np.asarray(start, np.int64).copy()
+        self.came = np.full(k, -1, np.int64)   # the row whose end (sync) or launch (async) the rank resumes from
+        self.last_end, self.last_row = self.resume.copy(), np.full(k, -1, np.int64)
+        self.free_end = np.full(int(self.lane.max()) + 1 if n else 0, _NONE, np.int64)
+        self.free_row = np.full(len(self.free_end), -1, np.int64)
+        self.launch = np.zeros(n, np.int64)
+        self.end = np.full(n, -1, np.int64)
+
+    def advance(self, q: int, upto: int) -> None:
+        """Launch times of rank position q's collectives up to row `upto`. A sync collective's end is known once
+        it is replayed; the one being replayed now resumes at its launch until then (fixed in `take`)."""
+        j = int(self.nxt[q])
         while j <= upto:
-            launch_r[j] = resume[rk] + p.c[j]
-            if trace is not None:
-                trace.launch_from[j] = came[rk]
-            resume[rk] = int(end_r[j]) if sync[j] and end_r[j] >= 0 else int(launch_r[j])
-            came[rk] = j
+            self.launch[j] = self.resume[q] + self.p.c[j]
+            if self.trace is not None:
+                self.trace.launch_from[j] = int(self.came[q])
+            self.resume[q] = self.end[j] if self.sync[j] and self.end[j] >= 0 else self.launch[j]
+            self.came[q] = j
             j += 1
-        nxt[rk] = max(nxt[rk], j)
+        self.nxt[q] = max(int(self.nxt[q]), j)
 
-    for i in order:
-        members = by_inst[i]
+    def take(self, js: np.ndarray) -> None:
+        ps = self.pos[js]
+        if len(js) <= SCALAR_MEMBERS or not np.array_equal(self.nxt[ps], js) or len(np.unique(ps)) < len(ps):
+            return self._take_each(js)
+        p, tr = self.p, self.trace
+        lt = self.resume[ps] + p.c[js]
+        self.launch[js] = lt
+        if tr is not None:
+            tr.launch_from.update(zip(js.tolist(), self.came[ps].tolist(), strict=True))
+        self.resume[ps] = lt
+        self.came[ps] = js
+        self.nxt[ps] = js + 1
+        lk = self.lane[js]
+        fe = self.free_end[lk]
+        lf = np.where(fe == _NONE, lt, fe)
+        if tr is not None:
+            later = lf > lt
+            tr.lane_from.update(zip(js[later].tolist(), self.free_row[lk[later]].tolist(), strict=True))
+        starts = np.maximum(lt, lf) + p.q[js]
+        m = int(np.argmax(starts))
+        w = self.waits[js]
+        et = np.where(w, starts[m], starts) + p.x[js]
+        self.end[js] = et
+        if tr is not None:
+            tr.ready_from.update(zip(js.tolist(), np.where(w, js[m], js).tolist(), strict=True))
+        self.free_end[lk], self.free_row[lk] = et, js
+        up = et > self.last_end[ps]
+        self.last_end[ps[up]], self.last_row[ps[up]] = et[up], js[up]
+        s = self.sync[js]
+        self.resume[ps[s]] = et[s]
+
+    def _take_each(self, js: np.ndarray) -> None:
+        p, tr = self.p, self.trace
         starts = []
-        for j in members:
-            rk = int(rank[j])
-            advance(rk, j)
-            lf, lrow = free.get((rk, int(lane[j])), (int(launch_r[j]), -1))
-            if trace is not None and lf > launch_r[j]:
-                trace.lane_from[j] = lrow
-            starts.append(max(int(launch_r[j]), lf) + int(p.q[j]))
+        for j in js.tolist():
+            q = int(self.pos[j])
+            self.advance(q, j)
+            lk = int(self.lane[j])
+            lf = int(self.free_end[lk]) if self.free_end[lk] != _NONE else int(self.launch[j])
+            if tr is not None and lf > self.launch[j]:
+                tr.lane_from[j] = int(self.free_row[lk])
+            starts.append(max(int(self.launch[j]), lf) + int(p.q[j]))
         ready = max(starts)
-        last = members[int(np.argmax(starts))]
-        for j, own in zip(members, starts, strict=True):
-            rk = int(rank[j])
-            end_r[j] = (ready if waits[j] else own) + p.x[j]
-            if trace is not None:
-                trace.ready_from[j] = last if waits[j] else j
-            free[(rk, int(lane[j]))] = (int(end_r[j]), j)
-            if end_r[j] > last_end[rk][0]:
-                last_end[rk] = (int(end_r[j]), j)
-            if sync[j] and nxt[rk] == j + 1:
-                resume[rk] = int(end_r[j])
-    out = np.zeros(len(si.ranks), np.int64)
-    for rk, i in pos.items():
-        if rk in chain:
-            advance(rk, chain[rk][1] - 1)
-        out[i] = max(resume[rk], last_end[rk][0]) + p.t[i]
-        if trace is not None:
-            # the tail follows the later of the rank's own resume point and its last collective's end
-            trace.end_from[rk] = (last_end[rk][1], True) if last_end[rk][0] >= resume[rk] else (came[rk], False)
-    if trace is not None:
-        trace.launch, trace.end = launch_r, end_r
-    return out
+        last = int(js[int(np.argmax(starts))])
+        for j, own in zip(js.tolist(), starts, strict=True):
+            q, lk = int(self.pos[j]), int(self.lane[j])
+            self.end[j] = (ready if self.waits[j] else own) + p.x[j]
+            if tr is not None:
+                tr.ready_from[j] = last if self.waits[j] else j
+            self.free_end[lk], self.free_row[lk] = self.end[j], j
+            if self.end[j] > self.last_end[q]:
+                self.last_end[q], self.last_row[q] = self.end[j], j
+            if self.sync[j] and self.nxt[q] == j + 1:
+                self.resume[q] = self.end[j]
+
+    def finish(self) -> np.ndarray:
+        for q in np.flatnonzero(self.has).tolist():
+            self.advance(q, int(self.stop[q]) - 1)
+        out = np.maximum(self.resume, self.last_end) + self.p.t
+        tr = self.trace
+        if tr is not None:
+            for q, rk in enumerate(self.ranks.tolist()):
+                # the tail follows the later of the rank's own resume point and its last collective's end
+                tr.end_from[int(rk)] = ((int(self.last_row[q]), True) if self.last_end[q] >= self.resume[q]
+                                        else (int(self.came[q]), False))
+            tr.launch, tr.end = self.launch, self.end
+        return out
 
 
 def _waits(r: pd.DataFrame) -> np.ndarray:
