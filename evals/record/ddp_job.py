@@ -8,7 +8,9 @@ classifier), AdamW, random data read through a real DataLoader (num_workers=0, o
 
 Plants (each off by default):
  --slow-rank R --extra-mm N       rank R runs N extra 384x384 matmuls after its forward every step;
- --slow-loader-rank R --loader-ms X  rank R's dataset __getitem__ does ~X ms of CPU work per batch.
+ --slow-loader-rank R --loader-ms X  rank R's dataset __getitem__ does ~X ms of CPU work per batch;
+ --slow-loader-rank R --loader-sleep-ms X  rank R's __getitem__ waits X ms per batch (time.sleep: a loader bound
+                                  by its storage or network, which takes no CPU from the other ranks).
 
 Timing: meta/step_times_rank<r>.json holds step_ms per step (time.perf_counter() from before the batch is
 fetched to after optimizer.step() + zero_grad()) and profiled_steps (the ProfilerStep#N the trace holds).
@@ -38,8 +40,9 @@ class RandomBatches(Dataset):
     """Item i is a whole batch; its own seeding and loader work (not train_job's): the ddp2_* recordings were
     made with it."""
 
-    def __init__(self, n, batch, width, classes, seed, work_ms=0.0):
-        self.n, self.batch, self.width, self.classes, self.seed, self.work_ms = n, batch, width, classes, seed, work_ms
+    def __init__(self, n, batch, width, classes, seed, work_ms=0.0, sleep_ms=0.0):
+        self.n, self.batch, self.width, self.classes, self.seed = n, batch, width, classes, seed
+        self.work_ms, self.sleep_ms = work_ms, sleep_ms
 
     def __len__(self):
         return self.n
@@ -49,6 +52,8 @@ class RandomBatches(Dataset):
             t0 = time.perf_counter()
             while (time.perf_counter() - t0) * 1000 < self.work_ms:
                 matmul_work(1, seed=i)
+        if self.sleep_ms > 0:
+            time.sleep(self.sleep_ms / 1000)
         g = torch.Generator().manual_seed(self.seed * 100_003 + i)
         return (torch.randn(self.batch, self.width, generator=g),
                 torch.randint(0, self.classes, (self.batch,), generator=g))
@@ -84,6 +89,7 @@ def main() -> None:
     ap.add_argument("--extra-mm", type=int, default=0)
     ap.add_argument("--slow-loader-rank", type=int, default=-1)
     ap.add_argument("--loader-ms", type=float, default=0.0)
+    ap.add_argument("--loader-sleep-ms", type=float, default=0.0)
     a = ap.parse_args()
 
     torch.set_num_threads(1)
@@ -98,11 +104,13 @@ def main() -> None:
     model = DDP(Net(a.width, a.hidden, a.layers, a.classes), bucket_cap_mb=a.bucket_mb)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
     ds = RandomBatches(a.steps + 1, a.batch, a.width, a.classes, seed=rank,
-                       work_ms=a.loader_ms if rank == a.slow_loader_rank else 0.0)
+                       work_ms=a.loader_ms if rank == a.slow_loader_rank else 0.0,
+                       sleep_ms=a.loader_sleep_ms if rank == a.slow_loader_rank else 0.0)
     loader = DataLoader(ds, batch_size=None, shuffle=False, num_workers=0)
     n_extra = a.extra_mm if rank == a.slow_rank else 0
     log.write(f"world {world} rank {rank} extra_mm {n_extra} loader_ms "
-              f"{a.loader_ms if rank == a.slow_loader_rank else 0.0} torch {torch.__version__}\n")
+              f"{a.loader_ms if rank == a.slow_loader_rank else 0.0} loader_sleep_ms "
+              f"{a.loader_sleep_ms if rank == a.slow_loader_rank else 0.0} torch {torch.__version__}\n")
     prof = profile(activities=[ProfilerActivity.CPU],
                    schedule=schedule(wait=a.wait, warmup=a.warmup, active=a.profile_steps, repeat=1),
                    on_trace_ready=tensorboard_trace_handler(f"{a.out}/traces", worker_name=f"rank{rank}",
@@ -129,6 +137,7 @@ def main() -> None:
             prof.step()
     meta = {"rank": rank, "step_ms": step_ms, "profiled_steps": profiled, "world_size": world, "ddp": True,
             "extra_matmuls_per_step": n_extra, "loader_ms": a.loader_ms if rank == a.slow_loader_rank else 0.0,
+            "loader_sleep_ms": a.loader_sleep_ms if rank == a.slow_loader_rank else 0.0,
             "loss": losses, "argv": sys.argv[1:], "torch": torch.__version__}
     with open(f"{a.out}/meta/step_times_rank{rank}.json", "w") as f:
         json.dump(meta, f)

@@ -27,7 +27,7 @@ COMMON2="--steps 40 --wait 12 --warmup 2 --profile-steps 5"
 COMMON4="--steps 40 --wait 12 --warmup 2 --profile-steps 4"
 COMMON8="--steps 30 --wait 12 --warmup 2 --profile-steps 1"
 
-# name | nproc | planted (one line) | train_job.py arguments
+# name | nproc | planted (one line) | the job's arguments (train_job.py's, unless they start with another job script)
 RUNS=(
   "dp2_clean|2|nothing (clean twin of dp2_slowrank, dp2_slowloader, dp2_late)|--dp 2 $COMMON2"
   "dp2_slowrank|2|rank 1 runs extra 384x384 matmuls after its forward, calibrated to ~20 ms per step|--dp 2 $COMMON2 --slow-rank 1 --extra-compute-ms 20"
@@ -43,13 +43,17 @@ RUNS=(
   "dp2pp2_heavy|4|stage 1 (ranks 2, 3) has 2.5x wider hidden layers: half the ranks slow|--dp 2 --pp 2 --microbatches 4 $COMMON4 --heavy-stage 1 --stage-factor 2.5"
   "dp8_clean_1step|8|nothing (clean twin of dp8_slowrank_1step)|--dp 8 $COMMON8"
   "dp8_slowrank_1step|8|rank 3 runs extra 384x384 matmuls after its forward, calibrated to ~80 ms per step|--dp 8 $COMMON8 --slow-rank 3 --extra-compute-ms 80"
+  "ddp2_ioclean|2|nothing (clean twin of ddp2_ioloader)|ddp_job.py"
+  "ddp2_ioloader|2|rank 1's DataLoader (num_workers=0) waits 14 ms (time.sleep: a storage- or network-bound loader) in __getitem__ per batch|ddp_job.py --slow-loader-rank 1 --loader-sleep-ms 14"
+  "ddp2_ioclean|2|nothing (clean twin of ddp2_ioloader)|ddp_job.py"
 )
 
-record_one() {  # dir name nproc planted args...
-  local dir=$1 name=$2 nproc=$3 planted=$4; shift 4
+record_one() {  # dir name nproc planted [job.py] args...
+  local dir=$1 name=$2 nproc=$3 planted=$4 job=$JOB; shift 4
+  if [[ "${1:-}" == *.py ]]; then job="$HERE/$1"; shift; fi
   rm -rf "$dir"; mkdir -p "$dir"
   PORT=$(( PORT >= 29699 ? 29600 : PORT + 1 ))
-  "$PY" - "$dir" "$name" "$nproc" "$planted" "$PORT" "$PY" "$JOB" "$@" <<'EOF'
+  "$PY" - "$dir" "$name" "$nproc" "$planted" "$PORT" "$PY" "$job" "$@" <<'EOF'
 import datetime, glob, json, os, resource, signal, socket, subprocess, sys, time
 d, name, nproc, planted, port, py, job = sys.argv[1:8]
 args = sys.argv[8:]
@@ -111,19 +115,19 @@ for attempt in range(1, TRIES + 1):
 metas = sorted(glob.glob(f"{d}/meta/step_times_rank*.json"), key=lambda f: int(f.split("rank")[-1][:-5]))
 m = [json.load(open(f)) for f in metas]
 world = int(nproc)
-dp = m[0]["dp"] if m else None
-pp = m[0]["pp"] if m else None
+dp = m[0].get("dp", int(nproc)) if m else None   # ddp_job.py is data-parallel only
+pp = m[0].get("pp", 1) if m else None
 have = {x["rank"] for x in m}
 files = sorted(os.path.relpath(f, d) for f in glob.glob(f"{d}/traces/*") + metas)
 sc = {
     "scenario": name, "planted": planted, "world_size": world, "dp": dp, "pp": pp,
     "grid": [[s * dp + i for i in range(dp)] for s in range(pp)] if m else None,
     "grid_note": "grid[stage] = the global ranks of that pipeline stage (its DP group); rank = stage * dp + dp_index",
-    "microbatches": m[0]["microbatches"] if m else None,
+    "microbatches": m[0].get("microbatches") if m else None,
     "steps": len(m[0]["step_ms"]) if m else None, "profiled_steps": m[0]["profiled_steps"] if m else None,
     "rc": [rc if (rc != 0 or r not in have) else 0 for r in range(world)], "torchrun_rc": rc,
-    "wall_s": round(wall, 2), "command": "torchrun --nproc-per-node %s --master-port %s evals/record/train_job.py "
-    "--out OUT %s" % (nproc, port, " ".join(args)),
+    "wall_s": round(wall, 2), "command": "torchrun --nproc-per-node %s --master-port %s evals/record/%s "
+    "--out OUT %s" % (nproc, port, os.path.basename(job), " ".join(args)),
     "torch": m[0]["torch"] if m else None, "cpus": ncpu, "threads_per_rank": 1,
     "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     "busy_1s_before_run": round(frac, 3), "own_cpu_s": round(own, 2),
