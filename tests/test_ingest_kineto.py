@@ -549,3 +549,51 @@ def test_ts_column_equals_the_decimal_conversion(numerals: list[bytes]) -> None:
     assert ts_ns_column(raws).tolist() == want
     assert ts_ns_column([msgspec.Raw(b"1610366662254410.123"), msgspec.Raw(b"9000000000000000")]).tolist() == \
         [1610366662254410123, NO_NS]
+
+
+def _host_only(n_steps: int, cut_last_after: str | None = None) -> dict:
+    """A CPU-training rank: each step loads, computes and ends in the optimizer; `cut_last_after`: the profiler
+    stopped in the last step right after that op (the rest of the step is not in the trace)."""
+    ev = []
+    for k in range(n_steps):
+        t0 = 1000.0 + k * 1000
+        ops = [("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 10, 50), ("aten::mm", 100, 300),
+               ("c10d::allreduce_", 450, 30), ("Optimizer.step#AdamW.step", 600, 200),
+               ("Optimizer.zero_grad#AdamW.zero_grad", 820, 30)]
+        end = t0 + 900
+        if k == n_steps - 1 and cut_last_after:
+            ops = ops[:[o[0] for o in ops].index(cut_last_after) + 1]
+            end = t0 + ops[-1][1] + ops[-1][2] + 5
+        ev.append(_event(f"ProfilerStep#{k}", t0, end - t0, cat="user_annotation"))
+        ev += [_event(n, t0 + a, d, cat="user_annotation" if "#" in n else "cpu_op") for n, a, d in ops]
+    return {"schemaVersion": 1, "deviceProperties": [], "traceEvents": ev, "displayTimeUnit": "ms",
+            "distributedInfo": {"backend": "gloo", "rank": 0, "world_size": 1},
+            "baseTimeNanoseconds": 1700000000000000000}
+
+
+@pytest.mark.parametrize(("cut", "kept"), [(None, True), ("aten::mm", False), ("c10d::allreduce_", False)])
+def test_a_host_only_ranks_last_step_is_kept_when_whole(cut, kept, tmp_path):
+    """CPU training has every op of a step inside its ProfilerStep: the last one is whole when it ends in the
+    op the step before it ended in; a profiler stopped mid-step leaves it ending elsewhere (not kept, as HTA)."""
+    f = tmp_path / "rank0.json"
+    f.write_text(json.dumps(_host_only(4, cut)))
+    steps = _frame(_read(f), "steps")
+    assert steps["step"].tolist() == [0, 1, 2, 3] and steps["kept"].tolist() == [True, True, True, kept]
+
+
+def test_a_device_ranks_last_step_is_never_kept(tmp_path):
+    """With device ops the profiler stops while the last step's kernels may still run: HTA's rule stays."""
+    f = tmp_path / "rank0.json"
+    f.write_text(json.dumps(_small_trace(4)))
+    assert _frame(_read(f), "steps")["kept"].tolist() == [True, True, True, False]
+
+
+def test_every_real_cpu_recording_keeps_its_last_profiled_step(tmp_path):
+    """tests/data/real_cpu: every ProfilerStep of every rank is whole (its duration is the script's step_ms of
+    that step: tests/data/real_cpu/README.md), so all are kept."""
+    base = Path(__file__).parent / "data" / "real_cpu"
+    for run in ("dp2_clean", "pp2_heavy", "ddp2_ioloader", "dp8_slowrank_1step"):
+        meta = json.loads((base / run / "meta" / "step_times_rank0.json").read_text())
+        f = next((base / run / "traces").glob("rank0.*.json.gz"))
+        steps = _frame(_read(f), "steps")
+        assert steps["step"].tolist() == meta["profiled_steps"] and steps["kept"].all(), run

@@ -8,6 +8,7 @@ PROVENANCE.md there says what was planted and what the files hold); the GPU one 
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -44,6 +45,19 @@ def _recordings(run: str) -> list[Path]:
 
 def _step_ms(path: Path) -> float:
     return float(np.mean([s.measured_ms for s in what_if(api.load(path)).replay.steps]))
+
+
+def _ranks(path: Path) -> list[int]:
+    return sorted(int(f.name[4:].split(".")[0]) for f in path.glob("rank*.pt.trace.json.gz"))
+
+
+def _matmul_ms(path: Path, rank: int) -> float:
+    """The rank's aten::mm / aten::addmm time over its ProfilerSteps, read from its trace file (not the store)."""
+    (f,) = path.glob(f"rank{rank}.*.pt.trace.json.gz")
+    ev = [e for e in json.loads(gzip.decompress(f.read_bytes()))["traceEvents"] if e.get("ph") == "X"]
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in ev if e["name"].startswith("ProfilerStep#")]
+    return sum(e["dur"] for e in ev if e["name"] in ("aten::mm", "aten::addmm")
+               and any(a <= e["ts"] < b for a, b in steps)) / 1000
 
 
 ASCEND_MULTI = {"pt-text-l1": ("ascend", "msinsight-pt-text-l1"), "pt-db-l1": ("ascend", "msinsight-pt-db-l1"),
@@ -89,10 +103,16 @@ def test_slow_rank_names_the_planted_rank_and_its_cause_and_the_clean_twin_nobod
     assert f.subject == subject and f.evidence["before"]["cause"] == part
     assert f.severity == "high" and f.evidence["dimension"] == "replay"
     assert "impact_method" in f.evidence and f.evidence["impact_method"].startswith("replay")
-    assert api.issues(_prof(good), checks=["slow-rank"]).findings == []
     verdict = what_if(_prof(bad)).verdict
     assert verdict.startswith(f"one slow worker: rank {rank}:"), verdict
-    assert what_if(_prof(good)).verdict.startswith("everyone: no rank stands out")
+    # The clean twin: on this 2-core VM one rank of a clean job is sometimes slower through a whole recording
+    # (in dp2_clean's own, rank 0's same matmuls take 20 ms a step against rank 1's 15); a rank may be named
+    # there only where it really was slower, by far less than the plant.
+    for p in _recordings(good):
+        for g in api.issues(api.load(p), checks=["slow-rank"]).findings:
+            assert g.impact_ms < 0.3 * f.impact_ms, (p, g.title)
+            (slow,) = g.ranks
+            assert _matmul_ms(p, slow) > max(_matmul_ms(p, r) for r in _ranks(p) if r != slow), (p, g.title)
 
 
 def test_gloo2_straggler_replay_names_the_sleeping_rank_in_its_tail():

@@ -46,7 +46,9 @@ temporal breakdown, see metrics/breakdown.py):
     `Operator` in PyTorch 1.8; regex `ProfilerStep\s*#\s*(\d+)`) on the thread that has most of them,
     the first event per step number (a step written twice counts once); GPU copies (`gpu_user_annotation`, AMD) are not steps. Host window =
     the annotation. With >= 2 steps the last one gets `kept=False` (HTA drops it: the profiler usually
-    cuts it short). A trace without any ProfilerStep gets one step 0 from the end of its initialisation to its last event
+    cuts it short, its kernels still running), except on a host-only rank (CPU training) whose last step ends
+    in the same op as the step before it: all of its work is in the annotation (`columns.last_step_whole`);
+    a damaged file's last step is never kept. A trace without any ProfilerStep gets one step 0 from the end of its initialisation to its last event
     (`steps._stepless_window` says how the start is chosen; the warning repeats it).
   * HTA keeps (with >= 2 step names) only the device ops whose correlated CPU event starts before the
     cutoff = the latest start of any `ProfilerStep#` event (CPU or gpu_user_annotation), plus ops

@@ -127,6 +127,30 @@ def profiler_steps(tr: Trace) -> Steps:
     return Steps(all_idx, h_stepname[idx], start, start + tr.h_dur[idx])
 
 
+def last_step_whole(tr: Trace, st: Steps) -> bool:
+    """Whether the last ProfilerStep holds a whole step (else, like HTA, it is not kept). With device ops it is
+    never known to be: the profiler stops while the step's kernels may still run, and those are missing. A
+    host-only rank (CPU training) has all of a step's work inside its host annotation, so its last step is whole
+    when it ends in the same op as the step before it: the profiler's schedule closes a step at `prof.step()`,
+    after the step's last op, while a profiler stopped mid-step closes it wherever the loop was."""
+    if tr.nd or st.n < 2:
+        return False
+    tids, counts = np.unique(tr.h_tid[st.all_idx], return_counts=True)
+    on = np.flatnonzero((tr.h_tid == tids[np.argmax(counts)]) & (tr.step_of_name[tr.h_nid] < 0))
+    if not on.size:
+        return False
+    order = on[np.lexsort((tr.h_dur[on], tr.h_start[on]))]
+    starts = tr.h_start[order]
+
+    def final_op(k: int) -> int | None:
+        """Name id of the op that starts last within step k (on the step thread), or None."""
+        i = int(np.searchsorted(starts, st.end[k], side="right")) - 1
+        return int(tr.h_nid[order[i]]) if i >= 0 and starts[i] >= st.start[k] else None
+
+    last = final_op(st.n - 1)
+    return last is not None and last == final_op(st.n - 2)
+
+
 def join_launches(tr: Trace, st: Steps) -> None:
     """Device op -> host launch by correlation id (launch APIs preferred when several share an id); the
     step of each host row and device op (a device op takes its launch's step, else the step around it)."""

@@ -17,6 +17,7 @@ from .columns import (
     add_ranks_row,
     device_windows,
     join_launches,
+    last_step_whole,
     profiler_steps,
     trace_columns,
 )
@@ -97,7 +98,7 @@ def _add_steps(t: RankTables, tr: Trace, st: Steps, win: Windows, info: RankInfo
     device ops before it get no step). Returns the note saying how that window was chosen ('' with steps)."""
     if st.n:
         kept_flags = [True] * st.n
-        if st.n >= 2:
+        if st.n >= 2 and (damaged or not last_step_whole(tr, st)):
             kept_flags[-1] = False
         t.extend("steps", {
             "step": st.num.tolist(), "start_ns": st.start.tolist(), "end_ns": st.end.tolist(),
