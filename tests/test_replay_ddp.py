@@ -72,3 +72,17 @@ def test_the_slow_loader_rank_at_the_median_predicts_the_clean_ddp_job():
     pred = what_if(_prof("ddp2_slowloader"), ranks_at_median=[1]).scenarios[0].predicted_step_ms
     clean = _clean_ms()
     assert abs(pred - np.mean(clean)) / np.mean(clean) <= 0.10, (pred, clean)
+
+
+def test_the_io_bound_loader_rank_at_the_median_lands_within_the_clean_jobs_noise():
+    """ddp2_ioloader: in the profiled steps the 14 ms sleep does not show above this VM's profiler noise (its
+    steps average 62.4 ms against the clean twin's 63.6 ms, 15% between the twin's recordings: PROVENANCE.md),
+    so only the issue's bound is asserted here: within 10% of the clean job, or twice its run-to-run noise.
+    The diagnosis (rank 1, its loader) is asserted above."""
+    preds = [what_if(_prof("ddp2_ioloader", r), ranks_at_median=[1]).scenarios[0].predicted_step_ms
+             for r in _repeats("ddp2_ioloader")]
+    clean = [float(np.mean([s.measured for s in prepare(_prof("ddp2_ioclean", r))[0]]))
+             for r in _repeats("ddp2_ioclean")]
+    noise = float(np.std(clean, ddof=1) / np.mean(clean))
+    assert len(preds) == 2 and len(clean) == 4
+    assert abs(np.mean(preds) - np.mean(clean)) / np.mean(clean) <= max(0.10, 2 * noise), (preds, clean)
