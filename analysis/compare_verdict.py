@@ -20,6 +20,8 @@ from . import compare as core
 from .checks.base import registry
 from .metrics.names import short_name
 from .models import SEVERITY_ORDER, Finding
+from .replay.own import OwnWork
+from .text import PART_TEXT, ms_text
 from .thresholds import T
 
 
@@ -174,8 +176,15 @@ def late_rank(b: core.Side, t: core.Side) -> LateRank | None:
 
 
 def rank_verdict(dims: dict[str, float], changes: pd.DataFrame, a: int, b: int, new: list[Finding],
-                  noise: float) -> str:
-    """Rank B against rank A of one job: where B spends more time, then where A does."""
+                  noise: float, own: dict[int, OwnWork] | None = None, step_ms: float | None = None) -> str:
+    """Rank B against rank A of one job. Where the replay holds (`own`), the ranks of one job end their steps
+    together, so their step-level dimensions barely differ: the verdict leads with which of the two does more
+    of its own work (and in which part) and how long the other waits for it. Otherwise: where B spends more
+    time, then where A does."""
+    lead = _own_text(own, a, b, step_ms)
+    if lead:
+        related = _related(new, "free") + _related(new, "compute")
+        return lead + (f"; finding: {related[0].title}" if related else "")
     if not dims:
         return f"rank {b} vs rank {a}: no device data to compare"
     worse = max(dims, key=lambda k: dims[k])
@@ -189,6 +198,29 @@ def rank_verdict(dims: dict[str, float], changes: pd.DataFrame, a: int, b: int, 
     if related:
         text += f"; finding: {related[0].title}"
     return text
+
+
+def _own_text(own: dict[int, OwnWork] | None, a: int, b: int, step_ms: float | None) -> str:
+    """"rank 1 vs rank 0: rank 1 does 53.3 ms more of its own work per step, most of it nothing traced (...):
+    +47.2 ms; rank 0 waits 53.3 ms more per step in collectives for it (replay of 3 steps)", or "" where the two
+    differ by
+    less than a rank must to be named (T.slow_rank_min_excess_pct of the step, at least
+    T.straggler_min_wait_ms)."""
+    if not own or a not in own or b not in own:
+        return ""
+    d = own[b].own_ms - own[a].own_ms
+    floor = max(T.straggler_min_wait_ms.value, T.slow_rank_min_excess_pct.value / 100 * (step_ms or 0.0))
+    if abs(d) < floor:
+        return ""
+    slow, fast = (b, a) if d > 0 else (a, b)
+    parts = {k: own[slow].parts_ms[k] - own[fast].parts_ms[k] for k in own[slow].parts_ms}
+    part = max(parts, key=lambda k: parts[k])
+    waits = own[fast].wait_ms - own[slow].wait_ms
+    text = (f"rank {b} vs rank {a}: rank {slow} does {ms_text(abs(d))} more of its own work per step, most of "
+            f"it {PART_TEXT[part]}: {parts[part]:+.1f} ms")
+    if waits > 0:
+        text += f"; rank {fast} waits {ms_text(waits)} more per step in collectives for it"
+    return text + f" (replay of {own[slow].steps} steps)"
 
 
 def _finding_text(f: Finding, changes: pd.DataFrame) -> str:

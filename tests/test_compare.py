@@ -90,3 +90,24 @@ def test_comm_changes_carry_bandwidth(tmp_path):
     assert comm[0].bandwidth_base_gbps == pytest.approx(ref["base"], rel=1e-3)
     assert comm[0].bandwidth_target_gbps == pytest.approx(ref["target"], rel=1e-3)
     assert comm[0].bandwidth_target_gbps < 0.8 * comm[0].bandwidth_base_gbps
+
+
+@pytest.mark.parametrize(("run", "a", "b", "slow", "part", "lo", "hi"), [
+    ("gloo2", 0, 1, 1, "nothing traced", 44.0, 56.0),     # rank 1 sleeps 50 ms after its optimizer
+    ("dp2_late", 1, 0, 0, "nothing traced", 20.0, 30.0),  # rank 0 sleeps 25 ms before its forward
+    ("dp4_slowrank", 0, 2, 2, "host work", 35.0, 60.0),   # rank 2 runs ~40 ms of extra matmuls
+])
+def test_rank_vs_rank_leads_with_who_does_more_of_its_own_work(run, a, b, slow, part, lo, hi):
+    """The ranks of one job end their steps together, so their breakdowns barely differ; where the replay
+    holds, rank-vs says which rank does more of its own work, in which part, and that the other waits for it."""
+    from pathlib import Path
+
+    path = (SHARED / "real" / "gpu-h100" / "gloo2_straggler" / "traces" if run == "gloo2"
+            else Path(__file__).parent / "data" / "real_cpu" / run / "traces")
+    c = compare_ranks(need(path), a, b)
+    head = f"rank {b} vs rank {a}: rank {slow} does "
+    assert c.verdict.startswith(head), c.verdict
+    more = float(c.verdict[len(head):].split(" ms")[0])
+    assert lo <= more <= hi, c.verdict
+    assert f"most of it {part}" in c.verdict and f"rank {a if slow == b else b} waits" in c.verdict
+    assert "AddmmBackward0" not in c.verdict

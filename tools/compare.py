@@ -23,6 +23,7 @@ from ..analysis.compare_verdict import (
 )
 from ..analysis.errors import UsageError
 from ..analysis.models import Finding
+from ..analysis.replay.own import OwnWork, own_work
 from . import api
 from .models import BreakdownDelta, Change, Comparison, EnvChange, RankDelta, RunSide
 
@@ -112,7 +113,7 @@ def _to_change(r, bw: tuple[dict[str, float], dict[str, float]] | None = None) -
 
 def _build(b: core.Side, t: core.Side, *, top: int, notes: list[str], new: list[Finding], gone: list[Finding],
            env: list[EnvChange], cfg: list[EnvChange], cross: bool, warnings: list[str],
-           rank_pair: tuple[int, int] | None = None) -> Comparison:
+           rank_pair: tuple[int, int] | None = None, own: dict[int, OwnWork] | None = None) -> Comparison:
     noise = noise_ms(b)
     changes = _changes(b, t, cross, noise)
     delta = diff_ms(b.step_ms, t.step_ms)
@@ -128,7 +129,7 @@ def _build(b: core.Side, t: core.Side, *, top: int, notes: list[str], new: list[
                    base_compute_ms=b.compute_ms, base_step_ms=b.step_ms, fits=lambda fx: core.fix_fits(fx, vendor, cc, env_t))
     if rank_pair is not None:
         fix = verdict_sentence(delta, pct, dims, changes, env, new, cfg, noise=noise, ctx=ctx)[1]
-        verdict = rank_verdict(dims, changes, rank_pair[0], rank_pair[1], new, noise)
+        verdict = rank_verdict(dims, changes, rank_pair[0], rank_pair[1], new, noise, own, b.step_ms)
     else:
         late = late_rank(b, t)
         late_changes = (_changes(core.rank_side(b, late.base_rank), core.rank_side(t, late.target_rank), cross,
@@ -188,4 +189,5 @@ def compare_ranks(ref: api.ProfileRef, rank_a: int, rank_b: int, *, top: int = 1
     env = [EnvChange(name=k, base=x, target=y)
            for k, x, y in core.dict_changes(core.env_of(prof, [rank_a]), core.env_of(prof, [rank_b]))]
     return _build(a, b, top=top, notes=[f"rank {rank_b} against rank {rank_a} of the same profile"], new=new,
-                  gone=gone, env=env, cfg=[], cross=False, warnings=list(prof.warnings), rank_pair=(rank_a, rank_b))
+                  gone=gone, env=env, cfg=[], cross=False, warnings=list(prof.warnings), rank_pair=(rank_a, rank_b),
+                  own=own_work(prof, [rank_a, rank_b]))

@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 from ..metrics import collectives
+from ..text import PART_TEXT, ms_text
 
 # Below this, an excess before a late arrival (ms) or a host op's time is not worth a number in a sentence:
 # "0.0 ms more" or "aten::embedding 0.0 ms" reads as a cause and is none.
 MIN_SHOWN_MS = 0.05
-
-_BEFORE_TEXT = {"compute_kernels": "compute kernels", "data_loading": "data loading",
-                "host_ops": "host work", "untraced": "nothing traced (sleep, GC, I/O or an untraced thread)"}
-
-
-def ms_text(x: float) -> str:
-    """A duration for a sentence: two decimals under 10 ms (0.25 ms, not 0.2), one above."""
-    return f"{x:.2f} ms" if abs(x) < 10 else f"{x:.1f} ms"
 
 
 def host_ops_text(ops: list[dict]) -> str:
@@ -34,7 +27,7 @@ def arrival_text(ra: collectives.RankArrival) -> str:
         return ("the traced work before its late arrivals matches the other ranks' (no part differs by "
                 f"{ms_text(MIN_SHOWN_MS)} or more), so the delay is not in this profile's steps")
     text = (f"before each late arrival it spends {ms_text(excess)} more than the other ranks on "
-            f"{_BEFORE_TEXT[c]} ({ms_text(b['rank_ms'][c])} against a median of {ms_text(b['peer_median_ms'][c])})")
+            f"{PART_TEXT[c]} ({ms_text(b['rank_ms'][c])} against a median of {ms_text(b['peer_median_ms'][c])})")
     if ra.steps and ra.last > len(ra.steps):
         # several late arrivals per step: the per-step sum is what compares with the step time
         text += (f", {ms_text(excess * ra.last / len(ra.steps))} per step over its {ra.last} late arrivals in "

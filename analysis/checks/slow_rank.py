@@ -42,12 +42,12 @@ from ..metrics.names import short_name
 from ..metrics.stages import stage_of_ranks
 from ..models import Finding
 from ..replay.noise import noise_known
+from ..text import ms_text
 from ..thresholds import T
 from ._replay_ranks import ReplayRanks, replay_ranks
 from ._slow_rank_text import (
     arrival_text,
     host_ops_text,
-    ms_text,
     per_step_text,
     replay_cause_text,
     slow_steps_text,

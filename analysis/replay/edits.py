@@ -25,7 +25,7 @@ from .whatif import Step
 _OVERLAP = "greatest(0, least(o.start_ns + o.dur_ns, w.w1) - greatest(o.start_ns, w.w0))"
 
 
-def _all_windows(steps: list[Step], ranks: list[int] | None) -> pd.DataFrame:
+def all_windows(steps: list[Step], ranks: list[int] | None) -> pd.DataFrame:
     """Every step's windows (of `ranks`, or all) with a unique id per window (`wid`) and its row index."""
     out = []
     for n, s in enumerate(steps):
@@ -59,7 +59,7 @@ def _cut(steps: list[Step], w: pd.DataFrame, cut_ns: np.ndarray):
 
 def no_stalls(cursor, steps: list[Step], ranks: list[int]):
     """Params with the ranks' data loading and untraced time gone from every compute window."""
-    w = _all_windows(steps, ranks)
+    w = all_windows(steps, ranks)
     parts = window_parts(cursor, w.assign(inst=w["wid"]))
     cursor.execute("DROP TABLE IF EXISTS win; DROP TABLE IF EXISTS base")
     stall = parts.set_index("inst").reindex(w["wid"])[["data_loading", "untraced"]].fillna(0).sum(axis=1)
@@ -69,7 +69,7 @@ def no_stalls(cursor, steps: list[Step], ranks: list[int]):
 def op_scaled(cursor, steps: list[Step], name: str, factor: float):
     """Params with the ops named `name` taking `factor` times their measured time in every window. Returns
     (params, ms of such ops per step on average)."""
-    w = _all_windows(steps, None)
+    w = all_windows(steps, None)
     cursor.register("ow", w[["rank", "wid", "w0", "w1"]])
     try:
         got = cursor.execute(f"""
