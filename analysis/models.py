@@ -21,13 +21,16 @@ class ProfileInfo(BaseModel):
     format: str = Field(description="kineto | ascend_pt_text | ascend_pt_db | ascend_ms_text | ascend_ms_db | "
                                     "mindspore_legacy, or several joined by '+'")
     ranks: list[int]
-    steps: list[int] = Field(description="step numbers analysed (ProfilerStep#N); Kineto drops the last step "
-                                         "like HTA does, see dropped_steps")
+    steps: list[int] = Field(description="step numbers analysed (ProfilerStep#N); Kineto drops a last step "
+                                         "that may be partial like HTA does, see dropped_steps")
     world_size: int | None = None
+    world_size_source: str | None = Field(None, description="where world_size comes from: 'metadata' (the "
+                                          "ranks' own record of it) or 'communication groups' (no rank records "
+                                          "it: the largest group its collectives ran in, a lower bound)")
     vendor: str | None = None
     framework: str | None = None
     dropped_steps: list[int] = Field(default_factory=list,
-                                     description="steps present but left out (Kineto: the last, partial one)")
+                                     description="steps present but left out (Kineto: the last one, where it may be partial)")
     missing_ranks: list[int] = Field(default_factory=list,
                                      description="ranks below world_size with no profile here (the cross-rank "
                                                  "answers cover the ranks present only)")

@@ -125,11 +125,21 @@ def profile_info(con: duckdb.DuckDBPyConnection, path: Path) -> ProfileInfo:
         "SELECT DISTINCT step FROM steps WHERE NOT kept AND step NOT IN (SELECT step FROM steps WHERE kept) "
         "ORDER BY step").fetchall()]
     ws = con.execute("SELECT max(world_size) FROM ranks").fetchone()[0]
+    ws_source = "metadata" if ws is not None else None
+    if ws is None:
+        # no rank records its world size (torch_npu text exports often do not): a collective group's members,
+        # named in the communication matrix ("0-1" .. "0-7"), are ranks of the job whatever their numbering, so
+        # the largest group is a lower bound of the world
+        ws = con.execute("SELECT max(n) FROM (SELECT count(DISTINCT m) AS n FROM (SELECT rank, op_name, src_rank AS m "
+                         "FROM links UNION ALL SELECT rank, op_name, dst_rank FROM links) GROUP BY rank, op_name)"
+                         ).fetchone()[0]
+        ws = ws if ws is not None and ws > len(ranks) else None
+        ws_source = "communication groups" if ws is not None else None
     vendors = sorted({r[0] for r in con.execute("SELECT DISTINCT vendor FROM ranks").fetchall()})
     fws = sorted({r[0] for r in con.execute("SELECT DISTINCT framework FROM ranks WHERE framework IS NOT NULL")
                   .fetchall()})
     return ProfileInfo(path=str(path), format="+".join(fmts), ranks=ranks, steps=steps,
-                       world_size=int(ws) if ws is not None else None,
+                       world_size=int(ws) if ws is not None else None, world_size_source=ws_source,
                        vendor="+".join(vendors) or None, framework="+".join(fws) or None,
                        dropped_steps=dropped, missing_ranks=missing_ranks(ranks, ws))
 
@@ -332,7 +342,9 @@ def open_profile(path: str | Path, *, cache_dir: Path | None = None, workers: in
         if info.missing_ranks:
             miss = info.missing_ranks
             listed = ", ".join(map(str, miss[:16])) + (f" and {len(miss) - 16} more" if len(miss) > 16 else "")
-            warnings.append(f"{len(miss)} of the job's {info.world_size} ranks have no profile here (ranks {listed}): "
+            of = (f"the job's {info.world_size} ranks" if info.world_size_source != "communication groups" else
+                  f"the {info.world_size} ranks its collective groups name")
+            warnings.append(f"{len(miss)} of {of} have no profile here (ranks {listed}): "
                             "slow-rank, stage-imbalance and the what-if cover the ranks present only")
         if cache_note:
             warnings.append(cache_note)
