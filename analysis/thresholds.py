@@ -146,6 +146,11 @@ class _Table:
     exposed_tail_pct: Threshold = Threshold(
         3.0, "% of step", "stepdoctor; MindSpore perf guide case 3 (tail 6.15 ms of AllReduce)",
         "non-overlapped comm after the last compute, share of step")
+    collective_stall_share: Threshold = Threshold(
+        0.5, "share of the op's time", "stepdoctor; msprof-analyze's communication.json splits each op into "
+        "transit, wait and idle time (its wait ratio rule flags waiting ops)",
+        "how much of a collective's time after its last profiled member arrived must move no data for it to "
+        "count as stalled")
     # host / GPU conjectured GC
     conjectured_gc_gpu_silence_ms: Threshold = Threshold(
         10.0, "ms", "stepdoctor; a gen-2 CPython collection of a training heap takes tens of ms while a training "
