@@ -36,6 +36,31 @@ class ProfileInfo(BaseModel):
                                                  "answers cover the ranks present only)")
 
 
+class BreakdownRow(BaseModel):
+    """One (rank, step); all times in ms, None where the data cannot tell."""
+
+    rank: int
+    step: int | None = Field(description="step number; None in per-rank totals")
+    step_ms: float | None
+    device_ms: float | None = Field(default=None, description="length of the device window of the step")
+    compute_ms: float | None
+    communication_ms: float | None
+    comm_not_overlapped_ms: float | None
+    overlapped_ms: float | None
+    free_ms: float | None
+    bubble_ms: float | None = None
+    preparing_ms: float | None = None
+    stage_ms: float | None = Field(default=None, description="device window minus bubble (Ascend Stage)")
+    idle_ms: float | None = Field(default=None, description="host step time the device spends neither computing "
+                                  "nor communicating (free + lead-in + tail); Kineto: free")
+    non_compute_ms: float | None = Field(default=None, description="busy but not computing (HTA non-compute)")
+    steps: int | None = Field(default=None, description="number of steps summed (totals only)")
+    host_step_ms: float | None = Field(default=None, description="host ProfilerStep duration (None: no trace)")
+    step_source: str | None = Field(default=None, description="where step_ms comes from: 'step_table' (the "
+                                    "profiler's Stage + Bubble, step_trace_time.csv / StepTraceTime) or 'host' "
+                                    "(the host ProfilerStep span)")
+
+
 class Finding(BaseModel):
     """One problem found by one check (docs/contract.md `Finding`)."""
 

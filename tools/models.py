@@ -6,8 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from ..analysis.metrics.breakdown import BreakdownRow
-from ..analysis.models import Finding, ProfileInfo
+from ..analysis.models import BreakdownRow, Finding, ProfileInfo
 
 
 class _WithProfile(BaseModel):

@@ -39,9 +39,9 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-from pydantic import BaseModel, Field
 
 from ..ingest.kineto import HTA_KEPT_DEVICE_OPS_SQL
+from ..models import BreakdownRow
 from ..store import Profile
 from ..store.summaries import STEP_TABLE, is_ascend, step_breakdown_ns
 from ..units import NS_PER_MS
@@ -51,31 +51,6 @@ from ..units import NS_PER_MS
 # small ranks, and one query for all ranks would hold every event of a large cluster. The batch bounds what
 # the driver holds of the events; smaller batches cost more queries (figures in evals/bench/).
 BATCH_OPS = 250_000
-
-
-class BreakdownRow(BaseModel):
-    """One (rank, step); all times in ms, None where the data cannot tell."""
-
-    rank: int
-    step: int | None = Field(description="step number; None in per-rank totals")
-    step_ms: float | None
-    device_ms: float | None = Field(default=None, description="length of the device window of the step")
-    compute_ms: float | None
-    communication_ms: float | None
-    comm_not_overlapped_ms: float | None
-    overlapped_ms: float | None
-    free_ms: float | None
-    bubble_ms: float | None = None
-    preparing_ms: float | None = None
-    stage_ms: float | None = Field(default=None, description="device window minus bubble (Ascend Stage)")
-    idle_ms: float | None = Field(default=None, description="host step time the device spends neither computing "
-                                  "nor communicating (free + lead-in + tail); Kineto: free")
-    non_compute_ms: float | None = Field(default=None, description="busy but not computing (HTA non-compute)")
-    steps: int | None = Field(default=None, description="number of steps summed (totals only)")
-    host_step_ms: float | None = Field(default=None, description="host ProfilerStep duration (None: no trace)")
-    step_source: str | None = Field(default=None, description="where step_ms comes from: 'step_table' (the "
-                                    "profiler's Stage + Bubble, step_trace_time.csv / StepTraceTime) or 'host' "
-                                    "(the host ProfilerStep span)")
 
 
 _FIELDS = ("step_ms", "host_step_ms", "device_ms", "compute_ms", "communication_ms", "comm_not_overlapped_ms", "overlapped_ms",

@@ -14,8 +14,8 @@ from pydantic import BaseModel, Field
 
 from ..metrics.collectives import PARTS, window_parts
 from ..store import Profile
-from . import prepare
 from .edits import all_windows
+from .job import prepare
 
 
 class OwnWork(BaseModel):
