@@ -12,20 +12,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..analysis.errors import ProfileError, UsageError
 from ..analysis.replay.models import CriticalPath, WhatIf
-from ..analysis.store import Profile
-from . import api
 from . import models as m
+
+if TYPE_CHECKING:   # the catalog is read before any profile is opened (a kept answer needs no more)
+    from ..analysis.store import Profile
 
 Severity = Literal["high", "medium", "low"]
 VendorArg = Literal["ascend", "cuda", "rocm", "any"]
 # Turns a profile reference (a path, or over MCP a profile_id) into an opened profile.
-Resolve = Callable[[str], Profile]
+Resolve = Callable[[str], "Profile"]
 
 
 # Bounds on what one call may ask for (a request is read whole before it is validated; these keep what it
@@ -136,30 +137,39 @@ class Tool:
     profile: ProfileUse         # does the tool read a profile (path / profile_id over MCP, PATH on the CLI)
     answer: Callable[..., BaseModel]   # (profile or None, args, resolve) -> the catalog's pydantic model
     paths: tuple[str, ...] = ()        # arguments naming files the MCP server must find under its roots
+    keep: bool = False                 # the answer depends on the profile's files and the arguments only: the
+    #                                    CLI keeps it beside the store (analysis/store/answers.py)
+
+
+def _api():
+    """tools.api, imported on first use: it loads the analysis (pandas, DuckDB, the checks)."""
+    from . import api
+
+    return api
 
 
 def _issues(prof: Profile, a: IssuesArgs, resolve: Resolve) -> BaseModel:
-    return api.issues(prof, min_severity=a.min_severity, checks=a.checks, ranks=a.ranks)
+    return _api().issues(prof, min_severity=a.min_severity, checks=a.checks, ranks=a.ranks)
 
 
 def _breakdown(prof: Profile, a: BreakdownArgs, resolve: Resolve) -> BaseModel:
-    return api.breakdown(prof, ranks=a.ranks, steps=a.steps)
+    return _api().breakdown(prof, ranks=a.ranks, steps=a.steps)
 
 
 def _slow_ranks(prof: Profile, a: SlowRanksArgs, resolve: Resolve) -> BaseModel:
-    return api.slow_ranks(prof)
+    return _api().slow_ranks(prof)
 
 
 def _slow_links(prof: Profile, a: SlowLinksArgs, resolve: Resolve) -> BaseModel:
-    return api.slow_links(prof, limit=a.limit)
+    return _api().slow_links(prof, limit=a.limit)
 
 
 def _top_kernels(prof: Profile, a: TopKernelsArgs, resolve: Resolve) -> BaseModel:
-    return api.top_kernels(prof, rank=a.rank, step=a.step, top=a.limit, by=a.by)
+    return _api().top_kernels(prof, rank=a.rank, step=a.step, top=a.limit, by=a.by)
 
 
 def _env_audit(prof: Profile, a: EnvAuditArgs, resolve: Resolve) -> BaseModel:
-    return api.env_audit(prof)
+    return _api().env_audit(prof)
 
 
 def _compare(prof: None, a: CompareArgs, resolve: Resolve) -> BaseModel:
@@ -199,12 +209,12 @@ def _suggest_edit(prof: Profile | None, a: SuggestEditArgs, resolve: Resolve, *,
 
 
 def _what_if(prof: Profile, a: WhatIfArgs, resolve: Resolve) -> BaseModel:
-    return api.what_if(prof, ranks_at_median=a.ranks_at_median, stages_at_median=a.stages_at_median,
+    return _api().what_if(prof, ranks_at_median=a.ranks_at_median, stages_at_median=a.stages_at_median,
                        comm_at_median=a.comm_at_median, no_stalls=a.no_stalls, ops=a.ops)
 
 
 def _critical_path(prof: Profile, a: CriticalPathArgs, resolve: Resolve) -> BaseModel:
-    return api.critical_path(prof, step=a.step)
+    return _api().critical_path(prof, step=a.step)
 
 
 TOOLS: tuple[Tool, ...] = (
@@ -212,28 +222,28 @@ TOOLS: tuple[Tool, ...] = (
          "Run every applicable check and return the findings, sorted by severity then time lost per step. "
          "Each finding names the check, ranks, steps, subject, impact_ms (per step), evidence and fix ids. "
          "Next: explain(check id, profile_id, finding=N) for one finding; suggest_edit for a patch.",
-         IssuesArgs, m.IssueReport, "required", _issues),
+         IssuesArgs, m.IssueReport, "required", _issues, keep=True),
     Tool("breakdown", "breakdown", "Step time breakdown",
          "Per rank and step: step, compute, communication (exposed and overlapped) and free time, in ms. "
          "Returns one row per (rank, step) (capped at limit) and per-rank totals over the steps.",
-         BreakdownArgs, m.Breakdown, "required", _breakdown),
+         BreakdownArgs, m.Breakdown, "required", _breakdown, keep=True),
     Tool("slow_ranks", "slow-ranks", "Slow ranks",
          "Ranks slower than their peers in compute, communication or free time, with steps and causes. "
          "Per dimension: the median, the spread across ranks, the slow ranks (excess ms and %), and for "
          "communication the late arrivals (ranks that wait least because the others wait for them).",
-         SlowRanksArgs, m.SlowRanks, "required", _slow_ranks),
+         SlowRanksArgs, m.SlowRanks, "required", _slow_ranks, keep=True),
     Tool("slow_links", "slow-links", "Slow communication links",
          "Communication links (src->dst per transport) with bandwidth against their transport's median. "
          "Slowest first, with size, time and steps; findings for links clearly below their peers.",
-         SlowLinksArgs, m.SlowLinks, "required", _slow_links),
+         SlowLinksArgs, m.SlowLinks, "required", _slow_links, keep=True),
     Tool("top_kernels", "kernels", "Top device kernels",
          "Device ops by total time: count, total / mean / max ms, share of device time and of the step, "
          "input shapes; top `limit`, with total and truncated.",
-         TopKernelsArgs, m.TopKernels, "required", _top_kernels),
+         TopKernelsArgs, m.TopKernels, "required", _top_kernels, keep=True),
     Tool("env_audit", "env", "Environment variable audit",
          "Environment variables recorded with the profile, per rank: ok / bad / unknown, with the "
          "recommended value and the finding for bad ones. Kineto traces record no environment.",
-         EnvAuditArgs, m.EnvAudit, "required", _env_audit),
+         EnvAuditArgs, m.EnvAudit, "required", _env_audit, keep=True),
     Tool("compare_runs", "compare", "Compare two runs",
          "Why step time changed from base to target: delta, attribution to compute / communication / free, "
          "top kernel/op changes, environment and config changes, new findings, and a one-sentence verdict "
@@ -254,20 +264,20 @@ TOOLS: tuple[Tool, ...] = (
     Tool("what_if", "whatif", "What-if replay across ranks",
          "Replay each step across ranks (steps whose null replay is off by >2% are not used); predict step time "
          "with ranks, stages or communication at the median. No changes: the ideal job, slowdown S, a verdict.",
-         WhatIfArgs, WhatIf, "required", _what_if),
+         WhatIfArgs, WhatIf, "required", _what_if, keep=True),
     Tool("critical_path", "critical-path", "Critical path across ranks",
          "The chain of work across ranks that sets a step's end (compute, transfer after the last arrival, "
          "tail, late start), each link with its rank and share of the step.",
-         CriticalPathArgs, CriticalPath, "required", _critical_path),
+         CriticalPathArgs, CriticalPath, "required", _critical_path, keep=True),
 )
 
 BY_NAME: dict[str, Tool] = {t.name: t for t in TOOLS}
 BY_CLI: dict[str, Tool] = {t.cli: t for t in TOOLS if t.cli}
 
 
-def answer(command: str, prof: Profile | None, args: Args, resolve: Resolve = api.load, **opts: Any) -> BaseModel:
+def answer(command: str, prof: Profile | None, args: Args, resolve: Resolve | None = None, **opts: Any) -> BaseModel:
     """Answer one question by its CLI command or MCP tool name (the same entry either way)."""
     tool = BY_CLI.get(command) or BY_NAME[command]
     if not isinstance(args, tool.args):
         raise TypeError(f"{tool.name} takes {tool.args.__name__}, not {type(args).__name__}")
-    return tool.answer(prof, args, resolve, **opts)
+    return tool.answer(prof, args, resolve or _api().load, **opts)

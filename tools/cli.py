@@ -19,7 +19,7 @@ one_blas_thread(os.environ)  # before numpy is imported (next line): see store.o
 
 from ..analysis.errors import ProfileError, StepdoctorError, UsageError, exit_code  # noqa: E402
 from ..analysis.severity import SEVERITY_ORDER  # noqa: E402
-from .commands import FORMATS, PROFILE_HELP, add_ray_flag, ask  # noqa: E402
+from .commands import FORMATS, PROFILE_HELP, add_ray_flag, ask, ask_path  # noqa: E402
 from .commands import emit as _emit  # noqa: E402
 
 
@@ -75,7 +75,7 @@ def _ints(text: str | None) -> list[int] | None:
 
 
 def cmd_issues(a: argparse.Namespace) -> int:
-    rep = ask("issues", _load(a.path), min_severity=a.min_severity, checks=a.check, ranks=_ints(a.rank))
+    rep = ask_path("issues", a.path, _load, min_severity=a.min_severity, checks=a.check, ranks=_ints(a.rank))
     _emit(rep, a.format)
     if a.fail_on and any(SEVERITY_ORDER[f.severity] <= SEVERITY_ORDER[a.fail_on] for f in rep.findings):
         return 1
@@ -83,27 +83,27 @@ def cmd_issues(a: argparse.Namespace) -> int:
 
 
 def cmd_breakdown(a: argparse.Namespace) -> int:
-    _emit(ask("breakdown", _load(a.path), ranks=_ints(a.rank), steps=_ints(a.step)), a.format)
+    _emit(ask_path("breakdown", a.path, _load, ranks=_ints(a.rank), steps=_ints(a.step)), a.format)
     return 0
 
 
 def cmd_slow_ranks(a: argparse.Namespace) -> int:
-    _emit(ask("slow-ranks", _load(a.path)), a.format)
+    _emit(ask_path("slow-ranks", a.path, _load), a.format)
     return 0
 
 
 def cmd_slow_links(a: argparse.Namespace) -> int:
-    _emit(ask("slow-links", _load(a.path), limit=a.top), a.format)
+    _emit(ask_path("slow-links", a.path, _load, limit=a.top), a.format)
     return 0
 
 
 def cmd_kernels(a: argparse.Namespace) -> int:
-    _emit(ask("kernels", _load(a.path), rank=a.rank, step=a.step, limit=a.top, by=a.by), a.format)
+    _emit(ask_path("kernels", a.path, _load, rank=a.rank, step=a.step, limit=a.top, by=a.by), a.format)
     return 0
 
 
 def cmd_env(a: argparse.Namespace) -> int:
-    _emit(ask("env", _load(a.path)), a.format)
+    _emit(ask_path("env", a.path, _load), a.format)
     return 0
 
 

@@ -51,6 +51,34 @@ def ask(command: str, prof, **opts):
     return catalog.answer(command, prof, catalog.BY_CLI[command].args.model_construct(**args), **rest)
 
 
+def ask_path(command: str, path: str, load, **opts):
+    """`ask` about the profile at PATH, opened by `load`. Where the catalog keeps the command's answers, a
+    question asked before on the same files, code and settings is answered from the answer kept beside the
+    store (`analysis/store/answers.py`) without opening the profile, and a new answer is kept."""
+    from . import catalog
+
+    tool = catalog.BY_CLI[command]
+    args = {k: v for k, v in opts.items() if k in tool.args.model_fields}
+    rest = {k: v for k, v in opts.items() if k not in args}
+    a = tool.args.model_construct(**args)
+    if not tool.keep or rest:
+        return catalog.answer(command, load(path), a, **rest)
+    from ..analysis.store import answers, cached_database
+
+    question = {"tool": tool.name, "args": a.model_dump(mode="json")}
+    db = cached_database(path)
+    text = answers.read(db, question) if db is not None else None
+    if text is not None:
+        try:
+            return tool.output.model_validate_json(text)
+        except ValueError:
+            pass   # written by other code than the digest says, or cut short: answered anew below
+    prof = load(path)
+    out = catalog.answer(command, prof, a)
+    answers.keep(prof.db_path, question, out.model_dump_json())
+    return out
+
+
 def cmd_compare(a: argparse.Namespace) -> int:
     if a.rank_vs:
         cmp = ask("compare", None, base=a.base, rank_a=int(a.rank_vs[0]), rank_b=int(a.rank_vs[1]), limit=a.top)
@@ -147,7 +175,7 @@ def cmd_whatif(a: argparse.Namespace) -> int:
 
     if a.comm not in (None, "median"):
         raise UsageError(f"--comm takes 'median', got {a.comm!r}")
-    res = ask("whatif", api.load(a.path), ranks_at_median=_median_of(a.rank, "rank") or None,
+    res = ask_path("whatif", a.path, api.load, ranks_at_median=_median_of(a.rank, "rank") or None,
               stages_at_median=_median_of(a.stage, "stage") or None, comm_at_median=a.comm == "median",
               no_stalls=_ranks(a.no_stalls) or None, ops=_ops(a.op) or None)
     emit(res, a.format)
@@ -157,7 +185,7 @@ def cmd_whatif(a: argparse.Namespace) -> int:
 def cmd_critical_path(a: argparse.Namespace) -> int:
     from . import api
 
-    emit(ask("critical-path", api.load(a.path), step=a.step), a.format)
+    emit(ask_path("critical-path", a.path, api.load, step=a.step), a.format)
     return 0
 
 

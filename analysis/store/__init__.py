@@ -25,6 +25,7 @@ from .parse import READERS, STREAMING, Parts, Sink, parse_rank, read_source, rea
 from .pool import ProgressFn
 from .profile import (
     Profile,
+    cached_database,
     discard,
     discard_opened,
     forget_opened,
@@ -48,6 +49,7 @@ __all__ = [
     "build_database",
     "build_here",
     "cache_root",
+    "cached_database",
     "discard",
     "discard_opened",
     "fingerprint",

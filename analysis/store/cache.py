@@ -176,6 +176,7 @@ def keep_one_per_place(root: Path, current: Path) -> int:
                 with contextlib.suppress(OSError):
                     q.unlink()
                     removed += 1
+                shutil.rmtree(_answers(q), ignore_errors=True)
     return removed
 
 
@@ -209,7 +210,15 @@ def trim(root: Path, keep: Path) -> int:
             q.unlink()
             total -= size
             removed += 1
+        shutil.rmtree(_answers(q), ignore_errors=True)
     return removed
+
+
+def _answers(db: Path) -> Path:
+    """The folder of answers kept beside `db` (`answers.py`)."""
+    from .answers import answers_dir
+
+    return answers_dir(db)
 
 
 def touch(db: Path) -> None:

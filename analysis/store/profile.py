@@ -279,6 +279,27 @@ def forget_opened() -> None:
         _OPEN.clear()
 
 
+def _database_for(path: str | Path, cache_dir: Path | None):
+    """PATH resolved, its discovery and file listing, the cache database it has or will have, and the cache's
+    note for the user."""
+    p = Path(path).expanduser().resolve()
+    disc = discover(p)
+    listing = input_listing(disc)
+    fp = fingerprint(disc, listing)
+    root, cache_note = usable_cache(Path(cache_dir) if cache_dir else None)
+    return p, disc, listing, root / f"{place_key(p)}-{fp}.duckdb", cache_note
+
+
+def cached_database(path: str | Path, cache_dir: Path | None = None) -> Path | None:
+    """The cache database PATH's current files have, without opening it; None where there is none yet (or
+    PATH cannot be read: opening it says why)."""
+    try:
+        db = _database_for(path, cache_dir)[3]
+    except Exception:   # any failure here is reported by the open that follows
+        return None
+    return db if db.is_file() else None
+
+
 def open_profile(path: str | Path, *, cache_dir: Path | None = None, workers: int | None = None,
                  progress: ProgressFn | None = None, refresh: bool = False, fork: bool = False,
                  background: Callable[[], None] | None = None, engine: Engine | None = None,
@@ -298,12 +319,8 @@ def open_profile(path: str | Path, *, cache_dir: Path | None = None, workers: in
     """
     if engine is None and _DEFAULT_ENGINE:
         engine, ray_address = _DEFAULT_ENGINE["engine"], _DEFAULT_ENGINE["ray_address"]
-    p = Path(path).expanduser().resolve()
-    disc = discover(p)
-    listing = input_listing(disc)
-    fp = fingerprint(disc, listing)
-    root, cache_note = usable_cache(Path(cache_dir) if cache_dir else None)
-    db = root / f"{place_key(p)}-{fp}.duckdb"
+    p, disc, listing, db, cache_note = _database_for(path, cache_dir)
+    root = db.parent
     with _OPEN_LOCK:
         if not refresh and db in _OPEN:
             start_background(background)

@@ -1,0 +1,110 @@
+"""Answers kept beside the store (analysis/store/answers.py): the CLI answers a repeated question on unchanged
+files, code and settings from the kept answer without opening the profile, and anew as soon as any of them
+changes. Run through the real CLI in a child process, on a copy of the bundled 4-rank Ascend example."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from stepdoctor.analysis.store import answers, cache
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "cluster4"
+
+
+def _cli(*args: str, cache_dir: Path, **env: str) -> subprocess.CompletedProcess:
+    run_env = {**os.environ, "STEPDOCTOR_CACHE_DIR": str(cache_dir), **env}
+    return subprocess.run([sys.executable, "-m", "stepdoctor.tools.cli", *args], capture_output=True, text=True,
+                          env=run_env, check=True)
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Path:
+    dst = tmp_path / "job"
+    shutil.copytree(EXAMPLE, dst)
+    return dst
+
+
+def _kept(cache_dir: Path) -> list[Path]:
+    return sorted(cache_dir.glob(f"*.duckdb{answers.SUFFIX}/*.json"))
+
+
+def test_a_repeated_question_is_answered_from_the_kept_answer(job, tmp_path):
+    c = tmp_path / "cache"
+    first = _cli("issues", str(job), "--format", "json", cache_dir=c).stdout
+    (kept,) = _kept(c)
+    assert json.loads(kept.read_text()) == json.loads(first)
+    # mark the kept answer: the next run prints the mark, so it read the answer and not the profile
+    marked = json.loads(kept.read_text())
+    marked["findings"][0]["title"] = "KEPT-ANSWER-MARK"
+    kept.write_text(json.dumps(marked))
+    again = json.loads(_cli("issues", str(job), "--format", "json", cache_dir=c).stdout)
+    assert again["findings"][0]["title"] == "KEPT-ANSWER-MARK"
+    # the table is rendered from the same kept answer
+    assert "KEPT-ANSWER-MARK" in _cli("issues", str(job), cache_dir=c, COLUMNS="200").stdout
+    # other arguments are another question
+    other = json.loads(_cli("issues", str(job), "--format", "json", "--min-severity", "high", cache_dir=c).stdout)
+    assert all(f["title"] != "KEPT-ANSWER-MARK" for f in other["findings"]) and len(_kept(c)) == 2
+
+
+def test_changed_files_or_settings_answer_anew(job, tmp_path):
+    c = tmp_path / "cache"
+    _cli("breakdown", str(job), "--format", "json", cache_dir=c)
+    (kept,) = _kept(c)
+    marked = json.loads(kept.read_text())
+    marked["rows"][0]["step_ms"] = -12345.0
+    kept.write_text(json.dumps(marked))
+
+    def first_step_ms(**env: str) -> float:
+        return json.loads(_cli("breakdown", str(job), "--format", "json", cache_dir=c, **env).stdout)["rows"][0]["step_ms"]
+
+    assert first_step_ms() == -12345.0
+    # a setting that can change an answer is part of the question
+    assert first_step_ms(STEPDOCTOR_ANYTHING="1") > 0
+    assert first_step_ms() == -12345.0
+    # a changed input file is another database: the old one goes, and its answers with it
+    f = next(job.rglob("step_trace_time.csv"))
+    os.utime(f, ns=(f.stat().st_atime_ns, f.stat().st_mtime_ns + 10**9))
+    assert first_step_ms() > 0
+    dbs = sorted(c.glob("*.duckdb"))
+    assert len(dbs) == 1 and sorted({p.parent for p in _kept(c)}) == [answers.answers_dir(dbs[0])]
+
+
+def test_a_damaged_kept_answer_is_answered_anew(job, tmp_path):
+    c = tmp_path / "cache"
+    want = json.loads(_cli("slow-ranks", str(job), "--format", "json", cache_dir=c).stdout)
+    (kept,) = _kept(c)
+    kept.write_text(kept.read_text()[: len(kept.read_text()) // 2])
+    assert json.loads(_cli("slow-ranks", str(job), "--format", "json", cache_dir=c).stdout) == want
+    assert json.loads(kept.read_text()) == want   # and kept whole again
+
+
+def test_the_key_holds_the_code_version(tmp_path, monkeypatch):
+    db = tmp_path / "x-0.duckdb"
+    db.write_bytes(b"")
+    q = {"tool": "list_issues", "args": {}}
+    answers.keep(db, q, "{}")
+    assert answers.read(db, q) == "{}"
+    monkeypatch.setattr(answers, "code_version", lambda: "another")
+    assert answers.read(db, q) is None
+    # no database, no answer (a kept answer never outlives the store it was computed from)
+    monkeypatch.undo()
+    db.unlink()
+    assert answers.read(db, q) is None
+
+
+def test_trimming_the_cache_takes_the_answers_with_their_database(tmp_path, monkeypatch):
+    old, new = (tmp_path / f"{c * 12}-{c * 32}.duckdb" for c in "ab")
+    for db in (old, new):
+        db.write_bytes(b"x" * 1000)
+        answers.keep(db, {"q": 1}, "{}")
+    os.utime(old, ns=(1, 1))
+    monkeypatch.setattr(cache, "max_cache_bytes", lambda: 1500)
+    assert cache.trim(tmp_path, new) == 1
+    assert not answers.answers_dir(old).exists() and answers.answers_dir(new).is_dir()
