@@ -113,15 +113,18 @@ def _specificity(fix: Fix, vendor: str | None, framework: str | None) -> int:
 
 
 def fixes_for(
-    check: str, vendor: str | None = None, framework: str | None = None, subject: str | None = None
+    check: str, vendor: str | None = None, framework: str | None = None, subject: str | None = None,
+    evidence: dict | None = None,
 ) -> list[str]:
     """Ids of the fixes that answer `check` on `vendor` / `framework`, most specific first.
 
-    Algorithm: keep fixes whose `checks` contain `check` and whose `applies_to` matches vendor and framework
+    Algorithm: keep fixes whose `checks` contain `check`, whose `when` conditions for it hold on the finding's
+    `evidence` (None: not known, no condition applies) and whose `applies_to` matches vendor and framework
     (None = no filter, `any` in a fix matches everything). For checks whose subject names the remedy exactly
     (`env-var`: the variable; `affinity-api`: the replacement API), a given subject keeps only the fixes that
     name it — a fix for another variable would be a wrong answer — so the result can be empty. Otherwise the
-    order is: subject match first, then first-line remedies (`primary_for` contains the check), then fixes
+    order is: the fixes that lead for this check (`lead_for`: the fix of the cause the evidence names), then
+    subject match, then first-line remedies (`primary_for` contains the check), then fixes
     written for this vendor / framework before generic ones, then fixes that list `check` earlier in their
     `checks`, then id for a stable order.
     """
@@ -129,12 +132,13 @@ def fixes_for(
     if check not in checks:
         raise KeyError(f"unknown check id {check!r}; known: {', '.join(sorted(checks))}")
     candidates = [
-        f for f in _load_cached().values() if check in f.checks and f.applies_to.matches(vendor, framework)
+        f for f in _load_cached().values() if f.answers(check, evidence) and f.applies_to.matches(vendor, framework)
     ]
     if subject and checks[check].subject_keyed:
         candidates = [f for f in candidates if subject_matches(f, subject)]
     candidates.sort(
         key=lambda f: (
+            not (evidence is not None and check in f.lead_for),
             not subject_matches(f, subject),
             check not in f.primary_for,
             -_specificity(f, vendor, framework),

@@ -49,6 +49,7 @@ QUALNAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*$
 _SENTENCE_END_RE = re.compile(r"(?<!\be\.g)(?<!\bi\.e)(?<!\betc)(?<!\bvs)[.!?](?=\s+\S)")
 
 ParamValue = int | float | bool | str | list[Any] | dict[str, Any] | None
+EvidenceValue = bool | int | float | str
 
 
 @functools.cache
@@ -333,6 +334,16 @@ class Fix(_Strict):
         description="Finding.subject values this fix answers most specifically (op types, replacement APIs, "
         "dimensions); env var names in `env` count automatically",
     )
+    when: dict[str, dict[str, EvidenceValue | list[EvidenceValue]]] = Field(
+        default_factory=dict,
+        description="check id -> conditions on its finding's evidence that must all hold for this fix to answer "
+        "the finding: `key: value` (equal) or `key: [values]` (one of them); a check not named here has none",
+    )
+    lead_for: list[str] = Field(
+        default_factory=list,
+        description="checks (each with a `when`) whose finding this fix leads when its conditions hold: the fix "
+        "of the cause the finding names, before the check's general fixes",
+    )
     why: str = Field(description="the mechanism, 2-5 sentences")
     steps: list[str] = Field(min_length=1)
     code_edit: list[CodeEdit] = Field(default_factory=list)
@@ -391,6 +402,11 @@ class Fix(_Strict):
             raise ValueError(
                 f"primary_for must be a subset of checks: {sorted(set(self.primary_for) - set(self.checks))}"
             )
+        if not set(self.when) <= set(self.checks):
+            raise ValueError(f"`when` names checks this fix does not answer: {sorted(set(self.when) - set(self.checks))}")
+        if not set(self.lead_for) <= set(self.when):
+            raise ValueError(f"lead_for needs a `when` for each check (else it is primary_for): "
+                             f"{sorted(set(self.lead_for) - set(self.when))}")
         if "affinity-api" in self.checks and not self.subjects:
             raise ValueError("a fix for affinity-api must list the replacement API names in `subjects`")
         if "env-var" in self.checks and not self.env:
@@ -406,6 +422,20 @@ class Fix(_Strict):
             raise ValueError("duplicate env names")
         return self
 
+    def answers(self, check: str, evidence: dict[str, Any] | None) -> bool:
+        """Whether this fix answers `check`'s finding with `evidence` (`when`; None: not known, every fix of
+        the check answers)."""
+        if check not in self.checks:
+            return False
+        if evidence is None:
+            return True
+        return all(_holds(evidence.get(k), v) for k, v in self.when.get(check, {}).items())
+
     def all_subjects(self) -> list[str]:
         """`subjects` plus the env var names: everything a Finding.subject can match exactly."""
         return [*self.subjects, *(e.name for e in self.env)]
+
+
+def _holds(value: Any, want: Any) -> bool:
+    """A `when` condition: the evidence value equals `want`, or one of the values of a list."""
+    return value in want if isinstance(want, list) else value == want

@@ -173,3 +173,26 @@ def test_product_code_cites_only_docs_in_the_repo():
     assert scanned > 100
     assert not missing, f"product code cites .md files that are not in the repo: {missing}"
     assert not bad_sections, f"citations of sections that docs/formats.md / docs/rules.md do not have: {bad_sections}"
+
+
+def test_fixes_are_chosen_in_the_knowledge_base_only():
+    """A check states facts in its evidence; the fix YAML's `checks` / `when` / `lead_for` choose the fixes
+    (knowledge.loader.fixes_for). No check module sets a finding's fixes, names a fix id, or reaches into
+    another check's private members."""
+    from stepdoctor.knowledge.loader import load_fixes
+
+    ids = set(load_fixes())
+    home = {cls.__name__: sys.modules[cls.__module__].__file__ for cls in registry().values()}
+    for f in sorted((REPO / "analysis" / "checks").glob("*.py")):
+        if f.name == "base.py":
+            continue
+        tree = ast.parse(f.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr == "fixes" and isinstance(node.ctx, ast.Store):
+                raise AssertionError(f"{f.name}:{node.lineno} sets a finding's fixes")
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in ids:
+                raise AssertionError(f"{f.name}:{node.lineno} names the fix {node.value!r}")
+            if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                    and isinstance(node.value, ast.Name) and node.value.id in home
+                    and Path(home[node.value.id]).name != f.name):
+                raise AssertionError(f"{f.name}:{node.lineno} calls {node.value.id}.{node.attr}")

@@ -57,9 +57,10 @@ def _fix_lookup(prof: Profile | None = None):
         return None
     facts: list = []   # the job's facts, read on the first lookup (most contexts never ask for a fix)
 
-    def lookup(check: str, vendor: str | None, framework: str | None, subject: str | None) -> list[str]:
+    def lookup(check: str, vendor: str | None, framework: str | None, subject: str | None,
+               evidence: dict | None = None) -> list[str]:
         try:
-            ids = fixes_for(check, vendor, framework, subject)
+            ids = fixes_for(check, vendor, framework, subject, evidence)
             if prof is None:
                 return ids
             if not facts:

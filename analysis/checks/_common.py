@@ -379,3 +379,18 @@ def in_steps(df: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
 
 def fmt_ms(x: float) -> str:
     return f"{x:.3g}" if abs(x) < 10 else f"{x:.1f}"
+
+
+# the variables that make every launch synchronous (the launch-blocking fixes unset them)
+BLOCKING_ENV = ("ASCEND_LAUNCH_BLOCKING", "CUDA_LAUNCH_BLOCKING", "HIP_LAUNCH_BLOCKING")
+
+
+def blocking_env(ctx: CheckContext, ranks: list[int]) -> dict[int, dict[str, str]]:
+    """rank -> the launch-blocking variables its recorded environment sets to 1 (ranks without: absent)."""
+    marks = placeholders(BLOCKING_ENV)
+    rows = ctx.profile.rows(f"SELECT rank, name, value FROM env_vars WHERE name IN ({marks})", list(BLOCKING_ENV))
+    out: dict[int, dict[str, str]] = {}
+    for rank, name, value in rows:
+        if rank in ranks and value is not None and str(value).strip() == "1":
+            out.setdefault(int(rank), {})[str(name)] = "1"
+    return out

@@ -26,7 +26,8 @@ from ..metrics.breakdown import BreakdownRow, compute_breakdown
 from ..models import Finding, Severity, severity_from_impact, sort_findings
 from ..store import Profile, is_damaged_cache
 
-FixLookup = Callable[[str, str | None, str | None, str | None], list[str]]
+# (check id, vendor, framework, subject, evidence) -> fix ids: the knowledge base chooses (knowledge.loader)
+FixLookup = Callable[[str, str | None, str | None, str | None, dict | None], list[str]]
 
 
 @dataclass
@@ -186,12 +187,19 @@ class Check:
         rk = sorted(set(ranks or []))
         pct, sev = ctx.impact(impact_ms, impact_rank if impact_rank is not None else (rk[0] if len(rk) == 1
                                                                                        else None))
+        f = Finding(check=self.id, severity=severity or sev, title=title, ranks=rk, steps=sorted(set(steps or [])),
+                    subject=subject, impact_ms=None if impact_ms is None else round(impact_ms, 3),
+                    impact_pct=pct, evidence=evidence or {}, fixes=[], message=message)
+        return self.refix(ctx, f, vendor)
+
+    def refix(self, ctx: CheckContext, f: Finding, vendor: str | None = None) -> Finding:
+        """`f.fixes` from the knowledge base, for its subject and its evidence as they are now (a check that adds
+        evidence after `finding` calls it again). The checks never choose fixes themselves."""
+        rk = f.ranks
         v = vendor or ctx.vendor(rk[0] if rk else None)
-        fw = ctx.framework(rk[0] if rk else None)
-        fixes = ctx.fixes_for(self.id, v, fw, subject) if ctx.fixes_for else []
-        return Finding(check=self.id, severity=severity or sev, title=title, ranks=rk, steps=sorted(set(steps or [])),
-                       subject=subject, impact_ms=None if impact_ms is None else round(impact_ms, 3),
-                       impact_pct=pct, evidence=evidence or {}, fixes=fixes, message=message)
+        f.fixes = ctx.fixes_for(self.id, v, ctx.framework(rk[0] if rk else None), f.subject, f.evidence) \
+            if ctx.fixes_for else []
+        return f
 
 
 _REGISTRY: dict[str, type[Check]] = {}

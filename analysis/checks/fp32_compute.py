@@ -193,7 +193,9 @@ class Fp32ComputeCheck(Check):
             ctx, title=f"{e.get('fp32_share_pct', 0):.0f} % of matmul/conv/attention time runs in float32 "
                        f"({subject})", subject=subject, ranks=rk, steps=steps_seen, impact_ms=ms_w,
             impact_rank=rank_w,
+            # TF32 needs compute capability 8.0 (the TF32 fix's `when`)
             evidence={"threshold_share_pct": thr, "assumed_speedup": FP32_SPEEDUP, "speedup_source": SPEEDUP_SOURCE,
+                      "tf32_capable": not pre_ampere,
                       "per_rank": {str(r): v for r, v in per_rank.items()},
                       "impact_method": "fp32 matmul/conv/attention time per step x (1 - 1/assumed_speedup), mean "
                                        "over kept steps, the rank where it is the largest share of the step"},
@@ -201,10 +203,6 @@ class Fp32ComputeCheck(Check):
                      f"matmul/conv/attention time is float32 (>= {thr:g} %): {e.get('fp32_ms_per_step', 0):.3g} ms per "
                      f"step on rank {rank_w}, mostly {subject}{phase}; {fix} would save about {fmt_ms(ms_w or 0)} ms per "
                      f"step at an assumed {FP32_SPEEDUP:g}x speedup."))
-        if pre_ampere:   # TF32 needs compute capability 8.0: that fix would not apply on this GPU
-            f.fixes = [x for x in f.fixes if "tf32" not in x]
-        if not ascend:   # NPU fixes never answer a GPU run
-            f.fixes = [x for x in f.fixes if not x.startswith(("npu-", "ascend-"))]
         return [f]
 
     def _rank_evidence(self, ctx: CheckContext, rank: int, entry: tuple, n: int) -> dict[str, Any]:

@@ -50,6 +50,7 @@ from ..thresholds import T
 from ..units import NS_PER_MS
 from ._common import (
     DeviceTimeline,
+    blocking_env,
     by_rank,
     fmt_ms,
     host_silences,
@@ -65,7 +66,6 @@ from ._common import (
 )
 from ._launches import host_calls, launch_stats, no_calls
 from .base import Check, CheckContext, register
-from .sync_stream import SyncStreamCheck
 
 # A late-launch gap is charged to a stall when stalls cover at least this share of it.
 STALL_SHARE = T.host_bound_stall_share.value
@@ -209,6 +209,9 @@ class HostBoundCheck(Check):
             ctx, title=f"Device waits for host launches ({fmt_ms(ms_w or 0)} ms per step on rank {rank_w})",
             subject="launch", ranks=rk, steps=steps_seen, impact_ms=ms_w, impact_rank=rank_w, severity=sev,
             evidence={"threshold_free_pct": thr_free, "threshold_late_launch_pct": thr_late,
+                      # late launches are not synchronous ones (gaps after a sync are excluded above): launch
+                      # blocking only where the recorded environment sets it (the launch-blocking fixes' `when`)
+                      "launch_blocking": bool(blocking_env(ctx, rk)),
                       "per_rank": {str(r): v for r, v in per_rank.items()}, "severity_rule": why,
                       "impact_method": "late-launch device idle per step (gaps whose next op was launched after "
                                        "the previous op ended; gaps after a synchronize excluded), mean over the "
@@ -219,10 +222,6 @@ class HostBoundCheck(Check):
                      f"of the step on rank {rank_w} and {e.get('late_launch_share_pct', 0):.1f} % of the idle "
                      f"between ops waits for a late host launch ({fmt_ms(ms_w or 0)} ms per step, thresholds "
                      f"{thr_free:g} % / {thr_late:g} %){gap_txt}{tiny}. {why}"))
-        # late launches are not synchronous launches (those gaps follow a sync and are excluded above):
-        # "unset *_LAUNCH_BLOCKING" only where the recorded environment sets it
-        if not SyncStreamCheck._blocking_env(ctx, rk):
-            f.fixes = [x for x in f.fixes if "launch-blocking" not in x]
         return f
 
     @staticmethod

@@ -355,14 +355,13 @@ class SlowRankCheck(Check):
                               "thresholds": {"dim_excess_pct": T.slow_rank_dim_excess_pct.value,
                                              "min_excess_pct_of_step": T.slow_rank_min_excess_pct.value,
                                              "robust_z": T.slow_rank_robust_z.value},
-                              "impact_method": method, **e.evidence},
+                              "impact_method": method, **e.evidence, **_cause(ctx, e.rank, _host_cause(e))},
                     message=f"Rank {e.rank} spends {e.value_ms:.2f} ms in {DIMENSION_WORDS[dim]} in "
                             f"{slow_steps_text(e.steps)} "
                             f"against a median of {e.median_ms:.2f} ms, {e.excess_ms:.2f} ms more"
                             + (f"{per_step_text(e.steps, e.impact_ms, n_steps.get(e.rank, 0))}" if rr is None else
                                f"; replayed at the median it would save the job {impact:.2f} ms per step (its "
                                "peers have slack)") + f": {e.cause}.")
-                f.fixes = _cause_fixes(ctx, e, f.fixes)
                 out.append(f)
         return out
 
@@ -382,12 +381,11 @@ class SlowRankCheck(Check):
                       "thresholds": {"dixon_alpha": T.straggler_dixon_alpha.value, "sigma": T.straggler_sigma.value,
                                      "min_wait_ms": T.straggler_min_wait_ms.value,
                                      "last_share": T.straggler_last_share.value},
-                      "impact_method": "union of the others' waits before its late arrivals / its steps"},
+                      "impact_method": "union of the others' waits before its late arrivals / its steps",
+                      **_cause(ctx, r, ra.before.get("cause") if ra.before else None)},
             message=(f"Rank {r} arrives last, significantly, at {ra.last} of its {ra.matched} matched collectives "
                      f"({100 * ra.share_last:.0f}%); the other ranks wait {ra.caused_per_step_ms:.2f} ms per step "
                      f"for it" + (f": {why}." if why else ".")))
-        if ra.before:
-            f.fixes = _lead_fixes(ctx, r, ra.before["cause"], f.fixes)
         return f
 
     def _replay_findings(self, ctx: CheckContext, rr: ReplayRanks) -> list[Finding]:
@@ -411,12 +409,11 @@ class SlowRankCheck(Check):
                           "thresholds": {"min_recovered_pct_of_step": T.slow_rank_min_excess_pct.value,
                                          "t_alpha": T.replay_t_alpha.value, "robust_z": T.slow_rank_robust_z.value},
                           "impact_method": "replay: measured step - the step replayed with this rank at the median "
-                                           "of its peers, mean over the replayed steps"},
+                                           "of its peers, mean over the replayed steps",
+                          **_cause(ctx, r, b.get("cause") if b else None)},
                 message=(f"Rank {r} holds the job back by {e.recovered_ms:.2f} ms per step: replayed at its "
                          f"peers' median, the step takes {e.predicted_ms:.2f} ms, not {e.measured_ms:.2f} ms"
                          + (f". {why}" if why else "") + "."))
-            if b:
-                f.fixes = _lead_fixes(ctx, r, b["cause"], f.fixes)
             self._add_arrival(ctx, f, r)
             if not noise_known(len(rr.replay.steps), len(rr.replay.ranks)):
                 # one or two steps of a few ranks: one of them is always the slower; noise cannot be told
@@ -453,42 +450,21 @@ def _compact(parts: dict) -> dict:
     return {k: v for k, v in parts.items() if k not in ("rank_ms", "peer_median_ms")}
 
 
-def _lead_fixes(ctx: CheckContext, rank: int, cause: str, fixes: list[str]) -> list[str]:
-    """Lead with the fixes of what the late rank did: untraced time is a stall (a fixed one every step is a
-    timed wait or fixed work, else GC), data loading the loader, host ops the host."""
-    if ctx.fixes_for is None:
-        return fixes
-    lead = {"untraced": "gc-pause", "data_loading": "slow-dataloader", "host_ops": "host-bound"}.get(cause)
-    first: list[str] = []
-    if lead == "gc-pause" and fixed_stall(ctx, rank):
-        first, lead = _fixed_stall_fixes(ctx, rank), None
-    if lead:
-        first = ctx.fixes_for(lead, ctx.vendor(rank), ctx.framework(rank), None)[:2]
-    return list(dict.fromkeys([*first, *fixes]))
+def _cause(ctx: CheckContext, rank: int, cause: str | None) -> dict:
+    """The cause the finding names, as evidence the knowledge base chooses the leading fixes by (the fixes'
+    `when` / `lead_for`): compute_kernels, host_ops, data_loading or untraced; untraced time of the same length
+    every step is a fixed stall (a timed wait, blocking I/O, work only this rank does), else GC-like."""
+    if cause is None:
+        return {}
+    return {"cause": cause, "fixed_stall": cause == "untraced" and fixed_stall(ctx, rank) is not None}
 
 
-def _cause_fixes(ctx: CheckContext, e: SlowEntry, fixes: list[str]) -> list[str]:
-    """Lead with the fixes of the cause found: an idle gap with no host activity looks like a GC pause, one
-    filled by the data loader is a data-loading problem; the generic slow-rank fixes follow."""
-    if ctx.fixes_for is None:
-        return fixes
+def _host_cause(e: SlowEntry) -> str | None:
+    """A dimension finding's cause from what the host did in the slow gap: nothing (untraced) or the loader."""
     host = e.evidence.get("host_activity")
-    lead: list[str] = []
     if host == []:
-        lead = (_fixed_stall_fixes(ctx, e.rank) if fixed_stall(ctx, e.rank)
-                else ctx.fixes_for("gc-pause", ctx.vendor(e.rank), ctx.framework(e.rank), None))
-    elif host and any(h.get("category") == "dataloader" or "dataloader" in str(h.get("name", "")).lower()
-                      for h in host[:1]):
-        lead = ctx.fixes_for("slow-dataloader", ctx.vendor(e.rank), ctx.framework(e.rank), None)
-    return list(dict.fromkeys([*lead[:2], *fixes]))
-
-
-# the fix for a stall of the same length every step on the late rank's host (a timed wait, blocking I/O, rank-only
-# work); it answers slow-rank, so it is listed only if the knowledge base has it for this rank's vendor/framework
-FIXED_STALL_FIX = "straggler-host-stall-locate"
-
-
-def _fixed_stall_fixes(ctx: CheckContext, rank: int) -> list[str]:
-    assert ctx.fixes_for is not None
-    return [f for f in ctx.fixes_for("slow-rank", ctx.vendor(rank), ctx.framework(rank), None)
-            if f == FIXED_STALL_FIX]
+        return "untraced"
+    if host and any(h.get("category") == "dataloader" or "dataloader" in str(h.get("name", "")).lower()
+                    for h in host[:1]):
+        return "data_loading"
+    return None

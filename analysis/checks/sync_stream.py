@@ -42,6 +42,7 @@ from ._common import (
     LAUNCH_RE,
     SYNC_RE,
     DeviceTimeline,
+    blocking_env,
     by_value,
     fmt_ms,
     group_cumsum,
@@ -60,7 +61,6 @@ from .base import Check, CheckContext, register
 
 ASCEND_LAUNCH = "Node@launch"
 ASCEND_SYNC = "AscendCL@aclrtSynchronizeStream"
-BLOCKING_ENV = ("ASCEND_LAUNCH_BLOCKING", "CUDA_LAUNCH_BLOCKING", "HIP_LAUNCH_BLOCKING")
 
 
 @register
@@ -85,7 +85,7 @@ class SyncStreamCheck(Check):
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         windows = step_windows(ctx, ranks)
-        env = self._blocking_env(ctx, ranks)
+        env = blocking_env(ctx, ranks)
         # subject (sync API) -> rank -> stats
         found: dict[str, dict[int, dict[str, Any]]] = {}
         # windows are ordered by rank, step: cut them once instead of a boolean filter per rank
@@ -351,6 +351,9 @@ class SyncStreamCheck(Check):
                 sev = "medium"
             rule = {**rule, "severity_share_pct": pct, "severity_basis": basis,
                     "threshold_syncs_per_step_for_medium": T.sync_idle_count.value}
+        # launch blocking is set where the recorded environment says so, or where (unrecorded, as in Kineto)
+        # nearly every launch is followed by a sync, its signature (the "unset *_LAUNCH_BLOCKING" fixes' `when`)
+        rule["launch_blocking"] = bool(env) or e.get("co_occurrence_ratio", 0.0) > T.sync_co_occurrence.value
         f = self.finding(
             ctx, title=f"Host synchronizes the stream after launches on {ranks_text(rk)}", subject=subject,
             ranks=rk, steps=steps_seen, impact_ms=ms_w, impact_rank=rank_w,
@@ -365,22 +368,7 @@ class SyncStreamCheck(Check):
                      f"kernel and the device idles while the host prepares the next one; up to "
                      f"{fmt_ms(ms_w or 0)} ms per step (host blocked in syncs {e.get('blocked_ms_per_step', 0):.3g} ms per "
                      f"step)."))
-        # "unset *_LAUNCH_BLOCKING" answers only a run where it is set, or where (unrecorded, as in Kineto)
-        # nearly every launch is followed by a sync, its signature; elsewhere it is advice about nothing
-        blocking = bool(env) or e.get("co_occurrence_ratio", 0.0) > T.sync_co_occurrence.value
-        if not blocking:
-            f.fixes = [x for x in f.fixes if "launch-blocking" not in x]
         return f
-
-    @staticmethod
-    def _blocking_env(ctx: CheckContext, ranks: list[int]) -> dict[int, dict[str, str]]:
-        marks = ",".join("?" * len(BLOCKING_ENV))
-        rows = ctx.profile.rows(f"SELECT rank, name, value FROM env_vars WHERE name IN ({marks})", list(BLOCKING_ENV))
-        out: dict[int, dict[str, str]] = {}
-        for rank, name, value in rows:
-            if rank in ranks and value is not None and str(value).strip() == "1":
-                out.setdefault(int(rank), {})[str(name)] = "1"
-        return out
 
 
 def _annotated_steps(ctx: CheckContext, rank: int | None) -> bool:
