@@ -214,7 +214,7 @@ def test_cli_fixes_table_json_and_markdown():
     listed = json.loads(run("--format", "json"))  # the contract's shape: a list of fixes
     assert [f["id"] for f in listed] == ids and {"title", "vendors", "frameworks", "checks"} <= set(listed[0])
     md = run("--check", "gc-pause", "--format", "markdown")
-    assert "| id | vendors | checks | title |" in md and "| gc-freeze-before-training | any | gc-pause |" in md
+    assert "| id | vendors | checks | title |" in md and "| gc-freeze-before-training | any | gc-pause, slow-rank |" in md
 
 
 def test_cells_titles_and_the_profile_line_are_not_read_as_markup(tmp_path):

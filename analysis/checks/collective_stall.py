@@ -72,14 +72,14 @@ class CollectiveStallCheck(Check):
                           "held_ms": round(float(worst["held_ns"]) / NS_PER_MS, 3),
                           "transit_ms": round(float(worst["moved_ns"]) / NS_PER_MS, 3),
                           "members_wait_ms": round(float(worst["wait_ns"]) / NS_PER_MS, 3)},
-                "missing_ranks": missing, "world_size_source": ctx.profile.info.world_size_source,
+                "missing_ranks": missing,   # where the world size comes from: the profile header
                 "impact_method": "Σ per step of (held after the last profiled member arrived - transit) over the "
                                  "stalled instances, mean over the kept steps",
             },
-            message=(f"After the last of {ranks_text(rk)} arrives, each is still held {ms_text(impact)} per step "
-                     f"in collectives that move data for only part of it ({ops_text}; worst: {worst['name']} held "
-                     f"{ms_text(worst['held_ns'] / NS_PER_MS)}, {ms_text(worst['moved_ns'] / NS_PER_MS)} of "
-                     f"transit). {who['message']}"),
+            message=(f"After the last of {ranks_text(rk)} arrives they are held {ms_text(impact)} per step in "
+                     f"collectives that move little data ({ops_text}; {worst['name']}: held "
+                     f"{ms_text(worst['held_ns'] / NS_PER_MS)}, transit {ms_text(worst['moved_ns'] / NS_PER_MS)}). "
+                     f"{who['message']}"),
         )]
 
 
@@ -106,11 +106,9 @@ def _who(ctx: CheckContext, missing: list[int], worst: pd.Series) -> tuple[dict[
         size = (f"its groups have {info.world_size} members" if info.world_size_source == "communication groups"
                 else f"the job has {info.world_size} ranks")
         return ({"title": f"for ranks with no profile here ({ranks_text(missing).removeprefix('ranks ')})",
-                 "message": f"None of the profiled ranks is late for them, but {size} and "
-                            f"{ranks_text(missing)} have no profile here: the group waits for one of those. "
-                            "Profile every member of the group (at least one step, the same steps) to see which "
-                            "is late and why."}, "ranks with no profile")
+                 "message": f"None of them is late, but {size} and {ranks_text(missing)} have no profile here: "
+                            "the group waits for one of those; profile every member to see which."},
+                "ranks with no profile")
     return ({"title": "that none of them is late for",
-             "message": "Every member of the group is profiled and none is late: the collective itself stalls "
-                        "(a slow or congested link, a retransmission, or its stream waiting on another stream's "
-                        "event)."}, "collective")
+             "message": "Every member is profiled and none is late: the collective itself stalls (a slow or "
+                        "congested link, a retransmission, or its stream waiting on another stream)."}, "collective")

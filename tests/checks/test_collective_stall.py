@@ -44,6 +44,7 @@ def _by_hand(root: Path) -> dict[str, float]:
 def _finding(path: Path, tmp_path: Path):
     rep = api.issues(api.load(path, cache_dir=tmp_path / "cache"), checks=["collective-stall"])
     assert len(rep.findings) == 1, [f.title for f in rep.findings]
+    rep.findings[0].evidence["world_size_source"] = rep.profile.world_size_source
     return rep.findings[0]
 
 
