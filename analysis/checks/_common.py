@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from ..metrics.intervals import Coverage
+from ..text import ranks_text, steps_text  # noqa: F401 - the checks take them from here
 from ..thresholds import T
 from ..units import NS_PER_MS
 from ._arrays import (  # noqa: F401  (the checks import these from here)
@@ -130,25 +131,6 @@ def in_kept_steps(df: pd.DataFrame, steps: dict[int, list[int]]) -> pd.DataFrame
 
 def n_steps(steps: dict[int, list[int]], rank: int) -> int:
     return max(len(steps.get(rank, [])), 1)
-
-
-def ranks_text(ranks: list[int] | set[int]) -> str:
-    """'rank 1', 'ranks 0-3', 'ranks 0, 2, 5'."""
-    rs = sorted(set(ranks))
-    if not rs:
-        return "no rank"
-    if len(rs) == 1:
-        return f"rank {rs[0]}"
-    if rs == list(range(rs[0], rs[-1] + 1)) and len(rs) > 2:
-        return f"ranks {rs[0]}-{rs[-1]}"
-    return "ranks " + ", ".join(map(str, rs))
-
-
-def steps_text(steps: list[int] | set[int]) -> str:
-    ss = sorted({int(s) for s in steps})
-    if not ss:
-        return "the profile (no steps recorded)"
-    return ("step " if len(ss) == 1 else "steps ") + ", ".join(map(str, ss))
 
 
 def step_list(values: Any) -> list[int]:

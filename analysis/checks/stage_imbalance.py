@@ -24,6 +24,7 @@ import numpy as np
 from ..metrics.stages import stage_of_ranks
 from ..models import Finding
 from ..replay.noise import significant
+from ..text import span_text
 from ..thresholds import T
 from ._replay_stages import stage_replay
 from .base import Check, CheckContext, register
@@ -132,14 +133,14 @@ class StageImbalanceCheck(Check):
         hv, lv = float(np.median([comp[r] for r in heavy])), float(np.median([comp[r] for r in light]))
         gap = hv - lv
         return [self.finding(
-            ctx, title=(f"ranks {_span(heavy)} compute {hv:.1f} ms per step against {lv:.1f} ms on ranks "
-                        f"{_span(light)} at the same step time"),
+            ctx, title=(f"ranks {span_text(heavy)} compute {hv:.1f} ms per step against {lv:.1f} ms on ranks "
+                        f"{span_text(light)} at the same step time"),
             subject="rank group", ranks=heavy, impact_ms=gap,
             evidence={"heavy_ranks": heavy, "light_ranks": light, "compute_ms": {r: round(v, 3) for r, v in comp.items()},
                       "gap_ms": round(gap, 3), "step_ms": round(step, 3), "stage_source": None,
                       "threshold_pct": T.stage_imbalance_pct.value,
                       "impact_method": "median compute per step of the heavy ranks minus the light ranks'"},
-            message=(f"Ranks {_span(heavy)} compute {hv:.1f} ms per step and ranks {_span(light)} {lv:.1f} ms, yet "
+            message=(f"Ranks {span_text(heavy)} compute {hv:.1f} ms per step and ranks {span_text(light)} {lv:.1f} ms, yet "
                      f"every rank's step takes {step:.1f} ms: the light ranks wait about {gap:.1f} ms per step for "
                      "the heavy ones in communication. The profile names no pipeline stages; if these are stages, "
                      "move layers from the heavy stage to the light one; else give the heavy ranks less work."))]
@@ -177,7 +178,3 @@ def split_by_compute(ctx: CheckContext) -> tuple[list[int], list[int], dict[int,
     if float(vals[cut] - vals[cut - 1]) < max(float(np.ptp(vals[:cut])), float(np.ptp(vals[cut:]))):
         return None
     return heavy, light, med, step
-
-
-def _span(ranks: list[int]) -> str:
-    return ", ".join(map(str, ranks))

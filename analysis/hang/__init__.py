@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import ProfileError
+from ..text import span_text
 from .diagnose import find_divergences
 from .frdump import DumpSet, dump_files, rank_of_file, read_dumps
 from .models import Divergence, HangReport, StackReport
@@ -66,7 +67,7 @@ def _read_all_dumps(folders: list[Path]) -> tuple[DumpSet, list[str]]:
     if empty:
         one = best.dumps[empty[0]].path
         notes.append(f"{one}" + (f" and {len(empty) - 1} more dump(s)" if len(empty) > 1 else "")
-                     + f": no entries (rank(s) {_span(empty)}): their collectives are unknown")
+                     + f": no entries (rank(s) {span_text(empty)}): their collectives are unknown")
     notes += [f"{d.path}: {n}" for d in best.dumps.values() for n in d.notes]
     return best, notes
 
@@ -88,13 +89,6 @@ _TORCH_FILES = ("distributed_c10d.py", "c10d_logger.py", "tensor.py", "_ops.py")
 def _user_frame(frames: list[str]) -> str:
     """The first frame outside torch.distributed's wrappers: the line of the user's code that called it."""
     return next((f for f in frames if not any(t in f for t in _TORCH_FILES)), frames[0] if frames else "?")
-
-
-def _span(ranks: list[int]) -> str:
-    rs = sorted(ranks)
-    if len(rs) > 2 and rs == list(range(rs[0], rs[-1] + 1)):
-        return f"{rs[0]}-{rs[-1]}"
-    return ", ".join(map(str, rs[:16])) + (f" and {len(rs) - 16} more" if len(rs) > 16 else "")
 
 
 def _stack_of(stacks: StackReport | None, ranks: list[int]) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..errors import ProfileError
 from ..metrics.stages import of_profile
 from ..store import Profile
+from ..text import span_text
 from .inputs import step_inputs
 from .models import CriticalPath, Replay, WhatIf
 from .noise import standing_out
@@ -111,18 +112,14 @@ def replay_scope(rep: Replay) -> list[str]:
     """What the replay could not see, in words: ranks without trace events, ranks without any profile."""
     out = []
     if rep.coarse_ranks:
-        out.append(f"ranks {_span(rep.coarse_ranks)} have no trace events: their step windows are inferred from "
+        out.append(f"ranks {span_text(rep.coarse_ranks)} have no trace events: their step windows are inferred from "
                    "their step tables (each step ends at its last collective), so what they did after it is unknown")
     if rep.missing_ranks:
         one = len(rep.missing_ranks) == 1
-        out.append(f"{'rank' if one else 'ranks'} {_span(rep.missing_ranks)} of the job {'has' if one else 'have'} "
+        out.append(f"{'rank' if one else 'ranks'} {span_text(rep.missing_ranks)} of the job {'has' if one else 'have'} "
                    "no profile: collectives are replayed without them (a wait for them reads as transfer time), "
                    f"and {'it' if one else 'none of them'} can be named")
     return out
-
-
-def _span(ranks: list[int]) -> str:
-    return ", ".join(map(str, ranks[:16])) + (f" and {len(ranks) - 16} more" if len(ranks) > 16 else "")
 
 
 def _edits(prof: Profile, steps: list[Step], bad: list[int], ranks: list[int], no_stalls: list[int],

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ProfileError
 from ..ingest.discover import discover
+from ..text import span_text
 from .build import Engine, build_database
 from .cache import (
     cache_root,
@@ -358,7 +359,7 @@ def open_profile(path: str | Path, *, cache_dir: Path | None = None, workers: in
         info = profile_info(con, p)
         if info.missing_ranks:
             miss = info.missing_ranks
-            listed = ", ".join(map(str, miss[:16])) + (f" and {len(miss) - 16} more" if len(miss) > 16 else "")
+            listed = span_text(miss)
             of = (f"the job's {info.world_size} ranks" if info.world_size_source != "communication groups" else
                   f"the {info.world_size} ranks its collective groups name")
             warnings.append(f"{len(miss)} of {of} have no profile here (ranks {listed}): "
