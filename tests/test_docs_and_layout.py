@@ -11,7 +11,7 @@ import pytest
 
 from conftest import REPO
 from stepdoctor.analysis.checks.base import FRAMEWORKS, VENDORS, registry
-from stepdoctor.analysis.thresholds import all_thresholds
+from stepdoctor.analysis.thresholds import T, all_thresholds
 from stepdoctor.tools.gendocs import checks_markdown, contract_with_catalog, readme_with_commands
 
 
@@ -196,3 +196,18 @@ def test_fixes_are_chosen_in_the_knowledge_base_only():
                     and isinstance(node.value, ast.Name) and node.value.id in home
                     and Path(home[node.value.id]).name != f.name):
                 raise AssertionError(f"{f.name}:{node.lineno} calls {node.value.id}.{node.attr}")
+
+
+@pytest.mark.parametrize("cid", sorted(registry()))
+def test_a_description_names_its_thresholds_and_writes_no_value(cid):
+    """A threshold's value lives in analysis/thresholds.py only: a check's description names it as
+    `{threshold}` (filled by Check.describe, which the docs and `explain` print), never as a number."""
+    cls = registry()[cid]
+    text = cls.describe()   # every placeholder is one of the check's thresholds
+    prose = re.sub(r"\{[^}]*\}", "", cls.description)
+    numbers = set(re.findall(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.]\d)", prose))
+    for name in cls.thresholds:
+        v = getattr(T, name).value
+        written = {f"{v:g}", f"{v * 100:g}"} if v < 1 else {f"{v:g}"}
+        assert not numbers & written, f"{cid}: {sorted(numbers & written)} is {name}: write {{{name}}}"
+    assert "{" not in text

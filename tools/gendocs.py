@@ -49,7 +49,7 @@ def checks_markdown() -> str:
                      f"{fixes} |")
     lines += ["", "## How each check decides", ""]
     for cid, cls in reg.items():
-        lines += [f"- `{cid}`: {_cell(cls.description)}"]
+        lines += [f"- `{cid}`: {_cell(cls.describe())}"]
     users: dict[str, list[str]] = {}
     for cid, cls in reg.items():
         for t in cls.thresholds:

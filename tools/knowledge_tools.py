@@ -52,7 +52,7 @@ def _check_explanation(check_id: str, finding: Finding | None = None) -> Explana
     if fixes:
         first = _kb().get_fix(fixes[0])
         steps = list(first.steps)
-    why = cls.description or (cls.__doc__ or "").strip().split("\n\n")[0]
+    why = cls.describe() or (cls.__doc__ or "").strip().split("\n\n")[0]
     return Explanation(id=check_id, kind="check", title=finding.title if finding else cls.title, why=why, steps=steps,
                        code_edit=None, verify=f"stepdoctor issues PROFILE --check {check_id}", references=[],
                        finding=finding, fixes=fixes)

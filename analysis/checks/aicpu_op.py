@@ -73,9 +73,9 @@ class AicpuOpCheck(Check):
     needs = ("kernel_details",)
     vendors = ("ascend",)
     description = (
-        "Op types whose device tasks run on the AI CPU (task type AI_CPU) with a task of at least "
-        "20 µs, on every rank; impact is their AI_CPU time per step. Flags float64 inputs, the usual "
-        "reason an op falls back to the AI CPU."
+        'Op types whose device tasks run on the AI CPU (task type AI_CPU) with a task of at least {aicpu_task_us}'
+        ' µs, on every rank; impact is their AI_CPU time per step. Flags float64 inputs, the usual reason an op '
+        'falls back to the AI CPU.'
     )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:

@@ -79,8 +79,8 @@ class BandwidthContentionCheck(Check):
     needs = ("comm_json", "kernel_details")
     vendors = ("ascend",)
     description = (
-        "SDMA collectives whose bandwidth falls below 14.4 GB/s while they overlap matmul kernels, on "
-        "every rank; impact = transit time beyond what 14.4 GB/s would take."
+        'SDMA collectives whose bandwidth falls below {contention_sdma_gbps} GB/s while they overlap matmul '
+        'kernels, on every rank; impact = transit time beyond what {contention_sdma_gbps} GB/s would take.'
     )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:

@@ -25,6 +25,7 @@ import pandas as pd
 from ..metrics.breakdown import BreakdownRow, compute_breakdown
 from ..models import Finding, Severity, severity_from_impact, sort_findings
 from ..store import Profile, is_damaged_cache
+from ..thresholds import T
 
 # (check id, vendor, framework, subject, evidence) -> fix ids: the knowledge base chooses (knowledge.loader)
 FixLookup = Callable[[str, str | None, str | None, str | None, dict | None], list[str]]
@@ -164,6 +165,12 @@ class Check:
     # (`checks:` in knowledge/fixes/*.yaml), so the link between a check and its fixes has one home.
     subject_keyed: ClassVar[bool] = False
 
+    @classmethod
+    def describe(cls) -> str:
+        """`description` with its `{threshold}` placeholders filled from analysis/thresholds.py (a value is
+        written once, in the table; `{name:.0%}` and other format specs work on it)."""
+        return cls.description.format_map({k: _Value(getattr(T, k).value) for k in cls.thresholds})
+
     def needs_for(self, vendor: str | None) -> tuple[str, ...]:
         return self.needs_by_vendor.get(vendor or "", self.needs)
 
@@ -200,6 +207,13 @@ class Check:
         f.fixes = ctx.fixes_for(self.id, v, ctx.framework(rk[0] if rk else None), f.subject, f.evidence) \
             if ctx.fixes_for else []
         return f
+
+
+class _Value(float):
+    """A threshold's value in a sentence: `{name}` writes it as :g does (3, not 3.0)."""
+
+    def __format__(self, spec: str) -> str:
+        return format(float(self), spec or "g")
 
 
 _REGISTRY: dict[str, type[Check]] = {}

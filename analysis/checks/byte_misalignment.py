@@ -45,8 +45,8 @@ class ByteMisalignmentCheck(Check):
     needs = ("comm_tasks",)
     vendors = ("ascend",)
     description = (
-        "HCCL SDMA tasks (link not ON_CHIP) larger than 512 B whose size is not a multiple of 512 B, per "
-        "rank and step; impact = time of those tasks."
+        'HCCL SDMA tasks (link not ON_CHIP) larger than {byte_align} B whose size is not a multiple of '
+        '{byte_align} B, per rank and step; impact = time of those tasks.'
     )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:

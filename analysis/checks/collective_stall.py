@@ -37,9 +37,9 @@ class CollectiveStallCheck(Check):
     needs = ("comm_json",)
     vendors = ("ascend",)
     description = (
-        "Per collective instance, the profiled members' time inside it after the last of them arrived, less "
-        "its data time (transit): where that is at least collective_stall_share of the op, the group waits for "
-        "a member with no profile here, or the collective itself stalls (link, retransmission, stream wait)."
+        "Per collective instance, the profiled members' time inside it after the last of them arrived, less its "
+        'data time (transit): where that is at least {collective_stall_share:.0%} of the op, the group waits for '
+        'a member with no profile here, or the collective itself stalls (link, retransmission, stream wait).'
     )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:

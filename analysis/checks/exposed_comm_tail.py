@@ -93,9 +93,12 @@ class ExposedCommTailCheck(Check):
     thresholds = ("exposed_tail_pct", "tail_proposed_buckets")
     frameworks = ("pytorch", "mindspore")
     vendors = ("ascend", "cuda", "rocm")
-    description = ("Per rank and step: communication after the last compute op before the step's final block of "
-                   "collectives, not hidden by compute and not followed by device idle, >= 3 % of the step "
-                   "(MindSpore guide case 3). Evidence names the collectives, their sizes and a bucket split.")
+    description = (
+        "Per rank and step: communication after the last compute op before the step's final block of collectives,"
+        ' not hidden by compute and not followed by device idle, >= {exposed_tail_pct} % of the step (the '
+        "MindSpore performance guide's exposed AllReduce tail). Evidence names the collectives, their sizes and a"
+        ' split into {tail_proposed_buckets} buckets.'
+    )
 
     def applicable_ranks(self, ctx: CheckContext) -> list[int]:
         ok = []

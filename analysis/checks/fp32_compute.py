@@ -155,9 +155,11 @@ class Fp32ComputeCheck(Check):
         "cuda": ("kernels",),
         "rocm": ("kernels",),
     }
-    description = ("Share of matmul / conv / attention device time in float32 kernels per rank (Ascend input "
-                   "dtypes; GPU kernel names, else the launching aten op's input types) >= 50 %. Impact: that "
-                   "time x (1 - 1/2), a conservative 2x bf16/fp16 speedup.")
+    description = (
+        'Share of matmul / conv / attention device time in float32 kernels per rank (Ascend input dtypes; GPU '
+        "kernel names, else the launching aten op's input types) >= {fp32_share_pct} %. Impact: that time x (1 - "
+        '1/{fp32_speedup}), a conservative {fp32_speedup}x bf16/fp16 speedup.'
+    )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         windows = step_windows(ctx, ranks)

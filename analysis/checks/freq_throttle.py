@@ -83,8 +83,8 @@ class FreqThrottleCheck(Check):
     needs = ("freq", "rated_freq")
     vendors = ("ascend",)
     description = (
-        "AI Core kernels that ran, on a time-weighted average, at least 5 % below the rated AI Core "
-        "frequency (info.json aic_frequency), on every rank; impact = kernel time × drop."
+        'AI Core kernels that ran, on a time-weighted average, at least {freq_drop:.0%} below the rated AI Core '
+        'frequency (info.json aic_frequency), on every rank; impact = kernel time × drop.'
     )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:

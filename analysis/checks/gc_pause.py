@@ -77,9 +77,12 @@ class GcPauseCheck(Check):
         "cuda": ("steps", "kernels"),
         "rocm": ("steps", "kernels"),
     }
-    description = ("GC events >= 1 ms (msprof-analyze gc_analysis, fixed medium); without GC events, conjectured "
-                   "GC: Ascend device-idle gaps > 200 ms with almost no AscendCL calls, GPU host silences >= 10 ms "
-                   "with the device idle. Impact: device idle during the pauses, per step.")
+    description = (
+        'GC events >= {gc_ms} ms (msprof-analyze gc_analysis, fixed medium); without GC events, conjectured GC: '
+        'Ascend device-idle gaps > {conjectured_gc_free_ms} ms with almost no AscendCL calls, GPU host silences '
+        '>= {conjectured_gc_gpu_silence_ms} ms with the device idle. Impact: device idle during the pauses, per '
+        'step.'
+    )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         windows = _Windows(step_windows(ctx, ranks))

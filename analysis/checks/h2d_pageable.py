@@ -49,9 +49,11 @@ class H2dPageableCheck(Check):
         "rocm": ("memcpy_kind",),
         "ascend": ("memcpy_kind",),
     }
-    description = ("Device time of 'Memcpy HtoD (Pageable -> Device)' copies per step on every rank >= 1 ms "
-                   "(CUDA names the memory kind; ROCm / Ascend need a memcpy_kind capability). Impact: that copy "
-                   "time per step, which pinned memory + non_blocking would overlap with compute.")
+    description = (
+        "Device time of 'Memcpy HtoD (Pageable -> Device)' copies per step on every rank >= {h2d_pageable_ms} ms "
+        '(CUDA names the memory kind; ROCm / Ascend need a memcpy_kind capability). Impact: that copy time per '
+        'step, which pinned memory + non_blocking would overlap with compute.'
+    )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         windows = step_windows(ctx, ranks)

@@ -90,11 +90,13 @@ class HostBoundCheck(Check):
         "cuda": ("steps", "kernels", "correlation"),
         "rocm": ("steps", "kernels", "correlation"),
     }
-    description = ("Per rank and step: device idle >= 10 % of the step, and >= 50 % of the idle between device "
-                   "ops is HTA 'host_wait' (the next op's launch started after the previous op ended). Impact is "
-                   "that late-launch idle per step less the profiler's own host overhead (unprofiled step times); "
-                   "high only when kernels are shorter than a launch call; evidence names the launch gap, kernel "
-                   "sizes and what the host did in all device idle.")
+    description = (
+        'Per rank and step: device idle >= {host_bound_free_pct} % of the step, and >= '
+        "{host_bound_late_launch_pct} % of the idle between device ops is HTA 'host_wait' (the next op's launch "
+        "started after the previous op ended). Impact is that late-launch idle per step less the profiler's own "
+        'host overhead (unprofiled step times); high only when kernels are shorter than a launch call; evidence '
+        'names the launch gap, kernel sizes and what the host did in all device idle.'
+    )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         windows = step_windows(ctx, ranks)

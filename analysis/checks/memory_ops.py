@@ -125,10 +125,12 @@ class MemoryOpsCheck(Check):
         "cuda": ("kernels",),
         "rocm": ("kernels",),
     }
-    description = ("Total time per step of each allocator API (aclMallocMemInner, aclrtFree, aclrtFreePhysical; "
-                   "cudaMalloc / cudaFree) on every rank; >= 10 ms per step is an issue (msprof-analyze memory "
-                   "analyzer), on GPU also >= 3 % of the step (steady-state PyTorch never calls the allocator). "
-                   "Impact: that time per step.")
+    description = (
+        'Total time per step of each allocator API (aclMallocMemInner, aclrtFree, aclrtFreePhysical; cudaMalloc /'
+        ' cudaFree) on every rank; >= {memory_api_total_ms} ms per step is an issue (msprof-analyze memory '
+        'analyzer), on GPU also >= {memory_api_gpu_step_pct} % of the step (steady-state PyTorch never calls the '
+        'allocator). Impact: that time per step.'
+    )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         windows = step_windows(ctx, ranks)

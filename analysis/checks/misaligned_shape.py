@@ -211,8 +211,8 @@ class MisalignedShapeCheck(Check):
     needs = ("kernel_details", "shapes")
     vendors = ("ascend",)
     description = (
-        "Large matmul kernels whose inner axes are not multiples of 256 and flash-attention kernels whose "
-        "head dim or sequence length is not a multiple of 128, per op type on every rank."
+        'Large matmul kernels whose inner axes are not multiples of {cube_align} and flash-attention kernels '
+        'whose head dim or sequence length is not a multiple of {fa_align}, per op type on every rank.'
     )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:

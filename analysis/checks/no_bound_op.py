@@ -82,8 +82,9 @@ class NoBoundOpCheck(Check):
     needs = ("kernel_details", "pipe_ratios")
     vendors = ("ascend",)
     description = (
-        "AI Core kernels of at least 20 µs whose pipe ratios (mac, vec, scalar, mte1/2/3, fixpipe) all "
-        "stay at or below 0.8, per op type on every rank; impact = time × headroom to the 0.8 bound."
+        'AI Core kernels of at least {no_bound_min_us} µs whose pipe ratios (mac, vec, scalar, the mte pipes, '
+        'fixpipe) all stay at or below {no_bound_ratio}, per op type on every rank; impact = time × headroom to '
+        'the {no_bound_ratio} bound.'
     )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:

@@ -49,8 +49,10 @@ class OpCompileCheck(Check):
     thresholds = ("op_compile_count",)
     needs = ("cann_api",)
     vendors = ("ascend",)
-    description = ("Counts AscendCL@aclopCompileAndExecute per step on every rank; >= 20 in a step means online "
-                   "operator compilation (msprof-analyze MAX_OP_COMPILE_NUM). Impact is their host time per step.")
+    description = (
+        'Counts AscendCL@aclopCompileAndExecute per step on every rank; >= {op_compile_count} in a step means '
+        'online operator compilation (msprof-analyze MAX_OP_COMPILE_NUM). Impact is their host time per step.'
+    )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         windows = step_windows(ctx, ranks)

@@ -34,8 +34,8 @@ class RetransmissionCheck(Check):
     needs = ("comm_json",)
     vendors = ("ascend",)
     description = (
-        "Collective instances whose elapse is >= 4 s on every rank and whose RDMA transit exceeds 4 s on "
-        "some rank (RoCE retransmission), per group, op and step."
+        'Collective instances whose elapse is >= {retransmission_ms} ms on every rank and whose RDMA transit '
+        'exceeds {retransmission_ms} ms on some rank (RoCE retransmission), per group, op and step.'
     )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:

@@ -86,9 +86,11 @@ class SlowDataloaderCheck(Check):
     )
     frameworks = ("pytorch", "mindspore")
     vendors = ("ascend", "cuda", "rocm")
-    description = ("PyTorch: a dataloader host op >= 10 ms (msprof-analyze, fixed high), naming the single- or "
-                   "multi-process iterator; MindSpore: a mean iteration interval >= 10 ms, naming the dataset "
-                   "pipeline op that holds it and proposing num_parallel_workers. Impact: device idle per step.")
+    description = (
+        'PyTorch: a dataloader host op >= {dataloader_ms} ms (msprof-analyze, fixed high), naming the single- or '
+        'multi-process iterator; MindSpore: a mean iteration interval >= {dataloader_ms} ms, naming the dataset '
+        'pipeline op that holds it and proposing num_parallel_workers. Impact: device idle per step.'
+    )
 
     def applicable_ranks(self, ctx: CheckContext) -> list[int]:
         # host framework ops (torch_npu trace / DB, any Kineto trace) or MindSpore's step phases

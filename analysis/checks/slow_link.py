@@ -105,8 +105,10 @@ class SlowLinkCheck(Check):
     thresholds = ("slow_link_ratio",)
     needs = ("comm_json",)
     vendors = ("ascend",)
-    description = ("Links (communication matrix) and per-rank transports (communication.json) whose bandwidth is "
-                   "below 0.8 x the median of the same transport; names the rank and the links.")
+    description = (
+        'Links (communication matrix) and per-rank transports (communication.json) whose bandwidth is below '
+        '{slow_link_ratio} x the median of the same transport; names the rank and the links.'
+    )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         out: list[Finding] = []

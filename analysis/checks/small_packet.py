@@ -70,8 +70,9 @@ class SmallPacketCheck(Check):
     vendors = ("ascend", *GPU_VENDORS)
     gpu_needs: ClassVar[tuple[str, ...]] = ("nccl_msg_sizes",)
     description = (
-        "Ranks where more than 20 % of the SDMA ops move < 16 MB (RDMA < 1 MB), from communication.json, "
-        "or of the NCCL collectives move <= 1 MiB (Kineto); impact = time of those small transfers."
+        'Ranks where more than {small_packet_ratio:.0%} of the SDMA ops move < {small_packet_sdma_mb} MB (RDMA < '
+        '{small_packet_rdma_mb} MB), from communication.json, or of the NCCL collectives move <= '
+        '{nccl_small_msg_mb} MiB (Kineto); impact = time of those small transfers.'
     )
 
     def applicable_ranks(self, ctx: CheckContext) -> list[int]:

@@ -77,9 +77,11 @@ class SyncBatchNormCheck(Check):
         "cuda": ("steps",),
         "rocm": ("steps",),
     }
-    description = ("Counts SyncBatchNorm calls per step on every rank (host ops named SyncBatchNorm, "
-                   "nn.Module: SyncBatchNorm*, or aten::batch_norm_gather_stats_with_counts); >= 20 per step is "
-                   "an issue (msprof-analyze syncbn, fixed high). Impact: their host time plus their collectives.")
+    description = (
+        'Counts SyncBatchNorm calls per step on every rank (host ops named SyncBatchNorm, nn.Module: '
+        'SyncBatchNorm*, or aten::batch_norm_gather_stats_with_counts); >= {syncbn_count} per step is an issue '
+        '(msprof-analyze syncbn, fixed high). Impact: their host time plus their collectives.'
+    )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         windows = step_windows(ctx, ranks)

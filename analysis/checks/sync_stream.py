@@ -76,12 +76,14 @@ class SyncStreamCheck(Check):
         "cuda": ("kernels",),
         "rocm": ("kernels",),
     }
-    description = ("Ascend: aclrtSynchronizeStream immediately after Node@launch for more than half of the "
-                   "launches (msprof-analyze, fixed high; impact: blocked time capped by the device idle time). GPU: "
-                   "the device idle each synchronize after launches leaves behind (from its return to the next "
-                   "device op, in the step; a sync that waits for a busy device costs nothing) >= 0.5 ms per step, "
-                   "with its trigger operator and source frame; severity against the unprofiled step, at least "
-                   "medium from 4 such syncs per step.")
+    description = (
+        'Ascend: aclrtSynchronizeStream immediately after Node@launch for more than {sync_co_occurrence:.0%} of '
+        'the launches (msprof-analyze, fixed high; impact: blocked time capped by the device idle time). GPU: the'
+        ' device idle each synchronize after launches leaves behind (from its return to the next device op, in '
+        'the step; a sync that waits for a busy device costs nothing) >= {sync_idle_ms} ms per step, with its '
+        'trigger operator and source frame; severity against the unprofiled step, at least medium from '
+        '{sync_idle_count} such syncs per step.'
+    )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         windows = step_windows(ctx, ranks)
