@@ -854,7 +854,7 @@ def test_unwrap_with_keeps_other_backends_and_imports_still_used(tmp_path):
         "    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):\n        z = F.scaled_dot_product_attention(q, k, v)\n"
         "    return y, z\n"
     )
-    res = _edit_text(tmp_path, code, "sdpa-fused-attention")
+    res = _edit_text(tmp_path, code, "sdpa-fused-backend")
     patched = res.patched_text or ""
     assert "SDPBackend.MATH" not in patched
     assert "    y = F.scaled_dot_product_attention(\nq, k, v)  # odd indent\n\n    y = y * 2\n" in patched

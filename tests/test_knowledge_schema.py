@@ -237,9 +237,11 @@ def test_affinity_api_subjects_do_not_cross_match():
     assert not subject_matches(FIXES["npu-rms-norm"], "torch_npu.npu_add_rms_norm")
     assert subject_matches(FIXES["npu-fast-gelu"], "fast_gelu")
     assert subject_matches(FIXES["sdpa-fused-attention"], "torch.nn.functional.scaled_dot_product_attention")
-    assert fixes_for("affinity-api", "cuda", "pytorch", subject="F.scaled_dot_product_attention") == [
-        "sdpa-fused-attention"
-    ]
+    # the same subject, two fixes: the finding's evidence says which (`when`: the math backend or hand-written)
+    sdpa = "F.scaled_dot_product_attention"
+    assert fixes_for("affinity-api", "cuda", "pytorch", subject=sdpa) == ["sdpa-fused-attention", "sdpa-fused-backend"]
+    for attention, fix in (("hand_written", "sdpa-fused-attention"), ("math_backend", "sdpa-fused-backend")):
+        assert fixes_for("affinity-api", "cuda", "pytorch", subject=sdpa, evidence={"attention": attention}) == [fix]
     assert fixes_for("affinity-api", "ascend", "pytorch", subject="torch_npu.npu_unknown_op") == []
 
 

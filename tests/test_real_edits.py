@@ -61,7 +61,7 @@ PLANTED: dict[str, tuple[list[str], list[str], list[str], bool]] = {
         True,
     ),
     "attn_math": (
-        ["sdpa-fused-attention"],
+        ["sdpa-fused-backend"],
         [
             "from torch.nn.attention import SDPBackend, sdpa_kernel",
             "with sdpa_kernel(SDPBackend.MATH):",

@@ -99,7 +99,7 @@ def test_attn_math_unfused_attention_is_named_with_its_kernel_time():
     rep = _issues("attn_math", "affinity-api")
     [f] = rep.findings
     assert f.subject == "torch.nn.functional.scaled_dot_product_attention" and f.ranks == [0]
-    assert f.fixes == ["sdpa-fused-attention"] and f.severity == "high"
+    assert f.fixes == ["sdpa-fused-backend"] and f.severity == "high"
     e = f.evidence["per_rank"]["0"]
     assert e["math_calls_per_step"] == 8
     assert e["forward_kernels_per_step"] == 200                       # bmm, softmax, mask and copy kernels

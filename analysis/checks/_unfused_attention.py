@@ -231,7 +231,7 @@ def hand_written_attention(check: Check, ctx: CheckContext, ranks: list[int]) ->
         ctx, title=(f"attention written by hand ({seq}): {e['occurrences_per_step']:g} per step, "
                     f"{fmt_ms(ms_w or 0)} ms of forward kernels per step"),
         subject=SUBJECT, ranks=rk, steps=st, impact_ms=ms_w, impact_rank=rank_w,
-        evidence={"pattern": HAND_RE.pattern, "per_rank": {str(r): v for r, v in per_rank.items()},
+        evidence={"attention": "hand_written", "pattern": HAND_RE.pattern, "per_rank": {str(r): v for r, v in per_rank.items()},
                   "impact_method": "device time of the kernels the matched ops launched in the forward, per step, "
                                    "worst rank (the backward is not attributed: a lower bound)"},
         message=(f"On {ranks_text(rk)} ({steps_text(st)}) attention is computed op by op (`{seq}`{where}) "
@@ -281,7 +281,7 @@ def _math_backend(check: Check, ctx: CheckContext, ranks: list[int]) -> list[Fin
         ctx, title=(f"attention runs unfused (SDPA math backend): {e['math_calls_per_step']:g} calls and "
                     f"{fmt_ms(ms_w or 0)} ms of kernels per step"),
         subject=SUBJECT, ranks=math_ranks, steps=st, impact_ms=ms_w, impact_rank=rank_w,
-        evidence={"op": MATH_OP, "per_rank": {str(r): v for r, v in per_rank.items()},
+        evidence={"attention": "math_backend", "op": MATH_OP, "per_rank": {str(r): v for r, v in per_rank.items()},
                   "impact_method": "device time of the kernels the math op launched plus those of the backward "
                                    "nodes of ops only it runs (lower bound of the backward), per step, worst rank; "
                                    "an upper bound of the saving: the fused kernel's own time is not subtracted"},
