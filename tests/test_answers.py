@@ -108,3 +108,26 @@ def test_trimming_the_cache_takes_the_answers_with_their_database(tmp_path, monk
     monkeypatch.setattr(cache, "max_cache_bytes", lambda: 1500)
     assert cache.trim(tmp_path, new) == 1
     assert not answers.answers_dir(old).exists() and answers.answers_dir(new).is_dir()
+
+
+def test_the_unprofiled_step_times_beside_the_traces_are_input(tmp_path):
+    """meta/step_times_rank<N>.json is read by the checks (the unprofiled step an impact is judged against), not
+    by a reader: the fingerprint covers it, so editing it makes a new database and no kept answer is reused."""
+    from stepdoctor.analysis.ingest.discover import discover
+
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).parent / "data" / "real_cpu" / "ddp2_clean", run)
+    traces = run / "traces"
+
+    def fp() -> str:
+        d = discover(traces)
+        return cache.fingerprint(d, cache.input_listing(d))
+
+    before = fp()
+    meta = run / "meta" / "step_times_rank1.json"
+    d = json.loads(meta.read_text())
+    d["step_ms"][-1] += 1.0
+    meta.write_text(json.dumps(d))
+    assert fp() != before
+    meta.unlink()
+    assert fp() not in (before,)

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ..files import read_text
+from ..ingest.discover.sidecars import step_times_file
 
 # operators whose host code reads a device value (and so waits for the device); innermost one wins
 TRIGGER_RE = re.compile(r"^aten::(item|_local_scalar_dense|is_nonzero|nonzero|equal|allclose|tolist|cpu|"
@@ -78,14 +79,6 @@ def sync_triggers(host: Any, sync_idx: np.ndarray) -> list[dict[str, str | None]
     return out
 
 
-def _step_times_file(path: Path, rank: int) -> Path | None:
-    for d in (path, path.parent):
-        for cand in (d / "meta" / f"step_times_rank{rank}.json", d / f"step_times_rank{rank}.json"):
-            if cand.is_file():
-                return cand
-    return None
-
-
 def profiler_overhead(profile_path: str | Path | None, rank: int) -> dict[str, float] | None:
     """{profiled_step_ms, unprofiled_step_ms, overhead_ms} from meta/step_times_rank<N>.json beside the
     traces, or None (no file, unreadable, or no steady unprofiled steps). The median of the profiled steps
@@ -93,8 +86,7 @@ def profiler_overhead(profile_path: str | Path | None, rank: int) -> dict[str, f
     profiled window, else those before it without the first two (warm-up)."""
     if profile_path is None:
         return None
-    p = Path(profile_path)
-    f = _step_times_file(p if p.is_dir() else p.parent, rank)
+    f = step_times_file(profile_path, rank)
     if f is None:
         return None
     try:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from ..ingest.base import RankSource, schema_sql
 from ..ingest.discover import Discovery
+from ..ingest.discover.sidecars import sidecar_stats
 
 
 @functools.cache
@@ -121,6 +122,8 @@ def fingerprint(disc: Discovery, listing: Listing | None = None) -> str:
         h.update(f"\0{src.rank}\0{src.format}\0{src.path}".encode("utf-8", "surrogateescape"))
         for name, size, stamp in files:
             h.update(f"{name}:{size}:{stamp}".encode("utf-8", "surrogateescape"))
+    for name, size, stamp in sidecar_stats(disc):   # read by the checks, not the readers: input all the same
+        h.update(f"\0sidecar\0{name}:{size}:{stamp}".encode("utf-8", "surrogateescape"))
     return h.hexdigest()[:32]
 
 
