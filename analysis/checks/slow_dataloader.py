@@ -29,7 +29,9 @@ Rules:
 
 impact_ms per step (mean over the rank's kept steps), the rank where it weighs most:
 * PyTorch: device idle time during the slow dataloader ops (the step only loses the time the device had
-  nothing queued); the dataloader time itself on a rank without device data;
+  nothing queued); on a rank without device data (CPU training) the dataloader time itself, or, in a
+  multi-rank job whose steps replay, what the step gains without that rank's data loading
+  (`replay.gain_without`): the others wait for it, or it waits for them and loses nothing;
 * MindSpore: the iteration interval.
 """
 
@@ -43,6 +45,7 @@ import numpy as np
 import pandas as pd
 
 from ..models import Finding
+from ..replay import gain_without
 from ..thresholds import T
 from ..units import NS_PER_MS
 from ._common import (
@@ -85,11 +88,12 @@ class SlowDataloaderCheck(Check):
         "minddata_host_queue_empty", "minddata_leaf_queue_low", "minddata_worker_cpu_high_pct",
     )
     frameworks = ("pytorch", "mindspore")
-    vendors = ("ascend", "cuda", "rocm")
+    vendors = ("ascend", "cuda", "rocm", "cpu")
     description = (
         'PyTorch: a dataloader host op >= {dataloader_ms} ms (msprof-analyze, fixed high), naming the single- or '
         'multi-process iterator; MindSpore: a mean iteration interval >= {dataloader_ms} ms, naming the dataset '
-        'pipeline op that holds it and proposing num_parallel_workers. Impact: device idle per step.'
+        'pipeline op that holds it and proposing num_parallel_workers. Impact: device idle per step; in a '
+        'multi-rank CPU job that replays, what the step gains without that rank\'s data loading.'
     )
 
     def applicable_ranks(self, ctx: CheckContext) -> list[int]:
@@ -160,6 +164,7 @@ class SlowDataloaderCheck(Check):
             }
         if not per_rank:
             return None
+        replayed = self._replayed(ctx, per_rank)
         rank_w, ms_w = worst_share(ctx, {r: v["impact_ms_per_step"] for r, v in per_rank.items()})
         rk, steps_seen = ranks_and_steps(per_rank)
         e = per_rank[rank_w] if rank_w is not None else {}
@@ -175,12 +180,32 @@ class SlowDataloaderCheck(Check):
             evidence={"threshold_ms": T.dataloader_ms.value, "per_rank": {str(r): v for r, v in per_rank.items()},
                       "iterator_kind": kind, "advice": advice,
                       "rule": "msprof-analyze dataloader (fixed high priority)",
-                      "impact_method": "device idle time during dataloader ops >= the threshold, per step, mean "
-                                       "over kept steps (the dataloader time without device data)"},
+                      "impact_method": ("replay: the step with this rank's data loading gone, against the "
+                                        "measured step, mean over the replayed steps") if replayed else
+                                       ("device idle time during dataloader ops >= the threshold, per step, mean "
+                                        "over kept steps (the dataloader time without device data)")},
             message=(f"On {ranks_text(rk)} ({steps_text(steps_seen)}) fetching a batch takes "
                      f"{e.get('max_call_ms', 0):.3g} ms (>= {T.dataloader_ms.value:g} ms) in "
-                     f"{e.get('iterator', 'the dataloader')} ({kind} iterator) and the device idles "
-                     f"{fmt_ms(ms_w or 0)} ms per step on rank {rank_w}: {advice}."))
+                     f"{e.get('iterator', 'the dataloader')} ({kind} iterator) and "
+                     + (f"the job's step would take {fmt_ms(ms_w or 0)} ms less without rank {rank_w}'s data "
+                        "loading (replay)" if replayed else
+                        f"the device idles {fmt_ms(ms_w or 0)} ms per step on rank {rank_w}") + f": {advice}."))
+
+    @staticmethod
+    def _replayed(ctx: CheckContext, per_rank: dict[int, dict[str, Any]]) -> bool:
+        """In a multi-rank job the step waits for the slowest rank, so a rank's loader costs the job what the
+        replay gains without it, not its own idle: that becomes the impact where the replay holds (True). Only
+        for ranks without device data (CPU training): their compute windows are host time, where the loader
+        runs; a device rank's windows are device time, which a host stall reaches only as the idle it leaves."""
+        if len(ctx.all_ranks) < 2 or any(v["device_data"] for v in per_rank.values()):
+            return False
+        gains = {r: gain_without(ctx.profile, [r], ("data_loading",)) for r in per_rank}
+        if any(g is None for g in gains.values()):
+            return False
+        for r, g in gains.items():
+            per_rank[r]["replay_gain_ms_per_step"] = g
+            per_rank[r]["impact_ms_per_step"] = g
+        return True
 
     # ---- MindSpore iteration interval + data pipeline ---------------------------------------------------
     def _mindspore(self, ctx: CheckContext, ranks: list[int], windows: pd.DataFrame) -> list[Finding]:

@@ -1,6 +1,6 @@
 """Cross-rank replay of each step from its collectives, and the what-if answers built on it.
 
-The answers (`prepare`, `what_if`, `critical_path_of`, `replay_scope`) live in `job` and are imported on first
+The answers (`prepare`, `what_if`, `critical_path_of`, `gain_without`, `replay_scope`) live in `job` and are imported on first
 use: the result models are all a renderer needs, and importing them must not load pandas and the store.
 """
 
@@ -11,8 +11,9 @@ from typing import Any
 
 from .models import CriticalPath, Replay, WhatIf
 
-__all__ = ["CriticalPath", "Replay", "WhatIf", "critical_path_of", "prepare", "replay_scope", "what_if"]
-_JOB = {"critical_path_of", "prepare", "replay_scope", "what_if"}
+__all__ = ["CriticalPath", "Replay", "WhatIf", "critical_path_of", "gain_without", "prepare", "replay_scope",
+           "what_if"]
+_JOB = {"critical_path_of", "gain_without", "prepare", "replay_scope", "what_if"}
 
 
 def __getattr__(name: str) -> Any:

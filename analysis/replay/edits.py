@@ -57,12 +57,16 @@ def _cut(steps: list[Step], w: pd.DataFrame, cut_ns: np.ndarray):
     return params
 
 
-def no_stalls(cursor, steps: list[Step], ranks: list[int]):
-    """Params with the ranks' data loading and untraced time gone from every compute window."""
+STALLS = ("data_loading", "untraced")
+
+
+def no_stalls(cursor, steps: list[Step], ranks: list[int], parts: tuple[str, ...] = STALLS):
+    """Params with the ranks' `parts` of every compute window gone (window_parts: by default their data
+    loading and untraced time, the host stalls)."""
     w = all_windows(steps, ranks)
-    parts = window_parts(cursor, w.assign(inst=w["wid"]))
+    split = window_parts(cursor, w.assign(inst=w["wid"]))
     cursor.execute("DROP TABLE IF EXISTS win; DROP TABLE IF EXISTS base")
-    stall = parts.set_index("inst").reindex(w["wid"])[["data_loading", "untraced"]].fillna(0).sum(axis=1)
+    stall = split.set_index("inst").reindex(w["wid"])[list(parts)].fillna(0).sum(axis=1)
     return _cut(steps, w, (stall.to_numpy() * 1e6).astype(np.int64))
 
 

@@ -3,6 +3,8 @@ critical path, each from the opened profile."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..errors import ProfileError
 from ..metrics.stages import of_profile
 from ..store import Profile
@@ -14,6 +16,7 @@ from .whatif import (
     Step,
     at_median,
     balanced,
+    chain,
     comm_median,
     ideal_of,
     replay_steps,
@@ -146,6 +149,27 @@ def _edits(prof: Profile, steps: list[Step], bad: list[int], ranks: list[int], n
     finally:
         cur.close()
     return out
+
+
+def gain_without(prof: Profile, ranks: list[int], parts: tuple[str, ...]) -> float | None:
+    """What the job gains per step (ms, mean over the steps) if `ranks` spent no time in `parts` of their compute
+    windows (`edits.no_stalls`: data_loading, untraced, ...), by the replay; None where it cannot say (nothing
+    replayed, a step whose null replay misses, a rank not replayed)."""
+    from .edits import no_stalls as without
+
+    got = prepare(prof)
+    if got is None:
+        return None
+    steps, rep = got
+    if rep.abstained_steps or not all(r in rep.ranks for r in ranks):
+        return None
+    cur = prof.cursor()
+    try:
+        params = without(cur, steps, ranks, parts)
+    finally:
+        cur.close()
+    gain = [s.measured - p for s, p in zip(steps, chain(steps, params), strict=True)]
+    return round(max(float(np.mean(gain)), 0.0), 3)
 
 
 def _nothing(prof: Profile) -> str:
