@@ -211,3 +211,22 @@ def test_a_description_names_its_thresholds_and_writes_no_value(cid):
         written = {f"{v:g}", f"{v * 100:g}"} if v < 1 else {f"{v:g}"}
         assert not numbers & written, f"{cid}: {sorted(numbers & written)} is {name}: write {{{name}}}"
     assert "{" not in text
+
+
+# Checks whose tests still live in the shared files (test_checks_*.py, test_real_*.py) rather than in a file of
+# their own: this list may only shrink. A new check comes with tests/checks/test_<check_id>.py.
+_TESTS_ELSEWHERE = frozenset({
+    "affinity-api", "aicpu-op", "bandwidth-contention", "block-dim-underuse", "byte-misalignment", "dynamic-shape",
+    "env-var", "exposed-comm-tail", "fp32-compute", "freq-throttle", "gc-pause", "h2d-pageable", "host-bound",
+    "memory-ops", "misaligned-shape", "no-bound-op", "op-compile", "retransmission", "slow-link", "slow-rank",
+    "small-packet", "stage-imbalance", "sync-batchnorm", "sync-stream",
+})
+
+
+def test_every_check_has_its_test_file():
+    have = {p.stem.removeprefix("test_").replace("_", "-") for p in (REPO / "tests" / "checks").glob("test_*.py")}
+    missing = sorted(set(registry()) - have - _TESTS_ELSEWHERE)
+    assert not missing, f"checks without tests/checks/test_<id>.py: {missing}"
+    moved = sorted(_TESTS_ELSEWHERE & have)
+    assert not moved, f"these now have their own test file: take them out of _TESTS_ELSEWHERE: {moved}"
+    assert _TESTS_ELSEWHERE <= set(registry()), sorted(_TESTS_ELSEWHERE - set(registry()))
