@@ -118,3 +118,22 @@ def test_python_dash_m_stepdoctor_is_the_cli():
 
     r = subprocess.run([sys.executable, "-m", "stepdoctor", "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "whatif" in r.stdout and "critical-path" in r.stdout and "hang" in r.stdout
+
+
+def _imported(args: list[str], cache: Path) -> set[str]:
+    """The modules a CLI run imports (python -X importtime, read from its stderr)."""
+    env = {**os.environ, "STEPDOCTOR_CACHE_DIR": str(cache)}
+    r = subprocess.run([sys.executable, "-X", "importtime", "-m", "stepdoctor", *args], capture_output=True,
+                       text=True, env=env)
+    return {ln.rsplit("|", 1)[-1].strip() for ln in r.stderr.splitlines() if ln.startswith("import time:")}
+
+
+def test_a_command_imports_only_what_it_needs(tmp_path):
+    """--help and env never load the hang stack, the report (jinja2) or the MCP SDK; a question answered from
+    the answer kept beside the store loads neither pandas nor DuckDB."""
+    example = str(Path(__file__).resolve().parent.parent / "examples" / "cluster4")
+    heavy = {"stepdoctor.analysis.hang", "stepdoctor.tools.report", "jinja2", "mcp"}
+    for args in (["--help"], ["env", example], ["env", example]):
+        mods = _imported(args, tmp_path / "c")
+        assert not heavy & mods, (args, heavy & mods)
+    assert not {"pandas", "duckdb"} & mods   # the second env: a kept answer
