@@ -135,3 +135,38 @@ def test_real_recall_scores_a_run(run):
     assert sc.error is None
     assert len(sc.planted) == (0 if run == "ddp1" else 1) and all(sc.hits)
     assert sc.false_positives == []
+
+
+def test_the_clean_baseline_is_launch_bound_and_its_medium_host_bound_says_no_more():
+    """gpu-h100/clean has no planted problem, yet its small model cannot keep the H100 busy: read straight from
+    the files, the unprofiled step (meta/step_times, 24.2-24.4 ms) is ~5.7 ms longer than the device's kernel
+    busy time per profiled step (18.6 ms: the device work does not change under the profiler), so the device
+    idles at least that long waiting for launches. host-bound's medium finding claims less than that."""
+    import gzip
+
+    import numpy as np
+
+    from stepdoctor.tools import api
+
+    run = need(H100 / "clean")
+    meta = json.loads((run / "meta" / "step_times_rank0.json").read_text())
+    unprofiled = float(np.median(meta["step_ms"][max(meta["profiled_steps"]) + 2:]))
+    (trace,) = (run / "traces").glob("*.json.gz")
+    ev = [e for e in json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"] if e.get("ph") == "X"]
+    kernels = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+    busy = []
+    for s in (e for e in ev if str(e.get("name", "")).startswith("ProfilerStep#") and e.get("cat") == "user_annotation"):
+        a, b, tot, end = s["ts"], s["ts"] + s["dur"], 0.0, None
+        for k0, k1 in kernels:
+            k0, k1 = max(k0, a), min(k1, b)
+            if k1 <= k0:
+                continue
+            if end is None or k0 > end:
+                tot, end = tot + (k1 - k0), k1
+            elif k1 > end:
+                tot, end = tot + (k1 - end), k1
+        busy.append(tot / 1000)
+    idle_unprofiled = unprofiled - float(np.median(busy))
+    assert 5.0 <= idle_unprofiled <= 6.5
+    (f,) = api.issues(api.load(run), checks=["host-bound"]).findings
+    assert f.severity == "medium" and 0 < f.impact_ms <= idle_unprofiled
