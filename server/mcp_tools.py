@@ -236,7 +236,13 @@ def _register(server: MCPServer, tool: catalog.Tool, reg: ProfileRegistry, roots
                 return other
 
             ask = QUESTIONS.get(tool.name)
-            out = tool.answer(prof, ask(prof, args) if ask else args, ref)
+            asked = ask(prof, args) if ask else args
+            # a question answered before on these files (by this server, another, or the CLI) is a lookup
+            out = catalog.kept_answer(tool, prof.db_path, asked) if prof is not None else None
+            if out is None:
+                out = tool.answer(prof, asked, ref)
+                if prof is not None:
+                    catalog.keep_answer(tool, prof.db_path, asked, out)
             shaped, text, narrow = budget(out, args, profile_id_of(prof) if prof is not None else "")
         return a.result(shaped, text, narrow)
 

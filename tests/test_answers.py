@@ -131,3 +131,25 @@ def test_the_unprofiled_step_times_beside_the_traces_are_input(tmp_path):
     assert fp() != before
     meta.unlink()
     assert fp() not in (before,)
+
+
+@pytest.mark.anyio
+async def test_the_mcp_server_answers_from_the_kept_answer_too(job, tmp_path):
+    """A question the CLI (or an earlier server) answered is a lookup for a new server on the same cache, and
+    the server keeps what it computes for the CLI."""
+    from mcp import Client
+
+    from stepdoctor.server.app import create_server
+
+    c = tmp_path / "cache"
+    _cli("issues", str(job), "--format", "json", cache_dir=c)
+    (kept,) = _kept(c)
+    marked = json.loads(kept.read_text())
+    marked["findings"][0]["title"] = "KEPT-ANSWER-MARK"
+    kept.write_text(json.dumps(marked))
+    async with Client(create_server([job], cache_dir=c), raise_exceptions=True) as client:
+        pid = (await client.call_tool("load_profile", {"path": str(job)})).structured_content["profile_id"]
+        r = await client.call_tool("list_issues", {"profile_id": pid})
+        assert r.structured_content["findings"][0]["title"] == "KEPT-ANSWER-MARK"
+        await client.call_tool("slow_ranks", {"profile_id": pid})
+    assert len(_kept(c)) == 2   # the server kept its slow-ranks answer beside the CLI's

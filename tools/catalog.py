@@ -275,6 +275,34 @@ BY_NAME: dict[str, Tool] = {t.name: t for t in TOOLS}
 BY_CLI: dict[str, Tool] = {t.cli: t for t in TOOLS if t.cli}
 
 
+def _question(tool: Tool, args: Args) -> dict[str, Any]:
+    return {"tool": tool.name, "args": args.model_dump(mode="json")}
+
+
+def kept_answer(tool: Tool, db: Path, args: Args) -> BaseModel | None:
+    """The answer kept beside the store for this question (`analysis/store/answers.py`), or None: the tool
+    does not keep its answers, none is kept, or the kept one does not read as the tool's output."""
+    if not tool.keep:
+        return None
+    from ..analysis.store import answers
+
+    text = answers.read(db, _question(tool, args))
+    if text is None:
+        return None
+    try:
+        return tool.output.model_validate_json(text)
+    except ValueError:   # written by other code than the digest says, or cut short: answered anew
+        return None
+
+
+def keep_answer(tool: Tool, db: Path, args: Args, out: BaseModel) -> None:
+    """Keep `out` as the answer to this question on the profile whose database is `db` (tools that keep)."""
+    if tool.keep:
+        from ..analysis.store import answers
+
+        answers.keep(db, _question(tool, args), out.model_dump_json())
+
+
 def answer(command: str, prof: Profile | None, args: Args, resolve: Resolve | None = None, **opts: Any) -> BaseModel:
     """Answer one question by its CLI command or MCP tool name (the same entry either way)."""
     tool = BY_CLI.get(command) or BY_NAME[command]

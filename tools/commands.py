@@ -63,19 +63,14 @@ def ask_path(command: str, path: str, load, **opts):
     a = tool.args.model_construct(**args)
     if not tool.keep or rest:
         return catalog.answer(command, load(path), a, **rest)
-    from ..analysis.store import answers, cached_database
+    from ..analysis.store import cached_database
 
-    question = {"tool": tool.name, "args": a.model_dump(mode="json")}
     db = cached_database(path)
-    text = answers.read(db, question) if db is not None else None
-    if text is not None:
-        try:
-            return tool.output.model_validate_json(text)
-        except ValueError:
-            pass   # written by other code than the digest says, or cut short: answered anew below
+    if db is not None and (kept := catalog.kept_answer(tool, db, a)) is not None:
+        return kept
     prof = load(path)
     out = catalog.answer(command, prof, a)
-    answers.keep(prof.db_path, question, out.model_dump_json())
+    catalog.keep_answer(tool, prof.db_path, a, out)
     return out
 
 

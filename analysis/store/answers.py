@@ -6,7 +6,8 @@ A kept answer is the JSON a tool returned. It is found by
   * the question: the tool and its arguments, as JSON;
   * the code that computes answers (`code_version`: every .py, .yaml and .sql of analysis/, knowledge/ and
     tools/), so an upgrade or a local edit of a check, a fix or a threshold answers anew;
-  * the environment variables that can change an answer (STEPDOCTOR_*, but the cache's own location).
+  * the environment variables that can change an answer (STEPDOCTOR_*, but the cache's location and size, the
+    worker count, the memory cap and the MCP token).
 It lives in `<database>.answers/` and is removed with its database (`cache.keep_one_per_place`, `cache.trim`);
 an answer whose database is gone is never read.
 """
@@ -24,8 +25,9 @@ from typing import Any
 SUFFIX = ".answers"
 _PACKAGES = ("analysis", "knowledge", "tools")
 _CODE = (".py", ".yaml", ".sql")
-# environment variables that say where the cache is, not what an answer holds
-_NOT_IN_KEY = frozenset({"STEPDOCTOR_CACHE_DIR", "STEPDOCTOR_CACHE_MAX_MB"})
+# environment variables that say where the cache is or how the work runs, not what an answer holds
+_NOT_IN_KEY = frozenset({"STEPDOCTOR_CACHE_DIR", "STEPDOCTOR_CACHE_MAX_MB", "STEPDOCTOR_WORKERS",
+                         "STEPDOCTOR_MCP_TOKEN", "STEPDOCTOR_ANALYSIS_MEMORY_MB"})
 
 
 @functools.cache
