@@ -31,7 +31,9 @@ impact_ms per step (mean over the rank's kept steps), the rank where it weighs m
 * PyTorch: device idle time during the slow dataloader ops (the step only loses the time the device had
   nothing queued); on a rank without device data (CPU training) the dataloader time itself, or, in a
   multi-rank job whose steps replay, what the step gains without that rank's data loading
-  (`replay.gain_without`): the others wait for it, or it waits for them and loses nothing;
+  (`replay.gain_without`): the others wait for it, or it waits for them and loses nothing (then, below
+  T.straggler_min_wait_ms, it is not named; with the replay the severity follows the impact, not the
+  advisor's fixed high);
 * MindSpore: the iteration interval.
 """
 
@@ -85,7 +87,7 @@ class SlowDataloaderCheck(Check):
     fires_when = "the data loader holds the step"
     thresholds = (
         "dataloader_ms", "dataloader_workers_headroom", "minddata_child_fuller",
-        "minddata_host_queue_empty", "minddata_leaf_queue_low", "minddata_worker_cpu_high_pct",
+        "minddata_host_queue_empty", "minddata_leaf_queue_low", "minddata_worker_cpu_high_pct", "straggler_min_wait_ms",
     )
     frameworks = ("pytorch", "mindspore")
     vendors = ("ascend", "cuda", "rocm", "cpu")
@@ -165,6 +167,10 @@ class SlowDataloaderCheck(Check):
         if not per_rank:
             return None
         replayed = self._replayed(ctx, per_rank)
+        if replayed:   # a slow loader the others never wait for (its rank has slack) does not hold the step
+            per_rank = {r: v for r, v in per_rank.items() if v["impact_ms_per_step"] >= T.straggler_min_wait_ms.value}
+            if not per_rank:
+                return None
         rank_w, ms_w = worst_share(ctx, {r: v["impact_ms_per_step"] for r, v in per_rank.items()})
         rk, steps_seen = ranks_and_steps(per_rank)
         e = per_rank[rank_w] if rank_w is not None else {}
@@ -176,7 +182,8 @@ class SlowDataloaderCheck(Check):
         return self.finding(
             ctx, title=f"Data loading holds the step ({e.get('max_call_ms', 0):.3g} ms, {kind} iterator)",
             subject=str(e.get("iterator", "dataloader")), ranks=rk, steps=steps_seen, impact_ms=ms_w,
-            impact_rank=rank_w, severity="high",
+            # msprof-analyze's fixed high, but where the replay measured what it costs the job, that decides
+            impact_rank=rank_w, severity=None if replayed else "high",
             evidence={"threshold_ms": T.dataloader_ms.value, "per_rank": {str(r): v for r, v in per_rank.items()},
                       "iterator_kind": kind, "advice": advice,
                       "rule": "msprof-analyze dataloader (fixed high priority)",

@@ -43,3 +43,14 @@ def test_a_single_gpu_loader_costs_the_device_idle_while_it_loads():
     (f,) = _findings(SHARED / "real" / "gpu-h100" / "dataloader_bound")
     assert f.evidence["impact_method"].startswith("device idle")
     assert "replay_gain_ms_per_step" not in f.evidence["per_rank"]["0"]
+
+
+def test_a_slow_loader_nobody_waits_for_is_not_named():
+    """dp8_clean_1step (8 ranks on 2 cores, one step): rank 6's DataLoader call takes over 10 ms, but the replay
+    gains nothing without it (its rank had slack at the next collective): the step was not held by it."""
+    assert _findings(CPU / "dp8_clean_1step" / "traces") == []
+
+
+def test_with_the_replay_the_severity_follows_the_impact():
+    (f,) = _findings(CPU / "ddp2_ioloader" / "traces")
+    assert f.impact_pct >= 5.0 and f.severity == "high"   # 14.3 ms of a ~60 ms step: high by the priority table
