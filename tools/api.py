@@ -196,7 +196,7 @@ def _slow_ranks(prof: Profile) -> SlowRanks:
                           slow=[conv(e) for e in s.slow],
                           late_arrivals=[conv(e) for e in s.fast] if name == "communication" else [])
             for name, s in stats.items()]
-    run = checks_run(prof, None, ["slow-rank", "stage-imbalance"])
+    run = checks_run(prof, None, ["slow-rank", "stage-imbalance", "collective-stall"])
     warnings = list(prof.warnings)
     if len(prof.info.ranks) < 2:
         warnings.append("one rank only: nothing to compare it with")
@@ -211,9 +211,10 @@ def _rank_verdicts(ctx: CheckContext, findings: list[Finding]) -> list[RankVerdi
     st = stage_of_ranks(ctx)
     stages = st[0] if st else {}
     named: dict[int, Finding] = {}
+    held: dict[int, Finding] = {}   # ranks held inside collectives none of them is late for (collective-stall)
     for f in findings:
         for r in f.ranks:
-            named.setdefault(r, f)
+            (held if f.check == "collective-stall" else named).setdefault(r, f)
     out = []
     for r in ctx.all_ranks:
         ra = arr.ranks.get(r)
@@ -225,6 +226,10 @@ def _rank_verdicts(ctx: CheckContext, findings: list[Finding]) -> list[RankVerdi
             verdict = ("straggler" if r in arr.stragglers else
                        "heavy-stage" if f.check == "stage-imbalance" else "slow")
             out.append(RankVerdict(verdict=verdict, cause=f.message, finding=f.title, **common))
+        elif r in held:
+            g = held[r]
+            out.append(RankVerdict(verdict="waits", waits_for=list(g.evidence.get("missing_ranks", [])),
+                                   cause=g.message, finding=g.title, **common))
         elif arr.stragglers:
             waits = [s for s in arr.stragglers if s != r]
             out.append(RankVerdict(verdict="waits", waits_for=waits, cause=(

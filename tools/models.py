@@ -56,7 +56,9 @@ class RankVerdict(BaseModel):
     rank: int
     verdict: Literal["straggler", "slow", "heavy-stage", "waits", "ok"] = Field(
         description="straggler: arrives last at collectives; slow: slower than its peers in a dimension; "
-                    "heavy-stage: in the pipeline stage that computes most; waits: only waits for a straggler")
+                    "heavy-stage: in the pipeline stage that computes most; waits: only waits, for a straggler "
+                    "or inside a collective for members with no profile here (waits_for) or for the collective "
+                    "itself")
     cause: str
     finding: str | None = Field(None, description="title of the finding that names this rank")
     stage: int | None = Field(None, description="pipeline stage, 1-based, when stages are known")

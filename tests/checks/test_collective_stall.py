@@ -98,3 +98,12 @@ def test_a_late_member_is_not_a_stall(tmp_path):
     write_profile(Scenario(vendor="ascend", ranks=4, steps=3, seed=5, plants=[Plant("slow-rank")]), tmp_path / "p")
     rep = api.issues(api.load(tmp_path / "p", cache_dir=tmp_path / "cache"), checks=["collective-stall", "slow-rank"])
     assert [f.check for f in rep.findings] == ["slow-rank"]
+
+
+def test_slow_ranks_says_whom_the_ranks_wait_for(tmp_path):
+    """slow-ranks answers "who waits for whom": a rank held by the missing members says so in its verdict."""
+    sr = api.slow_ranks(api.load(need(TEXT), cache_dir=tmp_path / "cache"))
+    assert any(f.check == "collective-stall" for f in sr.findings)
+    v = {x.rank: x for x in sr.ranks}
+    assert v[0].verdict == "waits" and v[0].waits_for == [2, 3, 4, 5, 6, 7]
+    assert "no profile here" in v[0].cause
