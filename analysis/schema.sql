@@ -272,3 +272,13 @@ CREATE TABLE kernel_totals (
     total_ns        BIGINT NOT NULL,      -- sum of dur_ns
     max_ns          BIGINT NOT NULL       -- longest dur_ns
 );
+
+-- The training script's own time of every iteration, profiled or not (meta/step_times_rank<N>.json beside the
+-- traces: ingest/discover/sidecars.py), for judging an impact against the step the user runs unprofiled.
+CREATE TABLE step_times (
+    rank            INTEGER NOT NULL,
+    step            INTEGER NOT NULL,     -- the iteration's index in the script (ProfilerStep#N for profiled ones)
+    step_ms         DOUBLE NOT NULL,
+    profiled        BOOLEAN NOT NULL,     -- the profiler was active in it
+    source          VARCHAR NOT NULL      -- the file it was read from
+);

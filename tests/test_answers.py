@@ -153,3 +153,19 @@ async def test_the_mcp_server_answers_from_the_kept_answer_too(job, tmp_path):
         assert r.structured_content["findings"][0]["title"] == "KEPT-ANSWER-MARK"
         await client.call_tool("slow_ranks", {"profile_id": pid})
     assert len(_kept(c)) == 2   # the server kept its slow-ranks answer beside the CLI's
+
+
+def test_a_damaged_step_times_file_costs_only_its_rank(tmp_path):
+    """meta/step_times_rank1.json cut short: rank 1's unprofiled step is unknown (a warning), rank 0's is kept."""
+    from stepdoctor.analysis.metrics.idle import profiler_overhead
+    from stepdoctor.tools import api
+
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).parent / "data" / "real_cpu" / "ddp2_clean", run)
+    meta = run / "meta" / "step_times_rank1.json"
+    meta.write_text(meta.read_text()[:40])
+    prof = api.load(run / "traces", cache_dir=tmp_path / "c")
+    assert any("step_times_rank1.json: not read as step times" in w for w in prof.warnings)
+    assert profiler_overhead(prof, 1) is None
+    ov = profiler_overhead(prof, 0)
+    assert ov is not None and 30 < ov["unprofiled_step_ms"] < 60 and ov["source"].endswith("step_times_rank0.json")

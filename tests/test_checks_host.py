@@ -596,19 +596,26 @@ def test_idle_after_a_sync() -> None:
 
 
 def test_profiler_overhead_from_meta(tmp_path: Path) -> None:
-    from stepdoctor.analysis.metrics.idle import profiler_overhead
+    """The script's step times beside the traces (stored as `step_times` at ingest): median profiled step minus
+    the median steady step after the profiled window."""
+    import shutil
 
-    (tmp_path / "traces").mkdir()
-    (tmp_path / "meta").mkdir()
-    (tmp_path / "meta" / "step_times_rank0.json").write_text(json.dumps(
+    from stepdoctor.analysis.metrics.idle import profiler_overhead
+    from stepdoctor.tools import api
+
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).parent / "data" / "real_cpu" / "ddp2_clean", run)
+    (run / "meta" / "step_times_rank0.json").write_text(json.dumps(
         {"rank": 0, "step_ms": [900, 50, 30, 30, 36, 35, 38, 1100, 24, 25, 24], "profiled_steps": [4, 5, 6, 7]}))
-    ov = profiler_overhead(tmp_path / "traces", 0)
+    prof = api.load(run / "traces", cache_dir=tmp_path / "cache")
+    ov = profiler_overhead(prof, 0)
     # median of the profiled steps (the export step 7 does not move it) minus the steady steps after them
     assert ov is not None and ov["profiled_step_ms"] == 37.0 and ov["unprofiled_step_ms"] == 24.0
     assert ov["overhead_ms"] == 13.0
-    assert profiler_overhead(tmp_path / "traces", 1) is None                 # no file for that rank
-    (tmp_path / "meta" / "step_times_rank0.json").write_text("{not json")
-    assert profiler_overhead(tmp_path / "traces", 0) is None                 # damaged: unknown, no traceback
+    assert profiler_overhead(prof, 5) is None                 # no such rank, no file
+    (run / "meta" / "step_times_rank0.json").write_text("{not json")
+    again = api.load(run / "traces", cache_dir=tmp_path / "cache")   # a changed sidecar: read anew
+    assert profiler_overhead(again, 0) is None                 # damaged: unknown, no traceback
 
 
 def test_sync_stream_counts_idle_after_syncs_with_their_trigger(tmp_path: Path) -> None:

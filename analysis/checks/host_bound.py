@@ -249,7 +249,7 @@ class HostBoundCheck(Check):
         slows every host op it records; the device work does not change, so that host time is idle the device
         would not see. Without the unprofiled steps the measured idle stands (an upper bound)."""
         late = float(e["late_launch_idle_ms_per_step"])
-        ov = profiler_overhead(ctx.profile.path, rank)
+        ov = profiler_overhead(ctx.profile, rank)
         e["profiler_overhead_ms_per_step"] = ov["overhead_ms"] if ov else None
         e["unprofiled_step_ms"] = ov["unprofiled_step_ms"] if ov else None
         e["late_launch_idle_without_profiler_ms_per_step"] = (round(max(late - ov["overhead_ms"], 0.0), 4)
@@ -262,7 +262,7 @@ class HostBoundCheck(Check):
         unless the run is launch-rate bound: the median kernel is shorter than the median launch call itself,
         so no host (with or without the profiler) can issue kernels as fast as the device runs them. Otherwise
         the idle is host work between launches that the profiler inflates (each recorded op costs host time)."""
-        pct, basis = unprofiled_share(ctx.profile.path, rank, ms, ctx.mean_step_ms(rank))
+        pct, basis = unprofiled_share(ctx.profile, rank, ms, ctx.mean_step_ms(rank))
         sev = severity_from_impact(pct)
         kern, call = e.get("median_kernel_us"), e.get("median_launch_call_us")
         rate_bound = kern is not None and call is not None and kern < call

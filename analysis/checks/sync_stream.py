@@ -343,7 +343,7 @@ class SyncStreamCheck(Check):
         sev: Severity | None = "high" if ascend else None
         if not ascend:
             # judged against the step the user runs: the profiler's host cost inflates the profiled step
-            pct, basis = unprofiled_share(ctx.profile.path, rank_w, ms_w, ctx.mean_step_ms(rank_w))
+            pct, basis = unprofiled_share(ctx.profile, rank_w, ms_w, ctx.mean_step_ms(rank_w))
             sev = severity_from_impact(pct)
             # many syncs per step (one per layer) drain the queue each time; under the profiler the host is
             # already behind the device, so the measured idle understates what they cost unprofiled

@@ -8,7 +8,7 @@
   `aten::_local_scalar_dense`, `aten::is_nonzero`, `aten::nonzero`, ...), and where stacks were recorded
   (with_stack: `python_function` events) the innermost user frame as Kineto names it, "file.py(line): function"
   (the line is where that function starts; library frames such as torch/ are skipped).
-* `profiler_overhead(ctx, rank)`: per-step host overhead of the profiler itself, from the unprofiled step
+* `profiler_overhead(profile, rank)`: per-step host overhead of the profiler itself, from the unprofiled step
   times written next to the traces (`meta/step_times_rank<N>.json`: `step_ms` per iteration and the
   `profiled_steps`): median profiled step minus median steady unprofiled step, in ms; None when absent.
 
@@ -17,16 +17,15 @@ Units: ns on the timeline, ms in what is returned for people.
 
 from __future__ import annotations
 
-import json
 import re
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from ..files import read_text
-from ..ingest.discover.sidecars import step_times_file
+if TYPE_CHECKING:
+    from ..store import Profile
+
 
 # operators whose host code reads a device value (and so waits for the device); innermost one wins
 TRIGGER_RE = re.compile(r"^aten::(item|_local_scalar_dense|is_nonzero|nonzero|equal|allclose|tolist|cpu|"
@@ -79,43 +78,39 @@ def sync_triggers(host: Any, sync_idx: np.ndarray) -> list[dict[str, str | None]
     return out
 
 
-def profiler_overhead(profile_path: str | Path | None, rank: int) -> dict[str, float] | None:
-    """{profiled_step_ms, unprofiled_step_ms, overhead_ms} from meta/step_times_rank<N>.json beside the
-    traces, or None (no file, unreadable, or no steady unprofiled steps). The median of the profiled steps
-    is robust to the last one, which also holds the trace export; unprofiled steps are those after the
-    profiled window, else those before it without the first two (warm-up)."""
-    if profile_path is None:
+def profiler_overhead(profile: Profile | None, rank: int) -> dict[str, float] | None:
+    """{profiled_step_ms, unprofiled_step_ms, overhead_ms} from the rank's `step_times` (the script's own step
+    times, stored from meta/step_times_rank<N>.json beside the traces), or None (none stored, or no steady
+    unprofiled steps). The median of the profiled steps is robust to the last one, which also holds the trace
+    export; unprofiled steps are those after the profiled window, else those before it without the first two
+    (warm-up)."""
+    if profile is None:
         return None
-    f = step_times_file(profile_path, rank)
-    if f is None:
+    rows = profile.rows("SELECT step, step_ms, profiled, source FROM step_times WHERE rank = ? ORDER BY step",
+                        [int(rank)])
+    prof = [int(s) for s, _, p, _ in rows if p]
+    if not prof:
         return None
-    try:
-        d = json.loads(read_text(f))
-        ms = [float(x) for x in d["step_ms"]]
-        prof = sorted(int(x) for x in d["profiled_steps"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    if not prof or not ms:
-        return None
-    p_ms = [ms[i] for i in prof if 0 <= i < len(ms)]
-    after = [ms[i] for i in range(prof[-1] + 1, len(ms))]
-    before = [ms[i] for i in range(2, prof[0])]
+    ms = {int(s): float(x) for s, x, _, _ in rows}
+    p_ms = [ms[i] for i in prof]
+    after = [x for i, x in ms.items() if i > prof[-1]]
+    before = [x for i, x in ms.items() if 2 <= i < prof[0]]
     u_ms = after or before
-    if not p_ms or not u_ms:
+    if not u_ms:
         return None
     pm, um = float(np.median(p_ms)), float(np.median(u_ms))
     return {"profiled_step_ms": round(pm, 3), "unprofiled_step_ms": round(um, 3),
-            "overhead_ms": round(max(pm - um, 0.0), 3), "source": str(f)}
+            "overhead_ms": round(max(pm - um, 0.0), 3), "source": str(rows[0][3])}
 
 
-def unprofiled_share(profile_path: str | Path | None, rank: int | None, impact_ms: float | None,
+def unprofiled_share(profile: Profile | None, rank: int | None, impact_ms: float | None,
                      profiled_step_ms: float | None) -> tuple[float | None, str]:
     """(impact as % of the step, which step it was judged against): the unprofiled step of meta/ when
     known (what the user's run takes without the profiler, whose own host cost inflates the profiled step),
     else the profiled mean step."""
     if impact_ms is None:
         return None, "none"
-    ov = profiler_overhead(profile_path, rank) if rank is not None else None
+    ov = profiler_overhead(profile, rank) if rank is not None else None
     if ov and ov["unprofiled_step_ms"] > 0:
         return round(100.0 * impact_ms / ov["unprofiled_step_ms"], 2), "unprofiled step (meta/step_times)"
     if profiled_step_ms:

@@ -71,7 +71,28 @@ def build_database(disc: Discovery, out: Path, *, workers: int | None = None,
     stored, errors = result
     if stored == 0:
         raise ProfileError(None, errors[0] if errors else "no rank could be read")
+    _store_step_times(disc, out)
     return [*disc.warnings, *(f"rank skipped: {e}" for e in errors)]
+
+
+def _store_step_times(disc: Discovery, out: Path) -> None:
+    """The sidecar step times (ingest/discover/sidecars.py) into `step_times`, once every engine is done with
+    the database; a file that cannot be read is a warning and costs only its rows."""
+    from ..ingest.discover.sidecars import step_times
+
+    rows, warnings = step_times(disc)
+    if not rows and not warnings:
+        return
+    import duckdb
+
+    con = duckdb.connect(str(out))
+    try:
+        if rows:
+            con.executemany("INSERT INTO step_times VALUES (?, ?, ?, ?, ?)", rows)
+        if warnings:
+            con.executemany("INSERT INTO ingest_warnings VALUES (NULL, NULL, ?)", [(w,) for w in warnings])
+    finally:
+        con.close()
 
 
 def build_here(disc: Discovery, out: Path, progress: ProgressFn | None) -> tuple[int, list[str]]:
