@@ -60,13 +60,19 @@ def _cut(steps: list[Step], w: pd.DataFrame, cut_ns: np.ndarray):
 STALLS = ("data_loading", "untraced")
 
 
+def window_split(cursor, w: pd.DataFrame) -> pd.DataFrame:
+    """`window_parts` of the windows of `all_windows`, one row per window in w's order (0 where a window
+    holds nothing)."""
+    split = window_parts(cursor, w.assign(inst=w["wid"]))
+    cursor.execute("DROP TABLE IF EXISTS win; DROP TABLE IF EXISTS base")
+    return split.set_index("inst").reindex(w["wid"]).fillna(0)
+
+
 def no_stalls(cursor, steps: list[Step], ranks: list[int], parts: tuple[str, ...] = STALLS):
     """Params with the ranks' `parts` of every compute window gone (window_parts: by default their data
     loading and untraced time, the host stalls)."""
     w = all_windows(steps, ranks)
-    split = window_parts(cursor, w.assign(inst=w["wid"]))
-    cursor.execute("DROP TABLE IF EXISTS win; DROP TABLE IF EXISTS base")
-    stall = split.set_index("inst").reindex(w["wid"])[list(parts)].fillna(0).sum(axis=1)
+    stall = window_split(cursor, w)[list(parts)].sum(axis=1)
     return _cut(steps, w, (stall.to_numpy() * 1e6).astype(np.int64))
 
 

@@ -151,17 +151,26 @@ def _edits(prof: Profile, steps: list[Step], bad: list[int], ranks: list[int], n
     return out
 
 
+def replayed_for(prof: Profile, ranks: list[int]) -> list[Step] | None:
+    """The replayed steps where the replay speaks for `ranks`: every step's null replay holds and each rank is
+    replayed; else None (as for slow-rank: a model that misses one step speaks for none)."""
+    got = prepare(prof)
+    if got is None:
+        return None
+    steps, rep = got
+    if rep.abstained_steps or not steps or not all(r in rep.ranks for r in ranks):
+        return None
+    return steps
+
+
 def gain_without(prof: Profile, ranks: list[int], parts: tuple[str, ...]) -> float | None:
     """What the job gains per step (ms, mean over the steps) if `ranks` spent no time in `parts` of their compute
     windows (`edits.no_stalls`: data_loading, untraced, ...), by the replay; None where it cannot say (nothing
     replayed, a step whose null replay misses, a rank not replayed)."""
     from .edits import no_stalls as without
 
-    got = prepare(prof)
-    if got is None:
-        return None
-    steps, rep = got
-    if rep.abstained_steps or not all(r in rep.ranks for r in ranks):
+    steps = replayed_for(prof, ranks)
+    if steps is None:
         return None
     cur = prof.cursor()
     try:

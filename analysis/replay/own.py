@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 from pydantic import BaseModel, Field
 
-from ..metrics.collectives import PARTS, window_parts
+from ..metrics.collectives import PARTS
 from ..store import Profile
-from .edits import all_windows
-from .job import prepare
+from .edits import all_windows, window_split
+from .job import replayed_for
 
 
 class OwnWork(BaseModel):
@@ -30,20 +30,15 @@ class OwnWork(BaseModel):
 def own_work(prof: Profile, ranks: list[int]) -> dict[int, OwnWork] | None:
     """Per rank of `ranks`, or None where the replay does not hold for this profile (nothing matched, a rank
     not replayed, or a step abstained)."""
-    got = prepare(prof)
-    if got is None:
-        return None
-    use, rep = got
-    if rep.abstained_steps or not use or any(r not in rep.ranks for r in ranks):
+    use = replayed_for(prof, ranks)
+    if use is None:
         return None
     w = all_windows(use, ranks)
     cur = prof.cursor()
     try:
-        parts = window_parts(cur, w.assign(inst=w["wid"]))
-        cur.execute("DROP TABLE IF EXISTS win; DROP TABLE IF EXISTS base")
+        parts = window_split(cur, w)
     finally:
         cur.close()
-    parts = parts.set_index("inst").reindex(w["wid"]).fillna(0)
     out: dict[int, OwnWork] = {}
     for r in ranks:
         mine = (w["rank"] == r).to_numpy()
