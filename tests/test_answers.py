@@ -32,7 +32,7 @@ def job(tmp_path: Path) -> Path:
 
 
 def _kept(cache_dir: Path) -> list[Path]:
-    return sorted(cache_dir.glob(f"*.duckdb{answers.SUFFIX}/*.json"))
+    return sorted(f for db in cache_dir.glob("*.duckdb") for f in cache.answers_dir(db).glob("*.json"))
 
 
 def test_a_repeated_question_is_answered_from_the_kept_answer(job, tmp_path):
@@ -73,7 +73,7 @@ def test_changed_files_or_settings_answer_anew(job, tmp_path):
     os.utime(f, ns=(f.stat().st_atime_ns, f.stat().st_mtime_ns + 10**9))
     assert first_step_ms() > 0
     dbs = sorted(c.glob("*.duckdb"))
-    assert len(dbs) == 1 and sorted({p.parent for p in _kept(c)}) == [answers.answers_dir(dbs[0])]
+    assert len(dbs) == 1 and sorted({p.parent for p in _kept(c)}) == [cache.answers_dir(dbs[0])]
 
 
 def test_a_damaged_kept_answer_is_answered_anew(job, tmp_path):
@@ -107,7 +107,7 @@ def test_trimming_the_cache_takes_the_answers_with_their_database(tmp_path, monk
     os.utime(old, ns=(1, 1))
     monkeypatch.setattr(cache, "max_cache_bytes", lambda: 1500)
     assert cache.trim(tmp_path, new) == 1
-    assert not answers.answers_dir(old).exists() and answers.answers_dir(new).is_dir()
+    assert not cache.answers_dir(old).exists() and cache.answers_dir(new).is_dir()
 
 
 def test_the_unprofiled_step_times_beside_the_traces_are_input(tmp_path):

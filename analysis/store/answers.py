@@ -22,7 +22,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-SUFFIX = ".answers"
+from .cache import answers_dir, touch
+
 _PACKAGES = ("analysis", "knowledge", "tools")
 _CODE = (".py", ".yaml", ".sql")
 # environment variables that say where the cache is or how the work runs, not what an answer holds
@@ -43,10 +44,6 @@ def code_version() -> str:
     return h.hexdigest()[:16]
 
 
-def answers_dir(db: Path) -> Path:
-    return db.with_name(db.name + SUFFIX)
-
-
 def _file(db: Path, question: dict[str, Any]) -> Path:
     env = {k: v for k, v in os.environ.items() if k.startswith("STEPDOCTOR_") and k not in _NOT_IN_KEY}
     key = json.dumps({"question": question, "code": code_version(), "env": env}, sort_keys=True, default=str)
@@ -61,8 +58,7 @@ def read(db: Path, question: dict[str, Any]) -> str | None:
         text = _file(db, question).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return None
-    with contextlib.suppress(OSError):
-        os.utime(db)   # a hit on the answer is a use of the database (the cache trims the least recently used)
+    touch(db)   # a hit on the answer is a use of the database (the cache trims the least recently used)
     return text
 
 

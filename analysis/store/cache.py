@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..ingest.base import RankSource, schema_sql
 from ..ingest.discover import Discovery
-from ..ingest.discover.sidecars import sidecar_stats
+from ..ingest.discover.sidecars import sidecar_files
 
 
 @functools.cache
@@ -122,8 +122,12 @@ def fingerprint(disc: Discovery, listing: Listing | None = None) -> str:
         h.update(f"\0{src.rank}\0{src.format}\0{src.path}".encode("utf-8", "surrogateescape"))
         for name, size, stamp in files:
             h.update(f"{name}:{size}:{stamp}".encode("utf-8", "surrogateescape"))
-    for name, size, stamp in sidecar_stats(disc):   # read by the checks, not the readers: input all the same
-        h.update(f"\0sidecar\0{name}:{size}:{stamp}".encode("utf-8", "surrogateescape"))
+    for _, f in sidecar_files(disc):   # read at build time beside the readers: input all the same
+        try:
+            st = f.stat()
+        except OSError:
+            continue
+        h.update(f"\0sidecar\0{f}:{st.st_size}:{version_stamp(st)}".encode("utf-8", "surrogateescape"))
     return h.hexdigest()[:32]
 
 
@@ -179,7 +183,7 @@ def keep_one_per_place(root: Path, current: Path) -> int:
                 with contextlib.suppress(OSError):
                     q.unlink()
                     removed += 1
-                shutil.rmtree(_answers(q), ignore_errors=True)
+                shutil.rmtree(answers_dir(q), ignore_errors=True)
     return removed
 
 
@@ -213,15 +217,13 @@ def trim(root: Path, keep: Path) -> int:
             q.unlink()
             total -= size
             removed += 1
-        shutil.rmtree(_answers(q), ignore_errors=True)
+        shutil.rmtree(answers_dir(q), ignore_errors=True)
     return removed
 
 
-def _answers(db: Path) -> Path:
-    """The folder of answers kept beside `db` (`answers.py`)."""
-    from .answers import answers_dir
-
-    return answers_dir(db)
+def answers_dir(db: Path) -> Path:
+    """The folder of the answers kept beside `db` (`answers.py`): it goes with its database."""
+    return db.with_name(db.name + ".answers")
 
 
 def touch(db: Path) -> None:

@@ -34,18 +34,10 @@ def step_times_file(path: str | Path, rank: int) -> Path | None:
     return None
 
 
-def sidecar_stats(disc: Discovery) -> list[tuple[str, int, int]]:
-    """(path, size, mtime ns) of every sidecar file of the discovered ranks, sorted."""
-    out = []
-    for rank in sorted({s.rank for s in disc.sources}):
-        f = step_times_file(disc.path, rank)
-        if f is not None:
-            try:
-                st = os.stat(f)
-            except OSError:
-                continue
-            out.append((str(f), st.st_size, st.st_mtime_ns))
-    return sorted(out)
+def sidecar_files(disc: Discovery) -> list[tuple[int, Path]]:
+    """(rank, file) of every discovered rank that has a step-times file, by rank."""
+    found = ((rank, step_times_file(disc.path, rank)) for rank in sorted({s.rank for s in disc.sources}))
+    return [(rank, f) for rank, f in found if f is not None]
 
 
 def step_times(disc: Discovery) -> tuple[list[tuple[int, int, float, bool, str]], list[str]]:
@@ -53,10 +45,7 @@ def step_times(disc: Discovery) -> tuple[list[tuple[int, int, float, bool, str]]
     warning per file that could not be read (it loses only its own rows)."""
     rows: list[tuple[int, int, float, bool, str]] = []
     warnings: list[str] = []
-    for rank in sorted({s.rank for s in disc.sources}):
-        f = step_times_file(disc.path, rank)
-        if f is None:
-            continue
+    for rank, f in sidecar_files(disc):
         try:
             if os.stat(f).st_size > MAX_STEP_TIMES_BYTES:
                 raise ValueError(f"over {MAX_STEP_TIMES_BYTES >> 20} MiB")
