@@ -46,9 +46,14 @@ def ask(command: str, prof, **opts):
     messages that name the CLI options); those that are not arguments (`apply`) go to the function."""
     from . import catalog
 
-    args = {k: v for k, v in opts.items() if k in catalog.BY_CLI[command].args.model_fields}
-    rest = {k: v for k, v in opts.items() if k not in args}
-    return catalog.answer(command, prof, catalog.BY_CLI[command].args.model_construct(**args), **rest)
+    a, rest = _split(catalog.BY_CLI[command], opts)
+    return catalog.answer(command, prof, a, **rest)
+
+
+def _split(tool, opts: dict):
+    """The options that are the tool's arguments (as its unvalidated model) and the rest."""
+    args = {k: v for k, v in opts.items() if k in tool.args.model_fields}
+    return tool.args.model_construct(**args), {k: v for k, v in opts.items() if k not in args}
 
 
 def ask_path(command: str, path: str, load, **opts):
@@ -58,9 +63,7 @@ def ask_path(command: str, path: str, load, **opts):
     from . import catalog
 
     tool = catalog.BY_CLI[command]
-    args = {k: v for k, v in opts.items() if k in tool.args.model_fields}
-    rest = {k: v for k, v in opts.items() if k not in args}
-    a = tool.args.model_construct(**args)
+    a, rest = _split(tool, opts)
     if not tool.keep or rest:
         return catalog.answer(command, load(path), a, **rest)
     from ..analysis.store import cached_database

@@ -194,19 +194,14 @@ class Check:
         rk = sorted(set(ranks or []))
         pct, sev = ctx.impact(impact_ms, impact_rank if impact_rank is not None else (rk[0] if len(rk) == 1
                                                                                        else None))
-        f = Finding(check=self.id, severity=severity or sev, title=title, ranks=rk, steps=sorted(set(steps or [])),
-                    subject=subject, impact_ms=None if impact_ms is None else round(impact_ms, 3),
-                    impact_pct=pct, evidence=evidence or {}, fixes=[], message=message)
-        return self.refix(ctx, f, vendor)
-
-    def refix(self, ctx: CheckContext, f: Finding, vendor: str | None = None) -> Finding:
-        """`f.fixes` from the knowledge base, for its subject and its evidence as they are now (a check that adds
-        evidence after `finding` calls it again). The checks never choose fixes themselves."""
-        rk = f.ranks
         v = vendor or ctx.vendor(rk[0] if rk else None)
-        f.fixes = ctx.fixes_for(self.id, v, ctx.framework(rk[0] if rk else None), f.subject, f.evidence) \
+        evidence = evidence or {}
+        # the knowledge base chooses the fixes, by the finding's subject and evidence: never the check
+        fixes = ctx.fixes_for(self.id, v, ctx.framework(rk[0] if rk else None), subject, evidence) \
             if ctx.fixes_for else []
-        return f
+        return Finding(check=self.id, severity=severity or sev, title=title, ranks=rk, steps=sorted(set(steps or [])),
+                       subject=subject, impact_ms=None if impact_ms is None else round(impact_ms, 3),
+                       impact_pct=pct, evidence=evidence, fixes=fixes, message=message)
 
 
 class _Value(float):
