@@ -1,5 +1,5 @@
-"""`python -m stepdoctor ...`: the same CLI as the `stepdoctor` command."""
+"""`python -m stepdoctor ...`: the same command as `stepdoctor`."""
 
-from .tools.cli import run
+from .main import run
 
 run()

@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from .metrics.breakdown import BreakdownRow, compute_breakdown
-from .metrics.names import kernel_label, operator_label, strip_address
 from .store import Profile
+from .timeline.names import kernel_label, operator_label, strip_address
 
 HOST_OP_CATS = ("cpu_op", "user_annotation", "python_function", "dataloader", "gc", "other")
 HOST_API_CATS = ("runtime", "driver", "cann")

@@ -18,11 +18,11 @@ import pandas as pd
 
 from . import compare as core
 from .checks.base import registry
-from .metrics.names import short_name
 from .models import SEVERITY_ORDER, Finding
 from .replay.own import OwnWork
 from .text import PART_TEXT, ms_text
 from .thresholds import T
+from .timeline.names import short_name
 
 
 class _NamedChange(Protocol):

@@ -69,7 +69,9 @@ CREATE TABLE device_ops (
     aiv_mte3_ratio  DOUBLE,
     size_bytes      BIGINT,               -- memcpy/memset bytes; NCCL message bytes when recorded
     collective      VARCHAR,              -- NCCL/HCCL collective name when known (allreduce, sendrecv...)
-    group_name      VARCHAR               -- communication group / process group
+    group_name      VARCHAR,              -- communication group / process group
+    hta_kept        BOOLEAN               -- Kineto: HTA 0.5.0's breakdown counts this op (a stream op, launched
+                                          -- before a dropped last step); NULL for the other formats
 );
 
 -- Host work: framework ops, runtime / CANN API calls, annotations, python functions, GC.

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=600.0)
     a = ap.parse_args(argv)
     done = wait_for_ranks(a.folder, a.ranks, a.timeout)
-    cli = [sys.executable, "-m", "stepdoctor.tools.cli"]
+    cli = [sys.executable, "-m", "stepdoctor"]
     base = a.folder.with_name(a.folder.name)
     with open(f"{base}.issues.json", "w") as out:
         subprocess.run([*cli, "issues", str(a.folder), "--format", "json"], stdout=out, check=False)

@@ -59,7 +59,7 @@ def _jsonlen(obj: Any) -> int:
 
 def _command() -> list[str]:
     script = Path(sys.executable).parent / "stepdoctor"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "stepdoctor.tools.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "stepdoctor"]
 
 
 def _calls(pid: str, data: Path, issues: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:

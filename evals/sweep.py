@@ -44,7 +44,7 @@ class Outcome:
 def run_one(path: Path, command: str, timeout: float) -> Outcome:
     """`stepdoctor COMMAND PATH --format json` in a subprocess with its own cache folder."""
     with tempfile.TemporaryDirectory() as cache:
-        cmd = [sys.executable, "-m", "stepdoctor.tools.cli", command, str(path), "--format", "json"]
+        cmd = [sys.executable, "-m", "stepdoctor", command, str(path), "--format", "json"]
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                                env={**os.environ, "STEPDOCTOR_CACHE_DIR": cache})

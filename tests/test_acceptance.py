@@ -48,7 +48,7 @@ PLANTED = [
 
 def cli(*args: str, cache: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "STEPDOCTOR_CACHE_DIR": str(cache)}
-    return subprocess.run([sys.executable, "-m", "stepdoctor.tools.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "stepdoctor", *args], capture_output=True, text=True,
                           env=env, timeout=600)
 
 

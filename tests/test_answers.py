@@ -20,7 +20,7 @@ EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "cluster4"
 
 def _cli(*args: str, cache_dir: Path, **env: str) -> subprocess.CompletedProcess:
     run_env = {**os.environ, "STEPDOCTOR_CACHE_DIR": str(cache_dir), **env}
-    return subprocess.run([sys.executable, "-m", "stepdoctor.tools.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "stepdoctor", *args], capture_output=True, text=True,
                           env=run_env, check=True)
 
 

@@ -110,7 +110,7 @@ def test_stepdoctor_trigger_captures_the_same_steps_on_every_process(tmp_path: P
     while len(list(tmp_path.glob("ready_*"))) < 3:
         time.sleep(0.05)
     time.sleep(0.3)
-    out = subprocess.run([sys.executable, "-m", "stepdoctor.tools.cli", "trigger", str(tmp_path),
+    out = subprocess.run([sys.executable, "-m", "stepdoctor", "trigger", str(tmp_path),
                           "--steps", "2"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     results = [json.loads(p.communicate(timeout=60)[0]) for p in procs]

@@ -43,7 +43,7 @@ def test_every_cli_question_is_a_catalog_entry():
 
 def _cli(cache: Path, *args: str) -> Any:
     env = {**os.environ, "STEPDOCTOR_CACHE_DIR": str(cache)}
-    r = subprocess.run([sys.executable, "-m", "stepdoctor.tools.cli", *args, "--format", "json"],
+    r = subprocess.run([sys.executable, "-m", "stepdoctor", *args, "--format", "json"],
                        capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)

@@ -12,7 +12,7 @@ EXAMPLE = str(Path(__file__).resolve().parent.parent / "examples" / "cluster4")
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "stepdoctor.tools.cli", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "stepdoctor", *args], capture_output=True, text=True)
 
 
 @pytest.mark.parametrize("args,says", [

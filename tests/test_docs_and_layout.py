@@ -101,6 +101,43 @@ def test_no_import_circles():
     assert [sorted(c) for c in circles if c not in KNOWN_CIRCLES] == []
 
 
+# The layers, bottom first: a module may import its own layer and those below, never one above. Within a
+# layer, packages are peers (knowledge and compare read the checks and below, not each other's answers).
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("stepdoctor", "stepdoctor.analysis", "stepdoctor.analysis.timeline", "stepdoctor.analysis.units",
+     "stepdoctor.analysis.errors", "stepdoctor.analysis.files", "stepdoctor.analysis.thresholds",
+     "stepdoctor.analysis.machine", "stepdoctor.analysis.severity", "stepdoctor.analysis.text",
+     "stepdoctor.analysis.models", "stepdoctor.capture"),
+    ("stepdoctor.analysis.ingest",),
+    ("stepdoctor.analysis.store",),
+    ("stepdoctor.analysis.metrics", "stepdoctor.analysis.hang"),
+    ("stepdoctor.analysis.replay",),
+    ("stepdoctor.analysis.checks",),
+    ("stepdoctor.analysis.compare", "stepdoctor.analysis.compare_verdict", "stepdoctor.knowledge"),
+    ("stepdoctor.tools",),
+    ("stepdoctor.server",),
+    ("stepdoctor.main", "stepdoctor.__main__", "stepdoctor.evals"),
+)
+
+
+def _layer(mod: str) -> int:
+    """The layer of a module: that of the longest layer prefix naming it."""
+    best, level = -1, -1
+    for i, names in enumerate(LAYERS):
+        for n in names:
+            if (mod == n or mod.startswith(n + ".")) and len(n) > best:
+                best, level = len(n), i
+    assert level >= 0, f"{mod} is in no layer: add its package to LAYERS"
+    return level
+
+
+def test_layers_read_downward_only():
+    graph = _import_graph()
+    up = sorted(f"{m} (layer {_layer(m)}) imports {t} (layer {_layer(t)})"
+                for m, ts in graph.items() for t in ts if _layer(t) > _layer(m))
+    assert up == []
+
+
 def _reach(graph: dict[str, set[str]], start: str) -> set[str]:
     seen, todo = set(), list(graph[start])
     while todo:

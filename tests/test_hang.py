@@ -134,7 +134,7 @@ def test_snapshot_of_8_live_processes_names_the_one_stuck_elsewhere(tmp_path: Pa
         while len(list(tmp_path.glob("up*"))) < 8:
             time.sleep(0.05)
         env = {**os.environ, "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"]}
-        snap = subprocess.run([sys.executable, "-m", "stepdoctor.tools.cli", "snapshot",
+        snap = subprocess.run([sys.executable, "-m", "stepdoctor", "snapshot",
                                *[str(p.pid) for p in procs], "-o", str(tmp_path / "stacks")],
                               capture_output=True, text=True, env=env)
         assert snap.returncode == 0, snap.stderr

@@ -28,7 +28,7 @@ TEXT = REAL / "ascend" / "msinsight-pt-text-l0"
 DB = REAL / "ascend" / "msinsight-pt-db-l0"
 HANG = REPO / "tests" / "data" / "real_hang" / "stuck"
 CLI = [str(REPO / ".venv" / "bin" / "stepdoctor")] if (REPO / ".venv" / "bin" / "stepdoctor").exists() else \
-    [sys.executable, "-m", "stepdoctor.tools.cli"]
+    [sys.executable, "-m", "stepdoctor"]
 BOUND_S = 60
 
 

@@ -28,7 +28,7 @@ from stepdoctor.analysis.ingest.base import RankSource, RankTables
 from stepdoctor.analysis.ingest.kineto import source as kineto_source
 from stepdoctor.analysis.ingest.kineto import steps as kineto_steps
 from stepdoctor.analysis.metrics.breakdown import compute_breakdown, totals
-from stepdoctor.analysis.metrics.intervals import Coverage
+from stepdoctor.analysis.timeline.intervals import Coverage
 
 REF = KINETO / "reference"
 
@@ -96,7 +96,7 @@ def _hta_kept_totals(prof: store.Profile, compat: bool) -> dict[int, dict[str, f
     """The breakdown's arithmetic (metrics/breakdown.py) over HTA's kept device ops only."""
     out = {}
     for rank in prof.info.ranks:
-        ops = prof.sql(kineto.HTA_KEPT_DEVICE_OPS_SQL, [rank])
+        ops = prof.sql("SELECT start_ns, dur_ns, category FROM device_ops WHERE rank = ? AND hta_kept", [rank])
         s = ops["start_ns"].to_numpy(np.int64)
         e = s + ops["dur_ns"].to_numpy(np.int64)
         if compat:
@@ -130,7 +130,7 @@ def test_device_windows_tile_hta_span_with_kept_ops(dataset, tmp_path):
 def test_kept_op_set_is_htas(tmp_path):
     """HTA 0.5.0 keeps 12,515 GPU events on trace_diff/test (counted with HTA itself)."""
     prof = _open("trace_diff/test", tmp_path)
-    assert len(prof.sql(kineto.HTA_KEPT_DEVICE_OPS_SQL, [1])) == 12515
+    assert len(prof.sql("SELECT 1 FROM device_ops WHERE rank = 1 AND hta_kept")) == 12515
 
 
 @pytest.mark.parametrize("dataset,rel", [("trace_filter_2ranks", "trace_filter"),

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stepdoctor.analysis.metrics.intervals import Coverage, merge
+from stepdoctor.analysis.timeline.intervals import Coverage, merge
 
 intervals = st.lists(st.tuples(st.integers(0, 200), st.integers(0, 60)), max_size=40)
 windows = st.lists(st.tuples(st.integers(-10, 260), st.integers(0, 120)), min_size=1, max_size=10)

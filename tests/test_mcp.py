@@ -642,7 +642,7 @@ def _child_env(cache: Path) -> dict[str, str]:
 def _mcp_command() -> list[str]:
     """The venv's `stepdoctor` console script (beside sys.executable), else the module."""
     script = Path(sys.executable).parent / "stepdoctor"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "stepdoctor.tools.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "stepdoctor"]
 
 
 async def test_stdio_subprocess(cache: Path):

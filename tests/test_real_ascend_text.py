@@ -48,7 +48,7 @@ def _read(path: Path, rank: int = 0) -> tuple[dict[str, Any], list[str], set[str
 @pytest.mark.parametrize("command", ["issues", "breakdown"])
 def test_cli_exits_0(level: str, command: str, tmp_path: Path):
     env_cache = {"STEPDOCTOR_CACHE_DIR": str(tmp_path / "cache")}
-    r = subprocess.run([sys.executable, "-m", "stepdoctor.tools.cli", command, str(need(ASC / level)),
+    r = subprocess.run([sys.executable, "-m", "stepdoctor", command, str(need(ASC / level)),
                         "--format", "json"], capture_output=True, text=True, env={**os.environ, **env_cache})
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)

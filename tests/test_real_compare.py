@@ -13,7 +13,7 @@ import pytest
 from conftest import SHARED, need
 from stepdoctor.analysis import compare as core
 from stepdoctor.analysis import compare_verdict as cv
-from stepdoctor.analysis.metrics.names import kernel_label, operator_label, strip_address
+from stepdoctor.analysis.timeline.names import kernel_label, operator_label, strip_address
 from stepdoctor.evals.score_real import score_compare
 from stepdoctor.tools import api
 from stepdoctor.tools.compare import compare_runs

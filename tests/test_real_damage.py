@@ -29,7 +29,7 @@ DOCS = REAL / "kineto" / "kineto-docs-h100-sync-before"
 OUT1 = "rank1_ascend_pt/ASCEND_PROFILER_OUTPUT/"
 RANK1_GZ = "vm_1.1795736822148655725.pt.trace.json.gz"
 CLI = [str(REPO / ".venv" / "bin" / "stepdoctor")] if (REPO / ".venv" / "bin" / "stepdoctor").exists() else \
-    [sys.executable, "-m", "stepdoctor.tools.cli"]
+    [sys.executable, "-m", "stepdoctor"]
 
 
 @dataclass(frozen=True)

@@ -145,7 +145,7 @@ def test_every_kineto_folder_is_one_kineto_rank(folder: Path):
 def test_not_one_job_is_one_line_exit_2(rel: str, says: str):
     with pytest.raises(ProfileError, match="pass "):
         discover(need(REAL / rel))
-    r = subprocess.run([sys.executable, "-m", "stepdoctor.tools.cli", "breakdown", str(REAL / rel),
+    r = subprocess.run([sys.executable, "-m", "stepdoctor", "breakdown", str(REAL / rel),
                         "--format", "json"], capture_output=True, text=True)
     assert r.returncode == 2 and says in r.stderr and r.stderr.count("\n") == 1, r.stderr
     assert "Traceback" not in r.stderr and r.stdout == ""
@@ -204,7 +204,7 @@ def test_kineto_traces_of_different_runs_in_one_folder_are_refused(tmp_path):
         discover(mix)
     with pytest.raises(ProfileError, match=r"they state different world sizes\): control/control\.json\.gz \(rank 3"):
         discover(need(SHARED / "kineto" / "trace_diff"))
-    r = subprocess.run([sys.executable, "-m", "stepdoctor.tools.cli", "issues", str(mix)], capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "stepdoctor", "issues", str(mix)], capture_output=True,
                        text=True, env={"STEPDOCTOR_CACHE_DIR": str(tmp_path / "c"), "PATH": "/usr/bin:/bin"})
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "pass one run's traces" in r.stderr
     # one job's ranks stay one job

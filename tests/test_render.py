@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import CLUSTER4, need
-from stepdoctor.analysis.metrics.names import display_name, display_names, short_name
+from stepdoctor.analysis.timeline.names import display_name, display_names, short_name
 from stepdoctor.tools import render, render_fit
 from stepdoctor.tools.render import Table, fit_table
 
@@ -126,7 +126,7 @@ def test_cli_tables_fit_the_piped_width_or_columns(tmp_path):
     render.PIPED_WIDTH; with COLUMNS=80 everything fits 80 columns, text wrapped under its number."""
     env = {**{k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")},
            "STEPDOCTOR_CACHE_DIR": str(tmp_path)}
-    cmd = [sys.executable, "-m", "stepdoctor.tools.cli", "issues", str(need(CLUSTER4))]
+    cmd = [sys.executable, "-m", "stepdoctor", "issues", str(need(CLUSTER4))]
     wide = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert wide.returncode == 0, wide.stderr
     head = [ln for ln in wide.stdout.splitlines() if ln[:1] == "┃"]
@@ -202,7 +202,7 @@ def test_cli_fixes_table_json_and_markdown():
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
 
     def run(*args: str) -> str:
-        res = subprocess.run([sys.executable, "-m", "stepdoctor.tools.cli", "fixes", *args], capture_output=True,
+        res = subprocess.run([sys.executable, "-m", "stepdoctor", "fixes", *args], capture_output=True,
                              text=True, env=env, timeout=120)
         assert res.returncode == 0, res.stderr
         return res.stdout
@@ -223,7 +223,7 @@ def test_cells_titles_and_the_profile_line_are_not_read_as_markup(tmp_path):
     assert "ops [bold]x[/bold]" in body and "operator[] on [ascend_pt]" in body and "[red]1[/red]" in body
     env = {**{k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")},
            "STEPDOCTOR_CACHE_DIR": str(tmp_path)}
-    res = subprocess.run([sys.executable, "-m", "stepdoctor.tools.cli", "breakdown", str(need(CLUSTER4))],
+    res = subprocess.run([sys.executable, "-m", "stepdoctor", "breakdown", str(need(CLUSTER4))],
                          capture_output=True, text=True, env=env, timeout=300)
     lines = res.stdout.splitlines()
     head = lines[:lines.index(next(ln for ln in lines if ln.startswith("Breakdown")))]

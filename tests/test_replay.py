@@ -150,7 +150,7 @@ def test_nothing_to_replay_is_one_line_and_exit_2(tmp_path):
     one = need(SHARED / "real" / "gpu-h100" / "clean" / "traces")
     with pytest.raises(ProfileError, match="nothing to replay"):
         what_if(api.load(one))
-    r = subprocess.run([sys.executable, "-m", "stepdoctor.tools.cli", "whatif", str(one)], capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "stepdoctor", "whatif", str(one)], capture_output=True,
                        text=True, env={"STEPDOCTOR_CACHE_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "nothing to replay" in r.stderr
     assert "Traceback" not in r.stderr
@@ -165,7 +165,7 @@ def test_whatif_cli_json_is_the_mcp_answer(tmp_path):
     from stepdoctor.server.app import create_server
 
     run = need(CPU / "dp2_late" / "traces")
-    r = subprocess.run([sys.executable, "-m", "stepdoctor.tools.cli", "whatif", str(run), "--rank", "0=median",
+    r = subprocess.run([sys.executable, "-m", "stepdoctor", "whatif", str(run), "--rank", "0=median",
                         "--format", "json"], capture_output=True, text=True,
                        env={"STEPDOCTOR_CACHE_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stderr

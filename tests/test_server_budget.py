@@ -105,7 +105,7 @@ class Peak:
 
 def _command() -> list[str]:
     script = Path(sys.executable).parent / "stepdoctor"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "stepdoctor.tools.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "stepdoctor"]
 
 
 def _env(cache: Path) -> dict[str, str]:

@@ -220,7 +220,7 @@ def test_no_empty_table_is_printed(tmp_path):
 
     prof = str(need(SHARED / "real" / "gpu-h100" / "gloo2_straggler"))
     env = {**os.environ, "STEPDOCTOR_CACHE_DIR": str(tmp_path)}
-    outs = {cmd: subprocess.run([sys.executable, "-m", "stepdoctor.tools.cli", cmd, prof], capture_output=True,
+    outs = {cmd: subprocess.run([sys.executable, "-m", "stepdoctor", cmd, prof], capture_output=True,
                                 text=True, env=env, timeout=300).stdout for cmd in ("slow-links", "env")}
     assert "┏" not in outs["slow-links"] and "┏" not in outs["env"]
     assert "no link-level communication data in this" in outs["slow-links"]

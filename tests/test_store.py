@@ -745,7 +745,7 @@ def test_flipped_bytes_in_a_cache_database_never_give_an_answer(tmp_path, seed):
 
     example = Path(__file__).resolve().parent.parent / "examples" / "cluster4"
     env = {**os.environ, "STEPDOCTOR_CACHE_DIR": str(tmp_path / "cache")}
-    cmd = [sys.executable, "-m", "stepdoctor.tools.cli", "issues", str(example), "--format", "json"]
+    cmd = [sys.executable, "-m", "stepdoctor", "issues", str(example), "--format", "json"]
     clean = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert clean.returncode == 0, clean.stderr
     (db,) = (tmp_path / "cache").glob("*.duckdb")

@@ -216,12 +216,19 @@ def _once_more_if_the_cache_was_damaged(a: argparse.Namespace) -> int:
         return a.func(a)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if args[:1] == ["mcp"]:   # one parser for `stepdoctor mcp` and `stepdoctor-mcp` (see commands.cmd_mcp)
-        from ..server.app import main as mcp_main
+Serve = Callable[[list[str]], int]
 
-        return mcp_main(args[1:])
+
+def main(argv: list[str] | None = None, serve: Serve | None = None) -> int:
+    """One CLI command; `serve` starts the MCP server for `stepdoctor mcp` (the entry point, `main.py`, passes
+    it: the server is a layer above the tools)."""
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["mcp"]:   # one parser for `stepdoctor mcp` and `stepdoctor-mcp`
+        if serve is None:
+            print("stepdoctor: error: the MCP server starts through `stepdoctor mcp` or `stepdoctor-mcp`",
+                  file=sys.stderr)
+            return 2
+        return serve(args[1:])
     parser = build_parser()
     a = parser.parse_args(argv)
     if getattr(a, "ray", None) is not None:  # every profile this command opens is ingested through Ray
@@ -248,26 +255,3 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     sys.stdout.flush()
     return rc
-
-
-def run() -> None:
-    """The console entry point: `main()`, then the process ends without the interpreter's teardown.
-
-    Tearing down what a command loaded (pandas, DuckDB, pydantic, the checks) frees objects one by one after
-    the output is written; nothing is left to do at that point: the output streams and logging handlers are
-    flushed here, a profile's cache database was renamed into place before the command used it, and no
-    command leaves a thread with work in progress. An exception (`--debug`) or SystemExit (argparse) leaves
-    the normal way, with its traceback or message.
-    """
-    import logging
-
-    rc = main()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a closed pipe: the output is lost either way
-            stream.flush()
-    logging.shutdown()
-    os._exit(rc)
-
-
-if __name__ == "__main__":
-    run()

@@ -200,13 +200,6 @@ def cmd_report(a: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_mcp(a: argparse.Namespace) -> int:
-    """`stepdoctor mcp ARGS` is `stepdoctor-mcp ARGS`: one parser, so both take the same options."""
-    from ..server.app import main as mcp_main
-
-    return mcp_main(a.mcp_args)
-
-
 PROFILE_HELP = ("profile: a rank folder (*_ascend_pt, *_ascend_ms, any folder with ASCEND_PROFILER_OUTPUT/), a "
                 "folder of ranks, a MindSpore profiler/ folder, a Kineto trace (.json/.json.gz) or a folder of traces")
 
@@ -276,4 +269,4 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
     s = sub.add_parser("mcp", add_help=False, help="run the MCP server (the options of stepdoctor-mcp; "
                        "`stepdoctor mcp --help` lists them)")
     s.add_argument("mcp_args", nargs=argparse.REMAINDER)
-    s.set_defaults(func=cmd_mcp)
+    s.set_defaults(func=None)   # never parsed: `cli.main` hands `mcp ARGS` to the server before parsing

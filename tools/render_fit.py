@@ -10,7 +10,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any
 
-from ..analysis.metrics.names import display_names
+from ..analysis.timeline.names import display_names
 
 __all__ = ["TEXT_MIN", "Table", "column_label", "fit_table", "flex_widths", "hanging", "shorten_names", "wrap_text"]
 

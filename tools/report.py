@@ -31,9 +31,9 @@ import jinja2
 from .. import __version__
 from ..analysis.errors import ProfileError
 from ..analysis.metrics.breakdown import per_step
-from ..analysis.metrics.names import display_names
 from ..analysis.models import Finding
 from ..analysis.store import Profile, is_damaged_cache
+from ..analysis.timeline.names import display_names
 from . import api
 from . import models as m
 from .report_charts import MAX_CHART_RANKS, SEGMENTS, breakdown_chart, compare_chart, heatmap
@@ -253,7 +253,7 @@ def render_report(profile: api.ProfileRef, compare_base: api.ProfileRef | None =
     dropped = [f"steps {', '.join(map(str, prof.info.dropped_steps))} left out (partial)"] \
         if prof.info.dropped_steps else []
     warnings = list(dict.fromkeys([*dropped, *prof.warnings, *(rep.warnings if rep else []), *s.warnings]))
-    # kernel and op names as tables show them (analysis.metrics.names.display_names): the start and the part
+    # kernel and op names as tables show them (analysis.timeline.names.display_names): the start and the part
     # that tells two instantiations apart, on a line or two instead of ten; the full name is the cell's title
     long_names = [k.name for k in (kernels.kernels if kernels else [])]
     long_names += [c.name for c in (comparison.top_changes if comparison else [])]

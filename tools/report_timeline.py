@@ -37,8 +37,8 @@ import pandas as pd
 
 from ..analysis.metrics import collectives
 from ..analysis.metrics.breakdown import BreakdownRow, standing_out
-from ..analysis.metrics.intervals import Coverage
 from ..analysis.store import Profile
+from ..analysis.timeline.intervals import Coverage
 from .report_charts import Chart, Rect, Text, nice_step
 
 MAX_TIMELINE_RANKS = 16

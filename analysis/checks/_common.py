@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..metrics.intervals import Coverage
 from ..text import ranks_text, steps_text  # noqa: F401 - the checks take them from here
 from ..thresholds import T
+from ..timeline.intervals import Coverage
 from ..units import NS_PER_MS
 from ._arrays import (  # noqa: F401  (the checks import these from here)
     by_rank,

@@ -34,9 +34,9 @@ import numpy as np
 import pandas as pd
 
 from ..metrics.idle import COLLECTIVE_RE
-from ..metrics.intervals import merge
 from ..models import Finding
 from ..thresholds import T
+from ..timeline.intervals import merge
 from ..units import NS_PER_MS, NS_PER_US
 from ._common import (
     DeviceTimeline,

@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from ..metrics.intervals import merge
 from ..models import Finding
 from ..thresholds import T
+from ..timeline.intervals import merge
 from ..units import NS_PER_MS
 from ._common import (
     DeviceTimeline,

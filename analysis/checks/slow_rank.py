@@ -37,13 +37,13 @@ import numpy as np
 import pandas as pd
 
 from ..metrics import collectives
-from ..metrics.intervals import merge
-from ..metrics.names import short_name
 from ..metrics.stages import stage_of_ranks
 from ..models import Finding
 from ..replay.noise import noise_known
 from ..text import ms_text
 from ..thresholds import T
+from ..timeline.intervals import merge
+from ..timeline.names import short_name
 from ._replay_ranks import ReplayRanks, replay_ranks
 from ._slow_rank_text import (
     arrival_text,

@@ -32,10 +32,10 @@ import numpy as np
 import pandas as pd
 
 from ..metrics.idle import COLLECTIVE_RE, idle_after, sync_triggers, unprofiled_share
-from ..metrics.intervals import Coverage, union_of
 from ..models import Finding, severity_from_impact
 from ..severity import Severity
 from ..thresholds import T
+from ..timeline.intervals import Coverage, union_of
 from ..units import NS_PER_MS
 from ._common import (
     HOST_API_CATEGORIES,

@@ -40,10 +40,10 @@ import itertools
 
 import numpy as np
 
-from ..ingest.kineto import HTA_KEPT_DEVICE_OPS_SQL
 from ..models import BreakdownRow
 from ..store import Profile
-from ..store.summaries import STEP_TABLE, is_ascend, step_breakdown_ns
+from ..store.summaries import STEP_TABLE, is_ascend
+from ..timeline.breakdown import step_breakdown_ns
 from ..units import NS_PER_MS
 
 # Event rows (device ops here, and the checks' event queries through `checks._arrays.rank_batches`) are read
@@ -139,8 +139,8 @@ def _event_rows(profile: Profile, st: dict[str, np.ndarray], st_rank: np.ndarray
         sel = st_rank == rank
         if hta_compat and rank in kineto_ranks:
             # HTA's kept-op set (hta_compat on Kineto): ops whose launch precedes the last step
-            ops = profile.arrays("SELECT start_ns, dur_ns, category = 'compute' AS comp, "
-                                 f"category = 'communication' AS comm FROM ({HTA_KEPT_DEVICE_OPS_SQL})", [rank])
+            ops = profile.arrays("SELECT start_ns, dur_ns, category = 'compute' AS comp, category = "
+                                 "'communication' AS comm FROM device_ops WHERE rank = ? AND hta_kept", [rank])
         else:
             ops = batched.of(rank)
         rows += _rank_rows(rank, ops, {k: np.asarray(v)[sel] for k, v in st.items()},

@@ -32,8 +32,8 @@ import numpy as np
 import pandas as pd
 
 from ..thresholds import T
+from ..timeline.intervals import merge
 from .coll_groups import GROUPED_P2P, drop_unmatched_p2p, split_ungrouped
-from .intervals import merge
 
 COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast", "alltoall", "alltoallv", "reduce",
                "barrier", "allgatherv", "reducescattervv", "gather", "scatter")

@@ -145,7 +145,7 @@ def attribute_idle(g0: np.ndarray, g1: np.ndarray, host: Any, silences: tuple[np
     a host silence over half of it (GC or untraced Python work: Kineto records neither), else launching
     (the host was dispatching work but not fast enough to keep the device busy). `host`: name, start_ns,
     dur_ns of the rank's host events; `silences`: host_silences of the rank."""
-    from .intervals import Coverage
+    from ..timeline.intervals import Coverage
 
     out = np.full(g0.size, "launch", dtype=object)
     if g0.size == 0:

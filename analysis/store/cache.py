@@ -32,8 +32,8 @@ def reader_version() -> str:
     by other code is never reused: an upgrade or a local edit re-parses, unchanged code never does."""
     h = hashlib.sha256()
     here = Path(__file__).resolve().parent.parent  # analysis/
-    # (metrics/intervals.py: the per-rank summaries computed at parse time use it)
-    for f in sorted([*(here / "store").glob("*.py"), *(here / "ingest").rglob("*.py"), here / "metrics" / "intervals.py"]):
+    # (timeline/: the readers and the per-rank summaries computed at parse time use it)
+    for f in sorted([*(here / "store").glob("*.py"), *(here / "ingest").rglob("*.py"), *(here / "timeline").glob("*.py")]):
         h.update(f.relative_to(here).as_posix().encode())
         h.update(f.read_bytes())
     return h.hexdigest()[:16]

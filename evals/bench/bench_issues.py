@@ -3,7 +3,7 @@
 Both tools run as child processes in one run on the same input (a generated torch_npu text export with
 ~40k trace events per rank and the sample's planted problems); wall time, peak RSS of the largest process
 and of the whole process tree, and CPU time are sampled from here. stepdoctor runs as a user runs it,
-`stepdoctor issues PATH --format json` (python -m stepdoctor.tools.cli), twice: cold (empty cache: parse
+`stepdoctor issues PATH --format json` (python -m stepdoctor), twice: cold (empty cache: parse
 + checks) and warm (cache hit: checks only).
 
 `--repeat R` rounds, each one stepdoctor cold, stepdoctor warm and msprof-analyze back to back. The wall
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"profile: {a.ranks} ranks, {n_events / a.ranks:,.0f} trace events per rank, {size / 2**20:.1f} MB")
         # the command a user runs (`stepdoctor issues PATH --format json`), its output kept for the summary
         report = tmp / "issues.json"
-        cli = _sh_rc(f"STEPDOCTOR_CACHE_DIR='{tmp / 'cache'}' '{sys.executable}' -m stepdoctor.tools.cli issues "
+        cli = _sh_rc(f"STEPDOCTOR_CACHE_DIR='{tmp / 'cache'}' '{sys.executable}' -m stepdoctor issues "
                      f"'{prof}' --format json > '{report}'")
         msprof = _msprof()
         colds: list[Sampled] = []

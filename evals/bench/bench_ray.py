@@ -128,7 +128,7 @@ def _run(cmd: list[str], env: dict | None = None) -> dict:
 def _issues(prof: Path) -> dict:
     env = {**os.environ, "STEPDOCTOR_CACHE_DIR": tempfile.mkdtemp()}
     t0, r0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-    out = subprocess.run([sys.executable, "-m", "stepdoctor.tools.cli", "issues", str(prof), "--format", "json"],
+    out = subprocess.run([sys.executable, "-m", "stepdoctor", "issues", str(prof), "--format", "json"],
                          capture_output=True, text=True, env=env, check=False)
     wall, r1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime

@@ -64,8 +64,9 @@ temporal breakdown, see metrics/breakdown.py):
   * all device ops are stored, so other work can run inside the span: kernels launched before the
     trace started (their launch is missing, HTA drops them; 56 ms on trace_diff/test) and ops of the
     dropped step overlapping the last kept one. Over the windows, the breakdown equals HTA's numbers
-    when it takes HTA's op set (`HTA_KEPT_DEVICE_OPS_SQL`); counting all ops gives the device's real
-    busy time instead.
+    when it takes HTA's op set, the ops with `hta_kept` (stream ops; with the last step dropped, only
+    those launched, or without a correlation starting, before the cutoff; Event / Context Sync always);
+    counting all ops gives the device's real busy time instead.
 
 Capabilities: kernels, steps, correlation, record_shapes, with_stack, nccl_msg_sizes, block_dim,
 memory, comm_ops; never `gc` (Kineto does not record Python GC).
@@ -74,7 +75,6 @@ memory, comm_ops; never `gc` (Kineto does not record Python GC).
 from .events import TIME_LIMIT_US, TraceDoc, ts_ns, us_to_ns
 from .names import (
     DTYPE_BYTES,
-    HTA_KEPT_DEVICE_OPS_SQL,
     LAUNCH_APIS,
     classify_device_op,
     collective_op_type,
@@ -82,6 +82,6 @@ from .names import (
 from .reader import read_rank
 
 __all__ = [
-    "DTYPE_BYTES", "HTA_KEPT_DEVICE_OPS_SQL", "LAUNCH_APIS", "TIME_LIMIT_US", "TraceDoc", "classify_device_op",
+    "DTYPE_BYTES", "LAUNCH_APIS", "TIME_LIMIT_US", "TraceDoc", "classify_device_op",
     "collective_op_type", "read_rank", "ts_ns", "us_to_ns",
 ]

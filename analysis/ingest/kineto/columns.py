@@ -182,6 +182,7 @@ class Windows:
     end: np.ndarray
     span0: int | None
     span1: int | None
+    hta_kept: np.ndarray   # per device op: HTA's op set when the last step is dropped (stream ops of kept launches)
 
 
 def _hta_kept(tr: Trace, st: Steps, f: Folder) -> np.ndarray:
@@ -211,7 +212,7 @@ def device_windows(tr: Trace, st: Steps, f: Folder) -> Windows:
     dev_start = np.full(st.n, NONE, dtype=np.int64)
     dev_end = np.full(st.n, NONE, dtype=np.int64)
     if not span_mask.any():
-        return Windows(dev_start, dev_end, None, None)
+        return Windows(dev_start, dev_end, None, None, span_mask)
     d_end = tr.d_end
     span0 = int(tr.d_start[span_mask].min())
     span1 = int(d_end[span_mask].max())
@@ -236,7 +237,7 @@ def device_windows(tr: Trace, st: Steps, f: Folder) -> Windows:
     if st.n >= 2:
         dev_start[-1] = span1
         dev_end[-1] = max(span1, int(d_end[stream_ok].max()) if stream_ok.any() else span1)
-    return Windows(dev_start, dev_end, span0, span1)
+    return Windows(dev_start, dev_end, span0, span1, span_mask)
 
 
 @dataclass

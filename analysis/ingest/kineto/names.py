@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from ...metrics.comm_kinds import comm_kernel_name
+from ...timeline.comm_kinds import comm_kernel_name
 
 # --------------------------------------------------------------------------------------------------
 # Name tables
@@ -32,29 +32,6 @@ LAUNCH_APIS: frozenset[str] = frozenset({
 
 
 STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
-
-
-#: The device ops of one rank that HTA 0.5.0 keeps for its temporal breakdown and comm/comp overlap, as
-#: SQL over the normalized tables (bind the rank as the only parameter; yields start_ns, dur_ns, category).
-#: HTA counts only ops with a stream and, when a last step was dropped, only ops whose correlated host
-#: event starts before that step (ops without a correlation: by their own start; Event / Context Sync:
-#: always). Device windows tile exactly the span of these ops, but other ops can run inside that span:
-#: kernels launched before the trace started (HTA drops them: their launch is missing) and ops of the
-#: dropped step overlapping the last kept one. A breakdown that must equal HTA's numbers (hta_compat)
-#: restricts itself to these ops; the plain breakdown counts all device work in the windows. The cutoff
-#: here is the dropped step's start; HTA also considers later gpu_user_annotation ProfilerStep copies,
-#: which are not stored (no difference on the reference traces).
-HTA_KEPT_DEVICE_OPS_SQL = """
-SELECT d.start_ns, d.dur_ns, d.category
-FROM device_ops d
-WHERE d.rank = $1 AND d.stream_id IS NOT NULL AND (
-    NOT EXISTS (SELECT 1 FROM steps s WHERE s.rank = d.rank AND NOT s.kept)
-    OR (d.correlation_id IS NULL AND (d.name IN ('Event Sync', 'Context Sync')
-        OR d.start_ns < (SELECT max(s.start_ns) FROM steps s WHERE s.rank = d.rank)))
-    OR EXISTS (SELECT 1 FROM host_ops h
-               WHERE h.rank = d.rank AND h.correlation_id = d.correlation_id
-                 AND h.start_ns < (SELECT max(s.start_ns) FROM steps s WHERE s.rank = d.rank)))
-"""
 
 
 # Device-op classification. HTA 0.5.0: COMMUNICATION `^nccl.*Kernel`; MEMORY `^Memcpy|^Memset|^dma`;

@@ -80,8 +80,10 @@ def _build(t: RankTables, path: Path, doc: Doc, f: Folder) -> None:
     join_launches(tr, st)
     win = device_windows(tr, st, f)
     info = add_ranks_row(t, path, meta, tr, f)
-    window_note = _add_steps(t, tr, st, win, info, damaged=bool(doc.damage))
-    add_device_ops(t, tr, f, info.has_mtia)
+    last_dropped = st.n >= 2 and (bool(doc.damage) or not last_step_whole(tr, st))
+    window_note = _add_steps(t, tr, st, win, info, last_dropped, damaged=bool(doc.damage))
+    # HTA's op set: with the last step dropped, the stream ops launched before it; else every stream op
+    add_device_ops(t, tr, f, info.has_mtia, win.hta_kept if last_dropped else tr.d_stream >= 0)
     assert tr.h_step is not None
     host_collectives(t, tr.names, tr.h_nid, tr.h_cat, tr.h_step, tr.h_start, tr.h_dur, tr.h_tid, f.h_p2p)
     add_host_ops(t, tr, f)
@@ -93,12 +95,13 @@ def _build(t: RankTables, path: Path, doc: Doc, f: Folder) -> None:
     _warn(t, path, doc, f, tr, st, info, window_note)
 
 
-def _add_steps(t: RankTables, tr: Trace, st: Steps, win: Windows, info: RankInfo, damaged: bool = False) -> str:
+def _add_steps(t: RankTables, tr: Trace, st: Steps, win: Windows, info: RankInfo, last_dropped: bool,
+               damaged: bool = False) -> str:
     """The steps rows; without ProfilerStep one step 0 whose window leaves initialisation out (host rows and
     device ops before it get no step). Returns the note saying how that window was chosen ('' with steps)."""
     if st.n:
         kept_flags = [True] * st.n
-        if st.n >= 2 and (damaged or not last_step_whole(tr, st)):
+        if last_dropped:
             kept_flags[-1] = False
         t.extend("steps", {
             "step": st.num.tolist(), "start_ns": st.start.tolist(), "end_ns": st.end.tolist(),

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ...metrics.comm_kinds import comm_launcher_name, comm_streams, launched_inside
+from ...timeline.comm_kinds import comm_launcher_name, comm_streams, launched_inside
 from ..base import Coded, RankTables
 from .folder import NONE
 from .names import H_DRIVER, H_RUNTIME, H_USER_ANN, collective_op_type

@@ -51,8 +51,9 @@ def _categories(tr: Trace, comm_info: dict[int, Comm]) -> tuple[np.ndarray, np.n
         launcher_ops(tr.names, tr.h_nid, tr.h_cat, tr.h_tid, tr.h_start, tr.h_dur))
 
 
-def add_device_ops(t: RankTables, tr: Trace, f: Folder, has_mtia: bool) -> None:
-    """device_ops, and comm_ops for the communication ones (op type from the collective arg, else the name)."""
+def add_device_ops(t: RankTables, tr: Trace, f: Folder, has_mtia: bool, hta_kept: np.ndarray) -> None:
+    """device_ops, and comm_ops for the communication ones (op type from the collective arg, else the name);
+    `hta_kept`: per op, whether HTA 0.5.0's breakdown counts it (the `hta_kept` column)."""
     if not tr.nd:
         return
     assert tr.d_step is not None
@@ -77,6 +78,7 @@ def add_device_ops(t: RankTables, tr: Trace, f: Folder, has_mtia: bool) -> None:
         "task_type": Coded(tr.d_task, DEVICE_TASKS), "stream_id": ints(tr.d_stream),
         "start_ns": ints(tr.d_start), "dur_ns": ints(tr.d_dur), "correlation_id": ints(tr.d_corr, tr.d_corr < 0),
         "block_dim": ints(tr.d_grid), "size_bytes": ints(size), "collective": collective, "group_name": group,
+        "hta_kept": hta_kept,
     })
     if comm_rows.size:
         t.extend("comm_ops", {
