@@ -23,9 +23,8 @@ from mcp.types import ToolAnnotations
 from .. import __version__
 from ..analysis.errors import ProfileError, StepdoctorError, exit_code
 from ..analysis.files import confine
-from .answers import catalog_errors, is_loopback, result
+from .answers import is_loopback
 from .http import HangUps, http_app
-from .live_tools import register_live_tools
 from .mcp_tools import register_catalog
 from .own_tools import register_load_profile, register_query
 from .query import QUERY_TIMEOUT_S, query_budget_mb, query_memory_mb
@@ -136,7 +135,6 @@ def create_server(
     register_query(server, reg, pool, READ_ONLY, output_schemas,
                    lambda ctx: server.hang_ups.gone(ctx.headers))
     # ---- resources -----------------------------------------------------------------------------------
-    register_live_tools(server, allowed, result, catalog_errors, READ_ONLY, output_schemas)
     register_resources(server, reg)
     register_prompts(server)
     return server

@@ -24,6 +24,7 @@ from ..analysis.replay.models import WhatIf
 from ..analysis.store import Profile, is_damaged_cache
 from ..tools import catalog
 from ..tools import models as m
+from ..tools.live import render_hang
 from . import answers as a
 from .registry import ProfileRegistry, profile_id_of
 from .roots import Roots
@@ -160,6 +161,7 @@ BUDGETS: dict[str, Budget] = {
     "list_fixes": _plain(a.text_fixes, "pass check or vendor, or lower limit"),
     "suggest_edit": _suggest_edit,
     "what_if": _plain(_what_if_text, "pass ranks_at_median or stages_at_median for one scenario"),
+    "diagnose_hang": _plain(render_hang, "see divergences[] and stacks in the structured content"),
     "critical_path": _plain(lambda cp: cp.summary + "\n" + "\n".join(
         f"- {lk.kind} rank {lk.rank}: {lk.ms:.2f} ms ({lk.share_pct:.1f}%)" for lk in cp.links[:12]), "pass step"),
 }
@@ -192,9 +194,9 @@ def _parameters(tool: catalog.Tool) -> list[inspect.Parameter]:
 
 def register_catalog(server: MCPServer, reg: ProfileRegistry, roots: Roots, annotations: ToolAnnotations,
                      output_schemas: bool) -> None:
-    """Register every catalog entry as an MCP tool; all of them share one bound on calls in flight."""
+    """Register every catalog entry served over MCP; all of them share one bound on calls in flight."""
     in_flight = threading.BoundedSemaphore(CATALOG_IN_FLIGHT)
-    for tool in catalog.TOOLS:
+    for tool in catalog.MCP_TOOLS:
         _register(server, tool, reg, roots, annotations, output_schemas, in_flight)
 
 
@@ -220,9 +222,13 @@ def _register(server: MCPServer, tool: catalog.Tool, reg: ProfileRegistry, roots
             in_flight.release()
 
     def answer(used: list[Profile], **kw: Any) -> CallToolResult:
-        path, pid = kw.pop("path", None), kw.pop("profile_id", None)
+        path, pid = (kw.pop("path", None), kw.pop("profile_id", None)) if tool.profile != "none" else (None, None)
         for field in tool.paths:
             kw[field] = str(roots.resolve(kw[field], "code file"))
+        for field in tool.folders:
+            folder = roots.resolve(kw[field], "dump folder")
+            roots.check_tree(folder)
+            kw[field] = str(folder)
         args = tool.args(**kw)
         with a.catalog_errors():
             prof: Profile | None = None

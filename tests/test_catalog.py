@@ -22,15 +22,16 @@ from stepdoctor.tools.cli import build_parser
 
 REAL = SHARED / "real"
 PROFILES = [REAL / "gpu-h100" / "gloo2_straggler", REAL / "ascend" / "msinsight-pt-text-l0"]
-SERVER_OWN = {"load_profile", "query", "diagnose_hang"}   # the profile registry, the SQL sandbox, live jobs
+SERVER_OWN = {"load_profile", "query"}   # the profile registry and the SQL sandbox
 
 
 def test_every_mcp_tool_is_a_catalog_entry_or_the_servers_own():
     tools = anyio.run(lambda: create_server().list_tools())
     names = {t.name for t in tools}
-    assert names - SERVER_OWN == set(catalog.BY_NAME)
+    assert names - SERVER_OWN == {t.name for t in catalog.MCP_TOOLS}
+    assert {t.name for t in catalog.TOOLS if not t.mcp} == {"trigger", "snapshot"}   # they act on local jobs
     schemas = {t.name: t.input_schema for t in tools}
-    for entry in catalog.TOOLS:   # the input schema is the entry's argument model (+ the profile reference)
+    for entry in catalog.MCP_TOOLS:   # the input schema is the entry's argument model (+ the profile reference)
         props = set(schemas[entry.name]["properties"])
         extra = {"path", "profile_id"} if entry.profile != "none" else set()
         assert props == set(entry.args.model_fields) | extra, entry.name

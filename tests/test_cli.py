@@ -132,7 +132,7 @@ def test_a_command_imports_only_what_it_needs(tmp_path):
     """--help and env never load the hang stack, the report (jinja2) or the MCP SDK; a question answered from
     the answer kept beside the store loads neither pandas nor DuckDB."""
     example = str(Path(__file__).resolve().parent.parent / "examples" / "cluster4")
-    heavy = {"stepdoctor.analysis.hang", "stepdoctor.tools.report", "jinja2", "mcp"}
+    heavy = {"stepdoctor.analysis.hang.report", "stepdoctor.tools.report", "jinja2", "mcp"}
     for args in (["--help"], ["env", example], ["env", example]):
         mods = _imported(args, tmp_path / "c")
         assert not heavy & mods, (args, heavy & mods)

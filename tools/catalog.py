@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..analysis.errors import ProfileError, UsageError
+from ..analysis.hang import HangReport
 from ..analysis.replay.models import CriticalPath, WhatIf
 from . import models as m
 
@@ -121,6 +122,21 @@ class CriticalPathArgs(Args):
     step: int | None = Field(None, description="the step (default: the slowest replayed one)")
 
 
+class HangArgs(Args):
+    path: Text = Field(description="folder under the server's roots holding the Flight Recorder dumps "
+                       "(<prefix><rank>, e.g. nccl_trace_rank_0) and/or `py-spy dump --json` files, one per rank")
+
+
+class TriggerArgs(Args):
+    run_dir: Text = Field(description="the run_dir given to stepdoctor.capture.StepWatch")
+    steps: int = Field(3, ge=1, description="steps to capture")
+
+
+class SnapshotArgs(Args):
+    pids: Items = Field(min_length=1, description="process ids (the rank is read from each one's RANK)")
+    output: Text = Field(description="folder to write pyspy_rank_<N>.json files into")
+
+
 ProfileUse = Literal["required", "optional", "none"]
 
 
@@ -137,6 +153,8 @@ class Tool:
     profile: ProfileUse         # does the tool read a profile (path / profile_id over MCP, PATH on the CLI)
     answer: Callable[..., BaseModel]   # (profile or None, args, resolve) -> the catalog's pydantic model
     paths: tuple[str, ...] = ()        # arguments naming files the MCP server must find under its roots
+    folders: tuple[str, ...] = ()      # arguments naming folders the MCP server reads (under its roots, whole)
+    mcp: bool = True                   # served over MCP (False: a CLI command acting on this machine's jobs)
     keep: bool = False                 # the answer depends on the profile's files and the arguments only: the
     #                                    CLI keeps it beside the store (analysis/store/answers.py)
 
@@ -217,6 +235,24 @@ def _critical_path(prof: Profile, a: CriticalPathArgs, resolve: Resolve) -> Base
     return _api().critical_path(prof, step=a.step)
 
 
+def _hang(prof: None, a: HangArgs, resolve: Resolve) -> BaseModel:
+    from . import live
+
+    return live.hang(a.path)
+
+
+def _trigger(prof: None, a: TriggerArgs, resolve: Resolve) -> BaseModel:
+    from . import live
+
+    return live.trigger(a.run_dir, a.steps)
+
+
+def _snapshot(prof: None, a: SnapshotArgs, resolve: Resolve) -> BaseModel:
+    from . import live
+
+    return live.snapshot(a.pids, a.output)
+
+
 TOOLS: tuple[Tool, ...] = (
     Tool("list_issues", "issues", "List issues by priority",
          "Run every applicable check and return the findings, sorted by severity then time lost per step. "
@@ -269,7 +305,19 @@ TOOLS: tuple[Tool, ...] = (
          "The chain of work across ranks that sets a step's end (compute, transfer after the last arrival, "
          "tail, late start), each link with its rank and share of the step.",
          CriticalPathArgs, CriticalPath, "required", _critical_path, keep=True),
+    Tool("diagnose_hang", "hang", "Diagnose a hung job",
+         "Where the ranks of a hung job diverge: the process group, the first collective some ranks never "
+         "issued (or issued differently, or never completed), those ranks with their stacks, and the ranks "
+         "whose stack differs from the majority.",
+         HangArgs, HangReport, "none", _hang, folders=("path",)),
+    Tool("trigger", "trigger", "Capture steps of a running job",
+         "Ask every rank's StepWatch in the run folder to capture the next steps (a profiler trace per rank).",
+         TriggerArgs, m.TriggerResult, "none", _trigger, mcp=False),
+    Tool("snapshot", "snapshot", "Stack snapshots of local processes",
+         "Take py-spy stack snapshots of local processes (by PID), one file per rank, for diagnose_hang.",
+         SnapshotArgs, m.SnapshotResult, "none", _snapshot, mcp=False),
 )
+MCP_TOOLS: tuple[Tool, ...] = tuple(t for t in TOOLS if t.mcp)
 
 BY_NAME: dict[str, Tool] = {t.name: t for t in TOOLS}
 BY_CLI: dict[str, Tool] = {t.cli: t for t in TOOLS if t.cli}

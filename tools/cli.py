@@ -132,10 +132,10 @@ Handler = Callable[[argparse.Namespace], int]
 
 def _extra_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
     """Commands provided by other tool modules (compare, explain, fixes, suggest-edit, report, mcp)."""
-    from . import commands, live
+    from . import commands
 
     commands.register(sub, common)
-    live.register(sub, common)
+    commands.register_live(sub, common)
 
 
 def build_parser() -> argparse.ArgumentParser:

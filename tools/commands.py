@@ -1,5 +1,5 @@
-"""CLI commands beyond the per-profile views (compare, explain, fixes, suggest-edit, report, mcp) and the
-output every command shares (`emit`).
+"""CLI commands beyond the per-profile views (compare, explain, fixes, suggest-edit, report, what-if, hang,
+trigger, snapshot, mcp) and the output every command shares (`emit`).
 
 The questions that are catalog entries (compare, explain, fixes, suggest-edit) are answered through
 `tools.catalog`, as the MCP tools are. Each handler imports its modules lazily so `stepdoctor breakdown`
@@ -270,3 +270,44 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -
                        "`stepdoctor mcp --help` lists them)")
     s.add_argument("mcp_args", nargs=argparse.REMAINDER)
     s.set_defaults(func=None)   # never parsed: `cli.main` hands `mcp ARGS` to the server before parsing
+
+
+def cmd_hang(a: argparse.Namespace) -> int:
+    r = ask("hang", None, path=a.path)
+    from .live import render_hang
+
+    print(r.model_dump_json(indent=2) if a.format == "json" else render_hang(r))
+    return 0
+
+
+def cmd_trigger(a: argparse.Namespace) -> int:
+    t = ask("trigger", None, run_dir=a.run_dir, steps=a.steps)
+    print(f"trigger {t.id}: every rank captures steps {t.first_step}..{t.first_step + t.steps - 1} "
+          f"into {t.capture_dir}")
+    return 0
+
+
+def cmd_snapshot(a: argparse.Namespace) -> int:
+    r = ask("snapshot", None, pids=a.pid, output=a.output)
+    print(f"{len(r.written)} stack snapshot(s) in {r.output}; `stepdoctor hang {r.output}` compares them")
+    for f in r.failed:
+        print(f"warning: {f}")
+    return 0
+
+
+def register_live(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    """The commands about a job that runs or hangs (`tools/live.py` answers them)."""
+    s = sub.add_parser("hang", parents=[common], help="where the ranks of a hung job diverge (Flight Recorder "
+                       "dumps, py-spy stack snapshots)")
+    s.add_argument("path", help="folder holding the dumps (<prefix><rank>) and/or py-spy --json stack files")
+    s.set_defaults(func=cmd_hang)
+    s = sub.add_parser("trigger", help="ask every rank's StepWatch in RUN_DIR to capture steps now")
+    s.add_argument("run_dir", help="the run_dir given to stepdoctor.capture.StepWatch")
+    s.add_argument("--steps", type=int, default=3, help="steps to capture (default 3)")
+    s.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    s.set_defaults(func=cmd_trigger)
+    s = sub.add_parser("snapshot", help="take py-spy stack snapshots of local processes (by PID) for `hang`")
+    s.add_argument("pid", type=int, nargs="+", help="process ids (the rank is read from each one's RANK)")
+    s.add_argument("-o", "--output", required=True, help="folder to write pyspy_rank_<N>.json files into")
+    s.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    s.set_defaults(func=cmd_snapshot)

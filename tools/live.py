@@ -1,9 +1,9 @@
-"""Commands for a job that runs or hangs: `hang PATH` (Flight Recorder dumps and stack snapshots) and
-`trigger RUN_DIR` (ask every rank's StepWatch to capture K steps)."""
+"""Questions about a job that runs or hangs, answered for the catalog (`tools/catalog.py`): `hang PATH`
+(Flight Recorder dumps and stack snapshots), `trigger RUN_DIR` (ask every rank's StepWatch to capture K
+steps) and `snapshot PID...` (py-spy stacks of local processes). Their CLI options are in `commands`."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -12,6 +12,7 @@ from ..analysis.errors import ProfileError, UsageError
 
 if TYPE_CHECKING:   # the hang stack is imported by the hang command only, not by every command's start-up
     from ..analysis.hang import HangReport
+    from . import models as m
 
 
 def render_hang(r: HangReport) -> str:
@@ -47,47 +48,26 @@ def render_hang(r: HangReport) -> str:
     return "\n".join(lines)
 
 
-def cmd_hang(a: argparse.Namespace) -> int:
+def hang(path: str) -> HangReport:
     from ..analysis.hang import diagnose_hang
 
-    r = diagnose_hang(a.path)
-    if a.format == "json":
-        print(r.model_dump_json(indent=2))
-    else:
-        print(render_hang(r))
-    return 0
+    return diagnose_hang(path)
 
 
-def cmd_trigger(a: argparse.Namespace) -> int:
+def trigger(run_dir: str, steps: int) -> m.TriggerResult:
     from ..capture.trigger import state_dir, write_trigger
 
-    run = Path(a.run_dir)
+    run = Path(run_dir)
     if not state_dir(run).is_dir():
         raise ProfileError(run, "no StepWatch has run here (no .stepdoctor/ folder): pass the run_dir given to "
                                 "StepWatch")
-    if a.steps < 1:
-        raise UsageError(f"--steps must be at least 1, got {a.steps}")
-    doc = write_trigger(run, a.steps, "asked by `stepdoctor trigger`")
-    print(f"trigger {doc['id']}: every rank captures steps {doc['at_step']}..{doc['at_step'] + a.steps - 1} "
-          f"into {run / ('capture-' + doc['id'])}")
-    return 0
+    if steps < 1:
+        raise UsageError(f"--steps must be at least 1, got {steps}")
+    from .models import TriggerResult
 
-
-def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    s = sub.add_parser("hang", parents=[common], help="where the ranks of a hung job diverge (Flight Recorder "
-                       "dumps, py-spy stack snapshots)")
-    s.add_argument("path", help="folder holding the dumps (<prefix><rank>) and/or py-spy --json stack files")
-    s.set_defaults(func=cmd_hang)
-    s = sub.add_parser("trigger", help="ask every rank's StepWatch in RUN_DIR to capture steps now")
-    s.add_argument("run_dir", help="the run_dir given to stepdoctor.capture.StepWatch")
-    s.add_argument("--steps", type=int, default=3, help="steps to capture (default 3)")
-    s.add_argument("--debug", action="store_true", help="show tracebacks on errors")
-    s.set_defaults(func=cmd_trigger)
-    s = sub.add_parser("snapshot", help="take py-spy stack snapshots of local processes (by PID) for `hang`")
-    s.add_argument("pid", type=int, nargs="+", help="process ids (the rank is read from each one's RANK)")
-    s.add_argument("-o", "--output", required=True, help="folder to write pyspy_rank_<N>.json files into")
-    s.add_argument("--debug", action="store_true", help="show tracebacks on errors")
-    s.set_defaults(func=cmd_snapshot)
+    doc = write_trigger(run, steps, "asked by `stepdoctor trigger`")
+    return TriggerResult(id=doc["id"], run_dir=str(run), first_step=doc["at_step"], steps=steps,
+                           capture_dir=str(run / ("capture-" + doc["id"])))
 
 
 def _rank_of_pid(pid: int) -> int | None:
@@ -105,7 +85,7 @@ def _rank_of_pid(pid: int) -> int | None:
     return None
 
 
-def cmd_snapshot(a: argparse.Namespace) -> int:
+def snapshot(pids: list[int], output: str) -> m.SnapshotResult:
     import shutil
     import subprocess
 
@@ -114,10 +94,10 @@ def cmd_snapshot(a: argparse.Namespace) -> int:
     if pyspy is None:
         raise ProfileError(None, "py-spy is not installed: pip install py-spy (it reads another process's "
                                  "Python stack; root or ptrace permission is needed)")
-    out = Path(a.output)
+    out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
-    failed = []
-    for i, pid in enumerate(a.pid):
+    written, failed = [], []
+    for i, pid in enumerate(pids):
         rank = _rank_of_pid(pid)
         name = f"pyspy_rank_{rank if rank is not None else i}.json"
         r = subprocess.run([pyspy, "dump", "--json", "--pid", str(pid)], capture_output=True, text=True,
@@ -128,9 +108,9 @@ def cmd_snapshot(a: argparse.Namespace) -> int:
             failed.append(f"pid {pid}: {why.strip()[:160]}")
             continue
         (out / name).write_text(r.stdout)
-    if len(failed) == len(a.pid):
+        written.append(name)
+    if not written:
         raise ProfileError(None, f"no snapshot taken ({failed[0]})")
-    print(f"{len(a.pid) - len(failed)} stack snapshot(s) in {out}; `stepdoctor hang {out}` compares them")
-    for f in failed:
-        print(f"warning: {f}")
-    return 0
+    from .models import SnapshotResult
+
+    return SnapshotResult(output=str(out), written=written, failed=failed)

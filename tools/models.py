@@ -169,6 +169,24 @@ class EditSuggestion(BaseModel):
     backup: str | None = None
 
 
+class TriggerResult(BaseModel):
+    """`stepdoctor trigger`: the trigger written for every rank's StepWatch."""
+
+    id: str
+    run_dir: str
+    first_step: int           # the first step every rank captures
+    steps: int
+    capture_dir: str          # where the ranks write what they capture
+
+
+class SnapshotResult(BaseModel):
+    """`stepdoctor snapshot`: the py-spy stack snapshots written (one file per process) for `hang`."""
+
+    output: str
+    written: list[str]        # file names, pyspy_rank_<N>.json
+    failed: list[str] = Field(default_factory=list)   # "pid P: why"
+
+
 class RunSide(BaseModel):
     path: str
     step_ms: float | None
