@@ -20,6 +20,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..analysis.store import IngestOptions
 from .generate import PROBLEMS, Plant, Scenario, expected_findings, tolerated_findings, write_profile
 
 
@@ -53,7 +54,7 @@ def run_case(name: str, sc: Scenario, workdir: Path) -> Case:
     try:
         prof_dir = workdir / name
         write_profile(sc, prof_dir)
-        prof = store.open_profile(prof_dir, cache_dir=workdir / "cache")
+        prof = store.open_profile(prof_dir, IngestOptions(cache_dir=workdir / "cache"))
         rep = api.issues(prof)
         tolerated = tolerated_findings(sc)
         for exp in case.expected:

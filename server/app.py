@@ -23,6 +23,7 @@ from mcp.types import ToolAnnotations
 from .. import __version__
 from ..analysis.errors import ProfileError, StepdoctorError, exit_code
 from ..analysis.files import confine
+from ..analysis.store.options import IngestOptions
 from .answers import is_loopback
 from .http import HangUps, http_app
 from .mcp_tools import register_catalog
@@ -103,6 +104,7 @@ def create_server(
     roots: Iterable[str | Path] | None = None,
     *,
     cache_dir: str | Path | None = None,
+    ingest: IngestOptions | None = None,
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "WARNING",
     allow_links: bool = False,
     output_schemas: bool = False,
@@ -115,6 +117,8 @@ def create_server(
     Args:
         roots: folders the server may read (default: the current working directory).
         cache_dir: where ingested profiles are cached (default: $STEPDOCTOR_CACHE_DIR, else the user cache).
+        ingest: how profiles are ingested (engine, workers, memory; default: from the environment);
+            `cache_dir`, when given, replaces its cache folder.
         log_level: level of the SDK's stderr logging.
         allow_links: follow symbolic and hard links that stay under the roots (refused by default).
         output_schemas: declare each tool's output schema in tools/list (several times the context of the
@@ -125,7 +129,8 @@ def create_server(
         query_timeout: wall-clock seconds of one `query` call, queueing included (default 30).
     """
     allowed = Roots(roots, allow_links=allow_links)
-    reg = ProfileRegistry(allowed, Path(cache_dir) if cache_dir else None)
+    ingest = ingest or IngestOptions.from_environment()
+    reg = ProfileRegistry(allowed, ingest.but(cache_dir=Path(cache_dir)) if cache_dir else ingest)
     pool = QueryPool(query_mb or query_memory_mb(), query_budget or query_budget_mb(), query_timeout or QUERY_TIMEOUT_S)
     server = StepdoctorServer(reg, pool, name=SERVER_NAME, title="stepdoctor", version=__version__,
                               instructions=INSTRUCTIONS, log_level=log_level)
@@ -153,6 +158,7 @@ def serve(
     query_mb: int | None = None,
     query_budget: int | None = None,
     query_timeout: float | None = None,
+    ingest: IngestOptions | None = None,
 ) -> None:
     """Run the server until the client disconnects (stdio) or the process is stopped (http).
 
@@ -168,8 +174,9 @@ def serve(
             f"refusing to listen on {host} without a token: pass --token or set "
             "STEPDOCTOR_MCP_TOKEN (clients then send Authorization: Bearer <token>)",
         )
-    server = create_server(roots, cache_dir=cache_dir, allow_links=allow_links, output_schemas=output_schemas,
-                           query_mb=query_mb, query_budget=query_budget, query_timeout=query_timeout)
+    server = create_server(roots, cache_dir=cache_dir, ingest=ingest, allow_links=allow_links,
+                           output_schemas=output_schemas, query_mb=query_mb, query_budget=query_budget,
+                           query_timeout=query_timeout)
     # Every input file is checked again once open (analysis/files.py): a path checked here and swapped for
     # a link to outside before the read is refused then. Process-wide, so only the server's own process.
     confine(server.registry.roots.dirs, allow_links=allow_links)
@@ -240,14 +247,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         stream=sys.stderr, level=a.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s"
     )
-    if a.ray is not None:
-        from ..analysis.store import use_engine
-
-        use_engine("ray", a.ray or None)
+    # the one options object of this server's ingests (--ray: every profile through Ray)
+    ingest = IngestOptions.from_environment(engine="ray" if a.ray is not None else None, ray_address=a.ray or None)
     try:
         serve(a.transport, a.root or [], a.host, a.port, a.token, a.cache_dir, allow_links=a.allow_links,
               output_schemas=a.output_schemas, query_mb=a.query_memory_mb, query_budget=a.query_budget_mb,
-              query_timeout=a.query_timeout_s)
+              query_timeout=a.query_timeout_s, ingest=ingest)
     except (StepdoctorError, KeyboardInterrupt) as e:
         if isinstance(e, StepdoctorError):
             sys.stderr.write(f"stepdoctor-mcp: error: {e}\n")

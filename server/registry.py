@@ -12,7 +12,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from ..analysis.errors import ProfileError
 from ..analysis.ingest.discover import MSPROF_OUTPUT_DIR, OUTPUT_DIR, discover
-from ..analysis.store import Profile, discard
+from ..analysis.store import IngestOptions, Profile, discard
 from ..tools import api
 from .roots import Roots
 
@@ -34,9 +34,9 @@ ProgressCb = Callable[[int, int, str], None]
 class ProfileRegistry:
     """profile id -> path, and path -> opened Profile, shared by all tool calls (thread-safe)."""
 
-    def __init__(self, roots: Roots, cache_dir: Path | None = None) -> None:
+    def __init__(self, roots: Roots, ingest: IngestOptions | None = None) -> None:
         self.roots = roots
-        self.cache_dir = Path(cache_dir) if cache_dir else None
+        self.ingest = ingest or IngestOptions.from_environment()   # built once, by the server
         self._lock = threading.Lock()
         self._path_locks: dict[Path, threading.Lock] = {}
         self._by_path: dict[Path, Profile] = {}
@@ -52,7 +52,7 @@ class ProfileRegistry:
             prof = None if reopen else self._by_path.get(path)
             if prof is None:
                 self._check_reads(path)
-                prof = api.load(str(path), progress=progress, cache_dir=self.cache_dir)
+                prof = api.load(str(path), self.ingest.but(progress=progress))
                 with self._lock:
                     self._by_path[path] = prof
                     self._ids[profile_id_of(prof)] = path

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CLUSTER4, need
+from stepdoctor.analysis.store import IngestOptions
 
 ALL = [0, 1, 2, 3]
 
@@ -133,7 +134,7 @@ def test_mindspore_guide_cases_found_with_guide_gain(guide_cases, tmp_path, case
     from stepdoctor.knowledge.loader import get_fix
     from stepdoctor.tools import api
 
-    prof = api.load(guide_cases[case], cache_dir=tmp_path / "c")
+    prof = api.load(guide_cases[case], IngestOptions(cache_dir=tmp_path / "c"))
     rep = api.issues(prof)
     f = next(x for x in rep.findings if x.check == check)
     assert f.severity == "high" and f.ranks

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from stepdoctor.analysis.store import answers, cache
+from stepdoctor.analysis.store import IngestOptions, answers, cache
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "cluster4"
 
@@ -164,7 +164,7 @@ def test_a_damaged_step_times_file_costs_only_its_rank(tmp_path):
     shutil.copytree(Path(__file__).parent / "data" / "real_cpu" / "ddp2_clean", run)
     meta = run / "meta" / "step_times_rank1.json"
     meta.write_text(meta.read_text()[:40])
-    prof = api.load(run / "traces", cache_dir=tmp_path / "c")
+    prof = api.load(run / "traces", IngestOptions(cache_dir=tmp_path / "c"))
     assert any("step_times_rank1.json: not read as step times" in w for w in prof.warnings)
     assert profiler_overhead(prof, 1) is None
     ov = profiler_overhead(prof, 0)

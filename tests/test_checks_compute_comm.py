@@ -23,7 +23,7 @@ from stepdoctor.analysis.checks.block_dim_underuse import unused_share
 from stepdoctor.analysis.checks.freq_throttle import mean_freq
 from stepdoctor.analysis.checks.misaligned_shape import cube_misalignment, fa_misalignment
 from stepdoctor.analysis.models import Finding
-from stepdoctor.analysis.store import Profile, open_profile
+from stepdoctor.analysis.store import IngestOptions, Profile, open_profile
 from stepdoctor.analysis.thresholds import T
 from stepdoctor.evals.generate import mindspore
 from stepdoctor.evals.generate.ascend import write_ascend_profile
@@ -65,7 +65,7 @@ class Result:
 
 
 def _analyse(path: Path, cache: Path) -> Result:
-    prof = open_profile(path, cache_dir=cache)
+    prof = open_profile(path, IngestOptions(cache_dir=cache))
     return Result(prof, run_checks(CheckContext(prof), only=MINE))
 
 

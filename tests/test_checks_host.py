@@ -29,7 +29,7 @@ from stepdoctor.analysis.checks.fp32_compute import FP32_SPEEDUP, ascend_precisi
 from stepdoctor.analysis.checks.slow_dataloader import iterator_kind
 from stepdoctor.analysis.checks.sync_batchnorm import marker_kind
 from stepdoctor.analysis.models import Finding
-from stepdoctor.analysis.store import Profile, open_profile
+from stepdoctor.analysis.store import IngestOptions, Profile, open_profile
 from stepdoctor.analysis.thresholds import T
 from stepdoctor.evals.generate import mindspore as ms_gen
 from stepdoctor.evals.generate.ascend import write_ascend_profile
@@ -63,7 +63,7 @@ class Result:
 
 
 def _analyse(path: Path, cache: Path) -> Result:
-    prof = open_profile(path, cache_dir=cache)
+    prof = open_profile(path, IngestOptions(cache_dir=cache))
     ctx = CheckContext(prof)
     return Result(prof, ctx, run_checks(ctx, only=MINE))
 
@@ -519,7 +519,7 @@ def test_columns_gives_none_for_null_text_and_nan_for_null_numbers(tmp_path: Pat
     check then grouped as an op type named '?'), NULL numbers NaN."""
     from stepdoctor.analysis.checks._common import columns
 
-    ctx = CheckContext(open_profile(need(CLUSTER4), cache_dir=tmp_path))
+    ctx = CheckContext(open_profile(need(CLUSTER4), IngestOptions(cache_dir=tmp_path)))
     got = columns(ctx, "SELECT * FROM (VALUES ('a', 1), (NULL, NULL), ('b', 3)) t(s, n)")
     assert got["s"].tolist() == ["a", None, "b"]
     assert got["n"][0] == 1 and got["n"][2] == 3 and got["n"][1] != got["n"][1]
@@ -607,14 +607,14 @@ def test_profiler_overhead_from_meta(tmp_path: Path) -> None:
     shutil.copytree(Path(__file__).parent / "data" / "real_cpu" / "ddp2_clean", run)
     (run / "meta" / "step_times_rank0.json").write_text(json.dumps(
         {"rank": 0, "step_ms": [900, 50, 30, 30, 36, 35, 38, 1100, 24, 25, 24], "profiled_steps": [4, 5, 6, 7]}))
-    prof = api.load(run / "traces", cache_dir=tmp_path / "cache")
+    prof = api.load(run / "traces", IngestOptions(cache_dir=tmp_path / "cache"))
     ov = profiler_overhead(prof, 0)
     # median of the profiled steps (the export step 7 does not move it) minus the steady steps after them
     assert ov is not None and ov["profiled_step_ms"] == 37.0 and ov["unprofiled_step_ms"] == 24.0
     assert ov["overhead_ms"] == 13.0
     assert profiler_overhead(prof, 5) is None                 # no such rank, no file
     (run / "meta" / "step_times_rank0.json").write_text("{not json")
-    again = api.load(run / "traces", cache_dir=tmp_path / "cache")   # a changed sidecar: read anew
+    again = api.load(run / "traces", IngestOptions(cache_dir=tmp_path / "cache"))   # a changed sidecar: read anew
     assert profiler_overhead(again, 0) is None                 # damaged: unknown, no traceback
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from conftest import CLUSTER4, KINETO, SHARED, need
 from stepdoctor.analysis import compare as core
+from stepdoctor.analysis.store import IngestOptions
 from stepdoctor.tools import api
 from stepdoctor.tools.compare import compare_ranks, compare_runs
 
@@ -76,8 +77,8 @@ def test_comm_changes_carry_bandwidth(tmp_path):
 
     write_profile(Scenario(vendor="ascend", ranks=4, steps=2, seed=3), tmp_path / "a")
     write_profile(Scenario(vendor="ascend", ranks=4, steps=2, seed=3, plants=[Plant("slow-link")]), tmp_path / "b")
-    a = api.load(tmp_path / "a", cache_dir=tmp_path / "c")
-    b = api.load(tmp_path / "b", cache_dir=tmp_path / "c")
+    a = api.load(tmp_path / "a", IngestOptions(cache_dir=tmp_path / "c"))
+    b = api.load(tmp_path / "b", IngestOptions(cache_dir=tmp_path / "c"))
     c = compare_runs(a, b)
     comm = [ch for ch in c.top_changes if ch.kind == "comm"]
     assert comm and comm[0].delta_ms > 0

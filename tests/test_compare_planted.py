@@ -24,7 +24,7 @@ import pytest
 from conftest import SHARED, need
 from stepdoctor.analysis import compare as core
 from stepdoctor.analysis.errors import UsageError
-from stepdoctor.analysis.store import Profile, open_profile
+from stepdoctor.analysis.store import IngestOptions, Profile, open_profile
 from stepdoctor.evals.generate import Plant, Scenario, write_profile
 from stepdoctor.tools.compare import compare_runs
 from stepdoctor.tools.models import Comparison, EnvChange
@@ -69,7 +69,7 @@ class Gen:
 
     def prof(self, name: str) -> Profile:
         if name not in self._open:
-            self._open[name] = open_profile(self.path(name), cache_dir=self.cache)
+            self._open[name] = open_profile(self.path(name), IngestOptions(cache_dir=self.cache))
         return self._open[name]
 
     def compare(self, base: str, target: str, **kw) -> Comparison:
@@ -380,7 +380,7 @@ def test_kineto_slow_rank_names_the_rank_and_its_gemm(gen: Gen) -> None:
 # nothing changed, uneven runs, bad input
 
 def test_identical_runs_name_no_cause(gen: Gen) -> None:
-    c = compare_runs(gen.prof("asc-base"), open_profile(gen.path("asc-base"), cache_dir=gen.cache))
+    c = compare_runs(gen.prof("asc-base"), open_profile(gen.path("asc-base"), IngestOptions(cache_dir=gen.cache)))
     assert c.verdict == "step time +0.0 ms (+0.0%), within noise; no op changed"
     assert c.delta_ms == 0 and not c.findings and not c.env_changes and not c.config_changes
 
@@ -419,7 +419,7 @@ MSPROF = SHARED / "ascend" / "msprof-analyze-output" / "compare_npu_rank0_vs_gpu
 
 
 def test_cross_vendor_compares_by_family_and_matches_msprof_compare(gen: Gen) -> None:
-    gpu, npu = open_profile(need(GPU), cache_dir=gen.cache), open_profile(need(NPU0), cache_dir=gen.cache)
+    gpu, npu = open_profile(need(GPU), IngestOptions(cache_dir=gen.cache)), open_profile(need(NPU0), IngestOptions(cache_dir=gen.cache))
     c = compare_runs(gpu, npu, top=40)
     assert c.cross_vendor
     assert any("names are not matched one to one" in n for n in c.notes)

@@ -33,7 +33,7 @@ from stepdoctor.analysis.ingest.ascend_columns import KERNEL_DETAILS, normalize_
 from stepdoctor.analysis.ingest.ascend_common import collective_of, group_hash
 from stepdoctor.analysis.ingest.ascend_text import TraceParser, csv_io, read_rank, task_category, trace_events
 from stepdoctor.analysis.ingest.base import RankSource
-from stepdoctor.analysis.store import Profile, open_profile
+from stepdoctor.analysis.store import IngestOptions, Profile, open_profile
 
 RANK_DIRS = {r: f"node0_4000{r}_20250101120000{100 + r}_ascend_pt" for r in range(4)}
 OUT = "ASCEND_PROFILER_OUTPUT"
@@ -63,7 +63,7 @@ def copy_rank(tmp_path: Path, rank: int = 0, name: str | None = None) -> Path:
 
 
 def open_p(path: Path, tmp_path: Path) -> Profile:
-    return open_profile(path, cache_dir=tmp_path / "cache")
+    return open_profile(path, IngestOptions(cache_dir=tmp_path / "cache"))
 
 
 def read(path: Path, rank: int = 0, fmt: str = "ascend_pt_text"):
@@ -129,7 +129,7 @@ def close(got: float, want: float, rel: float = 0.01) -> bool:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Profile:
-    return open_profile(need(CLUSTER4), cache_dir=tmp_path_factory.mktemp("cache"))
+    return open_profile(need(CLUSTER4), IngestOptions(cache_dir=tmp_path_factory.mktemp("cache")))
 
 
 # --------------------------------------------------------------------------------------------------------

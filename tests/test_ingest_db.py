@@ -16,7 +16,7 @@ import pytest
 from conftest import CLUSTER4, need
 from stepdoctor.analysis.errors import ProfileError
 from stepdoctor.analysis.ingest.ascend_common import collective_of, group_hash
-from stepdoctor.analysis.store import open_profile
+from stepdoctor.analysis.store import IngestOptions, open_profile
 from stepdoctor.evals.generate import mindspore as ms_gen
 from stepdoctor.evals.generate.to_db import DB_TABLES, convert_profile, convert_rank, create_tables
 
@@ -36,8 +36,8 @@ def _sorted(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 
 def test_cluster4_db_gives_the_text_rows(cluster4_db: Path, tmp_path: Path) -> None:
-    text = open_profile(need(CLUSTER4), cache_dir=tmp_path / "cache")
-    db = open_profile(cluster4_db, cache_dir=tmp_path / "cache")
+    text = open_profile(need(CLUSTER4), IngestOptions(cache_dir=tmp_path / "cache"))
+    db = open_profile(cluster4_db, IngestOptions(cache_dir=tmp_path / "cache"))
     assert db.info.format == "ascend_pt_db" and text.info.format == "ascend_pt_text"
     assert (db.info.ranks, db.info.steps, db.info.world_size) == (text.info.ranks, text.info.steps, 4)
     assert not db.warnings
@@ -93,8 +93,8 @@ def test_cluster4_db_gives_the_text_rows(cluster4_db: Path, tmp_path: Path) -> N
 def test_cluster4_breakdown_db_within_0_1_pct_of_text(cluster4_db: Path, tmp_path: Path) -> None:
     from stepdoctor.analysis.metrics.breakdown import compute_breakdown
 
-    text = compute_breakdown(open_profile(need(CLUSTER4), cache_dir=tmp_path / "cache"))
-    db = compute_breakdown(open_profile(cluster4_db, cache_dir=tmp_path / "cache"))
+    text = compute_breakdown(open_profile(need(CLUSTER4), IngestOptions(cache_dir=tmp_path / "cache")))
+    db = compute_breakdown(open_profile(cluster4_db, IngestOptions(cache_dir=tmp_path / "cache")))
     assert [(r.rank, r.step) for r in db] == [(r.rank, r.step) for r in text] and len(db) == 8
     for a, b in zip(db, text, strict=True):
         for f in ("step_ms", "compute_ms", "communication_ms", "comm_not_overlapped_ms", "free_ms",
@@ -114,7 +114,7 @@ def test_db_is_only_read(cluster4_db: Path, tmp_path: Path) -> None:
     for p in [*files, rank]:
         p.chmod(p.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
     try:
-        prof = open_profile(rank, cache_dir=tmp_path / "cache")
+        prof = open_profile(rank, IngestOptions(cache_dir=tmp_path / "cache"))
         assert prof.info.ranks == [0] and prof.info.steps == [1, 2]
         after = sorted(rank.rglob("*"))
         assert after == files and {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in after} == before
@@ -125,7 +125,7 @@ def test_db_is_only_read(cluster4_db: Path, tmp_path: Path) -> None:
 
 def test_text_beside_db_prefers_the_db(tmp_path: Path) -> None:
     convert_rank(need(CLUSTER4) / RANK0, tmp_path / "both" / RANK0, keep_text=True)
-    prof = open_profile(tmp_path / "both", cache_dir=tmp_path / "cache")
+    prof = open_profile(tmp_path / "both", IngestOptions(cache_dir=tmp_path / "cache"))
     assert prof.info.format == "ascend_pt_db"
     assert any("read the DB" in w and "kernel_details.csv" in w and "trace_view.json" in w for w in prof.warnings)
     assert prof.rows("SELECT count(*) FROM device_ops") == [(104,)]       # not doubled by the text files
@@ -147,7 +147,7 @@ def _rank_with_db(tmp_path: Path, make) -> Path:
 def test_not_sqlite_is_one_line_profile_error(tmp_path: Path) -> None:
     rank = _rank_with_db(tmp_path, lambda p: p.write_bytes(b"this is not a database\n" * 100))
     with pytest.raises(ProfileError) as ei:
-        open_profile(rank, cache_dir=tmp_path / "cache")
+        open_profile(rank, IngestOptions(cache_dir=tmp_path / "cache"))
     msg = str(ei.value)
     assert "\n" not in msg and "ascend_pytorch_profiler_0.db" in msg and "not a readable SQLite database" in msg
 
@@ -162,7 +162,7 @@ def test_missing_required_table_is_one_line_profile_error(tmp_path: Path) -> Non
 
     rank = _rank_with_db(tmp_path, make)
     with pytest.raises(ProfileError) as ei:
-        open_profile(rank, cache_dir=tmp_path / "cache")
+        open_profile(rank, IngestOptions(cache_dir=tmp_path / "cache"))
     msg = str(ei.value)
     assert "\n" not in msg and "missing required table(s) TASK" in msg
 
@@ -175,7 +175,7 @@ def test_empty_tables_warn_and_give_a_partial_result(tmp_path: Path) -> None:
         con.close()
 
     rank = _rank_with_db(tmp_path, make)
-    prof = open_profile(rank, cache_dir=tmp_path / "cache")
+    prof = open_profile(rank, IngestOptions(cache_dir=tmp_path / "cache"))
     assert prof.info.ranks == [0] and prof.info.steps == []
     w = " | ".join(prof.warnings)
     for table in ("TASK", "COMPUTE_TASK_INFO", "CANN_API", "PYTORCH_API", "STEP_TIME"):
@@ -193,7 +193,7 @@ def test_missing_optional_tables_warn_and_keep_the_rest(cluster4_db: Path, tmp_p
         con.execute(f"DROP TABLE {t}")
     con.commit()
     con.close()
-    prof = open_profile(tmp_path / "p", cache_dir=tmp_path / "cache")
+    prof = open_profile(tmp_path / "p", IngestOptions(cache_dir=tmp_path / "cache"))
     w = " | ".join(prof.warnings)
     assert "table STEP_TIME missing" in w and "table COMPUTE_TASK_INFO missing" in w
     assert "whole collection is one step 0" in w
@@ -211,7 +211,7 @@ def test_analysis_db_cells_as_text_or_broken(cluster4_db: Path, tmp_path: Path) 
     bandwidth is NULL; the rest of the rows are those of the untouched DB."""
     rank = tmp_path / "p" / RANK0
     shutil.copytree(cluster4_db / RANK0, rank)
-    good = open_profile(cluster4_db, cache_dir=tmp_path / "c0")
+    good = open_profile(cluster4_db, IngestOptions(cache_dir=tmp_path / "c0"))
     want = good.rows("SELECT count(*), sum(size_bytes), sum(transit_ns) FROM links WHERE rank = 0")[0]
     con = sqlite3.connect(rank / "ASCEND_PROFILER_OUTPUT" / "analysis.db")
     n = con.execute("SELECT count(*) FROM CommAnalyzerMatrix").fetchone()[0]
@@ -222,7 +222,7 @@ def test_analysis_db_cells_as_text_or_broken(cluster4_db: Path, tmp_path: Path) 
     con.execute("UPDATE CommAnalyzerMatrix SET step = 'step 1' WHERE rowid % 5 = 0")
     con.commit()
     con.close()
-    prof = open_profile(tmp_path / "p", cache_dir=tmp_path / "c1")
+    prof = open_profile(tmp_path / "p", IngestOptions(cache_dir=tmp_path / "c1"))
     got = prof.rows("SELECT count(*), count(bandwidth_gbps), count(DISTINCT step) FROM links")[0]
     assert n > 10 and got[0] == want[0] - 1 == n - 1
     assert got[1] == sum(1 for r in range(2, n + 1) if r % 3)  # 'n/a' -> NULL, the rest kept
@@ -269,7 +269,7 @@ def test_ms_db_steps_from_mstx_ranges(tmp_path: Path) -> None:
                     (s.start_ns - lead, s.end_ns - lead, i, top + 1 + i))
     con.commit()
     con.close()
-    prof = open_profile(tmp_path / "m", cache_dir=tmp_path / "cache")
+    prof = open_profile(tmp_path / "m", IngestOptions(cache_dir=tmp_path / "cache"))
     assert prof.info.steps == [10, 11, 12]
     assert any("3 MSTX ranges" in w for w in prof.warnings)
     st = prof.sql("SELECT * FROM steps ORDER BY step")
@@ -281,7 +281,7 @@ def test_ms_db_steps_from_mstx_ranges(tmp_path: Path) -> None:
 def test_ms_db_single_iteration_is_one_whole_step(tmp_path: Path) -> None:
     plan = ms_gen.build_plan("fp32_matmul", n_steps=1)
     ms_gen.write_db_rank(plan, tmp_path / "m" / "node0_1_20250101120000000_ascend_ms", with_minddata=False)
-    prof = open_profile(tmp_path / "m", cache_dir=tmp_path / "cache")
+    prof = open_profile(tmp_path / "m", IngestOptions(cache_dir=tmp_path / "cache"))
     assert prof.info.steps == [0]
     assert any("whole collection is one step 0" in w for w in prof.warnings)
     (s0, s1), = prof.rows("SELECT start_ns, end_ns FROM steps")
@@ -307,7 +307,7 @@ def test_db_file_copied_out_of_its_rank_dir(cluster4_db: Path, tmp_path: Path) -
     (tmp_path / "loose").mkdir()
     shutil.copyfile(src / "ascend_pytorch_profiler_0.db", tmp_path / "loose" / "ascend_pytorch_profiler_3.db")
     shutil.copyfile(src / "analysis.db", tmp_path / "loose" / "analysis.db")
-    prof = open_profile(tmp_path / "loose" / "ascend_pytorch_profiler_3.db", cache_dir=tmp_path / "cache")
+    prof = open_profile(tmp_path / "loose" / "ascend_pytorch_profiler_3.db", IngestOptions(cache_dir=tmp_path / "cache"))
     assert prof.info.ranks == [3] and prof.info.format == "ascend_pt_db" and prof.info.steps == [1, 2]
     assert prof.rows("SELECT count(*) FROM device_ops") == [(104,)]
     assert prof.rows("SELECT count(*) FROM comm_ops WHERE transit_ns IS NOT NULL") == [(8,)]

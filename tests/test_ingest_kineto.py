@@ -28,6 +28,7 @@ from stepdoctor.analysis.ingest.base import RankSource, RankTables
 from stepdoctor.analysis.ingest.kineto import source as kineto_source
 from stepdoctor.analysis.ingest.kineto import steps as kineto_steps
 from stepdoctor.analysis.metrics.breakdown import compute_breakdown, totals
+from stepdoctor.analysis.store import IngestOptions
 from stepdoctor.analysis.timeline.intervals import Coverage
 
 REF = KINETO / "reference"
@@ -47,7 +48,7 @@ PARITY = {
 
 
 def _open(rel: str, tmp_path: Path) -> store.Profile:
-    return store.open_profile(need(KINETO / rel), cache_dir=tmp_path / "cache")
+    return store.open_profile(need(KINETO / rel), IngestOptions(cache_dir=tmp_path / "cache"))
 
 
 def _csv(dataset: str, name: str) -> list[dict[str, str]]:
@@ -483,12 +484,12 @@ def test_bad_input_through_open_profile(tmp_path):
     d = tmp_path / "prof"
     d.mkdir()
     (d / "rank0.json").write_bytes(good[:-40])  # cut inside the last event: the others are kept
-    prof = store.open_profile(d, cache_dir=tmp_path / "cache")
+    prof = store.open_profile(d, IngestOptions(cache_dir=tmp_path / "cache"))
     assert any("is damaged (invalid JSON: truncated" in w for w in prof.warnings)
     assert prof.rows("SELECT count(*) FROM device_ops")[0][0] == 3
     (d / "rank0.json").write_bytes(good[:good.index(b"traceEvents") + 20])  # cut before any whole event
     with pytest.raises(ProfileError, match="invalid JSON: truncated"):
-        store.open_profile(d, cache_dir=tmp_path / "cache2")
+        store.open_profile(d, IngestOptions(cache_dir=tmp_path / "cache2"))
 
 
 def test_unexpected_value_types_fall_back_to_loose_decoding(tmp_path):

@@ -17,7 +17,7 @@ from stepdoctor.analysis.ingest.base import RankTables
 from stepdoctor.analysis.ingest.discover import discover
 from stepdoctor.analysis.ingest.mindspore_extra import read_ms_extras, read_ms_extras_impl
 from stepdoctor.analysis.ingest.mindspore_legacy import normalize_dtype
-from stepdoctor.analysis.store import open_profile
+from stepdoctor.analysis.store import IngestOptions, open_profile
 from stepdoctor.evals.generate import mindspore as gen
 
 MS = 1_000_000
@@ -43,7 +43,7 @@ def _meta(prof, key: str, rank: int = 0):
 def test_legacy_case1_steps_phases_and_pipeline(tmp_path: Path) -> None:
     folder = gen.legacy_profile(tmp_path / "p", "slow_dataloader", seed=3)
     plan = gen.build_plan("slow_dataloader", 0, seed=3)
-    prof = open_profile(tmp_path / "p", cache_dir=tmp_path / "cache")
+    prof = open_profile(tmp_path / "p", IngestOptions(cache_dir=tmp_path / "cache"))
     assert prof.info.format == "mindspore_legacy" and prof.info.ranks == [0]
     assert prof.info.steps == [1, 2, 3, 4, 5]            # the trailing mean row "-" is not a step
     # 10 ns ticks: the file's points × 10 are the ns the plan planted
@@ -88,7 +88,7 @@ def test_legacy_case1_steps_phases_and_pipeline(tmp_path: Path) -> None:
 
 def test_legacy_case1_fixed_has_the_guides_after_numbers(tmp_path: Path) -> None:
     gen.legacy_profile(tmp_path / "p", "slow_dataloader", fixed=True)
-    prof = open_profile(tmp_path / "p", cache_dir=tmp_path / "cache")
+    prof = open_profile(tmp_path / "p", IngestOptions(cache_dir=tmp_path / "cache"))
     ph = _phases(prof)
     assert set(ph["iteration_interval"].values()) == {250_000}                   # 0.25 ms
     lens = prof.rows("SELECT DISTINCT end_ns - start_ns FROM steps")
@@ -98,7 +98,7 @@ def test_legacy_case1_fixed_has_the_guides_after_numbers(tmp_path: Path) -> None
 
 def test_legacy_case2_inference_fp32_matmul(tmp_path: Path) -> None:
     gen.legacy_profile(tmp_path / "p", "fp32_matmul")
-    prof = open_profile(tmp_path / "p", cache_dir=tmp_path / "cache")
+    prof = open_profile(tmp_path / "p", IngestOptions(cache_dir=tmp_path / "cache"))
     ph = _phases(prof)
     assert set(ph) == {"iteration_interval", "fp"}                                # inference: fp only
     assert set(ph["fp"].values()) == {82_450_000} and set(ph["iteration_interval"].values()) == {31_340_000}
@@ -111,7 +111,7 @@ def test_legacy_case2_inference_fp32_matmul(tmp_path: Path) -> None:
     total = prof.rows("SELECT sum(dur_ns) FROM device_ops WHERE step = 2")[0][0]
     assert 57_000_000 / total > 0.7                                              # MatMul dominates the forward
     gen.legacy_profile(tmp_path / "q", "fp32_matmul", fixed=True)
-    fixed = open_profile(tmp_path / "q", cache_dir=tmp_path / "cache")
+    fixed = open_profile(tmp_path / "q", IngestOptions(cache_dir=tmp_path / "cache"))
     assert set(_phases(fixed)["fp"].values()) == {16_890_000}
     assert fixed.rows("SELECT DISTINCT input_dtypes FROM device_ops WHERE op_type = 'MatMul'") == \
         [("DT_FLOAT16;DT_FLOAT16",)]
@@ -119,7 +119,7 @@ def test_legacy_case2_inference_fp32_matmul(tmp_path: Path) -> None:
 
 def test_legacy_case3_allreduce_tail_on_8_ranks(tmp_path: Path) -> None:
     gen.legacy_profile(tmp_path / "p", "comm_tail")
-    prof = open_profile(tmp_path / "p", cache_dir=tmp_path / "cache")
+    prof = open_profile(tmp_path / "p", IngestOptions(cache_dir=tmp_path / "cache"))
     assert prof.info.ranks == list(range(8)) and prof.info.world_size == 8
     for rank in (0, 7):
         ph = _phases(prof, rank)
@@ -140,7 +140,7 @@ def test_legacy_case3_allreduce_tail_on_8_ranks(tmp_path: Path) -> None:
 
 def test_legacy_case3_fixed_two_buckets(tmp_path: Path) -> None:
     gen.legacy_profile(tmp_path / "p", "comm_tail", fixed=True)
-    prof = open_profile(tmp_path / "p", cache_dir=tmp_path / "cache")
+    prof = open_profile(tmp_path / "p", IngestOptions(cache_dir=tmp_path / "cache"))
     assert set(_phases(prof)["tail"].values()) == {4_200_000}
     comm = prof.sql("SELECT c.name, c.start_ns - s.start_ns AS off, c.elapse_ns FROM comm_ops c "
                     "JOIN steps s USING (rank, step) WHERE rank = 0 AND step = 2 ORDER BY c.start_ns")
@@ -152,7 +152,7 @@ def test_legacy_case3_fixed_two_buckets(tmp_path: Path) -> None:
 
 def test_legacy_without_timeline_gives_op_totals(tmp_path: Path) -> None:
     gen.legacy_profile(tmp_path / "p", "fp32_matmul", timeline=False)
-    prof = open_profile(tmp_path / "p", cache_dir=tmp_path / "cache")
+    prof = open_profile(tmp_path / "p", IngestOptions(cache_dir=tmp_path / "cache"))
     assert any("no output_timeline_data_0.txt" in w for w in prof.warnings)
     assert "op_totals_only" in prof.capabilities(0) and "op_timeline" not in prof.capabilities(0)
     dev = prof.sql("SELECT * FROM device_ops WHERE category = 'compute'")
@@ -179,7 +179,7 @@ def test_legacy_handwritten_ticks_mean_row_zero_row_and_old_triple_order(tmp_pat
         w = csv.writer(f)
         w.writerow(hdr)
         w.writerows(rows)
-    prof = open_profile(d, cache_dir=tmp_path / "cache")
+    prof = open_profile(d, IngestOptions(cache_dir=tmp_path / "cache"))
     assert prof.info.ranks == [2] and prof.info.steps == [1, 2]
     st = prof.sql("SELECT * FROM steps ORDER BY step")
     assert st["start_ns"].tolist() == [10_000, 110_000] and st["end_ns"].tolist() == [110_000, 220_000]
@@ -198,7 +198,7 @@ def test_legacy_cluster_analyse_and_point_info(tmp_path: Path) -> None:
         w = csv.writer(f)
         w.writerow(["computation_time", "communication_alone_time"])
         w.writerows([[15.5, 0.5]] * 5 + [[15.5, 0.5]])   # 5 steps + the average row
-    prof = open_profile(tmp_path / "p", cache_dir=tmp_path / "cache")
+    prof = open_profile(tmp_path / "p", IngestOptions(cache_dir=tmp_path / "cache"))
     ph = _phases(prof)
     assert ph["computation_time"] == {s: 15_500_000 for s in range(1, 6)}
     assert ph["communication_alone_time"][5] == 500_000
@@ -211,7 +211,7 @@ def test_hybrid_24_reads_legacy_files_and_warns(tmp_path: Path) -> None:
     gen.legacy_profile(tmp_path / "p", "slow_dataloader", hybrid=True)
     disc = discover(tmp_path / "p")
     assert disc.kind == "mindspore_legacy" and [s.rank for s in disc.sources] == [0]
-    prof = open_profile(tmp_path / "p", cache_dir=tmp_path / "cache")
+    prof = open_profile(tmp_path / "p", IngestOptions(cache_dir=tmp_path / "cache"))
     assert prof.info.format == "mindspore_legacy"
     assert any("MindSpore 2.4 layout" in w and "rank-0_" in w for w in prof.warnings)
     assert set(_phases(prof)["iteration_interval"].values()) == {72_800_000}
@@ -310,7 +310,7 @@ def test_ms_extras_nothing_there_is_quiet(tmp_path: Path) -> None:
 
 def test_ms_db_case1_steps_derived_with_interval_and_pipeline(tmp_path: Path) -> None:
     gen.db_profile(tmp_path / "d", "slow_dataloader")
-    prof = open_profile(tmp_path / "d", cache_dir=tmp_path / "cache")
+    prof = open_profile(tmp_path / "d", IngestOptions(cache_dir=tmp_path / "cache"))
     assert prof.info.format == "ascend_ms_db" and prof.info.framework == "mindspore"
     assert prof.info.steps == [1, 2, 3, 4, 5]
     assert any("no STEP_TIME table" in w and "repetition of the first kernel 'Default/GetNext-op1'" in w
@@ -328,7 +328,7 @@ def test_ms_db_case1_steps_derived_with_interval_and_pipeline(tmp_path: Path) ->
 
 def test_ms_db_case2_fp32_matmul_dtypes(tmp_path: Path) -> None:
     gen.db_profile(tmp_path / "d", "fp32_matmul")
-    prof = open_profile(tmp_path / "d", cache_dir=tmp_path / "cache")
+    prof = open_profile(tmp_path / "d", IngestOptions(cache_dir=tmp_path / "cache"))
     mm = prof.sql("SELECT * FROM device_ops WHERE op_type = 'MatMul'")
     assert len(mm) == 15 and set(mm["input_dtypes"]) == {"DT_FLOAT;DT_FLOAT"}
     assert set(mm["task_type"]) == {"AI_CORE"} and set(mm["input_shapes"]) == {"32,4096;4096,4096"}
@@ -341,8 +341,8 @@ def test_ms_db_case2_fp32_matmul_dtypes(tmp_path: Path) -> None:
 def test_ms_db_case3_comm_after_backward_matches_legacy_and_text(tmp_path: Path) -> None:
     gen.db_profile(tmp_path / "d", "comm_tail")
     gen.legacy_profile(tmp_path / "l", "comm_tail")
-    db = open_profile(tmp_path / "d", cache_dir=tmp_path / "cache")
-    leg = open_profile(tmp_path / "l", cache_dir=tmp_path / "cache")
+    db = open_profile(tmp_path / "d", IngestOptions(cache_dir=tmp_path / "cache"))
+    leg = open_profile(tmp_path / "l", IngestOptions(cache_dir=tmp_path / "cache"))
     assert db.info.ranks == list(range(8))
     q = "SELECT step, start_ns, elapse_ns FROM comm_ops WHERE rank = 5 ORDER BY start_ns"
     d, lg = db.sql(q), leg.sql(q)
@@ -360,14 +360,14 @@ def test_ms_db_case3_comm_after_backward_matches_legacy_and_text(tmp_path: Path)
     assert len(sub) == 4 and set(sub["transport"]) == {"SDMA"} and set(sub["link_type"]) == {"HCCS"}
     assert set(sub["dst_rank"]) == {6}
     gen.text_profile(tmp_path / "t", "comm_tail", sink=True)      # same plan as the DB (dataset sink)
-    txt = open_profile(tmp_path / "t", cache_dir=tmp_path / "cache")
+    txt = open_profile(tmp_path / "t", IngestOptions(cache_dir=tmp_path / "cache"))
     t = txt.sql(q)
     assert t["start_ns"].tolist() == d["start_ns"].tolist() and t["elapse_ns"].tolist() == d["elapse_ns"].tolist()
 
 
 def test_ms_db_without_minddata_has_no_dataset_ops(tmp_path: Path) -> None:
     gen.db_profile(tmp_path / "d", "comm_tail", with_minddata=False)
-    prof = open_profile(tmp_path / "d", cache_dir=tmp_path / "cache")
+    prof = open_profile(tmp_path / "d", IngestOptions(cache_dir=tmp_path / "cache"))
     assert not prof.has_table_rows("dataset_ops")
     assert "dataset_ops" not in prof.capabilities(0)
 

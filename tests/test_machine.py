@@ -12,6 +12,7 @@ import pytest
 from conftest import CLUSTER4, need
 from stepdoctor.analysis import machine, store
 from stepdoctor.analysis.ingest.discover import discover
+from stepdoctor.analysis.store import IngestOptions
 
 MB = 1 << 20
 GB = 1 << 30
@@ -155,14 +156,14 @@ def test_build_database_takes_the_planned_workers(tmp_path, monkeypatch, workers
         return in_children(disc, out, n, *a, **k)
 
     query = "SELECT rank, count(*), sum(dur_ns) FROM device_ops GROUP BY rank ORDER BY rank"
-    ref = store.open_profile(prof_dir, cache_dir=tmp_path / "ref", engine="here")
+    ref = store.open_profile(prof_dir, IngestOptions(cache_dir=tmp_path / "ref", engine="here"))
     try:
         expected = ref.rows(query)
     finally:
         ref.close()
     monkeypatch.setattr(machine, "plan_workers", plan)
     monkeypatch.setattr(build, "build_in_children", spy)
-    prof = store.open_profile(prof_dir, cache_dir=tmp_path / "cache", engine="pool")  # workers: planned
+    prof = store.open_profile(prof_dir, IngestOptions(cache_dir=tmp_path / "cache", engine="pool"))  # workers: planned
     try:
         got = prof.rows(query)
     finally:

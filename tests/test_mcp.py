@@ -28,6 +28,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from conftest import CLUSTER4, REPO, SHARED, need
 from stepdoctor.analysis import store
 from stepdoctor.analysis.errors import ProfileError
+from stepdoctor.analysis.store import IngestOptions
 from stepdoctor.server.answers import TEXT_CAP, cap_text, trim_evidence
 from stepdoctor.server.app import create_server
 from stepdoctor.server.query import run_query
@@ -400,7 +401,7 @@ async def test_evidence_keyed_by_rank_is_trimmed_to_the_ranks_that_weigh(server,
     monkeypatch.setattr(answers, "EXPLAIN_RANKS", 3)
     pid = await load(server)
     d, _ = await call(server, "list_issues", {"profile_id": pid, "limit": 100})
-    full = {(f.check, f.subject): f for f in api.issues(api.load(CLUSTER4, cache_dir=cache)).findings}
+    full = {(f.check, f.subject): f for f in api.issues(api.load(CLUSTER4, IngestOptions(cache_dir=cache))).findings}
     checked = 0
     for f in d["findings"]:
         whole = full[(f["check"], f["subject"])].evidence

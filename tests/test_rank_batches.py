@@ -6,11 +6,11 @@ from __future__ import annotations
 from conftest import CLUSTER4, need
 from stepdoctor.analysis.checks._common import rank_batches
 from stepdoctor.analysis.checks.base import CheckContext
-from stepdoctor.analysis.store import open_profile
+from stepdoctor.analysis.store import IngestOptions, open_profile
 
 
 def test_batches_follow_the_row_counts_in_the_order_given(tmp_path):
-    ctx = CheckContext(open_profile(need(CLUSTER4), cache_dir=tmp_path))
+    ctx = CheckContext(open_profile(need(CLUSTER4), IngestOptions(cache_dir=tmp_path)))
     counts = dict(ctx.profile.rows("SELECT rank, count(*) FROM device_ops GROUP BY rank"))
     ranks = sorted(counts)
     assert len(ranks) == 4 and min(counts.values()) > 0

@@ -17,6 +17,7 @@ import pytest
 from conftest import KINETO, REPO, SHARED, need
 from stepdoctor.analysis import store
 from stepdoctor.analysis.ingest.base import table_columns
+from stepdoctor.analysis.store import IngestOptions
 from stepdoctor.analysis.store.ray_engine import FAULT_ENV
 
 REAL = SHARED / "real"
@@ -43,7 +44,7 @@ def cluster():
 
 def _build(prof: Path, cache: Path, **kw) -> store.Profile:
     store.forget_opened()
-    return store.open_profile(prof, cache_dir=cache, **kw)
+    return store.open_profile(prof, IngestOptions(cache_dir=cache, **kw))
 
 
 def _differences(a: store.Profile, b: store.Profile) -> dict[str, tuple[int, int, int]]:
@@ -177,10 +178,7 @@ def test_the_cli_flag_ingests_through_ray_and_answers_the_same(cluster, tmp_path
     for flag in (["--ray"], []):
         monkeypatch.setenv("STEPDOCTOR_CACHE_DIR", str(tmp_path / f"cache{len(answers)}"))
         store.forget_opened()
-        try:
-            assert cli.main(["breakdown", str(prof), "--format", "json", *flag]) == 0
-        finally:
-            store.use_engine(None)
+        assert cli.main(["breakdown", str(prof), "--format", "json", *flag]) == 0
         answers.append(json.loads(capsys.readouterr().out))
     assert sorted(p.name for p in marks.iterdir()) == ["rank-0.attempt-1", "rank-0.attempt-2"]
     assert answers[0] == answers[1] and len(answers[0]["rows"]) >= 2
@@ -209,7 +207,7 @@ import json, sys, tempfile
 from pathlib import Path
 import stepdoctor, stepdoctor.analysis.store, stepdoctor.tools.cli, stepdoctor.server.app
 from stepdoctor.analysis import store
-prof = store.open_profile(sys.argv[1], cache_dir=Path(tempfile.mkdtemp()), engine=sys.argv[2], workers=2)
+prof = store.open_profile(sys.argv[1], store.IngestOptions(cache_dir=Path(tempfile.mkdtemp()), engine=sys.argv[2], workers=2))
 print(json.dumps({"ranks": prof.info.ranks, "ray": sorted(m for m in sys.modules if m.split(".")[0] == "ray")}))
 """
 

@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import CLUSTER4, need
+from stepdoctor.analysis.store import IngestOptions
 from stepdoctor.analysis.timeline.names import display_name, display_names, short_name
 from stepdoctor.tools import render, render_fit
 from stepdoctor.tools.render import Table, fit_table
@@ -85,7 +86,7 @@ def _issue_tables(tmp_path):
     from stepdoctor.analysis.store import open_profile
     from stepdoctor.tools import api
 
-    report = api.issues(open_profile(need(CLUSTER4), cache_dir=tmp_path))
+    report = api.issues(open_profile(need(CLUSTER4), IngestOptions(cache_dir=tmp_path)))
     return report, render.tables_for(report)[0]
 
 
@@ -108,7 +109,7 @@ def test_breakdown_drops_unknown_columns_and_right_aligns_numbers(tmp_path):
     from stepdoctor.analysis.store import open_profile
     from stepdoctor.tools import api
 
-    prof = open_profile(need(CLUSTER4), cache_dir=tmp_path)
+    prof = open_profile(need(CLUSTER4), IngestOptions(cache_dir=tmp_path))
     per_step = render.tables_for(api.breakdown(prof))[0]
     # bubble is known (0: no receive ops on this Ascend profile); optional columns still give way at 80 columns
     assert {r[per_step.header.index("bubble_ms")] for r in per_step.rows} == {"0.00"}
@@ -186,7 +187,7 @@ def test_env_values_wrap_at_separators(tmp_path):
     from stepdoctor.analysis.store import open_profile
     from stepdoctor.tools import api
 
-    lines = _lines(render.tables_for(api.env_audit(open_profile(need(CLUSTER4), cache_dir=tmp_path)))[0], 80)
+    lines = _lines(render.tables_for(api.env_audit(open_profile(need(CLUSTER4), IngestOptions(cache_dir=tmp_path))))[0], 80)
     assert max(map(len, lines)) <= 80
     cells = [[c.strip() for c in ln.split("│")[1:-1]] for ln in lines if ln.startswith("│")]
     algo = cells.index(next(r for r in cells if r[0] == "HCCL_ALGO"))

@@ -14,7 +14,7 @@ from stepdoctor.analysis import store
 from stepdoctor.analysis.errors import ProfileError
 from stepdoctor.analysis.ingest.base import parse_us_to_ns
 from stepdoctor.analysis.ingest.discover import discover
-from stepdoctor.analysis.store import forks, pool, wire, writer
+from stepdoctor.analysis.store import IngestOptions, forks, pool, wire, writer
 
 
 def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
@@ -37,11 +37,11 @@ def test_second_open_uses_cache_and_writes_nothing_into_profile(tmp_path, monkey
     shutil.copytree(src, prof_dir)
     before = _snapshot(prof_dir)
     cache = tmp_path / "cache"
-    p1 = store.open_profile(prof_dir, cache_dir=cache)
+    p1 = store.open_profile(prof_dir, IngestOptions(cache_dir=cache))
     assert not p1.from_cache
     store.forget_opened()
     calls = []
-    p2 = store.open_profile(prof_dir, cache_dir=cache, progress=lambda *a: calls.append(a))
+    p2 = store.open_profile(prof_dir, IngestOptions(cache_dir=cache, progress=lambda *a: calls.append(a)))
     assert p2.from_cache and not calls, "parsed again"
     assert p2.info == p1.info
     assert _snapshot(prof_dir) == before
@@ -52,11 +52,11 @@ def test_changed_input_reingests(tmp_path):
     prof_dir = tmp_path / "prof"
     shutil.copytree(need(KINETO / "trace_filter"), prof_dir)
     cache = tmp_path / "cache"
-    a = store.open_profile(prof_dir, cache_dir=cache)
+    a = store.open_profile(prof_dir, IngestOptions(cache_dir=cache))
     f = next(prof_dir.glob("*rank-1*"))
     os.utime(f, ns=(f.stat().st_atime_ns, f.stat().st_mtime_ns + 10**9))
     store.forget_opened()
-    b = store.open_profile(prof_dir, cache_dir=cache)
+    b = store.open_profile(prof_dir, IngestOptions(cache_dir=cache))
     assert a.db_path != b.db_path and not b.from_cache
     # one database per profile: the one of the old input is gone
     assert sorted(f.name for f in cache.glob("*.duckdb")) == [b.db_path.name]
@@ -70,7 +70,7 @@ def test_a_rewrite_with_the_same_size_and_mtime_put_back_is_seen(tmp_path):
     for p in prof_dir.rglob("*"):
         p.chmod(p.stat().st_mode | 0o200)
     cache = tmp_path / "cache"
-    a = store.open_profile(prof_dir, cache_dir=cache)
+    a = store.open_profile(prof_dir, IngestOptions(cache_dir=cache))
     f = next(prof_dir.rglob("kernel_details.csv"))
     st = f.stat()
     data = f.read_bytes()
@@ -78,7 +78,7 @@ def test_a_rewrite_with_the_same_size_and_mtime_put_back_is_seen(tmp_path):
     os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert f.stat().st_size == st.st_size and f.stat().st_mtime_ns == st.st_mtime_ns
     store.forget_opened()
-    b = store.open_profile(prof_dir, cache_dir=cache)
+    b = store.open_profile(prof_dir, IngestOptions(cache_dir=cache))
     assert not b.from_cache and b.db_path != a.db_path
 
 
@@ -93,10 +93,10 @@ def test_a_wal_mode_db_export_is_never_written_and_hits_the_cache(tmp_path, monk
     assert list(prof_dir.rglob("*.db-wal"))
     before = _snapshot(prof_dir)
     cache = tmp_path / "cache"
-    first = store.open_profile(prof_dir, cache_dir=cache)
+    first = store.open_profile(prof_dir, IngestOptions(cache_dir=cache))
     for _ in range(3):
         store.forget_opened()
-        again = store.open_profile(prof_dir, cache_dir=cache)
+        again = store.open_profile(prof_dir, IngestOptions(cache_dir=cache))
         assert again.from_cache and again.db_path == first.db_path
     assert _snapshot(prof_dir) == before
     assert len(list(cache.glob("*.duckdb"))) == 1
@@ -109,16 +109,16 @@ def test_the_cache_keeps_under_its_size_cap_least_recently_used_first(tmp_path, 
         d = tmp_path / name
         shutil.copytree(need(KINETO / "trace_filter"), d)
         dirs.append(d)
-    a = store.open_profile(dirs[0], cache_dir=cache)
+    a = store.open_profile(dirs[0], IngestOptions(cache_dir=cache))
     size_mb = a.db_path.stat().st_size / 2**20
     monkeypatch.setenv("STEPDOCTOR_CACHE_MAX_MB", str(size_mb * 1.5))   # room for one database, not two
     store.forget_opened()
-    b = store.open_profile(dirs[1], cache_dir=cache)
+    b = store.open_profile(dirs[1], IngestOptions(cache_dir=cache))
     assert sorted(f.name for f in cache.glob("*.duckdb")) == [b.db_path.name]
     # the one just built is kept even when it alone is over the cap
     monkeypatch.setenv("STEPDOCTOR_CACHE_MAX_MB", "0")
     store.forget_opened()
-    c = store.open_profile(dirs[0], cache_dir=cache)
+    c = store.open_profile(dirs[0], IngestOptions(cache_dir=cache))
     assert sorted(f.name for f in cache.glob("*.duckdb")) == [c.db_path.name]
 
 
@@ -131,16 +131,16 @@ def test_crash_mid_ingest_leaves_no_usable_cache(tmp_path):
         raise RuntimeError("killed")
 
     with pytest.raises(RuntimeError, match="killed"):
-        store.open_profile(prof_dir, cache_dir=cache, refresh=True, engine="here", progress=boom)
+        store.open_profile(prof_dir, IngestOptions(cache_dir=cache, engine="here", progress=boom), refresh=True)
     assert not list(cache.glob("*.duckdb")), "a partial database must never be left under the final name"
     assert not list(cache.glob("*.tmp-*"))
 
 
 def test_parallel_ingest_equals_serial(tmp_path, monkeypatch):
     prof_dir = need(KINETO / "trace_filter")
-    par = store.open_profile(prof_dir, cache_dir=tmp_path / "par", workers=2, engine="pool")
+    par = store.open_profile(prof_dir, IngestOptions(cache_dir=tmp_path / "par", workers=2, engine="pool"))
     store.forget_opened()
-    ser = store.open_profile(prof_dir, cache_dir=tmp_path / "ser", engine="here")
+    ser = store.open_profile(prof_dir, IngestOptions(cache_dir=tmp_path / "ser", engine="here"))
     for t in ("steps", "device_ops", "host_ops"):
         q = f"SELECT * FROM {t} ORDER BY ALL"
         assert par.sql(q).equals(ser.sql(q)), t
@@ -214,10 +214,10 @@ def _profile_rows(prof: store.Profile) -> dict[str, list[tuple]]:
 def test_ingest_tables_equal_the_frames_reference(data, path, tmp_path, monkeypatch):
     prof_dir = need(SHARED / data)
     if path == "children":  # parse workers + ingest process, real row-group size and chunks
-        prof = store.open_profile(prof_dir, cache_dir=tmp_path, workers=2, engine="pool")
+        prof = store.open_profile(prof_dir, IngestOptions(cache_dir=tmp_path, workers=2, engine="pool"))
     else:  # in this process, with tiny row groups: many commits, blocks split across them
         monkeypatch.setattr(writer, "ROW_GROUP_ROWS", 2048)
-        prof = store.open_profile(prof_dir, cache_dir=tmp_path, engine="here")
+        prof = store.open_profile(prof_dir, IngestOptions(cache_dir=tmp_path, engine="here"))
     got, want = _profile_rows(prof), _reference_rows(discover(prof_dir))
     assert sum(map(len, want.values())) > 1000
     for t in want:
@@ -238,14 +238,14 @@ def test_bad_rank_is_skipped_with_a_warning_in_child_processes(tmp_path, monkeyp
     prof_dir = tmp_path / "prof"
     shutil.copytree(need(KINETO / "trace_filter"), prof_dir)
     (prof_dir / "sampled_rank-7.json").write_text('{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, ')
-    prof = store.open_profile(prof_dir, cache_dir=tmp_path / "cache", workers=2, engine="pool")
+    prof = store.open_profile(prof_dir, IngestOptions(cache_dir=tmp_path / "cache", workers=2, engine="pool"))
     assert prof.info.ranks == [0, 1]
     assert any(w.startswith("rank skipped:") and "sampled_rank-7.json" in w for w in prof.warnings)
     store.forget_opened()
     (prof_dir / "sampled_rank-0.json.gz").unlink()
     (prof_dir / "sampled_rank-1.json.gz").unlink()
     with pytest.raises(ProfileError, match=r"sampled_rank-7\.json"):
-        store.open_profile(prof_dir, cache_dir=tmp_path / "cache", workers=2, engine="pool")
+        store.open_profile(prof_dir, IngestOptions(cache_dir=tmp_path / "cache", workers=2, engine="pool"))
 
 
 def test_an_ascend_rank_failing_after_it_sent_tables_is_removed(tmp_path, monkeypatch):
@@ -258,7 +258,7 @@ def test_an_ascend_rank_failing_after_it_sent_tables_is_removed(tmp_path, monkey
     (out / "trace_view.json").write_bytes(b"")
     for name in ("kernel_details.csv", "step_trace_time.csv"):
         (out / name).unlink()
-    prof = store.open_profile(prof_dir, cache_dir=tmp_path / "cache", workers=2, engine="pool")
+    prof = store.open_profile(prof_dir, IngestOptions(cache_dir=tmp_path / "cache", workers=2, engine="pool"))
     assert prof.info.ranks == [0, 1, 3]
     assert any(w.startswith("rank skipped:") and "trace_view.json" in w for w in prof.warnings)
     for table in ("comm_ops", "links", "device_ops", "host_ops"):
@@ -452,11 +452,11 @@ def test_no_child_interpreter_falls_back_to_ingest_here(tmp_path, monkeypatch):
 
     prof_dir = need(KINETO / "trace_filter")
     monkeypatch.setattr(sys, "executable", "/bin/false")  # e.g. an embedded Python: `-c` cannot run
-    prof = store.open_profile(prof_dir, cache_dir=tmp_path, workers=2, engine="pool")
+    prof = store.open_profile(prof_dir, IngestOptions(cache_dir=tmp_path, workers=2, engine="pool"))
     assert prof.info.ranks == [0, 1]
     store.forget_opened()
     monkeypatch.undo()
-    ref = store.open_profile(prof_dir, cache_dir=tmp_path / "ref", workers=1)
+    ref = store.open_profile(prof_dir, IngestOptions(cache_dir=tmp_path / "ref", workers=1))
     assert _profile_rows(prof) == _profile_rows(ref)
 
 
@@ -605,8 +605,7 @@ def spy(self, role, fork=False):
 Child.__init__ = spy
 if sys.argv[2] == "thread":  # a host running a second thread is never forked
     threading.Thread(target=threading.Event().wait, daemon=True).start()
-prof = store.open_profile(sys.argv[1], cache_dir=Path(sys.argv[3]), workers=2, fork=True, engine="pool",
-                          background=lambda: ran.append([r for r, _ in roles]))
+prof = store.open_profile(sys.argv[1], store.IngestOptions(cache_dir=Path(sys.argv[3]), workers=2, fork=True, engine="pool", background=lambda: ran.append([r for r, _ in roles])))
 rows = prof.rows("SELECT rank, count(*) FROM host_ops GROUP BY rank ORDER BY rank")
 store.reap_exiting()
 print(json.dumps({"roles": roles, "background": ran, "rows": rows}))
@@ -615,7 +614,7 @@ print(json.dumps({"roles": roles, "background": ran, "rows": rows}))
 
 @pytest.mark.parametrize("host", ["alone", "thread"])
 def test_cli_host_is_forked_for_the_ingest_process_only_when_it_runs_one_thread(tmp_path, host):
-    """`open_profile(fork=True)` (the CLI): a one-thread host is forked for the ingest process, which
+    """`open_profile(IngestOptions(fork=True))` (the CLI): a one-thread host is forked for the ingest process, which
     forks its workers; its background work starts once the ingest process runs; same rows either way."""
     import json
     import subprocess
@@ -628,7 +627,7 @@ def test_cli_host_is_forked_for_the_ingest_process_only_when_it_runs_one_thread(
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["roles"] == [["ingest", host == "alone"]], "the host's own record: workers are the child's"
     assert got["background"] == [["ingest"]]
-    ref = store.open_profile(prof_dir, cache_dir=tmp_path / "ref", workers=1)
+    ref = store.open_profile(prof_dir, IngestOptions(cache_dir=tmp_path / "ref", workers=1))
     assert got["rows"] == [list(r) for r in ref.rows(
         "SELECT rank, count(*) FROM host_ops GROUP BY rank ORDER BY rank")]
     assert got["rows"] and all(n > 0 for _, n in got["rows"])
@@ -719,7 +718,7 @@ def test_a_damaged_cache_database_is_discarded_and_rebuilt(tmp_path, how):
     prof_dir = tmp_path / "prof"
     shutil.copytree(need(KINETO / "trace_filter"), prof_dir)
     cache = tmp_path / "cache"
-    a = store.open_profile(prof_dir, cache_dir=cache)
+    a = store.open_profile(prof_dir, IngestOptions(cache_dir=cache))
     info = a.info
     store.forget_opened()
     a.close()   # (DuckDB shares an open database's instance within a process: a later run is a new process)
@@ -729,10 +728,10 @@ def test_a_damaged_cache_database_is_discarded_and_rebuilt(tmp_path, how):
             f.truncate(size // 3)
     else:
         a.db_path.write_bytes(b"\0" * size)
-    b = store.open_profile(prof_dir, cache_dir=cache)
+    b = store.open_profile(prof_dir, IngestOptions(cache_dir=cache))
     assert not b.from_cache and b.info == info
     store.forget_opened()
-    assert store.open_profile(prof_dir, cache_dir=cache).from_cache
+    assert store.open_profile(prof_dir, IngestOptions(cache_dir=cache)).from_cache
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])

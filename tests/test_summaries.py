@@ -16,7 +16,7 @@ import pytest
 from conftest import SHARED, need
 from stepdoctor.analysis.ingest.base import RankSource, RankTables
 from stepdoctor.analysis.metrics.breakdown import BreakdownRow, compute_breakdown
-from stepdoctor.analysis.store import Profile, open_profile, parse, profile_info
+from stepdoctor.analysis.store import IngestOptions, Profile, open_profile, parse, profile_info
 from stepdoctor.analysis.store.summaries import KERNEL_TABLE, STEP_TABLE
 from stepdoctor.analysis.store.writer import Writer, connect_for_writing, store_parsed
 
@@ -64,7 +64,7 @@ def assert_summaries_equal_events(prof: Profile) -> int:
 
 @pytest.mark.parametrize("rel", REAL_PROFILES)
 def test_real_profiles(rel: str, tmp_path: Path) -> None:
-    prof = open_profile(need(REAL / rel), cache_dir=tmp_path)
+    prof = open_profile(need(REAL / rel), IngestOptions(cache_dir=tmp_path))
     assert_summaries_equal_events(prof)
     if prof.rows("SELECT count(*) FROM device_ops")[0][0]:
         assert prof.rows(f"SELECT count(*) FROM {KERNEL_TABLE}")[0][0] > 0
@@ -74,8 +74,8 @@ def test_real_ascend_text_through_parse_workers(tmp_path: Path) -> None:
     """In a parse worker the Ascend text reader hands its device ops and comm ops to the sink as it reads
     them: the summaries are computed from those blocks, and equal those of a rank parsed here."""
     path = need(REAL / "ascend" / "msinsight-pt-text-l1")
-    here = open_profile(path, cache_dir=tmp_path / "here", engine="here")
-    pool = open_profile(path, cache_dir=tmp_path / "pool", engine="pool", workers=2)
+    here = open_profile(path, IngestOptions(cache_dir=tmp_path / "here", engine="here"))
+    pool = open_profile(path, IngestOptions(cache_dir=tmp_path / "pool", engine="pool", workers=2))
     n = assert_summaries_equal_events(pool)
     assert n == 2
     for table in (STEP_TABLE, KERNEL_TABLE):
@@ -93,7 +93,7 @@ def test_generated_multi_rank(vendor: str, engine: str, tmp_path: Path) -> None:
     sc = Scenario(vendor=vendor, ranks=6, steps=3, seed=11,
                   plants=[Plant(check="slow-rank", ranks=[2]), Plant(check="exposed-comm-tail")])
     path = write_profile(sc, tmp_path / "profile")
-    prof = open_profile(path, cache_dir=tmp_path / "cache", engine=engine, workers=2)
+    prof = open_profile(path, IngestOptions(cache_dir=tmp_path / "cache", engine=engine, workers=2))
     assert assert_summaries_equal_events(prof) >= 6 * 3
     assert len({r.rank for r in compute_breakdown(prof)}) == 6
 
@@ -154,7 +154,7 @@ def test_a_store_without_summaries_is_computed_from_events(tmp_path: Path) -> No
     """A store whose summary tables are empty (built by other code) still gives the breakdown, from its
     events: the same rows as with the summaries."""
     path = need(REAL / "ascend" / "msinsight-pt-text-l0")
-    prof = open_profile(path, cache_dir=tmp_path)
+    prof = open_profile(path, IngestOptions(cache_dir=tmp_path))
     want = _dump(compute_breakdown(prof))
     copy = tmp_path / "copy.duckdb"
     con = duckdb.connect()
@@ -198,7 +198,7 @@ def test_the_analysis_connection_spills_in_a_folder_of_its_own(tmp_path: Path, m
     path = need(REAL / "ascend" / "msinsight-pt-text-l0")
     monkeypatch.setenv("STEPDOCTOR_ANALYSIS_MEMORY_MB", "64")
     forget_opened()
-    prof = open_profile(path, cache_dir=tmp_path)
+    prof = open_profile(path, IngestOptions.from_environment(cache_dir=tmp_path))
     (limit, spill), = prof.rows("SELECT current_setting('memory_limit'), current_setting('temp_directory')")
     assert limit in ("61.0 MiB", "64.0 MiB") and spill == f"{prof.db_path}.tmp-{os.getpid()}-0.tmp"
     assert cache._TMP_RE.search(spill)

@@ -21,7 +21,7 @@ from ..analysis.errors import ProfileError, UsageError
 from ..analysis.metrics.breakdown import compute_breakdown, totals, vendor_mismatches
 from ..analysis.metrics.stages import stage_of_ranks
 from ..analysis.models import SEVERITY_ORDER, Finding
-from ..analysis.store import Profile, ProgressFn, open_profile
+from ..analysis.store import IngestOptions, Profile, open_profile
 from .models import (
     Breakdown,
     EnvAudit,
@@ -40,11 +40,12 @@ from .models import (
 ProfileRef = str | Path | Profile
 
 
-def load(ref: ProfileRef, *, progress: ProgressFn | None = None, cache_dir: Path | None = None) -> Profile:
-    """Open (ingesting once, then from cache) a profile PATH; an opened Profile passes through."""
+def load(ref: ProfileRef, options: IngestOptions | None = None) -> Profile:
+    """Open (ingesting once, then from cache) a profile PATH as `options` say; an opened Profile passes
+    through."""
     if isinstance(ref, Profile):
         return ref
-    return open_profile(ref, progress=progress, cache_dir=cache_dir)
+    return open_profile(ref, options)
 
 
 def _fix_lookup(prof: Profile | None = None):

@@ -12,15 +12,20 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..analysis import one_blas_thread
 
-one_blas_thread(os.environ)  # before numpy is imported (next line): see store.open_profile(fork=True)
+one_blas_thread(os.environ)  # before numpy is imported (next line): see store.open_profile(IngestOptions(fork=True))
 
 from ..analysis.errors import ProfileError, StepdoctorError, UsageError, exit_code  # noqa: E402
 from ..analysis.severity import SEVERITY_ORDER  # noqa: E402
 from .commands import FORMATS, PROFILE_HELP, add_ray_flag, ask, ask_path  # noqa: E402
 from .commands import emit as _emit  # noqa: E402
+
+if TYPE_CHECKING:
+    from ..analysis.store import Profile
+    from ..analysis.store.options import IngestOptions
 
 
 def _progress():
@@ -54,15 +59,27 @@ def _import_api() -> None:
         load_fixes()  # the fix files (YAML + validation)
 
 
-def _load(path: str):
-    """Open PATH. The analysis modules (pandas, the checks, the pydantic models, the fix files) are
-    loaded in a thread meanwhile, started once the ingest process runs: this process is forked for it
-    (it controls its whole state and runs one thread until then), so no new interpreter starts, and the
-    ingest process imports the readers on one core while this thread imports on the other."""
-    from ..analysis.store import open_profile
+def ingest_options(a: argparse.Namespace) -> IngestOptions:
+    """The one options object of this command's ingests: from the environment and `--ray`."""
+    from ..analysis.store.options import IngestOptions
 
-    background = None if f"{__package__}.catalog" in sys.modules else _import_api
-    return open_profile(path, progress=_progress(), fork=True, background=background)
+    ray = getattr(a, "ray", None)
+    return IngestOptions.from_environment(engine="ray" if ray is not None else None, ray_address=ray or None,
+                                          fork=True)
+
+
+def loader(options: IngestOptions) -> Callable[[str], Profile]:
+    """Opens PATH for the command. The analysis modules (pandas, the checks, the pydantic models, the fix
+    files) are loaded in a thread meanwhile, started once the ingest process runs: this process is forked
+    for it (it controls its whole state and runs one thread until then), so no new interpreter starts, and
+    the ingest process imports the readers on one core while this thread imports on the other."""
+    def load(path: str) -> Profile:
+        from ..analysis.store import open_profile
+
+        background = None if f"{__package__}.catalog" in sys.modules else _import_api
+        return open_profile(path, options.but(progress=_progress(), background=background))
+
+    return load
 
 
 def _ints(text: str | None) -> list[int] | None:
@@ -75,7 +92,7 @@ def _ints(text: str | None) -> list[int] | None:
 
 
 def cmd_issues(a: argparse.Namespace) -> int:
-    rep = ask_path("issues", a.path, _load, min_severity=a.min_severity, checks=a.check, ranks=_ints(a.rank))
+    rep = ask_path("issues", a.path, a.load, min_severity=a.min_severity, checks=a.check, ranks=_ints(a.rank))
     _emit(rep, a.format)
     if a.fail_on and any(SEVERITY_ORDER[f.severity] <= SEVERITY_ORDER[a.fail_on] for f in rep.findings):
         return 1
@@ -83,27 +100,27 @@ def cmd_issues(a: argparse.Namespace) -> int:
 
 
 def cmd_breakdown(a: argparse.Namespace) -> int:
-    _emit(ask_path("breakdown", a.path, _load, ranks=_ints(a.rank), steps=_ints(a.step)), a.format)
+    _emit(ask_path("breakdown", a.path, a.load, ranks=_ints(a.rank), steps=_ints(a.step)), a.format)
     return 0
 
 
 def cmd_slow_ranks(a: argparse.Namespace) -> int:
-    _emit(ask_path("slow-ranks", a.path, _load), a.format)
+    _emit(ask_path("slow-ranks", a.path, a.load), a.format)
     return 0
 
 
 def cmd_slow_links(a: argparse.Namespace) -> int:
-    _emit(ask_path("slow-links", a.path, _load, limit=a.top), a.format)
+    _emit(ask_path("slow-links", a.path, a.load, limit=a.top), a.format)
     return 0
 
 
 def cmd_kernels(a: argparse.Namespace) -> int:
-    _emit(ask_path("kernels", a.path, _load, rank=a.rank, step=a.step, limit=a.top, by=a.by), a.format)
+    _emit(ask_path("kernels", a.path, a.load, rank=a.rank, step=a.step, limit=a.top, by=a.by), a.format)
     return 0
 
 
 def cmd_env(a: argparse.Namespace) -> int:
-    _emit(ask_path("env", a.path, _load), a.format)
+    _emit(ask_path("env", a.path, a.load), a.format)
     return 0
 
 
@@ -113,7 +130,7 @@ def cmd_demo(a: argparse.Namespace) -> int:
     if not ex.exists():
         raise ProfileError(ex, "bundled example profile missing from this installation")
     print(f"stepdoctor demo on the bundled example {ex}\n")
-    prof = _load(str(ex))
+    prof = a.load(str(ex))
     _emit(ask("breakdown", prof), "table")
     print()
     _emit(ask("issues", prof), "table")
@@ -231,10 +248,7 @@ def main(argv: list[str] | None = None, serve: Serve | None = None) -> int:
         return serve(args[1:])
     parser = build_parser()
     a = parser.parse_args(argv)
-    if getattr(a, "ray", None) is not None:  # every profile this command opens is ingested through Ray
-        from ..analysis.store import use_engine
-
-        use_engine("ray", a.ray or None)
+    a.load = loader(ingest_options(a))   # every profile this command opens (--ray: ingested through Ray)
     try:
         rc = _once_more_if_the_cache_was_damaged(a)
     except StepdoctorError as e:

@@ -40,14 +40,15 @@ def emit(model: BaseModel | list, fmt: str) -> None:
         render.render_table(model) if isinstance(model, BaseModel) else print(model)
 
 
-def ask(command: str, prof, **opts):
+def ask(command: str, prof, load=None, **opts):
     """Answer through the command's catalog entry, the one the MCP tool uses. The options are taken as
     argparse typed them (no MCP bounds: the CLI prints every row; the catalog functions check them with
-    messages that name the CLI options); those that are not arguments (`apply`) go to the function."""
+    messages that name the CLI options); those that are not arguments (`apply`) go to the function.
+    `load` opens the profiles an argument names (compare's runs) with the command's ingest options."""
     from . import catalog
 
     a, rest = _split(catalog.BY_CLI[command], opts)
-    return catalog.answer(command, prof, a, **rest)
+    return catalog.answer(command, prof, a, load, **rest)
 
 
 def _split(tool, opts: dict):
@@ -79,19 +80,17 @@ def ask_path(command: str, path: str, load, **opts):
 
 def cmd_compare(a: argparse.Namespace) -> int:
     if a.rank_vs:
-        cmp = ask("compare", None, base=a.base, rank_a=int(a.rank_vs[0]), rank_b=int(a.rank_vs[1]), limit=a.top)
+        cmp = ask("compare", None, a.load, base=a.base, rank_a=int(a.rank_vs[0]), rank_b=int(a.rank_vs[1]), limit=a.top)
     else:
         if not a.target:
             raise UsageError("compare needs BASE and TARGET (or BASE --rank-vs A B)")
-        cmp = ask("compare", None, base=a.base, target=a.target, rank=a.rank, step=a.step, limit=a.top)
+        cmp = ask("compare", None, a.load, base=a.base, target=a.target, rank=a.rank, step=a.step, limit=a.top)
     emit(cmp, a.format)
     return 0
 
 
-def _profile(path: str | None):
-    from . import api
-
-    return api.load(path) if path else None
+def _profile(a: argparse.Namespace, path: str | None):
+    return a.load(path) if path else None
 
 
 def cmd_explain(a: argparse.Namespace) -> int:
@@ -99,7 +98,7 @@ def cmd_explain(a: argparse.Namespace) -> int:
 
     if a.finding is not None and not a.profile:
         raise UsageError("--finding needs --profile PATH (the profile whose finding to explain)")
-    exp = ask("explain", _profile(a.profile), id=a.id, finding=a.finding)
+    exp = ask("explain", _profile(a, a.profile), id=a.id, finding=a.finding)
     if a.format == "json":
         emit(exp, "json")
     else:
@@ -118,7 +117,7 @@ def cmd_suggest_edit(a: argparse.Namespace) -> int:
         raise UsageError("suggest-edit needs --fix ID or --profile PATH")
     if Path(a.code_path).is_dir():
         raise ProfileError(a.code_path, "is a folder: pass the training script (a .py or launch .sh file)")
-    res = ask("suggest-edit", _profile(a.profile), code_path=a.code_path, fix=a.fix, apply=a.apply)
+    res = ask("suggest-edit", _profile(a, a.profile), code_path=a.code_path, fix=a.fix, apply=a.apply)
     if a.format == "json":
         emit(res, "json")
         return 0
@@ -169,11 +168,10 @@ def _ops(specs: list[str] | None) -> dict[str, float]:
 
 
 def cmd_whatif(a: argparse.Namespace) -> int:
-    from . import api
 
     if a.comm not in (None, "median"):
         raise UsageError(f"--comm takes 'median', got {a.comm!r}")
-    res = ask_path("whatif", a.path, api.load, ranks_at_median=_median_of(a.rank, "rank") or None,
+    res = ask_path("whatif", a.path, a.load, ranks_at_median=_median_of(a.rank, "rank") or None,
               stages_at_median=_median_of(a.stage, "stage") or None, comm_at_median=a.comm == "median",
               no_stalls=_ranks(a.no_stalls) or None, ops=_ops(a.op) or None)
     emit(res, a.format)
@@ -181,21 +179,19 @@ def cmd_whatif(a: argparse.Namespace) -> int:
 
 
 def cmd_critical_path(a: argparse.Namespace) -> int:
-    from . import api
 
-    emit(ask_path("critical-path", a.path, api.load, step=a.step), a.format)
+    emit(ask_path("critical-path", a.path, a.load, step=a.step), a.format)
     return 0
 
 
 def cmd_report(a: argparse.Namespace) -> int:
-    from . import api
     from .report import write_report
 
     out = Path(a.output)
     if not out.parent.is_dir():
         raise ProfileError(out.parent, "no such folder for the report (create it first)")
-    prof = api.load(a.path)
-    write_report(prof, out, compare_base=a.compare)
+    prof = a.load(a.path)
+    write_report(prof, out, compare_base=a.load(a.compare) if a.compare else None)
     print(f"wrote {out}")
     return 0
 
@@ -205,7 +201,7 @@ PROFILE_HELP = ("profile: a rank folder (*_ascend_pt, *_ascend_ms, any folder wi
 
 
 def add_ray_flag(parser: argparse.ArgumentParser) -> None:
-    """`--ray [ADDRESS]`: the profiles the command opens are ingested through Ray (`store.use_engine`)."""
+    """`--ray [ADDRESS]`: the profiles the command opens are ingested through Ray (`cli.ingest_options`)."""
     parser.add_argument("--ray", nargs="?", const="", metavar="ADDRESS", help="parse the ranks in Ray tasks on a "
                         "cluster (ADDRESS, else RAY_ADDRESS, else a local Ray); needs `pip install ray`")
 

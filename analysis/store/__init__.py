@@ -9,7 +9,7 @@ This package imports neither duckdb nor pandas nor pydantic at the top, so a par
 stays small; they are imported where they are used.
 """
 
-from .build import ENGINES, PARALLEL_MIN_BYTES, Engine, build_database, build_here
+from .build import PARALLEL_MIN_BYTES, build_database, build_here
 from .cache import (
     Listing,
     cache_root,
@@ -21,8 +21,8 @@ from .cache import (
     version_stamp,
 )
 from .forks import fork_safe, reap_exiting, release_forked, settle
+from .options import ENGINES, Engine, IngestOptions, ProgressFn
 from .parse import READERS, STREAMING, Parts, Sink, parse_rank, read_source, reader
-from .pool import ProgressFn
 from .profile import (
     Profile,
     cached_database,
@@ -32,7 +32,6 @@ from .profile import (
     is_damaged_cache,
     open_profile,
     profile_info,
-    use_engine,
 )
 
 __all__ = [
@@ -41,6 +40,7 @@ __all__ = [
     "READERS",
     "STREAMING",
     "Engine",
+    "IngestOptions",
     "Listing",
     "Parts",
     "Profile",
@@ -68,6 +68,5 @@ __all__ = [
     "release_forked",
     "remove_stale_temporaries",
     "settle",
-    "use_engine",
     "version_stamp",
 ]

@@ -11,17 +11,16 @@ warning when other ranks are stored; if none is, the first error is raised.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
 
 from .. import machine
 from ..errors import ProfileError
 from ..ingest.discover import Discovery
 from .cache import Listing, input_listing
 from .forks import start_background
+from .options import IngestOptions, ProgressFn
 from .parse import parse_rank
-from .pool import ProgressFn, build_in_children
+from .pool import build_in_children
 from .writer import Writer, connect_for_writing, store_parsed
 
 # Below this many input bytes in total, ingest runs in this process: starting the child processes and
@@ -29,22 +28,17 @@ from .writer import Writer, connect_for_writing, store_parsed
 # evals/bench/). Above it, the children also keep the host process small.
 PARALLEL_MIN_BYTES = 128 << 20
 
-Engine = Literal["here", "pool", "ray"]
-ENGINES: tuple[str, ...] = ("here", "pool", "ray")
 
 
-def build_database(disc: Discovery, out: Path, *, workers: int | None = None,
-                   progress: ProgressFn | None = None, fork: bool = False,
-                   background: Callable[[], None] | None = None, listing: Listing | None = None,
-                   engine: Engine | None = None, ray_address: str | None = None) -> list[str]:
-    """Parse every rank of `disc` into a new database at `out`; returns ingest warnings.
+def build_database(disc: Discovery, out: Path, options: IngestOptions | None = None, *,
+                   listing: Listing | None = None) -> list[str]:
+    """Parse every rank of `disc` into a new database at `out` as `options` say; returns ingest warnings.
 
-    `workers` (pool): parse workers, by default as many as the usable CPUs and the available memory allow
-    (`machine.plan_workers`). `fork` and `background`: see `open_profile`; `listing`: `input_listing(disc)`
-    when the caller has it; `ray_address`: the cluster for engine "ray" (None: RAY_ADDRESS, else a local one).
+    Pool parse workers default to as many as the usable CPUs and the available memory allow
+    (`machine.plan_workers`); `listing`: `input_listing(disc)` when the caller has it.
     """
-    if engine is not None and engine not in ENGINES:
-        raise ValueError(f"unknown ingest engine {engine!r} (one of {', '.join(ENGINES)})")
+    o = options or IngestOptions()
+    engine, workers, progress, background = o.engine, o.workers, o.progress, o.background
     n = len(disc.sources)
     listing = listing or input_listing(disc)
     total_bytes = sum(size for files in listing for _, size, _ in files)
@@ -61,9 +55,9 @@ def build_database(disc: Discovery, out: Path, *, workers: int | None = None,
         from .ray_engine import build_with_ray  # the only place Ray is reached from
 
         start_background(background)
-        result = build_with_ray(disc, out, progress, address=ray_address)
+        result = build_with_ray(disc, out, progress, address=o.ray_address)
     elif engine == "pool":
-        result = build_in_children(disc, out, workers or 1, progress, fork, background)
+        result = build_in_children(disc, out, workers or 1, progress, o.fork, background)
     else:
         start_background(background)
     if result is None:  # "here", or no child interpreter could start

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ProfileError
 from ..ingest.discover import discover
 from ..text import span_text
-from .build import Engine, build_database
+from .build import build_database
 from .cache import (
     cache_root,
     fingerprint,
@@ -31,7 +31,7 @@ from .cache import (
     trim,
 )
 from .forks import start_background
-from .pool import ProgressFn
+from .options import IngestOptions
 
 if TYPE_CHECKING:
     import duckdb
@@ -49,6 +49,7 @@ class Profile:
     warnings: list[str]
     con: duckdb.DuckDBPyConnection
     from_cache: bool = False
+    memory_mb: int | None = None   # the analysis connection's memory limit (`IngestOptions.memory_mb`)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     # views derived from the (read-only) database, computed once per opened profile: `derived`
     _derived: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -110,7 +111,8 @@ class Profile:
 
         with self._lock:
             self.con.close()
-            self.con = duckdb.connect(str(self.db_path), read_only=True, config=analysis_config(self.db_path))
+            self.con = duckdb.connect(str(self.db_path), read_only=True,
+                                      config=analysis_config(self.db_path, self.memory_mb))
 
 
 def profile_info(con: duckdb.DuckDBPyConnection, path: Path) -> ProfileInfo:
@@ -184,7 +186,7 @@ def usable_cache(asked: Path | None) -> tuple[Path, str]:
                  "STEPDOCTOR_CACHE_DIR to keep the cache elsewhere")
 
 
-def _open_cached(db: Path):
+def _open_cached(db: Path, memory_mb: int | None):
     """The cache database opened read-only, or None where it cannot be trusted: not a DuckDB file (zeroed,
     overwritten), shorter than the blocks its header counts (cut short), or its tables do not read back (a
     damaged block fails DuckDB's checksum)."""
@@ -192,7 +194,7 @@ def _open_cached(db: Path):
 
     con = None
     try:
-        con = duckdb.connect(str(db), read_only=True, config=analysis_config(db))
+        con = duckdb.connect(str(db), read_only=True, config=analysis_config(db, memory_mb))
         con.execute("SELECT count(*) FROM ranks").fetchone()
         con.execute("SELECT count(*) FROM ingest_warnings").fetchone()
         con.execute("SELECT count(*), max(start_ns) FROM steps").fetchone()
@@ -209,34 +211,21 @@ def _open_cached(db: Path):
         return None
 
 
-def analysis_config(db: Path) -> dict[str, str]:
+def analysis_config(db: Path, memory_mb: int | None = None) -> dict[str, str]:
     """The read-only connection's settings: a spill folder of this process's own (DuckDB's default, `<db>.tmp`,
     would be shared by the processes that open one cached store), named like a build's temporaries so
-    `remove_stale_temporaries` deletes it once this process is gone; and, when STEPDOCTOR_ANALYSIS_MEMORY_MB
-    is set, DuckDB's memory limit in MB. Without it DuckDB may use 80 % of RAM; it is not set by default
+    `remove_stale_temporaries` deletes it once this process is gone; and, with `memory_mb` (the options'
+    `memory_mb`, from STEPDOCTOR_ANALYSIS_MEMORY_MB), DuckDB's memory limit in MB. Without it DuckDB may use 80 % of RAM; it is not set by default
     because a query whose operators cannot spill then fails instead of using more memory (figures in
     evals/bench/results-2026-11-27-summaries.md)."""
     config = {"temp_directory": f"{db}.tmp-{os.getpid()}-0.tmp"}
-    mb = os.environ.get("STEPDOCTOR_ANALYSIS_MEMORY_MB", "").strip()
-    if mb.isdigit():
-        config["memory_limit"] = f"{max(16, int(mb))}MB"
+    if memory_mb is not None:
+        config["memory_limit"] = f"{max(16, memory_mb)}MB"
     return config
 
 
 _OPEN: dict[Path, Profile] = {}
 _OPEN_LOCK = threading.Lock()
-
-
-# The engine of this process's ingests when open_profile is not given one (`use_engine`: the CLI's --ray)
-_DEFAULT_ENGINE: dict[str, Any] = {}
-
-
-def use_engine(engine: Engine | None, ray_address: str | None = None) -> None:
-    """Make `engine` (and, for "ray", the cluster's address) the default of every later `open_profile` in
-    this process that names none; None: back to choosing by the input's size."""
-    _DEFAULT_ENGINE.clear()
-    if engine is not None:
-        _DEFAULT_ENGINE.update(engine=engine, ray_address=ray_address)
 
 
 def is_damaged_cache(e: BaseException) -> bool:
@@ -301,33 +290,30 @@ def cached_database(path: str | Path, cache_dir: Path | None = None) -> Path | N
     return db if db.is_file() else None
 
 
-def open_profile(path: str | Path, *, cache_dir: Path | None = None, workers: int | None = None,
-                 progress: ProgressFn | None = None, refresh: bool = False, fork: bool = False,
-                 background: Callable[[], None] | None = None, engine: Engine | None = None,
-                 ray_address: str | None = None) -> Profile:
+def open_profile(path: str | Path, options: IngestOptions | None = None, *, refresh: bool = False) -> Profile:
     """Discover, ingest (or reuse the cache) and open PATH read-only.
 
     Profiles opened in this process are memoised by database path, so concurrent tool calls share one
     read-only connection and take a cursor each.
 
-    `fork=True` lets a program that controls its whole state (the CLI) have this process forked for the
+    `options.fork` lets a program that controls its whole state (the CLI) have this process forked for the
     ingest process when it runs one thread and has no database open; any other caller gets a new
     interpreter (a fork copies whatever a host holds: locks, threads' state, open connections).
-    `background` is work to run in a thread beside the ingest (the CLI's imports): started once no fork
-    can come any more, or at once when the cache has the profile. `engine` and `ray_address`: who parses
-    the ranks on a cache miss (`build_database`; default: `use_engine`'s); every engine builds the same
-    database, so the cache key does not depend on it.
+    `options.background` is work to run in a thread beside the ingest (the CLI's imports): started once no
+    fork can come any more, or at once when the cache has the profile. `options.engine`: who parses the
+    ranks on a cache miss (`build_database`); every engine builds the same database, so the cache key does
+    not depend on it.
     """
-    if engine is None and _DEFAULT_ENGINE:
-        engine, ray_address = _DEFAULT_ENGINE["engine"], _DEFAULT_ENGINE["ray_address"]
-    p, disc, listing, db, cache_note = _database_for(path, cache_dir)
+    o = options or IngestOptions()
+    background = o.background
+    p, disc, listing, db, cache_note = _database_for(path, o.cache_dir)
     root = db.parent
     with _OPEN_LOCK:
         if not refresh and db in _OPEN:
             start_background(background)
             return _OPEN[db]
         from_cache = db.exists() and not refresh
-        con = _open_cached(db) if from_cache else None
+        con = _open_cached(db, o.memory_mb) if from_cache else None
         if con is None and from_cache:   # a damaged cache database is discarded and rebuilt, never trusted
             from_cache = False
             with contextlib.suppress(OSError):
@@ -340,8 +326,7 @@ def open_profile(path: str | Path, *, cache_dir: Path | None = None, workers: in
             tmp = root / f"{db.name}.tmp-{os.getpid()}-{threading.get_ident()}"
             tmp.unlink(missing_ok=True)
             try:
-                build_database(disc, tmp, workers=workers, progress=progress, fork=fork, background=background,
-                               listing=listing, engine=engine, ray_address=ray_address)
+                build_database(disc, tmp, o, listing=listing)
                 os.replace(tmp, db)
                 keep_one_per_place(root, db)
                 trim(root, db)
@@ -352,7 +337,7 @@ def open_profile(path: str | Path, *, cache_dir: Path | None = None, workers: in
         import duckdb
 
         if con is None:
-            con = duckdb.connect(str(db), read_only=True, config=analysis_config(db))
+            con = duckdb.connect(str(db), read_only=True, config=analysis_config(db, o.memory_mb))
         warnings = [r[0] for r in con.execute(
             "SELECT DISTINCT CASE WHEN rank IS NULL THEN message ELSE 'rank ' || rank || ': ' || message END "
             "FROM ingest_warnings ORDER BY 1").fetchall()]
@@ -366,6 +351,7 @@ def open_profile(path: str | Path, *, cache_dir: Path | None = None, workers: in
                             "slow-rank, stage-imbalance and the what-if cover the ranks present only")
         if cache_note:
             warnings.append(cache_note)
-        prof = Profile(path=p, db_path=db, info=info, warnings=warnings, con=con, from_cache=from_cache)
+        prof = Profile(path=p, db_path=db, info=info, warnings=warnings, con=con, from_cache=from_cache,
+                       memory_mb=o.memory_mb)
         _OPEN[db] = prof
         return prof

@@ -19,7 +19,7 @@ What one run measures (every measurement in a fresh child process, sampled by th
    the same plus the rest of ingest's work for one rank, as the ingest processes do it: typing the
    columns (`RankTables.parts()`, in the parse worker) and inserting them (`store.writer.Writer`, in the
    ingest process) into a new database, checkpointed;
-4. stepdoctor ingest: `open_profile(dir, fork=True)` into an empty cache, as the CLI runs it (the
+4. stepdoctor ingest: `open_profile(dir, IngestOptions(fork=True))` into an empty cache, as the CLI runs it (the
    measuring process, with one BLAS thread like the CLI, is forked for the ingest process; discovery,
    the parse workers, the rename), then `compute_breakdown` (the analysis HTA's numbers are compared with);
 5. HTA 0.5.0 (Kineto only, when --hta-python points at an interpreter that imports `hta`):
@@ -210,7 +210,7 @@ def child_read(path: Path) -> dict[str, Any]:
 
 def child_stepdoctor(trace_dir: Path, cache: Path) -> dict[str, Any]:
     from stepdoctor.analysis.metrics.breakdown import compute_breakdown
-    from stepdoctor.analysis.store import open_profile
+    from stepdoctor.analysis.store import IngestOptions, open_profile
 
     phase_file = os.environ.get("BENCH_PHASE_FILE")
 
@@ -219,7 +219,7 @@ def child_stepdoctor(trace_dir: Path, cache: Path) -> dict[str, Any]:
             Path(phase_file).write_text("open")
 
     t0 = time.perf_counter()
-    prof = open_profile(trace_dir, cache_dir=cache, progress=progress, fork=True)  # as the CLI does
+    prof = open_profile(trace_dir, IngestOptions(cache_dir=cache, progress=progress, fork=True))  # as the CLI does
     t1 = time.perf_counter()
     rows = compute_breakdown(prof)
     t2 = time.perf_counter()

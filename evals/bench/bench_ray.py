@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from ...analysis.store import IngestOptions
+
 
 def _generate(out: Path, ranks: int, events: int) -> Path:
     from stepdoctor.evals.generate import Scenario, write_kineto_profile
@@ -82,7 +84,7 @@ def _one(engine: str, prof: str, address: str | None, ray_root: int | None) -> d
     ray0 = _ray_cpu(ray_root) if ray_root else {}
     anon = _AnonPeak()
     t0, c0 = time.perf_counter(), time.process_time()
-    prof_ = store.open_profile(prof, cache_dir=Path(tempfile.mkdtemp()), engine=engine)  # type: ignore[arg-type]
+    prof_ = store.open_profile(prof, IngestOptions(cache_dir=Path(tempfile.mkdtemp()), engine=engine))  # type: ignore[arg-type]
     wall = time.perf_counter() - t0
     ray_cpu = _cpu_since(ray0, _ray_cpu(ray_root)) if ray_root else 0.0
     anon_peak_mb = anon.stop()

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SHARED, need
+from stepdoctor.analysis.store import IngestOptions
 from stepdoctor.tools import api
 
 TEXT = SHARED / "real" / "ascend" / "msinsight-pt-text-l1"
@@ -42,7 +43,7 @@ def _by_hand(root: Path) -> dict[str, float]:
 
 
 def _finding(path: Path, tmp_path: Path):
-    rep = api.issues(api.load(path, cache_dir=tmp_path / "cache"), checks=["collective-stall"])
+    rep = api.issues(api.load(path, IngestOptions(cache_dir=tmp_path / "cache")), checks=["collective-stall"])
     assert len(rep.findings) == 1, [f.title for f in rep.findings]
     rep.findings[0].evidence["world_size_source"] = rep.profile.world_size_source
     return rep.findings[0]
@@ -96,13 +97,13 @@ def test_a_late_member_is_not_a_stall(tmp_path):
     from stepdoctor.evals.generate import Plant, Scenario, write_profile
 
     write_profile(Scenario(vendor="ascend", ranks=4, steps=3, seed=5, plants=[Plant("slow-rank")]), tmp_path / "p")
-    rep = api.issues(api.load(tmp_path / "p", cache_dir=tmp_path / "cache"), checks=["collective-stall", "slow-rank"])
+    rep = api.issues(api.load(tmp_path / "p", IngestOptions(cache_dir=tmp_path / "cache")), checks=["collective-stall", "slow-rank"])
     assert [f.check for f in rep.findings] == ["slow-rank"]
 
 
 def test_slow_ranks_says_whom_the_ranks_wait_for(tmp_path):
     """slow-ranks answers "who waits for whom": a rank held by the missing members says so in its verdict."""
-    sr = api.slow_ranks(api.load(need(TEXT), cache_dir=tmp_path / "cache"))
+    sr = api.slow_ranks(api.load(need(TEXT), IngestOptions(cache_dir=tmp_path / "cache")))
     assert any(f.check == "collective-stall" for f in sr.findings)
     v = {x.rank: x for x in sr.ranks}
     assert v[0].verdict == "waits" and v[0].waits_for == [2, 3, 4, 5, 6, 7]
