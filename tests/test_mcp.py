@@ -592,10 +592,10 @@ async def test_concurrent_loads_ingest_once(tmp_path: Path, monkeypatch: pytest.
     calls: list[Path] = []
     real = store.build_database
 
-    def counting(disc, out, **kw):
+    def counting(disc, out, *a, **kw):
         calls.append(out)
         time.sleep(0.3)  # widen the window in which a second load could start its own ingest
-        return real(disc, out, **kw)
+        return real(disc, out, *a, **kw)
 
     # the profile module builds on a cache miss: count the builds there
     monkeypatch.setattr(sys.modules["stepdoctor.analysis.store.profile"], "build_database", counting)

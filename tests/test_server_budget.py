@@ -414,6 +414,7 @@ async def test_catalog_calls_in_flight_and_argument_sizes_are_bounded(monkeypatc
     tools = list(catalog.TOOLS)
     tools[i] = dataclasses.replace(tool, answer=slow)
     monkeypatch.setattr(catalog, "TOOLS", tuple(tools))
+    monkeypatch.setattr(catalog, "MCP_TOOLS", tuple(t for t in tools if t.mcp))
     server = create_server([EXAMPLE], cache_dir=tmp_path)
     async with Client(server) as c:
         await c.call_tool("load_profile", {"path": str(EXAMPLE)})
