@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from conftest import CLUSTER4, KINETO, SHARED, need
-from stepdoctor.analysis import compare as core
+from stepdoctor.analysis.compare import ops, sides
 from stepdoctor.analysis.store import IngestOptions
 from stepdoctor.tools import api
 from stepdoctor.tools.compare import compare_ranks, compare_runs
@@ -20,7 +20,7 @@ REF = KINETO / "reference" / "trace_diff"
 def trace_diff():
     b = api.load(need(KINETO / "trace_diff" / "control" / "control.json.gz"))
     t = api.load(need(KINETO / "trace_diff" / "test" / "test.json.gz"))
-    return core.make_side(b, b.info.ranks, first_step_only=True), core.make_side(t, t.info.ranks,
+    return sides.make_side(b, b.info.ranks, first_step_only=True), sides.make_side(t, t.info.ranks,
                                                                                    first_step_only=True)
 
 
@@ -28,7 +28,7 @@ def trace_diff():
 def test_first_iteration_matches_hta_compare_traces(trace_diff, device, kinds):
     bs, ts = trace_diff
     assert bs.steps == [1009] and ts.steps == [1009]          # HTA's first kept iteration on both sides
-    ours = pd.concat([core.diff_tables(core.op_table(bs, k), core.op_table(ts, k), k) for k in kinds])
+    ours = pd.concat([ops.diff_tables(ops.op_table(bs, k), ops.op_table(ts, k), k) for k in kinds])
     ref = pd.read_csv(REF / f"compare_traces_first_iter_{device}.csv")
     assert set(ours["name"]) == set(ref["name"])               # same op set
     m = ref.merge(ours, on="name")

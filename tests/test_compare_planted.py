@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SHARED, need
-from stepdoctor.analysis import compare as core
+from stepdoctor.analysis.compare import sides
 from stepdoctor.analysis.errors import UsageError
 from stepdoctor.analysis.store import IngestOptions, Profile, open_profile
 from stepdoctor.evals.generate import Plant, Scenario, write_profile
@@ -210,7 +210,7 @@ def test_env_var_removed_is_named_first_when_step_time_is_unchanged(gen: Gen) ->
     assert (env_b["ACLNN_CACHE_LIMIT"], env_t["ACLNN_CACHE_LIMIT"]) == ("100000", "")
     assert set(st_delta(b, t, "Stage").values()) == {0.0}                  # the plant does not move time
     c = gen.compare("asc-gc", "asc-gc-env")
-    assert c.delta_ms == 0.0 and abs(c.delta_pct) < core.NOISE_PCT
+    assert c.delta_ms == 0.0 and abs(c.delta_pct) < sides.NOISE_PCT
     assert c.verdict.startswith("step time +0.0 ms (+0.0%), within noise; "
                                 "environment changed: ACLNN_CACHE_LIMIT 100000 -> unset; new: ACLNN_CACHE_LIMIT")
     assert c.env_changes == [EnvChange(name="ACLNN_CACHE_LIMIT", base="100000", target="")]
@@ -237,7 +237,7 @@ def test_op_compiles_name_the_compile_api_with_its_calls_and_dimension(gen: Gen)
     ms = statistics.mean(sum(v) / 2 for v in per.values())
     c = gen.compare("asc-base", "asc-compile")
     assert c.delta_ms == pytest.approx(statistics.mean(st_delta(b, t, "Stage").values()), abs=1e-3)
-    assert abs(c.delta_pct) < core.NOISE_PCT
+    assert abs(c.delta_pct) < sides.NOISE_PCT
     f = c.findings[0]
     assert [(x.check, x.subject) for x in c.findings] == [("op-compile", name)]
     assert c.verdict == (f"step time +0.0 ms (+0.0%), within noise; new: {f.title}, in free: {name} "

@@ -113,7 +113,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("stepdoctor.analysis.metrics", "stepdoctor.analysis.hang"),
     ("stepdoctor.analysis.replay",),
     ("stepdoctor.analysis.checks",),
-    ("stepdoctor.analysis.compare", "stepdoctor.analysis.compare_verdict", "stepdoctor.knowledge"),
+    ("stepdoctor.analysis.compare", "stepdoctor.knowledge"),
     ("stepdoctor.tools",),
     ("stepdoctor.server",),
     ("stepdoctor.main", "stepdoctor.__main__", "stepdoctor.evals"),

@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 
 from conftest import SHARED, need
-from stepdoctor.analysis import compare as core
-from stepdoctor.analysis import compare_verdict as cv
+from stepdoctor.analysis.compare import env as envs
+from stepdoctor.analysis.compare import ops, sides
+from stepdoctor.analysis.compare import verdict as cv
 from stepdoctor.analysis.timeline.names import kernel_label, operator_label, strip_address
 from stepdoctor.evals.score_real import score_compare
 from stepdoctor.tools import api
@@ -65,12 +66,12 @@ def test_sync_waits_are_not_causes() -> None:
     assert "aten::isfinite" in cause, c.verdict          # the planted per-block check, 0 -> 8 calls/step
     for wait in ("cudaStreamSynchronize", "aten::item", "_local_scalar_dense", "cudaDeviceSynchronize"):
         assert wait not in cause
-    waits = [i for i, ch in enumerate(c.top_changes) if core.is_sync_wait(ch.name)]
+    waits = [i for i, ch in enumerate(c.top_changes) if ops.is_sync_wait(ch.name)]
     names = {c.top_changes[i].name for i in waits}
     assert {"cudaStreamSynchronize", "aten::item"} <= names    # 1 -> 9 calls/step: they did grow
     # every non-wait change that moved more than the smallest wait ranks before the first wait
     smallest = min(abs(c.top_changes[i].delta_ms) for i in waits)
-    late = [ch.name for ch in c.top_changes[waits[0]:] if not core.is_sync_wait(ch.name)
+    late = [ch.name for ch in c.top_changes[waits[0]:] if not ops.is_sync_wait(ch.name)
             and abs(ch.delta_ms) > smallest and not ch.name.startswith(("ProfilerStep#", "## ", "<built-in"))]
     assert not late, late
 
@@ -79,8 +80,8 @@ def test_python_names_lose_addresses() -> None:
     prof = api.load(need(H100 / "dataloader_bound" / "traces"))
     raw = prof.sql("SELECT count(*) AS n FROM host_ops WHERE name LIKE '% at 0x%'")["n"].iloc[0]
     assert raw > 1000                                     # with_stack=True: Python frames carry addresses
-    side = core.make_side(prof, prof.info.ranks)
-    keys = core.op_table(side, "op")["key"]
+    side = sides.make_side(prof, prof.info.ranks)
+    keys = ops.op_table(side, "op")["key"]
     assert keys.str.contains("built-in").any() and not keys.str.contains(_ADDR).any()
     c = _cmp("dataloader_bound")
     assert not any(_ADDR.search(ch.name) for ch in c.top_changes) and not _ADDR.search(c.verdict)
@@ -89,13 +90,13 @@ def test_python_names_lose_addresses() -> None:
 
 def test_operator_table_attributes_all_compute() -> None:
     prof = api.load(need(H100 / "clean" / "traces"))
-    side = core.make_side(prof, prof.info.ranks)
-    ops = core.operator_table(side)
-    kern = core.op_table(side, "kernel")
-    assert ops["total_ms"].sum() == pytest.approx(kern[kern["dim"].eq("compute")]["total_ms"].sum(), rel=0.02)
-    sdpa = ops[ops["op"].eq("aten::scaled_dot_product_attention")]
+    side = sides.make_side(prof, prof.info.ranks)
+    optab = ops.operator_table(side)
+    kern = ops.op_table(side, "kernel")
+    assert optab["total_ms"].sum() == pytest.approx(kern[kern["dim"].eq("compute")]["total_ms"].sum(), rel=0.02)
+    sdpa = optab[optab["op"].eq("aten::scaled_dot_product_attention")]
     assert set(sdpa["inner"]) == {"aten::_cudnn_attention_forward"}   # clean runs SDPA on cuDNN
-    assert core.compute_capability(prof, side.ranks) == (9, 0)
+    assert envs.compute_capability(prof, side.ranks) == (9, 0)
 
 
 def test_kernel_and_operator_labels() -> None:
@@ -114,15 +115,15 @@ def test_kernel_and_operator_labels() -> None:
 
 
 def test_fixes_respect_hardware_and_environment() -> None:
-    assert not core.fix_fits("cuda-tf32-matmul", "cuda", (7, 0), {})       # V100: no TF32
-    assert not core.fix_fits("torch-autocast-bf16", "cuda", (7, 5), {})    # Turing: no bf16
-    assert core.fix_fits("cuda-tf32-matmul", "cuda", (8, 0), {})
-    assert not core.fix_fits("npu-fusion-attention", "cuda", (9, 0), {})
-    assert not core.fix_fits("cuda-launch-blocking-off", "cuda", (9, 0), {})
-    assert core.fix_fits("cuda-launch-blocking-off", "cuda", (9, 0), {"CUDA_LAUNCH_BLOCKING": "1"})
+    assert not envs.fix_fits("cuda-tf32-matmul", "cuda", (7, 0), {})       # V100: no TF32
+    assert not envs.fix_fits("torch-autocast-bf16", "cuda", (7, 5), {})    # Turing: no bf16
+    assert envs.fix_fits("cuda-tf32-matmul", "cuda", (8, 0), {})
+    assert not envs.fix_fits("npu-fusion-attention", "cuda", (9, 0), {})
+    assert not envs.fix_fits("cuda-launch-blocking-off", "cuda", (9, 0), {})
+    assert envs.fix_fits("cuda-launch-blocking-off", "cuda", (9, 0), {"CUDA_LAUNCH_BLOCKING": "1"})
     turing = api.load(need(REAL / "kineto" / "param-resnet-1gpu"))   # RTX 2080 Ti
-    cc = core.compute_capability(turing, turing.info.ranks)
-    assert cc == (7, 5) and not core.fix_fits("cuda-tf32-matmul", turing.info.vendor, cc, {})
+    cc = envs.compute_capability(turing, turing.info.ranks)
+    assert cc == (7, 5) and not envs.fix_fits("cuda-tf32-matmul", turing.info.vendor, cc, {})
 
 
 def test_hidden_compute_is_said() -> None:

@@ -1,7 +1,7 @@
 """`stepdoctor report`: one self-contained HTML file per profile.
 
 Everything is inline (CSS, SVG charts, no script, no font or CDN), so the file opens offline and can be
-attached to a ticket. The numbers come from the tool catalog (`tools/api.py`, `tools/compare.py`) and the
+attached to a ticket. The numbers come from the tool catalog (`tools/api.py`, `tools/compare.py` over `analysis/compare/`) and the
 fix texts from the knowledge base; this module only lays them out:
 
 - overview: the profile header, mean step time per rank, the breakdown per rank as a stacked bar chart

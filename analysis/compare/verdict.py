@@ -1,8 +1,8 @@
 """The compare verdict: which dimension moved, what inside it explains the move, and the next step.
 
-Input is the op change table of `tools/compare.py` (columns CHANGE_COLUMNS, per-step ms), the per-dimension
+Input is the op change table of `compare/run.py` (columns CHANGE_COLUMNS, per-step ms), the per-dimension
 step deltas and the target's new findings; output is one sentence and a fix id. The operator view
-(`compare.operator_deltas`) names what a person calls (aten::scaled_dot_product_attention) in place of
+(`ops.operator_deltas`) names what a person calls (aten::scaled_dot_product_attention) in place of
 kernel signatures; sync waits and Python frames are never named as causes; a compute growth that a
 host-bound profiled step hides is said as such.
 """
@@ -16,13 +16,13 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
-from . import compare as core
-from .checks.base import registry
-from .models import SEVERITY_ORDER, Finding
-from .replay.own import OwnWork
-from .text import PART_TEXT, ms_text
-from .thresholds import T
-from .timeline.names import short_name
+from ..checks.base import registry
+from ..models import SEVERITY_ORDER, Finding
+from ..replay.own import OwnWork
+from ..text import PART_TEXT, ms_text
+from ..thresholds import T
+from ..timeline.names import short_name
+from . import ops, sides
 
 
 class _NamedChange(Protocol):
@@ -39,8 +39,8 @@ DIM_KINDS = {"compute": ("kernel", "family"), "communication": ("comm", "family"
              "free": ("api", "op"), "host": ("api", "op")}
 ZERO_MS = 5e-4   # a per-step delta below this (and no count change) is no change at all
 # an op whose per-step time moved less than this share of the step (and whose count did not change) did not
-# move: a tenth of the step-level noise (core.NOISE_PCT); generated and real runs jitter by ~0.01-0.05%
-OP_NOISE_SHARE = core.NOISE_PCT / 100 / 10
+# move: a tenth of the step-level noise (sides.NOISE_PCT); generated and real runs jitter by ~0.01-0.05%
+OP_NOISE_SHARE = sides.NOISE_PCT / 100 / 10
 _ALSO_SHARE = 0.25  # a second dimension is named when it moved by at least this share of the first
 
 CHANGE_COLUMNS = ["kind", "name", "base_ms", "target_ms", "delta_ms", "count_base", "count_target", "change", "dim"]
@@ -65,11 +65,11 @@ def _candidates(changes: pd.DataFrame, dim: str, sign: int, noise: float) -> pd.
         c = c[c["dim"].eq(dim)]
     c = c[~(c["kind"].eq("op") & c["name"].str.match(_NEST, na=False))]
     # a sync wait grows because the device work it waits for grew: an effect, never the cause named
-    c = c[~c["name"].map(lambda n: core.is_sync_wait(str(n)) or bool(core.PY_FRAME.search(str(n))))]
+    c = c[~c["name"].map(lambda n: ops.is_sync_wait(str(n)) or bool(ops.PY_FRAME.search(str(n))))]
     if c.empty:
         return c.assign(shapes=[])
     kernel = c["kind"].eq("kernel")
-    c = c.assign(name=[core.op_type_of(str(n)) if k else str(n) for n, k in zip(c["name"], kernel, strict=True)],
+    c = c.assign(name=[ops.op_type_of(str(n)) if k else str(n) for n, k in zip(c["name"], kernel, strict=True)],
                  shapes=1)
     c = c.groupby(["kind", "name"], as_index=False, sort=False).agg(
         delta_ms=("delta_ms", "sum"), count_base=("count_base", "sum"), count_target=("count_target", "sum"),
@@ -123,7 +123,7 @@ def _top_of(changes: pd.DataFrame, dim: str, sign: int, noise: float, ops: pd.Da
     return ": " + ", ".join(parts) if parts else ""
 
 
-def dim_deltas(b: core.Side, t: core.Side) -> dict[str, float]:
+def dim_deltas(b: sides.Side, t: sides.Side) -> dict[str, float]:
     pairs = (("compute", b.compute_ms, t.compute_ms), ("communication", b.comm_ms, t.comm_ms),
              ("free", b.free_ms, t.free_ms), ("memory", b.memory_ms, t.memory_ms), ("host", b.host_ms, t.host_ms))
     return {k: v for k, x, y in pairs if (v := diff_ms(x, y)) is not None}
@@ -140,7 +140,7 @@ class LateRank:
     wait_ms: float
 
 
-def late_rank(b: core.Side, t: core.Side) -> LateRank | None:
+def late_rank(b: sides.Side, t: sides.Side) -> LateRank | None:
     """The rank that makes its peers wait, when waiting for it explains the communication growth.
 
     Collectives end together on every rank, so a rank whose own work (step minus not-overlapped
@@ -226,7 +226,7 @@ def _own_text(own: dict[int, OwnWork] | None, a: int, b: int, step_ms: float | N
 def _finding_text(f: Finding, changes: pd.DataFrame) -> str:
     """A new finding's title, with the dimension and the op change behind it when the subject is an op
     (an API, a host op, or an Ascend op type whose shapes are summed)."""
-    rows = changes[changes["name"].map(lambda n: core.op_type_of(str(n))).eq(f.subject)]
+    rows = changes[changes["name"].map(lambda n: ops.op_type_of(str(n))).eq(f.subject)]
     if rows.empty:
         return f.title
     calls = _calls(rows["count_base"].sum(), rows["count_target"].sum()).lstrip(", ")
@@ -261,7 +261,7 @@ def _hidden_compute(delta: float, dims: dict[str, float], ctx: VerdictContext, n
     base = ctx.base_compute_ms
     # large against the device's own work and not lost in step-level noise (the same 1% as a step change)
     floor = max(noise, T.compare_hidden_compute_pct.value / 100 * base if base else 0.0,
-                core.NOISE_PCT / 100 * (ctx.base_step_ms or 0.0))
+                sides.NOISE_PCT / 100 * (ctx.base_step_ms or 0.0))
     if grew is None or not base or grew < floor or delta >= 0.5 * grew:
         return None
     free = dims.get("free")
@@ -286,7 +286,7 @@ def verdict_sentence(delta: float | None, pct: float | None, dims: dict[str, flo
     if hidden:
         return f"{head}, but {hidden}" + (f"; {setup}" if setup else ""), _fix_of(_related(new, "compute"), ctx.fits)
     fix = _fix_of(new, ctx.fits)
-    small = pct is not None and abs(pct) < core.NOISE_PCT
+    small = pct is not None and abs(pct) < sides.NOISE_PCT
     if small or not dims:
         lead = []
         if env:
