@@ -1,21 +1,25 @@
 """The comparison pipeline: two sides in, the attribution out (step delta, dimensions, op changes, verdict).
 
-The findings of each side come in already computed (the caller owns how a run's issues are produced and
-cached); this module only diffs them. Everything a view shows about a comparison is decided here, so the
+`compare_runs` / `compare_ranks` are the whole pipeline: match ranks, build the sides, diff the findings of
+`run_checks` (handed in as `findings_of`, so the caller's cached check run with its fixes attached is the
+one diffed), diff environment and configuration, attribute. Everything a view shows about a comparison is decided here, so the
 JSON answer, the CLI table and the report cannot disagree.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pandas as pd
 
+from ..errors import UsageError
 from ..models import Finding
-from ..replay.own import OwnWork
+from ..replay.own import OwnWork, own_work
+from ..store import Profile
 from . import env as envs
 from . import ops
-from .sides import Side, rank_side
+from .sides import Side, make_side, match_ranks, rank_side
 from .verdict import (
     CHANGE_COLUMNS,
     OP_NOISE_SHARE,
@@ -97,6 +101,11 @@ class Attribution:
     per_rank: list[tuple[int, int, dict[str, float | None]]]
     bandwidth: tuple[dict[str, float], dict[str, float]]
     notes: list[str] = field(default_factory=list)
+    new: list[Finding] = field(default_factory=list)
+    gone: list[Finding] = field(default_factory=list)
+    env: list[envs.Changed] = field(default_factory=list)
+    cfg: list[envs.Changed] = field(default_factory=list)
+    cross: bool = False
 
 
 def attribute(b: Side, t: Side, *, new: list[Finding], env: list[envs.Changed],
@@ -130,4 +139,42 @@ def attribute(b: Side, t: Side, *, new: list[Finding], env: list[envs.Changed],
     notes = (["different vendors: device ops compared by family (matmul, attention, vector, communication, "
               "memory), names are not matched one to one"] if cross else [])
     return Attribution(b, t, delta, pct, bd, ch, verdict, fix, per_rank,
-                       (ops.comm_bandwidth(b), ops.comm_bandwidth(t)), notes)
+                       (ops.comm_bandwidth(b), ops.comm_bandwidth(t)), notes, new, [], env, cfg, cross)
+
+
+FindingsOf = Callable[[Profile], list[Finding]]
+
+
+def compare_runs(bp: Profile, tp: Profile, findings_of: FindingsOf, *, rank: int | None = None,
+                 step: int | None = None, first_step_only: bool = False) -> Attribution:
+    """Target run against base run over matched ranks and (one or all) kept steps."""
+    br, tr, notes = match_ranks(bp, tp, rank)
+    b = make_side(bp, br, step, first_step_only)
+    t = make_side(tp, tr, step, first_step_only)
+    if step is not None and (not b.steps or not t.steps):
+        raise UsageError(f"{bp.path if not b.steps else tp.path}: step {step} not in profile")
+    if len(b.steps) != len(t.steps):
+        notes.append(f"step counts differ ({len(b.steps)} vs {len(t.steps)}); values are per-step means")
+    cross = (bp.info.vendor or "") != (tp.info.vendor or "") and "ascend" in f"{bp.info.vendor}{tp.info.vendor}"
+    new, gone = diff_findings(findings_of(bp), findings_of(tp), by_rank=br == tr)
+    env = envs.changed(envs.env_of(bp, br), envs.env_of(tp, tr))
+    cfg = envs.changed(envs.config_of(bp, br), envs.config_of(tp, tr))
+    a = attribute(b, t, new=new, env=env, cfg=cfg, cross=cross)
+    a.notes, a.gone = notes + a.notes, gone
+    return a
+
+
+def compare_ranks(prof: Profile, rank_a: int, rank_b: int, findings_of: FindingsOf) -> Attribution:
+    """Rank B (usually the slow one) against rank A inside one profile: B's findings that A lacks are new."""
+    for r in (rank_a, rank_b):
+        if r not in prof.info.ranks:
+            raise UsageError(f"{prof.path}: rank {r} not in profile; ranks are {', '.join(map(str, prof.info.ranks))}")
+    a, b = make_side(prof, [rank_a]), make_side(prof, [rank_b])
+    fs = findings_of(prof)
+    new = [f for f in fs if rank_b in f.ranks and rank_a not in f.ranks]
+    gone = [f for f in fs if rank_a in f.ranks and rank_b not in f.ranks]
+    env = envs.changed(envs.env_of(prof, [rank_a]), envs.env_of(prof, [rank_b]))
+    att = attribute(a, b, new=new, env=env, cfg=[], cross=False, rank_pair=(rank_a, rank_b),
+                    own=own_work(prof, [rank_a, rank_b]))
+    att.notes, att.gone = [f"rank {rank_b} against rank {rank_a} of the same profile", *att.notes], gone
+    return att
