@@ -112,3 +112,19 @@ def test_rank_vs_rank_leads_with_who_does_more_of_its_own_work(run, a, b, slow, 
     assert lo <= more <= hi, c.verdict
     assert f"most of it {part}" in c.verdict and f"rank {a if slow == b else b} waits" in c.verdict
     assert "AddmmBackward0" not in c.verdict
+
+
+def test_findings_diff_keys_ranks_only_when_the_ranks_match() -> None:
+    from stepdoctor.analysis.compare.run import diff_findings
+    from stepdoctor.analysis.models import Finding
+
+    def f(check: str, ranks: list[int], subject: str = "") -> Finding:
+        return Finding(check=check, severity="medium", title="t", ranks=ranks, subject=subject)
+
+    base = [f("slow-rank", [1]), f("gc-pause", [0], "gen2")]
+    target = [f("slow-rank", [3]), f("gc-pause", [0], "gen2"), f("slow-dataloader", [0])]
+    new, gone = diff_findings(base, target, by_rank=True)        # same rank ids: rank 3 slow is news
+    assert [(x.check, x.ranks) for x in new] == [("slow-rank", [3]), ("slow-dataloader", [0])]
+    assert [(x.check, x.ranks) for x in gone] == [("slow-rank", [1])]
+    new, gone = diff_findings(base, target, by_rank=False)       # ranks matched by order: only the kind counts
+    assert [x.check for x in new] == ["slow-dataloader"] and gone == []
