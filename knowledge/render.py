@@ -60,7 +60,7 @@ def render_fix_markdown(fix: Fix) -> str:
                 value += " (added to the comma-separated options)"
             out.append(f"| `{var.name}` | {value} | {_cell(var.note)} |")
     for edit in fix.code_edit:
-        automatic = "edited by `suggest-edit`" if edit.kind != "template" else "edit by hand"
+        automatic = "edited by `suggest-edit`" if edit.automatic else "edit by hand"
         out += [
             "",
             f"**Code change** ({edit.framework}, {edit.kind}: {automatic}). "

@@ -14,9 +14,11 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
+from stepdoctor.knowledge.edit.kinds import EDIT_KINDS
+from stepdoctor.knowledge.edit.kinds.base import render_template
 from stepdoctor.knowledge.loader import fixes_dir, fixes_for, get_fix, load_fixes, subject_matches
 from stepdoctor.knowledge.render import render_fix_markdown, render_fixes_doc
-from stepdoctor.knowledge.schema import EDIT_KINDS, Fix, check_catalog, count_sentences, render_template
+from stepdoctor.knowledge.schema import Fix, check_catalog, count_sentences
 
 REPO = Path(__file__).resolve().parents[1]
 FIXES = load_fixes()
@@ -99,8 +101,8 @@ def test_fix_content_is_complete():
             assert edit.kind in EDIT_KINDS
             assert edit.before.strip() and edit.after.strip()
             sample = {name: [1] for name in edit.requires_params} | dict(edit.params)
-            for spec in edit.kwargs:
-                compile(render_template(spec.value, sample), "<kwarg>", "eval")
+            for source in edit.expressions().values():
+                compile(render_template(source, sample), "<kwarg>", "eval")
         for ref in fix.references:
             assert ref.url is None or ref.url.startswith("https://")
         if any(e.kind == "env" for e in fix.code_edit):
@@ -136,7 +138,7 @@ def test_required_code_fixes_carry_the_real_api_calls():
                 fix.why,
                 *fix.steps,
                 *(e.after for e in fix.code_edit),
-                *(s for e in fix.code_edit for s in e.statements),
+                *(s for e in fix.code_edit for s in e.statement_templates()),
             ]
         )
 

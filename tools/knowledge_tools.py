@@ -10,6 +10,7 @@ from pydantic import BaseModel
 from ..analysis.checks.base import registry
 from ..analysis.errors import ProfileError, UsageError
 from ..analysis.models import Finding
+from ..knowledge.edit.kinds import edit_record
 from . import api
 from .models import EditSuggestion, Explanation, FixList, FixSummary
 
@@ -31,7 +32,7 @@ def _dump(x: Any) -> Any:
 def _fix_explanation(fix_id: str, finding: Finding | None = None) -> Explanation:
     fix = _kb().get_fix(fix_id)
     return Explanation(id=fix.id, kind="fix", title=fix.title, why=fix.why, steps=list(fix.steps),
-                       code_edit=_dump(fix.code_edit), verify=_verify_text(fix.verify),
+                       code_edit=[edit_record(e) for e in fix.code_edit], verify=_verify_text(fix.verify),
                        references=_dump(list(fix.references)), finding=finding, fixes=[fix.id],
                        expected_gain=_dump(fix.expected_gain), env=_dump(list(fix.env)))
 

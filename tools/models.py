@@ -134,7 +134,7 @@ class Explanation(BaseModel):
     why: str
     steps: list[str]
     code_edit: list[dict[str, Any]] | None = Field(
-        None, description="a fix's code edits (knowledge/schema.py CodeEdit fields: framework, kind, before, after, ...)")
+        None, description="a fix's code edits (the fields of its kind, knowledge/edit/kinds/, and every other kind's at their empty values: framework, kind, before, after, ...)")
     verify: str | None = None
     references: list[dict[str, str | None]] = Field(default_factory=list, description="{title, url}")
     finding: Finding | None = None

@@ -8,7 +8,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..schema import CodeEdit, Fix
+from ..schema import Fix
+from .kinds import EditBase
 from .text import SHELL_SUFFIXES, FileKind
 
 __all__ = ["DEVICE_WORDS", "check_params", "fallback_template", "file_kind", "foreign_device", "skip_reason"]
@@ -70,24 +71,22 @@ def fallback_template(fix: Fix, frameworks: set[str] | None) -> str | None:
 DEVICE_WORDS = {"ascend": re.compile(r"\btorch_npu\b|\.npu\b"), "cuda": re.compile(r"\.cuda\b|\bcuda\.")}
 
 
-def foreign_device(edit: CodeEdit, devices: set[str]) -> str | None:
+def foreign_device(edit: EditBase, devices: set[str]) -> str | None:
     """The vendor whose API the edit would introduce into a file that visibly runs on another one, else
     None (a file that names no device, or names that vendor, takes the edit)."""
     if not devices:
         return None
-    produced = " ".join(
-        [*edit.statements, *edit.periodic, *edit.imports, *edit.replacements.values(), *(k.value for k in edit.kwargs)]
-    )
+    produced = " ".join(edit.produced())
     for vendor, pattern in DEVICE_WORDS.items():
         if vendor not in devices and pattern.search(produced):
             return vendor
     return None
 
 
-def skip_reason(edit: CodeEdit, frameworks: set[str] | None, devices: set[str], explicit: set[str],
+def skip_reason(edit: EditBase, frameworks: set[str] | None, devices: set[str], explicit: set[str],
                  matched: bool) -> str | None:
     """Why an edit item does not run on this file ("" for a silent skip), or None when it runs."""
-    if edit.kind == "template":
+    if not edit.automatic:
         return ""
     if frameworks and edit.framework != "any" and edit.framework not in frameworks:
         return ""

@@ -16,18 +16,12 @@ from typing import Any
 
 from ...analysis.files import read_bytes
 from ..loader import get_fix
-from ..schema import CodeEdit, Fix
+from ..schema import Fix
 from .applicable import check_params, fallback_template, file_kind, skip_reason
-from .pyblocks import (
-    handle_periodic_in_loop,
-    handle_remove_sync_guard,
-    handle_set_attribute,
-    handle_unwrap_with,
-)
-from .pycalls import handle_add_kwargs, handle_remove_call, handle_replace_callee, handle_unwrap_call
-from .pyinsert import handle_insert_after_import, handle_insert_before_loop, import_edit
+from .kinds import EditBase
+from .pyinsert import import_edit
 from .pymodule import Module
-from .shell import edit_env_python, edit_env_shell
+from .shell import edit_env_shell
 from .text import (
     EditConflictError,
     EditLocation,
@@ -47,20 +41,6 @@ from .text import (
 # driver
 
 
-_PY_HANDLERS = {
-    "add_kwargs": handle_add_kwargs,
-    "replace_callee": handle_replace_callee,
-    "remove_call": handle_remove_call,
-    "unwrap_call": handle_unwrap_call,
-    "insert_before_loop": handle_insert_before_loop,
-    "insert_after_import": handle_insert_after_import,
-    "remove_sync_guard": handle_remove_sync_guard,
-    "unwrap_with": handle_unwrap_with,
-    "set_attribute": handle_set_attribute,
-    "periodic_in_loop": handle_periodic_in_loop,
-}
-
-
 @dataclass
 class _FixRun:
     text: str
@@ -69,13 +49,10 @@ class _FixRun:
     template: str | None
 
 
-def _python_item(mod: Module, fix: Fix, edit: CodeEdit, params: dict[str, Any]) -> Outcome:
+def _python_item(mod: Module, fix: Fix, edit: EditBase, params: dict[str, Any]) -> Outcome:
     """Run one edit item; a located `present_if_calls` call counts as already applied; needed imports go
     first in the edit list (at an equal offset they must end up above the code)."""
-    if edit.kind == "env":
-        outcome = edit_env_python(mod, fix, params)
-    else:
-        outcome = _PY_HANDLERS[edit.kind](mod, edit, {**edit.params, **params}, set(params))
+    outcome = edit.apply(mod, {**edit.params, **params}, set(params), fix.env)
     if not outcome.edits and not outcome.matched and edit.locate.present_if_calls:
         present = mod.has_call(edit.locate.present_if_calls)
         if present is not None:  # e.g. the optimizer is already torch_npu.optim.NpuFusedAdamW
@@ -140,7 +117,7 @@ def _run_fix(fix: Fix, text: str, kind: FileKind, params: dict[str, Any], histor
     frameworks: set[str] | None = None
     if kind == "shell":
         if any(e.kind == "env" for e in fix.code_edit):
-            new_text, outcome, deltas = edit_env_shell(text, fix, params)
+            new_text, outcome, deltas = edit_env_shell(text, fix.env, params)
             for loc in outcome.locations:
                 loc.line = map_back(loc.line, history)
             total.merge(outcome)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from ..schema import CodeEdit, KwargSpec, placeholders, render_template
+from .kinds.base import KwargSpec, Locate, placeholders, render_template
 from .pymodule import NOT_LITERAL, Module, literal, same_literal
 from .text import EditLocation, Outcome, Source, TextEdit, one_line
 
@@ -96,7 +96,7 @@ def _insertion_edit(src: Source, call: ast.Call, kept: list[ast.AST], pairs: lis
     return TextEdit(anchor_end, anchor_end, text)
 
 
-def _edit_kwargs(
+def edit_kwargs(
     mod: Module,
     call: ast.Call,
     specs: list[KwargSpec],
@@ -176,9 +176,8 @@ def _edit_kwargs(
     return out
 
 
-def _matching_calls(mod: Module, edit: CodeEdit) -> list[tuple[ast.Call, str | None]]:
-    """Calls the edit's `locate` selects, with the matched qualified target (None for method matches)."""
-    loc = edit.locate
+def matching_calls(mod: Module, loc: Locate) -> list[tuple[ast.Call, str | None]]:
+    """Calls `loc` selects, with the matched qualified target (None for method matches)."""
     if loc.require_imports_any and not (mod.packages & set(loc.require_imports_any)):
         return []
     found: list[tuple[ast.Call, str | None]] = []
@@ -212,56 +211,6 @@ def _matching_calls(mod: Module, edit: CodeEdit) -> list[tuple[ast.Call, str | N
     return found
 
 
-def handle_add_kwargs(mod: Module, edit: CodeEdit, params: dict[str, Any], explicit: set[str]) -> Outcome:
-    out = Outcome()
-    # Numbers the caller passes for this edit override "already configured".
-    overridden = explicit & {name for spec in edit.kwargs for name in placeholders(spec.value)}
-    for call, _ in _matching_calls(mod, edit):
-        present = {kw.arg for kw in call.keywords}
-        if edit.satisfied_by_kwargs and present & set(edit.satisfied_by_kwargs) and not overridden:
-            out.matched = True
-            out.locations.append(
-                EditLocation(
-                    line=call.lineno,
-                    what=f"{one_line(mod.src.segment(call.func), 40)}(...) already sets "
-                    f"{', '.join(sorted(present & set(edit.satisfied_by_kwargs)))}",
-                )
-            )
-            continue
-        sub = _edit_kwargs(mod, call, edit.kwargs, edit.remove_kwargs, params, explicit)
-        callee = one_line(mod.src.segment(call.func), 40)
-        if sub.locations:
-            sub.locations = [
-                EditLocation(
-                    line=call.lineno, what=f"{callee}(...): " + "; ".join(loc.what for loc in sub.locations)
-                )
-            ]
-        else:
-            sub.locations = [EditLocation(line=call.lineno, what=f"{callee}(...) already has the arguments")]
-        out.merge(sub)
-    return out
-
-
-def handle_replace_callee(
-    mod: Module, edit: CodeEdit, params: dict[str, Any], explicit: set[str]
-) -> Outcome:
-    out = Outcome()
-    for call, target in _matching_calls(mod, edit):
-        if target is None or target not in edit.replacements:
-            continue
-        new = edit.replacements[target]
-        sub = _edit_kwargs(mod, call, edit.kwargs, edit.remove_kwargs, params, explicit, force_change=True)
-        start, end = mod.src.span(call.func)
-        sub.edits.append(TextEdit(start, end, new))
-        whats = [
-            f"{one_line(mod.src.segment(call.func), 40)} -> {new}",
-            *(loc.what for loc in sub.locations),
-        ]
-        sub.locations = [EditLocation(line=call.lineno, what="; ".join(whats))]
-        out.merge(sub)
-    return out
-
-
 def delete_statements(mod: Module, stmts: list[ast.stmt]) -> list[TextEdit]:
     """Delete whole statements. A block left empty keeps one `pass` (at the first statement's place)."""
     src = mod.src
@@ -288,93 +237,3 @@ def delete_statements(mod: Module, stmts: list[ast.stmt]) -> list[TextEdit]:
     return edits
 
 
-def handle_remove_call(mod: Module, edit: CodeEdit, params: dict[str, Any], explicit: set[str]) -> Outcome:
-    """Delete call statements (inside loops when locate.in_loop). An `if` whose body holds only such calls
-    and has no `else` goes with them, so `if step % 10 == 0: torch.cuda.empty_cache()` disappears whole."""
-    out = Outcome()
-    doomed: list[ast.stmt] = []
-    for call in mod.calls():
-        target = mod.match_call(call, edit.locate.calls)
-        if target is None:
-            continue
-        stmt = mod.statement_of(call)
-        if not (isinstance(stmt, ast.Expr) and stmt.value is call):
-            out.notes.append(f"line {call.lineno}: `{target}()` is part of a larger statement; left as is")
-            continue
-        if edit.locate.in_loop and call not in mod.in_loop:
-            out.notes.append(
-                f"line {call.lineno}: `{one_line(mod.src.segment(call))}` is outside loops; left as is"
-            )
-            continue
-        doomed.append(stmt)
-        out.locations.append(
-            EditLocation(line=call.lineno, what=f"removed {one_line(mod.src.segment(call))}")
-        )
-    # Fold `if cond: <only doomed statements>` (no else) into one doomed `if`, innermost first.
-    changed = True
-    while changed:
-        changed = False
-        for stmt in list(doomed):
-            parent = mod.parents.get(stmt)
-            if (
-                isinstance(parent, ast.If)
-                and not parent.orelse
-                and parent not in doomed
-                and all(any(s is d for d in doomed) for s in parent.body)
-            ):
-                doomed = [d for d in doomed if not any(d is s for s in parent.body)] + [parent]
-                changed = True
-                break
-    if doomed:
-        out.matched = True
-        out.edits += delete_statements(mod, doomed)
-    else:
-        where = " inside loops" if edit.locate.in_loop else ""
-        out.notes.append(
-            f"nothing to remove: no {' / '.join(f'{c}()' for c in edit.locate.calls[:2])} "
-            f"statement{where} in this file"
-        )
-    return out
-
-
-def handle_unwrap_call(mod: Module, edit: CodeEdit, params: dict[str, Any], explicit: set[str]) -> Outcome:
-    """Replace `wrapper(x, ...)` by `x`; a statement `x = wrapper(x)` becomes pointless and is deleted."""
-    out = Outcome()
-    doomed: list[ast.stmt] = []
-    for call in mod.calls():
-        target = mod.match_call(call, edit.locate.calls)
-        if target is None:
-            continue
-        inner = (
-            call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "module"), None)
-        )
-        if inner is None:
-            out.notes.append(f"line {call.lineno}: `{target}` has no argument to keep; left as is")
-            continue
-        out.matched = True
-        stmt = mod.statement_of(call)
-        inner_src = mod.src.segment(inner)
-        if (
-            isinstance(stmt, ast.Assign)
-            and stmt.value is call
-            and len(stmt.targets) == 1
-            and mod.src.segment(stmt.targets[0]) == inner_src
-            and mod.owns_lines(stmt)
-        ):
-            doomed.append(stmt)
-            out.locations.append(
-                EditLocation(line=stmt.lineno, what=f"removed {one_line(mod.src.segment(stmt))}")
-            )
-        else:
-            start, end = mod.src.span(call)
-            out.edits.append(TextEdit(start, end, inner_src))
-            out.locations.append(
-                EditLocation(line=call.lineno, what=f"replaced {target}(...) by {inner_src}")
-            )
-    out.edits += delete_statements(mod, doomed)
-    if not out.matched:
-        out.notes.append(
-            f"nothing to remove: no call to {edit.locate.calls[0]} in this file (if the profile "
-            f"still shows it, look where the model is built)"
-        )
-    return out

@@ -6,7 +6,7 @@ import ast
 import sys
 from typing import Any
 
-from ..schema import CodeEdit, render_template
+from .kinds.base import Locate, render_template
 from .pymodule import LOOPS, SCOPES, Module
 from .text import EditLocation, Outcome, Source, TextEdit, one_line
 
@@ -14,7 +14,7 @@ from .text import EditLocation, Outcome, Source, TextEdit, one_line
 # inserted statements
 
 
-def _header_imports(mod: Module) -> list[ast.Import | ast.ImportFrom]:
+def header_imports(mod: Module) -> list[ast.Import | ast.ImportFrom]:
     """Top-level imports of the file header (before the first def / class / loop / with statement)."""
     found: list[ast.Import | ast.ImportFrom] = []
     for stmt in mod.tree.body:
@@ -42,7 +42,7 @@ def import_edit(mod: Module, module: str) -> TextEdit | None:
         return None
     src = mod.src
     line = f"import {module}"
-    imports = _header_imports(mod)
+    imports = header_imports(mod)
     if not imports:
         body = mod.tree.body
         first = body[0] if body else None
@@ -81,21 +81,10 @@ def insert_lines_edit(src: Source, after_line: int, lines: list[str], indent: st
     return TextEdit(pos, pos, body)
 
 
-def _statement_key(mod: Module, stmt: ast.stmt) -> tuple[str, str] | None:
-    """What makes two statements 'the same setting': the resolved callee of a call statement, or the target of
-    a single assignment (`torch_npu.npu.config.allow_internal_format = ...`)."""
-    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
-        name, _ = mod.qualname(stmt.value.func)
-        return ("call", name) if name else None
-    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
-        name, _ = mod.qualname(stmt.targets[0])
-        return ("assign", name) if name else None
-    return None
-
-
-def _rendered_statements(edit: CodeEdit, params: dict[str, Any]) -> list[tuple[str, ast.stmt]]:
+def rendered_statements(statements: list[str], params: dict[str, Any]) -> list[tuple[str, ast.stmt]]:
+    """Each statement template filled with `params`, with its parsed statement."""
     out = []
-    for source in edit.statements:
+    for source in statements:
         rendered = render_template(source, params)
         out.append((rendered, ast.parse(rendered).body[0]))
     return out
@@ -151,10 +140,10 @@ def training_loop(mod: Module) -> ast.stmt | None:
     return None
 
 
-def already_applied(mod: Module, edit: CodeEdit, out: Outcome) -> bool:
+def already_applied(mod: Module, loc: Locate, out: Outcome) -> bool:
     """True (and `out` says where) when the script already makes a call of `locate.present_if_calls`: the
     edit is in place and nothing is inserted twice."""
-    present = mod.has_call(edit.locate.present_if_calls) if edit.locate.present_if_calls else None
+    present = mod.has_call(loc.present_if_calls) if loc.present_if_calls else None
     if present is None:
         return False
     out.matched = True
@@ -162,111 +151,3 @@ def already_applied(mod: Module, edit: CodeEdit, out: Outcome) -> bool:
     return True
 
 
-def handle_insert_before_loop(
-    mod: Module, edit: CodeEdit, params: dict[str, Any], explicit: set[str]
-) -> Outcome:
-    out = Outcome()
-    src = mod.src
-    if already_applied(mod, edit, out):
-        return out
-    anchor = training_loop(mod)
-    if anchor is None:
-        out.notes.append(
-            "no training loop found (a for / while loop over epochs or a loader, or a model.train call)"
-        )
-        return out
-    out.matched = True
-    block = mod.block_of(anchor)
-    index = next(i for i, s in enumerate(block) if s is anchor)
-    preceding = [ast.dump(s) for s in block[max(0, index - len(edit.statements) - 2) : index]]
-    todo = [text for text, stmt in _rendered_statements(edit, params) if ast.dump(stmt) not in preceding]
-    if not todo:
-        out.locations.append(EditLocation(line=anchor.lineno, what="statements already precede the loop"))
-        return out
-    # Keep a comment that introduces the loop attached to it: insert above such comment lines.
-    line = anchor.lineno
-    indent = src.indent(anchor.lineno)
-    while line > 1 and src.lines[line - 2].strip().startswith("#") and src.indent(line - 1) == indent:
-        line -= 1
-    lines = ([f"# {edit.comment}"] if edit.comment else []) + todo
-    out.edits.append(insert_lines_edit(src, line - 1, lines, indent))
-    kind = "loop" if isinstance(anchor, LOOPS) else "statement"
-    out.locations.append(
-        EditLocation(line=anchor.lineno, what=f"inserted {'; '.join(todo)} before the {kind}")
-    )
-    return out
-
-
-def handle_insert_after_import(
-    mod: Module, edit: CodeEdit, params: dict[str, Any], explicit: set[str]
-) -> Outcome:
-    """Insert statements after `import <module>`; a statement that sets the same thing elsewhere in the file
-    (same callee / same assignment target) is corrected in place instead of duplicated."""
-    src = mod.src
-    module = edit.locate.after_import or ""
-    if edit.locate.require_imports_any and not (mod.packages & set(edit.locate.require_imports_any)):
-        # e.g. torch_npu set-up in a file that does not use torch at all: not the file to change
-        return Outcome(notes=[f"the file imports none of {', '.join(edit.locate.require_imports_any)}"])
-    out = Outcome(matched=True)
-    existing: dict[tuple[str, str], list[ast.stmt]] = {}
-    for node in ast.walk(mod.tree):
-        if isinstance(node, ast.stmt):
-            key = _statement_key(mod, node)
-            if key:
-                existing.setdefault(key, []).append(node)
-    todo: list[str] = []
-    for text, stmt in _rendered_statements(edit, params):
-        key = _statement_key(mod, stmt)
-        same = existing.get(key, []) if key else []
-        if any(ast.dump(s) == ast.dump(stmt) for s in same):
-            out.locations.append(EditLocation(line=same[0].lineno, what=f"already has {text}"))
-            continue
-        if same:
-            for old in same:
-                start, end = src.span(old)
-                out.edits.append(TextEdit(start, end, text))
-                out.locations.append(
-                    EditLocation(line=old.lineno, what=f"{one_line(src.segment(old))} -> {text}")
-                )
-            continue
-        todo.append(text)
-    if not todo:
-        return out
-    # `import torch_npu` and `import torch_npu.contrib` both bind the name the statements use.
-    anchors = [
-        n
-        for n in ast.walk(mod.tree)
-        if isinstance(n, ast.Import)
-        and any(a.asname is None and (a.name == module or a.name.startswith(module + ".")) for a in n.names)
-    ]
-    if anchors:
-        anchor = min(anchors, key=lambda n: (n.lineno, n.col_offset))
-        after, where = anchor.end_lineno or anchor.lineno, f"after import {module}"
-        header = _header_imports(mod)
-        if any(anchor is h for h in header):
-            # A top-level import: put the set-up below the whole import block, not in the middle of it.
-            after, where = max(h.end_lineno or h.lineno for h in header), "after the imports"
-        out.edits.append(insert_lines_edit(src, after, todo, src.indent(anchor.lineno)))
-        out.locations.append(EditLocation(line=after + 1, what=f"inserted {'; '.join(todo)} {where}"))
-        return out
-    if module not in edit.imports:
-        out.matched = False
-        out.notes.append(f"no `import {module}` found")
-        return out
-    # Import the module and set it up in one insertion, so the statements follow the import.
-    imp = import_edit(mod, module)
-    if imp is None:  # bound some other way (`import x as x`): set up after the header imports
-        header = _header_imports(mod)
-        after_line = max((h.end_lineno or h.lineno for h in header), default=0)
-        imp = insert_lines_edit(src, after_line, [], "")
-    nl = src.newline
-    lines = "".join(f"{t}{nl}" for t in todo)
-    out.edits.append(TextEdit(imp.start, imp.end, imp.text + lines))
-    out.imports_done.add(module)
-    out.locations.append(
-        EditLocation(
-            line=min(src.line_of(imp.start), max(len(src.lines), 1)),
-            what=f"added import {module}; {'; '.join(todo)}",
-        )
-    )
-    return out

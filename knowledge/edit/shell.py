@@ -6,11 +6,15 @@ import ast
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..schema import EnvVar, Fix
 from .pymodule import NOT_LITERAL, Module, literal
 from .text import EditLocation, LineMap, Outcome, TextEdit
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .kinds.base import EnvVar
 
 # ----------------------------------------------------------------------------------------------------
 # environment variables
@@ -34,21 +38,21 @@ def _quote_like(value: str, sample: str) -> str:
     return json.dumps(value)  # JSON string escapes are valid Python escapes
 
 
-def _env_targets(fix: Fix, params: dict[str, Any]) -> list[EnvVar]:
+def _env_targets(env: Sequence[EnvVar], params: dict[str, Any]) -> list[EnvVar]:
     """The fix's variables, limited to `params["env"]` (the names a finding flagged) when given."""
     only = params.get("env")
     if only is None:
-        return list(fix.env)
+        return list(env)
     names = {only} if isinstance(only, str) else set(only)
-    return [v for v in fix.env if v.name in names]
+    return [v for v in env if v.name in names]
 
 
-def edit_env_python(mod: Module, fix: Fix, params: dict[str, Any]) -> Outcome:
+def edit_env_python(mod: Module, env: Sequence[EnvVar], params: dict[str, Any]) -> Outcome:
     """os.environ["NAME"] = "v" / os.environ.setdefault("NAME", "v") statements, corrected in place; an unset
     becomes os.environ.pop("NAME", None). Variables the file does not touch are left to the launch script."""
     out = Outcome()
     src = mod.src
-    wanted = {v.name: v for v in _env_targets(fix, params)}
+    wanted = {v.name: v for v in _env_targets(env, params)}
     seen: set[str] = set()
     for node in ast.walk(mod.tree):
         name = value = key_node = None
@@ -175,7 +179,7 @@ def _shell_insert_point(lines: list[str], assigns: list[_ShellAssign], unsets: d
     return index
 
 
-def edit_env_shell(text: str, fix: Fix, params: dict[str, Any]) -> tuple[str, Outcome, LineMap]:
+def edit_env_shell(text: str, env: Sequence[EnvVar], params: dict[str, Any]) -> tuple[str, Outcome, LineMap]:
     """Line-based editing of a launch script; returns the new text, the outcome and its line map.
 
     Per variable, with the script's assignments and `unset` lines in order:
@@ -197,10 +201,10 @@ def edit_env_shell(text: str, fix: Fix, params: dict[str, Any]) -> tuple[str, Ou
     token_edits: dict[int, list[tuple[int, int, str]]] = {}  # line -> [(start, end, text)] within the line
     whole_line: dict[int, str] = {}
     added: list[str] = []
-    targets = _env_targets(fix, params)
+    targets = _env_targets(env, params)
     named = params.get("env") is not None
-    script_mentions_fix = any(a.name in {v.name for v in fix.env} for a in assigns) or any(
-        v.name in unsets for v in fix.env
+    script_mentions_fix = any(a.name in {v.name for v in env} for a in assigns) or any(
+        v.name in unsets for v in env
     )
     for var in targets:
         mine = [a for a in assigns if a.name == var.name]
@@ -215,7 +219,7 @@ def edit_env_shell(text: str, fix: Fix, params: dict[str, Any]) -> tuple[str, Ou
         if (
             var.value is None
             and not mentioned
-            and not (named or (var is fix.env[0] and not script_mentions_fix))
+            and not (named or (var is env[0] and not script_mentions_fix))
         ):
             continue  # an unset-type variable the script never mentions and nobody flagged: leave it alone
         if not bad and mentioned and var.satisfied_by(effective):
@@ -234,7 +238,7 @@ def edit_env_shell(text: str, fix: Fix, params: dict[str, Any]) -> tuple[str, Ou
             # keeps the next run from treating the variable as never mentioned.
             added.append(f"unset {var.name}")
         elif var.value is None and not mine and not unset_lines:
-            if not (named or (var is fix.env[0] and not script_mentions_fix)):
+            if not (named or (var is env[0] and not script_mentions_fix)):
                 continue
             added.append(f"unset {var.name}")
             out.locations.append(
