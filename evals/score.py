@@ -46,7 +46,7 @@ def _matches(exp: dict, f) -> bool:
 
 
 def run_case(name: str, sc: Scenario, workdir: Path) -> Case:
-    from ..analysis import store
+    from ..analysis import build
     from ..tools import api
 
     case = Case(name, sc.vendor, expected_findings(sc))
@@ -54,7 +54,7 @@ def run_case(name: str, sc: Scenario, workdir: Path) -> Case:
     try:
         prof_dir = workdir / name
         write_profile(sc, prof_dir)
-        prof = store.open_profile(prof_dir, IngestOptions(cache_dir=workdir / "cache"))
+        prof = build.open_profile(prof_dir, IngestOptions(cache_dir=workdir / "cache"))
         rep = api.issues(prof)
         tolerated = tolerated_findings(sc)
         for exp in case.expected:

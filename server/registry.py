@@ -10,9 +10,10 @@ from pathlib import Path
 
 from mcp.server.mcpserver.exceptions import ToolError
 
+from ..analysis.build import discard
 from ..analysis.errors import ProfileError
 from ..analysis.ingest.discover import MSPROF_OUTPUT_DIR, OUTPUT_DIR, discover
-from ..analysis.store import IngestOptions, Profile, discard
+from ..analysis.store import IngestOptions, Profile
 from ..tools import api
 from .roots import Roots
 

@@ -17,13 +17,14 @@ from pathlib import Path
 import pytest
 
 from conftest import CLUSTER4, SHARED, need
+from stepdoctor.analysis.build import open_profile
 from stepdoctor.analysis.checks.affinity_api import compile_pattern, first_level, match_sequences
 from stepdoctor.analysis.checks.base import CheckContext, CheckRun, run_checks
 from stepdoctor.analysis.checks.block_dim_underuse import unused_share
 from stepdoctor.analysis.checks.freq_throttle import mean_freq
 from stepdoctor.analysis.checks.misaligned_shape import cube_misalignment, fa_misalignment
 from stepdoctor.analysis.models import Finding
-from stepdoctor.analysis.store import IngestOptions, Profile, open_profile
+from stepdoctor.analysis.store import IngestOptions, Profile
 from stepdoctor.analysis.thresholds import T
 from stepdoctor.evals.generate import mindspore
 from stepdoctor.evals.generate.ascend import write_ascend_profile

@@ -23,13 +23,14 @@ import pandas as pd
 import pytest
 
 from conftest import CLUSTER4, need
+from stepdoctor.analysis.build import open_profile
 from stepdoctor.analysis.checks._minddata import queue_gap_op, saturated_op
 from stepdoctor.analysis.checks.base import CheckContext, CheckRun, run_checks
 from stepdoctor.analysis.checks.fp32_compute import FP32_SPEEDUP, ascend_precision, gpu_precision
 from stepdoctor.analysis.checks.slow_dataloader import iterator_kind
 from stepdoctor.analysis.checks.sync_batchnorm import marker_kind
 from stepdoctor.analysis.models import Finding
-from stepdoctor.analysis.store import IngestOptions, Profile, open_profile
+from stepdoctor.analysis.store import IngestOptions, Profile
 from stepdoctor.analysis.thresholds import T
 from stepdoctor.evals.generate import mindspore as ms_gen
 from stepdoctor.evals.generate.ascend import write_ascend_profile

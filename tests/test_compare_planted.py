@@ -22,9 +22,10 @@ from pathlib import Path
 import pytest
 
 from conftest import SHARED, need
+from stepdoctor.analysis.build import open_profile
 from stepdoctor.analysis.compare import sides
 from stepdoctor.analysis.errors import UsageError
-from stepdoctor.analysis.store import IngestOptions, Profile, open_profile
+from stepdoctor.analysis.store import IngestOptions, Profile
 from stepdoctor.evals.generate import Plant, Scenario, write_profile
 from stepdoctor.tools.compare import compare_runs
 from stepdoctor.tools.models import Comparison, EnvChange

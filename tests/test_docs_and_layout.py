@@ -88,7 +88,7 @@ def _import_graph() -> dict[str, set[str]]:
 
 # The one circle left: a child process of the ingest starts in children.child_main, which runs the ingest
 # loop of pool.py for role "ingest", while pool.py starts its children through children.Child.
-KNOWN_CIRCLES = [{"stepdoctor.analysis.store.children", "stepdoctor.analysis.store.pool"}]
+KNOWN_CIRCLES = [{"stepdoctor.analysis.build.children", "stepdoctor.analysis.build.pool"}]
 
 
 def test_no_import_circles():
@@ -110,6 +110,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "stepdoctor.analysis.models", "stepdoctor.capture"),
     ("stepdoctor.analysis.ingest",),
     ("stepdoctor.analysis.store",),
+    ("stepdoctor.analysis.build",),
     ("stepdoctor.analysis.metrics", "stepdoctor.analysis.hang"),
     ("stepdoctor.analysis.replay",),
     ("stepdoctor.analysis.checks",),
@@ -267,3 +268,16 @@ def test_every_check_has_its_test_file():
     moved = sorted(_TESTS_ELSEWHERE & have)
     assert not moved, f"these now have their own test file: take them out of _TESTS_ELSEWHERE: {moved}"
     assert set(registry()) >= _TESTS_ELSEWHERE, sorted(_TESTS_ELSEWHERE - set(registry()))
+
+
+def test_every_package_folder_is_installed():
+    """A wheel holds the packages pyproject lists, not the folders on disk: a package missing from the list
+    works in the editable install of `make test` and is absent from a real one."""
+    import tomllib
+
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"])
+    skip = {".venv", "tests", ".git", "__pycache__"}
+    on_disk = {".".join(("stepdoctor", *p.parent.relative_to(REPO).parts)) for p in REPO.rglob("__init__.py")
+               if not set(p.relative_to(REPO).parts) & skip}
+    assert on_disk - listed == set()
+    assert listed - on_disk == set()

@@ -215,7 +215,8 @@ CONFINED = r"""
 import json, sys
 from pathlib import Path
 from stepdoctor.analysis import files
-from stepdoctor.analysis.store import IngestOptions, open_profile
+from stepdoctor.analysis.store import IngestOptions
+from stepdoctor.analysis.build import open_profile
 root, cache = Path(sys.argv[1]), Path(sys.argv[2])
 files.confine([root])
 prof = open_profile(root / "gloo", IngestOptions(cache_dir=cache))

@@ -27,13 +27,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as hs
 
 from conftest import CLUSTER4, need
+from stepdoctor.analysis.build import open_profile
 from stepdoctor.analysis.errors import ProfileError
 from stepdoctor.analysis.ingest import ascend_text as at
 from stepdoctor.analysis.ingest.ascend_columns import KERNEL_DETAILS, normalize_header
 from stepdoctor.analysis.ingest.ascend_common import collective_of, group_hash
 from stepdoctor.analysis.ingest.ascend_text import TraceParser, csv_io, read_rank, task_category, trace_events
 from stepdoctor.analysis.ingest.base import RankSource
-from stepdoctor.analysis.store import IngestOptions, Profile, open_profile
+from stepdoctor.analysis.store import IngestOptions, Profile
 
 RANK_DIRS = {r: f"node0_4000{r}_20250101120000{100 + r}_ascend_pt" for r in range(4)}
 OUT = "ASCEND_PROFILER_OUTPUT"

@@ -14,9 +14,10 @@ import pandas as pd
 import pytest
 
 from conftest import CLUSTER4, need
+from stepdoctor.analysis.build import open_profile
 from stepdoctor.analysis.errors import ProfileError
 from stepdoctor.analysis.ingest.ascend_common import collective_of, group_hash
-from stepdoctor.analysis.store import IngestOptions, open_profile
+from stepdoctor.analysis.store import IngestOptions
 from stepdoctor.evals.generate import mindspore as ms_gen
 from stepdoctor.evals.generate.to_db import DB_TABLES, convert_profile, convert_rank, create_tables
 

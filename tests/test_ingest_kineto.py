@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 
 from conftest import KINETO, need
-from stepdoctor.analysis import store
+from stepdoctor.analysis import build, store
 from stepdoctor.analysis.errors import ProfileError
 from stepdoctor.analysis.ingest import kineto
 from stepdoctor.analysis.ingest.base import RankSource, RankTables
@@ -48,7 +48,7 @@ PARITY = {
 
 
 def _open(rel: str, tmp_path: Path) -> store.Profile:
-    return store.open_profile(need(KINETO / rel), IngestOptions(cache_dir=tmp_path / "cache"))
+    return build.open_profile(need(KINETO / rel), IngestOptions(cache_dir=tmp_path / "cache"))
 
 
 def _csv(dataset: str, name: str) -> list[dict[str, str]]:
@@ -484,12 +484,12 @@ def test_bad_input_through_open_profile(tmp_path):
     d = tmp_path / "prof"
     d.mkdir()
     (d / "rank0.json").write_bytes(good[:-40])  # cut inside the last event: the others are kept
-    prof = store.open_profile(d, IngestOptions(cache_dir=tmp_path / "cache"))
+    prof = build.open_profile(d, IngestOptions(cache_dir=tmp_path / "cache"))
     assert any("is damaged (invalid JSON: truncated" in w for w in prof.warnings)
     assert prof.rows("SELECT count(*) FROM device_ops")[0][0] == 3
     (d / "rank0.json").write_bytes(good[:good.index(b"traceEvents") + 20])  # cut before any whole event
     with pytest.raises(ProfileError, match="invalid JSON: truncated"):
-        store.open_profile(d, IngestOptions(cache_dir=tmp_path / "cache2"))
+        build.open_profile(d, IngestOptions(cache_dir=tmp_path / "cache2"))
 
 
 def test_unexpected_value_types_fall_back_to_loose_decoding(tmp_path):

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from stepdoctor.analysis.build import open_profile
 from stepdoctor.analysis.ingest.base import RankTables
 from stepdoctor.analysis.ingest.discover import discover
 from stepdoctor.analysis.ingest.mindspore_extra import read_ms_extras, read_ms_extras_impl
 from stepdoctor.analysis.ingest.mindspore_legacy import normalize_dtype
-from stepdoctor.analysis.store import IngestOptions, open_profile
+from stepdoctor.analysis.store import IngestOptions
 from stepdoctor.evals.generate import mindspore as gen
 
 MS = 1_000_000

@@ -147,23 +147,24 @@ def test_build_database_takes_the_planned_workers(tmp_path, monkeypatch, workers
         calls.append(ranks)
         return machine.WorkerPlan(workers, 64, None, 0, "memory")
 
-    from stepdoctor.analysis.store import build
+    from stepdoctor.analysis import build
+    from stepdoctor.analysis.build import engine
 
-    in_children = build.build_in_children
+    in_children = engine.build_in_children
 
     def spy(disc, out, n, *a, **k):
         children.append(n)
         return in_children(disc, out, n, *a, **k)
 
     query = "SELECT rank, count(*), sum(dur_ns) FROM device_ops GROUP BY rank ORDER BY rank"
-    ref = store.open_profile(prof_dir, IngestOptions(cache_dir=tmp_path / "ref", engine="here"))
+    ref = build.open_profile(prof_dir, IngestOptions(cache_dir=tmp_path / "ref", engine="here"))
     try:
         expected = ref.rows(query)
     finally:
         ref.close()
     monkeypatch.setattr(machine, "plan_workers", plan)
-    monkeypatch.setattr(build, "build_in_children", spy)
-    prof = store.open_profile(prof_dir, IngestOptions(cache_dir=tmp_path / "cache", engine="pool"))  # workers: planned
+    monkeypatch.setattr(engine, "build_in_children", spy)
+    prof = build.open_profile(prof_dir, IngestOptions(cache_dir=tmp_path / "cache", engine="pool"))  # workers: planned
     try:
         got = prof.rows(query)
     finally:

@@ -26,7 +26,7 @@ from mcp import Client, ClientSession, StdioServerParameters, stdio_client
 from mcp.server.mcpserver.exceptions import ToolError
 
 from conftest import CLUSTER4, REPO, SHARED, need
-from stepdoctor.analysis import store
+from stepdoctor.analysis import build
 from stepdoctor.analysis.errors import ProfileError
 from stepdoctor.analysis.store import IngestOptions
 from stepdoctor.server.answers import TEXT_CAP, cap_text, trim_evidence
@@ -590,7 +590,7 @@ async def test_twenty_concurrent_calls_agree(server):
 async def test_concurrent_loads_ingest_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     need(CLUSTER4)  # its roots are the shared data
     calls: list[Path] = []
-    real = store.build_database
+    real = build.build_database
 
     def counting(disc, out, *a, **kw):
         calls.append(out)
@@ -598,7 +598,7 @@ async def test_concurrent_loads_ingest_once(tmp_path: Path, monkeypatch: pytest.
         return real(disc, out, *a, **kw)
 
     # the profile module builds on a cache miss: count the builds there
-    monkeypatch.setattr(sys.modules["stepdoctor.analysis.store.profile"], "build_database", counting)
+    monkeypatch.setattr(sys.modules["stepdoctor.analysis.build.open"], "build_database", counting)
     srv = create_server([SHARED], cache_dir=tmp_path / "cache")
     ids: list[str] = []
     async with Client(srv, raise_exceptions=True) as c:

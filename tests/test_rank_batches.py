@@ -4,9 +4,10 @@ rows of many ranks use it (on the shared 4-rank Ascend cluster)."""
 from __future__ import annotations
 
 from conftest import CLUSTER4, need
+from stepdoctor.analysis.build import open_profile
 from stepdoctor.analysis.checks._common import rank_batches
 from stepdoctor.analysis.checks.base import CheckContext
-from stepdoctor.analysis.store import IngestOptions, open_profile
+from stepdoctor.analysis.store import IngestOptions
 
 
 def test_batches_follow_the_row_counts_in_the_order_given(tmp_path):

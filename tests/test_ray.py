@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from conftest import KINETO, REPO, SHARED, need
-from stepdoctor.analysis import store
+from stepdoctor.analysis import build, store
+from stepdoctor.analysis.build.ray_engine import FAULT_ENV
 from stepdoctor.analysis.ingest.base import table_columns
 from stepdoctor.analysis.store import IngestOptions
-from stepdoctor.analysis.store.ray_engine import FAULT_ENV
 
 REAL = SHARED / "real"
 HAS_RAY = importlib.util.find_spec("ray") is not None
@@ -43,8 +43,8 @@ def cluster():
 
 
 def _build(prof: Path, cache: Path, **kw) -> store.Profile:
-    store.forget_opened()
-    return store.open_profile(prof, IngestOptions(cache_dir=cache, **kw))
+    build.forget_opened()
+    return build.open_profile(prof, IngestOptions(cache_dir=cache, **kw))
 
 
 def _differences(a: store.Profile, b: store.Profile) -> dict[str, tuple[int, int, int]]:
@@ -90,7 +90,7 @@ def test_real_profile_through_ray_equals_the_local_store(cluster, tmp_path, data
 def test_big_tables_through_parquet_shards_give_the_same_store(cluster, tmp_path, monkeypatch):
     """With a shard folder, a rank's big tables cross as Parquet files inserted by DuckDB; same store, and
     the files are gone afterwards."""
-    from stepdoctor.analysis.store import ray_engine
+    from stepdoctor.analysis.build import ray_engine
 
     prof = need(REAL / "ascend/msinsight-pt-text-l1")
     monkeypatch.setenv(ray_engine.SHARDS_ENV, str(tmp_path / "shards"))
@@ -177,7 +177,7 @@ def test_the_cli_flag_ingests_through_ray_and_answers_the_same(cluster, tmp_path
     answers = []
     for flag in (["--ray"], []):
         monkeypatch.setenv("STEPDOCTOR_CACHE_DIR", str(tmp_path / f"cache{len(answers)}"))
-        store.forget_opened()
+        build.forget_opened()
         assert cli.main(["breakdown", str(prof), "--format", "json", *flag]) == 0
         answers.append(json.loads(capsys.readouterr().out))
     assert sorted(p.name for p in marks.iterdir()) == ["rank-0.attempt-1", "rank-0.attempt-2"]
@@ -205,9 +205,9 @@ def test_the_mcp_server_takes_the_ray_flag():
 NO_RAY = r"""
 import json, sys, tempfile
 from pathlib import Path
-import stepdoctor, stepdoctor.analysis.store, stepdoctor.tools.cli, stepdoctor.server.app
-from stepdoctor.analysis import store
-prof = store.open_profile(sys.argv[1], store.IngestOptions(cache_dir=Path(tempfile.mkdtemp()), engine=sys.argv[2], workers=2))
+import stepdoctor, stepdoctor.analysis.store, stepdoctor.analysis.build, stepdoctor.tools.cli, stepdoctor.server.app
+from stepdoctor.analysis import build, store
+prof = build.open_profile(sys.argv[1], store.IngestOptions(cache_dir=Path(tempfile.mkdtemp()), engine=sys.argv[2], workers=2))
 print(json.dumps({"ranks": prof.info.ranks, "ray": sorted(m for m in sys.modules if m.split(".")[0] == "ray")}))
 """
 

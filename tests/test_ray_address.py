@@ -15,7 +15,7 @@ pytest.importorskip("ray", reason="the Ray engine's tests need Ray (the dev extr
 def test_an_unreachable_cluster_is_one_line_at_once(address: str) -> None:
     import ray
 
-    from stepdoctor.analysis.store import ray_engine
+    from stepdoctor.analysis.build import ray_engine
 
     if ray.is_initialized():   # a connection an earlier test left would be reused, not probed
         ray.shutdown()

@@ -15,11 +15,8 @@ from pathlib import Path
 import pytest
 
 from conftest import SHARED, need
-from stepdoctor.analysis import store
-from stepdoctor.analysis.ingest.base import RankSource, table_columns
-from stepdoctor.analysis.ingest.discover import discover
-from stepdoctor.analysis.store import IngestOptions
-from stepdoctor.analysis.store.locality import (
+from stepdoctor.analysis import build, store
+from stepdoctor.analysis.build.locality import (
     HOST_LABEL,
     HOST_RESOURCE,
     NodeIndex,
@@ -28,6 +25,9 @@ from stepdoctor.analysis.store.locality import (
     place,
     rank_host,
 )
+from stepdoctor.analysis.ingest.base import RankSource, table_columns
+from stepdoctor.analysis.ingest.discover import discover
+from stepdoctor.analysis.store import IngestOptions
 
 REAL = SHARED / "real"
 GLOO2 = REAL / "gpu-h100" / "gloo2_straggler" / "traces"
@@ -135,20 +135,20 @@ def _renamed(folder: Path, files: list[Path], hosts: list[str]) -> Path:
 
 def _build_with_placement(monkeypatch, prof: Path, cache: Path):
     """The store built through Ray (as `open_profile(IngestOptions(engine="ray"))` builds it) and the engine's placement."""
-    from stepdoctor.analysis.store import ray_engine
+    from stepdoctor.analysis.build import ray_engine
 
     seen = []
     monkeypatch.setattr(ray_engine, "build_with_ray", partial(ray_engine.build_with_ray, on_placement=seen.append))
-    store.forget_opened()
-    prof_ray = store.open_profile(prof, IngestOptions(cache_dir=cache, engine="ray"))
+    build.forget_opened()
+    prof_ray = build.open_profile(prof, IngestOptions(cache_dir=cache, engine="ray"))
     assert len(seen) == 1 and not prof_ray.from_cache
     return prof_ray, seen[0]
 
 
 def _assert_same_store(a: store.Profile, prof: Path, cache: Path) -> None:
     """`a` equals the store built here, table for table (multisets: EXCEPT ALL both ways)."""
-    store.forget_opened()
-    b = store.open_profile(prof, IngestOptions(cache_dir=cache, engine="here"))
+    build.forget_opened()
+    b = build.open_profile(prof, IngestOptions(cache_dir=cache, engine="here"))
     import duckdb
 
     con = duckdb.connect()

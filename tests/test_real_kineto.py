@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from conftest import SHARED, need
-from stepdoctor.analysis import store
+from stepdoctor.analysis import build
 from stepdoctor.analysis.metrics.breakdown import compute_breakdown
 from stepdoctor.tools.cli import main as cli_main
 
@@ -93,7 +93,7 @@ def test_cli_exits_zero(folder: Path, command: str, capsys) -> None:
 
 
 def _rows(folder: Path) -> dict[tuple[int, int], object]:
-    prof = store.open_profile(need(folder))
+    prof = build.open_profile(need(folder))
     return {(r.rank, r.step): r for r in compute_breakdown(prof)}
 
 
@@ -123,7 +123,7 @@ def test_steps_and_step_numbers_match_the_raw_trace(folder: Path, steps: list[in
 
 def test_b200_symm_mem_all_reduce_is_communication() -> None:
     folder = need(REAL / "kineto" / "tracelens-b200-eager")
-    prof = store.open_profile(folder)
+    prof = build.open_profile(folder)
     cats = dict(prof.rows("SELECT category, count(*) FROM device_ops WHERE name LIKE '%multimem_all_reduce%' "
                           "GROUP BY category"))
     raw = [e for e in _events(_trace(folder)) if e.get("cat") == "kernel"]
@@ -139,7 +139,7 @@ def test_b200_symm_mem_all_reduce_is_communication() -> None:
 @pytest.mark.parametrize("name", ["kineto-tb-resnet50-nw0", "param-resnet-1gpu", "tracelens-mi300-xdit-sd35"])
 def test_kernel_count_and_exact_ns_starts(name: str) -> None:
     folder = need(REAL / "kineto" / name)
-    prof = store.open_profile(folder)
+    prof = build.open_profile(folder)
     raw = [e for e in _events(_trace(folder)) if e.get("ph") == "X" and e.get("cat") in ("kernel", "Kernel")]
     got = np.array(sorted(r[0] for r in prof.rows("SELECT start_ns FROM device_ops WHERE task_type = 'kernel'")))
     assert got.tolist() == sorted(_ns(e["ts"]) for e in raw)
@@ -158,7 +158,7 @@ def test_stepless_trace_leaves_leading_initialisation_out() -> None:
     end = max(_ns(e["ts"]) + _ns(e["dur"]) for e in evs if e.get("cat") in (
         "cpu_op", "user_annotation", "cuda_runtime", "cuda_driver", "python_function", "kernel", "gpu_memcpy",
         "gpu_memset"))
-    prof = store.open_profile(folder)
+    prof = build.open_profile(folder)
     assert prof.rows("SELECT step, start_ns, end_ns FROM steps") == [(0, launch, end)]
     frees = prof.rows("SELECT step FROM host_ops WHERE name = 'cudaFree' AND start_ns < ?", [launch])
     assert frees and all(s is None for (s,) in frees)
@@ -183,7 +183,7 @@ def test_stepless_trace_leaves_initialisation_inside_the_first_iteration_out() -
     win0 = opt[0]
     end = max(_ns(e["ts"]) + _ns(e["dur"]) for e in evs if e.get("cat") in (
         *_HOST_CATS, "kernel", "gpu_memcpy", "gpu_memset"))
-    prof = store.open_profile(folder)
+    prof = build.open_profile(folder)
     assert prof.rows("SELECT step, start_ns, end_ns FROM steps") == [(0, win0, end)]
     longest = max((e for e in evs if e["name"] == "cudaFree"), key=lambda e: e["dur"])
     assert _ns(longest["ts"]) < win0 and longest["dur"] / 1e3 == pytest.approx(788.488)
@@ -211,7 +211,7 @@ def test_damaged_file_keeps_the_events_before_the_damage(damage: str, tmp_path: 
     out = tmp_path / "run" / ("worker0.pt.trace.json.gz" if damage == "gzip_cut" else "worker0.pt.trace.json")
     out.parent.mkdir()
     out.write_bytes(data[: len(data) // 3] if damage == "gzip_cut" else gzip.decompress(data)[:6_000_000])
-    prof = store.open_profile(out.parent)
+    prof = build.open_profile(out.parent)
     (warning,) = [w for w in prof.warnings if "is damaged" in w]
     kept = int(re.search(r"the (\d+) host and device events", warning).group(1))
     stored = prof.rows("SELECT (SELECT count(*) FROM host_ops) + (SELECT count(*) FROM device_ops)")[0][0]
@@ -225,7 +225,7 @@ def test_gloo_collectives_are_host_side_comm_ops() -> None:
     """gloo2_straggler: each `gloo:all_reduce` host annotation is a comm op with the host start and
     duration (ns from the numeral text), per rank and step, so cross-rank checks can match them."""
     folder = need(REAL / "gpu-h100" / "gloo2_straggler" / "traces")
-    prof = store.open_profile(folder)
+    prof = build.open_profile(folder)
     got = sorted(prof.rows("SELECT rank, start_ns, elapse_ns, op_type FROM comm_ops WHERE name = 'gloo:all_reduce'"))
     want = []
     for rank, path in enumerate(sorted(p for p in folder.iterdir() if ".json" in p.name)):

@@ -83,7 +83,7 @@ def _lines(table: Table, width: int) -> list[str]:
 
 
 def _issue_tables(tmp_path):
-    from stepdoctor.analysis.store import open_profile
+    from stepdoctor.analysis.build import open_profile
     from stepdoctor.tools import api
 
     report = api.issues(open_profile(need(CLUSTER4), IngestOptions(cache_dir=tmp_path)))
@@ -106,7 +106,7 @@ def test_findings_table_fits_the_terminal_with_whole_check_ids(tmp_path, width):
 
 
 def test_breakdown_drops_unknown_columns_and_right_aligns_numbers(tmp_path):
-    from stepdoctor.analysis.store import open_profile
+    from stepdoctor.analysis.build import open_profile
     from stepdoctor.tools import api
 
     prof = open_profile(need(CLUSTER4), IngestOptions(cache_dir=tmp_path))
@@ -184,7 +184,7 @@ def test_text_columns_share_the_width_by_need():
 
 
 def test_env_values_wrap_at_separators(tmp_path):
-    from stepdoctor.analysis.store import open_profile
+    from stepdoctor.analysis.build import open_profile
     from stepdoctor.tools import api
 
     lines = _lines(render.tables_for(api.env_audit(open_profile(need(CLUSTER4), IngestOptions(cache_dir=tmp_path))))[0], 80)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from mcp.server.mcpserver.exceptions import ToolError
 
-from stepdoctor.analysis import store
+from stepdoctor.analysis import build
 from stepdoctor.analysis.store import IngestOptions
 from stepdoctor.server.query import run_query
 from stepdoctor.server.query_pool import QueryPool
@@ -62,7 +62,7 @@ def test_hostile_paths_get_one_clear_line(root: Path, raw: str, problem: str):
 
 
 def test_a_memory_eating_query_stops_at_the_memory_limit(tmp_path: Path):
-    prof = store.open_profile(EXAMPLE, IngestOptions(cache_dir=tmp_path / "cache"))
+    prof = build.open_profile(EXAMPLE, IngestOptions(cache_dir=tmp_path / "cache"))
     sql = "SELECT string_agg(repeat('x', 100000), ',') AS s FROM range(20000)"   # ~2 GB of text
     pool = QueryPool(64, 400, 30.0)
     try:
@@ -82,7 +82,7 @@ def test_temporaries_of_a_killed_ingest_are_removed_on_the_next_run(tmp_path: Pa
     (cache / f"abc.duckdb.tmp-{dead}-1.tmp").mkdir()
     mine = cache / f"def.duckdb.tmp-{os.getpid()}-1"
     mine.write_bytes(b"in progress")
-    store.open_profile(EXAMPLE, IngestOptions(cache_dir=cache))
+    build.open_profile(EXAMPLE, IngestOptions(cache_dir=cache))
     assert not any(f.exists() for f in stale) and not (cache / f"abc.duckdb.tmp-{dead}-1.tmp").exists()
     assert mine.exists()   # a live process's build is left alone
     shutil.rmtree(cache)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import CLUSTER4, KINETO, need
-from stepdoctor.analysis import store
+from stepdoctor.analysis import build
 from stepdoctor.tools import api
 
 
@@ -166,9 +166,9 @@ def chance_rule_off(monkeypatch):
     monkeypatch.setattr(collectives, "T", replace(t, straggler_chance_factor=replace(t.straggler_chance_factor,
                                                                                      value=0.0)))
     # answers are kept per opened profile (its data never changes, the thresholds do only here): open anew
-    store.forget_opened()
+    build.forget_opened()
     yield
-    store.forget_opened()
+    build.forget_opened()
 
 
 @pytest.mark.parametrize("export", ["msinsight-pt-text-l1", "msinsight-pt-db-l1"])

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from conftest import CLUSTER4, KINETO, SHARED, need
-from stepdoctor.analysis import store
+from stepdoctor.analysis import build, store
+from stepdoctor.analysis.build import forks, pool, wire
 from stepdoctor.analysis.errors import ProfileError
 from stepdoctor.analysis.ingest.base import parse_us_to_ns
 from stepdoctor.analysis.ingest.discover import discover
-from stepdoctor.analysis.store import IngestOptions, forks, pool, wire, writer
+from stepdoctor.analysis.store import IngestOptions, writer
 
 
 def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
@@ -37,11 +38,11 @@ def test_second_open_uses_cache_and_writes_nothing_into_profile(tmp_path, monkey
     shutil.copytree(src, prof_dir)
     before = _snapshot(prof_dir)
     cache = tmp_path / "cache"
-    p1 = store.open_profile(prof_dir, IngestOptions(cache_dir=cache))
+    p1 = build.open_profile(prof_dir, IngestOptions(cache_dir=cache))
     assert not p1.from_cache
-    store.forget_opened()
+    build.forget_opened()
     calls = []
-    p2 = store.open_profile(prof_dir, IngestOptions(cache_dir=cache, progress=lambda *a: calls.append(a)))
+    p2 = build.open_profile(prof_dir, IngestOptions(cache_dir=cache, progress=lambda *a: calls.append(a)))
     assert p2.from_cache and not calls, "parsed again"
     assert p2.info == p1.info
     assert _snapshot(prof_dir) == before
@@ -52,11 +53,11 @@ def test_changed_input_reingests(tmp_path):
     prof_dir = tmp_path / "prof"
     shutil.copytree(need(KINETO / "trace_filter"), prof_dir)
     cache = tmp_path / "cache"
-    a = store.open_profile(prof_dir, IngestOptions(cache_dir=cache))
+    a = build.open_profile(prof_dir, IngestOptions(cache_dir=cache))
     f = next(prof_dir.glob("*rank-1*"))
     os.utime(f, ns=(f.stat().st_atime_ns, f.stat().st_mtime_ns + 10**9))
-    store.forget_opened()
-    b = store.open_profile(prof_dir, IngestOptions(cache_dir=cache))
+    build.forget_opened()
+    b = build.open_profile(prof_dir, IngestOptions(cache_dir=cache))
     assert a.db_path != b.db_path and not b.from_cache
     # one database per profile: the one of the old input is gone
     assert sorted(f.name for f in cache.glob("*.duckdb")) == [b.db_path.name]
@@ -70,15 +71,15 @@ def test_a_rewrite_with_the_same_size_and_mtime_put_back_is_seen(tmp_path):
     for p in prof_dir.rglob("*"):
         p.chmod(p.stat().st_mode | 0o200)
     cache = tmp_path / "cache"
-    a = store.open_profile(prof_dir, IngestOptions(cache_dir=cache))
+    a = build.open_profile(prof_dir, IngestOptions(cache_dir=cache))
     f = next(prof_dir.rglob("kernel_details.csv"))
     st = f.stat()
     data = f.read_bytes()
     f.write_bytes(data.replace(b"MatMul", b"MutMal"))   # same length
     os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert f.stat().st_size == st.st_size and f.stat().st_mtime_ns == st.st_mtime_ns
-    store.forget_opened()
-    b = store.open_profile(prof_dir, IngestOptions(cache_dir=cache))
+    build.forget_opened()
+    b = build.open_profile(prof_dir, IngestOptions(cache_dir=cache))
     assert not b.from_cache and b.db_path != a.db_path
 
 
@@ -93,10 +94,10 @@ def test_a_wal_mode_db_export_is_never_written_and_hits_the_cache(tmp_path, monk
     assert list(prof_dir.rglob("*.db-wal"))
     before = _snapshot(prof_dir)
     cache = tmp_path / "cache"
-    first = store.open_profile(prof_dir, IngestOptions(cache_dir=cache))
+    first = build.open_profile(prof_dir, IngestOptions(cache_dir=cache))
     for _ in range(3):
-        store.forget_opened()
-        again = store.open_profile(prof_dir, IngestOptions(cache_dir=cache))
+        build.forget_opened()
+        again = build.open_profile(prof_dir, IngestOptions(cache_dir=cache))
         assert again.from_cache and again.db_path == first.db_path
     assert _snapshot(prof_dir) == before
     assert len(list(cache.glob("*.duckdb"))) == 1
@@ -109,16 +110,16 @@ def test_the_cache_keeps_under_its_size_cap_least_recently_used_first(tmp_path, 
         d = tmp_path / name
         shutil.copytree(need(KINETO / "trace_filter"), d)
         dirs.append(d)
-    a = store.open_profile(dirs[0], IngestOptions(cache_dir=cache))
+    a = build.open_profile(dirs[0], IngestOptions(cache_dir=cache))
     size_mb = a.db_path.stat().st_size / 2**20
     monkeypatch.setenv("STEPDOCTOR_CACHE_MAX_MB", str(size_mb * 1.5))   # room for one database, not two
-    store.forget_opened()
-    b = store.open_profile(dirs[1], IngestOptions(cache_dir=cache))
+    build.forget_opened()
+    b = build.open_profile(dirs[1], IngestOptions(cache_dir=cache))
     assert sorted(f.name for f in cache.glob("*.duckdb")) == [b.db_path.name]
     # the one just built is kept even when it alone is over the cap
     monkeypatch.setenv("STEPDOCTOR_CACHE_MAX_MB", "0")
-    store.forget_opened()
-    c = store.open_profile(dirs[0], IngestOptions(cache_dir=cache))
+    build.forget_opened()
+    c = build.open_profile(dirs[0], IngestOptions(cache_dir=cache))
     assert sorted(f.name for f in cache.glob("*.duckdb")) == [c.db_path.name]
 
 
@@ -131,16 +132,16 @@ def test_crash_mid_ingest_leaves_no_usable_cache(tmp_path):
         raise RuntimeError("killed")
 
     with pytest.raises(RuntimeError, match="killed"):
-        store.open_profile(prof_dir, IngestOptions(cache_dir=cache, engine="here", progress=boom), refresh=True)
+        build.open_profile(prof_dir, IngestOptions(cache_dir=cache, engine="here", progress=boom), refresh=True)
     assert not list(cache.glob("*.duckdb")), "a partial database must never be left under the final name"
     assert not list(cache.glob("*.tmp-*"))
 
 
 def test_parallel_ingest_equals_serial(tmp_path, monkeypatch):
     prof_dir = need(KINETO / "trace_filter")
-    par = store.open_profile(prof_dir, IngestOptions(cache_dir=tmp_path / "par", workers=2, engine="pool"))
-    store.forget_opened()
-    ser = store.open_profile(prof_dir, IngestOptions(cache_dir=tmp_path / "ser", engine="here"))
+    par = build.open_profile(prof_dir, IngestOptions(cache_dir=tmp_path / "par", workers=2, engine="pool"))
+    build.forget_opened()
+    ser = build.open_profile(prof_dir, IngestOptions(cache_dir=tmp_path / "ser", engine="here"))
     for t in ("steps", "device_ops", "host_ops"):
         q = f"SELECT * FROM {t} ORDER BY ALL"
         assert par.sql(q).equals(ser.sql(q)), t
@@ -214,10 +215,10 @@ def _profile_rows(prof: store.Profile) -> dict[str, list[tuple]]:
 def test_ingest_tables_equal_the_frames_reference(data, path, tmp_path, monkeypatch):
     prof_dir = need(SHARED / data)
     if path == "children":  # parse workers + ingest process, real row-group size and chunks
-        prof = store.open_profile(prof_dir, IngestOptions(cache_dir=tmp_path, workers=2, engine="pool"))
+        prof = build.open_profile(prof_dir, IngestOptions(cache_dir=tmp_path, workers=2, engine="pool"))
     else:  # in this process, with tiny row groups: many commits, blocks split across them
         monkeypatch.setattr(writer, "ROW_GROUP_ROWS", 2048)
-        prof = store.open_profile(prof_dir, IngestOptions(cache_dir=tmp_path, engine="here"))
+        prof = build.open_profile(prof_dir, IngestOptions(cache_dir=tmp_path, engine="here"))
     got, want = _profile_rows(prof), _reference_rows(discover(prof_dir))
     assert sum(map(len, want.values())) > 1000
     for t in want:
@@ -238,14 +239,14 @@ def test_bad_rank_is_skipped_with_a_warning_in_child_processes(tmp_path, monkeyp
     prof_dir = tmp_path / "prof"
     shutil.copytree(need(KINETO / "trace_filter"), prof_dir)
     (prof_dir / "sampled_rank-7.json").write_text('{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, ')
-    prof = store.open_profile(prof_dir, IngestOptions(cache_dir=tmp_path / "cache", workers=2, engine="pool"))
+    prof = build.open_profile(prof_dir, IngestOptions(cache_dir=tmp_path / "cache", workers=2, engine="pool"))
     assert prof.info.ranks == [0, 1]
     assert any(w.startswith("rank skipped:") and "sampled_rank-7.json" in w for w in prof.warnings)
-    store.forget_opened()
+    build.forget_opened()
     (prof_dir / "sampled_rank-0.json.gz").unlink()
     (prof_dir / "sampled_rank-1.json.gz").unlink()
     with pytest.raises(ProfileError, match=r"sampled_rank-7\.json"):
-        store.open_profile(prof_dir, IngestOptions(cache_dir=tmp_path / "cache", workers=2, engine="pool"))
+        build.open_profile(prof_dir, IngestOptions(cache_dir=tmp_path / "cache", workers=2, engine="pool"))
 
 
 def test_an_ascend_rank_failing_after_it_sent_tables_is_removed(tmp_path, monkeypatch):
@@ -258,7 +259,7 @@ def test_an_ascend_rank_failing_after_it_sent_tables_is_removed(tmp_path, monkey
     (out / "trace_view.json").write_bytes(b"")
     for name in ("kernel_details.csv", "step_trace_time.csv"):
         (out / name).unlink()
-    prof = store.open_profile(prof_dir, IngestOptions(cache_dir=tmp_path / "cache", workers=2, engine="pool"))
+    prof = build.open_profile(prof_dir, IngestOptions(cache_dir=tmp_path / "cache", workers=2, engine="pool"))
     assert prof.info.ranks == [0, 1, 3]
     assert any(w.startswith("rank skipped:") and "trace_view.json" in w for w in prof.warnings)
     for table in ("comm_ops", "links", "device_ops", "host_ops"):
@@ -452,18 +453,19 @@ def test_no_child_interpreter_falls_back_to_ingest_here(tmp_path, monkeypatch):
 
     prof_dir = need(KINETO / "trace_filter")
     monkeypatch.setattr(sys, "executable", "/bin/false")  # e.g. an embedded Python: `-c` cannot run
-    prof = store.open_profile(prof_dir, IngestOptions(cache_dir=tmp_path, workers=2, engine="pool"))
+    prof = build.open_profile(prof_dir, IngestOptions(cache_dir=tmp_path, workers=2, engine="pool"))
     assert prof.info.ranks == [0, 1]
-    store.forget_opened()
+    build.forget_opened()
     monkeypatch.undo()
-    ref = store.open_profile(prof_dir, IngestOptions(cache_dir=tmp_path / "ref", workers=1))
+    ref = build.open_profile(prof_dir, IngestOptions(cache_dir=tmp_path / "ref", workers=1))
     assert _profile_rows(prof) == _profile_rows(ref)
 
 
 FORKED_DEATH = r"""
 import json, os, sys
 import psutil
-from stepdoctor.analysis.store import forks, pool, writer
+from stepdoctor.analysis.build import forks, pool
+from stepdoctor.analysis.store import writer
 from stepdoctor.analysis.ingest.base import RankSource
 
 forks.NOT_FOR_FORKS.add(os.dup(1))  # as in an ingest process: parse workers are forked
@@ -570,7 +572,8 @@ def test_finished_workers_are_released_not_waited_for(tmp_path):
 
 FORK_RULE = r"""
 import json, os
-from stepdoctor.analysis.store import forks, writer
+from stepdoctor.analysis.build import forks
+from stepdoctor.analysis.store import writer
 import stepdoctor.analysis.ingest.ascend_text  # the Ascend reader loads pandas and DuckDB
 forks.NOT_FOR_FORKS.add(os.dup(1))             # as in an ingest process
 before = forks.may_fork()
@@ -594,8 +597,8 @@ def test_ingest_process_forks_workers_with_duckdb_loaded_but_not_after_opening_a
 HOST_FORK = r"""
 import json, os, sys, threading
 from pathlib import Path
-from stepdoctor.analysis import store
-from stepdoctor.analysis.store.children import Child
+from stepdoctor.analysis import build, store
+from stepdoctor.analysis.build.children import Child
 
 roles, ran = [], []
 init = Child.__init__
@@ -605,9 +608,9 @@ def spy(self, role, fork=False):
 Child.__init__ = spy
 if sys.argv[2] == "thread":  # a host running a second thread is never forked
     threading.Thread(target=threading.Event().wait, daemon=True).start()
-prof = store.open_profile(sys.argv[1], store.IngestOptions(cache_dir=Path(sys.argv[3]), workers=2, fork=True, engine="pool", background=lambda: ran.append([r for r, _ in roles])))
+prof = build.open_profile(sys.argv[1], store.IngestOptions(cache_dir=Path(sys.argv[3]), workers=2, fork=True, engine="pool", background=lambda: ran.append([r for r, _ in roles])))
 rows = prof.rows("SELECT rank, count(*) FROM host_ops GROUP BY rank ORDER BY rank")
-store.reap_exiting()
+build.reap_exiting()
 print(json.dumps({"roles": roles, "background": ran, "rows": rows}))
 """
 
@@ -627,7 +630,7 @@ def test_cli_host_is_forked_for_the_ingest_process_only_when_it_runs_one_thread(
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["roles"] == [["ingest", host == "alone"]], "the host's own record: workers are the child's"
     assert got["background"] == [["ingest"]]
-    ref = store.open_profile(prof_dir, IngestOptions(cache_dir=tmp_path / "ref", workers=1))
+    ref = build.open_profile(prof_dir, IngestOptions(cache_dir=tmp_path / "ref", workers=1))
     assert got["rows"] == [list(r) for r in ref.rows(
         "SELECT rank, count(*) FROM host_ops GROUP BY rank ORDER BY rank")]
     assert got["rows"] and all(n > 0 for _, n in got["rows"])
@@ -718,9 +721,9 @@ def test_a_damaged_cache_database_is_discarded_and_rebuilt(tmp_path, how):
     prof_dir = tmp_path / "prof"
     shutil.copytree(need(KINETO / "trace_filter"), prof_dir)
     cache = tmp_path / "cache"
-    a = store.open_profile(prof_dir, IngestOptions(cache_dir=cache))
+    a = build.open_profile(prof_dir, IngestOptions(cache_dir=cache))
     info = a.info
-    store.forget_opened()
+    build.forget_opened()
     a.close()   # (DuckDB shares an open database's instance within a process: a later run is a new process)
     size = a.db_path.stat().st_size
     if how == "truncate":
@@ -728,10 +731,10 @@ def test_a_damaged_cache_database_is_discarded_and_rebuilt(tmp_path, how):
             f.truncate(size // 3)
     else:
         a.db_path.write_bytes(b"\0" * size)
-    b = store.open_profile(prof_dir, IngestOptions(cache_dir=cache))
+    b = build.open_profile(prof_dir, IngestOptions(cache_dir=cache))
     assert not b.from_cache and b.info == info
-    store.forget_opened()
-    assert store.open_profile(prof_dir, IngestOptions(cache_dir=cache)).from_cache
+    build.forget_opened()
+    assert build.open_profile(prof_dir, IngestOptions(cache_dir=cache)).from_cache
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])

@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 
 from conftest import SHARED, need
+from stepdoctor.analysis.build import open_profile
 from stepdoctor.analysis.ingest.base import RankSource, RankTables
 from stepdoctor.analysis.metrics.breakdown import BreakdownRow, compute_breakdown
-from stepdoctor.analysis.store import IngestOptions, Profile, open_profile, parse, profile_info
+from stepdoctor.analysis.store import IngestOptions, Profile, parse, profile_info
 from stepdoctor.analysis.store.summaries import KERNEL_TABLE, STEP_TABLE
 from stepdoctor.analysis.store.writer import Writer, connect_for_writing, store_parsed
 
@@ -193,7 +194,8 @@ def test_the_analysis_connection_spills_in_a_folder_of_its_own(tmp_path: Path, m
     it is gone), and takes DuckDB's memory limit from STEPDOCTOR_ANALYSIS_MEMORY_MB when it is set."""
     import os
 
-    from stepdoctor.analysis.store import cache, forget_opened
+    from stepdoctor.analysis.build import forget_opened
+    from stepdoctor.analysis.store import cache
 
     path = need(REAL / "ascend" / "msinsight-pt-text-l0")
     monkeypatch.setenv("STEPDOCTOR_ANALYSIS_MEMORY_MB", "64")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..analysis.build import open_profile
 from ..analysis.checks.base import CheckContext, CheckRun, registry, run_checks
 from ..analysis.checks.env_var import ENV_RULES, RULES_BY_NAME
 from ..analysis.checks.slow_link import link_stats
@@ -21,7 +22,7 @@ from ..analysis.errors import ProfileError, UsageError
 from ..analysis.metrics.breakdown import compute_breakdown, totals, vendor_mismatches
 from ..analysis.metrics.stages import stage_of_ranks
 from ..analysis.models import SEVERITY_ORDER, Finding
-from ..analysis.store import IngestOptions, Profile, open_profile
+from ..analysis.store import IngestOptions, Profile
 from .models import (
     Breakdown,
     EnvAudit,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..analysis import one_blas_thread
 
-one_blas_thread(os.environ)  # before numpy is imported (next line): see store.open_profile(IngestOptions(fork=True))
+one_blas_thread(os.environ)  # before numpy is imported (next line): see build.open_profile(IngestOptions(fork=True))
 
 from ..analysis.errors import ProfileError, StepdoctorError, UsageError, exit_code  # noqa: E402
 from ..analysis.severity import SEVERITY_ORDER  # noqa: E402
@@ -74,7 +74,7 @@ def loader(options: IngestOptions) -> Callable[[str], Profile]:
     for it (it controls its whole state and runs one thread until then), so no new interpreter starts, and
     the ingest process imports the readers on one core while this thread imports on the other."""
     def load(path: str) -> Profile:
-        from ..analysis.store import open_profile
+        from ..analysis.build import open_profile
 
         background = None if f"{__package__}.catalog" in sys.modules else _import_api
         return open_profile(path, options.but(progress=_progress(), background=background))
@@ -224,7 +224,8 @@ def _once_more_if_the_cache_was_damaged(a: argparse.Namespace) -> int:
     try:
         return a.func(a)
     except Exception as e:
-        from ..analysis.store import discard_opened, is_damaged_cache
+        from ..analysis.build import discard_opened
+        from ..analysis.store import is_damaged_cache
 
         if not is_damaged_cache(e) or not (dropped := discard_opened()):
             raise

@@ -67,7 +67,7 @@ def ask_path(command: str, path: str, load, **opts):
     a, rest = _split(tool, opts)
     if not tool.keep or rest:
         return catalog.answer(command, load(path), a, **rest)
-    from ..analysis.store import cached_database
+    from ..analysis.build import cached_database
 
     db = cached_database(path)
     if db is not None and (kept := catalog.kept_answer(tool, db, a)) is not None:

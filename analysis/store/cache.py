@@ -32,8 +32,11 @@ def reader_version() -> str:
     by other code is never reused: an upgrade or a local edit re-parses, unchanged code never does."""
     h = hashlib.sha256()
     here = Path(__file__).resolve().parent.parent  # analysis/
-    # (timeline/: the readers and the per-rank summaries computed at parse time use it)
-    for f in sorted([*(here / "store").glob("*.py"), *(here / "ingest").rglob("*.py"), *(here / "timeline").glob("*.py")]):
+    # (timeline/: the readers and the per-rank summaries computed at parse time use it; build/: the engines
+    # that write the database, the step-time side files included)
+    code = [*(here / "store").glob("*.py"), *(here / "build").glob("*.py"), *(here / "ingest").rglob("*.py"),
+            *(here / "timeline").glob("*.py")]
+    for f in sorted(code):
         h.update(f.relative_to(here).as_posix().encode())
         h.update(f.read_bytes())
     return h.hexdigest()[:16]

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..ingest.base import Coded, RankSource, RankTables, schema_sql
-from . import forks
 from .parse import Parts
 
 if TYPE_CHECKING:
@@ -54,11 +53,20 @@ WRITER_CONFIG = {"threads": 1, "memory_limit": "24MB", "allocator_flush_threshol
                  "allocator_background_threads": True}
 
 
+_DB_OPENED: list[bool] = []  # not empty once this process has opened a database for writing
+
+
+def database_opened() -> bool:
+    """Whether this process has opened a database for writing: it is never forked from then on (an open
+    database has threads and locks a fork would copy mid-use; see build/forks.py `fork_safe`)."""
+    return bool(_DB_OPENED)
+
+
 def connect_for_writing(path: Path) -> tuple[duckdb.DuckDBPyConnection, int]:
     """The database being built, attached as `profile`, and its row-group size (set when attaching)."""
     import duckdb
 
-    forks.note_database_opened()
+    _DB_OPENED.append(True)
     try:
         con = duckdb.connect(config={**WRITER_CONFIG, "temp_directory": f"{path}.tmp"})
     except duckdb.Error:  # a DuckDB without the allocator settings

@@ -209,8 +209,9 @@ def child_read(path: Path) -> dict[str, Any]:
 
 
 def child_stepdoctor(trace_dir: Path, cache: Path) -> dict[str, Any]:
+    from stepdoctor.analysis.build import open_profile
     from stepdoctor.analysis.metrics.breakdown import compute_breakdown
-    from stepdoctor.analysis.store import IngestOptions, open_profile
+    from stepdoctor.analysis.store import IngestOptions
 
     phase_file = os.environ.get("BENCH_PHASE_FILE")
 

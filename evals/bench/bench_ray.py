@@ -75,16 +75,16 @@ def _one(engine: str, prof: str, address: str | None, ray_root: int | None) -> d
     Ray processes below `ray_root`, sampled before this driver exits: Ray ends a driver's workers with it)."""
     import psutil
 
-    from stepdoctor.analysis import store
+    from stepdoctor.analysis import build
 
     if engine == "ray":
-        from stepdoctor.analysis.store.ray_engine import connect
+        from stepdoctor.analysis.build.ray_engine import connect
 
         connect(address)
     ray0 = _ray_cpu(ray_root) if ray_root else {}
     anon = _AnonPeak()
     t0, c0 = time.perf_counter(), time.process_time()
-    prof_ = store.open_profile(prof, IngestOptions(cache_dir=Path(tempfile.mkdtemp()), engine=engine))  # type: ignore[arg-type]
+    prof_ = build.open_profile(prof, IngestOptions(cache_dir=Path(tempfile.mkdtemp()), engine=engine))  # type: ignore[arg-type]
     wall = time.perf_counter() - t0
     ray_cpu = _cpu_since(ray0, _ray_cpu(ray_root)) if ray_root else 0.0
     anon_peak_mb = anon.stop()
@@ -92,7 +92,7 @@ def _one(engine: str, prof: str, address: str | None, ray_root: int | None) -> d
     me = psutil.Process()
     while me.children():  # released children: reaped so that their CPU and peak count
         time.sleep(0.02)
-        store.reap_exiting()
+        build.reap_exiting()
     self_ru, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return {"engine": engine, "wall_s": round(wall, 2), "driver_cpu_s": round(time.process_time() - c0, 2),
             "children_cpu_s": round(kids.ru_utime + kids.ru_stime, 2),

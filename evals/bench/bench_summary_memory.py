@@ -49,8 +49,8 @@ def _child(mode: str, path: str) -> dict:
         with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
             rc = main(["issues", path, "--format", "json"])
     else:
+        from stepdoctor.analysis.build import open_profile
         from stepdoctor.analysis.metrics.breakdown import compute_breakdown
-        from stepdoctor.analysis.store import open_profile
 
         prof = open_profile(path)
         rows = compute_breakdown(prof, from_events=mode == "breakdown-events")

@@ -2,7 +2,7 @@
 script writes next to its traces (`meta/step_times_rank<N>.json`: `step_ms` of every iteration and the
 `profiled_steps`), which judge an impact against the step the user runs without the profiler.
 
-They are part of the input: the build stores them in the `step_times` table (`store/build.py`), and the cache's
+They are part of the input: the build stores them in the `step_times` table (`build/engine.py`), and the cache's
 fingerprint covers them (`store/cache.py`), so a changed, added or removed file makes a new database, and the
 answers kept beside the old one are not used.
 """

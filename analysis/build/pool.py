@@ -25,10 +25,10 @@ from ..ingest.base import RankSource
 from ..ingest.discover import Discovery
 from .children import Child
 from .forks import host_may_fork, may_fork, reap_exiting, run_in_thread, start_background
-from .options import ProgressFn
-from .parse import reader
+from ..store.options import ProgressFn
+from ..store.parse import reader
 from .wire import readable, recv, send
-from .writer import Writer, connect_for_writing
+from ..store.writer import Writer, connect_for_writing
 
 if TYPE_CHECKING:
     import duckdb

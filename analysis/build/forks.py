@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import one_blas_thread
+from ..store.writer import database_opened
 
 
 def child_env() -> dict[str, str]:
@@ -84,14 +85,6 @@ def reap_exiting(timeout: float = 30.0) -> int:
 NOT_FOR_FORKS: set[int] = set()
 
 
-_DB_OPENED: list[bool] = []  # not empty once this process has opened a DuckDB database (see may_fork)
-
-
-def note_database_opened() -> None:
-    """From now on this process is never forked (see fork_safe)."""
-    _DB_OPENED.append(True)
-
-
 def _single_threaded() -> bool:
     """One OS thread in this process (C threads included, where /proc tells), else one Python thread."""
     try:
@@ -104,7 +97,7 @@ def fork_safe() -> bool:
     """One thread and no database written here: nothing a fork could break (DuckDB may be imported: the
     Ascend reader needs it; an open database has threads and locks that a fork would copy mid-use, and a
     read-only one opened by `open_profile` must be closed first: see `Profile.reopen`)."""
-    return hasattr(os, "fork") and not _DB_OPENED and _single_threaded()
+    return hasattr(os, "fork") and not database_opened() and _single_threaded()
 
 
 def host_may_fork() -> bool:
@@ -139,8 +132,7 @@ def run_in_thread(work: Callable[[], None], name: str) -> None:
 def settle() -> None:
     """Wait for the threads `open_profile` started here (the caller's `background` work, imports) and reap
     the children released since that have exited, without waiting for the others. A host that asked for
-    `fork=True` calls it before forking again (the checks' helper: analysis/checks/_split.py); the work
-    joined is what it needs next anyway."""
+    `fork=True` calls it before forking again; the work joined is what it needs next anyway."""
     while _THREADS:
         _THREADS.pop().join()
     for proc in list(_EXITING):

@@ -23,9 +23,9 @@ from ..errors import ProfileError
 from ..ingest.base import Coded, RankSource
 from . import forks
 from .forks import NOT_FOR_FORKS, ForkedProcess, child_env
-from .parse import Parts, parse_rank
+from ..store.parse import Parts, parse_rank
 from .wire import recv, send, widen_pipe
-from .writer import FRAME_ROWS, row_count
+from ..store.writer import FRAME_ROWS, row_count
 
 
 class Child:

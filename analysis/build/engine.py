@@ -16,12 +16,12 @@ from pathlib import Path
 from .. import machine
 from ..errors import ProfileError
 from ..ingest.discover import Discovery
-from .cache import Listing, input_listing
+from ..store.cache import Listing, input_listing
 from .forks import start_background
-from .options import IngestOptions, ProgressFn
-from .parse import parse_rank
+from ..store.options import IngestOptions, ProgressFn
+from ..store.parse import parse_rank
 from .pool import build_in_children
-from .writer import Writer, connect_for_writing, store_parsed
+from ..store.writer import Writer, connect_for_writing, store_parsed
 
 # Below this many input bytes in total, ingest runs in this process: starting the child processes and
 # inserting the last ranks after they are parsed cost more than parsing in parallel saves (figures in
