@@ -35,18 +35,10 @@ MEMINFO = Path("/proc/meminfo")
 # A cgroup "limit" this large means no limit (v1 writes 2^63 rounded down to a page).
 _UNLIMITED = 1 << 60
 
-# Peak private memory of a parse worker per byte its reader reads, and a fixed part for everything else
-# (index arrays, DuckDB's CSV buffers). Measured on the bench inputs, worker RSS minus the interpreter
-# with its imports (~72 MB with DuckDB, ~45 MB without):
-#   Ascend text (the communication JSONs decoded whole, the trace's columns built from Python objects, the
-#   big tables streamed as finished): 8 x 400k events (up to 192 MB read per rank) 275-291 MB -> 1.05-1.1 x
-#   (evals/bench/results-2026-11-27-ingest-status.md).
-#   Kineto, 8 x 93 MB JSON: 79-86 MB -> 0.4 x (read in 512 KiB pieces, folded into compact columns).
-#   The other formats (Ascend and MindSpore databases, MindSpore's older text export) build whole-rank
-#   columns: 2.5, above the 1.8-2.1 x the Ascend text reader measured when it held a rank's columns whole
-#   (2 x 400k events, 382-432 MB).
-PEAK_PER_INPUT_BYTE = {"kineto": 0.6, "ascend_text": 1.2, "ascend": 2.5}
-_TEXT_FORMATS = {"ascend_pt_text", "ascend_ms_text"}
+# A parse worker's peak private memory is a fixed part (index arrays, DuckDB's CSV buffers; worker RSS minus
+# the interpreter with its imports, ~72 MB with DuckDB, ~45 MB without, on the bench inputs) plus a share of
+# each input byte its reader reads, which is its format's (`Format.peak_per_input_byte`,
+# analysis/ingest/formats.py, with the measurements).
 WORKER_FIXED_BYTES = 64 << 20
 # The ingest process: DuckDB's buffer pool (24 MB), one uncompressed row group per table, the columns of
 # the rank being inserted; 124-164 MB on the bench inputs.
@@ -176,11 +168,10 @@ def rank_input_bytes(path: Path, files: Iterable[tuple[str, int]]) -> int:
     return total
 
 
-def worker_peak_bytes(fmt: str, input_bytes: int) -> int:
-    """Estimated peak private memory of a parse worker reading `input_bytes` of format `fmt`."""
-    factor = PEAK_PER_INPUT_BYTE["kineto" if fmt == "kineto" else "ascend_text" if fmt in _TEXT_FORMATS
-                                 else "ascend"]
-    return WORKER_FIXED_BYTES + int(factor * input_bytes)
+def worker_peak_bytes(per_input_byte: float, input_bytes: int) -> int:
+    """Estimated peak private memory of a parse worker reading `input_bytes` of a format that takes
+    `per_input_byte` of memory per byte read."""
+    return WORKER_FIXED_BYTES + int(per_input_byte * input_bytes)
 
 
 @dataclass
@@ -194,15 +185,15 @@ class WorkerPlan:
     reason: str                # "cpus", "ranks", "memory" or "STEPDOCTOR_WORKERS"
 
 
-def plan_workers(ranks: list[tuple[str, int]], *, cpus: int | None = None,
+def plan_workers(ranks: list[tuple[float, int]], *, cpus: int | None = None,
                  available: int | None = -1) -> WorkerPlan:
-    """Parse workers for `ranks` (format, `rank_input_bytes`): as many as usable CPUs and ranks allow, and
+    """Parse workers for `ranks` (their format's peak memory per input byte, `rank_input_bytes`): as many as usable CPUs and ranks allow, and
     no more than fit in MEMORY_SHARE of the available memory beside the ingest process, each planned at
     the estimated peak of the largest rank (any worker may get it); at least one. `available=-1`: read it
     here."""
     cpus = usable_cpus() if cpus is None else cpus
     avail = available_memory() if available == -1 else available
-    peak = max((worker_peak_bytes(fmt, n) for fmt, n in ranks), default=WORKER_FIXED_BYTES)
+    peak = max((worker_peak_bytes(per_byte, n) for per_byte, n in ranks), default=WORKER_FIXED_BYTES)
     env = os.environ.get(WORKERS_ENV, "").strip()
     if env:
         forced = _int_or_none(env)

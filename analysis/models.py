@@ -18,8 +18,9 @@ class ProfileInfo(BaseModel):
     """`profile` header of every JSON output."""
 
     path: str
-    format: str = Field(description="kineto | ascend_pt_text | ascend_pt_db | ascend_ms_text | ascend_ms_db | "
-                                    "mindspore_legacy, or several joined by '+'")
+    format: str = Field(description="the ranks' format (a name of analysis/ingest/formats.py: kineto, the "
+                                    "Ascend text and DB exports, msprof, MindSpore's legacy folder), or several "
+                                    "joined by '+'")
     ranks: list[int]
     steps: list[int] = Field(description="step numbers analysed (ProfilerStep#N); Kineto drops a last step "
                                          "that may be partial like HTA does, see dropped_steps")

@@ -12,7 +12,7 @@
 CREATE TABLE ranks (
     rank            INTEGER PRIMARY KEY,  -- global rank id
     source_path     VARCHAR NOT NULL,     -- the rank directory or trace file
-    format          VARCHAR NOT NULL,     -- ascend_pt_text | ascend_pt_db | ascend_ms_text | ascend_ms_db | mindspore_legacy | kineto
+    format          VARCHAR NOT NULL,     -- a format name of analysis/ingest/formats.py (FORMATS)
     vendor          VARCHAR NOT NULL,     -- ascend | cuda | rocm | mtia | cpu
     framework       VARCHAR,              -- pytorch | mindspore
     framework_version VARCHAR,            -- torch_npu / torch / mindspore version string when recorded

@@ -4,7 +4,8 @@
 
 OLD_ROOT is a folder holding an older checkout as `stepdoctor/` (e.g. a `git worktree` linked there); the
 new side is the installed package. Each side gets its own cache folder so the two never read each other's
-databases. Prints one line per (profile, command): `same`, or `DIFF` with the first differing JSON paths.
+databases. Prints one line per (profile, command): `same`; `same-refusal` where both sides exit with the same error
+(no answer to compare); or `DIFF` with the first differing JSON paths (a side that fails is named there).
 """
 
 from __future__ import annotations
@@ -21,12 +22,12 @@ _OLD_ENTRY = ("import sys; sys.path.insert(0, {root!r}); import importlib; "
               "m = importlib.import_module('stepdoctor.main') if importlib.util.find_spec('stepdoctor.main') "
               "and {root!r} in (importlib.util.find_spec('stepdoctor.main').origin or '') else None; "
               "sys.argv = ['stepdoctor', *sys.argv[1:]]; "
-              "(m.main if m else importlib.import_module('stepdoctor.tools.cli').run)()")
+              "raise SystemExit((m.main if m else importlib.import_module('stepdoctor.tools.cli').run)())")
 
 
 def _answer(argv: list[str], root: str | None, cache: str) -> object:
     code = _OLD_ENTRY.format(root=root) if root else "from stepdoctor.main import main; import sys; " \
-        "sys.argv = ['stepdoctor', *sys.argv[1:]]; main()"
+        "sys.argv = ['stepdoctor', *sys.argv[1:]]; raise SystemExit(main())"
     out = subprocess.run([sys.executable, "-c", code, *argv, "--format", "json"], capture_output=True, text=True,
                          env={**os.environ, "STEPDOCTOR_CACHE_DIR": cache}, cwd=tempfile.gettempdir())
     try:
@@ -70,9 +71,11 @@ def main(argv: list[str] | None = None) -> int:
                 old = _answer([cmd, str(Path(prof).resolve())], a.old_root, old_cache)
                 new = _answer([cmd, str(Path(prof).resolve())], None, new_cache)
                 diff = _paths(old, new)
-                differ += bool(diff)
-                print(f"{'DIFF' if diff else 'same'}  {cmd:10s} {prof}" + (f"  {diff[:5]}" if diff else ""),
-                      flush=True)
+                # both sides refusing the input with the same message: no answer to compare, and no change
+                refused = isinstance(old, _Failed) and isinstance(new, _Failed) and old.text == new.text
+                differ += bool(diff) and not refused
+                verdict = "same-refusal" if refused else "DIFF" if diff else "same"
+                print(f"{verdict:12s} {cmd:10s} {prof}" + (f"  {diff[:5]}" if diff else ""), flush=True)
     return 1 if differ else 0
 
 

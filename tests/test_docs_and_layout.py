@@ -281,3 +281,40 @@ def test_every_package_folder_is_installed():
                if not set(p.relative_to(REPO).parts) & skip}
     assert on_disk - listed == set()
     assert listed - on_disk == set()
+
+
+def test_a_format_name_is_written_only_in_its_registry():
+    """`analysis/ingest/formats.py` is the one place a format's name is spelled: elsewhere code reads the
+    registry (a literal `"kineto"` or an `f"ascend_{fw}_text"` would be a second, silent definition)."""
+    from stepdoctor.analysis.ingest.formats import FORMATS
+
+    home = REPO / "analysis" / "ingest" / "formats.py"
+    skip = {".venv", "tests", ".git", "__pycache__", "evals"}
+    written = []
+    for path in REPO.rglob("*.py"):
+        if set(path.relative_to(REPO).parts) & skip or path == home:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            pieces = [node] if isinstance(node, ast.Constant) else []
+            if isinstance(node, ast.JoinedStr):  # f"ascend_{fw}_text": the name built from its parts
+                pieces = [v for v in node.values if isinstance(v, ast.Constant)]
+                if any(str(v.value).endswith("ascend_") for v in pieces):
+                    written.append(f"{path.relative_to(REPO)}:{node.lineno}")
+                continue
+            if any(isinstance(v.value, str) and v.value in FORMATS for v in pieces):
+                written.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert written == []
+
+
+def test_every_registered_format_has_its_reader():
+    from stepdoctor.analysis.ingest.formats import FORMATS, ascend_export, export_kind, is_ascend
+
+    for fmt in FORMATS.values():
+        assert callable(fmt.read_rank()), fmt.name
+        assert is_ascend(fmt.name) == (fmt.vendor == "ascend")
+    assert sorted(f.name for f in FORMATS.values() if f.streams) == ["ascend_ms_text", "ascend_pt_text"]
+    for framework in ("pytorch", "mindspore"):
+        for kind in ("text", "db"):
+            name = ascend_export(framework, kind)
+            assert (FORMATS[name].framework, export_kind(name)) == (framework, kind)
+    assert export_kind("kineto") is None and is_ascend(None) and not is_ascend("kineto")

@@ -12,6 +12,7 @@ import pytest
 from conftest import CLUSTER4, need
 from stepdoctor.analysis import machine, store
 from stepdoctor.analysis.ingest.discover import discover
+from stepdoctor.analysis.ingest.formats import FORMATS
 from stepdoctor.analysis.store import IngestOptions
 
 MB = 1 << 20
@@ -103,9 +104,12 @@ def test_rank_input_bytes_counts_what_readers_read(tmp_path):
     assert _input_bytes(cluster_rank) == sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
 
 
+PEAK = {name: f.peak_per_input_byte for name, f in FORMATS.items()}
+
+
 def test_plan_workers_fits_the_largest_rank_in_memory(monkeypatch):
     monkeypatch.delenv(machine.WORKERS_ENV, raising=False)
-    ranks = [("ascend_pt_db", 1000), ("ascend_pt_db", 400 * MB)] * 32
+    ranks = [(PEAK["ascend_pt_db"], 1000), (PEAK["ascend_pt_db"], 400 * MB)] * 32
     peak = machine.WORKER_FIXED_BYTES + int(2.5 * 400 * MB)
     plan = machine.plan_workers(ranks, cpus=64, available=None)
     assert (plan.workers, plan.reason, plan.worker_peak_bytes) == (64, "cpus", peak)
@@ -113,13 +117,13 @@ def test_plan_workers_fits_the_largest_rank_in_memory(monkeypatch):
     assert plan.workers == int((16 * GB * 0.7 - 256 * MB) // peak) == 10
     assert plan.reason == "memory"
     # the Ascend text reader streams its tables: a worker takes ~1.1x what it reads (1.2x planned)
-    text = machine.plan_workers([("ascend_pt_text", 400 * MB)] * 32, cpus=64, available=16 * GB)
+    text = machine.plan_workers([(PEAK["ascend_pt_text"], 400 * MB)] * 32, cpus=64, available=16 * GB)
     assert text.worker_peak_bytes == machine.WORKER_FIXED_BYTES + int(1.2 * 400 * MB)
     assert text.workers == int((16 * GB * 0.7 - 256 * MB) // text.worker_peak_bytes) == 20
     assert machine.plan_workers(ranks, cpus=64, available=512 * MB).workers == 1  # never fewer than one
     assert machine.plan_workers(ranks[:3], cpus=64, available=None).workers == 3
     # Kineto ranks stream: ~0.6 byte per input byte
-    kineto = [("kineto", 400 * MB)] * 8
+    kineto = [(PEAK["kineto"], 400 * MB)] * 8
     assert machine.plan_workers(kineto, cpus=8, available=4 * GB).workers == 8
     assert machine.plan_workers(kineto, cpus=8, available=1 * GB).workers == 1
 
@@ -127,11 +131,11 @@ def test_plan_workers_fits_the_largest_rank_in_memory(monkeypatch):
 def test_workers_env_overrides_the_plan(monkeypatch, caplog):
     rank = 1
     monkeypatch.setenv(machine.WORKERS_ENV, "3")
-    plan = machine.plan_workers([("ascend_pt_text", rank)] * 8, cpus=64, available=1 * MB)
+    plan = machine.plan_workers([(PEAK["ascend_pt_text"], rank)] * 8, cpus=64, available=1 * MB)
     assert (plan.workers, plan.reason) == (3, machine.WORKERS_ENV)
     monkeypatch.setenv(machine.WORKERS_ENV, "zero")
     with caplog.at_level(logging.WARNING, logger=machine.__name__):
-        plan = machine.plan_workers([("ascend_pt_text", rank)] * 8, cpus=4, available=None)
+        plan = machine.plan_workers([(PEAK["ascend_pt_text"], rank)] * 8, cpus=4, available=None)
     assert plan.workers == 4
     assert "STEPDOCTOR_WORKERS='zero' is not an integer >= 1" in caplog.text
 
@@ -169,7 +173,7 @@ def test_build_database_takes_the_planned_workers(tmp_path, monkeypatch, workers
         got = prof.rows(query)
     finally:
         prof.close()
-    assert calls[0] == [(s.format, _input_bytes(s.path)) for s in discover(prof_dir).sources]
+    assert calls[0] == [(PEAK[s.format], _input_bytes(s.path)) for s in discover(prof_dir).sources]
     assert children == ([] if workers == 1 else [workers])
     assert [r for r, *_ in got] == [0, 1, 2, 3]
     assert got == expected

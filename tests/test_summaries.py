@@ -16,6 +16,7 @@ import pytest
 from conftest import SHARED, need
 from stepdoctor.analysis.build import open_profile
 from stepdoctor.analysis.ingest.base import RankSource, RankTables
+from stepdoctor.analysis.ingest.formats import FORMATS
 from stepdoctor.analysis.metrics.breakdown import BreakdownRow, compute_breakdown
 from stepdoctor.analysis.store import IngestOptions, Profile, parse, profile_info
 from stepdoctor.analysis.store.summaries import KERNEL_TABLE, STEP_TABLE
@@ -124,7 +125,7 @@ def test_receive_ops_make_the_bubble(comm_ops: bool, tmp_path: Path, monkeypatch
     """The bubble comes from comm_ops' receive rows, else from the trace's hcom_receive tasks (`_` of the
     driver's LIKE is any character), as the driver computes it from the events."""
     fake = SimpleNamespace(read_rank=lambda src: _fake_rank(src, comm_ops=comm_ops))
-    monkeypatch.setitem(parse.READERS, "fake", lambda: fake)
+    monkeypatch.setitem(FORMATS, "fake", SimpleNamespace(read_rank=lambda: fake.read_rank, streams=False, ascend=True))
     db = tmp_path / "p.duckdb"
     con, rows = connect_for_writing(db)
     writer = Writer(con, rows)

@@ -16,6 +16,7 @@ from pathlib import Path
 from .. import machine
 from ..errors import ProfileError
 from ..ingest.discover import Discovery
+from ..ingest.formats import FORMATS
 from ..store.cache import Listing, input_listing
 from .forks import start_background
 from ..store.options import IngestOptions, ProgressFn
@@ -46,7 +47,7 @@ def build_database(disc: Discovery, out: Path, options: IngestOptions | None = N
         engine = "here" if n == 1 or total_bytes < PARALLEL_MIN_BYTES or os.name != "posix" else "pool"
     if engine == "pool" and workers is None:
         workers = machine.plan_workers([
-            (s.format, machine.rank_input_bytes(s.path, [(name, size) for name, size, _ in files]))
+            (FORMATS[s.format].peak_per_input_byte, machine.rank_input_bytes(s.path, [(name, size) for name, size, _ in files]))
             for s, files in zip(disc.sources, listing, strict=True)]).workers
     if engine == "pool" and (n == 1 or (workers or 1) <= 1 or os.name != "posix"):
         engine = "here"

@@ -6,6 +6,7 @@ import re
 
 import pandas as pd
 
+from ..ingest.formats import has_kineto
 from ..timeline.names import kernel_label, operator_label, strip_address
 from .sides import Side, in_list
 
@@ -51,7 +52,7 @@ def op_table(side: Side, kind: str, *, by_family: bool = False, by_launch: bool 
     """
     p, where = side.profile, f"{in_list('rank', side.ranks)} AND {in_list('step', side.steps)}"
     dwhere = where
-    if by_launch and "kineto" in p.info.format:
+    if by_launch and has_kineto(p.info.format):
         # HTA's rule: a GPU op belongs to the iteration of its correlated launch; ops whose launch is not
         # in the step (CUDA-graph replays, launches outside the trace) belong to no iteration
         dwhere = (f"{where} AND EXISTS (SELECT 1 FROM host_ops h WHERE h.rank = d.rank AND h.step = d.step "
@@ -77,7 +78,7 @@ def op_table(side: Side, kind: str, *, by_family: bool = False, by_launch: bool 
         df["key"] = df["key"].map(strip_address)
     elif kind == "comm":
         # Ascend: HCCL ops by type and group; GPU: the NCCL kernels themselves (HTA's op set)
-        df = pd.DataFrame() if "kineto" in p.info.format else p.sql(
+        df = pd.DataFrame() if has_kineto(p.info.format) else p.sql(
             f"SELECT coalesce(op_type, name) || coalesce(' @' || group_name, '') AS key, elapse_ns AS dur_ns "
             f"FROM comm_ops WHERE {where}")
         if df.empty:
@@ -104,7 +105,7 @@ def comm_bandwidth(side: Side) -> dict[str, float]:
     """Achieved bandwidth (GB/s = bytes/ns) per comm key (op type @ group) over the side's ranks and steps:
     Σ bytes / Σ transit time of the non-local transports in communication.json (the advisor's definition)."""
     p = side.profile
-    if "kineto" in p.info.format:
+    if has_kineto(p.info.format):
         return {}
     df = p.sql(
         "SELECT coalesce(o.op_type, o.name) || coalesce(' @' || o.group_name, '') AS key, "
@@ -158,7 +159,7 @@ def operator_table(side: Side) -> pd.DataFrame:
     empty elsewhere."""
     p = side.profile
     cols = ["op", "inner", "kernel", "count", "total_ms"]
-    if "kineto" not in p.info.format:
+    if not has_kineto(p.info.format):
         return pd.DataFrame(columns=cols)
     where = f"{in_list('d.rank', side.ranks)} AND {in_list('d.step', side.steps)}"
     df = p.sql(

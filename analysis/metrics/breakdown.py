@@ -40,9 +40,10 @@ import itertools
 
 import numpy as np
 
+from ..ingest.formats import KINETO, is_ascend
 from ..models import BreakdownRow
 from ..store import Profile
-from ..store.summaries import STEP_TABLE, is_ascend
+from ..store.summaries import STEP_TABLE
 from ..timeline.breakdown import step_breakdown_ns
 from ..units import NS_PER_MS
 
@@ -124,7 +125,7 @@ def _summary_rows(profile: Profile, where: str, params: list[object], formats: d
 def _event_rows(profile: Profile, st: dict[str, np.ndarray], st_rank: np.ndarray, ranks: list[int],
                 formats: dict[int, str], hta_compat: bool) -> list[BreakdownRow]:
     """The rows of `ranks` computed from their device ops (`st`: the steps query, every rank's rows)."""
-    kineto_ranks = {r for r in ranks if formats.get(r) == "kineto"}
+    kineto_ranks = {r for r in ranks if formats.get(r) == KINETO}
     # Receive ops (the pipeline bubble): communication.json's, else the trace's hcom_receive* tasks
     recv = profile.arrays(
         "SELECT rank, start_ns, elapse_ns FROM comm_ops WHERE op_type IN ('receive', 'recv') "

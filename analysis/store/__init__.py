@@ -20,13 +20,11 @@ from .cache import (
     version_stamp,
 )
 from .options import ENGINES, Engine, IngestOptions, ProgressFn
-from .parse import READERS, STREAMING, Parts, Sink, parse_rank, read_source, reader
+from .parse import Parts, Sink, parse_rank, read_source, reader
 from .profile import Profile, analysis_config, is_damaged_cache, profile_info
 
 __all__ = [
     "ENGINES",
-    "READERS",
-    "STREAMING",
     "Engine",
     "IngestOptions",
     "Listing",

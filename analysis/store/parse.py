@@ -1,4 +1,5 @@
-"""Parsing one rank: the reader of each format, and its failures turned into one-line ProfileErrors.
+"""Parsing one rank: its format's reader (analysis/ingest/formats.py), its failures turned into one-line
+ProfileErrors, and the rank's summaries computed from the typed columns.
 
 This module imports neither duckdb nor pandas nor pydantic at the top, so a parse worker that imports it
 stays small; a reader's own dependencies load when a rank of its format is read.
@@ -8,66 +9,26 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ProfileError
 from ..ingest.base import RankSource, RankTables, StoreError
+from ..ingest.formats import FORMATS
 from .summaries import RankSummary
 
 if TYPE_CHECKING:
     import numpy as np
 
 
-# format -> the reader's module, imported when a rank of that format is read (a reader's dependencies load only
-# when needed, and a broken optional reader cannot break the others); each module has `read_rank(src)`.
-def _kineto() -> ModuleType:
-    from ..ingest import kineto
-    return kineto
-
-
-def _ascend_text() -> ModuleType:
-    from ..ingest import ascend_text
-    return ascend_text
-
-
-def _ascend_db() -> ModuleType:
-    from ..ingest import ascend_db
-    return ascend_db
-
-
-def _mindspore_legacy() -> ModuleType:
-    from ..ingest import mindspore_legacy
-    return mindspore_legacy
-
-
-def _msprof() -> ModuleType:
-    from ..ingest import msprof
-    return msprof
-
-
-READERS: dict[str, Callable[[], ModuleType]] = {
-    "kineto": _kineto,
-    "ascend_pt_text": _ascend_text,
-    "ascend_ms_text": _ascend_text,
-    "ascend_pt_db": _ascend_db,
-    "ascend_ms_db": _ascend_db,
-    "mindspore_legacy": _mindspore_legacy,
-    "ascend_msprof": _msprof,
-}
-
-
-def reader(fmt: str) -> Callable[[RankSource], RankTables]:
-    if fmt not in READERS:
+def reader(fmt: str) -> Callable[..., RankTables]:
+    """The `read_rank` of format `fmt`'s reader (analysis/ingest/formats.py), or a one-line ProfileError."""
+    if fmt not in FORMATS:
         raise ProfileError(None, f"no reader for format {fmt}")
     try:
-        return READERS[fmt]().read_rank
+        return FORMATS[fmt].read_rank()
     except ModuleNotFoundError as e:
         raise ProfileError(None, f"no reader for format {fmt} in this build ({e.name})") from None
 
-
-# The readers that can hand a rank's finished tables on while they read (`RankTables.stream`)
-STREAMING = {"ascend_pt_text", "ascend_ms_text"}
 
 Sink = Callable[[int, str, "dict[str, np.ndarray]"], None]
 
@@ -75,7 +36,7 @@ Sink = Callable[[int, str, "dict[str, np.ndarray]"], None]
 def read_source(src: RankSource, sink: Sink | None = None) -> RankTables:
     """Parse one rank; every failure becomes a ProfileError naming the file. `sink`: see `parse_rank`."""
     try:
-        if sink is not None and src.format in STREAMING:
+        if sink is not None and FORMATS[src.format].streams:
             return reader(src.format)(src, sink, trim)
         return reader(src.format)(src)
     except (ProfileError, StoreError):
@@ -92,7 +53,7 @@ Parts = list[tuple[str, "dict[str, np.ndarray]"]]
 def parse_rank(src: RankSource, sink: Sink | None = None) -> tuple[RankTables, Parts]:
     """Parse one rank and type its columns for the insert; every failure is a ProfileError naming the file.
 
-    `sink(rank, table, columns)`, for a reader in STREAMING: its big tables' typed blocks as the reader
+    `sink(rank, table, columns)`, for a reader that streams (`Format.streams`): its big tables' typed blocks as the reader
     finishes them (they are then not in the parts returned); the rank may fail after some were given.
 
     The parts end with the rank's summaries (`summaries.RankSummary`: its per-step breakdown and kernel

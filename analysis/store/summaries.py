@@ -24,22 +24,17 @@ from typing import Any
 import numpy as np
 
 from ..ingest.base import Coded
+from ..ingest.formats import is_ascend
 from ..timeline.breakdown import Columns, step_breakdown_ns
 
 STEP_TABLE = "step_breakdown"
 KERNEL_TABLE = "kernel_totals"
-_KINETO_FORMATS = ("kineto",)
 # The driver's receive ops where a rank has no comm_ops rows: `lower(name) LIKE 'hcom_receive%'` (the `_`
 # of LIKE is any one character)
 _HCOM_RECEIVE = re.compile(r"hcom.receive", re.S)
 _RECEIVE_TYPES = ("receive", "recv")
 
 
-
-def is_ascend(fmt: str | None) -> bool:
-    """The breakdown's Ascend rules (torch_npu's window and idle) apply to every format but Kineto's; a
-    rank without a `ranks` row (format unknown) counts as Ascend, as the driver's query has it."""
-    return fmt not in _KINETO_FORMATS
 
 
 

@@ -19,6 +19,7 @@ from ..ascend_columns import (
     Resolved,
 )
 from ..base import RankSource, RankTables
+from ..formats import FORMATS
 from .common import ANALYSE_HINT, OUTPUT_DIR
 from .csv_io import (
     Converted,
@@ -45,7 +46,8 @@ class ReaderBase:
         self.out = self.root / OUTPUT_DIR if (self.root / OUTPUT_DIR).is_dir() else self.root
         self.rank = src.rank if src.rank is not None else 0
         self.t = RankTables(self.rank)
-        ms = src.format.startswith("ascend_ms") or self.root.name.endswith("_ascend_ms")
+        fmt = FORMATS.get(src.format)
+        ms = (fmt is not None and fmt.framework == "mindspore") or self.root.name.endswith("_ascend_ms")
         self.framework = "mindspore" if ms else "pytorch"
         self._con: duckdb.DuckDBPyConnection | None = None  # (see `con`)
         self.framework_version: str | None = None

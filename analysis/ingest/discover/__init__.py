@@ -26,6 +26,7 @@ from pathlib import Path
 from ...errors import ProfileError
 from ...files import display, not_regular
 from ..base import RankSource
+from ..formats import ASCEND_MSPROF, FORMATS, KINETO, MINDSPORE_LEGACY, ascend_export, export_kind
 from .content import (
     DB_RE,
     EXECUTION_TRACE,
@@ -87,7 +88,7 @@ def discover(path: str | Path) -> Discovery:
             if p.parent.name == "ASCEND_PROFILER_OUTPUT":
                 return _ascend([p.parent.parent], p)
             # a DB export copied out of its rank directory: the file itself is the rank
-            src = RankSource(path=p, format=f"ascend_{'ms' if m.group(1) == 'mindspore' else 'pt'}_db",
+            src = RankSource(path=p, format=ascend_export("mindspore" if m.group(1) == "mindspore" else "pytorch", "db"),
                              rank=int(m.group(2)) if m.group(2) is not None else None, rank_how=p.name)
             warnings: list[str] = []
             if src.rank is None:
@@ -131,7 +132,7 @@ def discover(path: str | Path) -> Discovery:
                     special.append(f"{display(root / f)}: {why}, not a regular file: not read")
                 else:
                     kind = json_kind(root / f)
-                    if kind == "kineto":
+                    if kind == KINETO:
                         kineto_files.append(root / f)
                     elif kind == "ascend_trace":
                         bare_traces.append(root / f)
@@ -159,12 +160,12 @@ def _ascend(dirs: list[Path], root: Path) -> Discovery:
     kinds = set()
     for d in sorted(dirs):
         rank, how, fmt = ascend_rank(d)
-        kinds.add(fmt.split("_")[1])
-        if fmt.endswith("_text"):   # a DB name ascend_rank passed over: not an SQLite file
+        kinds.add(FORMATS[fmt].framework)
+        if export_kind(fmt) == "text":   # a DB name ascend_rank passed over: not an SQLite file
             warnings += [f"{display(d.name)}: {n} is not an SQLite database (damaged or not an export); the text "
                          "export beside it is read" for n in sorted(listdir(d / OUTPUT_DIR)) if DB_RE.match(n)]
         # a DB export not named *.db (found by its SQLite header): the reader is given the file itself
-        renamed = sqlite_db(d / OUTPUT_DIR) if fmt.endswith("_db") and not any(
+        renamed = sqlite_db(d / OUTPUT_DIR) if export_kind(fmt) == "db" and not any(
             DB_RE.match(n) for n in listdir(d / OUTPUT_DIR)) else None
         src = RankSource(path=renamed or d, format=fmt, rank=rank, rank_how=how,
                          extra={"timestamp": timestamp_of(d)})
@@ -191,7 +192,7 @@ def _msprof(found: list[Path], root: Path) -> Discovery:
     unknown: list[RankSource] = []
     for f in sorted(found):
         rank, how = msprof_rank(f)
-        src = RankSource(path=f, format="ascend_msprof", rank=rank, rank_how=how)
+        src = RankSource(path=f, format=ASCEND_MSPROF, rank=rank, rank_how=how)
         if rank is None or rank in by_rank:
             unknown.append(src)
         else:
@@ -202,7 +203,7 @@ def _msprof(found: list[Path], root: Path) -> Discovery:
         raise ProfileError(root, f"holds {len(found)} msprof collections that are not ranks of one job (no or "
                                  f"repeated rank_id): {listed[:600]}; pass one of them")
     _assign_placeholders(by_rank, unknown, warnings, "no rank_id in device_*/info.json")
-    return Discovery(root, "ascend_msprof", [by_rank[r] for r in sorted(by_rank)], warnings)
+    return Discovery(root, ASCEND_MSPROF, [by_rank[r] for r in sorted(by_rank)], warnings)
 
 
 def _mindspore_legacy(dirs: list[Path], root: Path) -> Discovery:
@@ -214,8 +215,8 @@ def _mindspore_legacy(dirs: list[Path], root: Path) -> Discovery:
             if (m := MS_LEGACY_RE.match(n)) and int(m.group(1)) not in seen:
                 r = int(m.group(1))
                 seen.add(r)
-                sources.append(RankSource(path=d, format="mindspore_legacy", rank=r, rank_how=n))
-    return Discovery(root, "mindspore_legacy", sorted(sources, key=lambda s: s.rank or 0), warnings)
+                sources.append(RankSource(path=d, format=MINDSPORE_LEGACY, rank=r, rank_how=n))
+    return Discovery(root, MINDSPORE_LEGACY, sorted(sources, key=lambda s: s.rank or 0), warnings)
 
 
 def _kineto(files: list[Path], root: Path) -> Discovery:
@@ -225,7 +226,7 @@ def _kineto(files: list[Path], root: Path) -> Discovery:
     found = [kineto_rank(f) for f in files]
     refuse_mixed_kineto(root, files, [r for r, _ in found], [h for _, h in found])
     for f, (rank, how) in zip(files, found, strict=True):
-        src = RankSource(path=f, format="kineto", rank=rank, rank_how=how)
+        src = RankSource(path=f, format=KINETO, rank=rank, rank_how=how)
         if rank is None:
             unknown.append(src)
         elif rank in by_rank:
@@ -235,7 +236,7 @@ def _kineto(files: list[Path], root: Path) -> Discovery:
         else:
             by_rank[rank] = src
     _assign_placeholders(by_rank, unknown, warnings, "no distributedInfo.rank and no rank in the file name")
-    return Discovery(root, "kineto", [by_rank[r] for r in sorted(by_rank)], warnings)
+    return Discovery(root, KINETO, [by_rank[r] for r in sorted(by_rank)], warnings)
 
 
 def _assign_placeholders(by_rank: dict[int, RankSource], unknown: list[RankSource],

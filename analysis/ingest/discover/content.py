@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ...errors import ProfileError
 from ...files import Unreadable, open_regular, read_bytes
+from ..formats import KINETO, ascend_export, export_kind
 
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 MSPROF_OUTPUT_DIR = "mindstudio_profiler_output"
@@ -118,7 +119,7 @@ def _json_int(path: Path, key: str) -> int | None:
 
 def ascend_rank(d: Path) -> tuple[int | None, str, str]:
     """(rank, how, format) of one *_ascend_pt/_ms dir."""
-    framework = "ms" if d.name.endswith("_ascend_ms") else "pt"
+    framework = "mindspore" if d.name.endswith("_ascend_ms") else "pytorch"
     rank: int | None = None
     how = ""
     try:
@@ -136,7 +137,7 @@ def ascend_rank(d: Path) -> tuple[int | None, str, str]:
                 rank, how = r, f"{n} rank_id"
                 break
     out = d / "ASCEND_PROFILER_OUTPUT"
-    fmt = f"ascend_{framework}_text"
+    fmt = ascend_export(framework, "text")
     if out.is_dir():
         listed = sorted(os.listdir(out))
         text_beside = any(n in _DELIVERABLES for n in listed)
@@ -146,11 +147,11 @@ def ascend_rank(d: Path) -> tuple[int | None, str, str]:
                 # (the reader of the text export names the DB it left out); alone, the DB reader says why
                 if text_beside and not _is_sqlite(out / n):
                     continue
-                fmt = f"ascend_{framework}_db"
+                fmt = ascend_export(framework, "db")
                 if rank is None and m.group(2) is not None:
                     rank, how = int(m.group(2)), n
-        if fmt.endswith("_text") and (db := sqlite_db(out)) is not None:
-            fmt = f"ascend_{'ms' if db.name.startswith('ascend_mindspore') else 'pt'}_db"
+        if export_kind(fmt) == "text" and (db := sqlite_db(out)) is not None:
+            fmt = ascend_export("mindspore" if db.name.startswith("ascend_mindspore") else "pytorch", "db")
     return rank, how, fmt
 
 
@@ -188,20 +189,20 @@ def json_kind(path: Path) -> str | None:
     try:
         head = read_head(path, 1 << 16)
     except ProfileError:
-        return "kineto" if path.name.endswith(".gz") else None   # a damaged trace: the reader says how
+        return KINETO if path.name.endswith(".gz") else None   # a damaged trace: the reader says how
     except OSError:
-        return "kineto"   # unreadable (outside the roots once opened, no permission): the reader says so
+        return KINETO   # unreadable (outside the roots once opened, no permission): the reader says so
     text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     if text.startswith(b"{"):
         if b'"traceEvents"' in head or b'"schemaVersion"' in head or not head.strip(b"{ \n"):
-            return "kineto"
+            return KINETO
         return "execution_trace" if b'"nodes"' in head and b'"schema"' in head else None
     if text.startswith(b"["):
         # torch_npu writes ts as a string of µs ("1704161511420306.491"); its tracks are named Ascend
         # Hardware, CANN, Overlap Analysis; AscendCL@ / torch_to_npu name its API calls and flows
         markers = (b"Ascend Hardware", b"CANN", b"Overlap Analysis", b"AscendCL@", b"torch_to_npu")
         return "ascend_trace" if any(m in head for m in markers) or _STRING_TS_RE.search(head) else None
-    return "kineto" if not text else None   # an empty file: the reader reports it
+    return KINETO if not text else None   # an empty file: the reader reports it
 
 
 def read_head(path: Path, n: int = _HEAD_BYTES) -> bytes:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..base import RankTables
+from ..formats import KINETO
 from .events import EPOCH_US, us_to_ns
 from .folder import NONE, Folder
 from .names import (
@@ -281,7 +282,7 @@ def add_ranks_row(t: RankTables, path: Path, meta: dict[str, Any], tr: Trace, f:
         origin = None
     ws = dist.get("world_size")
     with_stack = bool(meta.get("with_stack")) or bool(f.stack_ids) or bool((tr.h_cat == H_PYTHON).any())
-    t.add("ranks", rank=t.rank, source_path=str(path), format="kineto", vendor=vendor, framework="pytorch",
+    t.add("ranks", rank=t.rank, source_path=str(path), format=KINETO, vendor=vendor, framework="pytorch",
           framework_version=None, device_name=prop.get("name") if prop else None,
           device_id=device_id if device_id is not None else (prop.get("id") if prop else None),
           world_size=ws if isinstance(ws, int) else None,
