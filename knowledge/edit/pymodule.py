@@ -146,12 +146,16 @@ class Module:
         nodes = [n for n in ast.walk(self.tree) if isinstance(n, ast.Call)]
         yield from sorted(nodes, key=lambda n: (n.lineno, n.col_offset))
 
-    def has_call(self, targets: Iterable[str]) -> ast.Call | None:
+    def calls_to(self, targets: Iterable[str]) -> Iterator[tuple[ast.Call, str]]:
+        """The calls whose callee resolves to one of `targets`, in source order, with the target matched."""
         targets = list(targets)
         for call in self.calls():
-            if self.match_call(call, targets):
-                return call
-        return None
+            target = self.match_call(call, targets)
+            if target is not None:
+                yield call, target
+
+    def has_call(self, targets: Iterable[str]) -> ast.Call | None:
+        return next((call for call, _ in self.calls_to(targets)), None)
 
     def statement_of(self, node: ast.AST) -> ast.stmt:
         while not isinstance(node, ast.stmt):

@@ -28,10 +28,7 @@ class RemoveCall(EditBase):
         and has no `else` goes with them, so `if step % 10 == 0: torch.cuda.empty_cache()` disappears whole."""
         out = Outcome()
         doomed: list[ast.stmt] = []
-        for call in mod.calls():
-            target = mod.match_call(call, self.locate.calls)
-            if target is None:
-                continue
+        for call, target in mod.calls_to(self.locate.calls):
             stmt = mod.statement_of(call)
             if not (isinstance(stmt, ast.Expr) and stmt.value is call):
                 out.notes.append(f"line {call.lineno}: `{target}()` is part of a larger statement; left as is")

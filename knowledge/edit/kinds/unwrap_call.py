@@ -27,10 +27,7 @@ class UnwrapCall(EditBase):
         """Replace `wrapper(x, ...)` by `x`; a statement `x = wrapper(x)` becomes pointless and is deleted."""
         out = Outcome()
         doomed: list[ast.stmt] = []
-        for call in mod.calls():
-            target = mod.match_call(call, self.locate.calls)
-            if target is None:
-                continue
+        for call, target in mod.calls_to(self.locate.calls):
             inner = (
                 call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "module"), None)
             )
