@@ -21,11 +21,11 @@ from typing import Any, BinaryIO
 
 from ..errors import ProfileError
 from ..ingest.base import Coded, RankSource
+from ..store.parse import Parts, parse_rank
+from ..store.writer import FRAME_ROWS, row_count
 from . import forks
 from .forks import NOT_FOR_FORKS, ForkedProcess, child_env
-from ..store.parse import Parts, parse_rank
 from .wire import recv, send, widen_pipe
-from ..store.writer import FRAME_ROWS, row_count
 
 
 class Child:

@@ -18,11 +18,11 @@ from ..errors import ProfileError
 from ..ingest.discover import Discovery
 from ..ingest.formats import FORMATS
 from ..store.cache import Listing, input_listing
-from .forks import start_background
 from ..store.options import IngestOptions, ProgressFn
 from ..store.parse import parse_rank
-from .pool import build_in_children
 from ..store.writer import Writer, connect_for_writing, store_parsed
+from .forks import start_background
+from .pool import build_in_children
 
 # Below this many input bytes in total, ingest runs in this process: starting the child processes and
 # inserting the last ranks after they are parsed cost more than parsing in parallel saves (figures in

@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from ..errors import ProfileError
 from ..ingest.base import RankSource
 from ..ingest.discover import Discovery
-from .children import Child
-from .forks import host_may_fork, may_fork, reap_exiting, run_in_thread, start_background
 from ..store.options import ProgressFn
 from ..store.parse import reader
-from .wire import readable, recv, send
 from ..store.writer import Writer, connect_for_writing
+from .children import Child
+from .forks import host_may_fork, may_fork, reap_exiting, run_in_thread, start_background
+from .wire import readable, recv, send
 
 if TYPE_CHECKING:
     import duckdb

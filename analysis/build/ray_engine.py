@@ -45,10 +45,10 @@ from typing import Any
 from ..errors import ProfileError
 from ..ingest.base import Coded, RankSource
 from ..ingest.discover import Discovery
-from .locality import Placement, interleaved, place
 from ..store.parse import Parts, parse_rank
-from .pool import ProgressFn
 from ..store.writer import CHUNK_ROWS, Writer, connect_for_writing, row_count
+from .locality import Placement, interleaved, place
+from .pool import ProgressFn
 
 # A failed attempt is retried once: a rank is skipped after two failed attempts.
 MAX_RETRIES = 1
