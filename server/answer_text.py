@@ -99,8 +99,9 @@ def text_loaded(r: LoadedProfile) -> str:
     return "\n".join(lines)
 
 
-def text_issues(rep: m.IssueReport, pid: str, numbers: list[int | None]) -> str:
-    """`numbers` are the findings' numbers in the unfiltered report, the `finding=N` that explain takes."""
+def text_issues(rep: m.IssueReport, pid: str) -> str:
+    """Each finding under its number in the unfiltered report (`IssueReport.numbered`), the `finding=N`
+    that explain takes."""
     counts = {s: sum(f.severity == s for f in rep.findings) for s in SEVERITY_ORDER}
     head = (
         f"{rep.total} finding(s) in {_profile_line(rep.profile)}"
@@ -109,14 +110,14 @@ def text_issues(rep: m.IssueReport, pid: str, numbers: list[int | None]) -> str:
     )
     lines = [head]
     lines += [
-        _finding_line(n if n is not None else "-", f) for n, f in zip(numbers, rep.findings, strict=True)
+        _finding_line(n if n is not None else "-", f) for n, f in rep.numbered()
     ]
     if rep.not_applicable:
         na = "; ".join(f"{k} ({v})" for k, v in sorted(rep.not_applicable.items())[:8])
         more = len(rep.not_applicable) - 8
         lines.append(f"Not applicable: {na}" + (f"; … {more} more" if more > 0 else ""))
     lines += _warnings_text(rep.warnings)
-    first = next(((n, f) for n, f in zip(numbers, rep.findings, strict=True) if n is not None), None)
+    first = next(((n, f) for n, f in rep.numbered() if n is not None), None)
     if first is not None:
         lines.append(
             f'Next: explain(id="{first[1].check}", profile_id="{pid}", finding={first[0]}) for the evidence '

@@ -46,19 +46,18 @@ Budget = Callable[[BaseModel, Any, str], Shaped]
 
 def _issues(rep: m.IssueReport, args: catalog.IssuesArgs, pid: str) -> Shaped:
     # The full report was computed once (no filter): filters apply here, and the numbers shown are the
-    # positions in that report, the `finding=N` explain takes.
-    full = rep.findings
+    # positions in that report (`numbered`), the `finding=N` explain takes.
     cut = SEVERITY_ORDER[args.min_severity]
     wanted = set(args.checks or [])
     ranks = set(args.ranks or [])
-    picked = [(i, f) for i, f in enumerate(full, 1)
+    picked = [(i, f) for i, f in rep.numbered()
               if SEVERITY_ORDER[f.severity] <= cut and (not wanted or f.check in wanted)
               and (args.ranks is None or ranks & set(f.ranks))]
     shown = picked[: args.limit]
     out = rep.model_copy(update={
         "findings": [a.trim_evidence(f, a.EVIDENCE_RANKS) for _, f in shown],
-        "total": len(picked), "truncated": len(shown) < len(picked)})
-    return out, a.text_issues(out, pid, [i for i, _ in shown]), "lower limit or raise min_severity"
+        "total": len(picked), "truncated": len(shown) < len(picked), "numbers": [i for i, _ in shown]})
+    return out, a.text_issues(out, pid), "lower limit or raise min_severity"
 
 
 def _breakdown(b: m.Breakdown, args: catalog.BreakdownArgs, pid: str) -> Shaped:

@@ -89,3 +89,27 @@ def test_a_rank_filter_says_where_else_a_check_fired():
     assert [w for w in rep.warnings if "outside the ranks asked" in w] == \
         ["slow-rank fired on rank 1, outside the ranks asked (0)"]
     assert not [w for w in api.issues(run, checks=["slow-rank"], ranks=[1]).warnings if "outside" in w]
+
+
+def test_a_finding_keeps_its_number_under_every_filter():
+    """The number a listing shows is the finding's place in the unfiltered report, the N `explain --finding`
+    takes: a filtered listing never renumbers (1, 2, ... of what it kept would name other findings)."""
+    from stepdoctor.tools import api
+    from stepdoctor.tools import knowledge_tools as kt
+    from stepdoctor.tools.render import tables_for
+
+    prof = api.load(EXAMPLE)
+    full = api.issues(prof)
+    assert full.numbers == list(range(1, len(full.findings) + 1)) and len(full.findings) > 20
+    for rep in (api.issues(prof, min_severity="medium"), api.issues(prof, checks=["gc-pause", "env-var"]),
+                api.issues(prof, ranks=[1]), api.issues(prof, checks=["env-var"], limit=2)):
+        assert len(rep.numbers) == len(rep.findings) and None not in rep.numbers
+        for n, f in rep.numbered():
+            same = full.findings[n - 1]
+            assert (same.check, same.subject) == (f.check, f.subject) and set(f.ranks) <= set(same.ranks)
+    gc = api.issues(prof, checks=["gc-pause"])
+    (n, f), = gc.numbered()
+    assert n > 1 and kt.explain("gc-pause", profile=prof, finding=n).finding == full.findings[n - 1]
+    assert tables_for(gc)[0].rows[0][0] == n
+    r = cli("issues", EXAMPLE, "--check", "gc-pause", "--format", "markdown")
+    assert r.returncode == 0 and f"| {n} | medium | gc-pause |" in r.stdout, r.stdout

@@ -137,7 +137,22 @@ def issues(ref: ProfileRef, *, min_severity: str = "low", checks: list[str] | No
         fs = fs[:limit]
     return IssueReport(profile=prof.info, findings=fs, not_applicable=run.not_applicable,
                        warnings=[*prof.warnings, *run.warnings, *_elsewhere(prof, ranks, checks, cut, run.findings)],
-                       total=total, truncated=len(fs) < total)
+                       total=total, truncated=len(fs) < total, numbers=finding_numbers(prof, fs, run))
+
+
+def finding_numbers(prof: Profile, shown: list[Finding], run: CheckRun) -> list[int | None]:
+    """Each shown finding's position (from 1) in the profile's unfiltered report, the one number `explain
+    --finding N` takes whatever filter listed it. A check or rank filter ran another set of checks, so the
+    unfiltered run (cached per profile) is looked up: the same finding there is the one of the same check
+    and subject whose ranks hold this one's (a rank-filtered run names only its ranks); a finding it does not
+    hold (a rank-filtered run can find what the whole job does not) has no number."""
+    full = checks_run(prof, None, None)
+    if run is full:
+        at = {id(f): i for i, f in enumerate(full.findings, 1)}
+        return [at.get(id(f)) for f in shown]
+    return [next((i for i, g in enumerate(full.findings, 1)
+                  if g.check == f.check and g.subject == f.subject and set(f.ranks) <= set(g.ranks)), None)
+            for f in shown]
 
 
 def checks_run(prof: Profile, ranks: list[int] | None, checks: list[str] | None) -> CheckRun:

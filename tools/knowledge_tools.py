@@ -71,10 +71,11 @@ def explain(id: str, *, profile: api.ProfileRef | None = None, finding: int | No
                                          f"{len(rep.findings)} findings (see `stepdoctor issues`)")
             f = matches[0]
         else:
-            if not 1 <= finding <= len(rep.findings):
+            by_number = {n: x for n, x in rep.numbered() if n is not None}
+            if finding not in by_number:
                 raise UsageError(f"finding {finding} does not exist; the profile has {len(rep.findings)} "
                                          "findings (numbered from 1, as `stepdoctor issues` lists them)")
-            f = rep.findings[finding - 1]
+            f = by_number[finding]
             if id not in (f.check, *f.fixes):
                 raise UsageError(f"finding {finding} is {f.check} ({f.title}), not {id}")
     reg = registry()

@@ -20,6 +20,17 @@ class IssueReport(_WithProfile):
                                            description="check id -> why it could not run on this profile")
     total: int = 0
     truncated: bool = False
+    numbers: list[int | None] = Field(
+        default_factory=list,
+        description="each finding's number in the profile's unfiltered report, the N that `explain ID --profile "
+                    "PATH --finding N` and MCP `explain(finding=N)` take (null: a finding of a rank-filtered run "
+                    "that the unfiltered report does not hold); empty: numbered 1, 2, ... as listed")
+
+    def numbered(self) -> list[tuple[int | None, Finding]]:
+        """The findings with the numbers every view shows for them (see `numbers`)."""
+        if len(self.numbers) == len(self.findings):
+            return list(zip(self.numbers, self.findings, strict=True))
+        return list(enumerate(self.findings, 1))
 
 
 class Breakdown(_WithProfile):

@@ -134,8 +134,9 @@ def tables_for(model: BaseModel) -> list[Table]:
         return [Table("Breakdown per rank and step (ms)", cols, rows, optional=unknown),
                 Table("Totals per rank (ms)", ["rank", "steps", *cols[2:]], tot, optional=unknown)]
     if isinstance(model, m.IssueReport):
-        rows = [[i + 1, f.severity, f.check, fmt_value(f.ranks), fmt_value(f.steps), f.subject, fmt_value(f.impact_ms),
-                 fmt_value(f.impact_pct), f.title, ", ".join(f.fixes[:2])] for i, f in enumerate(model.findings)]
+        rows = [[n if n is not None else "-", f.severity, f.check, fmt_value(f.ranks), fmt_value(f.steps), f.subject,
+                 fmt_value(f.impact_ms), fmt_value(f.impact_pct), f.title, ", ".join(f.fixes[:2])]
+                for n, f in model.numbered()]
         out = [Table(f"{len(model.findings)} finding(s)", ["#", "severity", "check", "ranks", "steps", "subject",
                                                          "impact_ms", "impact_%", "title", "fixes"], rows,
                      text=("title",), names=("subject",), optional=("fixes", "subject", "steps", "impact_%"),
@@ -283,9 +284,9 @@ def render_table(model: BaseModel) -> None:
         if t.note:
             console.print(Text(f"  {t.note}"))
     if isinstance(model, m.IssueReport):
-        for i, f in enumerate(model.findings, 1):
+        for n, f in model.numbered():
             if f.severity != "low":
-                head = f"{i}. "
+                head = f"{n if n is not None else '-'}. "
                 console.print(Text.assemble((head, "bold"), hanging(f.message, len(head), console.width)))
                 if f.fixes:
                     head = " " * len(head) + "fixes: "
@@ -314,8 +315,8 @@ def render_markdown(model: BaseModel) -> str:
         lines += [f"**Verdict:** {model.verdict}", ""] + ([f"Next: `{model.next_step}`", ""] if model.next_step else [])
     lines += markdown_tables(tables_for(model))
     if isinstance(model, m.IssueReport):
-        for i, f in enumerate(model.findings, 1):
-            lines.append(f"{i}. **{f.severity}** `{f.check}` — {f.message}"
+        for n, f in model.numbered():
+            lines.append(f"{n if n is not None else '-'}. **{f.severity}** `{f.check}` — {f.message}"
                          + (f" Fixes: {', '.join(f'`{x}`' for x in f.fixes)}." if f.fixes else ""))
         lines.append("")
     ws = getattr(model, "warnings", [])

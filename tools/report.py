@@ -178,7 +178,7 @@ def _path_of(prof: Profile, step: int) -> Any:
         return None
 
 
-def _finding_views(findings: list[Finding], framework: str | None) -> list[dict[str, Any]]:
+def _finding_views(numbered: list[tuple[int | None, Finding]], framework: str | None) -> list[dict[str, Any]]:
     seen_fixes: dict[str, int] = {}
     return [
         {
@@ -188,7 +188,7 @@ def _finding_views(findings: list[Finding], framework: str | None) -> list[dict[
             "fixes": fix_views(f.fixes, framework, i, seen_fixes),
             "colour": SEVERITY_COLOURS[f.severity],
         }
-        for i, f in enumerate(findings, 1)
+        for i, f in numbered
     ]
 
 
@@ -247,7 +247,7 @@ def render_report(profile: api.ProfileRef, compare_base: api.ProfileRef | None =
     s = _load_sections(prof, compare_base)
     rep, kernels, comparison = s.issues, s.kernels, s.comparison
     findings: list[Finding] = rep.findings if rep else []
-    finding_views = _finding_views(findings, prof.info.framework)
+    finding_views = _finding_views(rep.numbered() if rep else [], prof.info.framework)
     by_sev = {sev: [v for v in finding_views if v["f"].severity == sev] for sev in SEVERITY_COLOURS}
     overview = _rank_charts(prof, s.breakdown, findings, s.warnings)
     dropped = [f"steps {', '.join(map(str, prof.info.dropped_steps))} left out (partial)"] \
