@@ -187,10 +187,10 @@ class WorkerPlan:
 
 def plan_workers(ranks: list[tuple[float, int]], *, cpus: int | None = None,
                  available: int | None = -1) -> WorkerPlan:
-    """Parse workers for `ranks` (their format's peak memory per input byte, `rank_input_bytes`): as many as usable CPUs and ranks allow, and
-    no more than fit in MEMORY_SHARE of the available memory beside the ingest process, each planned at
-    the estimated peak of the largest rank (any worker may get it); at least one. `available=-1`: read it
-    here."""
+    """Parse workers for `ranks` (their format's peak memory per input byte, `rank_input_bytes`): as many as
+    usable CPUs and ranks allow, and no more than fit in MEMORY_SHARE of the available memory beside the
+    ingest process, each planned at the estimated peak of the largest rank (any worker may get it); at least
+    one. `available=-1`: read it here."""
     cpus = usable_cpus() if cpus is None else cpus
     avail = available_memory() if available == -1 else available
     peak = max((worker_peak_bytes(per_byte, n) for per_byte, n in ranks), default=WORKER_FIXED_BYTES)

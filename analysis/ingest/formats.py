@@ -22,6 +22,7 @@ class Format:
     vendor: Literal["any", "ascend"]       # "any": the trace names its device (CUDA, ROCm, CPU only)
     framework: Literal["pytorch", "mindspore", "any"]
     detection: str                         # how `discover` tells it, in words (its functions do it)
+    export: Literal["text", "db"] | None = None  # a torch_npu / MindSpore rank export: read from its text or DB
     streams: bool = False                  # hands a rank's finished tables on while it reads
     # A parse worker's peak private memory per input byte beyond its fixed cost (analysis/machine.py):
     # Ascend text 1.05-1.1 x measured on 8 x 400k events (evals/bench/results-2026-11-27-ingest-status.md);
@@ -46,16 +47,16 @@ _ROWS = (
     Format("ascend_pt_text", "ascend_text", "ascend", "pytorch",
            "a torch_npu rank folder (`*_ascend_pt`, or one holding ASCEND_PROFILER_OUTPUT) read from its text "
            "deliverables (trace_view.json, kernel_details.csv, communication JSON, step_trace_time.csv)",
-           streams=True, peak_per_input_byte=1.2),
+           export="text", streams=True, peak_per_input_byte=1.2),
     Format("ascend_ms_text", "ascend_text", "ascend", "mindspore",
            "a MindSpore >= 2.5 rank folder (`*_ascend_ms`) read from its text deliverables",
-           streams=True, peak_per_input_byte=1.2),
+           export="text", streams=True, peak_per_input_byte=1.2),
     Format("ascend_pt_db", "ascend_db", "ascend", "pytorch",
            "a torch_npu rank folder whose ASCEND_PROFILER_OUTPUT holds an SQLite `ascend_pytorch_profiler*.db`, "
-           "or such a file on its own"),
+           "or such a file on its own", export="db"),
     Format("ascend_ms_db", "ascend_db", "ascend", "mindspore",
            "a MindSpore rank folder whose ASCEND_PROFILER_OUTPUT holds an SQLite `ascend_mindspore_profiler*.db`, "
-           "or such a file on its own"),
+           "or such a file on its own", export="db"),
     Format("mindspore_legacy", "mindspore_legacy", "ascend", "mindspore",
            "MindSpore < 2.5's flat profiler folder (`*_detail_<rank>.csv`, `step_trace_raw_<rank>_*.csv`)"),
     Format("ascend_msprof", "msprof", "ascend", "any",
@@ -64,11 +65,11 @@ _ROWS = (
 )
 FORMATS: dict[str, Format] = {f.name: f for f in _ROWS}
 
+# The names other modules compare with (looked up, so a renamed row fails here at import)
 KINETO = FORMATS["kineto"].name
 MINDSPORE_LEGACY = FORMATS["mindspore_legacy"].name
 ASCEND_MSPROF = FORMATS["ascend_msprof"].name
-_ASCEND_EXPORTS = {(f.framework, "text" if f.reader == "ascend_text" else "db"): f.name
-                   for f in _ROWS if f.reader in ("ascend_text", "ascend_db")}
+_ASCEND_EXPORTS = {(f.framework, f.export): f.name for f in _ROWS if f.export is not None}
 
 
 def ascend_export(framework: Literal["pytorch", "mindspore"], kind: Literal["text", "db"]) -> str:
@@ -90,4 +91,5 @@ def has_kineto(profile_format: str) -> bool:
 
 def export_kind(fmt: str) -> Literal["text", "db"] | None:
     """Whether a torch_npu / MindSpore rank export of format `fmt` is read from its text or its database."""
-    return next((kind for (_, kind), name in _ASCEND_EXPORTS.items() if name == fmt), None)  # type: ignore[return-value]
+    known = FORMATS.get(fmt)
+    return known.export if known is not None else None

@@ -36,9 +36,10 @@ Sink = Callable[[int, str, "dict[str, np.ndarray]"], None]
 def read_source(src: RankSource, sink: Sink | None = None) -> RankTables:
     """Parse one rank; every failure becomes a ProfileError naming the file. `sink`: see `parse_rank`."""
     try:
+        read = reader(src.format)  # an unknown format: its one-line ProfileError
         if sink is not None and FORMATS[src.format].streams:
-            return reader(src.format)(src, sink, trim)
-        return reader(src.format)(src)
+            return read(src, sink, trim)
+        return read(src)
     except (ProfileError, StoreError):
         raise
     except MemoryError:
@@ -53,8 +54,8 @@ Parts = list[tuple[str, "dict[str, np.ndarray]"]]
 def parse_rank(src: RankSource, sink: Sink | None = None) -> tuple[RankTables, Parts]:
     """Parse one rank and type its columns for the insert; every failure is a ProfileError naming the file.
 
-    `sink(rank, table, columns)`, for a reader that streams (`Format.streams`): its big tables' typed blocks as the reader
-    finishes them (they are then not in the parts returned); the rank may fail after some were given.
+    `sink(rank, table, columns)`, for a reader that streams (`Format.streams`): its big tables' typed blocks as
+    the reader finishes them (they are then not in the parts returned); the rank may fail after some were given.
 
     The parts end with the rank's summaries (`summaries.RankSummary`: its per-step breakdown and kernel
     totals), computed here from the same typed blocks, streamed or not, so every engine stores them."""

@@ -5,7 +5,7 @@ straight into the model of its kind, so adding a kind is one module and one memb
 
 from __future__ import annotations
 
-from typing import Annotated, Any, get_args
+from typing import Annotated, Any, get_args, get_origin
 
 from pydantic import Field
 
@@ -43,12 +43,9 @@ EDIT_KINDS: tuple[str, ...] = tuple(get_args(m.model_fields["kind"].annotation)[
 
 
 def _empty(annotation: Any) -> Any:
-    text = str(annotation)
-    if text.startswith("list"):
-        return []
-    if text.startswith("dict"):
-        return {}
-    return False if annotation is bool else None
+    """The value that stands for "not set" in a field of this type: [], {}, False or None."""
+    kind = get_origin(annotation) or annotation
+    return [] if kind is list else {} if kind is dict else False if kind is bool else None
 
 
 # Every field any kind declares, with the value a kind that lacks it stands for: a dumped edit carries all
