@@ -4,20 +4,19 @@ carries everything), within TEXT_CAP once `answers.result` has cut it."""
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
+from pydantic import BaseModel
+
+from ..analysis.hang import HangReport
 from ..analysis.models import SEVERITY_ORDER, Finding, ProfileInfo
+from ..analysis.replay.models import CriticalPath, WhatIf
 from ..tools import models as m
+from ..tools.knowledge_tools import explanation_markdown
+from ..tools.live import render_hang
 from .lean import mcp_hint
-
-if TYPE_CHECKING:  # annotations only: answers.py imports this module to re-export the text_* functions
-    from .results import BreakdownResult, EnvAuditResult, LoadedProfile, SlowRanksResult
-
-__all__ = [
-    "findings_shown", "text_breakdown", "text_comparison", "text_env", "text_fixes", "text_issues", "text_kernels",
-    "text_loaded", "text_slow_links", "text_slow_ranks",
-]
-
+from .results import LoadedProfile
 
 FINDING_HEAD = re.compile(r"^\S+\. \[(?:high|medium|low)\] ", re.M)
 
@@ -127,7 +126,7 @@ def text_issues(rep: m.IssueReport, pid: str) -> str:
     return "\n".join(lines)
 
 
-def text_breakdown(b: BreakdownResult) -> str:
+def text_breakdown(b: m.Breakdown) -> str:
     lines = [
         f"Step breakdown, mean per step (ms) — {_profile_line(b.profile)}",
         "rank | steps | step | compute | comm | comm exposed | overlapped | free",
@@ -151,7 +150,7 @@ def text_breakdown(b: BreakdownResult) -> str:
     return "\n".join(lines)
 
 
-def text_slow_ranks(s: SlowRanksResult) -> str:
+def text_slow_ranks(s: m.SlowRanks) -> str:
     """Per dimension the median rank and the ranks beyond it, each with its baseline in ms (no percentage:
     over a median of 0.25 ms one says nothing); then the stragglers and who waits for them."""
     lines = [f"Slow ranks — {_profile_line(s.profile)}"]
@@ -210,7 +209,7 @@ def text_kernels(k: m.TopKernels) -> str:
     return "\n".join(lines)
 
 
-def text_env(e: EnvAuditResult) -> str:
+def text_env(e: m.EnvAudit) -> str:
     bad = [v for v in e.variables if v.status == "bad"]
     lines = [f"{e.total} environment variable(s), {len(bad)} bad shown first — {_profile_line(e.profile)}"]
     for v in e.variables:
@@ -222,7 +221,7 @@ def text_env(e: EnvAuditResult) -> str:
     return "\n".join(lines)
 
 
-def text_comparison(c: Any) -> str:
+def text_comparison(c: m.Comparison) -> str:
     lines = [
         f"Verdict: {c.verdict}",
         f"base {c.base.path}: step {_f(c.base.step_ms)} ms; "
@@ -253,7 +252,7 @@ def text_comparison(c: Any) -> str:
     return "\n".join(lines)
 
 
-def text_fixes(fl: Any) -> str:
+def text_fixes(fl: m.FixList) -> str:
     lines = [f"{fl.total} fix(es)" + (f", showing {len(fl.fixes)}" if len(fl.fixes) < fl.total else "")]
     for f in fl.fixes:
         vendors = ",".join(getattr(f, "vendors", []) or [])
@@ -263,3 +262,46 @@ def text_fixes(fl: Any) -> str:
         "Next: explain(id=<fix id>) for the steps and code edit; resource stepdoctor://fixes/<fix id>."
     )
     return "\n".join(lines)
+
+
+def text_what_if(w: WhatIf) -> str:
+    err = max((x.error_pct for x in w.replay.steps), default=0.0)
+    lines = [f"Verdict: {w.verdict}",
+             f"null replay: {len(w.replay.steps)} step(s), worst error {err:.2f}% (limit {w.replay.max_error_pct:g}%)"
+             + (f"; not used: steps {w.replay.abstained_steps} ({w.replay.reason})" if w.replay.abstained_steps
+                else "")]
+    lines += [f"- if {sc.change}: {sc.predicted_step_ms:.2f} ms per step ({sc.delta_ms:+.2f} ms)"
+              for sc in w.scenarios[:10]]
+    if w.slowdown:
+        top = sorted(w.slowdown.by_rank.items(), key=lambda kv: -kv[1])[:5]
+        lines.append(f"S = {w.slowdown.S:.3f}; by rank (top): " + ", ".join(f"{r}: {v:.3f}" for r, v in top))
+    return "\n".join(lines)
+
+
+def text_critical_path(cp: CriticalPath) -> str:
+    return cp.summary + "\n" + "\n".join(f"- {lk.kind} rank {lk.rank}: {lk.ms:.2f} ms ({lk.share_pct:.1f}%)"
+                                          for lk in cp.links[:12])
+
+
+def text_edit(res: m.EditSuggestion) -> str:
+    lines = [res.diff or "(no change: the code already has the fix, or no spot to edit was found)"]
+    lines += [f"- {msg}" for msg in res.messages[:10]]
+    if not res.diff and res.template:
+        lines.append(f"Edit by hand:\n{res.template}")
+    return "\n".join(lines)
+
+
+# The text of each answer, by the answer's model (a catalog output is one of these).
+TEXTS: dict[type[BaseModel], Callable[[Any], str]] = {
+    m.Breakdown: text_breakdown, m.SlowRanks: text_slow_ranks, m.SlowLinks: text_slow_links,
+    m.TopKernels: text_kernels, m.EnvAudit: text_env, m.Comparison: text_comparison, m.FixList: text_fixes,
+    m.Explanation: lambda e: explanation_markdown(e, mcp=True), m.EditSuggestion: text_edit,
+    WhatIf: text_what_if, CriticalPath: text_critical_path, HangReport: render_hang, LoadedProfile: text_loaded,
+}
+
+
+def text_of(model: BaseModel, pid: str) -> str:
+    """The short text of one answer (`pid`: the profile_id its next steps name)."""
+    if isinstance(model, m.IssueReport):
+        return text_issues(model, pid)
+    return TEXTS[type(model)](model)

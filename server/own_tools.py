@@ -18,11 +18,13 @@ from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from ..analysis.ingest.base import table_columns
-from .answers import LoadedProfile, catalog_errors, result, text_loaded
+from .answer_text import text_loaded
+from .answers import catalog_errors, result
 from .mcp_tools import ID_HELP, PATH_HELP
 from .query import QUERY_DEFAULT_ROWS, QUERY_MAX_ROWS, QueryResult, run_query, text_query
 from .query_pool import QueryPool
 from .registry import ProfileRegistry
+from .results import LoadedProfile
 
 PathArg = Annotated[str | None, Field(description=PATH_HELP)]
 IdArg = Annotated[str | None, Field(description=ID_HELP)]

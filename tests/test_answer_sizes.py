@@ -14,7 +14,8 @@ from mcp import Client
 from conftest import SHARED, need
 from stepdoctor.analysis.models import Finding
 from stepdoctor.evals import answer_sizes
-from stepdoctor.server.answers import TEXT_CAP, findings_shown
+from stepdoctor.server.answer_text import findings_shown
+from stepdoctor.server.answers import TEXT_CAP
 from stepdoctor.server.lean import STRUCTURED_FLOOR, lean_evidence, structured_budget
 
 GLOO = "real/gpu-h100/gloo2_straggler"
@@ -103,7 +104,7 @@ async def test_lean_structured_content_matches_the_output_schemas(tmp_path: Path
 
 
 def test_comparison_hint_names_the_mcp_tool_not_the_cli():
-    from stepdoctor.server.answers import text_comparison
+    from stepdoctor.server.answer_text import text_comparison
     from stepdoctor.server.lean import lean, mcp_hint
     from stepdoctor.tools import api
     from stepdoctor.tools.compare import compare_runs

@@ -22,7 +22,7 @@ H100 = SHARED / "real" / "gpu-h100"
 
 
 def _run(path: Path, check: str) -> tuple[list[dict], list[str]]:
-    ctx = api.context(api.load(path), None)
+    ctx = api.context(api.load(path))
     run = api.run_checks(ctx, only=[check])
     return [f.model_dump() for f in run.findings], run.warnings
 
@@ -33,7 +33,7 @@ def _same_in_batches_of_one(monkeypatch: pytest.MonkeyPatch, path: Path, check: 
     findings and warnings (`warnings`: filled with them)."""
     default = _run(path, check)
     monkeypatch.setattr(breakdown, "BATCH_OPS", 1)
-    ctx = api.context(api.load(path), None)
+    ctx = api.context(api.load(path))
     ranks = list(ctx.all_ranks)
     assert len(ranks) > 1 and rank_batches(ctx, ranks, table) == [[r] for r in ranks]
     assert _run(path, check) == default

@@ -113,3 +113,32 @@ def test_a_finding_keeps_its_number_under_every_filter():
     assert tables_for(gc)[0].rows[0][0] == n
     r = cli("issues", EXAMPLE, "--check", "gc-pause", "--format", "markdown")
     assert r.returncode == 0 and f"| {n} | medium | gc-pause |" in r.stdout, r.stdout
+
+
+_IMPORTED = """
+import sys
+from stepdoctor.tools import cli
+try:
+    cli.main(sys.argv[1:])
+except SystemExit:
+    pass
+print(",".join(sorted(sys.modules)), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("args", [["--help"], ["issues", "--help"], ["env", EXAMPLE, "--format", "json"]])
+def test_a_command_imports_only_what_it_needs(args: list[str], tmp_path: Path):
+    """The CLI's commands are made from the catalog, which names the hang and replay models without importing
+    them: `stepdoctor --help` and `env` load neither the hang diagnosis, nor the report (jinja2), nor the MCP
+    SDK; `--help` not even the analysis."""
+    import os
+
+    env = {**os.environ, "STEPDOCTOR_CACHE_DIR": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-c", _IMPORTED, *args], capture_output=True, text=True, env=env)
+    mods = set(r.stderr.strip().splitlines()[-1].split(","))
+    assert "stepdoctor.tools.cli" in mods and "stepdoctor.tools.catalog" in mods, r.stderr[-500:]
+    unwanted = {m for m in mods if m.startswith(("stepdoctor.analysis.hang", "stepdoctor.tools.live", "mcp",
+                                                 "stepdoctor.tools.report", "jinja2", "stepdoctor.server"))}
+    assert unwanted == set()
+    if args[-1] == "--help":
+        assert not {m for m in mods if m.startswith(("stepdoctor.analysis.store", "duckdb", "pandas", "numpy"))}

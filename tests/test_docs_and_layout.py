@@ -32,7 +32,7 @@ def test_readme_command_list_is_fresh():
     assert text == readme_with_commands(text), "README.md's command list is stale: run `make docs`"
     for name in ("issues", "whatif", "critical-path", "hang", "trigger", "snapshot", "report"):
         assert f".venv/bin/stepdoctor {name} " in text
-    assert "[--no-stalls R] [--op NAME=xF]" in text and "not by `demo`, `report`" in text
+    assert "[--no-stalls R] [--op NAME=xF]" in text and "not by `trigger`, `snapshot`, `demo`, `report`" in text
 
 
 def test_readme_mcp_tool_list_is_fresh():

@@ -29,9 +29,10 @@ from conftest import CLUSTER4, REPO, SHARED, need
 from stepdoctor.analysis import build
 from stepdoctor.analysis.errors import ProfileError
 from stepdoctor.analysis.store import IngestOptions
-from stepdoctor.server.answers import TEXT_CAP, cap_text, trim_evidence
+from stepdoctor.server.answers import TEXT_CAP, cap_text
 from stepdoctor.server.app import create_server
 from stepdoctor.server.query import run_query
+from stepdoctor.tools.budgets import trim_evidence
 
 pytestmark = pytest.mark.anyio
 
@@ -120,7 +121,10 @@ async def test_tool_list_schemas_and_annotations(cache: Path, code_root: Path):
             assert p.get("description"), f"{t.name}.{pname} has no description"
         assert "ctx" not in t.input_schema["properties"]
     assert tools["list_issues"].output_schema["title"] == "IssueReport"
-    assert tools["breakdown"].output_schema["title"] == "BreakdownResult"
+    # one model per answer: the CLI's JSON and the MCP structure (cut to `limit`, `total` / `truncated` set)
+    for name, title in (("breakdown", "Breakdown"), ("slow_ranks", "SlowRanks"), ("env_audit", "EnvAudit")):
+        assert tools[name].output_schema["title"] == title
+        assert {"total", "truncated"} <= set(tools[name].output_schema["properties"])
     assert tools["query"].input_schema["properties"]["limit"]["maximum"] == 1000
     assert "apply" not in tools["suggest_edit"].input_schema["properties"]  # never writes over MCP
 
@@ -267,7 +271,7 @@ async def test_env_audit(server):
 async def test_env_audit_on_many_ranks_keeps_the_odd_ranks(server, monkeypatch):
     """With more ranks than EVIDENCE_RANKS a variable shows the ranks of its rarest values (a rank whose
     value differs stays) and the answer says so."""
-    from stepdoctor.server import answers
+    from stepdoctor.tools import budgets as answers
     from stepdoctor.tools.models import EnvVariable
 
     monkeypatch.setattr(answers, "EVIDENCE_RANKS", 1)
@@ -388,14 +392,14 @@ async def test_explain(server):
     err = await call_error(server, "explain", {"id": "slow-rank", "profile_id": pid, "finding": 999})
     assert f"has {issues['total']} findings" in err
     err = await call_error(server, "explain", {"id": "slow-rank", "finding": 1})
-    assert "pass path or profile_id" in err
+    assert "over MCP path or profile_id" in err
 
 
 async def test_evidence_keyed_by_rank_is_trimmed_to_the_ranks_that_weigh(server, cache, monkeypatch):
     """Answers stay small on big clusters: a map keyed by rank keeps EVIDENCE_RANKS ranks (EXPLAIN_RANKS in
     explain), the heaviest, and says so; the CLI's JSON keeps every rank."""
-    from stepdoctor.server import answers
     from stepdoctor.tools import api
+    from stepdoctor.tools import budgets as answers
 
     monkeypatch.setattr(answers, "EVIDENCE_RANKS", 2)
     monkeypatch.setattr(answers, "EXPLAIN_RANKS", 3)

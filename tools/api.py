@@ -105,13 +105,14 @@ def job_facts(prof: Profile):
     return JobFacts(known, {k: frozenset(v) for k, v in env.items()} if env is not None else None)
 
 
-def context(prof: Profile, ranks: list[int] | None = None) -> CheckContext:
-    if ranks is not None:
-        missing = sorted(set(ranks) - set(prof.info.ranks))
-        if missing:
-            raise UsageError(f"{prof.path}: rank {missing[0]} not in profile; ranks are "
-                                          f"{_ranks_text(prof.info.ranks)}")
-    return CheckContext(prof, fixes_for=_fix_lookup(prof), ranks=ranks)
+def context(prof: Profile) -> CheckContext:
+    return CheckContext(prof, fixes_for=_fix_lookup(prof))
+
+
+def _known_ranks(prof: Profile, ranks: list[int]) -> None:
+    missing = sorted(set(ranks) - set(prof.info.ranks))
+    if missing:
+        raise UsageError(f"{prof.path}: rank {missing[0]} not in profile; ranks are {_ranks_text(prof.info.ranks)}")
 
 
 def _ranks_text(ranks: list[int]) -> str:
@@ -122,57 +123,48 @@ def _ranks_text(ranks: list[int]) -> str:
 
 def issues(ref: ProfileRef, *, min_severity: str = "low", checks: list[str] | None = None,
            ranks: list[int] | None = None, limit: int | None = None) -> IssueReport:
-    """Every applicable check on every rank; findings sorted by severity then impact."""
+    """Every applicable check on every rank, findings sorted by severity then impact; the filters pick from
+    that one report (`min_severity`, `checks`, `ranks`: the findings naming one of them), so a finding keeps
+    its place in it as its number (`IssueReport.numbers`) whichever filter listed it."""
     if checks:
         known = sorted(registry())
         bad = [c for c in checks if c not in known]
         if bad:
             raise UsageError(f"unknown check {bad[0]!r}; the checks are {', '.join(known)}")
     prof = load(ref)
-    run = checks_run(prof, ranks, checks)
+    if ranks is not None:
+        _known_ranks(prof, ranks)
+    run = checks_run(prof)
     cut = SEVERITY_ORDER[min_severity]
-    fs = [f for f in run.findings if SEVERITY_ORDER[f.severity] <= cut]
-    total = len(fs)
-    if limit is not None:
-        fs = fs[:limit]
-    return IssueReport(profile=prof.info, findings=fs, not_applicable=run.not_applicable,
-                       warnings=[*prof.warnings, *run.warnings, *_elsewhere(prof, ranks, checks, cut, run.findings)],
-                       total=total, truncated=len(fs) < total, numbers=finding_numbers(prof, fs, run))
+    wanted, asked = set(checks or ()), set(ranks or ())
+    picked = [(i, f) for i, f in enumerate(run.findings, 1)
+              if SEVERITY_ORDER[f.severity] <= cut and (not wanted or f.check in wanted)
+              and (ranks is None or asked & set(f.ranks))]
+    total = len(picked)
+    shown = picked if limit is None else picked[:limit]
+    return IssueReport(profile=prof.info, findings=[f for _, f in shown], not_applicable=run.not_applicable,
+                       warnings=[*prof.warnings, *run.warnings, *_elsewhere(run, ranks, wanted, cut, picked)],
+                       total=total, truncated=len(shown) < total, numbers=[i for i, _ in shown])
 
 
-def finding_numbers(prof: Profile, shown: list[Finding], run: CheckRun) -> list[int | None]:
-    """Each shown finding's position (from 1) in the profile's unfiltered report, the one number `explain
-    --finding N` takes whatever filter listed it. A check or rank filter ran another set of checks, so the
-    unfiltered run (cached per profile) is looked up: the same finding there is the one of the same check
-    and subject whose ranks hold this one's (a rank-filtered run names only its ranks); a finding it does not
-    hold (a rank-filtered run can find what the whole job does not) has no number."""
-    full = checks_run(prof, None, None)
-    if run is full:
-        at = {id(f): i for i, f in enumerate(full.findings, 1)}
-        return [at.get(id(f)) for f in shown]
-    return [next((i for i, g in enumerate(full.findings, 1)
-                  if g.check == f.check and g.subject == f.subject and set(f.ranks) <= set(g.ranks)), None)
-            for f in shown]
+def checks_run(prof: Profile, checks: list[str] | None = None) -> CheckRun:
+    """The checks' run over every rank (`checks`: only these), once per profile opened: a profile's database
+    never changes once open, so a repeated question (an assistant asking list_issues again) is a lookup.
+    Callers must not mutate it."""
+    key = f"api.checks_run:{sorted(set(checks)) if checks else None}"
+    return prof.derived(key, lambda: run_checks(context(prof), only=checks))
 
 
-def checks_run(prof: Profile, ranks: list[int] | None, checks: list[str] | None) -> CheckRun:
-    """The checks' run over `ranks` (None: all), once per profile opened: a profile's database never changes
-    once open, so a repeated question (an assistant asking list_issues again) is a lookup. Callers must not
-    mutate it."""
-    key = f"api.checks_run:{sorted(set(ranks)) if ranks else None}:{sorted(set(checks)) if checks else None}"
-    return prof.derived(key, lambda: run_checks(context(prof, ranks), only=checks))
-
-
-def _elsewhere(prof: Profile, ranks: list[int] | None, checks: list[str] | None, cut: int,
-               shown: list) -> list[str]:
+def _elsewhere(run: CheckRun, ranks: list[int] | None, wanted: set[str], cut: int, picked: list) -> list[str]:
     """With a rank filter: the checks that fired on other ranks only, said in one line each, so "no finding on
     rank 0" is never read as "the job is fine" (a cross-rank check names the rank that holds the others back)."""
     if not ranks:
         return []
-    mine = {f.check for f in shown}
+    mine = {f.check for _, f in picked}
     other: dict[str, set[int]] = {}
-    for f in checks_run(prof, None, checks).findings:
-        if SEVERITY_ORDER[f.severity] <= cut and f.check not in mine and not set(f.ranks) & set(ranks):
+    for f in run.findings:
+        if SEVERITY_ORDER[f.severity] <= cut and (not wanted or f.check in wanted) and f.check not in mine \
+                and not set(f.ranks) & set(ranks):
             other.setdefault(f.check, set()).update(f.ranks)
     return [f"{c} fired on rank{'s' if len(rs) > 1 else ''} {_ranks_text(sorted(rs))}, outside the ranks asked "
             f"({_ranks_text(sorted(ranks))})" for c, rs in sorted(other.items())]
@@ -182,7 +174,7 @@ def breakdown(ref: ProfileRef, *, ranks: list[int] | None = None, steps: list[in
     """Per (rank, step) step/compute/communication/free times from the device timeline."""
     prof = load(ref)
     if ranks is not None:
-        context(prof, ranks)
+        _known_ranks(prof, ranks)
     if steps is not None and (bad := sorted(set(steps) - set(prof.info.steps))):
         raise ProfileError(prof.path, f"step {bad[0]} not in profile; steps are {_ranks_text(prof.info.steps)}")
     rows = compute_breakdown(prof, ranks=ranks, steps=steps)
@@ -191,7 +183,7 @@ def breakdown(ref: ProfileRef, *, ranks: list[int] | None = None, steps: list[in
         warnings.append("no ProfilerStep annotations: no per-step breakdown")
     elif all(r.compute_ms is None for r in rows):
         warnings.append("no device events: compute / communication / free unknown")
-    return Breakdown(profile=prof.info, rows=rows, totals=totals(rows), warnings=warnings)
+    return Breakdown(profile=prof.info, rows=rows, totals=totals(rows), warnings=warnings, total=len(rows))
 
 
 def slow_ranks(ref: ProfileRef) -> SlowRanks:
@@ -213,12 +205,13 @@ def _slow_ranks(prof: Profile) -> SlowRanks:
                           slow=[conv(e) for e in s.slow],
                           late_arrivals=[conv(e) for e in s.fast] if name == "communication" else [])
             for name, s in stats.items()]
-    run = checks_run(prof, None, ["slow-rank", "stage-imbalance", "collective-stall"])
+    run = checks_run(prof, ["slow-rank", "stage-imbalance", "collective-stall"])
     warnings = list(prof.warnings)
     if len(prof.info.ranks) < 2:
         warnings.append("one rank only: nothing to compare it with")
     return SlowRanks(profile=prof.info, dimensions=dims, findings=run.findings, warnings=warnings,
-                     ranks=_rank_verdicts(ctx, run.findings), stragglers=slow_rank_arrival(ctx).stragglers)
+                     ranks=_rank_verdicts(ctx, run.findings), stragglers=slow_rank_arrival(ctx).stragglers,
+                     total=sum(len(d.slow) + len(d.late_arrivals) for d in dims))
 
 
 def _rank_verdicts(ctx: CheckContext, findings: list[Finding]) -> list[RankVerdict]:
@@ -278,7 +271,7 @@ def top_kernels(ref: ProfileRef, *, rank: int | None = None, step: int | None = 
         raise UsageError(f"--top must be at least 1, not {top}")
     prof = load(ref)
     if rank is not None:
-        context(prof, [rank])
+        _known_ranks(prof, [rank])
     if step is not None and step not in prof.info.steps:
         raise ProfileError(prof.path, f"step {step} not in profile; steps are {_ranks_text(prof.info.steps)}")
     key = "name" if by == "name" else "coalesce(op_type, name)"
@@ -330,8 +323,9 @@ def _shape_list(v) -> list[str]:
         return []
 
 
-def env_audit(ref: ProfileRef) -> EnvAudit:
-    """Every recorded environment variable on every rank: ok / bad / unknown, with the recommendation."""
+def env_audit(ref: ProfileRef, status: str | None = None) -> EnvAudit:
+    """Every recorded environment variable on every rank: ok / bad / unknown, with the recommendation
+    (`status`: only the variables of that status)."""
     prof = load(ref)
     ctx = context(prof)
     env = prof.sql("SELECT rank, name, value FROM env_vars ORDER BY name, rank")
@@ -355,7 +349,9 @@ def env_audit(ref: ProfileRef) -> EnvAudit:
     missing = sorted(known & {"ASCEND_LAUNCH_BLOCKING", "ACLNN_CACHE_LIMIT"} - set(env["name"]))
     if not env.empty and missing:
         warnings.append(f"not recorded: {', '.join(missing)}")
-    return EnvAudit(profile=prof.info, variables=variables, warnings=warnings)
+    if status is not None:
+        variables = [v for v in variables if v.status == status]
+    return EnvAudit(profile=prof.info, variables=variables, warnings=warnings, total=len(variables))
 
 
 def what_if(ref: ProfileRef, ranks_at_median: list[int] | None = None, stages_at_median: list[int] | None = None,

@@ -1,140 +1,56 @@
 """The tool catalog: every question stepdoctor answers, defined once.
 
 A `Tool` names the MCP tool and the CLI command that answer the same question, its typed arguments (a
-pydantic model: the MCP input schema, and what the CLI fills from its options), whether it reads a
-profile, and the one function that answers. The CLI dispatches its commands through `answer`; the MCP
-server registers every entry (`server/mcp_tools.py`) and adds only what a model's context needs: top-k
-limits, evidence trimming and a short text. Both front ends therefore give the same numbers for one entry.
+pydantic model in `tools/arguments.py`: the MCP input schema and the CLI's options), whether it reads a
+profile, the one function that answers, the budget that cuts the answer to its `limit` for a model's
+context (`tools/budgets.py`) and how the CLI prints it. The CLI's commands (`tools/cli_options.py`) and the
+MCP tools (`server/mcp_tools.py`, which adds only the short text) are both made from the rows, so both
+front ends give the same numbers for one entry.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
+from importlib import import_module
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 
 from ..analysis.errors import ProfileError, UsageError
-from ..analysis.hang import HangReport
-from ..analysis.replay.models import CriticalPath, WhatIf
+from . import budgets, cli_show
 from . import models as m
+from .arguments import (
+    Args,
+    BreakdownArgs,
+    Cli,
+    CliOption,
+    CompareArgs,
+    CriticalPathArgs,
+    EnvAuditArgs,
+    ExplainArgs,
+    HangArgs,
+    IssuesArgs,
+    ListFixesArgs,
+    SlowLinksArgs,
+    SlowRanksArgs,
+    SnapshotArgs,
+    SuggestEditArgs,
+    TopKernelsArgs,
+    TriggerArgs,
+    WhatIfArgs,
+)
 
 if TYPE_CHECKING:   # the catalog is read before any profile is opened (a kept answer needs no more)
     from ..analysis.store import Profile
 
-Severity = Literal["high", "medium", "low"]
-VendorArg = Literal["ascend", "cuda", "rocm", "any"]
 # Turns a profile reference (a path, or over MCP a profile_id) into an opened profile.
 Resolve = Callable[[str], "Profile"]
-
-
-# Bounds on what one call may ask for (a request is read whole before it is validated; these keep what it
-# makes the tool compute proportional to the profile, not to the request).
-MAX_ITEMS = 16384     # ranks or steps named in one filter: more than any job has
-MAX_TEXT = 4096       # a path, id or op name
-MAX_OPS = 64          # op scalings of one what-if
-
-Items = Annotated[list[int], Field(max_length=MAX_ITEMS)]
-Text = Annotated[str, Field(max_length=MAX_TEXT)]
-
-
-class Args(BaseModel):
-    """Base of every tool's arguments: unknown names are errors, never ignored."""
-
-    model_config = ConfigDict(extra="forbid", defer_build=True)   # validators built on first use (the CLI never validates)
-
-
-class IssuesArgs(Args):
-    min_severity: Severity = Field("low", description="lowest severity to list")
-    checks: list[Text] | None = Field(None, max_length=256, description="only these check ids, e.g. ['slow-rank']")
-    ranks: Items | None = Field(None, description="only findings on these ranks")
-    limit: int = Field(20, ge=1, le=100, description="max findings returned")
-
-
-class BreakdownArgs(Args):
-    ranks: Items | None = Field(None, description="only these ranks")
-    steps: Items | None = Field(None, description="only these steps (ProfilerStep numbers)")
-    limit: int = Field(64, ge=1, le=2000, description="max (rank, step) rows returned")
-
-
-class SlowRanksArgs(Args):
-    limit: int = Field(20, ge=1, le=200, description="max slow ranks listed per dimension")
-
-
-class SlowLinksArgs(Args):
-    limit: int = Field(20, ge=1, le=500, description="max links returned, slowest first")
-
-
-class TopKernelsArgs(Args):
-    rank: int | None = Field(None, description="only this rank (default: all ranks)")
-    step: int | None = Field(None, description="only this step (default: all kept steps)")
-    by: Literal["name", "type"] = Field(
-        "name", description="group by kernel name or by op type (Ascend Type, e.g. MatMulV2)")
-    limit: int = Field(20, ge=1, le=200, description="max kernels returned")
-
-
-class EnvAuditArgs(Args):
-    status: Literal["ok", "bad", "unknown"] | None = Field(
-        None, description="only variables with this status (bad = costs performance)")
-    limit: int = Field(50, ge=1, le=500, description="max variables returned (bad first)")
-
-
-class CompareArgs(Args):
-    base: Text = Field(description="the reference run: a profile path under the roots or a profile_id")
-    target: Text | None = Field(None, description="the run to explain (path or profile_id); omit it with "
-                               "rank_a / rank_b to compare two ranks of base")
-    rank: int | None = Field(None, description="compare this rank only")
-    step: int | None = Field(None, description="compare this step only")
-    rank_a: int | None = Field(None, description="rank-vs-rank: the reference rank of base")
-    rank_b: int | None = Field(None, description="rank-vs-rank: the rank to explain (the slow one)")
-    limit: int = Field(15, ge=1, le=100, description="max op/kernel changes returned")
-
-
-class ExplainArgs(Args):
-    id: Text = Field(description="a check id (e.g. 'slow-rank', 'env-var') or a fix id (e.g. 'aclnn-cache-limit')")
-    finding: int | None = Field(None, ge=1, description="finding number (1-based, as list_issues lists them) "
-                                "of the given profile")
-
-
-class ListFixesArgs(Args):
-    check: Text | None = Field(None, description="only fixes for this check id, e.g. 'env-var'")
-    vendor: VendorArg | None = Field(None, description="only fixes that apply to this vendor")
-    limit: int = Field(50, ge=1, le=200, description="max fixes returned")
-
-
-class SuggestEditArgs(Args):
-    code_path: Text = Field(description="the training script (a .py or launch .sh file) to patch, under the "
-                           "server's roots")
-    fix: Text | None = Field(None, description="a fix id to apply, e.g. 'aclnn-cache-limit'")
-
-
-class WhatIfArgs(Args):
-    ranks_at_median: Items | None = Field(None, description="these ranks at their peers' median")
-    stages_at_median: Items | None = Field(None, description="these pipeline stages at the median")
-    comm_at_median: bool = Field(False, description="transfer times at each collective's median")
-    no_stalls: Items | None = Field(None, description="these ranks without data loading and untraced gaps")
-    ops: dict[Text, float] | None = Field(None, max_length=MAX_OPS, description="op name -> factor on its time (0.5: twice as fast)")
-
-
-class CriticalPathArgs(Args):
-    step: int | None = Field(None, description="the step (default: the slowest replayed one)")
-
-
-class HangArgs(Args):
-    path: Text = Field(description="folder under the server's roots holding the Flight Recorder dumps "
-                       "(<prefix><rank>, e.g. nccl_trace_rank_0) and/or `py-spy dump --json` files, one per rank")
-
-
-class TriggerArgs(Args):
-    run_dir: Text = Field(description="the run_dir given to stepdoctor.capture.StepWatch")
-    steps: int = Field(3, ge=1, description="steps to capture")
-
-
-class SnapshotArgs(Args):
-    pids: Items = Field(min_length=1, description="process ids (the rank is read from each one's RANK)")
-    output: Text = Field(description="folder to write pyspy_rank_<N>.json files into")
+# An answer cut to what a model's context takes (tools/budgets.py): the answer's own model, `total` /
+# `truncated` set.
+Budget = Callable[[Any, Any], BaseModel]
 
 
 ProfileUse = Literal["required", "optional", "none"]
@@ -142,14 +58,17 @@ ProfileUse = Literal["required", "optional", "none"]
 
 @dataclass(frozen=True)
 class Tool:
-    """One question: its names in both front ends, its typed arguments and the function that answers."""
+    """One question: its names in both front ends, its typed arguments, the function that answers, what its
+    answer is cut to for a model's context, and how the CLI prints it. Adding a tool is its arguments model
+    (tools/arguments.py), its function and its row here: the MCP signature and the CLI command are made
+    from the row."""
 
     name: str                   # the MCP tool name
     cli: str | None             # the CLI command answering the same question (None: MCP only)
     title: str
     description: str            # what a model reads in tools/list; the first sentence heads docs/tools.md
     args: type[Args]
-    output: type[BaseModel]     # what `answer` returns (the CLI's JSON)
+    result: type[BaseModel] | str   # what `answer` returns (the CLI's JSON); "module:Model" is imported on use
     profile: ProfileUse         # does the tool read a profile (path / profile_id over MCP, PATH on the CLI)
     answer: Callable[..., BaseModel]   # (profile or None, args, resolve) -> the catalog's pydantic model
     paths: tuple[str, ...] = ()        # arguments naming files the MCP server must find under its roots
@@ -157,6 +76,20 @@ class Tool:
     mcp: bool = True                   # served over MCP (False: a CLI command acting on this machine's jobs)
     keep: bool = False                 # the answer depends on the profile's files and the arguments only: the
     #                                    CLI keeps it beside the store (analysis/store/answers.py)
+    budget: Budget | None = None       # MCP: the answer cut to its `limit` (None: `answer` honours the limit)
+    narrow: str = "lower limit"        # MCP: how to ask for less when the text is cut
+    cli_help: str = ""                 # the command's line in `stepdoctor --help`
+    show: Callable[..., int] | None = None   # CLI: prints the answer, returns the exit code (None: as --format)
+    cli_options: tuple[CliOption, ...] = ()  # options only the CLI has
+
+    @cached_property
+    def output(self) -> type[BaseModel]:
+        """The answer's model (imported here when the row names it by "module:Model", so reading the catalog
+        does not import the hang or replay stacks)."""
+        if isinstance(self.result, str):
+            module, _, name = self.result.partition(":")
+            return getattr(import_module(module, __package__), name)
+        return self.result
 
 
 def _api():
@@ -187,7 +120,7 @@ def _top_kernels(prof: Profile, a: TopKernelsArgs, resolve: Resolve) -> BaseMode
 
 
 def _env_audit(prof: Profile, a: EnvAuditArgs, resolve: Resolve) -> BaseModel:
-    return _api().env_audit(prof)
+    return _api().env_audit(prof, status=a.status)
 
 
 def _compare(prof: None, a: CompareArgs, resolve: Resolve) -> BaseModel:
@@ -195,10 +128,12 @@ def _compare(prof: None, a: CompareArgs, resolve: Resolve) -> BaseModel:
 
     if a.target is None:
         if a.rank_a is None or a.rank_b is None:
-            raise UsageError("give target (a second run), or rank_a and rank_b to compare two ranks of base")
+            raise UsageError("give a second run (TARGET), or two ranks of the base run to compare (--rank-vs A "
+                             "B; over MCP rank_a and rank_b)")
         return compare.compare_ranks(resolve(a.base), a.rank_a, a.rank_b, top=a.limit)
     if a.rank_a is not None or a.rank_b is not None:
-        raise UsageError("rank_a / rank_b compare two ranks of one run: omit target, or use rank")
+        raise UsageError("--rank-vs (rank_a / rank_b) compares two ranks of one run: omit TARGET, or use "
+                         "--rank (rank)")
     return compare.compare_runs(resolve(a.base), resolve(a.target), rank=a.rank, step=a.step, top=a.limit)
 
 
@@ -206,7 +141,8 @@ def _explain(prof: Profile | None, a: ExplainArgs, resolve: Resolve) -> BaseMode
     from . import knowledge_tools
 
     if a.finding is not None and prof is None:
-        raise UsageError("finding=N needs the profile: pass path or profile_id")
+        raise UsageError("a finding number (--finding N) needs its profile: --profile PATH (over MCP path "
+                         "or profile_id)")
     return knowledge_tools.explain(a.id, profile=prof, finding=a.finding)
 
 
@@ -220,7 +156,8 @@ def _suggest_edit(prof: Profile | None, a: SuggestEditArgs, resolve: Resolve, *,
     from . import knowledge_tools
 
     if a.fix is None and prof is None:
-        raise UsageError("give fix (a fix id from list_fixes) or a profile (path / profile_id)")
+        raise UsageError("give a fix id (--fix ID, from `stepdoctor fixes`) or a profile (--profile PATH; "
+                         "over MCP path or profile_id)")
     if Path(a.code_path).is_dir():
         raise ProfileError(a.code_path, "is a folder: pass the training script (a .py or launch .sh file)")
     return knowledge_tools.suggest_edit(a.code_path, fix=a.fix, profile=prof, apply=apply)
@@ -253,69 +190,93 @@ def _snapshot(prof: None, a: SnapshotArgs, resolve: Resolve) -> BaseModel:
     return live.snapshot(a.pids, a.output)
 
 
+FAIL_ON = CliOption(("--fail-on",), "exit 1 when a finding of this severity or worse is reported",
+                    choices=("high", "medium", "low"))
+APPLY = CliOption(("--apply",), "write the change (keeps a .bak backup)", flag=True, to_answer=True)
+
 TOOLS: tuple[Tool, ...] = (
     Tool("list_issues", "issues", "List issues by priority",
          "Run every applicable check and return the findings, sorted by severity then time lost per step. "
          "Each finding names the check, ranks, steps, subject, impact_ms (per step), evidence and fix ids. "
          "Next: explain(check id, profile_id, finding=N) for one finding; suggest_edit for a patch.",
-         IssuesArgs, m.IssueReport, "required", _issues, keep=True),
+         IssuesArgs, m.IssueReport, "required", _issues, keep=True, budget=budgets.issues,
+         narrow="lower limit or raise min_severity", cli_help="every applicable check, findings by priority",
+         show=cli_show.issues, cli_options=(FAIL_ON,)),
     Tool("breakdown", "breakdown", "Step time breakdown",
          "Per rank and step: step, compute, communication (exposed and overlapped) and free time, in ms. "
          "Returns one row per (rank, step) (capped at limit) and per-rank totals over the steps.",
-         BreakdownArgs, m.Breakdown, "required", _breakdown, keep=True),
+         BreakdownArgs, m.Breakdown, "required", _breakdown, keep=True, budget=budgets.breakdown,
+         narrow="pass ranks=[...] to see fewer ranks", cli_help="per rank and step: compute / communication / free"),
     Tool("slow_ranks", "slow-ranks", "Slow ranks",
          "Ranks slower than their peers in compute, communication or free time, with steps and causes. "
          "Per dimension: the median, the spread across ranks, the slow ranks (excess ms and %), and for "
          "communication the late arrivals (ranks that wait least because the others wait for them).",
-         SlowRanksArgs, m.SlowRanks, "required", _slow_ranks, keep=True),
+         SlowRanksArgs, m.SlowRanks, "required", _slow_ranks, keep=True, budget=budgets.slow_ranks,
+         cli_help="ranks slower than their peers, with steps and causes"),
     Tool("slow_links", "slow-links", "Slow communication links",
          "Communication links (src->dst per transport) with bandwidth against their transport's median. "
          "Slowest first, with size, time and steps; findings for links clearly below their peers.",
-         SlowLinksArgs, m.SlowLinks, "required", _slow_links, keep=True),
+         SlowLinksArgs, m.SlowLinks, "required", _slow_links, keep=True, cli_help="links with low bandwidth"),
     Tool("top_kernels", "kernels", "Top device kernels",
          "Device ops by total time: count, total / mean / max ms, share of device time and of the step, "
          "input shapes; top `limit`, with total and truncated.",
-         TopKernelsArgs, m.TopKernels, "required", _top_kernels, keep=True),
+         TopKernelsArgs, m.TopKernels, "required", _top_kernels, keep=True,
+         narrow="lower limit or pass rank / step", cli_help="top device ops"),
     Tool("env_audit", "env", "Environment variable audit",
          "Environment variables recorded with the profile, per rank: ok / bad / unknown, with the "
          "recommended value and the finding for bad ones. Kineto traces record no environment.",
-         EnvAuditArgs, m.EnvAudit, "required", _env_audit, keep=True),
+         EnvAuditArgs, m.EnvAudit, "required", _env_audit, keep=True, budget=budgets.env_audit,
+         narrow="pass status='bad' or lower limit", cli_help="environment variable audit across ranks"),
     Tool("compare_runs", "compare", "Compare two runs",
          "Why step time changed from base to target: delta, attribution to compute / communication / free, "
          "top kernel/op changes, environment and config changes, new findings, and a one-sentence verdict "
          "naming the largest cause. With rank_a and rank_b (and no target): rank b vs rank a.",
-         CompareArgs, m.Comparison, "none", _compare),
+         CompareArgs, m.Comparison, "none", _compare, narrow="lower limit or pass rank / step",
+         cli_help="why did step time change between two runs (or ranks)"),
     Tool("explain", "explain", "Explain a check, a fix or a finding",
          "Explain a check or a fix from the curated knowledge base: why it costs time, the steps to fix it, "
          "the code edit, how to verify. With a profile and finding=N, explains that finding with its numbers.",
-         ExplainArgs, m.Explanation, "optional", _explain),
+         ExplainArgs, m.Explanation, "optional", _explain, budget=budgets.explain, narrow="read the structured "
+         "content", cli_help="explain a check id or a fix id", show=cli_show.explain),
     Tool("list_fixes", "fixes", "List fixes",
          "Fixes in the knowledge base (id, title, vendors, checks they answer), optionally for one check or "
          "vendor. Next: explain(fix id) or the resource stepdoctor://fixes/{fix_id}.",
-         ListFixesArgs, m.FixList, "none", _list_fixes),
+         ListFixesArgs, m.FixList, "none", _list_fixes, narrow="pass check or vendor, or lower limit",
+         cli_help="list knowledge-base fixes", show=cli_show.fixes),
     Tool("suggest_edit", "suggest-edit", "Suggest a code edit (diff only)",
          "A unified diff that applies a fix (or every fix the profile's findings point to) to the user's "
          "code. Never writes: show the diff to the user, who applies it. Give fix, or a profile.",
-         SuggestEditArgs, m.EditSuggestion, "optional", _suggest_edit, paths=("code_path",)),
+         SuggestEditArgs, m.EditSuggestion, "optional", _suggest_edit, paths=("code_path",),
+         narrow="pass fix= to get one fix at a time", cli_help="a unified diff applying a fix to training code",
+         show=cli_show.suggest_edit, cli_options=(APPLY,)),
     Tool("what_if", "whatif", "What-if replay across ranks",
          "Replay each step across ranks (steps whose null replay is off by >2% are not used); predict step time "
          "with ranks, stages or communication at the median. No changes: the ideal job, slowdown S, a verdict.",
-         WhatIfArgs, WhatIf, "required", _what_if, keep=True),
+         WhatIfArgs, "..analysis.replay.models:WhatIf", "required", _what_if, keep=True,
+         narrow="pass ranks_at_median or stages_at_median for one scenario",
+         cli_help="replay the steps across ranks: what if a rank, a stage or communication ran at the median "
+         "(without flags: the ideal job and the slowdown)"),
     Tool("critical_path", "critical-path", "Critical path across ranks",
          "The chain of work across ranks that sets a step's end (compute, transfer after the last arrival, "
          "tail, late start), each link with its rank and share of the step.",
-         CriticalPathArgs, CriticalPath, "required", _critical_path, keep=True),
+         CriticalPathArgs, "..analysis.replay.models:CriticalPath", "required", _critical_path, keep=True,
+         narrow="pass step", cli_help="the chain of work across ranks that sets a step's end, each link with "
+         "its share of the step"),
     Tool("diagnose_hang", "hang", "Diagnose a hung job",
          "Where the ranks of a hung job diverge: the process group, the first collective some ranks never "
          "issued (or issued differently, or never completed), those ranks with their stacks, and the ranks "
          "whose stack differs from the majority.",
-         HangArgs, HangReport, "none", _hang, folders=("path",)),
+         HangArgs, "..analysis.hang.models:HangReport", "none", _hang, folders=("path",),
+         narrow="see divergences[] and stacks in the structured content", cli_help="where the ranks of a hung "
+         "job diverge (Flight Recorder dumps, py-spy stack snapshots)", show=cli_show.hang),
     Tool("trigger", "trigger", "Capture steps of a running job",
          "Ask every rank's StepWatch in the run folder to capture the next steps (a profiler trace per rank).",
-         TriggerArgs, m.TriggerResult, "none", _trigger, mcp=False),
+         TriggerArgs, m.TriggerResult, "none", _trigger, mcp=False,
+         cli_help="ask every rank's StepWatch in RUN_DIR to capture steps now", show=cli_show.trigger),
     Tool("snapshot", "snapshot", "Stack snapshots of local processes",
          "Take py-spy stack snapshots of local processes (by PID), one file per rank, for diagnose_hang.",
-         SnapshotArgs, m.SnapshotResult, "none", _snapshot, mcp=False),
+         SnapshotArgs, m.SnapshotResult, "none", _snapshot, mcp=False,
+         cli_help="take py-spy stack snapshots of local processes (by PID) for `hang`", show=cli_show.snapshot),
 )
 MCP_TOOLS: tuple[Tool, ...] = tuple(t for t in TOOLS if t.mcp)
 
@@ -324,7 +285,11 @@ BY_CLI: dict[str, Tool] = {t.cli: t for t in TOOLS if t.cli}
 
 
 def _question(tool: Tool, args: Args) -> dict[str, Any]:
-    return {"tool": tool.name, "args": args.model_dump(mode="json")}
+    """The question a kept answer answers: the tool and its arguments, less those only its budget reads (the
+    CLI's every-row answer and an MCP call with a `limit` share it)."""
+    budget_only = {name for name, info in tool.args.model_fields.items()
+                   if any(isinstance(x, Cli) and x.budget for x in info.metadata)}
+    return {"tool": tool.name, "args": args.model_dump(mode="json", exclude=budget_only)}
 
 
 def kept_answer(tool: Tool, db: Path, args: Args) -> BaseModel | None:

@@ -18,10 +18,8 @@ from ..analysis import one_blas_thread
 
 one_blas_thread(os.environ)  # before numpy is imported (next line): see build.open_profile(IngestOptions(fork=True))
 
-from ..analysis.errors import ProfileError, StepdoctorError, UsageError, exit_code  # noqa: E402
-from ..analysis.severity import SEVERITY_ORDER  # noqa: E402
-from .commands import FORMATS, PROFILE_HELP, add_ray_flag, ask, ask_path  # noqa: E402
-from .commands import emit as _emit  # noqa: E402
+from ..analysis.errors import ProfileError, StepdoctorError, exit_code  # noqa: E402
+from .commands import FORMATS, add_ray_flag  # noqa: E402
 
 if TYPE_CHECKING:
     from ..analysis.store import Profile
@@ -82,48 +80,6 @@ def loader(options: IngestOptions) -> Callable[[str], Profile]:
     return load
 
 
-def _ints(text: str | None) -> list[int] | None:
-    if text is None:
-        return None
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise UsageError(f"expected comma-separated integers, got {text!r}") from None
-
-
-def cmd_issues(a: argparse.Namespace) -> int:
-    rep = ask_path("issues", a.path, a.load, min_severity=a.min_severity, checks=a.check, ranks=_ints(a.rank))
-    _emit(rep, a.format)
-    if a.fail_on and any(SEVERITY_ORDER[f.severity] <= SEVERITY_ORDER[a.fail_on] for f in rep.findings):
-        return 1
-    return 0
-
-
-def cmd_breakdown(a: argparse.Namespace) -> int:
-    _emit(ask_path("breakdown", a.path, a.load, ranks=_ints(a.rank), steps=_ints(a.step)), a.format)
-    return 0
-
-
-def cmd_slow_ranks(a: argparse.Namespace) -> int:
-    _emit(ask_path("slow-ranks", a.path, a.load), a.format)
-    return 0
-
-
-def cmd_slow_links(a: argparse.Namespace) -> int:
-    _emit(ask_path("slow-links", a.path, a.load, limit=a.top), a.format)
-    return 0
-
-
-def cmd_kernels(a: argparse.Namespace) -> int:
-    _emit(ask_path("kernels", a.path, a.load, rank=a.rank, step=a.step, limit=a.top, by=a.by), a.format)
-    return 0
-
-
-def cmd_env(a: argparse.Namespace) -> int:
-    _emit(ask_path("env", a.path, a.load), a.format)
-    return 0
-
-
 def cmd_demo(a: argparse.Namespace) -> int:
     root = Path(__file__).resolve().parent.parent / "examples"
     ex = root / "cluster4"
@@ -131,9 +87,12 @@ def cmd_demo(a: argparse.Namespace) -> int:
         raise ProfileError(ex, "bundled example profile missing from this installation")
     print(f"stepdoctor demo on the bundled example {ex}\n")
     prof = a.load(str(ex))
-    _emit(ask("breakdown", prof), "table")
+    from .cli_options import ask
+    from .cli_show import emit
+
+    emit(ask("breakdown", prof), "table")
     print()
-    _emit(ask("issues", prof), "table")
+    emit(ask("issues", prof), "table")
     try:
         from .report import write_report
     except ImportError:
@@ -144,71 +103,25 @@ def cmd_demo(a: argparse.Namespace) -> int:
     return 0
 
 
-Handler = Callable[[argparse.Namespace], int]
-
-
-def _extra_commands(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    """Commands provided by other tool modules (compare, explain, fixes, suggest-edit, report, mcp)."""
-    from . import commands
-
-    commands.register(sub, common)
-    commands.register_live(sub, common)
-
-
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
     common.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     add_ray_flag(common)
+    debug_only = argparse.ArgumentParser(add_help=False)
+    debug_only.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     p = argparse.ArgumentParser(prog="stepdoctor", description="Why is this training step slow? Diagnose Ascend "
                                 "(torch_npu, MindSpore) and Kineto (GPU) profiles.")
     p.add_argument("--version", action="version", version=f"stepdoctor {_version()}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    s = sub.add_parser("issues", parents=[common], help="every applicable check, findings by priority")
-    s.add_argument("path", help=PROFILE_HELP)
-    s.add_argument("--min-severity", choices=list(SEVERITY_ORDER), default="low",
-                   help="leave out findings below this severity")
-    s.add_argument("--fail-on", choices=list(SEVERITY_ORDER), help="exit 1 when a finding of this severity or "
-                   "worse is reported")
-    s.add_argument("--check", action="append", help="only this check id (repeatable)")
-    s.add_argument("--rank", help="only these ranks, e.g. 0,3")
-    s.set_defaults(func=cmd_issues)
+    from . import cli_options, commands  # the catalog's questions: one command per row, made from it
 
-    s = sub.add_parser("breakdown", parents=[common], help="per rank and step: compute / communication / free")
-    s.add_argument("path", help=PROFILE_HELP)
-    s.add_argument("--rank", help="only these ranks, e.g. 0,3")
-    s.add_argument("--step", help="only these steps, e.g. 5,6")
-    s.set_defaults(func=cmd_breakdown)
-
-    s = sub.add_parser("slow-ranks", parents=[common], help="ranks slower than their peers, with steps and causes")
-    s.add_argument("path", help=PROFILE_HELP)
-    s.set_defaults(func=cmd_slow_ranks)
-
-    s = sub.add_parser("slow-links", parents=[common], help="links with low bandwidth")
-    s.add_argument("path", help=PROFILE_HELP)
-    s.add_argument("--top", type=int, default=20, help="links to list (default 20)")
-    s.set_defaults(func=cmd_slow_links)
-
-    s = sub.add_parser("kernels", parents=[common], help="top device ops")
-    s.add_argument("path", help=PROFILE_HELP)
-    s.add_argument("--rank", type=int, help="only this rank")
-    s.add_argument("--step", type=int, help="only this step")
-    s.add_argument("--top", type=int, default=20, help="ops to list (default 20)")
-    s.add_argument("--by", choices=["name", "type"], default="name", help="group by kernel name or op type")
-    s.set_defaults(func=cmd_kernels)
-
-    s = sub.add_parser("env", parents=[common], help="environment variable audit across ranks")
-    s.add_argument("path", help=PROFILE_HELP)
-    s.set_defaults(func=cmd_env)
-
-    debug_only = argparse.ArgumentParser(add_help=False)
-    debug_only.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    cli_options.register(sub, common, debug_only)
     s = sub.add_parser("demo", parents=[debug_only], help="breakdown, issues and report on the bundled example")
     s.add_argument("-o", "--output", help="where to write the demo HTML report")
     s.set_defaults(func=cmd_demo)
-
-    _extra_commands(sub, common)
+    commands.register(sub, common)
     return p
 
 

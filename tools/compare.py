@@ -42,7 +42,7 @@ def _env(cs: list[envs.Changed]) -> list[EnvChange]:
 
 
 def _findings(prof: Profile) -> list[Finding]:
-    return api.checks_run(prof, None, None).findings
+    return api.checks_run(prof).findings
 
 
 def _model(a: run.Attribution, top: int, warnings: list[str]) -> Comparison:

@@ -23,8 +23,8 @@ class IssueReport(_WithProfile):
     numbers: list[int | None] = Field(
         default_factory=list,
         description="each finding's number in the profile's unfiltered report, the N that `explain ID --profile "
-                    "PATH --finding N` and MCP `explain(finding=N)` take (null: a finding of a rank-filtered run "
-                    "that the unfiltered report does not hold); empty: numbered 1, 2, ... as listed")
+                    "PATH --finding N` and MCP `explain(finding=N)` take, whichever filter listed it; empty: "
+                    "numbered 1, 2, ... as listed")
 
     def numbered(self) -> list[tuple[int | None, Finding]]:
         """The findings with the numbers every view shows for them (see `numbers`)."""
@@ -36,6 +36,8 @@ class IssueReport(_WithProfile):
 class Breakdown(_WithProfile):
     rows: list[BreakdownRow] = Field(description="one per (rank, step); times in ms")
     totals: list[BreakdownRow] = Field(description="one per rank, summed over its steps; `steps` = count")
+    total: int = Field(0, description="rows (rank, step) before a limit cut them (MCP `limit`)")
+    truncated: bool = False
 
 
 class SlowRank(BaseModel):
@@ -84,6 +86,8 @@ class SlowRanks(_WithProfile):
     findings: list[Finding]
     ranks: list[RankVerdict] = Field(default_factory=list, description="every rank, with its verdict and cause")
     stragglers: list[int] = Field(default_factory=list, description="ranks that arrive last at collectives")
+    total: int = Field(0, description="slow ranks and late arrivals over all dimensions, before a limit cut them")
+    truncated: bool = Field(False, description="True if a dimension listed more slow ranks than the limit")
 
 
 class Link(BaseModel):
@@ -136,6 +140,8 @@ class EnvVariable(BaseModel):
 
 class EnvAudit(_WithProfile):
     variables: list[EnvVariable]
+    total: int = Field(0, description="variables before a filter's limit cut them (MCP `limit`)")
+    truncated: bool = False
 
 
 class Explanation(BaseModel):
