@@ -9,8 +9,10 @@ link whose target stays under a root is harmless here (the server's root check r
 What fails raises `Unreadable`, an OSError, so every reader's existing "this file is unreadable" path loses that file
 alone, with its warning.
 
-Confinement is per process and inherited by the ingest's child processes (through the environment, read
-when this module is imported): they open the rank files.
+Confinement is per process. The processes that open rank files for it get it explicitly: a fork holds it
+already, a new interpreter finds it in the environment it is started with (`child_environment`, read when
+this module is imported there; this process's own environment is never written), a Ray task takes it as an
+argument (`current()`, `confine(*...)`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import stat
 from pathlib import Path
 from typing import IO, Any
 
-_ENV = "STEPDOCTOR_CONFINED_ROOTS"
+_ENV = "STEPDOCTOR_CONFINED_ROOTS"   # set only in the environment a child process is started with
 _KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a character device",
           stat.S_IFBLK: "a block device", stat.S_IFDIR: "a directory"}
 
@@ -45,16 +47,11 @@ class _Confinement:
         raw = os.environ.get(_ENV)
         if raw:
             with_links, roots = json.loads(raw)
-            self.set(roots, bool(with_links), export=False)
+            self.set(roots, bool(with_links))
 
-    def set(self, roots: list[str] | None, allow_links: bool, export: bool = True) -> None:
+    def set(self, roots: list[str] | None, allow_links: bool) -> None:
         self.roots = [os.path.realpath(r) for r in roots] if roots is not None else None
         self.allow_links = allow_links
-        if export:
-            if roots is None:
-                os.environ.pop(_ENV, None)
-            else:
-                os.environ[_ENV] = json.dumps([allow_links, self.roots])
 
     def admits(self, real: str) -> bool:
         return self.roots is None or any(real == r or real.startswith(r.rstrip("/") + "/") for r in self.roots)
@@ -64,8 +61,23 @@ _CONFINED = _Confinement()
 
 
 def confine(roots: list[str | os.PathLike[str]] | None, allow_links: bool = False) -> None:
-    """From now on this process (and the processes it starts) opens inputs only under `roots` (None: anywhere)."""
+    """From now on this process (and the processes its ingest starts) opens inputs only under `roots` (None:
+    anywhere)."""
     _CONFINED.set([os.fspath(r) for r in roots] if roots is not None else None, allow_links)
+
+
+def current() -> tuple[list[str] | None, bool]:
+    """This process's confinement as `confine` takes it (roots, allow_links), for a task run elsewhere."""
+    return (list(_CONFINED.roots) if _CONFINED.roots is not None else None), _CONFINED.allow_links
+
+
+def child_environment(env: dict[str, str]) -> dict[str, str]:
+    """`env` for a new interpreter started to read inputs for this process: with this process's confinement
+    (or without any, where this process has none)."""
+    out = {k: v for k, v in env.items() if k != _ENV}
+    if _CONFINED.roots is not None:
+        out[_ENV] = json.dumps([_CONFINED.allow_links, _CONFINED.roots])
+    return out
 
 
 def kind_of(mode: int) -> str:

@@ -217,16 +217,20 @@ from pathlib import Path
 from stepdoctor.analysis import files
 from stepdoctor.analysis.store import IngestOptions
 from stepdoctor.analysis.build import open_profile
+import os
 root, cache = Path(sys.argv[1]), Path(sys.argv[2])
 files.confine([root])
-prof = open_profile(root / "gloo", IngestOptions(cache_dir=cache))
+assert "STEPDOCTOR_CONFINED_ROOTS" not in os.environ   # children get it in their own environment only
+prof = open_profile(root / "gloo", IngestOptions(cache_dir=cache, engine=sys.argv[3]))
 print(json.dumps({"ranks": prof.info.ranks, "warnings": prof.warnings}))
 """
 
 
-def test_a_file_swapped_for_a_link_to_outside_is_refused_when_opened(tmp_path: Path, gloo):
+@pytest.mark.parametrize("engine", ["here", "pool"])
+def test_a_file_swapped_for_a_link_to_outside_is_refused_when_opened(tmp_path: Path, gloo, engine: str):
     """What a rename race leaves (a checked file that is a link to outside by the time it is read): the
-    reader's open refuses it, whatever the check before said."""
+    reader's open refuses it, whatever the check before said; in this process, and in the parse workers the
+    pool starts (new interpreters, told the roots in the environment they start with)."""
     dest, _ = gloo
     root = dest.parent
     outside = tmp_path.parent / f"{tmp_path.name}-outside"
@@ -234,7 +238,7 @@ def test_a_file_swapped_for_a_link_to_outside_is_refused_when_opened(tmp_path: P
     f = _rank1(dest)
     shutil.move(f, outside / f.name)
     f.symlink_to(outside / f.name)
-    r = subprocess.run([sys.executable, "-c", CONFINED, str(root), str(tmp_path / "cache")],
+    r = subprocess.run([sys.executable, "-c", CONFINED, str(root), str(tmp_path / "cache"), engine],
                        capture_output=True, text=True, timeout=BOUND_S)
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)

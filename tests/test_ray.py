@@ -167,6 +167,34 @@ def test_a_rank_the_reader_refuses_is_skipped_at_once(cluster, tmp_path):
     assert any(w.startswith("rank skipped:") and "sampled_rank-7.json" in w for w in via_ray.warnings)
 
 
+def test_the_roots_a_server_reads_under_reach_the_ray_workers(cluster, tmp_path):
+    """A Ray worker is not started by the caller, so it learns the caller's confinement with each task: a
+    rank file that is a link to outside the roots is refused there as it is locally (and the confinement
+    is never written into this process's environment)."""
+    import os
+
+    from stepdoctor.analysis import files
+
+    root = tmp_path / "root"
+    prof = root / "prof"
+    prof.mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    rank0, rank1 = sorted(need(KINETO / "trace_filter").glob("*rank-*"))[:2]
+    (prof / rank0.name).write_bytes(rank0.read_bytes())
+    (outside / rank1.name).write_bytes(rank1.read_bytes())
+    (prof / rank1.name).symlink_to(outside / rank1.name)
+    files.confine([root])
+    try:
+        assert "STEPDOCTOR_CONFINED_ROOTS" not in os.environ
+        via_ray = _build(prof, tmp_path / "ray", engine="ray")
+        local = _build(prof, tmp_path / "local", engine="here")
+    finally:
+        files.confine(None)
+    assert via_ray.info.ranks == local.info.ranks == [0]
+    assert any("outside the allowed roots when opened" in w for w in via_ray.warnings), via_ray.warnings
+
+
 @needs_ray
 def test_the_cli_flag_ingests_through_ray_and_answers_the_same(cluster, tmp_path, monkeypatch, capsys):
     from stepdoctor.tools import cli

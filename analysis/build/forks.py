@@ -16,12 +16,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import one_blas_thread
+from .. import files, one_blas_thread
 from ..store.writer import database_opened
 
 
 def child_env() -> dict[str, str]:
-    return dict(one_blas_thread(dict(os.environ)))
+    """The environment of a new child interpreter: one BLAS thread, this process's file confinement."""
+    return files.child_environment(dict(one_blas_thread(dict(os.environ))))
 
 
 class ForkedProcess:

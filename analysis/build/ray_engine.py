@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import files
 from ..errors import ProfileError
 from ..ingest.base import Coded, RankSource
 from ..ingest.discover import Discovery
@@ -78,9 +79,12 @@ TaskResult = Parsed | str
 
 
 def parse_task(src: RankSource, fault: str | None = None, shard_dir: str | None = None,
-               shard_min_rows: int = SHARD_MIN_ROWS) -> TaskResult:
+               shard_min_rows: int = SHARD_MIN_ROWS,
+               confined: tuple[list[str] | None, bool] = (None, False)) -> TaskResult:
     """Run in a Ray worker: parse one rank; its columns (big tables as shard files when `shard_dir` is set),
-    or the one-line error that skips it."""
+    or the one-line error that skips it. `confined`: the roots the caller reads under (`files.current()`):
+    a worker is not started by the caller, so it learns them here, for each task it runs."""
+    files.confine(*confined)
     if fault:
         _inject_fault(src, fault)
     try:
@@ -212,6 +216,7 @@ def build_with_ray(disc: Discovery, out: Path, progress: ProgressFn | None, *, a
     base = shard_dir or os.environ.get(SHARDS_ENV)
     shards = str(Path(base) / f"{out.name}.shards") if base else None  # this build's own, removed after it
     min_rows = SHARD_MIN_ROWS if shard_min_rows is None else shard_min_rows
+    confined = files.current()
     cpus = int(ray.cluster_resources().get("CPU", 1))
     limit = max(1, in_flight or 2 * cpus)
     todo = list(reversed(interleaved(placement.targets)))  # source indexes, popped from the end
@@ -223,7 +228,7 @@ def build_with_ray(disc: Discovery, out: Path, progress: ProgressFn | None, *, a
         while todo or running:
             while todo and len(running) < limit:  # backpressure: results wait in the store, not here
                 i = todo.pop()
-                running[remotes[placement.targets[i]].remote(disc.sources[i], fault, shards, min_rows)] = i
+                running[remotes[placement.targets[i]].remote(disc.sources[i], fault, shards, min_rows, confined)] = i
             (ref,), _ = ray.wait(list(running), num_returns=1)
             i = running.pop(ref)
             src = disc.sources[i]
