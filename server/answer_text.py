@@ -15,6 +15,7 @@ from ..analysis.replay.models import CriticalPath, WhatIf
 from ..tools import models as m
 from ..tools.knowledge_tools import explanation_markdown
 from ..tools.live import render_hang
+from ..tools.render import render_markdown
 from .lean import mcp_hint
 from .results import LoadedProfile
 
@@ -304,4 +305,5 @@ def text_of(model: BaseModel, pid: str) -> str:
     """The short text of one answer (`pid`: the profile_id its next steps name)."""
     if isinstance(model, m.IssueReport):
         return text_issues(model, pid)
-    return TEXTS[type(model)](model)
+    text = TEXTS.get(type(model))
+    return text(model) if text is not None else render_markdown(model)   # a new tool's model: its tables

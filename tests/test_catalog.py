@@ -179,3 +179,67 @@ def test_list_issues_filters_name_the_valid_values(tmp_path: Path):
 
     assert "unknown check 'nosuch'; the checks are affinity-api" in anyio.run(error, {"checks": ["nosuch"]})
     assert "rank 7 not in profile; ranks are 0, 1" in anyio.run(error, {"ranks": [7]})
+
+
+def test_a_new_tool_is_one_model_one_function_one_row(monkeypatch, tmp_path: Path, capsys):
+    """Adding a tool: its arguments model, its function and its catalog row, nothing else. The CLI command
+    (options from the model, read as their types say), its table, the MCP tool (schema from the same model)
+    and its text all come from the row."""
+    from typing import Annotated
+
+    from pydantic import BaseModel, Field
+
+    from stepdoctor.tools import cli
+    from stepdoctor.tools.arguments import Args, Cli
+
+    class StepListArgs(Args):
+        ranks: Annotated[list[int] | None, Cli(flags=("--rank",))] = Field(None, description="only these ranks")
+        longest: bool = Field(False, description="only the longest step")
+
+    class Step(BaseModel):
+        rank: int
+        step: int
+        step_ms: float
+
+    class StepList(BaseModel):
+        steps: list[Step]
+        total: int
+
+    def step_list(prof, a: StepListArgs, resolve) -> StepList:
+        from stepdoctor.tools import api
+
+        rows = api.breakdown(prof, ranks=a.ranks).rows
+        steps = [Step(rank=r.rank, step=r.step, step_ms=r.step_ms) for r in rows]
+        if a.longest:
+            steps = [max(steps, key=lambda s: s.step_ms)]
+        return StepList(steps=steps, total=len(rows))
+
+    row = catalog.Tool("step_list", "steps", "Steps", "Every (rank, step) with its step time.", StepListArgs,
+                       StepList, "required", step_list, cli_help="every step with its time")
+    monkeypatch.setattr(catalog, "TOOLS", (*catalog.TOOLS, row))
+    monkeypatch.setattr(catalog, "MCP_TOOLS", (*catalog.MCP_TOOLS, row))
+    monkeypatch.setitem(catalog.BY_NAME, "step_list", row)
+    monkeypatch.setitem(catalog.BY_CLI, "steps", row)
+    example = str(Path(__file__).resolve().parent.parent / "examples" / "cluster4")
+    monkeypatch.setenv("STEPDOCTOR_CACHE_DIR", str(tmp_path / "cache"))
+
+    assert cli.main(["steps", example, "--rank", "1,2", "--longest", "--format", "json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["total"] == 4 and len(got["steps"]) == 1 and got["steps"][0]["rank"] in (1, 2)
+    assert cli.main(["steps", example]) == 0
+    table = capsys.readouterr().out
+    assert "total" in table   # the generic tables: the plain fields, then a row per (rank, step)
+    assert all(f"│    {r} │    {st} │" in table for r in range(4) for st in (1, 2)), table
+
+    server = create_server([Path(example).parent], cache_dir=tmp_path / "cache")
+
+    async def ask() -> tuple[dict, str, dict]:
+        async with Client(server, raise_exceptions=True) as c:
+            schema = next(t for t in (await c.list_tools()).tools if t.name == "step_list").input_schema
+            r = await c.call_tool("step_list", {"path": example, "ranks": [3]})
+        return r.structured_content, r.content[0].text, schema
+
+    data, text, schema = anyio.run(ask)
+    assert set(schema["properties"]) == {"path", "profile_id", "ranks", "longest"}
+    assert [s["rank"] for s in data["steps"]] == [3, 3] and data["total"] == 2
+    assert "step_ms" in text

@@ -15,7 +15,7 @@ from pydantic.fields import FieldInfo
 
 from . import catalog
 from .arguments import Cli, csv_ints
-from .catalog import TOOLS, Tool
+from .catalog import Tool
 from .cli_show import emit
 
 PROFILE_HELP = ("profile: a rank folder (*_ascend_pt, *_ascend_ms, any folder with ASCEND_PROFILER_OUTPUT/), a "
@@ -188,6 +188,6 @@ def register(sub: argparse._SubParsersAction, common: argparse.ArgumentParser,
              debug_only: argparse.ArgumentParser) -> None:
     """Every catalog row with a CLI command: the options of --format / --debug / --ray (`common`) for the
     questions about profiles and dumps, --debug alone for those acting on this machine's jobs."""
-    for tool in TOOLS:
+    for tool in catalog.TOOLS:
         if tool.cli:
             add_command(sub, tool, [common] if tool.mcp else [debug_only])

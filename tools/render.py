@@ -207,7 +207,25 @@ def tables_for(model: BaseModel) -> list[Table]:
         more = f" (first {len(model.fixes)})" if model.truncated else ""
         return [Table(f"{model.total} fixes{more}", ["id", "vendors", "checks", "title"], rows,
                       text=("checks", "title"), optional=("vendors", "checks"))]
-    return []
+    return generic_tables(model)
+
+
+def _scalar(v: Any) -> bool:
+    return v is None or isinstance(v, str | int | float | bool)
+
+
+def generic_tables(model: BaseModel) -> list[Table]:
+    """The tables of an answer no view above knows (a new tool's model): its plain fields as one table,
+    each list of records as a table of their plain fields; nested records and maps stay for --format json."""
+    out: list[Table] = []
+    plain = [[name, fmt_value(v)] for name, v in model if _scalar(v) or (isinstance(v, list) and all(map(_scalar, v)))]
+    if plain:
+        out.append(Table(type(model).__name__, ["field", "value"], plain, text=("value",)))
+    for name, v in model:
+        if isinstance(v, list) and v and all(isinstance(x, BaseModel) for x in v):
+            cols = [c for c, x in v[0] if _scalar(x)]
+            out.append(Table(name, cols, [[fmt_value(getattr(x, c)) for c in cols] for x in v]))
+    return out
 
 
 def _slow_rank_tables(model: m.SlowRanks) -> list[Table]:
