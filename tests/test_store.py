@@ -435,7 +435,7 @@ def test_parse_worker_death_skips_its_rank(tmp_path):
         while len(seen) < 1:
             threading.Event().wait(0.05)
         for p in psutil.Process().children(recursive=True):
-            if "child_main('parse')" in " ".join(p.cmdline()):
+            if "import parse_main as main" in " ".join(p.cmdline()):
                 p.kill()
 
     threading.Thread(target=kill_when_blocked, daemon=True).start()
@@ -602,9 +602,9 @@ from stepdoctor.analysis.build.children import Child
 
 roles, ran = [], []
 init = Child.__init__
-def spy(self, role, fork=False):
-    roles.append([role, fork])
-    init(self, role, fork)
+def spy(self, main, fork=False):
+    roles.append([main.__name__.removesuffix("_main"), fork])
+    init(self, main, fork)
 Child.__init__ = spy
 if sys.argv[2] == "thread":  # a host running a second thread is never forked
     threading.Thread(target=threading.Event().wait, daemon=True).start()

@@ -1,6 +1,6 @@
-"""Child processes of the local ingest: a parse worker (`role="parse"`) or the ingest process
-(`role="ingest"`, see pool.py), each a new interpreter or a fork of this process, talking in frames
-(wire.py) over its stdin and stdout.
+"""Child processes of the local ingest: a parse worker (`parse_main`) or the ingest process (pool.py's
+`ingest_main`), each a new interpreter or a fork of this process, talking in frames (wire.py) over its stdin
+and stdout. A child is started with its entry function: this module knows none but its own.
 
 A parse worker gets one RankSource at a time and answers with D frames (rank, table, columns: the typed
 numpy columns of `RankTables.parts()`, in chunks of FRAME_ROWS rows) and one R frame (rank, (warnings,
@@ -16,7 +16,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
 from ..errors import ProfileError
@@ -27,21 +27,25 @@ from . import forks
 from .forks import NOT_FOR_FORKS, ForkedProcess, child_env
 from .wire import recv, send, widen_pipe
 
+# What a child runs: (its stdin, its stdout) -> None, a module-level function (a new interpreter imports it
+# by its module and name)
+Main = Callable[[BinaryIO, BinaryIO], None]
+
 
 class Child:
-    """A child running `child_main(role)`: stdin/stdout carry frames, stderr goes to a file. A new
+    """A child running `main` under `run_child`: stdin/stdout carry frames, stderr goes to a file. A new
     interpreter (`python -c`), or with fork=True a fork of this process (see may_fork)."""
 
-    def __init__(self, role: str, fork: bool = False) -> None:
+    def __init__(self, main: Main, fork: bool = False) -> None:
         self.err = tempfile.TemporaryFile()  # noqa: SIM115 - closed by close()
         self.proc: Any
         if fork:
-            self._fork(role)
+            self._fork(main)
         else:
             # os._exit: all output is flushed and every file closed by then; the interpreter's teardown
             # (long with pandas and DuckDB loaded) would only compete with the host for a core
-            code = (f"import sys; sys.path[:] = {sys.path!r}; "
-                    f"from {__name__} import child_main; child_main({role!r}); import os; os._exit(0)")
+            code = (f"import sys; sys.path[:] = {sys.path!r}; from {main.__module__} import {main.__name__} as main; "
+                    f"from {__name__} import run_child; run_child(main); import os; os._exit(0)")
             self.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=self.err, bufsize=0,
                                          env=child_env(), close_fds=True)
@@ -54,7 +58,7 @@ class Child:
         self.refused = False                  # that id was taken by another source: its rows are dropped
         self.released = False                 # see release()
 
-    def _fork(self, role: str) -> None:
+    def _fork(self, main: Main) -> None:
         task_r, task_w = os.pipe()
         out_r, out_w = os.pipe()
         widen_pipe(out_w)
@@ -69,7 +73,7 @@ class Child:
                     if fd > 2:
                         with contextlib.suppress(OSError):
                             os.close(fd)
-                child_main(role, os.fdopen(0, "rb", buffering=0, closefd=False))
+                run_child(main, os.fdopen(0, "rb", buffering=0, closefd=False))
                 code = 0
             except BaseException:  # reported on stderr, like a dying interpreter
                 import traceback
@@ -144,24 +148,16 @@ class Child:
         forks.release(self.proc)
 
 
-def child_main(role: str, inp: BinaryIO | None = None) -> None:
-    """Entry point of a child (see Child)."""
+def run_child(main: Main, inp: BinaryIO | None = None) -> None:
+    """Entry point of a child (see Child): its frames go to a duplicate of stdout, a stray print to stderr."""
     out = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)  # a stray print goes to stderr, never into the frames
+    os.dup2(2, 1)
     sys.stdout = sys.stderr
     gc.freeze()  # the imported modules never need collecting
-    if role == "parse":
-        _parse_main(inp or sys.stdin.buffer, out)
-    elif role == "ingest":
-        from .pool import ingest_main
-
-        NOT_FOR_FORKS.add(out.fileno())  # its parse workers are forked from it: they must not hold this
-        ingest_main(inp or sys.stdin.buffer, out)
-    else:
-        raise SystemExit(f"unknown role {role}")
+    main(inp or sys.stdin.buffer, out)
 
 
-def _parse_main(inp: BinaryIO, out: BinaryIO) -> None:
+def parse_main(inp: BinaryIO, out: BinaryIO) -> None:
     """Parse worker: for each task (a RankSource), D frames (rank, table, columns) then one R frame
     (rank, (warnings, capabilities) | None, error | None); D frames of a streaming reader's tables go as
     it reads, so an R frame with an error may follow some. Sending blocks until the ingest process has

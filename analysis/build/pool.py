@@ -26,8 +26,8 @@ from ..ingest.discover import Discovery
 from ..store.options import ProgressFn
 from ..store.parse import reader
 from ..store.writer import Writer, connect_for_writing
-from .children import Child
-from .forks import host_may_fork, may_fork, reap_exiting, run_in_thread, start_background
+from .children import Child, parse_main
+from .forks import NOT_FOR_FORKS, host_may_fork, may_fork, reap_exiting, run_in_thread, start_background
 from .wire import readable, recv, send
 
 if TYPE_CHECKING:
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 def ingest_main(inp: BinaryIO, out: BinaryIO) -> None:
     """Ingest process: build the database described by the J frame. It answers H (started), then P
     frames (progress), and last S (ranks stored, errors) or E (why the build failed)."""
+    NOT_FOR_FORKS.add(out.fileno())  # its parse workers are forked from it: they must not hold this
     frame = recv(inp)
     if frame is None:
         return
@@ -109,7 +110,7 @@ class _Workers:
         self.writer: Writer
 
     def start(self) -> None:
-        w = Child("parse", fork=may_fork())
+        w = Child(parse_main, fork=may_fork())
         self.children.append(w)
         self.sel.register(w.out, selectors.EVENT_READ, w)
         self.assign(w)
@@ -209,7 +210,7 @@ def build_in_children(disc: Discovery, out: Path, workers: int, progress: Progre
     # Forked, the ingest process starts at once with what this process has loaded; it imports the readers
     # itself while `background` (the CLI: pandas, the checks, the models) runs here on the other core
     # (importing them here first and forking after leaves a core idle meanwhile: slower).
-    child = Child("ingest", fork=fork and host_may_fork())
+    child = Child(ingest_main, fork=fork and host_may_fork())
     start_background(background)
     # this process opens the database next, with DuckDB and the pydantic header model: load them while it
     # only waits for the child
