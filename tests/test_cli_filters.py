@@ -142,3 +142,14 @@ def test_a_command_imports_only_what_it_needs(args: list[str], tmp_path: Path):
     assert unwanted == set()
     if args[-1] == "--help":
         assert not {m for m in mods if m.startswith(("stepdoctor.analysis.store", "duckdb", "pandas", "numpy"))}
+
+
+def test_env_status_filters_the_whole_audit():
+    """`env` lists every recorded variable; `--status bad` (MCP `status`) only the bad ones of that list."""
+    import json
+
+    every = json.loads(cli("env", EXAMPLE, "--format", "json").stdout)
+    bad = json.loads(cli("env", EXAMPLE, "--status", "bad", "--format", "json").stdout)
+    statuses = {v["status"] for v in every["variables"]}
+    assert {"bad", "ok"} <= statuses and every["total"] == len(every["variables"])
+    assert bad["variables"] == [v for v in every["variables"] if v["status"] == "bad"] and bad["total"] < every["total"]

@@ -338,8 +338,8 @@ def env_audit(ref: ProfileRef, status: str | None = None) -> EnvAudit:
         vals = {int(r): (None if v is None or v != v else str(v)) for r, v in zip(g["rank"], g["value"], strict=True)}
         rule = RULES_BY_NAME.get(str(name))
         f = by_subject.get(str(name))
-        status = "bad" if f is not None else ("ok" if rule is not None else "unknown")
-        variables.append(EnvVariable(name=str(name), values_by_rank=vals, status=status,
+        judged = "bad" if f is not None else ("ok" if rule is not None else "unknown")
+        variables.append(EnvVariable(name=str(name), values_by_rank=vals, status=judged,
                                      recommended=rule.recommended if rule else None, finding=f))
     warnings = list(prof.warnings)
     if env.empty:
