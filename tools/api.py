@@ -23,6 +23,7 @@ from ..analysis.metrics.breakdown import compute_breakdown, totals, vendor_misma
 from ..analysis.metrics.stages import stage_of_ranks
 from ..analysis.models import SEVERITY_ORDER, Finding
 from ..analysis.store import IngestOptions, Profile
+from ..analysis.text import span_text
 from .models import (
     Breakdown,
     EnvAudit,
@@ -112,13 +113,7 @@ def context(prof: Profile) -> CheckContext:
 def _known_ranks(prof: Profile, ranks: list[int]) -> None:
     missing = sorted(set(ranks) - set(prof.info.ranks))
     if missing:
-        raise UsageError(f"{prof.path}: rank {missing[0]} not in profile; ranks are {_ranks_text(prof.info.ranks)}")
-
-
-def _ranks_text(ranks: list[int]) -> str:
-    if ranks and ranks == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 2:
-        return f"{ranks[0]}-{ranks[-1]}"
-    return ", ".join(map(str, ranks))
+        raise UsageError(f"{prof.path}: rank {missing[0]} not in profile; ranks are {span_text(prof.info.ranks)}")
 
 
 def issues(ref: ProfileRef, *, min_severity: str = "low", checks: list[str] | None = None,
@@ -166,8 +161,8 @@ def _elsewhere(run: CheckRun, ranks: list[int] | None, wanted: set[str], cut: in
         if SEVERITY_ORDER[f.severity] <= cut and (not wanted or f.check in wanted) and f.check not in mine \
                 and not set(f.ranks) & set(ranks):
             other.setdefault(f.check, set()).update(f.ranks)
-    return [f"{c} fired on rank{'s' if len(rs) > 1 else ''} {_ranks_text(sorted(rs))}, outside the ranks asked "
-            f"({_ranks_text(sorted(ranks))})" for c, rs in sorted(other.items())]
+    return [f"{c} fired on rank{'s' if len(rs) > 1 else ''} {span_text(sorted(rs))}, outside the ranks asked "
+            f"({span_text(sorted(ranks))})" for c, rs in sorted(other.items())]
 
 
 def breakdown(ref: ProfileRef, *, ranks: list[int] | None = None, steps: list[int] | None = None) -> Breakdown:
@@ -176,7 +171,7 @@ def breakdown(ref: ProfileRef, *, ranks: list[int] | None = None, steps: list[in
     if ranks is not None:
         _known_ranks(prof, ranks)
     if steps is not None and (bad := sorted(set(steps) - set(prof.info.steps))):
-        raise ProfileError(prof.path, f"step {bad[0]} not in profile; steps are {_ranks_text(prof.info.steps)}")
+        raise ProfileError(prof.path, f"step {bad[0]} not in profile; steps are {span_text(prof.info.steps)}")
     rows = compute_breakdown(prof, ranks=ranks, steps=steps)
     warnings = list(prof.warnings) + vendor_mismatches(prof, rows)
     if not rows:
@@ -273,7 +268,7 @@ def top_kernels(ref: ProfileRef, *, rank: int | None = None, step: int | None = 
     if rank is not None:
         _known_ranks(prof, [rank])
     if step is not None and step not in prof.info.steps:
-        raise ProfileError(prof.path, f"step {step} not in profile; steps are {_ranks_text(prof.info.steps)}")
+        raise ProfileError(prof.path, f"step {step} not in profile; steps are {span_text(prof.info.steps)}")
     key = "name" if by == "name" else "coalesce(op_type, name)"
     where, params = ["d.category <> 'sync'"], []
     if rank is not None:
