@@ -4,11 +4,12 @@ CLI prints the whole answer. A budget returns the answer's own model with `total
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..analysis.models import Finding
-from . import arguments as g
-from . import models as m
+if TYPE_CHECKING:   # the catalog reads this module to build the CLI's parser: no models imported for it
+    from ..analysis.models import Finding
+    from . import arguments as g
+    from . import models as m
 
 TRIMMED_KEY = "trimmed"   # the evidence key that says what an answer cut, and where to get it
 

@@ -21,7 +21,6 @@ from pydantic import BaseModel
 
 from ..analysis.errors import ProfileError, UsageError
 from . import budgets, cli_show
-from . import models as m
 from .arguments import (
     Args,
     BreakdownArgs,
@@ -68,7 +67,8 @@ class Tool:
     title: str
     description: str            # what a model reads in tools/list; the first sentence heads docs/tools.md
     args: type[Args]
-    result: type[BaseModel] | str   # what `answer` returns (the CLI's JSON); "module:Model" is imported on use
+    result: type[BaseModel] | str   # what `answer` returns (the CLI's JSON), as "module:Model" (relative to
+    #                                 this package), imported on use: building the CLI's parser imports none
     profile: ProfileUse         # does the tool read a profile (path / profile_id over MCP, PATH on the CLI)
     answer: Callable[..., BaseModel]   # (profile or None, args, resolve) -> the catalog's pydantic model
     paths: tuple[str, ...] = ()        # arguments naming files the MCP server must find under its roots
@@ -199,54 +199,54 @@ TOOLS: tuple[Tool, ...] = (
          "Run every applicable check and return the findings, sorted by severity then time lost per step. "
          "Each finding names the check, ranks, steps, subject, impact_ms (per step), evidence and fix ids. "
          "Next: explain(check id, profile_id, finding=N) for one finding; suggest_edit for a patch.",
-         IssuesArgs, m.IssueReport, "required", _issues, keep=True, budget=budgets.issues,
+         IssuesArgs, ".models:IssueReport", "required", _issues, keep=True, budget=budgets.issues,
          narrow="lower limit or raise min_severity", cli_help="every applicable check, findings by priority",
          show=cli_show.issues, cli_options=(FAIL_ON,)),
     Tool("breakdown", "breakdown", "Step time breakdown",
          "Per rank and step: step, compute, communication (exposed and overlapped) and free time, in ms. "
          "Returns one row per (rank, step) (capped at limit) and per-rank totals over the steps.",
-         BreakdownArgs, m.Breakdown, "required", _breakdown, keep=True, budget=budgets.breakdown,
+         BreakdownArgs, ".models:Breakdown", "required", _breakdown, keep=True, budget=budgets.breakdown,
          narrow="pass ranks=[...] to see fewer ranks", cli_help="per rank and step: compute / communication / free"),
     Tool("slow_ranks", "slow-ranks", "Slow ranks",
          "Ranks slower than their peers in compute, communication or free time, with steps and causes. "
          "Per dimension: the median, the spread across ranks, the slow ranks (excess ms and %), and for "
          "communication the late arrivals (ranks that wait least because the others wait for them).",
-         SlowRanksArgs, m.SlowRanks, "required", _slow_ranks, keep=True, budget=budgets.slow_ranks,
+         SlowRanksArgs, ".models:SlowRanks", "required", _slow_ranks, keep=True, budget=budgets.slow_ranks,
          cli_help="ranks slower than their peers, with steps and causes"),
     Tool("slow_links", "slow-links", "Slow communication links",
          "Communication links (src->dst per transport) with bandwidth against their transport's median. "
          "Slowest first, with size, time and steps; findings for links clearly below their peers.",
-         SlowLinksArgs, m.SlowLinks, "required", _slow_links, keep=True, cli_help="links with low bandwidth"),
+         SlowLinksArgs, ".models:SlowLinks", "required", _slow_links, keep=True, cli_help="links with low bandwidth"),
     Tool("top_kernels", "kernels", "Top device kernels",
          "Device ops by total time: count, total / mean / max ms, share of device time and of the step, "
          "input shapes; top `limit`, with total and truncated.",
-         TopKernelsArgs, m.TopKernels, "required", _top_kernels, keep=True,
+         TopKernelsArgs, ".models:TopKernels", "required", _top_kernels, keep=True,
          narrow="lower limit or pass rank / step", cli_help="top device ops"),
     Tool("env_audit", "env", "Environment variable audit",
          "Environment variables recorded with the profile, per rank: ok / bad / unknown, with the "
          "recommended value and the finding for bad ones. Kineto traces record no environment.",
-         EnvAuditArgs, m.EnvAudit, "required", _env_audit, keep=True, budget=budgets.env_audit,
+         EnvAuditArgs, ".models:EnvAudit", "required", _env_audit, keep=True, budget=budgets.env_audit,
          narrow="pass status='bad' or lower limit", cli_help="environment variable audit across ranks"),
     Tool("compare_runs", "compare", "Compare two runs",
          "Why step time changed from base to target: delta, attribution to compute / communication / free, "
          "top kernel/op changes, environment and config changes, new findings, and a one-sentence verdict "
          "naming the largest cause. With rank_a and rank_b (and no target): rank b vs rank a.",
-         CompareArgs, m.Comparison, "none", _compare, narrow="lower limit or pass rank / step",
+         CompareArgs, ".models:Comparison", "none", _compare, narrow="lower limit or pass rank / step",
          cli_help="why did step time change between two runs (or ranks)"),
     Tool("explain", "explain", "Explain a check, a fix or a finding",
          "Explain a check or a fix from the curated knowledge base: why it costs time, the steps to fix it, "
          "the code edit, how to verify. With a profile and finding=N, explains that finding with its numbers.",
-         ExplainArgs, m.Explanation, "optional", _explain, budget=budgets.explain, narrow="read the structured "
+         ExplainArgs, ".models:Explanation", "optional", _explain, budget=budgets.explain, narrow="read the structured "
          "content", cli_help="explain a check id or a fix id", show=cli_show.explain),
     Tool("list_fixes", "fixes", "List fixes",
          "Fixes in the knowledge base (id, title, vendors, checks they answer), optionally for one check or "
          "vendor. Next: explain(fix id) or the resource stepdoctor://fixes/{fix_id}.",
-         ListFixesArgs, m.FixList, "none", _list_fixes, narrow="pass check or vendor, or lower limit",
+         ListFixesArgs, ".models:FixList", "none", _list_fixes, narrow="pass check or vendor, or lower limit",
          cli_help="list knowledge-base fixes", show=cli_show.fixes),
     Tool("suggest_edit", "suggest-edit", "Suggest a code edit (diff only)",
          "A unified diff that applies a fix (or every fix the profile's findings point to) to the user's "
          "code. Never writes: show the diff to the user, who applies it. Give fix, or a profile.",
-         SuggestEditArgs, m.EditSuggestion, "optional", _suggest_edit, paths=("code_path",),
+         SuggestEditArgs, ".models:EditSuggestion", "optional", _suggest_edit, paths=("code_path",),
          narrow="pass fix= to get one fix at a time", cli_help="a unified diff applying a fix to training code",
          show=cli_show.suggest_edit, cli_options=(APPLY,)),
     Tool("what_if", "whatif", "What-if replay across ranks",
@@ -271,11 +271,11 @@ TOOLS: tuple[Tool, ...] = (
          "job diverge (Flight Recorder dumps, py-spy stack snapshots)", show=cli_show.hang),
     Tool("trigger", "trigger", "Capture steps of a running job",
          "Ask every rank's StepWatch in the run folder to capture the next steps (a profiler trace per rank).",
-         TriggerArgs, m.TriggerResult, "none", _trigger, mcp=False,
+         TriggerArgs, ".models:TriggerResult", "none", _trigger, mcp=False,
          cli_help="ask every rank's StepWatch in RUN_DIR to capture steps now", show=cli_show.trigger),
     Tool("snapshot", "snapshot", "Stack snapshots of local processes",
          "Take py-spy stack snapshots of local processes (by PID), one file per rank, for diagnose_hang.",
-         SnapshotArgs, m.SnapshotResult, "none", _snapshot, mcp=False,
+         SnapshotArgs, ".models:SnapshotResult", "none", _snapshot, mcp=False,
          cli_help="take py-spy stack snapshots of local processes (by PID) for `hang`", show=cli_show.snapshot),
 )
 MCP_TOOLS: tuple[Tool, ...] = tuple(t for t in TOOLS if t.mcp)
