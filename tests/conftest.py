@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import configuration, settings
@@ -43,3 +44,37 @@ def need(path: Path) -> Path:
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def scenario(tmp_path_factory: pytest.TempPathFactory):
+    """Generate (once per distinct arguments), ingest and run the compute and communication checks on a
+    profile with the given plants (tests/checkrun.py; the per-check files of tests/checks/ share it)."""
+    from checkrun import analyse
+
+    from stepdoctor.evals.generate.ascend import write_ascend_profile
+    from stepdoctor.evals.generate.kineto import write_kineto_profile
+    from stepdoctor.evals.generate.problems import Plant, Scenario
+
+    done: dict[tuple, Any] = {}
+
+    def run(*plants: Plant | str, vendor: str = "ascend", ranks: int = 2, steps: int = 2, **opts: bool):
+        ps = [p if isinstance(p, Plant) else Plant(p) for p in plants]
+        key = (vendor, ranks, steps, repr(ps), tuple(sorted(opts.items())))
+        if key not in done:
+            d = tmp_path_factory.mktemp("gen")
+            sc = Scenario(vendor, ranks=ranks, steps=steps, plants=ps)
+            writer = write_ascend_profile if vendor == "ascend" else write_kineto_profile
+            writer(sc, d / "prof", **opts)
+            done[key] = analyse(d / "prof", d / "cache")
+        return done[key]
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def cluster4_cc(tmp_path_factory: pytest.TempPathFactory):
+    """The synthetic cluster4 (rules doc §8.3 #14-#21 planted) under the compute and communication checks."""
+    from checkrun import analyse
+
+    return analyse(need(CLUSTER4), tmp_path_factory.mktemp("c4cache"))

@@ -108,3 +108,10 @@ def test_slow_ranks_says_whom_the_ranks_wait_for(tmp_path):
     v = {x.rank: x for x in sr.ranks}
     assert v[0].verdict == "waits" and v[0].waits_for == [2, 3, 4, 5, 6, 7]
     assert "no profile here" in v[0].cause
+
+
+def test_the_stall_on_the_real_job_is_its_golden_answer(tmp_path):
+    from checkrun import assert_golden
+
+    rep = api.issues(api.load(need(TEXT), IngestOptions(cache_dir=tmp_path / "cache")), checks=["collective-stall"])
+    assert_golden("collective-stall", "msinsight-pt-text", rep.findings)

@@ -54,3 +54,10 @@ def test_a_slow_loader_nobody_waits_for_is_not_named():
 def test_with_the_replay_the_severity_follows_the_impact():
     (f,) = _findings(CPU / "ddp2_ioloader" / "traces")
     assert f.impact_pct >= 5.0 and f.severity == "high"   # 14.3 ms of a ~60 ms step: high by the priority table
+
+
+@pytest.mark.parametrize("run", ["ddp2_ioloader", "dp2_slowloader"])
+def test_the_cpu_jobs_slow_loaders_are_their_golden_answers(run):
+    from checkrun import assert_golden
+
+    assert_golden("slow-dataloader", run, _findings(CPU / run / "traces"))
