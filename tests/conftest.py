@@ -78,3 +78,55 @@ def cluster4_cc(tmp_path_factory: pytest.TempPathFactory):
     from checkrun import analyse
 
     return analyse(need(CLUSTER4), tmp_path_factory.mktemp("c4cache"))
+
+
+@pytest.fixture(scope="session")
+def gen(tmp_path_factory: pytest.TempPathFactory):
+    """Generate (once per distinct arguments), ingest and run the host-side checks on a profile with the
+    given plants (plants that do not interact share one profile, on different ranks)."""
+    from checkrun import HOST, analyse
+
+    from stepdoctor.evals.generate.ascend import write_ascend_profile
+    from stepdoctor.evals.generate.kineto import write_kineto_profile
+    from stepdoctor.evals.generate.problems import Plant, Scenario
+
+    done: dict[tuple, Any] = {}
+
+    def run(*plants: Plant | str, vendor: str = "ascend", ranks: int = 2, steps: int = 2, layers: int = 3):
+        ps = [p if isinstance(p, Plant) else Plant(p) for p in plants]
+        key = (vendor, ranks, steps, layers, repr(ps))
+        if key not in done:
+            out = tmp_path_factory.mktemp(vendor)
+            sc = Scenario(vendor=vendor, ranks=ranks, steps=steps, plants=ps)
+            (write_ascend_profile if vendor == "ascend" else write_kineto_profile)(sc, out / "p", layers=layers)
+            done[key] = analyse(out / "p", out / "cache", HOST)
+        return done[key]
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def ms_case(tmp_path_factory: pytest.TempPathFactory):
+    """The MindSpore guide cases (mindspore doc §9) under the host-side checks, per layout."""
+    from checkrun import HOST, analyse
+
+    from stepdoctor.evals.generate import mindspore as ms_gen
+
+    done: dict[tuple, Any] = {}
+
+    def run(layout: str, case: str, fixed: bool = False):
+        if (layout, case, fixed) not in done:
+            out = tmp_path_factory.mktemp(f"ms_{layout}")
+            path = getattr(ms_gen, f"{layout}_profile")(out / "p", case, fixed=fixed)
+            done[(layout, case, fixed)] = analyse(path, out / "cache", HOST)
+        return done[(layout, case, fixed)]
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def cluster4_host(tmp_path_factory: pytest.TempPathFactory):
+    """The synthetic cluster4 (planted #8-#13 on all four ranks) under the host-side checks."""
+    from checkrun import HOST, analyse
+
+    return analyse(need(CLUSTER4), tmp_path_factory.mktemp("c4host") / "cache", HOST)

@@ -252,8 +252,7 @@ def test_a_description_names_its_thresholds_and_writes_no_value(cid):
 # Checks whose tests still live in the shared files (test_checks_*.py, test_real_*.py) rather than in a file of
 # their own: this list may only shrink. A new check comes with tests/checks/test_<check_id>.py.
 _TESTS_ELSEWHERE = frozenset({
-    "env-var", "exposed-comm-tail", "fp32-compute", "gc-pause", "h2d-pageable", "host-bound", "memory-ops",
-    "op-compile", "slow-link", "slow-rank", "stage-imbalance", "sync-batchnorm", "sync-stream",
+    "env-var", "h2d-pageable", "slow-link", "slow-rank", "stage-imbalance",
 })
 
 
