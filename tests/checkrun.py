@@ -142,3 +142,13 @@ def kineto_sync_trace(path: Path, *, busy: bool, collective: bool = False, wait:
     path.mkdir(parents=True, exist_ok=True)
     (path / "rank0.pt.trace.json").write_text(json.dumps(doc))
     return path
+
+
+def stragglers(prof: Profile) -> tuple[list[Finding], float]:
+    """slow-rank and stage-imbalance on `prof` (both stand on the cross-rank replay): their findings and the
+    seconds the two took."""
+    import time
+
+    t = time.perf_counter()
+    run = run_checks(CheckContext(prof), only=["slow-rank", "stage-imbalance"])
+    return run.findings, time.perf_counter() - t

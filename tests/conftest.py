@@ -130,3 +130,11 @@ def cluster4_host(tmp_path_factory: pytest.TempPathFactory):
     from checkrun import HOST, analyse
 
     return analyse(need(CLUSTER4), tmp_path_factory.mktemp("c4host") / "cache", HOST)
+
+
+@pytest.fixture(scope="session")
+def cluster4():
+    """The synthetic cluster4, opened once through the tools' front door (its checks' run is kept per open)."""
+    from stepdoctor.tools import api
+
+    return api.load(need(CLUSTER4))

@@ -249,20 +249,12 @@ def test_a_description_names_its_thresholds_and_writes_no_value(cid):
     assert "{" not in text
 
 
-# Checks whose tests still live in the shared files (test_checks_*.py, test_real_*.py) rather than in a file of
-# their own: this list may only shrink. A new check comes with tests/checks/test_<check_id>.py.
-_TESTS_ELSEWHERE = frozenset({
-    "env-var", "h2d-pageable", "slow-link", "slow-rank", "stage-imbalance",
-})
-
-
 def test_every_check_has_its_test_file():
     have = {p.stem.removeprefix("test_").replace("_", "-") for p in (REPO / "tests" / "checks").glob("test_*.py")}
-    missing = sorted(set(registry()) - have - _TESTS_ELSEWHERE)
+    missing = sorted(set(registry()) - have)
     assert not missing, f"checks without tests/checks/test_<id>.py: {missing}"
-    moved = sorted(_TESTS_ELSEWHERE & have)
-    assert not moved, f"these now have their own test file: take them out of _TESTS_ELSEWHERE: {moved}"
-    assert set(registry()) >= _TESTS_ELSEWHERE, sorted(_TESTS_ELSEWHERE - set(registry()))
+    stray = sorted(have - set(registry()))
+    assert not stray, f"tests/checks/test_<id>.py of no registered check: {stray}"
     golden = REPO / "tests" / "checks" / "golden"
     without = sorted(c for c in have if not list((golden / c).glob("*.json")))
     assert not without, f"checks whose test file compares no golden answer (tests/checks/golden/<id>/): {without}"

@@ -5,6 +5,7 @@ advisor's variables unset) and never outranks a measured finding."""
 from __future__ import annotations
 
 import pytest
+from checkrun import assert_golden
 
 from conftest import SHARED, need
 from stepdoctor.analysis.checks.env_var import ENV_RULES, RULES_BY_NAME
@@ -31,3 +32,7 @@ def test_unset_defaults_on_a_real_export_are_low_and_rank_below_measured(folder:
     assert all("No cost of it is measured" in f.message for f in env)
     measured = [i for i, f in enumerate(res.findings) if f.impact_ms is not None and f.severity != "low"]
     assert measured and max(measured) < min(res.findings.index(f) for f in env)
+
+
+def test_env_var_on_cluster4_is_its_golden_answer(cluster4) -> None:
+    assert_golden("env-var", "cluster4", api.issues(cluster4, checks=["env-var"]).findings)
