@@ -2,13 +2,17 @@
 
 Gloo traces (CPU training) name no group for a collective, so `collectives.instances` matches the k-th
 all_reduce of every rank, as if every collective ran on the world group. Where ranks run their collectives
-in groups of their own (the data-parallel groups of the stages of a DP x PP grid), that merges collectives
-of different groups into one. A real collective obeys one invariant on one clock: no member ends before
-every member has started (each waits for the last to arrive). So, for the ungrouped rows only, each family
-of disjoint groups the ranks' `distributedInfo.pg_config` lists (the groups of one description and size that
-split the ranks) is tried as the matching: the k-th collective of a kind on the ranks of one group of the
-family is one instance. The matching (the world, or a family) under which the fewest instances break the
-invariant by more than CLOCK_TOLERANCE_NS is kept; the world on a tie.
+in groups of their own (the data-parallel groups of the stages of a DP x PP grid; the tensor- and
+data-parallel groups of a TP x DP grid, both in use on every rank), that merges collectives of different
+groups into one. A real collective obeys one invariant on one clock: no member ends before every member has
+started (each waits for the last to arrive). So, for the ungrouped rows only, each family of disjoint groups
+that the ranks' `distributedInfo.pg_config` lists (groups of one size that split the ranks, taken in the
+order the job made them) is tried as the matching: the k-th collective of a kind on the ranks of one group
+of the family is one instance. The matching (the world, or a family) under which the fewest instances
+break the invariant by more than CLOCK_TOLERANCE_NS is the profile's; the world on a tie. A collective that
+breaks it under the profile's matching and keeps it under another (a grid's other dimension) takes that
+one: each collective is matched by the grouping its own timing allows, the profile's where timing cannot
+tell.
 """
 
 from __future__ import annotations
@@ -23,10 +27,19 @@ from .metadata import decoded
 CLOCK_TOLERANCE_NS = 100_000
 
 
+def _made_order(name: object, ranks: tuple[int, ...]) -> tuple[int, str, tuple[int, ...]]:
+    """Sort key of a group: the job's creation order (torch names groups 0, 1, 2, ... as it makes them), then
+    its ranks."""
+    text = str(name)
+    return (int(text), "", ranks) if text.isdigit() else (1 << 62, text, ranks)
+
+
 def families(sql) -> list[dict[int, int]]:
-    """Each family of disjoint groups (same description and size, 2 <= size < world) that covers every rank
-    listing a distributedInfo: rank -> index of its group in the family."""
-    groups: dict[tuple[str, int], set[tuple[int, ...]]] = {}
+    """Each family of disjoint groups (one size, 2 <= size < world) that covers every rank listing a
+    distributedInfo: rank -> index of its group in the family. Groups of one size that overlap belong to
+    different families (a TP x DP grid has two of size 2 in 4 ranks): in the order the job made them, each
+    group joins the first family it does not overlap."""
+    named: dict[tuple[int, ...], object] = {}
     ranks: set[int] = set()
     world = 0
     for rank, v in decoded(sql, "distributedInfo"):
@@ -36,31 +49,61 @@ def families(sql) -> list[dict[int, int]]:
         world = max(world, int(v.get("world_size") or 0))
         for g in v.get("pg_config") or []:
             rs = g.get("ranks") if isinstance(g, dict) else None
-            if isinstance(rs, list) and all(isinstance(r, int) for r in rs):
-                groups.setdefault((str(g.get("pg_desc")), len(rs)), set()).add(tuple(sorted(rs)))
-    out = []
-    for (_desc, size), gs in sorted(groups.items()):
-        if not 2 <= size < max(world, len(ranks)):
+            if isinstance(rs, list) and rs and all(isinstance(r, int) for r in rs):
+                named.setdefault(tuple(sorted(set(rs))), g.get("pg_name"))
+    by_size: dict[int, list[list[tuple[int, ...]]]] = {}
+    for group in sorted(named, key=lambda g: _made_order(named[g], g)):
+        if not 2 <= len(group) < max(world, len(ranks)):
             continue
-        flat = [r for g in gs for r in g]
-        if len(flat) != len(set(flat)) or not ranks <= set(flat):
-            continue
-        out.append({r: i for i, g in enumerate(sorted(gs)) for r in g})
-    return out
+        fams = by_size.setdefault(len(group), [])
+        home = next((f for f in fams if not set(group) & {r for g in f for r in g}), None)
+        if home is None:
+            fams.append([group])
+        else:
+            home.append(group)
+    return [{r: i for i, g in enumerate(sorted(f)) for r in g}
+            for _size, fs in sorted(by_size.items()) for f in fs if ranks <= {r for g in f for r in g}]
+
+
+def _broken_by_instance(df: pd.DataFrame, key: np.ndarray) -> pd.Series:
+    """Per instance (rows grouped by `key`): does a member end more than the tolerance before the last member
+    starts?"""
+    g = pd.DataFrame({"key": key, "start": df["start_ns"].to_numpy(np.int64),
+                      "end": (df["start_ns"] + df["dur_ns"]).to_numpy(np.int64)}).groupby("key")
+    return (g["start"].max() - g["end"].min()) > CLOCK_TOLERANCE_NS
 
 
 def broken(df: pd.DataFrame, key: np.ndarray) -> int:
     """Instances (rows grouped by `key`) in which a member ends more than the tolerance before the last
     member starts."""
-    g = pd.DataFrame({"key": key, "start": df["start_ns"].to_numpy(np.int64),
-                      "end": (df["start_ns"] + df["dur_ns"]).to_numpy(np.int64)}).groupby("key")
-    gap = g["start"].max() - g["end"].min()
-    return int((gap > CLOCK_TOLERANCE_NS).sum())
+    return int(_broken_by_instance(df, key).sum())
+
+
+def _broken_at(sub: pd.DataFrame, base: np.ndarray, part: np.ndarray) -> tuple[int, np.ndarray]:
+    """(broken instances in all, for each row the broken instances at its position `base`) when the rows of
+    one position are matched within the groups `part` names (-1: all together)."""
+    key = np.char.add(np.char.add(base, "|"), part.astype(str))
+    flags = _broken_by_instance(sub, key)
+    inst = pd.DataFrame({"key": key, "base": base}).drop_duplicates("key")
+    per_base = pd.Series(flags.reindex(inst["key"]).to_numpy(np.int64), index=inst["base"]).groupby(level=0).sum()
+    return int(flags.sum()), per_base.reindex(base).to_numpy()
+
+
+def _place_in_step(sub: pd.DataFrame, base: np.ndarray) -> np.ndarray:
+    """Per row, its collective's place in the step: kind, count and its index among the rank's collectives
+    of that kind in the step, the most common one over the instance's members (`base`). Steps repeat one
+    schedule, so the collectives at one place are of one group; a row outside the steps is its own place."""
+    j = sub.sort_values("start_ns").groupby(["rank", "step", "coll"], dropna=False).cumcount().reindex(sub.index)
+    place = np.where(sub["step"].isna().to_numpy(), base,
+                     (sub["coll"].astype(str) + "|" + sub["cnt"].astype(str) + "|@" + j.astype(str)).to_numpy())
+    counts = pd.DataFrame({"b": base, "p": place}).value_counts().reset_index(name="n")
+    mode = counts.sort_values(["b", "n", "p"], ascending=[True, False, True]).drop_duplicates("b")
+    return pd.Series(mode["p"].to_numpy(), index=mode["b"].to_numpy()).reindex(base).to_numpy()
 
 
 def split_ungrouped(df: pd.DataFrame, sql) -> pd.DataFrame:
-    """`df` (instances' rows with g, coll, cnt, k) with a column `part`: the index of the group of the best
-    family for ungrouped rows (g == ''), else -1."""
+    """`df` (instances' rows with g, coll, cnt, k) with a column `part`: the index of the group of the chosen
+    matching for ungrouped rows (g == ''), else -1 (the world, or a named group)."""
     df = df.assign(part=-1)
     loose = (df["g"] == "").to_numpy()
     if not loose.any():
@@ -69,15 +112,17 @@ def split_ungrouped(df: pd.DataFrame, sql) -> pd.DataFrame:
     if not fams:
         return df
     sub = df[loose]
-    base = sub[["coll", "cnt", "k"]].astype(str).agg("|".join, axis=1).to_numpy()
-    best, best_n = None, broken(sub, base)
-    for fam in fams:
-        part = sub["rank"].map(fam).fillna(-1).astype(int).to_numpy()
-        n = broken(sub, np.char.add(np.char.add(base.astype(str), "|"), part.astype(str)))
-        if n < best_n:
-            best, best_n = part, n
-    if best is not None:
-        df.loc[loose, "part"] = best
+    base = sub[["coll", "cnt", "k"]].astype(str).agg("|".join, axis=1).to_numpy().astype(str)
+    parts = [np.full(len(sub), -1)] + [sub["rank"].map(f).fillna(-1).astype(int).to_numpy() for f in fams]
+    scored = [_broken_at(sub, base, part) for part in parts]
+    pool = _place_in_step(sub, base)
+    # the profile's matching: fewest broken instances, the world (index 0) on a tie; then each place in the
+    # step leaves it only for a matching under which fewer of its instances (over all steps) break
+    order = sorted(range(len(parts)), key=lambda i: (scored[i][0], i))
+    per_pos = np.stack([pd.Series(scored[i][1]).groupby(pool).transform("sum").to_numpy() for i in order])
+    pick = np.asarray(order)[np.argmin(per_pos, axis=0)]
+    chosen = np.stack(parts)[pick, np.arange(len(sub))]
+    df.loc[loose, "part"] = chosen
     return df
 
 
