@@ -25,6 +25,7 @@ from ..metrics.coll_groups import GROUPED_P2P
 from ..metrics.collectives import instances
 from ..metrics.metadata import decoded
 from .p2p import SYNC_TOLERANCE_NS, p2p_rows
+from .work import step_work
 
 
 @dataclass
@@ -37,6 +38,7 @@ class StepInput:
     p2p_ms: dict[int, float] | None = None   # rank -> ms in unpaired send/recv this step (not replayed)
     offset: np.ndarray | None = None         # per rank: ns added to its own clock (`clock_offsets`); every
     #                                          time above is on the shared clock
+    work: pd.DataFrame | None = None         # rank, sig, n, ms of the step's top-level host ops (`work.py`)
 
 
 def _launches(sql) -> pd.DataFrame:
@@ -124,6 +126,7 @@ def step_inputs(sql, stages: dict[int, int] | None = None) -> tuple[list[StepInp
         ws = steps["rank"].map(off).fillna(0).astype("int64")
         steps = steps.assign(start_ns=steps["start_ns"] + ws, end_ns=steps["end_ns"] + ws)
     out: list[StepInput] = []
+    work = step_work(sql)
     by_step = {int(s): g for s, g in rows.dropna(subset=["step"]).groupby("step")} if not rows.empty else {}
     for s, w in steps.groupby("step"):
         r = by_step.get(int(s), pd.DataFrame(columns=list(_COLS)))
@@ -135,7 +138,7 @@ def step_inputs(sql, stages: dict[int, int] | None = None) -> tuple[list[StepInp
                              w["end_ns"].to_numpy(np.int64),
                              r[list(_COLS)],
                              p2p.get(int(s), {}),
-                             np.array([off.get(int(x), 0) for x in w["rank"]], np.int64)))
+                             np.array([off.get(int(x), 0) for x in w["rank"]], np.int64), work.get(int(s))))
     return out, source
 
 

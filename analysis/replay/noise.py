@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..thresholds import T
+from .work import extra_work_ms
 
 # a what-if per rank replays the whole job: of a large job, only the ranks with the most excess are replayed
 MAX_REPLAYED = 8
@@ -32,8 +33,29 @@ def standing_out(steps: list, n_ranks: int, floor_ms: float, groups: dict[int, i
     the same work (a pipeline stage): a rank's peers are its group's other ranks; a rank alone in its group has
     none and never stands out (its stage is judged as a stage)."""
     d, z_ok = excess_own_time(steps, groups)
-    out = [r for r in d if float(np.mean(d[r])) > floor_ms and significant(np.array(d[r]), z_ok[r], n_ranks)]
+    extra = extra_work(steps, groups)
+    out = [r for r in d if float(np.mean(d[r])) > floor_ms
+           and (significant(np.array(d[r]), z_ok[r], n_ranks) or structural(d[r], extra.get(r, [])))]
     return sorted(out, key=lambda r: -float(np.mean(d[r])))
+
+
+def extra_work(steps: list, groups: dict[int, int] | None = None) -> dict[int, list[float]]:
+    """Per rank with peers: per step, ms of the ops it runs more often than its group's other ranks
+    (`work.extra_work_ms`)."""
+    out: dict[int, list[float]] = {}
+    for s in steps:
+        ranks = s.si.ranks
+        gid = np.array([(groups or {}).get(int(r), 0) for r in ranks])
+        for r, x in zip(ranks.tolist(), extra_work_ms(s.si.work, ranks, gid), strict=True):
+            out.setdefault(int(r), []).append(float(x))
+    return out
+
+
+def structural(excess: list[float], extra: list[float]) -> bool:
+    """The rank's excess is work its peers do not do: in every step it runs ops they do not (counted, so the
+    host's load cannot fake or hide it), and those take at least T.replay_extra_work_share of its mean excess."""
+    return bool(extra) and min(extra) > 0 and \
+        float(np.mean(extra)) >= T.replay_extra_work_share.value * float(np.mean(excess)) > 0
 
 
 def noise_known(n_steps: int, n_ranks: int) -> bool:
