@@ -54,9 +54,9 @@ class _Table:
         "a rank is named only when its own time exceeds its peers' median at this significance")
     replay_extra_work_share: Threshold = Threshold(
         0.5, "share", "stepdoctor (op counts do not move with the host's load; half: the extra ops are the larger "
-        "part of the excess, not a log line beside noise)",
-        "a rank whose excess own time is at least this share ops its peers do not run, in every step, stands "
-        "out without the noise test")
+        "part of the excess, not a small side effect of noise)",
+        "a rank whose excess own time is at least this share of ops its peers do not run, in every step, "
+        "stands out without the noise test")
     whatif_min_slowdown: Threshold = Threshold(
         1.03, "S", "OSDI'25 straggler analysis: decomposition only above S = 1.03",
         "below this the job runs at its ideal: no verdict of a slow worker or stage")

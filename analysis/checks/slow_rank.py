@@ -292,7 +292,7 @@ class SlowRankCheck(Check):
         "`arrival`"
     )
     thresholds = (
-        "replay_max_error_pct", "replay_t_alpha", "slow_link_ratio", "slow_rank_dim_excess_pct", "slow_rank_min_excess_pct", "slow_rank_robust_z",
+        "replay_extra_work_share", "replay_max_error_pct", "replay_t_alpha", "slow_link_ratio", "slow_rank_dim_excess_pct", "slow_rank_min_excess_pct", "slow_rank_robust_z",
         "straggler_chance_factor", "straggler_dixon_alpha", "straggler_last_share", "straggler_min_wait_ms",
         "straggler_sigma",
     )
