@@ -46,6 +46,12 @@ RUNS=(
   "ddp2_ioclean|2|nothing (clean twin of ddp2_ioloader)|ddp_job.py"
   "ddp2_ioloader|2|rank 1's DataLoader (num_workers=0) waits 14 ms (time.sleep: a storage- or network-bound loader) in __getitem__ per batch|ddp_job.py --slow-loader-rank 1 --loader-sleep-ms 14"
   "ddp2_ioclean|2|nothing (clean twin of ddp2_ioloader)|ddp_job.py"
+  "tp2dp2_clean|4|nothing (clean twin of tp2dp2_slowrank)|--tp 2 --dp 2 $COMMON4"
+  "tp2dp2_slowrank|4|rank 3 (TP group [2,3], DP group [1,3]) runs extra 384x384 matmuls after its forward, calibrated to ~30 ms per step|--tp 2 --dp 2 $COMMON4 --slow-rank 3 --extra-compute-ms 30"
+  "tp4_clean|4|nothing (clean twin of tp4_late)|--tp 4 $COMMON4"
+  "tp4_late|4|rank 2 sleeps 25 ms (time.sleep, host stall) before its forward every step|--tp 4 $COMMON4 --late-rank 2 --stall-ms 25"
+  "pp3_clean|3|nothing (clean twin of pp3_heavy)|--pp 3 --microbatches 4 $COMMON4"
+  "pp3_heavy|3|the middle stage (rank 1 of 3) has 2.5x wider hidden layers (2.5x its compute)|--pp 3 --microbatches 4 $COMMON4 --heavy-stage 1 --stage-factor 2.5"
 )
 
 record_one() {  # dir name nproc planted [job.py] args...
@@ -117,12 +123,14 @@ m = [json.load(open(f)) for f in metas]
 world = int(nproc)
 dp = m[0].get("dp", int(nproc)) if m else None   # ddp_job.py is data-parallel only
 pp = m[0].get("pp", 1) if m else None
+tp = m[0].get("tp", 1) if m else None
 have = {x["rank"] for x in m}
 files = sorted(os.path.relpath(f, d) for f in glob.glob(f"{d}/traces/*") + metas)
 sc = {
-    "scenario": name, "planted": planted, "world_size": world, "dp": dp, "pp": pp,
-    "grid": [[s * dp + i for i in range(dp)] for s in range(pp)] if m else None,
-    "grid_note": "grid[stage] = the global ranks of that pipeline stage (its DP group); rank = stage * dp + dp_index",
+    "scenario": name, "planted": planted, "world_size": world, "dp": dp, "pp": pp, "tp": tp,
+    "grid": [[(s * dp + i) * tp + t for i in range(dp) for t in range(tp)] for s in range(pp)] if m else None,
+    "grid_note": "grid[stage] = the global ranks of that pipeline stage; rank = (stage * dp + dp_index) * tp + "
+    "tp_index (tp = 1: stage * dp + dp_index, the stage's DP group)",
     "microbatches": m[0].get("microbatches") if m else None,
     "steps": len(m[0]["step_ms"]) if m else None, "profiled_steps": m[0]["profiled_steps"] if m else None,
     "rc": [rc if (rc != 0 or r not in have) else 0 for r in range(world)], "torchrun_rc": rc,

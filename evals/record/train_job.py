@@ -1,7 +1,11 @@
 """A small torchrun training job (gloo, CPU) for recording real multi-rank profiles with planted problems.
 
 A residual MLP (LayerNorm -> Linear -> GELU -> Linear per block) trains on random data with AdamW. The ranks
-form a DP x PP grid: rank = stage * dp + dp_index. Each pipeline stage owns --layers-per-stage blocks; stages
+form a PP x DP x TP grid: rank = (stage * dp + dp_index) * tp + tp_index (tp = 1: stage * dp + dp_index).
+With --tp > 1 each block is Megatron-style tensor parallel over its TP group: fc1 column-parallel (hidden / tp
+outputs per rank), fc2 row-parallel, an all_reduce of the block's output in the forward and of its input
+gradient in the backward (autograd functions on the main thread); the replicated parameters (LayerNorm, the
+input and head layers, fc2's bias) stay replicated because their inputs and gradients are. Each pipeline stage owns --layers-per-stage blocks; stages
 exchange activations forward and gradients backward with blocking dist.send / dist.recv, GPipe-like (all
 microbatches forward, then all backward in reverse order). Data-parallel gradients are summed with plain
 dist.all_reduce of flattened gradient buckets (about --bucket-mb each, reverse parameter order, after the
@@ -82,22 +86,57 @@ class RandomBatches(Dataset):
         return x, y
 
 
+class _CopyToTP(torch.autograd.Function):
+    """Identity forward; all_reduce of the input gradient over the TP group backward (Megatron's f)."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        g = g.contiguous()
+        dist.all_reduce(g, group=ctx.group)
+        return g, None
+
+
+class _ReduceFromTP(torch.autograd.Function):
+    """all_reduce over the TP group forward; identity backward (Megatron's g)."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        x = x.contiguous()
+        dist.all_reduce(x, group=group)
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, None
+
+
 class Block(nn.Module):
-    def __init__(self, width, hidden):
+    def __init__(self, width, hidden, tp_group=None, tp=1):
         super().__init__()
+        self.tp_group = tp_group if tp > 1 else None
         self.ln = nn.LayerNorm(width)
-        self.fc1 = nn.Linear(width, hidden)
-        self.fc2 = nn.Linear(hidden, width)
+        self.fc1 = nn.Linear(width, hidden // tp)
+        self.fc2 = nn.Linear(hidden // tp, width, bias=self.tp_group is None)
+        self.bias = nn.Parameter(torch.zeros(width)) if self.tp_group is not None else None
 
     def forward(self, x):
-        return x + self.fc2(F.gelu(self.fc1(self.ln(x))))
+        h = self.ln(x)
+        if self.tp_group is None:
+            return x + self.fc2(F.gelu(self.fc1(h)))
+        y = self.fc2(F.gelu(self.fc1(_CopyToTP.apply(h, self.tp_group))))
+        return x + _ReduceFromTP.apply(y, self.tp_group) + self.bias
 
 
 class Stage(nn.Module):
-    def __init__(self, width, hidden, layers, classes, first, last):
+    def __init__(self, width, hidden, layers, classes, first, last, tp_group=None, tp=1):
         super().__init__()
         self.inp = nn.Linear(width, width) if first else None
-        self.blocks = nn.ModuleList([Block(width, hidden) for _ in range(layers)])
+        self.blocks = nn.ModuleList([Block(width, hidden, tp_group, tp) for _ in range(layers)])
         self.head = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, classes)) if last else None
 
     def forward(self, x):
@@ -126,6 +165,7 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--dp", type=int, default=1)
     ap.add_argument("--pp", type=int, default=1)
+    ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--steps", type=int, default=24)
     ap.add_argument("--profile-steps", type=int, default=4, help="active steps of the profiler schedule")
     ap.add_argument("--wait", type=int, default=8)
@@ -153,8 +193,8 @@ def main() -> None:
     torch.set_num_interop_threads(1)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    assert world == a.dp * a.pp, f"world size {world} != dp {a.dp} x pp {a.pp}"
-    stage, dpi = rank // a.dp, rank % a.dp
+    assert world == a.dp * a.pp * a.tp, f"world size {world} != dp {a.dp} x pp {a.pp} x tp {a.tp}"
+    stage, dpi, tpi = rank // (a.dp * a.tp), rank // a.tp % a.dp, rank % a.tp
     first, last = stage == 0, stage == a.pp - 1
 
     os.makedirs(f"{a.out}/traces", exist_ok=True)
@@ -166,21 +206,29 @@ def main() -> None:
         log.write(msg + "\n")
         log.flush()
 
-    # DP groups, one per stage (ranks s*dp .. s*dp+dp-1), made by every rank in the same order.
-    if a.pp == 1:
-        dp_group = None  # the default group
-    else:
-        dp_group = None
+    # DP groups, one per (stage, TP index), then TP groups, one per (stage, DP index), made by every rank in the
+    # same order. pp == tp == 1: the default group.
+    def at(s, d, t):
+        return (s * a.dp + d) * a.tp + t
+
+    dp_group = tp_group = None
+    if a.pp > 1 or a.tp > 1:
         for s in range(a.pp):
-            g = dist.new_group([s * a.dp + i for i in range(a.dp)])
-            if s == stage:
-                dp_group = g
-    prev_rank = rank - a.dp if not first else None
-    next_rank = rank + a.dp if not last else None
+            for t in range(a.tp):
+                g = dist.new_group([at(s, d, t) for d in range(a.dp)])
+                if (s, t) == (stage, tpi):
+                    dp_group = g
+        for s in range(a.pp):
+            for d in range(a.dp if a.tp > 1 else 0):
+                g = dist.new_group([at(s, d, t) for t in range(a.tp)])
+                if (s, d) == (stage, dpi):
+                    tp_group = g
+    prev_rank = at(stage - 1, dpi, tpi) if not first else None
+    next_rank = at(stage + 1, dpi, tpi) if not last else None
 
     torch.manual_seed(1234 + stage)  # every replica of a stage starts from the same weights
     hidden = int(a.hidden * (a.stage_factor if stage == a.heavy_stage else 1.0))
-    model = Stage(a.width, hidden, a.layers_per_stage, a.classes, first, last)
+    model = Stage(a.width, hidden, a.layers_per_stage, a.classes, first, last, tp_group, a.tp)
     params = [p for p in model.parameters()]
     opt = torch.optim.AdamW(params, lr=1e-3, foreach=True)
     buckets = make_buckets(params, int(a.bucket_mb * 2 ** 20)) if a.dp > 1 else []
@@ -205,7 +253,7 @@ def main() -> None:
     dist.barrier()
 
     n_params = sum(p.numel() for p in params)
-    say(f"world {world} dp {a.dp} pp {a.pp} stage {stage} dp_index {dpi} params {n_params} hidden {hidden} "
+    say(f"world {world} dp {a.dp} pp {a.pp} tp {a.tp} stage {stage} dp_index {dpi} tp_index {tpi} params {n_params} hidden {hidden} "
         f"buckets {[sum(p.numel() for p in b) for b in buckets]} torch {torch.__version__} "
         f"threads {torch.get_num_threads()}")
 
@@ -280,8 +328,8 @@ def main() -> None:
     wall_ms.append(round((time.perf_counter() - t_prev) * 1000, 3))
 
     meta = {"rank": rank, "step_ms": step_ms, "profiled_steps": profiled, "step_wall_ms": wall_ms,
-            "step_begin_unix_us": begin_us, "stage": stage, "dp_index": dpi, "world_size": world,
-            "dp": a.dp, "pp": a.pp, "microbatches": M, "extra_matmuls_per_step": n_extra,
+            "step_begin_unix_us": begin_us, "stage": stage, "dp_index": dpi, "tp_index": tpi,
+            "world_size": world, "dp": a.dp, "pp": a.pp, "tp": a.tp, "microbatches": M, "extra_matmuls_per_step": n_extra,
             "loss": losses, "argv": sys.argv[1:], "torch": torch.__version__}
     with open(f"{a.out}/meta/step_times_rank{rank}.json", "w") as f:
         json.dump(meta, f)
