@@ -64,20 +64,20 @@ def ev(f: Finding, rank: int) -> dict[str, Any]:
     return f.evidence["per_rank"][str(rank)]
 
 
-def _rounded(x: Any) -> Any:
+def rounded(x: Any) -> Any:
     if isinstance(x, float):
         return float(f"{x:.6g}")
     if isinstance(x, dict):
-        return {k: _rounded(v) for k, v in x.items()}
+        return {k: rounded(v) for k, v in x.items()}
     if isinstance(x, list):
-        return [_rounded(v) for v in x]
+        return [rounded(v) for v in x]
     return x
 
 
 def assert_golden(check: str, case: str, findings: list[Finding]) -> None:
     """`findings` (of `check` on `case`) are the golden answer, field by field (or, with
     STEPDOCTOR_GOLDEN=write, become it)."""
-    got = _rounded([f.model_dump(mode="json") for f in findings])
+    got = rounded([f.model_dump(mode="json") for f in findings])
     path = GOLDEN / check / f"{case}.json"
     if os.environ.get("STEPDOCTOR_GOLDEN") == "write":
         path.parent.mkdir(parents=True, exist_ok=True)

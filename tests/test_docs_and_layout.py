@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import re
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 from conftest import REPO
 from stepdoctor.analysis.checks.base import FRAMEWORKS, VENDORS, registry
+from stepdoctor.analysis.checks.evidence import Entry, Evidence
 from stepdoctor.analysis.thresholds import T, all_thresholds
 from stepdoctor.tools.gendocs import checks_markdown, contract_with_catalog, readme_with_commands
 
@@ -247,6 +249,30 @@ def test_a_description_names_its_thresholds_and_writes_no_value(cid):
         written = {f"{v:g}", f"{v * 100:g}"} if v < 1 else {f"{v:g}"}
         assert not numbers & written, f"{cid}: {sorted(numbers & written)} is {name}: write {{{name}}}"
     assert "{" not in text
+
+
+@pytest.mark.parametrize("cid", sorted(registry()))
+def test_a_check_declares_its_evidence_as_one_typed_record(cid):
+    """A finding's evidence is its check's own Evidence model (in the check's module): its rank maps are the
+    fields typed dict[int, ...], each entry model says what weighs it, and every golden answer's evidence is
+    exactly that model's JSON (validated and written back, key for key)."""
+    from checkrun import GOLDEN, rounded
+
+    cls = registry()[cid]
+    model = cls.evidence
+    assert issubclass(model, Evidence) and model is not Evidence, f"{cid}: no evidence model"
+    assert model.__module__ == cls.__module__, f"{cid}: its evidence model lives in {model.__module__}"
+    maps = model.rank_maps()
+    assert model.primary is None or model.primary in maps, f"{cid}: primary {model.primary} is no rank map"
+    for name, entries in maps.items():
+        for entry in entries:
+            assert issubclass(entry, Entry) and entry.weighs_by in entry.model_fields, \
+                f"{cid}: the {entry.__name__} entries of {name} say nothing of what weighs them (weighs_by)"
+    goldens = sorted((GOLDEN / cid).glob("*.json"))
+    assert goldens
+    for path in goldens:
+        for f in json.loads(path.read_text(encoding="utf-8")):
+            assert rounded(model.model_validate(f["evidence"]).dump()) == f["evidence"], path.name
 
 
 def test_every_check_has_its_test_file():

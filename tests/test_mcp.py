@@ -425,23 +425,50 @@ async def test_evidence_keyed_by_rank_is_trimmed_to_the_ranks_that_weigh(server,
 
 
 def test_trim_evidence_keeps_the_heaviest_ranks_and_the_odd_values():
+    from typing import ClassVar
+
+    from stepdoctor.analysis.checks.evidence import Entry, Evidence
     from stepdoctor.analysis.models import Finding
+
+    class Rank(Entry):
+        weighs_by: ClassVar[str | None] = "impact_ms_per_step"
+        steps: list[int]
+        impact_ms_per_step: float
+        by_step: dict[str, int]
+
+    class Pipeline(Entry):
+        weighs_by: ClassVar[str | None] = "interval_ms"
+        interval_ms: float
+
+    class Ev(Evidence):
+        per_rank: dict[int, Rank]
+        pipelines: dict[int, Rank] | dict[int, Pipeline] | None = None   # entries of either shape
+        lost_ms_by_rank: dict[int, float]
+        values_by_rank: dict[int, str | None]
+        small: dict[int, int]
+        by_size: dict[str, int]   # keyed by sizes that look like ranks: never cut
+        threshold: int
 
     per_rank = {str(r): {"steps": [1], "impact_ms_per_step": float(r % 7), "by_step": {"1": r}} for r in range(20)}
     lost = {str(r): 1.0 for r in range(20)} | {"13": 9.0}
     env = {str(r): "1" for r in range(20)} | {"17": "0"}
+    sizes = {str(512 * k + 100): k for k in range(20)}
     f = Finding(check="x", severity="low", title="t", ranks=list(range(20)),
                 evidence={"per_rank": per_rank, "lost_ms_by_rank": lost, "values_by_rank": env, "small": {"0": 1},
-                          "threshold": 3})
-    t = trim_evidence(f, 3)
+                          "by_size": sizes, "threshold": 3})
+    t = trim_evidence(f, 3, Ev)
+    pipes = {str(r): {"interval_ms": float(r % 5)} for r in range(20)}
+    p = trim_evidence(f.model_copy(update={"evidence": {**f.evidence, "pipelines": pipes}}), 3, Ev)
+    assert list(p.evidence["pipelines"]) == ["4", "9", "14"]   # weighed by the shape's own field
     # weights r % 7: 6 on ranks 6 and 13, then 5 on ranks 5, 12, 19 (ties in rank order); kept in rank order
     assert list(t.evidence["per_rank"]) == ["5", "6", "13"]
     assert list(t.evidence["lost_ms_by_rank"]) == ["0", "1", "13"]
     assert list(t.evidence["values_by_rank"]) == ["0", "1", "17"]  # the one rank with another value stays
-    assert t.evidence["small"] == {"0": 1} and t.evidence["threshold"] == 3
+    assert t.evidence["small"] == {"0": 1} and t.evidence["threshold"] == 3 and t.evidence["by_size"] == sizes
     assert set(t.evidence["trimmed"]) == {"per_rank", "lost_ms_by_rank", "values_by_rank"}
     assert f.evidence["per_rank"] is per_rank and len(per_rank) == 20  # the finding itself is unchanged
-    assert trim_evidence(f, 20) is f
+    assert trim_evidence(f, 20, Ev) is f
+    assert trim_evidence(f, 3) is f  # no check "x": no model says which maps are keyed by rank
 
 
 async def test_list_fixes(server):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:   # the catalog reads this module to build the CLI's parser: no models imported for it
+    from ..analysis.checks.evidence import Evidence
     from ..analysis.models import Finding
     from . import arguments as g
     from . import models as m
@@ -68,42 +69,33 @@ def explain(exp: m.Explanation, args: g.ExplainArgs) -> m.Explanation:
     return exp.model_copy(update={"finding": trim_evidence(exp.finding, EXPLAIN_RANKS)})
 
 
-def _rank_weight(value: Any) -> float:
-    """How much a rank's entry in an evidence map weighs: a number itself; in a dict its
-    impact_ms_per_step, else its largest `*ms_per_step*` value, else its largest `*ms*` value."""
-    if isinstance(value, bool):
-        return 0.0
-    if isinstance(value, int | float):
-        return abs(float(value))
-    if isinstance(value, dict):
-        nums = {k: abs(float(v)) for k, v in value.items() if isinstance(v, int | float) and not isinstance(v, bool)}
-        if "impact_ms_per_step" in nums:
-            return nums["impact_ms_per_step"]
-        for part in ("ms_per_step", "ms"):
-            hits = [v for k, v in nums.items() if part in k]
-            if hits:
-                return max(hits)
-    return 0.0
+def trim_evidence(f: Finding, keep: int, model: type[Evidence] | None = None) -> Finding:
+    """`f` with each evidence map its check's evidence model types as keyed by rank (`Evidence.rank_maps`;
+    `model` defaults to the registered check's) cut, where it holds more than `keep` ranks, to the `keep` that
+    weigh most (the entry's `weighs_by` value, or the value itself), or for text values to the ranks of the
+    rarest values first, so a rank that differs stays; ties in rank order. What was cut is said in
+    evidence["trimmed"]."""
+    from ..analysis.checks.evidence import weight_of
 
+    if model is None:
+        from ..analysis.checks.base import registry
 
-def trim_evidence(f: Finding, keep: int) -> Finding:
-    """`f` with each evidence map keyed by rank (more than `keep` entries) cut to `keep` ranks: those that
-    weigh most (`_rank_weight`), or for text values the ranks of the rarest values first, so a rank that
-    differs stays; ties in rank order. What was cut is said in evidence["trimmed"]."""
+        cls = registry().get(f.check)
+        model = cls.evidence if cls is not None else None
     evidence = dict(f.evidence)
     trimmed: dict[str, str] = {}
-    for key, value in f.evidence.items():
-        if not (isinstance(value, dict) and len(value) > keep and all(str(k).lstrip("-").isdigit() for k in value)):
+    for key, entries in (model.rank_maps() if model is not None else {}).items():
+        value = f.evidence.get(key)
+        if not isinstance(value, dict) or len(value) <= keep:
             continue
-        ranks = list(value)
-        if all(isinstance(v, str | None) for v in value.values()):
+        if not entries and all(isinstance(v, str | None) for v in value.values()):
             chosen = _rarest_first(value, keep)
             how = "the ranks of the rarest values"
         else:
-            chosen = sorted(ranks, key=lambda r: (-_rank_weight(value[r]), int(r)))[:keep]
+            chosen = sorted(value, key=lambda r: (-abs(weight_of(value[r], entries)), int(r)))[:keep]
             how = "the largest"
         evidence[key] = {r: value[r] for r in sorted(chosen, key=int)}
-        trimmed[key] = (f"{keep} of {len(ranks)} ranks shown ({how}); `stepdoctor issues --format json` "
+        trimmed[key] = (f"{keep} of {len(value)} ranks shown ({how}); `stepdoctor issues --format json` "
                         "lists every rank")
     if not trimmed:
         return f

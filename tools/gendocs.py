@@ -9,7 +9,10 @@ when either is stale. Every column comes from a check class attribute, so adding
 from __future__ import annotations
 
 import sys
+import types
+import typing
 from pathlib import Path
+from typing import Any
 
 from ..analysis.checks.base import registry
 from ..analysis.thresholds import all_thresholds
@@ -32,6 +35,26 @@ def _needs(cls: type) -> str:
     return "; ".join(parts)
 
 
+def evidence_text(model: type) -> str:
+    """`key: type; ...` of an evidence model, nested records as `{key: type, ...}`."""
+    return "; ".join(f"`{name}`{'?' if f.default is None and not f.is_required() else ''}: "
+                     f"{_type_text(f.annotation)}" for name, f in model.model_fields.items())
+
+
+def _type_text(t: Any) -> str:
+    args = [a for a in typing.get_args(t) if a is not type(None)]
+    origin = typing.get_origin(t)
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(_type_text(a) for a in args)
+    if origin is dict:
+        return f"{'rank' if args[0] is int else _type_text(args[0])} → {_type_text(args[1])}"
+    if origin is list:
+        return f"[{_type_text(args[0])}]"
+    if isinstance(t, type) and hasattr(t, "model_fields"):
+        return "{" + ", ".join(f"{n}: {_type_text(f.annotation)}" for n, f in t.model_fields.items()) + "}"
+    return getattr(t, "__name__", str(t)).replace("typing.", "")
+
+
 def checks_markdown() -> str:
     from ..knowledge.loader import fixes_for
 
@@ -50,6 +73,11 @@ def checks_markdown() -> str:
     lines += ["", "## How each check decides", ""]
     for cid, cls in reg.items():
         lines += [f"- `{cid}`: {_cell(cls.describe())}"]
+    lines += ["", "## Evidence", "", "Each check's `Finding.evidence` is the JSON of its evidence model (the check "
+              "module's `Evidence` subclass): these keys and no others; `rank →` marks a map keyed by rank "
+              "(answers trim those to the ranks that weigh most), `?` a key written only where it applies.", ""]
+    for cid, cls in reg.items():
+        lines += [f"- `{cid}`: {_cell(evidence_text(cls.evidence))}"]
     users: dict[str, list[str]] = {}
     for cid, cls in reg.items():
         for t in cls.thresholds:

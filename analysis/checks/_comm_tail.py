@@ -7,6 +7,19 @@ from typing import Any
 
 import numpy as np
 
+from .evidence import Record
+
+
+class TailCollective(Record):
+    """One collective of a firing step's final block (its `start_after_backward_ms` only from a device
+    timeline, not from MindSpore's step phases)."""
+
+    name: str
+    type: str | None
+    start_after_backward_ms: float | None = None
+    dur_ms: float
+    size_mb: float | None
+
 
 def exposed_ns(s: np.ndarray, e: np.ndarray, is_comm: np.ndarray, t0: int, t1: int) -> float:
     """Communication time in [t0, t1) not covered by compute, from ops sorted by start:
@@ -28,12 +41,12 @@ def covered_ns(s: np.ndarray, e: np.ndarray) -> int:
     return int(np.maximum(e - lo, 0).sum())
 
 
-def collectives_text(colls: list[dict[str, Any]]) -> str:
+def collectives_text(colls: list[TailCollective]) -> str:
     """'4 allreduce (268 MB, up to 67.1 MB each)' per collective type, in order of appearance."""
     parts: list[str] = []
-    for typ in dict.fromkeys(c.get("type") or c["name"] for c in colls):
-        group = [c for c in colls if (c.get("type") or c["name"]) == typ]
-        sizes = [c["size_mb"] for c in group if c.get("size_mb")]
+    for typ in dict.fromkeys(c.type or c.name for c in colls):
+        group = [c for c in colls if (c.type or c.name) == typ]
+        sizes = [c.size_mb for c in group if c.size_mb]
         size = f" ({sum(sizes):.3g} MB, up to {max(sizes):.3g} MB each)" if sizes else ""
         parts.append(f"{len(group)} {typ}{size}")
     return ", ".join(parts)

@@ -138,10 +138,11 @@ def step_list(values: Any) -> list[int]:
     return sorted({int(s) for s in pd.unique(np.asarray(values, dtype=object)) if not pd.isna(s)})
 
 
-def ranks_and_steps(per_rank: dict[int, dict[str, Any]]) -> tuple[list[int], list[int]]:
-    """(the ranks ascending, the union of their evidence's "steps" ascending) of a check's per-rank
-    evidence: what its finding names."""
-    return sorted(per_rank), sorted({s for v in per_rank.values() for s in v["steps"]})
+def ranks_and_steps(per_rank: dict[int, Any]) -> tuple[list[int], list[int]]:
+    """(the ranks ascending, the union of their evidence's `steps` ascending) of a check's per-rank
+    evidence (entries or dicts): what its finding names."""
+    return sorted(per_rank), sorted({s for v in per_rank.values()
+                                     for s in (v["steps"] if isinstance(v, dict) else v.steps)})
 
 
 def worst_rank(per_rank_ms: dict[int, float]) -> tuple[int | None, float | None]:

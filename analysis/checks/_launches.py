@@ -6,13 +6,21 @@ when the host had waited for the device by itself.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from ..units import NS_PER_US
 from ._common import HOST_API_CATEGORIES, LAUNCH_RE, SYNC_RE, by_value, columns, rank_slices
 from .base import CheckContext
+from .evidence import Record
+
+
+class LaunchStats(Record):
+    """One rank's launch statistics over its kept steps (µs; None where nothing was measured)."""
+
+    median_kernel_us: float | None
+    launches_per_step: float
+    median_launch_interval_us: float | None
+    median_launch_call_us: float | None
 
 
 def host_calls(ctx: CheckContext, ranks: list[int]) -> dict[int, dict[str, np.ndarray]]:
@@ -52,7 +60,7 @@ def no_calls() -> dict[str, np.ndarray]:
             "sync_end": np.empty(0, np.int64)}
 
 
-def launch_stats(ctx: CheckContext, rank: int, steps: list[int]) -> dict[str, Any]:
+def launch_stats(ctx: CheckContext, rank: int, steps: list[int]) -> LaunchStats:
     """Median kernel duration, launch-to-launch interval and launch call duration in the rank's steps."""
     marks = ",".join("?" * len(steps))
     k = ctx.profile.rows(f"SELECT median(dur_ns) FROM device_ops WHERE rank = ? AND step IN ({marks}) "
@@ -66,10 +74,10 @@ def launch_stats(ctx: CheckContext, rank: int, steps: list[int]) -> dict[str, An
             gaps.append(np.diff(g["start_ns"].to_numpy(dtype=np.int64)))
     gap = np.concatenate(gaps) if gaps else np.empty(0)
     med_k = k[0][0]
-    return {
-        "median_kernel_us": None if med_k is None or med_k != med_k else round(float(med_k) / NS_PER_US, 3),
-        "launches_per_step": round(len(launches) / max(len(steps), 1), 1),
-        "median_launch_interval_us": round(float(np.median(gap)) / NS_PER_US, 3) if gap.size else None,
-        "median_launch_call_us": (round(float(launches["dur_ns"].median()) / NS_PER_US, 3)
-                                  if len(launches) else None),
-    }
+    return LaunchStats(
+        median_kernel_us=None if med_k is None or med_k != med_k else round(float(med_k) / NS_PER_US, 3),
+        launches_per_step=round(len(launches) / max(len(steps), 1), 1),
+        median_launch_interval_us=round(float(np.median(gap)) / NS_PER_US, 3) if gap.size else None,
+        median_launch_call_us=(round(float(launches["dur_ns"].median()) / NS_PER_US, 3)
+                               if len(launches) else None),
+    )

@@ -1,5 +1,5 @@
-"""MindSpore dataset pipeline rules of slow-dataloader: which stage holds the data (MindInsight's queue
-rule) and which `dataset_ops` op is the bottleneck (rules 2a-2d of slow_dataloader's docstring)."""
+"""MindSpore rules of slow-dataloader: a rank's iteration interval, which stage holds the data (MindInsight's
+queue rule) and which `dataset_ops` op is the bottleneck (rules 2a-2d of slow_dataloader's docstring)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from typing import Any
 import pandas as pd
 
 from ..thresholds import T
+from ..units import NS_PER_MS
+from .base import CheckContext
 
 # MindSpore BottleneckAnalyzer constant (mindspore profiler/parser/minddata_analyzer.py)
 CPU_HIGH_PCT = T.minddata_worker_cpu_high_pct.value
@@ -17,6 +19,30 @@ LEAF_LOW = T.minddata_leaf_queue_low.value
 HOST_EMPTY = T.minddata_host_queue_empty.value
 NOT_MULTITHREADED = {"BarrierOp", "ConcatOp", "EpochCtrlOp", "RenameOp", "RepeatOp", "ShuffleOp", "SkipOp",
                      "TakeOp", "ZipOp"}
+
+
+def iteration_interval(ctx: CheckContext, rank: int, ph: pd.DataFrame, kept: set[int],
+                       steps_ms: dict[tuple[int, int], float]) -> tuple[pd.Series | None, pd.Series, str]:
+    """(interval ms per step, step ms per step, how it was measured) of one MindSpore rank: the step trace's
+    iteration interval in `ph` (its step_phases rows), else the device's free time per step."""
+    if not ph.empty and (ph["phase"] == "iteration_interval").any():
+        piv = ph.pivot_table(index="step", columns="phase", values="dur_ns", aggfunc="sum") / NS_PER_MS
+        if kept and piv.index.isin(kept).any():
+            piv = piv[piv.index.isin(kept)]
+        interval = piv["iteration_interval"].dropna()
+        step_ms = pd.Series({s: steps_ms.get((rank, int(s))) for s in interval.index}, dtype="Float64")
+        if step_ms.isna().all():
+            parts = [c for c in ("iteration_interval", "fp_and_bp", "fp", "tail") if c in piv]
+            step_ms = piv.loc[interval.index, parts].sum(axis=1).astype("Float64")
+        return interval, step_ms, "iteration interval"
+    # no interval recorded (non-sink >= 2.5 text export): the device's idle time per step
+    rows = [b for b in ctx.breakdown if b.rank == rank and b.step is not None and b.free_ms is not None
+            and (not kept or b.step in kept)]
+    if not rows:
+        return None, pd.Series(dtype="Float64"), ""
+    interval = pd.Series({b.step: b.free_ms + (b.preparing_ms or 0.0) for b in rows}, dtype=float)
+    step_ms = pd.Series({b.step: b.step_ms for b in rows}, dtype="Float64")
+    return interval, step_ms, "device free"
 
 
 def queue_stage(hq: dict[str, Any], dq: dict[str, Any]) -> str | None:

@@ -31,7 +31,7 @@ a lower bound).
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -48,6 +48,7 @@ from ._common import (
     steps_text,
     worst_share,
 )
+from .evidence import Entry
 
 if TYPE_CHECKING:
     from .base import Check, CheckContext
@@ -57,6 +58,31 @@ SUBJECT = "torch.nn.functional.scaled_dot_product_attention"
 NODE_PREFIX = "autograd::engine::evaluate_function: "
 _LAUNCH_CATEGORIES = "('runtime', 'driver')"
 _NODE_RE = re.compile(r"^(?P<base>[A-Za-z0-9]+)Backward\d+$")
+
+
+class MathBackendRank(Entry):
+    """One rank's SDPA calls that ran the math backend: their forward and backward kernels."""
+
+    weighs_by = "impact_ms_per_step"
+    math_calls_per_step: float
+    forward_kernels_per_step: float
+    forward_kernel_ms_per_step: float
+    backward_kernel_ms_per_step: float
+    backward_nodes_ms_per_step: dict[str, float]  # autograd node -> its kernels' ms per step
+    impact_ms_per_step: float
+    steps: list[int]
+
+
+class HandWrittenRank(Entry):
+    """One rank's attention written op by op: its occurrences and their forward kernels."""
+
+    weighs_by = "impact_ms_per_step"
+    occurrences_per_step: float
+    forward_kernel_ms_per_step: float
+    impact_ms_per_step: float
+    sequences: dict[str, int]  # op sequence -> occurrences (the three commonest)
+    code_locations: list[str]
+    steps: list[int]
 
 
 def node_base(op: str) -> str:
@@ -209,36 +235,37 @@ def hand_written_attention(check: Check, ctx: CheckContext, ranks: list[int]) ->
     if found.empty:
         return []
     found = found.assign(ns=_kernel_ns(ctx, found))
-    per_rank: dict[int, dict[str, Any]] = {}
+    per_rank: dict[int, HandWrittenRank] = {}
     for rank, g in found.groupby("rank", sort=True):
         k = n_steps(steps, int(rank))
         seqs = g["sequence"].value_counts()
-        per_rank[int(rank)] = {
-            "occurrences_per_step": round(len(g) / k, 2),
-            "forward_kernel_ms_per_step": round(float(g["ns"].sum()) / NS_PER_MS / k, 4),
-            "impact_ms_per_step": round(float(g["ns"].sum()) / NS_PER_MS / k, 4),
-            "sequences": {str(a): int(b) for a, b in seqs.head(3).items()},
-            "code_locations": sorted({str(x) for x in g["stack"].dropna()})[:5],
-            "steps": sorted({int(s) for s in g["step"].dropna()}),
-        }
+        per_rank[int(rank)] = HandWrittenRank(
+            occurrences_per_step=round(len(g) / k, 2),
+            forward_kernel_ms_per_step=round(float(g["ns"].sum()) / NS_PER_MS / k, 4),
+            impact_ms_per_step=round(float(g["ns"].sum()) / NS_PER_MS / k, 4),
+            sequences={str(a): int(b) for a, b in seqs.head(3).items()},
+            code_locations=sorted({str(x) for x in g["stack"].dropna()})[:5],
+            steps=sorted({int(s) for s in g["step"].dropna()}),
+        )
     rk = sorted(per_rank)
-    rank_w, ms_w = worst_share(ctx, {r: v["impact_ms_per_step"] for r, v in per_rank.items()})
+    rank_w, ms_w = worst_share(ctx, {r: v.impact_ms_per_step for r, v in per_rank.items()})
     e = per_rank[rank_w if rank_w is not None else rk[0]]
-    st = sorted({s for v in per_rank.values() for s in v["steps"]})
-    seq = next(iter(e["sequences"]))
-    where = f" at {e['code_locations'][0]}" if e["code_locations"] else ""
+    st = sorted({s for v in per_rank.values() for s in v.steps})
+    seq = next(iter(e.sequences))
+    where = f" at {e.code_locations[0]}" if e.code_locations else ""
     return [check.finding(
-        ctx, title=(f"attention written by hand ({seq}): {e['occurrences_per_step']:g} per step, "
+        ctx, title=(f"attention written by hand ({seq}): {e.occurrences_per_step:g} per step, "
                     f"{fmt_ms(ms_w or 0)} ms of forward kernels per step"),
         subject=SUBJECT, ranks=rk, steps=st, impact_ms=ms_w, impact_rank=rank_w,
-        evidence={"attention": "hand_written", "pattern": HAND_RE.pattern, "per_rank": {str(r): v for r, v in per_rank.items()},
-                  "impact_method": "device time of the kernels the matched ops launched in the forward, per step, "
-                                   "worst rank (the backward is not attributed: a lower bound)"},
+        evidence=check.evidence(
+            attention="hand_written", pattern=HAND_RE.pattern, per_rank=per_rank,
+            impact_method="device time of the kernels the matched ops launched in the forward, per step, worst "
+                          "rank (the backward is not attributed: a lower bound)"),
         message=(f"On {ranks_text(rk)} ({steps_text(st)}) attention is computed op by op (`{seq}`{where}) "
-                 f"{e['occurrences_per_step']:g} times per step: the score matrix is written, scaled, masked and "
-                 f"normalised in separate kernels ({fmt_ms(e['forward_kernel_ms_per_step'])} ms of forward kernels "
-                 f"per step on rank {rank_w}). F.scaled_dot_product_attention computes it fused (FlashAttention / "
-                 "memory-efficient kernels) when the mask and dtype allow."))]
+                 f"{e.occurrences_per_step:g} times per step: the score matrix is written, scaled, masked and "
+                 f"normalised in separate kernels ({fmt_ms(e.forward_kernel_ms_per_step)} ms of forward "
+                 f"kernels per step on rank {rank_w}). F.scaled_dot_product_attention computes it fused "
+                 "(FlashAttention / memory-efficient kernels) when the mask and dtype allow."))]
 
 
 def unfused_attention(check: Check, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
@@ -256,7 +283,7 @@ def _math_backend(check: Check, ctx: CheckContext, ranks: list[int]) -> list[Fin
         return []
     math_ranks = sorted({int(r) for r in fwd["rank"]})
     bwd = in_kept_steps(_backward(ctx, math_ranks, _exclusive_ops(ctx, math_ranks)), steps)
-    per_rank: dict[int, dict[str, Any]] = {}
+    per_rank: dict[int, MathBackendRank] = {}
     for rank in math_ranks:
         f = fwd[fwd["rank"] == rank]
         b = bwd[bwd["rank"] == rank] if not bwd.empty else bwd
@@ -264,31 +291,33 @@ def _math_backend(check: Check, ctx: CheckContext, ranks: list[int]) -> list[Fin
         f_ms = float(f["ns"].sum()) / NS_PER_MS / k
         b_ms = float(b["ns"].sum()) / NS_PER_MS / k if not b.empty else 0.0
         nodes = b.groupby("node")["ns"].sum().sort_values(ascending=False) if not b.empty else pd.Series()
-        per_rank[rank] = {
-            "math_calls_per_step": round(float(f["calls"].sum()) / k, 2),
-            "forward_kernels_per_step": round(float(f["kernels"].sum()) / k, 2),
-            "forward_kernel_ms_per_step": round(f_ms, 4),
-            "backward_kernel_ms_per_step": round(b_ms, 4),
-            "backward_nodes_ms_per_step": {str(n): round(float(v) / NS_PER_MS / k, 4) for n, v in nodes.items()},
-            "impact_ms_per_step": round(f_ms + b_ms, 4),
-            "steps": sorted({int(s) for s in f["step"].dropna()}),
-        }
-    rank_w, ms_w = worst_share(ctx, {r: v["impact_ms_per_step"] for r, v in per_rank.items()})
+        per_rank[rank] = MathBackendRank(
+            math_calls_per_step=round(float(f["calls"].sum()) / k, 2),
+            forward_kernels_per_step=round(float(f["kernels"].sum()) / k, 2),
+            forward_kernel_ms_per_step=round(f_ms, 4),
+            backward_kernel_ms_per_step=round(b_ms, 4),
+            backward_nodes_ms_per_step={str(n): round(float(v) / NS_PER_MS / k, 4) for n, v in nodes.items()},
+            impact_ms_per_step=round(f_ms + b_ms, 4),
+            steps=sorted({int(s) for s in f["step"].dropna()}),
+        )
+    rank_w, ms_w = worst_share(ctx, {r: v.impact_ms_per_step for r, v in per_rank.items()})
     e = per_rank[rank_w if rank_w is not None else math_ranks[0]]
-    st = sorted({s for v in per_rank.values() for s in v["steps"]})
-    nodes_text = ", ".join(e["backward_nodes_ms_per_step"]) or "none attributable"
+    st = sorted({s for v in per_rank.values() for s in v.steps})
+    nodes_text = ", ".join(e.backward_nodes_ms_per_step) or "none attributable"
     return [check.finding(
-        ctx, title=(f"attention runs unfused (SDPA math backend): {e['math_calls_per_step']:g} calls and "
+        ctx, title=(f"attention runs unfused (SDPA math backend): {e.math_calls_per_step:g} calls and "
                     f"{fmt_ms(ms_w or 0)} ms of kernels per step"),
         subject=SUBJECT, ranks=math_ranks, steps=st, impact_ms=ms_w, impact_rank=rank_w,
-        evidence={"attention": "math_backend", "op": MATH_OP, "per_rank": {str(r): v for r, v in per_rank.items()},
-                  "impact_method": "device time of the kernels the math op launched plus those of the backward "
-                                   "nodes of ops only it runs (lower bound of the backward), per step, worst rank; "
-                                   "an upper bound of the saving: the fused kernel's own time is not subtracted"},
+        evidence=check.evidence(
+            attention="math_backend", op=MATH_OP, per_rank=per_rank,
+            impact_method="device time of the kernels the math op launched plus those of the backward nodes of "
+                          "ops only it runs (lower bound of the backward), per step, worst rank; an upper bound of "
+                          "the saving: the fused kernel's own time is not subtracted"),
         message=(f"On {ranks_text(math_ranks)} ({steps_text(st)}) scaled_dot_product_attention ran the math "
-                 f"backend ({MATH_OP}) {e['math_calls_per_step']:g} times per step: "
-                 f"{e['forward_kernels_per_step']:g} separate bmm / softmax / elementwise kernels in the forward "
-                 f"({fmt_ms(e['forward_kernel_ms_per_step'])} ms) and {fmt_ms(e['backward_kernel_ms_per_step'])} ms "
+                 f"backend ({MATH_OP}) {e.math_calls_per_step:g} times per step: "
+                 f"{e.forward_kernels_per_step:g} separate bmm / softmax / elementwise kernels in the forward "
+                 f"({fmt_ms(e.forward_kernel_ms_per_step)} ms) and "
+                 f"{fmt_ms(e.backward_kernel_ms_per_step)} ms "
                  f"in the backward ({nodes_text}) on rank {rank_w}, each writing the full score matrix. Remove "
                  "the forced math backend (sdpa_kernel(SDPBackend.MATH), enable_flash/enable_mem_efficient=False) "
                  "or give the inputs a fused kernel (fp16 / bf16, a supported mask and head dim)."))]

@@ -43,11 +43,43 @@ from ._affinity_rules import (  # noqa: F401  (the tests and _unfused_attention 
     user_frame,
 )
 from ._common import by_rank, in_kept_steps, kept_steps, n_steps, ranks_text, step_list, steps_text
-from ._unfused_attention import unfused_attention
+from ._unfused_attention import HandWrittenRank, MathBackendRank, unfused_attention
 from .base import Check, CheckContext, register
+from .evidence import Entry, Evidence
 
 
-def _per_rank(g: pd.DataFrame, steps: dict[int, list[int]]) -> dict[str, dict]:
+class AscendApiRank(Entry):
+    """One rank's matches of an Ascend replacement API (no impact is estimated: an entry weighs by the host
+    time of its matched ops)."""
+
+    weighs_by = "matched_host_ms_per_step"
+    occurrences_per_step: float
+    matched_host_ms_per_step: float
+    by_step: dict[str, int]  # step -> occurrences
+
+
+class AffinityApiEvidence(Evidence):
+    """The evidence of the three finding kinds: each sets its own fields (see AffinityRank)."""
+
+    # one entry shape per finding kind: Ascend API; the GPU SDPA math backend; attention written by hand
+    per_rank: dict[int, AscendApiRank] | dict[int, MathBackendRank] | dict[int, HandWrittenRank]
+    # Ascend replacement API
+    patterns: list[str] | None = None
+    matched_sequences: dict[str, int] | None = None  # op sequence -> occurrences (the three commonest)
+    since_cann: str | None = None
+    torch_versions: list[str] | None = None
+    ruleset: str | None = None
+    min_occurrences: int | None = None
+    code_locations: list[str] | None = None
+    with_stack: bool | None = None
+    # CUDA / ROCm (_unfused_attention.py): "math_backend" with `op`, or "hand_written" with `pattern`
+    attention: str | None = None
+    op: str | None = None
+    pattern: str | None = None
+    impact_method: str
+
+
+def _per_rank(g: pd.DataFrame, steps: dict[int, list[int]]) -> dict[int, AscendApiRank]:
     """Rank -> occurrences and matched host time per step and occurrences by step, for one API's hits.
 
     numpy over sorted ranks rather than a pandas groupby per rank, whose fixed cost dominated on many-rank
@@ -57,18 +89,18 @@ def _per_rank(g: pd.DataFrame, steps: dict[int, list[int]]) -> dict[str, dict]:
     host = g["host_ns"].to_numpy(dtype="float64")
     step = pd.to_numeric(g["step"], errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
     order, slices = by_rank(rank)
-    out: dict[str, dict] = {}
+    out: dict[int, AscendApiRank] = {}
     for r, a, b in slices:
         idx = order[a:b]
         k = n_steps(steps, r)
         st = step[idx]
         # groupby("step") leaves out rows without a step
         vals, counts = np.unique(st[~np.isnan(st)], return_counts=True)
-        out[str(r)] = {
-            "occurrences_per_step": round((b - a) / k, 2),
-            "matched_host_ms_per_step": round(float(np.nansum(host[idx])) / NS_PER_MS / k, 4),
-            "by_step": {str(int(s)): int(n) for s, n in zip(vals.tolist(), counts.tolist(), strict=True)},
-        }
+        out[r] = AscendApiRank(
+            occurrences_per_step=round((b - a) / k, 2),
+            matched_host_ms_per_step=round(float(np.nansum(host[idx])) / NS_PER_MS / k, 4),
+            by_step={str(int(s)): int(n) for s, n in zip(vals.tolist(), counts.tolist(), strict=True)},
+        )
     return out
 
 
@@ -91,6 +123,8 @@ class AffinityApiCheck(Check):
         "CUDA / ROCm: scaled_dot_product_attention run by the unfused math backend, or attention written by hand "
         "(matmul-softmax-matmul); impact = the kernels' time."
     )
+    # three sentence shapes (Ascend API, SDPA math backend, attention by hand): each passes its own text
+    evidence = AffinityApiEvidence
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         gpu = [r for r in ranks if ctx.vendor(r) != "ascend"]
@@ -131,7 +165,7 @@ class AffinityApiCheck(Check):
         frames = sorted({f for f in (user_frame(s) for s in g["stack"]) if f})[:5]
         seqs = g["sequence"].value_counts().head(3)
         first = g.iloc[0]
-        occ = per_rank[str(rk[0])]["occurrences_per_step"]
+        occ = per_rank[rk[0]].occurrences_per_step
         where = f" at {frames[0]}" if frames else ""
         return self.finding(
             ctx,
@@ -141,18 +175,18 @@ class AffinityApiCheck(Check):
             steps=st,
             impact_ms=None,
             severity="low",
-            evidence={
-                "patterns": sorted(set(g["pattern"])),
-                "matched_sequences": {str(k): int(v) for k, v in seqs.items()},
-                "since_cann": first["since"],
-                "torch_versions": list(first["torch"]),
-                "ruleset": RULESET,
-                "min_occurrences": T.affinity_min_occurrences.value,
-                "per_rank": per_rank,
-                "code_locations": frames,
-                "with_stack": with_stack,
-                "impact_method": "not estimated: the saving depends on the fused kernel",
-            },
+            evidence=AffinityApiEvidence(
+                patterns=sorted(set(g["pattern"])),
+                matched_sequences={str(k): int(v) for k, v in seqs.items()},
+                since_cann=first["since"],
+                torch_versions=list(first["torch"]),
+                ruleset=RULESET,
+                min_occurrences=T.affinity_min_occurrences.value,
+                per_rank=per_rank,
+                code_locations=frames,
+                with_stack=with_stack,
+                impact_method="not estimated: the saving depends on the fused kernel",
+            ),
             message=(
                 f"{ranks_text(rk).capitalize()} run{'s' if len(rk) == 1 else ''} "
                 f"`{seqs.index[0]}`{where} {occ:g} times per step in {steps_text(st)}; {api} "

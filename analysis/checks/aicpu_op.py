@@ -41,13 +41,12 @@ from ._common import (
     kept_steps,
     n_steps,
     placeholders,
-    ranks_text,
     series_sum,
     step_list,
-    steps_text,
     worst_rank,
 )
 from .base import Check, CheckContext, register
+from .evidence import Entry, Evidence, Record
 
 # aicpu_rules.yaml ExampleGuideChecker: op types with a documented AI Core replacement (lower-case).
 _REPLACE_GUIDE = {"index", "indexput", "indexputv2", "nonzero"}
@@ -60,6 +59,32 @@ _DOUBLE_RE = re.compile(r"(^|[^A-Z0-9])(DT_)?(DOUBLE|FLOAT64)($|[^A-Z0-9])", re.
 
 def has_double(*dtypes: Any) -> bool:
     return any(isinstance(d, str) and bool(_DOUBLE_RE.search(d)) for d in dtypes)
+
+
+class AicpuStep(Record):
+    tasks: int
+    ms: float
+
+
+class AicpuRank(Entry):
+    weighs_by = "aicpu_ms_per_step"
+    tasks_per_step: float
+    aicpu_ms_per_step: float
+    max_task_us: float
+    share_of_device_time_pct: float
+    by_step: dict[str, AicpuStep]  # step -> its tasks and time (known steps only)
+
+
+class AicpuEvidence(Evidence):
+    threshold_task_us: float
+    per_rank: dict[int, AicpuRank]
+    dtypes: list[str]
+    double_inputs: bool
+    input_shapes: list[str]
+    task_names: list[str]
+    suggestions: list[str]
+    call_stacks: list[str]
+    impact_method: str = "Σ AI_CPU task time of this op type per step, worst rank"
 
 
 @register
@@ -76,6 +101,13 @@ class AicpuOpCheck(Check):
         'Op types whose device tasks run on the AI CPU (task type AI_CPU) with a task of at least {aicpu_task_us}'
         ' µs, on every rank; impact is their AI_CPU time per step. Flags float64 inputs, the usual reason an op '
         'falls back to the AI CPU.'
+    )
+    evidence = AicpuEvidence
+    title_template = "{op_type} runs on AI CPU ({worst.aicpu_ms_per_step:.2f} ms per step{with_double})"
+    message_template = (
+        "{op_type} runs on the AI CPU on {ranks} in {steps}: {worst.tasks_per_step:g} tasks and "
+        "{worst.aicpu_ms_per_step:.2f} ms per step on rank {worst_rank} (longest task {worst.max_task_us:.1f} µs "
+        ">= {aicpu_task_us:g} µs){double_note}."
     )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
@@ -114,41 +146,20 @@ class AicpuOpCheck(Check):
         shapes = sorted({str(s) for s in grp["input_shapes"].dropna()})[:5]
         stacks = self._stacks(ctx, grp)
         steps_seen = step_list(grp["step"])
-        rk = sorted(per_rank)
-        w = per_rank[rank_w] if rank_w is not None else {}
         return self.finding(
-            ctx,
-            title=f"{op_type} runs on AI CPU ({w.get('aicpu_ms_per_step', 0):.2f} ms per step"
-            f"{' with DOUBLE inputs' if double else ''})",
-            subject=op_type,
-            ranks=rk,
-            steps=steps_seen,
-            impact_ms=ms_w,
-            impact_rank=rank_w,
-            evidence={
-                "threshold_task_us": thr_us,
-                "per_rank": {str(r): v for r, v in per_rank.items()},
-                "dtypes": dtypes,
-                "double_inputs": double,
-                "input_shapes": shapes,
-                "task_names": sorted(set(grp["name"].astype(str)))[:5],
-                "suggestions": _suggestions(op_type, double),
-                "call_stacks": stacks,
-                "impact_method": "Σ AI_CPU task time of this op type per step, worst rank",
-            },
-            message=(
-                f"{op_type} runs on the AI CPU on {ranks_text(rk)} in {steps_text(steps_seen)}: "
-                f"{w.get('tasks_per_step', 0):g} tasks and {w.get('aicpu_ms_per_step', 0):.2f} ms "
-                f"per step on rank {rank_w} (longest task {w.get('max_task_us', 0):.1f} µs >= "
-                f"{thr_us:g} µs)"
-                + ("; its tensors are DOUBLE, which has no AI Core kernel" if double else "")
-                + "."
+            ctx, subject=op_type, ranks=sorted(per_rank), steps=steps_seen, impact_ms=ms_w, impact_rank=rank_w,
+            evidence=AicpuEvidence(
+                threshold_task_us=thr_us, per_rank=per_rank, dtypes=dtypes, double_inputs=double,
+                input_shapes=shapes, task_names=sorted(set(grp["name"].astype(str)))[:5],
+                suggestions=_suggestions(op_type, double), call_stacks=stacks,
             ),
+            words={"op_type": op_type, "with_double": " with DOUBLE inputs" if double else "",
+                   "double_note": "; its tensors are DOUBLE, which has no AI Core kernel" if double else ""},
         )
 
     @staticmethod
     def _per_rank(grp: pd.DataFrame, steps: dict[int, list[int]], total_by_rank: dict[Any, Any]
-                  ) -> tuple[dict[int, dict[str, Any]], dict[int, float]]:
+                  ) -> tuple[dict[int, AicpuRank], dict[int, float]]:
         """Evidence and ms per step of each rank (ascending) for one op type's tasks.
 
         The rows are split by rank with one stable sort (each rank's rows stay in their order) and summed
@@ -157,7 +168,7 @@ class AicpuOpCheck(Check):
         order, slices = by_rank(grp["rank"].to_numpy())
         dur = grp["dur_ns"].to_numpy()[order]
         step = grp["step"].to_numpy(dtype="float64", na_value=np.nan)[order]
-        per_rank: dict[int, dict[str, Any]] = {}
+        per_rank: dict[int, AicpuRank] = {}
         per_rank_ms: dict[int, float] = {}
         for r, i, j in slices:
             d, st = dur[i:j], step[i:j]
@@ -172,16 +183,16 @@ class AicpuOpCheck(Check):
             cut = np.flatnonzero(np.r_[True, ks[1:] != ks[:-1]]) if ks.size else np.empty(0, np.int64)
             sums = np.add.reduceat(kd, cut) if ks.size else kd
             counts = np.diff(np.r_[cut, ks.size])
-            per_rank[r] = {
-                "tasks_per_step": round((j - i) / k, 2),
-                "aicpu_ms_per_step": round(ms, 4),
-                "max_task_us": round(float(d.max()) / NS_PER_US, 3),
-                "share_of_device_time_pct": round(100.0 * total / float(total_by_rank.get(r) or 1), 2),
-                "by_step": {
-                    str(int(ks[c])): {"tasks": int(n), "ms": round(float(t) / NS_PER_MS, 4)}
+            per_rank[r] = AicpuRank(
+                tasks_per_step=round((j - i) / k, 2),
+                aicpu_ms_per_step=round(ms, 4),
+                max_task_us=round(float(d.max()) / NS_PER_US, 3),
+                share_of_device_time_pct=round(100.0 * total / float(total_by_rank.get(r) or 1), 2),
+                by_step={
+                    str(int(ks[c])): AicpuStep(tasks=int(n), ms=round(float(t) / NS_PER_MS, 4))
                     for c, n, t in zip(cut.tolist(), counts.tolist(), sums.tolist(), strict=True)
                 },
-            }
+            )
         return per_rank, per_rank_ms
 
     @staticmethod

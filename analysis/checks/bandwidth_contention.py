@@ -37,12 +37,11 @@ from ._common import (
     placeholders,
     rank_slices,
     ranks_and_steps,
-    ranks_text,
     step_list,
-    steps_text,
     worst_rank,
 )
 from .base import Check, CheckContext, register
+from .evidence import Entry, Evidence, Record
 
 # (start ns, end ns, is a matmul) of a rank's compute kernels
 _Kernels = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -69,6 +68,34 @@ def overlaps(starts: np.ndarray, ends: np.ndarray, k_starts: np.ndarray, k_ends:
     return out
 
 
+class ContendedOp(Record):
+    op: str
+    step: int | None
+    elapse_ms: float
+    gbps: float
+
+
+class ContendedRank(Entry):
+    weighs_by = "lost_ms_per_step"
+    contended_ops: int
+    contended_ops_per_step: float
+    sdma_ops: int
+    overlapping_ops: int
+    min_gbps: float
+    mean_gbps_contended: float | None
+    mean_gbps_without_compute: float | None   # None: every SDMA op of the rank overlaps compute
+    lost_ms_per_step: float
+    steps: list[int]
+    top_ops: list[ContendedOp]
+
+
+class ContentionEvidence(Evidence):
+    threshold_gbps: float
+    per_rank: dict[int, ContendedRank]
+    impact_method: str = ("Σ (SDMA transit − bytes / 14.4 GB/s) of contended ops per step, worst rank; lower bound "
+                          "(the SDMA baseline is 18 GB/s)")
+
+
 @register
 class BandwidthContentionCheck(Check):
     id = "bandwidth-contention"
@@ -82,6 +109,14 @@ class BandwidthContentionCheck(Check):
         'SDMA collectives whose bandwidth falls below {contention_sdma_gbps} GB/s while they overlap matmul '
         'kernels, on every rank; impact = transit time beyond what {contention_sdma_gbps} GB/s would take.'
     )
+    evidence = ContentionEvidence
+    title_template = "SDMA at {worst.mean_gbps_contended:.1f} GB/s while overlapping matmul on {ranks}"
+    message_template = (
+        "{Ranks}: SDMA collectives that overlap matmul kernels move data below {contention_sdma_gbps:g} GB/s in "
+        "{steps}; on rank {worst_rank} {worst.contended_ops_per_step:g} per step at "
+        "{worst.mean_gbps_contended:.1f} GB/s{alone}, losing at least {ms:.2f} ms per step. Compare a run with the "
+        "compute-communication overlap turned off, or schedule the collectives away from the large matmuls."
+    )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         thr = T.contention_sdma_gbps.value
@@ -93,7 +128,7 @@ class BandwidthContentionCheck(Check):
         # (which rank is named); a named rank's ops are then fetched in the per-rank query's order
         by_rank = self._sdma_all(ctx, ranks, steps, comp, thr)
         overlapped_gbps = {r: v.overlapped_gbps for r, v in by_rank.items()}
-        per_rank: dict[int, dict] = {}
+        per_rank: dict[int, ContendedRank] = {}
         lost: dict[int, float] = {}
         for rank, summary in by_rank.items():
             if not summary.contended:
@@ -115,40 +150,17 @@ class BandwidthContentionCheck(Check):
             return []
         return [self._finding(ctx, per_rank, lost, thr)]
 
-    def _finding(self, ctx: CheckContext, per_rank: dict[int, dict], lost: dict[int, float],
+    def _finding(self, ctx: CheckContext, per_rank: dict[int, ContendedRank], lost: dict[int, float],
                  thr: float) -> Finding:
         rank_w, ms_w = worst_rank(lost)
         w = per_rank[rank_w]
         rk, st = ranks_and_steps(per_rank)
-        alone_txt = (
-            f" ({w['mean_gbps_without_compute']:.1f} GB/s with no compute beside it)"
-            if w["mean_gbps_without_compute"] is not None
-            else ""
-        )
+        alone = w.mean_gbps_without_compute
         return self.finding(
-            ctx,
-            title=f"SDMA at {w['mean_gbps_contended']:.1f} GB/s while overlapping matmul on "
-            f"{ranks_text(rk)}",
-            subject="SDMA",
-            ranks=rk,
-            steps=st,
-            impact_ms=ms_w,
-            impact_rank=rank_w,
-            severity="low",
-            evidence={
-                "threshold_gbps": thr,
-                "per_rank": {str(r): v for r, v in sorted(per_rank.items())},
-                "impact_method": "Σ (SDMA transit − bytes / 14.4 GB/s) of contended ops per step, "
-                "worst rank; lower bound (the SDMA baseline is 18 GB/s)",
-            },
-            message=(
-                f"{ranks_text(rk).capitalize()}: SDMA collectives that overlap matmul kernels move data "
-                f"below {thr:g} GB/s in {steps_text(st)}; on rank {rank_w} "
-                f"{w['contended_ops_per_step']:g} per step at {w['mean_gbps_contended']:.1f} GB/s"
-                f"{alone_txt}, losing at least {ms_w:.2f} ms per step. Compare a run with the "
-                "compute-communication overlap turned off, or schedule the collectives away from the "
-                "large matmuls."
-            ),
+            ctx, subject="SDMA", ranks=rk, steps=st, impact_ms=ms_w, impact_rank=rank_w, severity="low",
+            evidence=ContentionEvidence(threshold_gbps=thr, per_rank=dict(sorted(per_rank.items()))),
+            words={"alone": f" ({alone:.1f} GB/s with no compute beside it)" if alone is not None else "",
+                   "ms": ms_w},
         )
 
     @staticmethod
@@ -307,7 +319,8 @@ def _gbps(ops: pd.DataFrame) -> float | None:
     return _gbps_of(ops["size_bytes"].to_numpy(), ops["transit_ns"].to_numpy())
 
 
-def _rank_evidence(exact: dict[str, np.ndarray], thr: float, k: int, alone: float | None) -> tuple[float, dict]:
+def _rank_evidence(exact: dict[str, np.ndarray], thr: float, k: int, alone: float | None
+                   ) -> tuple[float, ContendedRank]:
     """(lost ms per step, evidence) of one contended rank from its SDMA ops (`_sdma_ops`) over k steps:
     the transit time beyond what `thr` GB/s would take, of ops that overlap a matmul below `thr`. The float
     sums and the sort follow the row order of the rank's own query."""
@@ -316,23 +329,19 @@ def _rank_evidence(exact: dict[str, np.ndarray], thr: float, k: int, alone: floa
     extra = (bad["transit_ns"].astype("float64") - bad["size_bytes"].astype("float64") / thr).clip(lower=0)
     lost = float(extra.sum()) / NS_PER_MS / k
     worst = bad.sort_values("gbps").head(10)
-    return lost, {
-        "contended_ops": len(bad),
-        "contended_ops_per_step": round(len(bad) / k, 2),
-        "sdma_ops": len(ops),
-        "overlapping_ops": int(exact["overlap"].sum()),
-        "min_gbps": round(float(bad["gbps"].min()), 4),
-        "mean_gbps_contended": _gbps(bad),
-        "mean_gbps_without_compute": alone,
-        "lost_ms_per_step": round(lost, 4),
-        "steps": step_list(bad["step"]),
-        "top_ops": [
-            {
-                "op": str(r.name),
-                "step": None if pd.isna(r.step) else int(r.step),
-                "elapse_ms": round(float(r.elapse_ns) / NS_PER_MS, 4),
-                "gbps": round(float(r.gbps), 4),
-            }
+    return lost, ContendedRank(
+        contended_ops=len(bad),
+        contended_ops_per_step=round(len(bad) / k, 2),
+        sdma_ops=len(ops),
+        overlapping_ops=int(exact["overlap"].sum()),
+        min_gbps=round(float(bad["gbps"].min()), 4),
+        mean_gbps_contended=_gbps(bad),
+        mean_gbps_without_compute=alone,
+        lost_ms_per_step=round(lost, 4),
+        steps=step_list(bad["step"]),
+        top_ops=[
+            ContendedOp(op=str(r.name), step=None if pd.isna(r.step) else int(r.step),
+                        elapse_ms=round(float(r.elapse_ns) / NS_PER_MS, 4), gbps=round(float(r.gbps), 4))
             for r in worst.itertuples(index=False)
         ],
-    }
+    )

@@ -25,7 +25,9 @@ import pandas as pd
 from ..metrics.breakdown import BreakdownRow, compute_breakdown
 from ..models import Finding, Severity, severity_from_impact, sort_findings
 from ..store import Profile, is_damaged_cache
+from ..text import ranks_text, steps_text
 from ..thresholds import T
+from .evidence import Evidence
 
 # (check id, vendor, framework, subject, evidence) -> fix ids: the knowledge base chooses (knowledge.loader)
 FixLookup = Callable[[str, str | None, str | None, str | None, dict | None], list[str]]
@@ -164,6 +166,14 @@ class Check:
     # does not name the subject is a wrong answer. The fixes themselves name the checks they answer
     # (`checks:` in knowledge/fixes/*.yaml), so the link between a check and its fixes has one home.
     subject_keyed: ClassVar[bool] = False
+    # the typed record of this check's evidence (analysis/checks/evidence.py): what its findings may say
+    evidence: ClassVar[type[Evidence]] = Evidence   # every check declares its own (a layout test)
+    # str.format templates of a finding's title and message, rendered by `finding` over the thresholds by
+    # name, the evidence's fields, `worst` / `worst_rank` (the primary map's heaviest entry, where the model
+    # has a primary map), `ranks` / `Ranks` / `steps` (the finding's ranks and steps in words; `Ranks` opens a
+    # sentence) and the check's own `words`; "" = the check passes its text itself
+    title_template: ClassVar[str] = ""
+    message_template: ClassVar[str] = ""
 
     @classmethod
     def describe(cls) -> str:
@@ -187,21 +197,44 @@ class Check:
         raise NotImplementedError
 
     # helper so every check builds findings the same way
-    def finding(self, ctx: CheckContext, *, title: str, subject: str = "", ranks: list[int] | None = None,
-                steps: list[int] | None = None, impact_ms: float | None = None, evidence: dict[str, Any] | None
-                = None, message: str = "", severity: Severity | None = None, impact_rank: int | None = None,
-                vendor: str | None = None) -> Finding:
+    def finding(self, ctx: CheckContext, *, title: str = "", subject: str = "", ranks: list[int] | None = None,
+                steps: list[int] | None = None, impact_ms: float | None = None,
+                evidence: Evidence | None = None, message: str = "",
+                severity: Severity | None = None, impact_rank: int | None = None, vendor: str | None = None,
+                words: dict[str, Any] | None = None) -> Finding:
+        """One finding of this check. `evidence` is an instance of the check's `evidence` model; `title` /
+        `message` default to the check's templates rendered with `words`."""
+        ev = evidence if evidence is not None else self.evidence()
+        if not isinstance(ev, self.evidence):
+            raise TypeError(f"{self.id}: evidence is {type(ev).__name__}, not {self.evidence.__name__}")
         rk = sorted(set(ranks or []))
+        st = sorted(set(steps or []))
+        if not title or not message:
+            ns = self._template_names(ev, rk, st, impact_rank, words or {})
+            title = title or self.title_template.format_map(ns)
+            message = message or self.message_template.format_map(ns)
         pct, sev = ctx.impact(impact_ms, impact_rank if impact_rank is not None else (rk[0] if len(rk) == 1
                                                                                        else None))
         v = vendor or ctx.vendor(rk[0] if rk else None)
-        evidence = evidence or {}
+        dumped = ev.dump()
         # the knowledge base chooses the fixes, by the finding's subject and evidence: never the check
-        fixes = ctx.fixes_for(self.id, v, ctx.framework(rk[0] if rk else None), subject, evidence) \
+        fixes = ctx.fixes_for(self.id, v, ctx.framework(rk[0] if rk else None), subject, dumped) \
             if ctx.fixes_for else []
-        return Finding(check=self.id, severity=severity or sev, title=title, ranks=rk, steps=sorted(set(steps or [])),
+        return Finding(check=self.id, severity=severity or sev, title=title, ranks=rk, steps=st,
                        subject=subject, impact_ms=None if impact_ms is None else round(impact_ms, 3),
-                       impact_pct=pct, evidence=evidence, fixes=fixes, message=message)
+                       impact_pct=pct, evidence=dumped, fixes=fixes, message=message)
+
+    def _template_names(self, ev: Evidence, ranks: list[int], steps: list[int], impact_rank: int | None,
+                        words: dict[str, Any]) -> dict[str, Any]:
+        # the worst rank is the one the impact is taken from where the check says so, else the heaviest
+        names: dict[str, Any] = {k: _Value(getattr(T, k).value) for k in self.thresholds}
+        names.update({k: getattr(ev, k) for k in type(ev).model_fields})
+        if type(ev).primary is not None:
+            worst_rank, worst = ev.worst_entry(impact_rank)
+            names.update(worst=worst, worst_rank=worst_rank)
+        names.update(ranks=ranks_text(ranks), Ranks=ranks_text(ranks).capitalize(), steps=steps_text(steps))
+        names.update(words)
+        return names
 
 
 class _Value(float):

@@ -42,13 +42,12 @@ from ._common import (
     map_by_value,
     n_steps,
     placeholders,
-    ranks_text,
     series_sum,
     step_list,
-    steps_text,
     worst_rank,
 )
 from .base import Check, CheckContext, register
+from .evidence import Evidence, Record
 
 MAX_OP_TYPES = 10  # the advisor reports the top 10 op types ("Top-10 operator of task duration")
 _CUBE_TYPES = ("AI_CORE", "MIX_AIC")
@@ -70,6 +69,27 @@ def _cores(task_type: str, ai_core: int | None, aiv: int | None) -> tuple[int | 
     return (aiv or ai_core), ai_core
 
 
+class BlockDims(Record):
+    task_type: str
+    block_dim: int
+    cores: int
+    tasks: int
+    idle_share: float
+
+
+class BlockDimEvidence(Evidence):
+    primary = "lost_ms_per_step_by_rank"
+    rule: str = "block_dim % core_count != 0 (msprof-analyze block_dim_analysis)"
+    task_type: str
+    core_count: int
+    block_dims: list[BlockDims]
+    tasks_per_step: float
+    kernel_ms_per_step: float
+    lost_ms_per_step_by_rank: dict[int, float]
+    impact_method: str = ("Σ kernel time × (1 − block_dim / (waves × cores)) per step, worst rank; upper bound "
+                          "(assumes the kernel scales to the idle cores)")
+
+
 @register
 class BlockDimCheck(Check):
     id = "block-dim-underuse"
@@ -81,6 +101,13 @@ class BlockDimCheck(Check):
     description = (
         "AI Core kernels whose block dim is not a multiple of the device's AI core / vector core count "
         "(info.json), per op type on every rank; impact = kernel time × idle core share."
+    )
+    evidence = BlockDimEvidence
+    title_template = "{op_type} uses {top_dim}/{core_count} {kind} ({share:.0%} idle)"
+    message_template = (
+        "{op_type} runs with block dim {top_dim} on {core_count} {kind} on {ranks} in {steps}: {share:.0%} of the "
+        "cores idle during {time_ms:.2f} ms of kernel time per step on rank {worst_rank} (up to {ms:.2f} ms per "
+        "step). Tune the tiling (AOE op tuning) so the block dim is a multiple of the core count."
     )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
@@ -115,50 +142,23 @@ class BlockDimCheck(Check):
         k = n_steps(steps, int(rank_w))
         dims = _dims(bad, gw)
         top_type, top_dim, top_cores, _ = dims[0]
-        used = f"{top_dim}/{top_cores}"
         kind = "AI cores" if top_type in _CUBE_TYPES else "vector cores"
-        share = unused_share(top_dim, top_cores)
-        rk = sorted(per_rank_ms)
         st = step_list(bad.step[op_rows.rows])
         time_ms = float(series_sum(bad.dur_ns[gw])) / NS_PER_MS / k
         return self.finding(
-            ctx,
-            title=f"{op_type} uses {used} {kind} ({share:.0%} idle)",
-            subject=str(op_type),
-            ranks=rk,
-            steps=st,
-            impact_ms=ms_w,
-            impact_rank=rank_w,
+            ctx, subject=str(op_type), ranks=sorted(per_rank_ms), steps=st, impact_ms=ms_w, impact_rank=rank_w,
             severity="low",
-            evidence={
-                "rule": "block_dim % core_count != 0 (msprof-analyze block_dim_analysis)",
-                "task_type": top_type,
-                "core_count": top_cores,
-                "block_dims": [
-                    {
-                        "task_type": t,
-                        "block_dim": b,
-                        "cores": c,
-                        "tasks": n,
-                        "idle_share": round(unused_share(b, c), 4),
-                    }
-                    for t, b, c, n in dims
-                ],
-                "tasks_per_step": round(float(bad.n[gw].sum()) / k, 2),
-                "kernel_ms_per_step": round(time_ms, 4),
-                "lost_ms_per_step_by_rank": {
-                    str(r): round(v, 4) for r, v in sorted(per_rank_ms.items())
-                },
-                "impact_method": "Σ kernel time × (1 − block_dim / (waves × cores)) per step, "
-                "worst rank; upper bound (assumes the kernel scales to the idle cores)",
-            },
-            message=(
-                f"{op_type} runs with block dim {top_dim} on {top_cores} {kind} on "
-                f"{ranks_text(rk)} in {steps_text(st)}: {share:.0%} of the cores idle during "
-                f"{time_ms:.2f} ms of kernel time per step on rank {rank_w} (up to {ms_w:.2f} ms "
-                "per step). Tune the tiling (AOE op tuning) so the block dim is a multiple of the "
-                "core count."
+            evidence=BlockDimEvidence(
+                task_type=top_type,
+                core_count=top_cores,
+                block_dims=[BlockDims(task_type=t, block_dim=b, cores=c, tasks=n,
+                                      idle_share=round(unused_share(b, c), 4)) for t, b, c, n in dims],
+                tasks_per_step=round(float(bad.n[gw].sum()) / k, 2),
+                kernel_ms_per_step=round(time_ms, 4),
+                lost_ms_per_step_by_rank={r: round(v, 4) for r, v in sorted(per_rank_ms.items())},
             ),
+            words={"op_type": op_type, "top_dim": top_dim, "kind": kind, "share": unused_share(top_dim, top_cores),
+                   "time_ms": time_ms, "ms": ms_w},
         )
 
 

@@ -27,12 +27,39 @@ from ._common import (
     n_steps,
     placeholders,
     ranks_and_steps,
-    ranks_text,
     step_list,
-    steps_text,
     worst_rank,
 )
 from .base import Check, CheckContext, register
+from .evidence import Entry, Evidence, Record
+
+
+class MisalignedOp(Record):
+    op: str
+    step: int | None
+    tasks: int
+    bytes: int
+    abnormal_us: float
+
+
+class MisalignedRank(Entry):
+    weighs_by = "abnormal_ms_per_step"
+    abnormal_ops: int
+    abnormal_ops_per_step: float
+    abnormal_tasks: int
+    sdma_tasks: int
+    abnormal_ms_per_step: float
+    abnormal_time_share: float | None
+    sizes_bytes: dict[str, int]  # size (B) -> tasks, the five commonest
+    steps: list[int]
+    top_ops: list[MisalignedOp]
+
+
+class MisalignmentEvidence(Evidence):
+    alignment_bytes: int
+    min_size_bytes: int
+    per_rank: dict[int, MisalignedRank]
+    impact_method: str = "Σ duration of the misaligned SDMA tasks per step, worst rank (upper bound)"
 
 
 @register
@@ -47,6 +74,14 @@ class ByteMisalignmentCheck(Check):
     description = (
         'HCCL SDMA tasks (link not ON_CHIP) larger than {byte_align} B whose size is not a multiple of '
         '{byte_align} B, per rank and step; impact = time of those tasks.'
+    )
+    evidence = MisalignmentEvidence
+    title_template = "SDMA transfers of {shown} are not {byte_align}-byte aligned on {ranks}"
+    message_template = (
+        "{Ranks}: {worst.abnormal_ops_per_step:g} collective(s) per step move SDMA data in sizes that are not a "
+        "multiple of {byte_align} B ({shown}; {size:,} = {whole} × {byte_align} + {tail}) in {steps}; on rank "
+        "{worst_rank} those tasks take {ms:.2f} ms per step. Pad the communicated tensors (bucket sizes) to a "
+        "multiple of {byte_align} B."
     )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
@@ -66,7 +101,7 @@ class ByteMisalignmentCheck(Check):
                                        "GROUP BY ALL", [*ranks, align]), steps)
         n_by_rank = {int(r): int(v) for r, v in totals.groupby("rank")["n"].sum().items()}
         t_by_rank = {int(r): int(v) for r, v in totals.groupby("rank")["t"].sum().items()}
-        per_rank: dict[int, dict] = {}
+        per_rank: dict[int, MisalignedRank] = {}
         lost: dict[int, float] = {}
         for rank, bad in bad_all.groupby("rank", sort=True):
             r = int(rank)
@@ -77,33 +112,15 @@ class ByteMisalignmentCheck(Check):
         rank_w, ms_w = worst_rank(lost)
         w = per_rank[rank_w]
         rk, st = ranks_and_steps(per_rank)
-        sizes = [int(x) for x in w["sizes_bytes"]][:2]
+        sizes = [int(x) for x in w.sizes_bytes][:2]
         size = sizes[0]
-        shown = " and ".join(f"{x:,} B" for x in sizes)
         return [
             self.finding(
-                ctx,
-                title=f"SDMA transfers of {shown} are not {align}-byte aligned on {ranks_text(rk)}",
-                subject="SDMA",
-                ranks=rk,
-                steps=st,
-                impact_ms=ms_w,
-                impact_rank=rank_w,
-                severity=_severity(ctx, rank_w, ms_w, w.get("abnormal_time_share")),
-                evidence={
-                    "alignment_bytes": align,
-                    "min_size_bytes": align,
-                    "per_rank": {str(r): v for r, v in sorted(per_rank.items())},
-                    "impact_method": "Σ duration of the misaligned SDMA tasks per step, worst rank "
-                    "(upper bound)",
-                },
-                message=(
-                    f"{ranks_text(rk).capitalize()}: {w['abnormal_ops_per_step']:g} collective(s) per step "
-                    f"move SDMA data in sizes that are not a multiple of {align} B ({shown}; {size:,} = "
-                    f"{size // align} × {align} + {size % align}) in {steps_text(st)}; on rank {rank_w} "
-                    f"those tasks take {ms_w:.2f} ms per step. Pad the communicated tensors (bucket sizes) "
-                    f"to a multiple of {align} B."
-                ),
+                ctx, subject="SDMA", ranks=rk, steps=st, impact_ms=ms_w, impact_rank=rank_w,
+                severity=_severity(ctx, rank_w, ms_w, w.abnormal_time_share),
+                evidence=MisalignmentEvidence(alignment_bytes=align, min_size_bytes=align, per_rank=per_rank),
+                words={"shown": " and ".join(f"{x:,} B" for x in sizes), "size": size, "whole": size // align,
+                       "tail": size % align, "ms": ms_w},
             )
         ]
 
@@ -118,7 +135,7 @@ def _severity(ctx: CheckContext, rank: int | None, ms: float | None, share: floa
     return max("medium", by_share, by_time, key=lambda s: SEVERITY_ORDER[s])
 
 
-def _rank_evidence(bad: pd.DataFrame, k: int, n_tasks: int, t_tasks: int) -> tuple[float, dict]:
+def _rank_evidence(bad: pd.DataFrame, k: int, n_tasks: int, t_tasks: int) -> tuple[float, MisalignedRank]:
     """(lost ms per step, evidence) of one rank's misaligned SDMA tasks `bad` over k steps; `n_tasks` and
     `t_tasks` (ns) count and time all its judged SDMA tasks."""
     lost = float(bad["dur_ns"].sum()) / NS_PER_MS / k
@@ -126,26 +143,19 @@ def _rank_evidence(bad: pd.DataFrame, k: int, n_tasks: int, t_tasks: int) -> tup
         tasks=("dur_ns", "size"), bytes=("size_bytes", "sum"), abnormal_us=("dur_ns", "sum")
     )
     sizes = bad["size_bytes"].value_counts().head(5)
-    return lost, {
-        "abnormal_ops": len(ops),
-        "abnormal_ops_per_step": round(len(ops) / k, 2),
-        "abnormal_tasks": len(bad),
-        "sdma_tasks": n_tasks,
-        "abnormal_ms_per_step": round(lost, 4),
+    return lost, MisalignedRank(
+        abnormal_ops=len(ops),
+        abnormal_ops_per_step=round(len(ops) / k, 2),
+        abnormal_tasks=len(bad),
+        sdma_tasks=n_tasks,
+        abnormal_ms_per_step=round(lost, 4),
         # int64 / int64 as numpy divides it: both sums as float64
-        "abnormal_time_share": round(float(bad["dur_ns"].sum()) / float(t_tasks), 4)
-        if t_tasks
-        else None,
-        "sizes_bytes": {str(int(s)): int(c) for s, c in sizes.items()},
-        "steps": step_list(bad["step"]),
-        "top_ops": [
-            {
-                "op": str(op),
-                "step": None if pd.isna(s) else int(s),
-                "tasks": int(v.tasks),
-                "bytes": int(v.bytes),
-                "abnormal_us": round(float(v.abnormal_us) / NS_PER_US, 3),
-            }
+        abnormal_time_share=round(float(bad["dur_ns"].sum()) / float(t_tasks), 4) if t_tasks else None,
+        sizes_bytes={str(int(s)): int(c) for s, c in sizes.items()},
+        steps=step_list(bad["step"]),
+        top_ops=[
+            MisalignedOp(op=str(op), step=None if pd.isna(s) else int(s), tasks=int(v.tasks), bytes=int(v.bytes),
+                         abnormal_us=round(float(v.abnormal_us) / NS_PER_US, 3))
             for (s, op), v in ops.sort_values("abnormal_us", ascending=False).head(5).iterrows()
         ],
-    }
+    )

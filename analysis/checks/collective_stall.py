@@ -23,8 +23,30 @@ from ..thresholds import T
 from ..units import NS_PER_MS
 from ._common import in_kept_steps, kept_steps, placeholders, ranks_text
 from .base import Check, CheckContext, register
+from .evidence import Evidence, Record
 
 _COLLECTIVES = ("allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall", "alltoallv")
+
+
+class StalledInstance(Record):
+    """The instance with the longest stall."""
+
+    op: str
+    step: int
+    held_ms: float
+    transit_ms: float
+    members_wait_ms: float
+
+
+class CollectiveStallEvidence(Evidence):
+    primary = None   # the impact is every profiled member's, summed over instances: no rank map
+    threshold_share: float
+    instances: int
+    stall_ms_per_step: dict[str, float]   # op name -> stall per step
+    worst: StalledInstance
+    missing_ranks: list[int]   # where the world size comes from: the profile header
+    impact_method: str = ("Σ per step of (held after the last profiled member arrived - transit) over the stalled "
+                          "instances, mean over the kept steps")
 
 
 @register
@@ -41,6 +63,11 @@ class CollectiveStallCheck(Check):
         'data time (transit): where that is at least {collective_stall_share:.0%} of the op, the group waits for '
         'a member with no profile here, or the collective itself stalls (link, retransmission, stream wait).'
     )
+    evidence = CollectiveStallEvidence
+    title_template = "{ranks} wait {impact} per step inside collectives {who_title}"
+    # `worst` in a template is the primary map's entry (there is none): the worst instance comes as words
+    message_template = ("After the last of {ranks} arrives they are held {impact} per step in collectives that move "
+                        "little data ({ops_text}; {op}: held {held}, transit {transit}). {who_message}")
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         ops = ctx.sql(
@@ -59,27 +86,21 @@ class CollectiveStallCheck(Check):
         per_op = (hits.groupby("name")["stall_ns"].sum() / NS_PER_MS / n_steps).sort_values(ascending=False)
         missing = list(ctx.profile.info.missing_ranks)
         who, subject = _who(ctx, missing, worst)
-        ops_text = ", ".join(f"{name} {ms_text(ms)}" for name, ms in per_op.head(3).items())
         return [self.finding(
-            ctx,
-            title=f"{ranks_text(rk)} wait {ms_text(impact)} per step inside collectives {who['title']}",
-            subject=subject, ranks=rk, steps=sorted(int(s) for s in hits["step"].dropna().unique()),
+            ctx, subject=subject, ranks=rk, steps=sorted(int(s) for s in hits["step"].dropna().unique()),
             impact_ms=impact,
-            evidence={
-                "threshold_share": T.collective_stall_share.value,
-                "instances": len(hits), "stall_ms_per_step": {str(k): round(float(v), 3) for k, v in per_op.items()},
-                "worst": {"op": str(worst["name"]), "step": int(worst["step"]),
-                          "held_ms": round(float(worst["held_ns"]) / NS_PER_MS, 3),
-                          "transit_ms": round(float(worst["moved_ns"]) / NS_PER_MS, 3),
-                          "members_wait_ms": round(float(worst["wait_ns"]) / NS_PER_MS, 3)},
-                "missing_ranks": missing,   # where the world size comes from: the profile header
-                "impact_method": "Σ per step of (held after the last profiled member arrived - transit) over the "
-                                 "stalled instances, mean over the kept steps",
-            },
-            message=(f"After the last of {ranks_text(rk)} arrives they are held {ms_text(impact)} per step in "
-                     f"collectives that move little data ({ops_text}; {worst['name']}: held "
-                     f"{ms_text(worst['held_ns'] / NS_PER_MS)}, transit {ms_text(worst['moved_ns'] / NS_PER_MS)}). "
-                     f"{who['message']}"),
+            evidence=CollectiveStallEvidence(
+                threshold_share=T.collective_stall_share.value, instances=len(hits),
+                stall_ms_per_step={str(k): round(float(v), 3) for k, v in per_op.items()},
+                worst=StalledInstance(op=str(worst["name"]), step=int(worst["step"]),
+                                      held_ms=round(float(worst["held_ns"]) / NS_PER_MS, 3),
+                                      transit_ms=round(float(worst["moved_ns"]) / NS_PER_MS, 3),
+                                      members_wait_ms=round(float(worst["wait_ns"]) / NS_PER_MS, 3)),
+                missing_ranks=missing),
+            words={"impact": ms_text(impact), "who_title": who["title"], "who_message": who["message"],
+                   "ops_text": ", ".join(f"{name} {ms_text(ms)}" for name, ms in per_op.head(3).items()),
+                   "op": worst["name"], "held": ms_text(worst["held_ns"] / NS_PER_MS),
+                   "transit": ms_text(worst["moved_ns"] / NS_PER_MS)},
         )]
 
 

@@ -25,8 +25,23 @@ import numpy as np
 import pandas as pd
 
 from ..models import Finding
-from ._common import columns, kept_mask, kept_steps, placeholders, ranks_text, steps_text
+from ._common import columns, kept_mask, kept_steps, placeholders
 from .base import Check, CheckContext, register
+from .evidence import Evidence, Record
+
+
+class OpStateCounts(Record):
+    dynamic: int
+    static: int
+
+
+class DynamicShapeEvidence(Evidence):
+    primary = None
+    rule: str = "every op with a known OP State is dynamic (msprof-analyze dynamic_shape_analysis)"
+    ops_by_rank_step: dict[str, OpStateCounts]  # "rank:step" (step "None" when unknown) -> its task counts
+    ranks_checked: list[int]
+    top_dynamic_op_types: dict[str, int]  # op type -> dynamic tasks
+    impact_method: str = "not estimated: the cost is host-side compile / tiling"
 
 
 @register
@@ -41,6 +56,13 @@ class DynamicShapeCheck(Check):
     description = (
         "Steps in which every operator with a known OP State is `dynamic` (the advisor's rule), per "
         "rank and step; not applicable when the OP State column is missing."
+    )
+    evidence = DynamicShapeEvidence
+    title_template = "all operators are dynamic-shape on {ranks}"
+    message_template = (
+        "Every operator with a recorded OP State is dynamic on {ranks} in {steps} ({tasks} tasks, none static): "
+        "the model runs in dynamic-shape mode. torch_npu.npu.set_compile_mode(jit_compile=False) with "
+        "torch_npu.npu.config.allow_internal_format=False uses pre-built binary kernels instead."
     )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
@@ -77,12 +99,12 @@ class DynamicShapeCheck(Check):
         static = np.add.reduceat(np.where(is_static[order], n[order], 0), starts)
 
         hit: dict[int, list[int | None]] = {}
-        counts: dict[str, dict[str, int]] = {}
+        counts: dict[str, OpStateCounts] = {}
         for g in np.flatnonzero((dynamic > 0) & (static == 0)).tolist():
             i = starts[g]
             st = None if nan[i] else int(s[i])
             hit.setdefault(int(r[i]), []).append(st)
-            counts[f"{int(r[i])}:{st}"] = {"dynamic": int(dynamic[g]), "static": int(static[g])}
+            counts[f"{int(r[i])}:{st}"] = OpStateCounts(dynamic=int(dynamic[g]), static=int(static[g]))
         if not hit:
             return []
         rk = sorted(hit)
@@ -93,27 +115,11 @@ class DynamicShapeCheck(Check):
         checked = [int(x) for x in np.unique(rank)]
         return [
             self.finding(
-                ctx,
-                title=f"all operators are dynamic-shape on {ranks_text(rk)}",
-                subject="dynamic shape",
-                ranks=rk,
-                steps=steps,
-                impact_ms=None,
-                severity="low",
-                evidence={
-                    "rule": "every op with a known OP State is dynamic "
-                    "(msprof-analyze dynamic_shape_analysis)",
-                    "ops_by_rank_step": counts,
-                    "ranks_checked": checked,
-                    "top_dynamic_op_types": {str(k): int(v) for k, v in top_types.items()},
-                    "impact_method": "not estimated: the cost is host-side compile / tiling",
-                },
-                message=(
-                    f"Every operator with a recorded OP State is dynamic on {ranks_text(rk)} in "
-                    f"{steps_text(steps)} ({sum(c['dynamic'] for c in counts.values())} tasks, none static): "
-                    "the model runs in dynamic-shape mode. "
-                    "torch_npu.npu.set_compile_mode(jit_compile=False) with "
-                    "torch_npu.npu.config.allow_internal_format=False uses pre-built binary kernels instead."
+                ctx, subject="dynamic shape", ranks=rk, steps=steps, impact_ms=None, severity="low",
+                evidence=DynamicShapeEvidence(
+                    ops_by_rank_step=counts, ranks_checked=checked,
+                    top_dynamic_op_types={str(k): int(v) for k, v in top_types.items()},
                 ),
+                words={"tasks": sum(c.dynamic for c in counts.values())},
             )
         ]

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from ..models import Finding
 from ..thresholds import T
 from .base import Check, CheckContext, register
+from .evidence import Evidence
 
 
 def _unset(v: str | None) -> bool:
@@ -78,6 +79,17 @@ RULES_BY_NAME = {r.name: r for r in ENV_RULES}
 _NO_COST = {"default": " No cost of it is measured in this profile, so it ranks below measured problems."}
 
 
+class EnvVarEvidence(Evidence):
+    """A variable's values on the ranks it is flagged on; a rule's recommendation where the value breaks one
+    (a variable that only differs between ranks says its values alone)."""
+
+    primary = None   # the values weigh nothing: no rank is worse than another
+    values_by_rank: dict[int, str | None]   # None: set empty / without a value on that rank
+    recommended: str | None = None
+    measured_impact: bool | None = None
+    rule: str | None = None
+
+
 @register
 class EnvVarCheck(Check):
     id = "env-var"
@@ -91,6 +103,10 @@ class EnvVarCheck(Check):
     description = ("Audits the environment recorded with the profile (torch_npu profiler_metadata.json "
                    "ENV_VARIABLES) on every rank against msprof-analyze's rules, and flags variables whose "
                    "value differs between ranks.")
+    evidence = EnvVarEvidence
+    # a rule's finding; a variable that only differs between ranks passes its own sentences
+    title_template = "{name}={shown} on {where}"
+    message_template = "{name} is {shown} on {where}: {why}. Recommended: {recommended}.{no_cost}"
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         env = ctx.sql("SELECT rank, name, value FROM env_vars")
@@ -105,20 +121,20 @@ class EnvVarCheck(Check):
                 values = sorted({by_rank[r] or "" for r in bad_ranks})
                 shown = ", ".join(repr(v) if v else "unset" for v in values)
                 out.append(self.finding(
-                    ctx, title=f"{name}={shown} on {_ranks_text(bad_ranks, ranks)}", subject=str(name),
-                    ranks=bad_ranks, severity=rule.severity,
-                    evidence={"values_by_rank": {str(r): by_rank[r] for r in bad_ranks},
-                              "recommended": rule.recommended, "measured_impact": False,
-                              "rule": ("msprof-analyze environment_variable_analysis (fixed high priority)"
-                                       if rule.advisor else "stepdoctor")},
-                    message=f"{name} is {shown} on {_ranks_text(bad_ranks, ranks)}: {rule.why}. "
-                            f"Recommended: {rule.recommended}." + _NO_COST.get(rule.kind, "")))
+                    ctx, subject=str(name), ranks=bad_ranks, severity=rule.severity,
+                    evidence=EnvVarEvidence(
+                        values_by_rank={r: by_rank[r] for r in bad_ranks}, recommended=rule.recommended,
+                        measured_impact=False,
+                        rule=("msprof-analyze environment_variable_analysis (fixed high priority)"
+                              if rule.advisor else "stepdoctor")),
+                    words={"name": name, "shown": shown, "where": _ranks_text(bad_ranks, ranks), "why": rule.why,
+                           "no_cost": _NO_COST.get(rule.kind, "")}))
             distinct = {v or "" for v in by_rank.values()}
             if len(distinct) > 1 and len(by_rank) > 1:
                 out.append(self.finding(
                     ctx, title=f"{name} differs between ranks", subject=str(name), ranks=sorted(by_rank),
                     severity="medium",
-                    evidence={"values_by_rank": {str(r): v for r, v in sorted(by_rank.items())}},
+                    evidence=EnvVarEvidence(values_by_rank=dict(sorted(by_rank.items()))),
                     message=f"{name} has {len(distinct)} different values across ranks "
                             f"({', '.join(sorted(repr(v) for v in distinct))}); ranks should run with one "
                             "environment."))

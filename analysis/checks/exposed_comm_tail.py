@@ -46,7 +46,7 @@ import pandas as pd
 from ..models import Finding
 from ..thresholds import T
 from ..units import BYTES_PER_MB, NS_PER_MS
-from ._comm_tail import cap_by_critical_path, collectives_text, exposed_ns
+from ._comm_tail import TailCollective, cap_by_critical_path, collectives_text, exposed_ns
 from ._common import (
     DeviceTimeline,
     by_value,
@@ -56,18 +56,56 @@ from ._common import (
     rank_ordered,
     rank_slices,
     ranks_and_steps,
-    ranks_text,
     step_ms_of,
     step_windows,
-    steps_text,
     worst_share,
 )
 from .base import Check, CheckContext, register
+from .evidence import Entry, Evidence, Record
 
 PROPOSED_BUCKETS = int(T.tail_proposed_buckets.value)
 # Collectives that synchronise gradients (DDP / MindSpore AllReduce, ZeRO / FSDP reduce-scatter + all-gather).
 GRADIENT_RE = r"(?i)all_?reduce|reduce_?scatter|all_?gather|^reduce$|hcom_reduce"
 _GRADIENT = re.compile(GRADIENT_RE)
+
+
+class StepTail(Record):
+    """One kept step's tail: a device timeline writes idle_after / critical_rank, step phases communication /
+    step."""
+
+    tail_ms: float
+    idle_after_ms: float | None = None
+    critical_rank_ms: float | None = None
+    communication_ms: float | None = None
+    effective_ms: float
+    step_ms: float | None = None
+
+
+class ExposedTailRank(Entry):
+    weighs_by = "impact_ms_per_step"
+    steps: list[int]
+    impact_ms_per_step: float
+    tail_pct_of_step: float | None
+    by_step: dict[str, StepTail]   # step -> its tail
+    collectives: list[TailCollective]   # the first firing step's, the first 20
+    collective_type: str | None
+    tail_bytes_mb: float | None
+    largest_collective_mb: float | None
+    proposed_bucket_mb: float | None
+    source: str | None = None   # set where the tail comes from step phases
+
+
+class ExposedTailEvidence(Evidence):
+    threshold_pct_of_step: float
+    per_rank: dict[int, ExposedTailRank]
+    proposed_buckets: int
+    impact_method: str = (
+        "per step: non-overlapped gradient communication between the end of the last compute op before the final "
+        "block of collectives and the block's end, minus the device idle right after it (the step waited on "
+        "something else), capped by the smallest such tail among the ranks of the step and group (the rank that "
+        "paces the collectives); mean over kept steps. MindSpore without a device timeline: min(tail phase, "
+        "collective time).")
+    source: str = "MindSpore performance guide case 3 (all_reduce_fusion_config); PyTorch DDP buckets"
 
 
 @dataclass
@@ -99,6 +137,13 @@ class ExposedCommTailCheck(Check):
         "MindSpore performance guide's exposed AllReduce tail). Evidence names the collectives, their sizes and a"
         ' split into {tail_proposed_buckets} buckets.'
     )
+    evidence = ExposedTailEvidence
+    title_template = "Gradient communication after backward is exposed ({ms} ms per step)"
+    message_template = (
+        "On {ranks} ({steps}) {ms} ms per step of gradient communication runs after backward with no compute to "
+        "hide it on rank {worst_rank} ({worst.tail_pct_of_step:.1f} % of the step, threshold {exposed_tail_pct:g} %)"
+        "{names}{fix}."
+    )
 
     def applicable_ranks(self, ctx: CheckContext) -> list[int]:
         ok = []
@@ -115,7 +160,7 @@ class ExposedCommTailCheck(Check):
         windows = step_windows(ctx, ranks)
         steps_ms = step_ms_of(ctx)
         thr = T.exposed_tail_pct.value
-        per_rank: dict[int, dict[str, Any]] = {}
+        per_rank: dict[int, ExposedTailRank] = {}
         tails: dict[int, dict[int, dict[str, Any]]] = {}
         # windows are sorted by rank: plain column slices per rank, not a DataFrame per rank
         w_rank = windows["rank"].to_numpy(dtype=np.int64)
@@ -144,32 +189,21 @@ class ExposedCommTailCheck(Check):
                 per_rank[rank] = st
         if not per_rank:
             return []
-        rank_w, ms_w = worst_share(ctx, {r: v["impact_ms_per_step"] for r, v in per_rank.items()})
+        rank_w, ms_w = worst_share(ctx, {r: v.impact_ms_per_step for r, v in per_rank.items()})
         rk, steps_seen = ranks_and_steps(per_rank)
-        e = per_rank[rank_w] if rank_w is not None else {}
-        colls = e.get("collectives") or []
+        e = per_rank[rank_w] if rank_w is not None else None
+        colls = e.collectives if e is not None else []
         names = collectives_text(colls)
-        subject = (e.get("collective_type") or "allreduce") if colls else "tail"
-        bucket = e.get("proposed_bucket_mb")
+        subject = ((e.collective_type if e is not None else None) or "allreduce") if colls else "tail"
+        bucket = e.proposed_bucket_mb if e is not None else None
         fix = (f"; use gradient buckets of ~{bucket:.3g} MB (DDP bucket_cap_mb; MindSpore all_reduce_fusion_config "
                f"split points / comm_fusion size) so most of them start during backward"
                if bucket else "; split the gradient fusion into several buckets so they start during backward")
         return [self.finding(
-            ctx, title=f"Gradient communication after backward is exposed ({fmt_ms(ms_w or 0)} ms per step)",
-            subject=subject, ranks=rk, steps=steps_seen, impact_ms=ms_w, impact_rank=rank_w,
-            evidence={"threshold_pct_of_step": thr, "per_rank": {str(r): v for r, v in per_rank.items()},
-                      "proposed_buckets": PROPOSED_BUCKETS,
-                      "impact_method": "per step: non-overlapped gradient communication between the end of the last "
-                                       "compute op before the final block of collectives and the block's end, minus "
-                                       "the device idle right after it (the step waited on something else), capped "
-                                       "by the smallest such tail among the ranks of the step and group (the rank "
-                                       "that paces the collectives); mean over kept steps. MindSpore without a "
-                                       "device timeline: min(tail phase, collective time).",
-                      "source": "MindSpore performance guide case 3 (all_reduce_fusion_config); PyTorch DDP buckets"},
-            message=(f"On {ranks_text(rk)} ({steps_text(steps_seen)}) {fmt_ms(ms_w or 0)} ms per step of gradient "
-                     f"communication runs after backward with no compute to hide it on rank {rank_w} "
-                     f"({e.get('tail_pct_of_step', 0):.1f} % of the step, threshold {thr:g} %)"
-                     + (f": {names}" if names else "") + fix + "."))]
+            ctx, subject=subject, ranks=rk, steps=steps_seen, impact_ms=ms_w, impact_rank=rank_w,
+            evidence=ExposedTailEvidence(threshold_pct_of_step=thr, per_rank=per_rank,
+                                         proposed_buckets=PROPOSED_BUCKETS),
+            words={"ms": fmt_ms(ms_w or 0), "names": f": {names}" if names else "", "fix": fix})]
 
     # ---- device timeline ----------------------------------------------------------------------------
     @staticmethod
@@ -266,25 +300,25 @@ class ExposedCommTailCheck(Check):
         return out
 
     def _colls(self, ctx: CheckContext, rank: int, block: list[tuple[Any, Any, Any, int, int]], bwd_end: int
-               ) -> list[dict[str, Any]]:
+               ) -> list[TailCollective]:
         """The collectives of a final block ((name, bytes, collective, start ns, end ns) in start order), with
         their sizes and types."""
         comm_sizes = self._comm_sizes(ctx, rank)
         return [self._coll(name, size, coll, s, e, bwd_end, comm_sizes) for name, size, coll, s, e in block]
 
     def _device_stats(self, ctx: CheckContext, rank: int, n_kept: int, tails: dict[int, dict[str, Any]],
-                      steps_ms: dict[tuple[int, int], float], thr: float) -> dict[str, Any] | None:
+                      steps_ms: dict[tuple[int, int], float], thr: float) -> ExposedTailRank | None:
         impact: list[float] = []
         fired: list[int] = []
-        by_step: dict[str, dict[str, float]] = {}
-        colls: list[dict[str, Any]] = []
+        by_step: dict[str, StepTail] = {}
+        colls: list[TailCollective] = []
         for step, t in sorted(tails.items()):
             eff = t["eff_ns"]
             impact.append(eff)
-            by_step[str(step)] = {"tail_ms": round(t["tail_ns"] / NS_PER_MS, 4),
-                                  "idle_after_ms": round(t["idle_after_ns"] / NS_PER_MS, 4),
-                                  "critical_rank_ms": round(t.get("critical_ns", eff) / NS_PER_MS, 4),
-                                  "effective_ms": round(eff / NS_PER_MS, 4)}
+            by_step[str(step)] = StepTail(tail_ms=round(t["tail_ns"] / NS_PER_MS, 4),
+                                          idle_after_ms=round(t["idle_after_ns"] / NS_PER_MS, 4),
+                                          critical_rank_ms=round(t.get("critical_ns", eff) / NS_PER_MS, 4),
+                                          effective_ms=round(eff / NS_PER_MS, 4))
             sm = steps_ms.get((rank, step))
             if sm and eff > 0 and eff / NS_PER_MS >= thr / 100.0 * sm:
                 fired.append(step)
@@ -295,7 +329,7 @@ class ExposedCommTailCheck(Check):
         return self._stats(ctx, rank, n_kept, fired, impact, by_step, colls)
 
     def _phase_rank(self, ctx: CheckContext, rank: int, kept_steps: np.ndarray, steps_ms: dict[tuple[int, int], float],
-                    thr: float) -> dict[str, Any] | None:
+                    thr: float) -> ExposedTailRank | None:
         ph = ctx.sql("SELECT step, phase, dur_ns FROM step_phases WHERE rank = ? AND phase IN ('tail', "
                      "'iteration_interval', 'fp_and_bp')", [int(rank)])
         if ph.empty or not (ph["phase"] == "tail").any():
@@ -314,55 +348,56 @@ class ExposedCommTailCheck(Check):
         comm_by_step = comm_all.groupby("step")["elapse_ns"].sum() / NS_PER_MS
         impact: list[float] = []
         fired: list[int] = []
-        by_step: dict[str, dict[str, float]] = {}
+        by_step: dict[str, StepTail] = {}
         for step, row in piv.iterrows():
             tail = min(float(row.get("tail", 0.0) or 0.0), float(comm_by_step.get(step, 0.0)))
             sm = steps_ms.get((rank, int(step))) or float(np.nansum([row.get(c, np.nan) for c in
                                                                        ("iteration_interval", "fp_and_bp", "tail")]))
             impact.append(tail * NS_PER_MS)
-            by_step[str(int(step))] = {"tail_ms": round(float(row.get("tail", 0.0) or 0.0), 4),
-                                       "communication_ms": round(float(comm_by_step.get(step, 0.0)), 4),
-                                       "effective_ms": round(tail, 4), "step_ms": round(sm, 4)}
+            by_step[str(int(step))] = StepTail(tail_ms=round(float(row.get("tail", 0.0) or 0.0), 4),
+                                               communication_ms=round(float(comm_by_step.get(step, 0.0)), 4),
+                                               effective_ms=round(tail, 4), step_ms=round(sm, 4))
             if sm and tail > 0 and tail >= thr / 100.0 * sm:
                 fired.append(int(step))
         if not fired:
             return None
         comm = comm_all[comm_all["step"] == fired[0]]
-        colls = [{"name": str(r["name"]), "type": None if pd.isna(r["op_type"]) else str(r["op_type"]),
-                  "dur_ms": round(float(r["elapse_ns"]) / NS_PER_MS, 4),
-                  "size_mb": None if pd.isna(r["size_bytes"]) else round(float(r["size_bytes"]) / BYTES_PER_MB, 4)}
+        colls = [TailCollective(name=str(r["name"]), type=None if pd.isna(r["op_type"]) else str(r["op_type"]),
+                                dur_ms=round(float(r["elapse_ns"]) / NS_PER_MS, 4),
+                                size_mb=None if pd.isna(r["size_bytes"])
+                                else round(float(r["size_bytes"]) / BYTES_PER_MB, 4))
                  for _, r in comm.iterrows()]
         st = self._stats(ctx, rank, kept_steps.size, fired, impact, by_step, colls, n_steps=len(piv))
-        st["source"] = "step_phases tail (bp end -> iteration end)"
+        st.source = "step_phases tail (bp end -> iteration end)"
         return st
 
     # ---- helpers ----------------------------------------------------------------------------------------
     @staticmethod
     def _stats(ctx: CheckContext, rank: int, n_kept: int, fired: list[int], impact: list[float],
-               by_step: dict[str, dict[str, float]], colls: list[dict[str, Any]], n_steps: int | None = None
-               ) -> dict[str, Any]:
+               by_step: dict[str, StepTail], colls: list[TailCollective], n_steps: int | None = None
+               ) -> ExposedTailRank:
         n = max(n_steps or n_kept, 1)
         ms = float(np.sum(impact)) / NS_PER_MS / n
         step = ctx.mean_step_ms(rank)
         if not step:
-            vals = [v.get("step_ms") for v in by_step.values() if v.get("step_ms")]
+            vals = [v.step_ms for v in by_step.values() if v.step_ms]
             step = float(np.mean(vals)) if vals else None
-        sizes = [c["size_mb"] for c in colls if c.get("size_mb")]
+        sizes = [c.size_mb for c in colls if c.size_mb]
         total_mb = sum(sizes) or None
         # smaller than every current bucket (they all ran after backward) and a quarter of the tail at most
         bucket_mb = min(total_mb / PROPOSED_BUCKETS, max(sizes) / 2) if total_mb else None
-        types = [c["type"] for c in colls if c.get("type")]
-        return {
-            "steps": fired,
-            "impact_ms_per_step": round(ms, 4),
-            "tail_pct_of_step": round(100.0 * ms / step, 2) if step else None,
-            "by_step": by_step,
-            "collectives": colls[:20],
-            "collective_type": max(set(types), key=types.count) if types else None,
-            "tail_bytes_mb": None if total_mb is None else round(total_mb, 4),
-            "largest_collective_mb": max(sizes) if sizes else None,
-            "proposed_bucket_mb": None if bucket_mb is None else round(bucket_mb, 4),
-        }
+        types = [c.type for c in colls if c.type]
+        return ExposedTailRank(
+            steps=fired,
+            impact_ms_per_step=round(ms, 4),
+            tail_pct_of_step=round(100.0 * ms / step, 2) if step else None,
+            by_step=by_step,
+            collectives=colls[:20],
+            collective_type=max(set(types), key=types.count) if types else None,
+            tail_bytes_mb=None if total_mb is None else round(total_mb, 4),
+            largest_collective_mb=max(sizes) if sizes else None,
+            proposed_bucket_mb=None if bucket_mb is None else round(bucket_mb, 4),
+        )
 
     @staticmethod
     def _comm_sizes(ctx: CheckContext, rank: int) -> dict[tuple[str, int], tuple[int | None, str | None]]:
@@ -381,7 +416,7 @@ class ExposedCommTailCheck(Check):
 
     @staticmethod
     def _coll(name: Any, size_bytes: Any, collective: Any, s: int, e: int, bwd_end: int,
-              sizes: dict[tuple[str, int], tuple[int | None, str | None]]) -> dict[str, Any]:
+              sizes: dict[tuple[str, int], tuple[int | None, str | None]]) -> TailCollective:
         name = str(name)
         size = None if pd.isna(size_bytes) else int(size_bytes)
         typ = None if pd.isna(collective) else str(collective)
@@ -396,6 +431,7 @@ class ExposedCommTailCheck(Check):
         if hit is not None:
             size = size if size is not None else hit[0]
             typ = typ or hit[1]
-        return {"name": name, "type": typ, "start_after_backward_ms": round((s - bwd_end) / NS_PER_MS, 4),
-                "dur_ms": round((e - s) / NS_PER_MS, 4), "size_mb": None if size is None else round(size / BYTES_PER_MB, 4)}
+        return TailCollective(name=name, type=typ, start_after_backward_ms=round((s - bwd_end) / NS_PER_MS, 4),
+                              dur_ms=round((e - s) / NS_PER_MS, 4),
+                              size_mb=None if size is None else round(size / BYTES_PER_MB, 4))
 

@@ -47,14 +47,13 @@ from ._common import (
     placeholders,
     rank_batches,
     ranks_and_steps,
-    ranks_text,
     series_sum,
     step_windows,
-    steps_text,
     window_counts,
     worst_share,
 )
 from .base import Check, CheckContext, register
+from .evidence import Entry, Evidence, Record
 
 FP32_SPEEDUP = T.fp32_speedup.value
 SPEEDUP_SOURCE = ("stepdoctor conservative estimate (MindSpore perf guide case 2 measured 4.9x on an fp32 "
@@ -138,6 +137,37 @@ def gpu_family(name: str) -> str:
     return "matmul"
 
 
+class Fp32Op(Record):
+    op: str
+    count_per_step: float
+    ms_per_step: float
+
+
+class Fp32Rank(Entry):
+    weighs_by = "impact_ms_per_step"
+    steps: list[int]
+    fp32_share_pct: float
+    fp32_ms_per_step: float
+    family_ms_per_step: float
+    unknown_precision_ms_per_step: float
+    impact_ms_per_step: float
+    ms_per_step_by_precision: dict[str, float]   # precision (fp32, half, ...) -> ms per step
+    top_fp32_ops: list[Fp32Op]                   # the five longest op types / kernel families
+    phases_ms: dict[str, float] | None = None    # MindSpore step phase -> mean ms, where recorded
+    examples: list[str]
+    dtypes: list[str]
+
+
+class Fp32ComputeEvidence(Evidence):
+    threshold_share_pct: float
+    assumed_speedup: float = FP32_SPEEDUP
+    speedup_source: str = SPEEDUP_SOURCE
+    tf32_capable: bool   # TF32 needs compute capability 8.0 (the TF32 fix's `when`)
+    per_rank: dict[int, Fp32Rank]
+    impact_method: str = ("fp32 matmul/conv/attention time per step x (1 - 1/assumed_speedup), mean over kept steps, "
+                          "the rank where it is the largest share of the step")
+
+
 @register
 class Fp32ComputeCheck(Check):
     id = "fp32-compute"
@@ -160,6 +190,13 @@ class Fp32ComputeCheck(Check):
         "kernel names, else the launching aten op's input types) >= {fp32_share_pct} %. Impact: that time x (1 - "
         '1/{fp32_speedup}), a conservative {fp32_speedup}x bf16/fp16 speedup.'
     )
+    evidence = Fp32ComputeEvidence
+    title_template = "{worst.fp32_share_pct:.0f} % of matmul/conv/attention time runs in float32 ({subject})"
+    message_template = (
+        "On {ranks} ({steps}) {worst.fp32_share_pct:.1f} % of the matmul/conv/attention time is float32 (>= "
+        "{threshold_share_pct:g} %): {worst.fp32_ms_per_step:.3g} ms per step on rank {worst_rank}, mostly "
+        "{subject}{phase}; {fix} would save about {ms} ms per step at an assumed {assumed_speedup:g}x speedup."
+    )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         windows = step_windows(ctx, ranks)
@@ -168,7 +205,7 @@ class Fp32ComputeCheck(Check):
         # one query per batch of ranks (a query per rank costs seconds at 1,024 ranks; one for all ranks holds
         # every rank's ops and, on GPU, DuckDB's self-join of every rank's host ops at once); between batches
         # only the evidence of the ranks that qualify is kept
-        evidence: dict[int, dict[str, Any]] = {}
+        evidence: dict[int, Fp32Rank] = {}
         batches = [(self._ascend_classified, b) for b in
                    rank_batches(ctx, [r for r in ranks if ctx.vendor(r) == "ascend"], "device_ops")]
         batches += [(self._classified, b) for b in
@@ -180,63 +217,52 @@ class Fp32ComputeCheck(Check):
         per_rank = {rank: evidence[rank] for rank in ranks if rank in evidence}
         if not per_rank:
             return []
-        rank_w, ms_w = worst_share(ctx, {r: v["impact_ms_per_step"] for r, v in per_rank.items()})
+        rank_w, ms_w = worst_share(ctx, {r: v.impact_ms_per_step for r, v in per_rank.items()})
         rk, steps_seen = ranks_and_steps(per_rank)
-        e = per_rank[rank_w] if rank_w is not None else {}
-        top = e.get("top_fp32_ops") or [{"op": "matmul"}]
-        subject = str(top[0]["op"])
+        e = per_rank[rank_w] if rank_w is not None else None
+        subject = str(e.top_fp32_ops[0].op) if e is not None and e.top_fp32_ops else "matmul"
         ascend = ctx.vendor(rank_w) == "ascend"
         fix, pre_ampere = _fix_text(ctx, rank_w, ascend)
         step = ctx.mean_step_ms(rank_w) if rank_w is not None else None
         of_step = f" of the {step:.4g} ms step" if step else ""
         phase = next((f" (forward{' + backward' if k == 'fp_and_bp' else ''} {v:.4g} ms{of_step})"
-                      for k, v in (e.get("phases_ms") or {}).items() if k in ("fp", "fp_and_bp")), "")
-        f = self.finding(
-            ctx, title=f"{e.get('fp32_share_pct', 0):.0f} % of matmul/conv/attention time runs in float32 "
-                       f"({subject})", subject=subject, ranks=rk, steps=steps_seen, impact_ms=ms_w,
-            impact_rank=rank_w,
-            # TF32 needs compute capability 8.0 (the TF32 fix's `when`)
-            evidence={"threshold_share_pct": thr, "assumed_speedup": FP32_SPEEDUP, "speedup_source": SPEEDUP_SOURCE,
-                      "tf32_capable": not pre_ampere,
-                      "per_rank": {str(r): v for r, v in per_rank.items()},
-                      "impact_method": "fp32 matmul/conv/attention time per step x (1 - 1/assumed_speedup), mean "
-                                       "over kept steps, the rank where it is the largest share of the step"},
-            message=(f"On {ranks_text(rk)} ({steps_text(steps_seen)}) {e.get('fp32_share_pct', 0):.1f} % of the "
-                     f"matmul/conv/attention time is float32 (>= {thr:g} %): {e.get('fp32_ms_per_step', 0):.3g} ms per "
-                     f"step on rank {rank_w}, mostly {subject}{phase}; {fix} would save about {fmt_ms(ms_w or 0)} ms per "
-                     f"step at an assumed {FP32_SPEEDUP:g}x speedup."))
-        return [f]
+                      for k, v in ((e.phases_ms if e else None) or {}).items() if k in ("fp", "fp_and_bp")), "")
+        return [self.finding(
+            ctx, subject=subject, ranks=rk, steps=steps_seen, impact_ms=ms_w, impact_rank=rank_w,
+            evidence=Fp32ComputeEvidence(threshold_share_pct=thr, tf32_capable=not pre_ampere, per_rank=per_rank),
+            words={"subject": subject, "phase": phase, "fix": fix, "ms": fmt_ms(ms_w or 0)})]
 
-    def _rank_evidence(self, ctx: CheckContext, rank: int, entry: tuple, n: int) -> dict[str, Any]:
+    def _rank_evidence(self, ctx: CheckContext, rank: int, entry: tuple, n: int) -> Fp32Rank:
         """Evidence of one judged rank (`entry` as `_judge` gives it) over its n kept steps."""
         fam, full, share, total, unknown_ns, fp32_ns = entry
         by_type = full.groupby("label")["dur_ns"].agg(["count", "sum"]).sort_values("sum", ascending=False)
         by_prec = fam.groupby("precision")["dur_ns"].sum()
         fp32_ms = fp32_ns / NS_PER_MS / n
-        return {
-            "steps": sorted({int(s) for s in full["step"].dropna()}),
-            "fp32_share_pct": round(share, 2),
-            "fp32_ms_per_step": round(fp32_ms, 4),
-            "family_ms_per_step": round(total / NS_PER_MS / n, 4),
-            "unknown_precision_ms_per_step": round(unknown_ns / NS_PER_MS / n, 4),
-            "impact_ms_per_step": round(fp32_ms * (1.0 - 1.0 / FP32_SPEEDUP), 4),
-            "ms_per_step_by_precision": {str(k): round(float(v) / NS_PER_MS / n, 4) for k, v in by_prec.items()},
-            "top_fp32_ops": [{"op": str(k), "count_per_step": round(int(r["count"]) / n, 2),
-                              "ms_per_step": round(float(r["sum"]) / NS_PER_MS / n, 4)}
-                             for k, r in by_type.head(5).iterrows()],
-            **self._phases(ctx, rank),
-            "examples": sorted(set(full["name"].astype(str)))[:3],
-            "dtypes": sorted(set(full["dtypes"].dropna().astype(str)))[:3],
-        }
+        phases = self._phases(ctx, rank)
+        return Fp32Rank(
+            steps=sorted({int(s) for s in full["step"].dropna()}),
+            fp32_share_pct=round(share, 2),
+            fp32_ms_per_step=round(fp32_ms, 4),
+            family_ms_per_step=round(total / NS_PER_MS / n, 4),
+            unknown_precision_ms_per_step=round(unknown_ns / NS_PER_MS / n, 4),
+            impact_ms_per_step=round(fp32_ms * (1.0 - 1.0 / FP32_SPEEDUP), 4),
+            ms_per_step_by_precision={str(k): round(float(v) / NS_PER_MS / n, 4) for k, v in by_prec.items()},
+            top_fp32_ops=[Fp32Op(op=str(k), count_per_step=round(int(r["count"]) / n, 2),
+                                 ms_per_step=round(float(r["sum"]) / NS_PER_MS / n, 4))
+                          for k, r in by_type.head(5).iterrows()],
+            **({"phases_ms": phases} if phases is not None else {}),   # absent where not recorded
+            examples=sorted(set(full["name"].astype(str)))[:3],
+            dtypes=sorted(set(full["dtypes"].dropna().astype(str)))[:3],
+        )
 
     @staticmethod
-    def _phases(ctx: CheckContext, rank: int) -> dict[str, Any]:
+    def _phases(ctx: CheckContext, rank: int) -> dict[str, float] | None:
         """MindSpore step phases (fp / fp_and_bp / iteration_interval / tail), mean ms per step, when recorded."""
         if "step_phases" not in ctx.caps(rank):
-            return {}
+            return None
         rows = ctx.profile.rows("SELECT phase, avg(dur_ns) FROM step_phases WHERE rank = ? AND phase IN ('fp', "
                                 "'fp_and_bp', 'iteration_interval', 'tail') GROUP BY phase ORDER BY phase", [int(rank)])
-        return {"phases_ms": {str(k): round(float(v) / NS_PER_MS, 4) for k, v in rows}} if rows else {}
+        return {str(k): round(float(v) / NS_PER_MS, 4) for k, v in rows} if rows else None
 
     @staticmethod
     def _judge(ops: pd.DataFrame, windows: pd.DataFrame, n_windows: dict[int, int],

@@ -33,12 +33,12 @@ from ._common import (
     n_steps,
     placeholders,
     ranks_and_steps,
-    ranks_text,
     step_list,
     steps_text,
     worst_rank,
 )
 from .base import Check, CheckContext, register
+from .evidence import Entry, Evidence, Record
 from .no_bound_op import AICORE_TASK_TYPES
 
 SUBJECT = "AI Core frequency"
@@ -73,6 +73,34 @@ def mean_freq(
     return np.where(a < t[0], np.nan, mean)
 
 
+class ThrottledOp(Record):
+    name: str
+    drop: float
+    ms: float
+
+
+class ThrottledRank(Entry):
+    weighs_by = "lost_ms_per_step"
+    rated_mhz: float
+    mean_mhz_during_kernels: float
+    min_mhz: float
+    mean_drop: float
+    throttled_op_names: int
+    throttled_tasks: int
+    kernel_ms_per_step: float
+    lost_ms_per_step: float
+    steps: list[int]
+    by_step: dict[str, float]  # step -> lost ms in it
+    top_ops: list[ThrottledOp]
+
+
+class FreqThrottleEvidence(Evidence):
+    threshold_drop: float
+    per_rank: dict[int, ThrottledRank]
+    ranks_checked: list[int]
+    impact_method: str = "Σ throttled kernel time × (rated − f) / rated per step, worst rank"
+
+
 @register
 class FreqThrottleCheck(Check):
     id = "freq-throttle"
@@ -85,6 +113,13 @@ class FreqThrottleCheck(Check):
     description = (
         'AI Core kernels that ran, on a time-weighted average, at least {freq_drop:.0%} below the rated AI Core '
         'frequency (info.json aic_frequency), on every rank; impact = kernel time × drop.'
+    )
+    evidence = FreqThrottleEvidence
+    title_template = "AI Core throttled to {worst.mean_mhz_during_kernels:g} MHz of {worst.rated_mhz:g} MHz on {ranks}"
+    message_template = (
+        "The AI Core ran below its rated {worst.rated_mhz:g} MHz: {parts} (threshold {threshold_drop:.0%} drop). "
+        "Rank {worst_rank} loses about {ms:.2f} ms per step; check its temperature, power cap and npu-smi "
+        "frequency settings."
     )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
@@ -100,43 +135,24 @@ class FreqThrottleCheck(Check):
             return []
         return [self._finding(ctx, per_rank, lost_ms, sorted(set(ranks) & set(rated_by_rank)))]
 
-    def _finding(self, ctx: CheckContext, per_rank: dict[int, dict], lost_ms: dict[int, float],
+    def _finding(self, ctx: CheckContext, per_rank: dict[int, ThrottledRank], lost_ms: dict[int, float],
                  checked: list[int]) -> Finding:
-        thr = T.freq_drop.value
         rank_w, ms_w = worst_rank(lost_ms)
-        rk = sorted(per_rank)
-        w = per_rank[rank_w]
         parts = "; ".join(
-            f"rank {r} at {v['mean_mhz_during_kernels']:g} MHz (−{v['mean_drop']:.1%}) in "
-            f"{steps_text(v['steps'])}"
+            f"rank {r} at {v.mean_mhz_during_kernels:g} MHz (−{v.mean_drop:.1%}) in {steps_text(v.steps)}"
             for r, v in sorted(per_rank.items())
         )
         return self.finding(
-            ctx,
-            title=f"AI Core throttled to {w['mean_mhz_during_kernels']:g} MHz of {w['rated_mhz']:g} MHz "
-            f"on {ranks_text(rk)}",
-            subject=SUBJECT,
-            ranks=rk,
-            steps=ranks_and_steps(per_rank)[1],
-            impact_ms=ms_w,
-            impact_rank=rank_w,
-            severity="high",
-            evidence={
-                "threshold_drop": thr,
-                "per_rank": {str(r): v for r, v in sorted(per_rank.items())},
-                "ranks_checked": checked,
-                "impact_method": "Σ throttled kernel time × (rated − f) / rated per step, worst rank",
-            },
-            message=(
-                f"The AI Core ran below its rated {w['rated_mhz']:g} MHz: {parts} (threshold "
-                f"{thr:.0%} drop). Rank {rank_w} loses about {ms_w:.2f} ms per step; check its "
-                "temperature, power cap and npu-smi frequency settings."
-            ),
+            ctx, subject=SUBJECT, ranks=sorted(per_rank), steps=ranks_and_steps(per_rank)[1], impact_ms=ms_w,
+            impact_rank=rank_w, severity="high",
+            evidence=FreqThrottleEvidence(threshold_drop=T.freq_drop.value, per_rank=dict(sorted(per_rank.items())),
+                                          ranks_checked=checked),
+            words={"parts": parts, "ms": ms_w},
         )
 
 
 def _throttled_ranks(ctx: CheckContext, ranks: list[int], rated_by_rank: dict[int, float]
-                     ) -> tuple[dict[int, dict], dict[int, float]]:
+                     ) -> tuple[dict[int, ThrottledRank], dict[int, float]]:
     """(rank -> evidence, rank -> lost ms per step) for the ranks whose AI Core tasks ran >= T.freq_drop
     below the rated frequency. One query per table for all ranks, split here by a stable sort on rank:
     most ranks turn out not throttled, and a query per rank costs milliseconds each on many ranks."""
@@ -159,7 +175,7 @@ def _throttled_ranks(ctx: CheckContext, ranks: list[int], rated_by_rank: dict[in
     op_rank = all_ops["rank"].to_numpy(dtype="int64")[op_order]
     op_start = all_ops["start_ns"].to_numpy(dtype="int64")[op_order]
     op_end = op_start + all_ops["dur_ns"].to_numpy(dtype="int64")[op_order]
-    per_rank: dict[int, dict] = {}
+    per_rank: dict[int, ThrottledRank] = {}
     lost_ms: dict[int, float] = {}
     for rank in ranks:
         rated = rated_by_rank[rank]
@@ -182,28 +198,28 @@ def _throttled_ranks(ctx: CheckContext, ranks: list[int], rated_by_rank: dict[in
     return per_rank, lost_ms
 
 
-def _rank_evidence(hit: pd.DataFrame, rated: float, k: int) -> tuple[float, dict]:
+def _rank_evidence(hit: pd.DataFrame, rated: float, k: int) -> tuple[float, ThrottledRank]:
     """(lost ms per step, evidence) of one rank's throttled tasks `hit` (columns mhz, drop) over k steps."""
     hw = hit["dur_ns"].astype("float64")
     by_name = hit.assign(wd=hit["drop"] * hw).groupby("name").agg(wd=("wd", "sum"), w=("dur_ns", "sum"))
     by_name["drop"] = by_name["wd"] / by_name["w"]
     lost = float((hw * hit["drop"]).sum()) / NS_PER_MS / k
-    return lost, {
-        "rated_mhz": rated,
-        "mean_mhz_during_kernels": round(float((hit["mhz"] * hw).sum() / hw.sum()), 1),
-        "min_mhz": round(float(hit["mhz"].min()), 1),
-        "mean_drop": round(float((hit["drop"] * hw).sum() / hw.sum()), 4),
-        "throttled_op_names": len(by_name),
-        "throttled_tasks": len(hit),
-        "kernel_ms_per_step": round(float(hw.sum()) / NS_PER_MS / k, 4),
-        "lost_ms_per_step": round(lost, 4),
-        "steps": step_list(hit["step"]),
-        "by_step": {
+    return lost, ThrottledRank(
+        rated_mhz=rated,
+        mean_mhz_during_kernels=round(float((hit["mhz"] * hw).sum() / hw.sum()), 1),
+        min_mhz=round(float(hit["mhz"].min()), 1),
+        mean_drop=round(float((hit["drop"] * hw).sum() / hw.sum()), 4),
+        throttled_op_names=len(by_name),
+        throttled_tasks=len(hit),
+        kernel_ms_per_step=round(float(hw.sum()) / NS_PER_MS / k, 4),
+        lost_ms_per_step=round(lost, 4),
+        steps=step_list(hit["step"]),
+        by_step={
             str(int(s)): round(float((g["dur_ns"] * g["drop"]).sum()) / NS_PER_MS, 4)
             for s, g in hit.groupby("step")
         },
-        "top_ops": [
-            {"name": str(n), "drop": round(float(r["drop"]), 4), "ms": round(float(r["w"]) / NS_PER_MS, 4)}
+        top_ops=[
+            ThrottledOp(name=str(n), drop=round(float(r["drop"]), 4), ms=round(float(r["w"]) / NS_PER_MS, 4))
             for n, r in by_name.sort_values("w", ascending=False).head(5).iterrows()
         ],
-    }
+    )

@@ -54,9 +54,54 @@ from ._common import (
     worst_share,
 )
 from .base import Check, CheckContext, register
+from .evidence import Entry, Evidence, Record
 
 GPU_SILENCE_MS = T.conjectured_gc_gpu_silence_ms.value
 GPU_SILENCE_DEVICE_IDLE = T.conjectured_gc_gpu_device_idle_ratio.value
+
+
+class GcStep(Record):
+    events: int
+    ms: float
+
+
+class GcGap(Record):
+    step: int
+    start_offset_ms: float
+    gap_ms: float
+    acl_time_ratio: float | None = None   # Ascend
+    acl_calls: int | None = None          # Ascend
+    device_idle_ms: float | None = None   # GPU
+
+
+class GcRank(Entry):   # one rank of either finding: its recorded GC events, or its conjectured gaps
+    weighs_by = "impact_ms_per_step"
+    steps: list[int]
+    impact_ms_per_step: float
+    events_per_affected_step: float | None = None     # recorded GC
+    gc_ms_per_affected_step: float | None = None
+    gc_ms_per_step: float | None = None
+    steps_analysed: int | None = None
+    max_event_ms: float | None = None
+    device_idle_during_gc_ms_per_step: float | None = None
+    device_data: bool | None = None
+    by_step: dict[str, GcStep] | None = None
+    gaps: int | None = None                            # conjectured GC
+    max_gap_ms: float | None = None
+    what: str | None = None
+    top_gaps: list[GcGap] | None = None                # the ten longest
+    silences_in_collective_waits: int | None = None    # GPU
+
+
+class GcPauseEvidence(Evidence):
+    rule: str
+    per_rank: dict[int, GcRank]
+    threshold_event_ms: float | None = None            # recorded
+    threshold_free_ms: float | None = None             # conjectured, Ascend
+    threshold_acl_time_ratio: float | None = None
+    threshold_acl_calls_per_us: float | None = None
+    threshold_silence_ms: float | None = None          # conjectured, GPU
+    threshold_device_idle_ratio: float | None = None
 
 
 @register
@@ -83,6 +128,7 @@ class GcPauseCheck(Check):
         '>= {conjectured_gc_gpu_silence_ms} ms with the device idle. Impact: device idle during the pauses, per '
         'step.'
     )
+    evidence = GcPauseEvidence
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         windows = _Windows(step_windows(ctx, ranks))
@@ -91,7 +137,7 @@ class GcPauseCheck(Check):
                               f"IN ({marks})", ranks)
         has_gc = {int(r) for r in np.unique(gc_all["rank"])}
         gc_by_rank = _gc_by_rank(gc_all, windows.frame)
-        recorded: dict[int, dict[str, Any]] = {}
+        recorded: dict[int, GcRank] = {}
         acl_ranks: list[int] = []
         gpu_ranks: list[int] = []
         for rank in ranks:
@@ -113,7 +159,7 @@ class GcPauseCheck(Check):
                 acl_ranks.append(rank)
         # the conjectured rules read each rank's host ops: one query per batch of ranks (not one per rank, nor
         # one holding every rank's host ops at once); between batches only each rank's result is kept
-        found: dict[int, dict[str, Any] | None] = {}
+        found: dict[int, GcRank | None] = {}
         fixed_of: dict[int, dict[str, Any]] = {}
         for batch in rank_batches(ctx, acl_ranks, "host_ops"):
             acl = _by_rank(ctx, batch, "SELECT rank, start_ns, dur_ns FROM host_ops WHERE category = 'cann' AND "
@@ -125,12 +171,10 @@ class GcPauseCheck(Check):
             host = _by_rank(ctx, batch, "SELECT rank, name, category, start_ns, dur_ns FROM host_ops WHERE rank IN "
                                         "({marks}) ORDER BY rank")
             for rank in batch:
-                st = self._conjectured_gpu(host[rank], windows.of(rank), DeviceTimeline.of(ctx, rank))
-                fixed = st.pop("fixed_stall", None) if st else None
+                found[rank], fixed = self._conjectured_gpu(host[rank], windows.of(rank), DeviceTimeline.of(ctx, rank))
                 if fixed:
                     fixed_of[rank] = fixed
-                found[rank] = None if st and not st["gaps"] else st
-        conjectured: dict[int, dict[str, Any]] = {}
+        conjectured: dict[int, GcRank] = {}
         for rank in ranks:
             if rank in fixed_of:
                 ctx.notes.append(fixed_stall_text(rank, fixed_of[rank]))
@@ -147,7 +191,7 @@ class GcPauseCheck(Check):
     # ---- recorded GC events -----------------------------------------------------------------------------
     @staticmethod
     def _recorded(step: np.ndarray, s: np.ndarray, dur: np.ndarray, n_steps: int, timeline: DeviceTimeline
-                  ) -> dict[str, Any]:
+                  ) -> GcRank:
         """One rank's GC events (>= the threshold, in kept steps; at least one). Every column is an integer,
         so the sums and means are exact and equal pandas' groupby/mean whatever the row order."""
         n = max(n_steps, 1)
@@ -157,45 +201,45 @@ class GcPauseCheck(Check):
         count = np.bincount(inv, minlength=steps.size)
         total = np.zeros(steps.size, dtype=np.int64)
         np.add.at(total, inv, dur)
-        return {
-            "steps": [int(x) for x in steps.tolist()],
-            "events_per_affected_step": round(float(count.sum(dtype=np.float64)) / steps.size, 2),
-            "gc_ms_per_affected_step": round(float(total.sum(dtype=np.float64)) / steps.size / NS_PER_MS, 4),
-            "gc_ms_per_step": round(float(dur.sum()) / NS_PER_MS / n, 4),
-            "steps_analysed": n,
-            "max_event_ms": round(float(dur.max()) / NS_PER_MS, 4),
-            "device_idle_during_gc_ms_per_step": round(idle / NS_PER_MS / n, 4),
-            "impact_ms_per_step": round(idle / NS_PER_MS / n, 4),
-            "device_data": not timeline.empty,
-            "by_step": {str(int(k)): {"events": int(c), "ms": round(float(t) / NS_PER_MS, 4)}
-                        for k, c, t in zip(steps.tolist(), count.tolist(), total.tolist(), strict=True)},
-        }
+        return GcRank(
+            steps=[int(x) for x in steps.tolist()],
+            events_per_affected_step=round(float(count.sum(dtype=np.float64)) / steps.size, 2),
+            gc_ms_per_affected_step=round(float(total.sum(dtype=np.float64)) / steps.size / NS_PER_MS, 4),
+            gc_ms_per_step=round(float(dur.sum()) / NS_PER_MS / n, 4),
+            steps_analysed=n,
+            max_event_ms=round(float(dur.max()) / NS_PER_MS, 4),
+            device_idle_during_gc_ms_per_step=round(idle / NS_PER_MS / n, 4),
+            impact_ms_per_step=round(idle / NS_PER_MS / n, 4),
+            device_data=not timeline.empty,
+            by_step={str(int(k)): GcStep(events=int(c), ms=round(float(t) / NS_PER_MS, 4))
+                     for k, c, t in zip(steps.tolist(), count.tolist(), total.tolist(), strict=True)},
+        )
 
-    def _finding_recorded(self, ctx: CheckContext, per_rank: dict[int, dict[str, Any]]) -> Finding:
-        rank_w, ms_w = worst_share(ctx, {r: v["impact_ms_per_step"] for r, v in per_rank.items()})
+    def _finding_recorded(self, ctx: CheckContext, per_rank: dict[int, GcRank]) -> Finding:
+        rank_w, ms_w = worst_share(ctx, {r: v.impact_ms_per_step for r, v in per_rank.items()})
         rk = sorted(per_rank)
-        steps_seen = sorted({s for v in per_rank.values() for s in v["steps"]})
-        e = per_rank[rank_w] if rank_w is not None else {}
+        steps_seen = sorted({s for v in per_rank.values() for s in v.steps})
+        e = per_rank[rank_w] if rank_w is not None else GcRank(steps=[], impact_ms_per_step=0.0)
         thr = T.gc_ms.value
         return self.finding(
-            ctx, title=f"Python GC pauses the host ({e.get('events_per_affected_step', 0):g} collections >= {thr:g} ms per "
+            ctx, title=f"Python GC pauses the host ({e.events_per_affected_step or 0:g} collections >= {thr:g} ms per "
                        "step)", subject="GC", ranks=rk, steps=steps_seen, impact_ms=ms_w, impact_rank=rank_w,
             severity="medium",
-            evidence={"threshold_event_ms": thr, "per_rank": {str(r): v for r, v in per_rank.items()},
-                      "rule": "msprof-analyze gc_analysis (fixed medium priority)",
-                      "impact_method": "device idle time overlapping GC events >= the threshold, per step, mean "
-                                       "over kept steps, worst rank (the GC time itself without device data)"},
-            message=(f"On {ranks_text(rk)} ({steps_text(steps_seen)}) Python GC ran {e.get('events_per_affected_step', 0):g} "
-                     f"times per step for >= {thr:g} ms (longest {e.get('max_event_ms', 0):.3g} ms, "
-                     f"{e.get('gc_ms_per_affected_step', 0):.3g} ms per step on rank {rank_w}); GC stops every Python "
+            evidence=GcPauseEvidence(
+                threshold_event_ms=thr, per_rank=per_rank, rule="msprof-analyze gc_analysis (fixed medium priority)",
+                impact_method="device idle time overlapping GC events >= the threshold, per step, mean over kept "
+                              "steps, worst rank (the GC time itself without device data)"),
+            message=(f"On {ranks_text(rk)} ({steps_text(steps_seen)}) Python GC ran "
+                     f"{e.events_per_affected_step or 0:g} times per step for >= {thr:g} ms (longest {e.max_event_ms or 0:.3g} ms, "
+                     f"{e.gc_ms_per_affected_step or 0:.3g} ms per step on rank {rank_w}); GC stops every Python "
                      f"thread, and the device idled meanwhile ({fmt_ms(ms_w or 0)} ms per step averaged over the "
-                     f"{e.get('steps_analysed', 0)} analysed steps). Use gc.freeze() after model setup, raise "
+                     f"{e.steps_analysed or 0} analysed steps). Use gc.freeze() after model setup, raise "
                      "gc.set_threshold, or collect between steps."))
 
     # ---- conjectured GC ---------------------------------------------------------------------------------
     @staticmethod
     def _conjectured_ascend(start: np.ndarray, dur: np.ndarray, w: dict[str, np.ndarray], timeline: DeviceTimeline
-                            ) -> dict[str, Any] | None:
+                            ) -> GcRank | None:
         """One rank's device-idle gaps with almost no AscendCL calls (start, dur: its AscendCL calls; the
         overlap sums are integer, so the calls' order does not matter)."""
         thr_ns = T.conjectured_gc_free_ms.value * NS_PER_MS
@@ -220,8 +264,9 @@ class GcPauseCheck(Check):
 
     @staticmethod
     def _conjectured_gpu(host: pd.DataFrame, w: dict[str, np.ndarray], timeline: DeviceTimeline
-                         ) -> dict[str, Any] | None:
-        """One rank's host silences inside a step while the device idles (host: its host ops)."""
+                         ) -> tuple[GcRank | None, dict[str, Any] | None]:
+        """One rank's host silences inside a step while the device idles (host: its host ops): (its evidence,
+        None without a conjectured gap; its fixed per-step stall, see `fixed_stall_of`)."""
         q0, q1 = host_silences(host, int(GPU_SILENCE_MS * NS_PER_MS))
         gaps: list[dict[str, Any]] = []
         # an open collective (gloo:all_reduce, nccl:..., c10d::...) spanning the silence: the host threads wait
@@ -253,18 +298,14 @@ class GcPauseCheck(Check):
             g.pop("fixed", None)
         st = _conjectured_stats(gaps, len(w["step"]), "no host event on any thread while the device idles")
         if st is not None:
-            st["silences_in_collective_waits"] = waits
-        elif fixed is not None:
-            st = {"gaps": 0}
-        if fixed is not None and st is not None:
-            st["fixed_stall"] = fixed
-        return st
+            st.silences_in_collective_waits = waits
+        return st, fixed
 
-    def _finding_conjectured(self, ctx: CheckContext, per_rank: dict[int, dict[str, Any]]) -> Finding:
-        rank_w, ms_w = worst_share(ctx, {r: v["impact_ms_per_step"] for r, v in per_rank.items()})
+    def _finding_conjectured(self, ctx: CheckContext, per_rank: dict[int, GcRank]) -> Finding:
+        rank_w, ms_w = worst_share(ctx, {r: v.impact_ms_per_step for r, v in per_rank.items()})
         rk = sorted(per_rank)
-        steps_seen = sorted({s for v in per_rank.values() for s in v["steps"]})
-        e = per_rank[rank_w] if rank_w is not None else {}
+        steps_seen = sorted({s for v in per_rank.values() for s in v.steps})
+        e = per_rank[rank_w] if rank_w is not None else GcRank(steps=[], impact_ms_per_step=0.0)
         ascend = ctx.vendor(rank_w) == "ascend"
         rule = ({"threshold_free_ms": T.conjectured_gc_free_ms.value,
                  "threshold_acl_time_ratio": T.conjectured_gc_acl_time_ratio.value,
@@ -273,14 +314,14 @@ class GcPauseCheck(Check):
                 {"threshold_silence_ms": GPU_SILENCE_MS, "threshold_device_idle_ratio": GPU_SILENCE_DEVICE_IDLE,
                  "rule": "stepdoctor: host silence while the device idles (Kineto records no GC)"})
         return self.finding(
-            ctx, title=f"Likely Python GC or untraced host work: {e.get('gaps', 0)} host stall(s) of up to {e.get('max_gap_ms', 0):.3g} ms "
-                       "with no host activity", subject="conjectured GC", ranks=rk, steps=steps_seen,
+            ctx, title=f"Likely Python GC or untraced host work: {e.gaps or 0} host stall(s) of up to "
+                       f"{e.max_gap_ms or 0:.3g} ms with no host activity", subject="conjectured GC", ranks=rk, steps=steps_seen,
             impact_ms=ms_w, impact_rank=rank_w, severity="medium",
-            evidence={**rule, "per_rank": {str(r): v for r, v in per_rank.items()},
-                      "impact_method": "device idle time of the gaps per step, mean over kept steps, worst rank"},
+            evidence=GcPauseEvidence(**rule, per_rank=per_rank, impact_method="device idle time of the gaps per "
+                                     "step, mean over kept steps, worst rank"),
             message=(f"On {ranks_text(rk)} ({steps_text(steps_seen)}) the host went silent for up to "
-                     f"{e.get('max_gap_ms', 0):.3g} ms ({e.get('gaps', 0)} gap(s) on rank {rank_w}, "
-                     f"{e.get('what', '')}) and the device idled {fmt_ms(ms_w or 0)} ms per step: this is what a "
+                     f"{e.max_gap_ms or 0:.3g} ms ({e.gaps or 0} gap(s) on rank {rank_w}, "
+                     f"{e.what or ''}) and the device idled {fmt_ms(ms_w or 0)} ms per step: this is what a "
                      "Python GC pause looks like when GC is not recorded (untraced host work such as I/O, "
                      "time.sleep or compilation, or events filtered out of the trace, look the same). Confirm by "
                      + ("recording GC (torch_npu experimental_config gc_detect_threshold)" if ascend else
@@ -381,17 +422,17 @@ def fixed_stall(ctx: CheckContext, rank: int) -> dict[str, Any] | None:
         if w.n(rank) == 0 or timeline.empty:
             return None
         host = ctx.sql("SELECT rank, name, category, start_ns, dur_ns FROM host_ops WHERE rank = ?", [rank])
-        st = GcPauseCheck._conjectured_gpu(host, w.of(rank), timeline)
-        return st.get("fixed_stall") if st else None
+        return GcPauseCheck._conjectured_gpu(host, w.of(rank), timeline)[1]
 
     return ctx.memo(f"gc_pause.fixed_stall.{int(rank)}", compute)
 
 
-def _conjectured_stats(gaps: list[dict[str, Any]], n_steps: int, what: str) -> dict[str, Any] | None:
+def _conjectured_stats(gaps: list[dict[str, Any]], n_steps: int, what: str) -> GcRank | None:
+    """One rank's conjectured evidence from its gaps (dicts, as `fixed_stall_of` reads them), or None."""
     if not gaps:
         return None
     idle = sum(g.pop("device_idle_ns") for g in gaps)
     top = sorted(gaps, key=lambda g: -g["gap_ms"])[:10]
-    return {"steps": sorted({g["step"] for g in gaps}), "gaps": len(gaps),
-            "max_gap_ms": max(g["gap_ms"] for g in gaps),
-            "impact_ms_per_step": round(idle / NS_PER_MS / max(n_steps, 1), 4), "what": what, "top_gaps": top}
+    return GcRank(steps=sorted({g["step"] for g in gaps}), gaps=len(gaps), max_gap_ms=max(g["gap_ms"] for g in gaps),
+                  impact_ms_per_step=round(idle / NS_PER_MS / max(n_steps, 1), 4), what=what,
+                  top_gaps=[GcGap(**g) for g in top])

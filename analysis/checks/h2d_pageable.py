@@ -17,7 +17,7 @@ with pinned memory and non_blocking=True the copy overlaps compute, so that devi
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from ..models import Finding
 from ..thresholds import T
@@ -27,12 +27,34 @@ from ._common import (
     in_steps,
     placeholders,
     ranks_and_steps,
-    ranks_text,
     step_windows,
-    steps_text,
     worst_share,
 )
 from .base import Check, CheckContext, register
+from .evidence import Entry, Evidence, Record
+
+
+class CopyStep(Record):
+    copies: int
+    ms: float
+
+
+class PageableRank(Entry):
+    weighs_by = "ms_per_step"
+    steps: list[int]
+    copies_per_affected_step: float
+    steps_analysed: int
+    ms_per_step: float
+    mb_per_step: float | None       # None where the copies record no size
+    bandwidth_gbps: float | None
+    by_step: dict[str, CopyStep]    # every step with a pageable copy, fired or not
+
+
+class H2dPageableEvidence(Evidence):
+    threshold_ms_per_step: float
+    per_rank: dict[int, PageableRank]
+    impact_method: str = ("pageable HtoD copy time per step, mean over kept steps, the rank where it is the largest "
+                          "share of the step (pinned + non_blocking copies overlap compute)")
 
 
 @register
@@ -54,6 +76,13 @@ class H2dPageableCheck(Check):
         '(CUDA names the memory kind; ROCm / Ascend need a memcpy_kind capability). Impact: that copy time per '
         'step, which pinned memory + non_blocking would overlap with compute.'
     )
+    evidence = H2dPageableEvidence
+    title_template = "Host-to-device copies from pageable memory ({ms} ms per step)"
+    message_template = (
+        "On {ranks} ({steps}) {worst.copies_per_affected_step:g} host-to-device copies per step come from pageable "
+        "memory{bw}, {ms} ms per step on rank {worst_rank} (threshold {h2d_pageable_ms:g} ms): they block the host "
+        "and cannot overlap compute; use DataLoader(pin_memory=True) and .to(device, non_blocking=True)."
+    )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         windows = step_windows(ctx, ranks)
@@ -64,7 +93,7 @@ class H2dPageableCheck(Check):
         if ev.empty:
             return []
         thr = T.h2d_pageable_ms.value
-        per_rank: dict[int, dict[str, Any]] = {}
+        per_rank: dict[int, PageableRank] = {}
         for rank, g in ev.groupby("rank", sort=True):
             r = int(rank)
             by_step = g.groupby("step").agg(copies=("dur_ns", "size"), ns=("dur_ns", "sum"),
@@ -75,30 +104,22 @@ class H2dPageableCheck(Check):
             n = max(int((windows["rank"] == r).sum()), 1)
             total_ns = float(g["dur_ns"].sum())
             nbytes = float(g["size_bytes"].fillna(0).sum())
-            per_rank[r] = {
-                "steps": fired,
-                "copies_per_affected_step": round(float(by_step.loc[fired, "copies"].mean()), 2),
-                "steps_analysed": n,
-                "ms_per_step": round(total_ns / NS_PER_MS / n, 4),
-                "mb_per_step": round(nbytes / BYTES_PER_MB / n, 4) if nbytes else None,
-                "bandwidth_gbps": round(nbytes / total_ns, 3) if nbytes and total_ns else None,
-                "by_step": {str(int(s)): {"copies": int(row["copies"]), "ms": round(float(row["ns"]) / NS_PER_MS, 4)}
-                            for s, row in by_step.iterrows()},
-            }
+            per_rank[r] = PageableRank(
+                steps=fired,
+                copies_per_affected_step=round(float(by_step.loc[fired, "copies"].mean()), 2),
+                steps_analysed=n,
+                ms_per_step=round(total_ns / NS_PER_MS / n, 4),
+                mb_per_step=round(nbytes / BYTES_PER_MB / n, 4) if nbytes else None,
+                bandwidth_gbps=round(nbytes / total_ns, 3) if nbytes and total_ns else None,
+                by_step={str(int(s)): CopyStep(copies=int(row["copies"]), ms=round(float(row["ns"]) / NS_PER_MS, 4))
+                         for s, row in by_step.iterrows()},
+            )
         if not per_rank:
             return []
-        rank_w, ms_w = worst_share(ctx, {r: v["ms_per_step"] for r, v in per_rank.items()})
+        rank_w, ms_w = worst_share(ctx, {r: v.ms_per_step for r, v in per_rank.items()})
         rk, steps_seen = ranks_and_steps(per_rank)
-        e = per_rank[rank_w] if rank_w is not None else {}
-        bw = f" at {e['bandwidth_gbps']:.3g} GB/s" if e.get("bandwidth_gbps") else ""
+        bw = per_rank[rank_w].bandwidth_gbps if rank_w is not None else None
         return [self.finding(
-            ctx, title=f"Host-to-device copies from pageable memory ({fmt_ms(ms_w or 0)} ms per step)",
-            subject="Memcpy HtoD (Pageable -> Device)", ranks=rk, steps=steps_seen, impact_ms=ms_w,
-            impact_rank=rank_w,
-            evidence={"threshold_ms_per_step": thr, "per_rank": {str(r): v for r, v in per_rank.items()},
-                      "impact_method": "pageable HtoD copy time per step, mean over kept steps, the rank where it is "
-                                       "the largest share of the step (pinned + non_blocking copies overlap compute)"},
-            message=(f"On {ranks_text(rk)} ({steps_text(steps_seen)}) {e.get('copies_per_affected_step', 0):g} host-to-device "
-                     f"copies per step come from pageable memory{bw}, {fmt_ms(ms_w or 0)} ms per step on rank "
-                     f"{rank_w} (threshold {thr:g} ms): they block the host and cannot overlap compute; use "
-                     "DataLoader(pin_memory=True) and .to(device, non_blocking=True)."))]
+            ctx, subject="Memcpy HtoD (Pageable -> Device)", ranks=rk, steps=steps_seen, impact_ms=ms_w,
+            impact_rank=rank_w, evidence=H2dPageableEvidence(threshold_ms_per_step=thr, per_rank=per_rank),
+            words={"ms": fmt_ms(ms_w or 0), "bw": f" at {bw:.3g} GB/s" if bw else ""})]

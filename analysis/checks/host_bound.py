@@ -58,19 +58,54 @@ from ._common import (
     kept_steps,
     rank_batches,
     rank_ordered,
-    ranks_text,
     step_ms_of,
     step_windows,
-    steps_text,
     worst_share,
 )
 from ._launches import host_calls, launch_stats, no_calls
 from .base import Check, CheckContext, register
+from .evidence import Entry, Evidence
 
 # A late-launch gap is charged to a stall when stalls cover at least this share of it.
 STALL_SHARE = T.host_bound_stall_share.value
 _DEVICE_QUERY = ("SELECT start_ns, dur_ns, correlation_id FROM device_ops WHERE rank = ? AND category <> "
                  "'sync' ORDER BY start_ns")
+
+
+class HostBoundRank(Entry):
+    weighs_by = "late_launch_idle_ms_per_step"
+    steps: list[int]
+    free_pct: float                 # shares: mean over the fired steps
+    late_launch_share_pct: float
+    late_launch_idle_ms_per_step: float    # idle kinds: ms per step over the kept steps
+    sync_blocked_idle_ms_per_step: float
+    host_stall_idle_ms_per_step: float
+    unknown_idle_ms_per_step: float
+    inter_op_idle_ms_per_step: float
+    device_ops_per_step: float
+    median_kernel_us: float | None
+    launches_per_step: float
+    median_launch_interval_us: float | None
+    median_launch_call_us: float | None
+    many_tiny_kernels: bool
+    profiler_overhead_ms_per_step: float | None     # None without meta/step_times
+    unprofiled_step_ms: float | None
+    late_launch_idle_without_profiler_ms_per_step: float | None
+    idle_attribution_ms_per_step: dict[str, float]  # metrics.idle.ATTRIBUTION_KINDS -> ms per step
+    launch_rate_bound: bool | None = None           # the worst rank's only (its severity rule)
+
+
+class HostBoundEvidence(Evidence):
+    threshold_free_pct: float
+    threshold_late_launch_pct: float
+    launch_blocking: bool
+    per_rank: dict[int, HostBoundRank]
+    severity_rule: str
+    impact_method: str = ("late-launch device idle per step (gaps whose next op was launched after the previous op "
+                          "ended; gaps after a synchronize excluded), mean over the rank's kept steps, less the "
+                          "profiler's own host overhead per step where meta/step_times gives the unprofiled step; "
+                          "worst rank")
+    source: str = "HTA idle_time_breakdown host_wait; XProf/tb-profiler device idle >= 10 %"
 
 
 @register
@@ -97,6 +132,14 @@ class HostBoundCheck(Check):
         'host overhead (unprofiled step times); high only when kernels are shorter than a launch call; evidence '
         'names the launch gap, kernel sizes and what the host did in all device idle.'
     )
+    evidence = HostBoundEvidence
+    title_template = "Device waits for host launches ({ms} ms per step on rank {worst_rank})"
+    message_template = (
+        "On {ranks} ({steps}) the device is idle {worst.free_pct:.1f} % of the step on rank {worst_rank} and "
+        "{worst.late_launch_share_pct:.1f} % of the idle between ops waits for a late host launch ({ms} ms per "
+        "step, thresholds {host_bound_free_pct:g} % / {host_bound_late_launch_pct:g} %){gap}{tiny}. "
+        "{severity_rule}"
+    )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         windows = step_windows(ctx, ranks)
@@ -105,25 +148,23 @@ class HostBoundCheck(Check):
         order, slices = by_rank(windows["rank"].to_numpy(dtype=np.int64))
         w_cols = [windows[c].to_numpy()[order] for c in ("step", "w0", "w1")]
         w_by_rank = {r: [c[i:j].tolist() for c in w_cols] for r, i, j in slices}
-        per_rank, fired_steps = self._fired_ranks(ctx, ranks, w_by_rank)
+        per_rank, per_rank_ms, fired_steps = self._fired_ranks(ctx, ranks, w_by_rank)
         if not per_rank:
             return []
-        per_rank_ms: dict[int, float] = {}
-        for r, e in per_rank.items():
-            per_rank_ms[r] = self._profiler_corrected(ctx, r, e)
-            e["idle_attribution_ms_per_step"] = self._attribution(ctx, r, w_by_rank[int(r)])
         return [self._launch_finding(ctx, per_rank, per_rank_ms, fired_steps)]
 
     def _fired_ranks(
         self, ctx: CheckContext, ranks: list[int], w_by_rank: dict[int, list[list[Any]]]
-    ) -> tuple[dict[int, dict[str, Any]], dict[int, list[int]]]:
-        """Rank -> evidence entry and rank -> fired steps, for the ranks with a step past both thresholds
-        (device free >= T.host_bound_free_pct of the step, late launch >= T.host_bound_late_launch_pct of the
-        inter-op idle). `w_by_rank`: rank -> [steps, window starts, window ends] (ns)."""
+    ) -> tuple[dict[int, HostBoundRank], dict[int, float], dict[int, list[int]]]:
+        """Rank -> evidence entry, rank -> impact ms per step (`_profiler_corrected`) and rank -> fired steps,
+        for the ranks with a step past both thresholds (device free >= T.host_bound_free_pct of the step, late
+        launch >= T.host_bound_late_launch_pct of the inter-op idle). `w_by_rank`: rank -> [steps, window
+        starts, window ends] (ns)."""
         steps_ms = step_ms_of(ctx)
         free_ms = {(r.rank, int(r.step)): r.free_ms for r in ctx.breakdown if r.step is not None}
         all_steps = kept_steps(ctx)
-        per_rank: dict[int, dict[str, Any]] = {}
+        per_rank: dict[int, HostBoundRank] = {}
+        per_rank_ms: dict[int, float] = {}
         fired_steps: dict[int, list[int]] = {}
         # host calls and device ops are read a batch of ranks at a time (one query each per batch; batches
         # cut by host_ops rows, the larger table: a launch call per kernel plus the framework's ops); only
@@ -143,10 +184,10 @@ class HostBoundCheck(Check):
                 if not fired:
                     continue
                 n = max(len(all_steps.get(rank, [])), 1)
-                per_rank[rank] = self._rank_entry(ctx, rank, w, stats, fired, n)
+                per_rank[rank], per_rank_ms[rank] = self._rank_entry(ctx, rank, w, stats, fired, n)
                 fired_steps[rank] = fired
             del host, dev
-        return per_rank, fired_steps
+        return per_rank, per_rank_ms, fired_steps
 
     @staticmethod
     def _fired(rank: int, stats: list[dict[str, Any]], steps_ms: dict, free_ms: dict) -> list[int]:
@@ -167,64 +208,59 @@ class HostBoundCheck(Check):
         return fired
 
     def _rank_entry(self, ctx: CheckContext, rank: int, w: list[list[Any]], stats: list[dict[str, Any]],
-                    fired: list[int], n: int) -> dict[str, Any]:
-        """The evidence of one fired rank: shares over its fired steps, idle kinds in ms per step over its `n`
-        kept steps, and its launch statistics."""
+                    fired: list[int], n: int) -> tuple[HostBoundRank, float]:
+        """The evidence of one fired rank and its impact ms per step: shares over its fired steps, idle kinds in
+        ms per step over its `n` kept steps, its launch statistics, the profiler's overhead and what the host
+        did in all its device idle."""
         hit = [s for s in stats if s["step"] in fired]
-        late_ms = sum(s["late_ns"] for s in stats) / NS_PER_MS / n
+        late_ms = round(sum(s["late_ns"] for s in stats) / NS_PER_MS / n, 4)
         launch = launch_stats(ctx, rank, [int(s) for s in w[0]])
-        kern_us = launch.pop("median_kernel_us")
-        gap_us = launch.get("median_launch_interval_us")
-        return {
-            "steps": fired,
-            "free_pct": round(float(np.mean([s["free_pct"] for s in hit])), 2),
-            "late_launch_share_pct": round(float(np.mean([s["late_share_pct"] for s in hit])), 2),
-            "late_launch_idle_ms_per_step": round(late_ms, 4),
-            "sync_blocked_idle_ms_per_step": round(sum(s["sync_ns"] for s in stats) / NS_PER_MS / n, 4),
-            "host_stall_idle_ms_per_step": round(sum(s["stall_ns"] for s in stats) / NS_PER_MS / n, 4),
-            "unknown_idle_ms_per_step": round(sum(s["unknown_ns"] for s in stats) / NS_PER_MS / n, 4),
-            "inter_op_idle_ms_per_step": round(sum(s["gap_ns"] for s in stats) / NS_PER_MS / n, 4),
-            "device_ops_per_step": round(sum(s["ops"] for s in stats) / n, 1),
-            "median_kernel_us": kern_us,
-            **launch,
-            "many_tiny_kernels": bool(kern_us is not None and gap_us is not None and kern_us < gap_us),
-        }
+        kern_us, gap_us = launch.median_kernel_us, launch.median_launch_interval_us
+        ms, ov = self._profiler_corrected(ctx, rank, late_ms)
+        return HostBoundRank(
+            steps=fired,
+            free_pct=round(float(np.mean([s["free_pct"] for s in hit])), 2),
+            late_launch_share_pct=round(float(np.mean([s["late_share_pct"] for s in hit])), 2),
+            late_launch_idle_ms_per_step=late_ms,
+            sync_blocked_idle_ms_per_step=round(sum(s["sync_ns"] for s in stats) / NS_PER_MS / n, 4),
+            host_stall_idle_ms_per_step=round(sum(s["stall_ns"] for s in stats) / NS_PER_MS / n, 4),
+            unknown_idle_ms_per_step=round(sum(s["unknown_ns"] for s in stats) / NS_PER_MS / n, 4),
+            inter_op_idle_ms_per_step=round(sum(s["gap_ns"] for s in stats) / NS_PER_MS / n, 4),
+            device_ops_per_step=round(sum(s["ops"] for s in stats) / n, 1),
+            median_kernel_us=kern_us, launches_per_step=launch.launches_per_step,
+            median_launch_interval_us=gap_us, median_launch_call_us=launch.median_launch_call_us,
+            many_tiny_kernels=bool(kern_us is not None and gap_us is not None and kern_us < gap_us),
+            profiler_overhead_ms_per_step=ov["overhead_ms"] if ov else None,
+            unprofiled_step_ms=ov["unprofiled_step_ms"] if ov else None,
+            late_launch_idle_without_profiler_ms_per_step=round(max(late_ms - ov["overhead_ms"], 0.0), 4)
+            if ov else None,
+            idle_attribution_ms_per_step=self._attribution(ctx, rank, w),
+        ), ms
 
-    def _launch_finding(self, ctx: CheckContext, per_rank: dict[int, dict[str, Any]],
+    def _launch_finding(self, ctx: CheckContext, per_rank: dict[int, HostBoundRank],
                         per_rank_ms: dict[int, float], fired_steps: dict[int, list[int]]) -> Finding:
         """The one finding over all fired ranks, its impact and wording from the worst rank's entry."""
-        thr_free = T.host_bound_free_pct.value
-        thr_late = T.host_bound_late_launch_pct.value
         rank_w, ms_w = worst_share(ctx, per_rank_ms)
         rk = sorted(per_rank)
         steps_seen = sorted({s for ss in fired_steps.values() for s in ss})
-        e = per_rank[rank_w] if rank_w is not None else {}
+        e = per_rank[rank_w] if rank_w is not None else next(iter(per_rank.values()))
         sev, why = self._severity(ctx, rank_w, ms_w, e)
-        attr = sorted(((v, k) for k, v in (e.get("idle_attribution_ms_per_step") or {}).items() if v > 0), reverse=True)
+        attr = sorted(((v, k) for k, v in e.idle_attribution_ms_per_step.items() if v > 0), reverse=True)
         why += (" Device idle inside the step by what the host did: "
                 + ", ".join(f"{k.replace('_', ' ')} {v:.3g} ms" for v, k in attr) + " per step.") if attr else ""
-        tiny = (f"; median kernel {e['median_kernel_us']:.1f} µs vs median launch interval "
-                f"{e['median_launch_interval_us']:.1f} µs: many tiny kernels" if e.get("many_tiny_kernels") else "")
-        gap_txt = (f", typical launch gap {e['median_launch_interval_us']:.1f} µs"
-                   if e.get("median_launch_interval_us") is not None else "")
-        f = self.finding(
-            ctx, title=f"Device waits for host launches ({fmt_ms(ms_w or 0)} ms per step on rank {rank_w})",
-            subject="launch", ranks=rk, steps=steps_seen, impact_ms=ms_w, impact_rank=rank_w, severity=sev,
-            evidence={"threshold_free_pct": thr_free, "threshold_late_launch_pct": thr_late,
-                      # late launches are not synchronous ones (gaps after a sync are excluded above): launch
-                      # blocking only where the recorded environment sets it (the launch-blocking fixes' `when`)
-                      "launch_blocking": bool(blocking_env(ctx, rk)),
-                      "per_rank": {str(r): v for r, v in per_rank.items()}, "severity_rule": why,
-                      "impact_method": "late-launch device idle per step (gaps whose next op was launched after "
-                                       "the previous op ended; gaps after a synchronize excluded), mean over the "
-                                       "rank's kept steps, less the profiler's own host overhead per step where "
-                                       "meta/step_times gives the unprofiled step; worst rank",
-                      "source": "HTA idle_time_breakdown host_wait; XProf/tb-profiler device idle >= 10 %"},
-            message=(f"On {ranks_text(rk)} ({steps_text(steps_seen)}) the device is idle {e.get('free_pct', 0):.1f} % "
-                     f"of the step on rank {rank_w} and {e.get('late_launch_share_pct', 0):.1f} % of the idle "
-                     f"between ops waits for a late host launch ({fmt_ms(ms_w or 0)} ms per step, thresholds "
-                     f"{thr_free:g} % / {thr_late:g} %){gap_txt}{tiny}. {why}"))
-        return f
+        tiny = (f"; median kernel {e.median_kernel_us:.1f} µs vs median launch interval "
+                f"{e.median_launch_interval_us:.1f} µs: many tiny kernels" if e.many_tiny_kernels else "")
+        gap = (f", typical launch gap {e.median_launch_interval_us:.1f} µs"
+               if e.median_launch_interval_us is not None else "")
+        return self.finding(
+            ctx, subject="launch", ranks=rk, steps=steps_seen, impact_ms=ms_w, impact_rank=rank_w, severity=sev,
+            evidence=HostBoundEvidence(
+                threshold_free_pct=T.host_bound_free_pct.value,
+                threshold_late_launch_pct=T.host_bound_late_launch_pct.value,
+                # late launches are not synchronous ones (gaps after a sync are excluded above): launch blocking
+                # only where the recorded environment sets it (the launch-blocking fixes' `when`)
+                launch_blocking=bool(blocking_env(ctx, rk)), per_rank=per_rank, severity_rule=why),
+            words={"ms": fmt_ms(ms_w or 0), "gap": gap, "tiny": tiny})
 
     @staticmethod
     def _attribution(ctx: CheckContext, rank: int, w: list[list[Any]]) -> dict[str, float]:
@@ -243,31 +279,28 @@ class HostBoundCheck(Check):
         return {k: round(v / NS_PER_MS / n, 4) for k, v in tot.items()}
 
     @staticmethod
-    def _profiler_corrected(ctx: CheckContext, rank: int, e: dict[str, Any]) -> float:
-        """Late-launch idle per step that remains without the profiler: the measured idle less the profiler's
-        host overhead per step (profiled minus unprofiled step, meta/step_times), never below 0. The profiler
-        slows every host op it records; the device work does not change, so that host time is idle the device
-        would not see. Without the unprofiled steps the measured idle stands (an upper bound)."""
-        late = float(e["late_launch_idle_ms_per_step"])
+    def _profiler_corrected(ctx: CheckContext, rank: int, late: float) -> tuple[float, dict[str, float] | None]:
+        """(late-launch idle per step that remains without the profiler, the profiler's overhead or None): the
+        measured idle `late` less the profiler's host overhead per step (profiled minus unprofiled step,
+        meta/step_times), never below 0. The profiler slows every host op it records; the device work does not
+        change, so that host time is idle the device would not see. Without the unprofiled steps the measured
+        idle stands (an upper bound)."""
         ov = profiler_overhead(ctx.profile, rank)
-        e["profiler_overhead_ms_per_step"] = ov["overhead_ms"] if ov else None
-        e["unprofiled_step_ms"] = ov["unprofiled_step_ms"] if ov else None
-        e["late_launch_idle_without_profiler_ms_per_step"] = (round(max(late - ov["overhead_ms"], 0.0), 4)
-                                                              if ov else None)
-        return max(late - ov["overhead_ms"], 0.0) if ov else late
+        return (max(late - ov["overhead_ms"], 0.0) if ov else late), ov
 
     @staticmethod
-    def _severity(ctx: CheckContext, rank: int | None, ms: float | None, e: dict[str, Any]) -> tuple[Severity, str]:
+    def _severity(ctx: CheckContext, rank: int | None, ms: float | None, e: HostBoundRank) -> tuple[Severity, str]:
         """The impact rule on the share of the unprofiled step (else the profiled one), capped at medium
         unless the run is launch-rate bound: the median kernel is shorter than the median launch call itself,
         so no host (with or without the profiler) can issue kernels as fast as the device runs them. Otherwise
-        the idle is host work between launches that the profiler inflates (each recorded op costs host time)."""
+        the idle is host work between launches that the profiler inflates (each recorded op costs host time).
+        Sets the entry's `launch_rate_bound`."""
         pct, basis = unprofiled_share(ctx.profile, rank, ms, ctx.mean_step_ms(rank))
         sev = severity_from_impact(pct)
-        kern, call = e.get("median_kernel_us"), e.get("median_launch_call_us")
+        kern, call = e.median_kernel_us, e.median_launch_call_us
         rate_bound = kern is not None and call is not None and kern < call
-        e["launch_rate_bound"] = rate_bound
-        ov = e.get("profiler_overhead_ms_per_step")
+        e.launch_rate_bound = rate_bound
+        ov = e.profiler_overhead_ms_per_step
         shrink = (f"The profiler adds about {ov:.3g} ms of host time per step (profiled vs unprofiled step); the "
                   "idle above is net of it." if ov else
                   f"Launch calls take {call:.3g} µs under the profiler; without it the host-side share shrinks."

@@ -20,7 +20,7 @@ the evidence.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -36,14 +36,13 @@ from ._common import (
     placeholders,
     rank_batches,
     ranks_and_steps,
-    ranks_text,
     step_ms_of,
     step_windows,
-    steps_text,
     window_counts,
     worst_share,
 )
 from .base import Check, CheckContext, register
+from .evidence import Entry, Evidence, Record
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -56,6 +55,32 @@ _ADVICE = {
     "free": "memory is returned to the device inside steps: check device memory headroom (npu-smi / "
             "nvidia-smi), reduce the (micro)batch, and remove empty_cache() calls from the loop",
 }
+
+
+class AllocatorStep(Record):
+    calls: int
+    ms: float
+
+
+class AllocatorRank(Entry):
+    weighs_by = "ms_per_step"
+    steps: list[int]
+    calls_per_affected_step: float
+    ms_per_affected_step: float
+    steps_analysed: int
+    ms_per_step: float
+    mean_call_ms: float
+    device_idle_during_calls_ms_per_step: float | None   # None without device data
+    by_step: dict[str, AllocatorStep]                   # every step with a call, fired or not
+
+
+class MemoryOpsEvidence(Evidence):
+    threshold_ms_per_step: float
+    threshold_gpu_step_pct: float
+    per_rank: dict[int, AllocatorRank]
+    advice: str
+    rule: str = "msprof-analyze memory analyzer (per-API total), time-ratio priority"
+    impact_method: str   # names the API
 
 
 def _kind(api: str) -> str:
@@ -131,6 +156,13 @@ class MemoryOpsCheck(Check):
         'analyzer), on GPU also >= {memory_api_gpu_step_pct} % of the step (steady-state PyTorch never calls the '
         'allocator). Impact: that time per step.'
     )
+    evidence = MemoryOpsEvidence
+    title_template = "{short} inside steps ({worst.calls_per_affected_step:g} calls, {affected_ms} ms per step)"
+    message_template = (
+        "On {ranks} ({steps}) {short} is called {worst.calls_per_affected_step:g} times per step for "
+        "{affected_ms} ms per step on rank {worst_rank} (threshold {threshold_ms_per_step:g} ms, mean call "
+        "{worst.mean_call_ms:.3g} ms): {advice}."
+    )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         windows = step_windows(ctx, ranks)
@@ -146,7 +178,7 @@ class MemoryOpsCheck(Check):
         step_ms = step_ms_of(ctx)
         out: list[Finding] = []
         for api, groups in _groups(names, rank, step, dur):
-            per_rank: dict[int, dict[str, Any]] = {}
+            per_rank: dict[int, AllocatorRank] = {}
             for r, rows, st, cnt, tot in groups:
                 hit = tot / NS_PER_MS >= thr_ms
                 if ctx.vendor(r) != "ascend":
@@ -164,41 +196,33 @@ class MemoryOpsCheck(Check):
                 ms, me = merge(s, s + d)
                 timeline = DeviceTimeline.of(ctx, r)
                 idle = float(timeline.idle(ms, me).sum()) if not timeline.empty else None
-                per_rank[r] = {
-                    "steps": fired,
-                    "calls_per_affected_step": round(float(cnt[hit].sum()) / len(fired), 2),
-                    "ms_per_affected_step": round(float(tot[hit].sum()) / len(fired) / NS_PER_MS, 4),
-                    "steps_analysed": n,
-                    "ms_per_step": round(float(d.sum()) / NS_PER_MS / n, 4),
-                    "mean_call_ms": round(float(d.sum()) / d.size / NS_PER_MS, 4),
-                    "device_idle_during_calls_ms_per_step": None if idle is None else round(idle / NS_PER_MS / n, 4),
-                    "by_step": {str(k): {"calls": c, "ms": round(float(v) / NS_PER_MS, 4)}
-                                for k, c, v in zip(st.tolist(), cnt.tolist(), tot.tolist(), strict=True)},
-                }
+                per_rank[r] = AllocatorRank(
+                    steps=fired,
+                    calls_per_affected_step=round(float(cnt[hit].sum()) / len(fired), 2),
+                    ms_per_affected_step=round(float(tot[hit].sum()) / len(fired) / NS_PER_MS, 4),
+                    steps_analysed=n,
+                    ms_per_step=round(float(d.sum()) / NS_PER_MS / n, 4),
+                    mean_call_ms=round(float(d.sum()) / d.size / NS_PER_MS, 4),
+                    device_idle_during_calls_ms_per_step=None if idle is None else round(idle / NS_PER_MS / n, 4),
+                    by_step={str(k): AllocatorStep(calls=c, ms=round(float(v) / NS_PER_MS, 4))
+                             for k, c, v in zip(st.tolist(), cnt.tolist(), tot.tolist(), strict=True)},
+                )
             if not per_rank:
                 continue
             out.append(self._finding(ctx, str(api), per_rank, thr_ms, thr_pct))
         return out
 
-    def _finding(self, ctx: CheckContext, api: str, per_rank: dict[int, dict[str, Any]], thr_ms: float,
+    def _finding(self, ctx: CheckContext, api: str, per_rank: dict[int, AllocatorRank], thr_ms: float,
                  thr_pct: float) -> Finding:
-        rank_w, ms_w = worst_share(ctx, {r: v["ms_per_step"] for r, v in per_rank.items()})
+        rank_w, ms_w = worst_share(ctx, {r: v.ms_per_step for r, v in per_rank.items()})
         rk, steps_seen = ranks_and_steps(per_rank)
-        e = per_rank[rank_w] if rank_w is not None else {}
+        e = per_rank[rank_w] if rank_w is not None else None
         short = str(api).split("@")[-1]
         advice = _ADVICE[_kind(str(api))]
         return self.finding(
-            ctx, title=f"{short} inside steps ({e.get('calls_per_affected_step', 0):g} calls, "
-                       f"{fmt_ms(e.get('ms_per_affected_step', 0))} ms per "
-                       "step)", subject=str(api), ranks=rk, steps=steps_seen, impact_ms=ms_w, impact_rank=rank_w,
-            evidence={"threshold_ms_per_step": thr_ms, "threshold_gpu_step_pct": thr_pct,
-                      "per_rank": {str(r): v for r, v in per_rank.items()},
-                      "advice": advice,
-                      "rule": "msprof-analyze memory analyzer (per-API total), time-ratio priority",
-                      "impact_method": f"Σ {short} time per step, mean over the rank's kept steps, the rank where "
-                                       "it is the largest share of the step"},
-            message=(f"On {ranks_text(rk)} ({steps_text(steps_seen)}) {short} is called "
-                     f"{e.get('calls_per_affected_step', 0):g} times per step for "
-                     f"{fmt_ms(e.get('ms_per_affected_step', 0))} ms per step on rank "
-                     f"{rank_w} (threshold {thr_ms:g} ms, mean call {e.get('mean_call_ms', 0):.3g} ms): "
-                     f"{advice}."))
+            ctx, subject=str(api), ranks=rk, steps=steps_seen, impact_ms=ms_w, impact_rank=rank_w,
+            evidence=MemoryOpsEvidence(
+                threshold_ms_per_step=thr_ms, threshold_gpu_step_pct=thr_pct, per_rank=per_rank, advice=advice,
+                impact_method=f"Σ {short} time per step, mean over the rank's kept steps, the rank where it is the "
+                              "largest share of the step"),
+            words={"short": short, "affected_ms": fmt_ms(e.ms_per_affected_step if e else 0)})

@@ -38,12 +38,11 @@ from ._common import (
     n_steps,
     per_rank_ms,
     placeholders,
-    ranks_text,
     step_list,
-    steps_text,
     worst_rank,
 )
 from .base import Check, CheckContext, register
+from .evidence import Evidence, Record
 
 CUBE_MIN_MIB = T.cube_min_mib.value
 CUBE_BOUND = {"aic_mac_ratio": T.cube_bound_mac.value, "aic_mte2_ratio": T.cube_bound_mte2.value}
@@ -198,6 +197,26 @@ def optimization_space(ratios: dict[str, np.ndarray], bounds: dict[str, float]) 
     return np.clip(1.0 - load, 0.0, 1.0)
 
 
+class MisalignedShapeRow(Record):
+    input_shapes: str
+    dtypes: str
+    why: str
+    axes: dict[str, int]  # the axes judged (a_inner / b_inner, head_dim / hidden / seq_len)
+    tasks_per_step: float
+    optimization_space: float | None
+
+
+class MisalignedShapeEvidence(Evidence):
+    primary = "lost_ms_per_step_by_rank"
+    alignment_elements: int
+    shapes: list[MisalignedShapeRow]
+    bound_thresholds: dict[str, float]  # pipe ratio column -> its bound threshold
+    cube_min_mib_per_step: float | None
+    kernel_ms_per_step_by_rank: dict[int, float]
+    lost_ms_per_step_by_rank: dict[int, float] | None  # None without pipe ratios
+    impact_method: str
+
+
 @register
 class MisalignedShapeCheck(Check):
     id = "misaligned-shape"
@@ -213,6 +232,12 @@ class MisalignedShapeCheck(Check):
     description = (
         'Large matmul kernels whose inner axes are not multiples of {cube_align} and flash-attention kernels '
         'whose head dim or sequence length is not a multiple of {fa_align}, per op type on every rank.'
+    )
+    evidence = MisalignedShapeEvidence
+    title_template = "{op_type} shapes are not {alignment_elements}-aligned ({shapes[0].input_shapes})"
+    message_template = (
+        "{op_type} on {ranks} in {steps} runs with input shapes {shapes[0].input_shapes}: {shapes[0].why}. It "
+        "takes {time_ms:.2f} ms per step on rank {rank_w}; {gain}."
     )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
@@ -233,41 +258,26 @@ class MisalignedShapeCheck(Check):
         rank_w, ms_w = worst_rank(per_rank_loss if estimated else per_rank_time)
         gw = g[g["rank"] == rank_w]
         shapes = _shape_rows(gw, n_steps(steps, int(rank_w)))
-        rk = sorted(per_rank_loss)
         st = step_list(g["step"])
-        align = int(T.fa_align.value if op_type in FA_TYPES else T.cube_align.value)
-        first = shapes[0]
-        return self.finding(
-            ctx,
-            title=f"{op_type} shapes are not {align}-aligned ({first['input_shapes']})",
-            subject=str(op_type),
-            ranks=rk,
-            steps=st,
-            impact_ms=ms_w if estimated else None,
-            impact_rank=rank_w,
-            severity="low",
-            evidence={
-                "alignment_elements": align,
-                "shapes": shapes[:5],
-                "bound_thresholds": gw["bounds"].iloc[0],
-                "cube_min_mib_per_step": CUBE_MIN_MIB if op_type not in FA_TYPES else None,
-                "kernel_ms_per_step_by_rank": {str(r): round(v, 4) for r, v in sorted(per_rank_time.items())},
-                "lost_ms_per_step_by_rank": (
-                    {str(r): round(v, 4) for r, v in sorted(per_rank_loss.items())} if estimated else None
-                ),
-                "impact_method": (
-                    "Σ kernel time × (1 − max(pipe ratio / bound threshold)) per step, worst "
-                    "rank; upper bound (time saved if the kernel became bound)"
-                )
-                if estimated
-                else "not estimated: no pipe ratios",
-            },
-            message=(
-                f"{op_type} on {ranks_text(rk)} in {steps_text(st)} runs with input shapes "
-                f"{first['input_shapes']}: {first['why']}. It takes "
-                f"{per_rank_time.get(rank_w, 0):.2f} ms per step on rank {rank_w}; "
-                f"{_gain_text(estimated, ms_w)}."
+        evidence = MisalignedShapeEvidence(
+            alignment_elements=int(T.fa_align.value if op_type in FA_TYPES else T.cube_align.value),
+            shapes=shapes[:5],
+            bound_thresholds=gw["bounds"].iloc[0],
+            cube_min_mib_per_step=CUBE_MIN_MIB if op_type not in FA_TYPES else None,
+            kernel_ms_per_step_by_rank={r: round(v, 4) for r, v in sorted(per_rank_time.items())},
+            lost_ms_per_step_by_rank=(
+                {r: round(v, 4) for r, v in sorted(per_rank_loss.items())} if estimated else None
             ),
+            impact_method=(
+                "Σ kernel time × (1 − max(pipe ratio / bound threshold)) per step, worst rank; upper bound (time "
+                "saved if the kernel became bound)" if estimated else "not estimated: no pipe ratios"
+            ),
+        )
+        return self.finding(
+            ctx, subject=str(op_type), ranks=sorted(per_rank_loss), steps=st,
+            impact_ms=ms_w if estimated else None, impact_rank=rank_w, severity="low", evidence=evidence,
+            words={"op_type": op_type, "time_ms": per_rank_time.get(rank_w, 0), "rank_w": rank_w,
+                   "gain": _gain_text(estimated, ms_w)},
         )
 
 
@@ -367,19 +377,17 @@ def _flagged_tasks(ops: pd.DataFrame, sel: list[np.ndarray], kinds: list[str],
     return bad
 
 
-def _shape_rows(gw: pd.DataFrame, n: int) -> list[dict]:
+def _shape_rows(gw: pd.DataFrame, n: int) -> list[MisalignedShapeRow]:
     """The worst rank's flagged shapes (`n` kept steps): input shapes, dtypes, why, axes, tasks per step."""
     shapes = []
     for (shp, reasons), gs in gw.groupby(["input_shapes", "reasons"], sort=True):
         space = gs["space"].mean()
-        shapes.append(
-            {
-                "input_shapes": str(shp).strip('"'),
-                "dtypes": str(gs["input_dtypes"].iloc[0]),
-                "why": reasons,
-                "axes": gs["dims"].iloc[0],
-                "tasks_per_step": round(len(gs) / n, 2),
-                "optimization_space": None if pd.isna(space) else round(float(space), 4),
-            }
-        )
+        shapes.append(MisalignedShapeRow(
+            input_shapes=str(shp).strip('"'),
+            dtypes=str(gs["input_dtypes"].iloc[0]),
+            why=reasons,
+            axes=gs["dims"].iloc[0],
+            tasks_per_step=round(len(gs) / n, 2),
+            optimization_space=None if pd.isna(space) else round(float(space), 4),
+        ))
     return shapes

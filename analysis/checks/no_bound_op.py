@@ -21,8 +21,6 @@ One finding per op type (subject), top 10 by impact. Severity: the advisor's fix
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pandas as pd
 
@@ -36,12 +34,11 @@ from ._common import (
     n_steps,
     placeholders,
     rank_slices,
-    ranks_text,
     step_list,
-    steps_text,
     worst_rank,
 )
 from .base import Check, CheckContext, register
+from .evidence import Evidence
 
 MAX_OP_TYPES = 10  # as many op types as the advisor lists for tuning
 AICORE_TASK_TYPES = ("AI_CORE", "AI_VECTOR_CORE", "MIX_AIC", "MIX_AIV")
@@ -72,6 +69,21 @@ def bound_headroom(max_ratio: np.ndarray | float, threshold: float) -> np.ndarra
     return np.clip(1.0 - np.asarray(max_ratio, dtype="float64") / threshold, 0.0, 1.0)
 
 
+class NoBoundEvidence(Evidence):
+    primary = "lost_ms_per_step_by_rank"
+    threshold_ratio: float
+    min_task_us: float
+    task_type: str | None
+    tasks_per_step: float
+    kernel_ms_per_step: float
+    pipe_ratios_time_weighted: dict[str, float]  # pipe ratio column -> its time-weighted mean
+    busiest_pipe: str | None
+    unbound_tasks_by_rank: dict[int, int]
+    lost_ms_per_step_by_rank: dict[int, float]
+    impact_method: str = ("Σ task time × (1 − busiest pipe ratio / 0.8) per step, worst rank; upper bound (time "
+                          "saved if the busiest pipe reached the bound threshold)")
+
+
 @register
 class NoBoundOpCheck(Check):
     id = "no-bound-op"
@@ -85,6 +97,13 @@ class NoBoundOpCheck(Check):
         'AI Core kernels of at least {no_bound_min_us} µs whose pipe ratios (mac, vec, scalar, the mte pipes, '
         'fixpipe) all stay at or below {no_bound_ratio}, per op type on every rank; impact = time × headroom to '
         'the {no_bound_ratio} bound.'
+    )
+    evidence = NoBoundEvidence
+    title_template = "{op_type} is bound by no pipe (busiest {pipe} at {mx:.0%})"
+    message_template = (
+        "{op_type} on {ranks} in {steps}: no pipe ratio exceeds {threshold_ratio:.0%} (busiest {pipe} {mx:.0%}) "
+        "over {time_ms:.2f} ms of kernel time per step on rank {rank_w}; up to {ms_w:.2f} ms per step if it became "
+        "bound. Check its tiling (AOE op tuning) and input shapes / formats."
     )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
@@ -158,41 +177,23 @@ class NoBoundOpCheck(Check):
                 means[col] = round(float(np.where(np.isnan(xw), 0.0, xw).sum() / w_sum), 4)
         top_pipe = max(means, key=lambda col: means[col]) if means else None
         mx_w = means.get(top_pipe, 0.0) if top_pipe else 0.0
-        rk = sorted(per_rank_ms)
         st = step_list(np.unique(c["step"][bad[i:j]]))  # distinct first: fewer values to box
-        return self._finding(ctx, str(op_type_), rk, st, rank_w, ms_w, thr, top_pipe, mx_w, time_ms, {
-            "threshold_ratio": thr,
-            "min_task_us": T.no_bound_min_us.value,
-            "task_type": str(c["task_type"][rows[0]]) if rows.size else None,
-            "tasks_per_step": round(rows.size / k, 2),
-            "kernel_ms_per_step": round(time_ms, 4),
-            "pipe_ratios_time_weighted": means,
-            "busiest_pipe": top_pipe,
-            "unbound_tasks_by_rank": {str(r): b - a for r, a, b in slices},
-            "lost_ms_per_step_by_rank": {str(r): round(v, 4) for r, v in sorted(per_rank_ms.items())},
-            "impact_method": "Σ task time × (1 − busiest pipe ratio / 0.8) per step, worst "
-            "rank; upper bound (time saved if the busiest pipe reached the bound threshold)",
-        })
-
-    def _finding(self, ctx: CheckContext, op_type: str, rk: list[int], st: list[int], rank_w: int | None,
-                 ms_w: float | None, thr: float, top_pipe: str | None, mx: float, time_ms: float,
-                 evidence: dict[str, Any]) -> Finding:
+        evidence = NoBoundEvidence(
+            threshold_ratio=thr,
+            min_task_us=T.no_bound_min_us.value,
+            task_type=str(c["task_type"][rows[0]]) if rows.size else None,
+            tasks_per_step=round(rows.size / k, 2),
+            kernel_ms_per_step=round(time_ms, 4),
+            pipe_ratios_time_weighted=means,
+            busiest_pipe=top_pipe,
+            unbound_tasks_by_rank={r: b - a for r, a, b in slices},
+            lost_ms_per_step_by_rank={r: round(v, 4) for r, v in sorted(per_rank_ms.items())},
+        )
         return self.finding(
-            ctx,
-            title=f"{op_type} is bound by no pipe (busiest {_pipe(top_pipe)} at {mx:.0%})",
-            subject=op_type,
-            ranks=rk,
-            steps=st,
-            impact_ms=ms_w,
-            impact_rank=rank_w,
-            severity="low",
-            evidence=evidence,
-            message=(
-                f"{op_type} on {ranks_text(rk)} in {steps_text(st)}: no pipe ratio exceeds {thr:.0%} "
-                f"(busiest {_pipe(top_pipe)} {mx:.0%}) over {time_ms:.2f} ms of kernel time per "
-                f"step on rank {rank_w}; up to {ms_w:.2f} ms per step if it became bound. Check its "
-                "tiling (AOE op tuning) and input shapes / formats."
-            ),
+            ctx, subject=str(op_type_), ranks=sorted(per_rank_ms), steps=st, impact_ms=ms_w, impact_rank=rank_w,
+            severity="low", evidence=evidence,
+            words={"op_type": str(op_type_), "pipe": _pipe(top_pipe), "mx": mx_w, "time_ms": time_ms,
+                   "rank_w": rank_w, "ms_w": ms_w},
         )
 
 

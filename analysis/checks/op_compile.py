@@ -14,8 +14,6 @@ The usual fix is `torch_npu.npu.set_compile_mode(jit_compile=False)` (binary ker
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from ..models import Finding
@@ -29,15 +27,37 @@ from ._common import (
     in_steps_mask,
     placeholders,
     ranks_and_steps,
-    ranks_text,
     step_windows,
-    steps_text,
     window_counts,
     worst_share,
 )
 from .base import Check, CheckContext, register
+from .evidence import Entry, Evidence, Record
 
 API = "aclopCompileAndExecute"
+
+
+class CompileStep(Record):
+    calls: int
+    ms: float
+
+
+class CompileRank(Entry):
+    weighs_by = "compile_ms_per_step"
+    steps: list[int]
+    calls_per_affected_step: float
+    steps_analysed: int
+    max_calls_in_a_step: int
+    compile_ms_per_step: float
+    mean_call_us: float
+    by_step: dict[str, CompileStep]   # every step with a call, fired or not
+
+
+class OpCompileEvidence(Evidence):
+    threshold_calls_per_step: int | float
+    per_rank: dict[int, CompileRank]
+    rule: str = "msprof-analyze timeline_op_dispatch (MAX_OP_COMPILE_NUM), time-ratio priority"
+    impact_method: str = f"Σ {API} time per step, mean over the rank's kept steps, worst rank"
 
 
 @register
@@ -52,6 +72,13 @@ class OpCompileCheck(Check):
     description = (
         'Counts AscendCL@aclopCompileAndExecute per step on every rank; >= {op_compile_count} in a step means '
         'online operator compilation (msprof-analyze MAX_OP_COMPILE_NUM). Impact is their host time per step.'
+    )
+    evidence = OpCompileEvidence
+    title_template = "Operators compiled during steps ({worst.calls_per_affected_step:g} {api} per step)"
+    message_template = (
+        "On {ranks} ({steps}) the host calls {api} {worst.calls_per_affected_step:g} times per step (>= "
+        "{op_compile_count:g}) on rank {worst_rank}, {ms} ms per step of online operator compilation; set "
+        "jit_compile=False so binary kernels are used."
     )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
@@ -85,7 +112,7 @@ class OpCompileCheck(Check):
         # each rank's rows in their query order, for the float mean (pandas sums them in that order)
         rank_order, slices = by_rank(rank)
         rows_of = {r: (i, j) for r, i, j in slices}
-        per_rank: dict[int, dict[str, Any]] = {}
+        per_rank: dict[int, CompileRank] = {}
         for r in fired_ranks.tolist():
             gi, gj = np.searchsorted(g_rank, [r, r + 1])
             cnt, tot, stp = g_count[gi:gj], g_sum[gi:gj], g_step[gi:gj]
@@ -93,29 +120,21 @@ class OpCompileCheck(Check):
             i, j = rows_of[r]
             d = dur[rank_order[i:j]]
             n = max(n_windows.get(r, 0), 1)
-            per_rank[r] = {
-                "steps": stp[hit].tolist(),
-                "calls_per_affected_step": round(float(cnt[hit].sum(dtype=np.float64) / int(hit.sum())), 2),
-                "steps_analysed": n,
-                "max_calls_in_a_step": int(cnt.max()),
-                "compile_ms_per_step": round(float(int(d.sum())) / NS_PER_MS / n, 4),
-                "mean_call_us": round(float(d.sum(dtype=np.float64) / d.size) / NS_PER_US, 3),
-                "by_step": {str(s): {"calls": c, "ms": round(float(t) / NS_PER_MS, 4)}
-                            for s, c, t in zip(stp.tolist(), cnt.tolist(), tot.tolist(), strict=True)},
-            }
+            per_rank[r] = CompileRank(
+                steps=stp[hit].tolist(),
+                calls_per_affected_step=round(float(cnt[hit].sum(dtype=np.float64) / int(hit.sum())), 2),
+                steps_analysed=n,
+                max_calls_in_a_step=int(cnt.max()),
+                compile_ms_per_step=round(float(int(d.sum())) / NS_PER_MS / n, 4),
+                mean_call_us=round(float(d.sum(dtype=np.float64) / d.size) / NS_PER_US, 3),
+                by_step={str(s): CompileStep(calls=c, ms=round(float(t) / NS_PER_MS, 4))
+                         for s, c, t in zip(stp.tolist(), cnt.tolist(), tot.tolist(), strict=True)},
+            )
         if not per_rank:
             return []
-        rank_w, ms_w = worst_share(ctx, {r: v["compile_ms_per_step"] for r, v in per_rank.items()})
+        rank_w, ms_w = worst_share(ctx, {r: v.compile_ms_per_step for r, v in per_rank.items()})
         rk, steps_seen = ranks_and_steps(per_rank)
-        e = per_rank[rank_w] if rank_w is not None else {}
         return [self.finding(
-            ctx, title=f"Operators compiled during steps ({e.get('calls_per_affected_step', 0):g} {API} per step)",
-            subject=f"AscendCL@{API}", ranks=rk, steps=steps_seen, impact_ms=ms_w, impact_rank=rank_w,
-            evidence={"threshold_calls_per_step": thr, "per_rank": {str(r): v for r, v in per_rank.items()},
-                      "rule": "msprof-analyze timeline_op_dispatch (MAX_OP_COMPILE_NUM), time-ratio priority",
-                      "impact_method": "Σ aclopCompileAndExecute time per step, mean over the rank's kept steps, "
-                                       "worst rank"},
-            message=(f"On {ranks_text(rk)} ({steps_text(steps_seen)}) the host calls {API} "
-                     f"{e.get('calls_per_affected_step', 0):g} times per step (>= {thr:g}) on rank {rank_w}, "
-                     f"{fmt_ms(ms_w or 0)} ms per step of online operator compilation; set "
-                     f"jit_compile=False so binary kernels are used."))]
+            ctx, subject=f"AscendCL@{API}", ranks=rk, steps=steps_seen, impact_ms=ms_w, impact_rank=rank_w,
+            evidence=OpCompileEvidence(threshold_calls_per_step=thr, per_rank=per_rank),
+            words={"api": API, "ms": fmt_ms(ms_w or 0)})]

@@ -20,8 +20,30 @@ import pandas as pd
 from ..models import Finding
 from ..thresholds import T
 from ..units import BYTES_PER_MB, NS_PER_MS
-from ._common import in_kept_steps, kept_steps, placeholders, ranks_text, steps_text
+from ._common import in_kept_steps, kept_steps, placeholders, steps_text
 from .base import Check, CheckContext, register
+from .evidence import Evidence, Record
+
+
+class RetransmittedOp(Record):
+    """One retransmitted collective instance (group, op, step)."""
+
+    group: str | None
+    op: str
+    step: int | None
+    min_elapse_ms: float
+    ranks: list[int]
+    rdma_transit_ms: dict[int, float]   # the ranks whose RDMA transit exceeds the threshold
+    rdma_mb: dict[int, float]
+
+
+class RetransmissionEvidence(Evidence):
+    # the impact is summed over the instances, not taken from a rank map
+    primary = None
+    threshold_ms: int | float   # the threshold's value as the table writes it (4000)
+    groups: list[str]
+    instances: list[RetransmittedOp]   # the first 20
+    impact_method: str = "Σ shortest elapse across ranks of the retransmitted ops / steps"
 
 
 @register
@@ -36,6 +58,13 @@ class RetransmissionCheck(Check):
     description = (
         'Collective instances whose elapse is >= {retransmission_ms} ms on every rank and whose RDMA transit '
         'exceeds {retransmission_ms} ms on some rank (RoCE retransmission), per group, op and step.'
+    )
+    evidence = RetransmissionEvidence
+    title_template = "RDMA retransmission in {n} collective(s) on {ranks}"
+    message_template = (
+        "{n} collective instance(s) in {n_groups} group(s) took >= {retransmission_ms:g} ms on every rank, and "
+        "{ranks} spent up to {longest_ms:.0f} ms in one RDMA transfer ({op}, {where}): the RoCE retransmit timeout "
+        "fired. Check the RDMA links / switch and the network configuration of these nodes."
     )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
@@ -62,40 +91,24 @@ class RetransmissionCheck(Check):
         hits = _retransmitted(in_kept_steps(ops, steps), thr_ns)
         if not hits:
             return []
-        rk = sorted({r for h in hits for r in h["ranks"]})
-        st = sorted({h["step"] for h in hits if h["step"] is not None})
+        rk = sorted({r for h in hits for r in h.ranks})
+        st = sorted({h.step for h in hits if h.step is not None})
         n = max(len({s for ss in steps.values() for s in ss}), 1)
-        impact = sum(h["min_elapse_ms"] for h in hits) / n
-        groups = sorted({h["group"] or "?" for h in hits})
-        worst = max(hits, key=lambda h: max(h["rdma_transit_ms"].values()))
-        wt = max(worst["rdma_transit_ms"].values())
-        where = steps_text([worst["step"]] if worst["step"] is not None else [])
+        impact = sum(h.min_elapse_ms for h in hits) / n
+        groups = sorted({h.group or "?" for h in hits})
+        worst = max(hits, key=lambda h: max(h.rdma_transit_ms.values()))
         return [
             self.finding(
-                ctx,
-                title=f"RDMA retransmission in {len(hits)} collective(s) on {ranks_text(rk)}",
-                subject="RDMA",
-                ranks=rk,
-                steps=st,
-                impact_ms=impact,
-                severity="high",
-                evidence={
-                    "threshold_ms": T.retransmission_ms.value,
-                    "groups": groups,
-                    "instances": hits[:20],
-                    "impact_method": "Σ shortest elapse across ranks of the retransmitted ops / steps",
-                },
-                message=(
-                    f"{len(hits)} collective instance(s) in {len(groups)} group(s) took >= "
-                    f"{T.retransmission_ms.value:g} ms on every rank, and {ranks_text(rk)} spent up to "
-                    f"{wt:.0f} ms in one RDMA transfer ({worst['op']}, {where}): the RoCE retransmit timeout "
-                    "fired. Check the RDMA links / switch and the network configuration of these nodes."
-                ),
+                ctx, subject="RDMA", ranks=rk, steps=st, impact_ms=impact, severity="high",
+                evidence=RetransmissionEvidence(threshold_ms=T.retransmission_ms.value, groups=groups,
+                                                instances=hits[:20]),
+                words={"n": len(hits), "n_groups": len(groups), "longest_ms": max(worst.rdma_transit_ms.values()),
+                       "op": worst.op, "where": steps_text([worst.step] if worst.step is not None else [])},
             )
         ]
 
 
-def _retransmitted(ops: pd.DataFrame, thr_ns: float) -> list[dict]:
+def _retransmitted(ops: pd.DataFrame, thr_ns: float) -> list[RetransmittedOp]:
     """Collective instances (group, op, step) whose elapse is >= thr_ns on every rank and whose RDMA
     transit exceeds thr_ns on some rank, with those ranks' transit times and sizes."""
     if ops.empty:
@@ -111,21 +124,13 @@ def _retransmitted(ops: pd.DataFrame, thr_ns: float) -> list[dict]:
         slow = g[g["rdma_ns"] > thr_ns]
         if min_elapse < thr_ns or slow.empty:
             continue  # short on some rank: desync, not retransmission
-        hits.append(
-            {
-                "group": None if pd.isna(group) else str(group),
-                "op": str(name),
-                "step": None if pd.isna(step) else int(step),
-                "min_elapse_ms": min_elapse / NS_PER_MS,
-                "ranks": sorted(int(r) for r in slow["rank"]),
-                "rdma_transit_ms": {
-                    str(int(r.rank)): round(float(r.rdma_ns) / NS_PER_MS, 3)
-                    for r in slow.itertuples(index=False)
-                },
-                "rdma_mb": {
-                    str(int(r.rank)): round(float(r.rdma_bytes) / BYTES_PER_MB, 4)
-                    for r in slow.itertuples(index=False)
-                },
-            }
-        )
+        hits.append(RetransmittedOp(
+            group=None if pd.isna(group) else str(group),
+            op=str(name),
+            step=None if pd.isna(step) else int(step),
+            min_elapse_ms=min_elapse / NS_PER_MS,
+            ranks=sorted(int(r) for r in slow["rank"]),
+            rdma_transit_ms={int(r.rank): round(float(r.rdma_ns) / NS_PER_MS, 3) for r in slow.itertuples(index=False)},
+            rdma_mb={int(r.rank): round(float(r.rdma_bytes) / BYTES_PER_MB, 4) for r in slow.itertuples(index=False)},
+        ))
     return hits

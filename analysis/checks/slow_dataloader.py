@@ -64,10 +64,73 @@ from ._common import (
     window_counts,
     worst_share,
 )
-from ._minddata import pipeline_culprit, queue_stage
+from ._minddata import iteration_interval, pipeline_culprit, queue_stage
 from .base import Check, CheckContext, register
+from .evidence import Entry, Evidence, Record
 
 WORKER_HEADROOM = T.dataloader_workers_headroom.value
+
+
+class LoaderRank(Entry):
+    """One rank's slow PyTorch DataLoader ops."""
+
+    weighs_by = "impact_ms_per_step"
+    steps: list[int]
+    iterator: str
+    iterator_kind: str
+    slow_calls_per_step: float
+    max_call_ms: float
+    dataloader_ms_per_step: float
+    device_idle_during_slow_calls_ms_per_step: float
+    impact_ms_per_step: float
+    device_data: bool
+    replay_gain_ms_per_step: float | None = None   # where the replay measured it (`_replayed`)
+
+
+class DatasetOp(Record):
+    """The MindSpore dataset pipeline op that holds the data (`_minddata.pipeline_culprit`)."""
+
+    label: str
+    op_type: str
+    op_id: int
+    num_workers: int
+    output_queue_usage: float | None
+    cpu_pct_per_worker: float | None
+    why: str
+    proposed_workers: int | None
+    host_cpus: int | None
+
+
+class PipelineRank(Entry):
+    """One MindSpore rank's iteration interval and its data queues / bottleneck op."""
+
+    weighs_by = "iteration_interval_ms"
+    steps: list[int]
+    iteration_interval_ms: float
+    measured_as: str
+    step_ms: float | None
+    interval_share_pct: float | None
+    host_queue_empty_ratio: float | None = None
+    device_queue_empty_ratio: float | None = None
+    stage: str | None = None
+    bottleneck_op: DatasetOp | None = None
+
+
+class SlowDataloaderEvidence(Evidence):
+    """PyTorch: the slow DataLoader ops per rank (`iterator_kind`, `advice`); MindSpore: the iteration interval
+    per rank, with flat keys of the bottleneck dataset op for the fix templates."""
+
+    threshold_ms: float
+    # one kind per finding; the answers weigh a map by its first entry model's `weighs_by` (PyTorch's)
+    per_rank: dict[int, LoaderRank] | dict[int, PipelineRank]
+    iterator_kind: str | None = None
+    advice: str | None = None
+    rule: str
+    workers_formula: str | None = None
+    dataset_op: str | None = None
+    dataset_op_type: str | None = None
+    num_parallel_workers: int | None = None
+    proposed_num_parallel_workers: int | None = None
 
 
 def iterator_kind(name: str) -> str:
@@ -97,6 +160,11 @@ class SlowDataloaderCheck(Check):
         'pipeline op that holds it and proposing num_parallel_workers. Impact: device idle per step; in a '
         'multi-rank CPU job that replays, what the step gains without that rank\'s data loading.'
     )
+    evidence = SlowDataloaderEvidence
+    # the PyTorch finding; the MindSpore one (`_mindspore`) passes its own sentences
+    title_template = "Data loading holds the step ({max_call:.3g} ms, {iterator_kind} iterator)"
+    message_template = ("On {ranks} ({steps}) fetching a batch takes {max_call:.3g} ms (>= {dataloader_ms} ms) in "
+                        "{iterator} ({iterator_kind} iterator) and {cost}: {advice}.")
 
     def applicable_ranks(self, ctx: CheckContext) -> list[int]:
         # host framework ops (torch_npu trace / DB, any Kineto trace) or MindSpore's step phases
@@ -141,7 +209,7 @@ class SlowDataloaderCheck(Check):
         names = ev["name"].to_numpy(dtype=object)
         slow_all = (dur_col >= thr_ns).to_numpy(dtype=bool)
         steps_of = window_counts(windows)
-        per_rank: dict[int, dict[str, Any]] = {}
+        per_rank: dict[int, LoaderRank] = {}
         for r, i, j in rank_slices(rank_col):
             slow = np.flatnonzero(slow_all[i:j]) + i
             if slow.size == 0:
@@ -153,65 +221,62 @@ class SlowDataloaderCheck(Check):
             idle = float(timeline.idle(s, e).sum()) if not timeline.empty else float((e - s).sum())
             name = _most_common(names[slow]) or str(ev["name"].iloc[slow].value_counts().idxmax())
             total = float(dur[i:j].sum()) if dur_int else float(dur_col.iloc[i:j].sum())
-            per_rank[r] = {
-                "steps": np.unique(step_col[slow].astype(np.int64)).tolist(),
-                "iterator": name,
-                "iterator_kind": iterator_kind(name),
-                "slow_calls_per_step": round(slow.size / n, 2),
-                "max_call_ms": round(float(dur[slow].max()) / NS_PER_MS, 4),
-                "dataloader_ms_per_step": round(total / NS_PER_MS / n, 4),
-                "device_idle_during_slow_calls_ms_per_step": round(idle / NS_PER_MS / n, 4),
-                "impact_ms_per_step": round(idle / NS_PER_MS / n, 4),
-                "device_data": not timeline.empty,
-            }
+            per_rank[r] = LoaderRank(
+                steps=np.unique(step_col[slow].astype(np.int64)).tolist(),
+                iterator=name,
+                iterator_kind=iterator_kind(name),
+                slow_calls_per_step=round(slow.size / n, 2),
+                max_call_ms=round(float(dur[slow].max()) / NS_PER_MS, 4),
+                dataloader_ms_per_step=round(total / NS_PER_MS / n, 4),
+                device_idle_during_slow_calls_ms_per_step=round(idle / NS_PER_MS / n, 4),
+                impact_ms_per_step=round(idle / NS_PER_MS / n, 4),
+                device_data=not timeline.empty,
+            )
         if not per_rank:
             return None
         replayed = self._replayed(ctx, per_rank)
         if replayed:   # a slow loader the others never wait for (its rank has slack) does not hold the step
-            per_rank = {r: v for r, v in per_rank.items() if v["impact_ms_per_step"] >= T.straggler_min_wait_ms.value}
+            per_rank = {r: v for r, v in per_rank.items() if v.impact_ms_per_step >= T.straggler_min_wait_ms.value}
             if not per_rank:
                 return None
-        rank_w, ms_w = worst_share(ctx, {r: v["impact_ms_per_step"] for r, v in per_rank.items()})
+        rank_w, ms_w = worst_share(ctx, {r: v.impact_ms_per_step for r, v in per_rank.items()})
         rk, steps_seen = ranks_and_steps(per_rank)
-        e = per_rank[rank_w] if rank_w is not None else {}
-        kind = e.get("iterator_kind", "unknown")
+        e = per_rank.get(rank_w) if rank_w is not None else None
+        kind = e.iterator_kind if e else "unknown"
         advice = ("the DataLoader runs in the main process (num_workers=0): set num_workers > 0, pin_memory=True"
                   if kind == "single-process" else
                   "the DataLoader workers cannot keep up: raise num_workers / prefetch_factor, use "
                   "persistent_workers and pin_memory=True, check disk I/O and avoid tar/zip datasets")
         return self.finding(
-            ctx, title=f"Data loading holds the step ({e.get('max_call_ms', 0):.3g} ms, {kind} iterator)",
-            subject=str(e.get("iterator", "dataloader")), ranks=rk, steps=steps_seen, impact_ms=ms_w,
+            ctx, subject=e.iterator if e else "dataloader", ranks=rk, steps=steps_seen, impact_ms=ms_w,
             # msprof-analyze's fixed high, but where the replay measured what it costs the job, that decides
             impact_rank=rank_w, severity=None if replayed else "high",
-            evidence={"threshold_ms": T.dataloader_ms.value, "per_rank": {str(r): v for r, v in per_rank.items()},
-                      "iterator_kind": kind, "advice": advice,
-                      "rule": "msprof-analyze dataloader (fixed high priority)",
-                      "impact_method": ("replay: the step with this rank's data loading gone, against the "
-                                        "measured step, mean over the replayed steps") if replayed else
-                                       ("device idle time during dataloader ops >= the threshold, per step, mean "
-                                        "over kept steps (the dataloader time without device data)")},
-            message=(f"On {ranks_text(rk)} ({steps_text(steps_seen)}) fetching a batch takes "
-                     f"{e.get('max_call_ms', 0):.3g} ms (>= {T.dataloader_ms.value:g} ms) in "
-                     f"{e.get('iterator', 'the dataloader')} ({kind} iterator) and "
-                     + (f"the job's step would take {fmt_ms(ms_w or 0)} ms less without rank {rank_w}'s data "
-                        "loading (replay)" if replayed else
-                        f"the device idles {fmt_ms(ms_w or 0)} ms per step on rank {rank_w}") + f": {advice}."))
+            evidence=SlowDataloaderEvidence(
+                threshold_ms=T.dataloader_ms.value, per_rank=per_rank, iterator_kind=kind, advice=advice,
+                rule="msprof-analyze dataloader (fixed high priority)",
+                impact_method=("replay: the step with this rank's data loading gone, against the measured step, "
+                               "mean over the replayed steps") if replayed else
+                              ("device idle time during dataloader ops >= the threshold, per step, mean over kept "
+                               "steps (the dataloader time without device data)")),
+            words={"max_call": e.max_call_ms if e else 0, "iterator": e.iterator if e else "the dataloader",
+                   "cost": (f"the job's step would take {fmt_ms(ms_w or 0)} ms less without rank {rank_w}'s data "
+                            "loading (replay)") if replayed else
+                           f"the device idles {fmt_ms(ms_w or 0)} ms per step on rank {rank_w}"})
 
     @staticmethod
-    def _replayed(ctx: CheckContext, per_rank: dict[int, dict[str, Any]]) -> bool:
+    def _replayed(ctx: CheckContext, per_rank: dict[int, LoaderRank]) -> bool:
         """In a multi-rank job the step waits for the slowest rank, so a rank's loader costs the job what the
         replay gains without it, not its own idle: that becomes the impact where the replay holds (True). Only
         for ranks without device data (CPU training): their compute windows are host time, where the loader
         runs; a device rank's windows are device time, which a host stall reaches only as the idle it leaves."""
-        if len(ctx.all_ranks) < 2 or any(v["device_data"] for v in per_rank.values()):
+        if len(ctx.all_ranks) < 2 or any(v.device_data for v in per_rank.values()):
             return False
         gains = {r: gain_without(ctx.profile, [r], ("data_loading",)) for r in per_rank}
         if any(g is None for g in gains.values()):
             return False
         for r, g in gains.items():
-            per_rank[r]["replay_gain_ms_per_step"] = g
-            per_rank[r]["impact_ms_per_step"] = g
+            per_rank[r].replay_gain_ms_per_step = g
+            per_rank[r].impact_ms_per_step = g
         return True
 
     # ---- MindSpore iteration interval + data pipeline ---------------------------------------------------
@@ -223,10 +288,10 @@ class SlowDataloaderCheck(Check):
                      "('iteration_interval', 'fp_and_bp', 'fp', 'tail')", ranks)
         steps_ms = step_ms_of(ctx)
         thr = T.dataloader_ms.value
-        per_rank: dict[int, dict[str, Any]] = {}
+        per_rank: dict[int, PipelineRank] = {}
         for r in ranks:
             kept = set(windows.loc[windows["rank"] == r, "step"].astype(int))
-            interval, step_ms, how = self._interval(ctx, r, ph[ph["rank"] == r], kept, steps_ms)
+            interval, step_ms, how = iteration_interval(ctx, r, ph[ph["rank"] == r], kept, steps_ms)
             if interval is None or interval.empty or float(interval.mean()) < thr:
                 continue
             mean_int = float(interval.mean())
@@ -236,81 +301,58 @@ class SlowDataloaderCheck(Check):
                 continue   # both queues full: the device does not wait for data, the interval is host-side
             if how == "device free" and pipe.get("stage") != "data processing":
                 continue   # free time alone is not a data wait: only with the host queue running empty
-            per_rank[r] = {
-                "steps": sorted(int(s) for s, v in interval.items() if v >= thr),
-                "iteration_interval_ms": round(mean_int, 4),
-                "measured_as": how,
-                "step_ms": None if mean_step is None else round(mean_step, 4),
-                "interval_share_pct": None if not mean_step else round(100.0 * mean_int / mean_step, 2),
+            per_rank[r] = PipelineRank(
+                steps=sorted(int(s) for s, v in interval.items() if v >= thr),
+                iteration_interval_ms=round(mean_int, 4),
+                measured_as=how,
+                step_ms=None if mean_step is None else round(mean_step, 4),
+                interval_share_pct=None if not mean_step else round(100.0 * mean_int / mean_step, 2),
                 **pipe,
-            }
+            )
         if not per_rank:
             return []
-        rank_w, ms_w = worst_share(ctx, {r: v["iteration_interval_ms"] for r, v in per_rank.items()})
+        rank_w, ms_w = worst_share(ctx, {r: v.iteration_interval_ms for r, v in per_rank.items()})
         rk, steps_seen = ranks_and_steps(per_rank)
-        e = per_rank[rank_w] if rank_w is not None else {}
-        op = e.get("bottleneck_op")
-        share = f" ({e['interval_share_pct']:.1f} % of the {e['step_ms']:.3g} ms step)" if e.get("interval_share_pct") \
+        e = per_rank.get(rank_w) if rank_w is not None else None
+        op = e.bottleneck_op if e else None
+        share = f" ({e.interval_share_pct:.1f} % of the {e.step_ms:.3g} ms step)" if e and e.interval_share_pct \
             else ""
-        stage = f" (host queue empty in {100 * e['host_queue_empty_ratio']:.0f} % of batches)" \
-            if e.get("host_queue_empty_ratio") is not None else ""
-        if op and op.get("proposed_workers"):
-            call = "dataset.batch" if op["op_type"] == "BatchOp" else "dataset.map"
-            what = (f"the dataset op {op['label']} is the bottleneck ({op['why']}); raise its workers from "
-                    f"{op['num_workers']}: {call}(..., num_parallel_workers={op['proposed_workers']})")
+        stage = f" (host queue empty in {100 * e.host_queue_empty_ratio:.0f} % of batches)" \
+            if e and e.host_queue_empty_ratio is not None else ""
+        if op and op.proposed_workers:
+            call = "dataset.batch" if op.op_type == "BatchOp" else "dataset.map"
+            what = (f"the dataset op {op.label} is the bottleneck ({op.why}); raise its workers from "
+                    f"{op.num_workers}: {call}(..., num_parallel_workers={op.proposed_workers})")
         elif op:
-            what = f"the dataset op {op['label']} is the bottleneck ({op['why']})"
-        elif e.get("stage") == "data transmission":
+            what = f"the dataset op {op.label} is the bottleneck ({op.why})"
+        elif e and e.stage == "data transmission":
             what = "batches are ready on the host but reach the device late (data transmission)"
         else:
             what = "the data pipeline cannot keep the device fed (no dataset pipeline profile to name the op)"
-        evidence: dict[str, Any] = {
-            "threshold_ms": thr, "per_rank": {str(r): v for r, v in per_rank.items()},
-            "rule": "MindInsight step_trace iteration interval + minddata queue / bottleneck analysis (fixed high, as "
-                    "msprof-analyze's slow dataloader); not reported when both data queues stay full",
-            "impact_method": "mean iteration interval per step (the device waits for the next batch), the rank "
-                             "where it is the largest share of the step",
-            "workers_formula": f"ceil(num_workers x step_ms / (step_ms - interval_ms) x {WORKER_HEADROOM}), capped "
-                               "at the host's CPU count",
-        }
-        if op:   # flat keys for the fix templates (dataset.map(..., num_parallel_workers=N))
-            evidence.update({"dataset_op": op["label"], "dataset_op_type": op["op_type"],
-                             "num_parallel_workers": op["num_workers"],
-                             "proposed_num_parallel_workers": op.get("proposed_workers")})
+        # flat keys of the op for the fix templates (dataset.map(..., num_parallel_workers=N))
+        flat = {"dataset_op": op.label, "dataset_op_type": op.op_type, "num_parallel_workers": op.num_workers,
+                "proposed_num_parallel_workers": op.proposed_workers} if op else {}
+        evidence = SlowDataloaderEvidence(
+            threshold_ms=thr, per_rank=per_rank,
+            rule="MindInsight step_trace iteration interval + minddata queue / bottleneck analysis (fixed high, as "
+                 "msprof-analyze's slow dataloader); not reported when both data queues stay full",
+            impact_method="mean iteration interval per step (the device waits for the next batch), the rank "
+                          "where it is the largest share of the step",
+            workers_formula=f"ceil(num_workers x step_ms / (step_ms - interval_ms) x {WORKER_HEADROOM}), capped "
+                            "at the host's CPU count", **flat)
+        interval_ms = e.iteration_interval_ms if e else 0
         return [self.finding(
-            ctx, title=f"Data pipeline holds the step: iteration interval {e.get('iteration_interval_ms', 0):.3g} ms"
-                       + (f" ({op['label']} with {op['num_workers']} worker(s))" if op else ""),
-            subject=op["label"] if op else "iteration_interval", ranks=rk, steps=steps_seen, impact_ms=ms_w,
+            ctx, title=f"Data pipeline holds the step: iteration interval {interval_ms:.3g} ms"
+                       + (f" ({op.label} with {op.num_workers} worker(s))" if op else ""),
+            subject=op.label if op else "iteration_interval", ranks=rk, steps=steps_seen, impact_ms=ms_w,
             impact_rank=rank_w, severity="high", evidence=evidence,
             message=(f"On {ranks_text(rk)} ({steps_text(steps_seen)}) the device waits "
-                     f"{e.get('iteration_interval_ms', 0):.3g} ms per step for data on rank {rank_w}{share}, >= "
+                     f"{interval_ms:.3g} ms per step for data on rank {rank_w}{share}, >= "
                      f"{thr:g} ms{stage}: {what}."))]
 
-    @staticmethod
-    def _interval(ctx: CheckContext, rank: int, ph: pd.DataFrame, kept: set[int],
-                  steps_ms: dict[tuple[int, int], float]) -> tuple[pd.Series | None, pd.Series, str]:
-        """(interval ms per step, step ms per step, how it was measured) of one MindSpore rank."""
-        if not ph.empty and (ph["phase"] == "iteration_interval").any():
-            piv = ph.pivot_table(index="step", columns="phase", values="dur_ns", aggfunc="sum") / NS_PER_MS
-            if kept and piv.index.isin(kept).any():
-                piv = piv[piv.index.isin(kept)]
-            interval = piv["iteration_interval"].dropna()
-            step_ms = pd.Series({s: steps_ms.get((rank, int(s))) for s in interval.index}, dtype="Float64")
-            if step_ms.isna().all():
-                parts = [c for c in ("iteration_interval", "fp_and_bp", "fp", "tail") if c in piv]
-                step_ms = piv.loc[interval.index, parts].sum(axis=1).astype("Float64")
-            return interval, step_ms, "iteration interval"
-        # no interval recorded (non-sink >= 2.5 text export): the device's idle time per step
-        rows = [b for b in ctx.breakdown if b.rank == rank and b.step is not None and b.free_ms is not None
-                and (not kept or b.step in kept)]
-        if not rows:
-            return None, pd.Series(dtype="Float64"), ""
-        interval = pd.Series({b.step: b.free_ms + (b.preparing_ms or 0.0) for b in rows}, dtype=float)
-        step_ms = pd.Series({b.step: b.step_ms for b in rows}, dtype="Float64")
-        return interval, step_ms, "device free"
-
     def _pipeline(self, ctx: CheckContext, rank: int, interval_ms: float, step_ms: float | None) -> dict[str, Any]:
-        """Queue evidence and the bottleneck dataset op of one rank."""
+        """Queue evidence and the bottleneck dataset op of one rank: the fields of its `PipelineRank` that
+        hold them, by name."""
         out: dict[str, Any] = {}
         meta = {k: v for k, v in ctx.profile.rows("SELECT key, value_json FROM metadata WHERE rank = ? AND key IN "
                                                   "('host_queue', 'device_queue', 'minddata_summary', "
@@ -347,12 +389,11 @@ class SlowDataloaderCheck(Check):
                 proposed = min(proposed, int(cpus))
             proposed = max(proposed, workers + 1)
         label = f"{str(row['op_type']).removesuffix('Op')}(id={int(row['op_id'])})"
-        out["bottleneck_op"] = {
-            "label": label, "op_type": str(row["op_type"]), "op_id": int(row["op_id"]), "num_workers": workers,
-            "output_queue_usage": _f(row["output_queue_usage_rate"]),
-            "cpu_pct_per_worker": _f(row["avg_cpu_pct"]), "why": why, "proposed_workers": proposed,
-            "host_cpus": cpus,
-        }
+        out["bottleneck_op"] = DatasetOp(
+            label=label, op_type=str(row["op_type"]), op_id=int(row["op_id"]), num_workers=workers,
+            output_queue_usage=_f(row["output_queue_usage_rate"]), cpu_pct_per_worker=_f(row["avg_cpu_pct"]),
+            why=why, proposed_workers=proposed, host_cpus=cpus,
+        )
         return out
 
 

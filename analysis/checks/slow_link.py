@@ -23,6 +23,7 @@ from ..models import Finding
 from ..thresholds import T
 from ..units import BYTES_PER_MB, NS_PER_MS
 from .base import Check, CheckContext, register
+from .evidence import Evidence, Record
 
 
 @dataclass
@@ -93,6 +94,42 @@ def rank_transport_stats(ctx: CheckContext) -> pd.DataFrame:
     return df
 
 
+class SlowLinkRecord(Record):
+    """One slow src->dst link."""
+
+    src: int
+    dst: int
+    bandwidth_gbps: float
+    median_gbps: float
+    size_mb: float
+    time_ms: float
+
+
+class TransportBandwidth(Record):
+    """One of the named rank's transports below the ratio (communication.json)."""
+
+    transport: str
+    bandwidth_gbps: float
+    median_gbps: float
+
+
+class SlowLinkEvidence(Evidence):
+    """Two shapes: slow links of one transport (`links`, `rank_transport_bandwidth`, `impact_method`), or one
+    rank's transport from communication.json (`bandwidth_gbps` ... `source`, no `impact_method`)."""
+
+    primary = None   # no map keyed by rank: the links are src->dst pairs
+    # (in the order the JSON has always written them, in either shape)
+    transport: str
+    bandwidth_gbps: float | None = None
+    median_gbps: float | None = None
+    size_mb: float | None = None
+    time_ms: float | None = None
+    threshold_ratio: float
+    links: list[SlowLinkRecord] | None = None   # the slowest 20
+    rank_transport_bandwidth: list[TransportBandwidth] | None = None   # the named rank's, [] when none is named
+    source: str | None = None
+
+
 @register
 class SlowLinkCheck(Check):
     id = "slow-link"
@@ -110,6 +147,8 @@ class SlowLinkCheck(Check):
         '{slow_link_ratio} x the median of the same transport; names the rank and the links.'
     )
 
+    evidence = SlowLinkEvidence
+
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         out: list[Finding] = []
         thr = T.slow_link_ratio.value
@@ -117,60 +156,68 @@ class SlowLinkCheck(Check):
         slow_links = [s for s in link_stats(ctx) if s.transport != "LOCAL" and s.ratio < thr]
         rt = rank_transport_stats(ctx)
         slow_rt = rt[rt["gbps"] < thr * rt["median_gbps"]] if not rt.empty else rt
-        blamed: set[tuple[int, str]] = set()
+        blamed: set[int] = set()
         by_transport: dict[str, list[LinkStat]] = {}
         for s in slow_links:
             by_transport.setdefault(s.transport, []).append(s)
         for transport, links in sorted(by_transport.items()):
-            ends = Counter([s.src for s in links] + [s.dst for s in links])
-            rank, hits = ends.most_common(1)[0]
-            culprit = rank if hits >= max(2, (len(links) + 1) // 2) or len(links) == 1 else None
-            extra_ms = sum(s.size_mb * 1e6 / (s.bandwidth_gbps * 1e6) * (1 - s.ratio) for s in links if s.bandwidth_gbps
-                           ) / n_steps
-            ranks = [culprit] if culprit is not None else sorted({s.src for s in links} | {s.dst for s in links})
+            finding, culprit = self._links_finding(ctx, transport, links, slow_rt, thr, n_steps)
+            out.append(finding)
             if culprit is not None:
-                blamed.add((culprit, transport))
-            subject = f"{links[0].src}->{links[0].dst}" if len(links) == 1 else transport
-            worst = links[0]
-            # the same rank's per-transport bandwidth (communication.json) backs the link evidence
-            rank_level = [] if culprit is None or slow_rt.empty else [
-                {"transport": str(r.transport), "bandwidth_gbps": round(float(r.gbps), 4),
-                 "median_gbps": round(float(r.median_gbps), 4)}
-                for r in slow_rt[slow_rt["rank"] == culprit].itertuples(index=False)]
-            if len(links) > 1 and rank_level:
-                # name the engine the profiler reports bandwidth for (SDMA / RDMA), as msprof-analyze does
-                engines = [x["transport"] for x in rank_level if x["transport"] in ("SDMA", "RDMA")]
-                subject = engines[0] if engines else rank_level[0]["transport"]
-            rank_text = "".join(f"; its {x['transport']} bandwidth is {x['bandwidth_gbps']:.1f} GB/s against "
-                                f"{x['median_gbps']:.1f} GB/s on the other ranks" for x in rank_level)
-            out.append(self.finding(
-                ctx, title=(f"rank {culprit}'s {transport} links run at {worst.bandwidth_gbps:.1f} GB/s "
-                            f"vs {worst.median_gbps:.1f} GB/s median" if culprit is not None
-                            else f"{len(links)} slow {transport} links"),
-                subject=subject, ranks=ranks, steps=sorted({st for s in links for st in s.steps}),
-                impact_ms=extra_ms,
-                evidence={"transport": transport, "threshold_ratio": thr,
-                          "links": [{"src": s.src, "dst": s.dst, "bandwidth_gbps": s.bandwidth_gbps,
-                                     "median_gbps": s.median_gbps, "size_mb": s.size_mb, "time_ms": s.time_ms}
-                                    for s in links[:20]],
-                          "rank_transport_bandwidth": rank_level,
-                          "impact_method": "extra transit time vs the median bandwidth, per step"},
-                message=(f"{len(links)} {transport} link(s) run below {thr:.0%} of the median "
-                         f"{worst.median_gbps:.1f} GB/s; slowest {worst.src}->{worst.dst} at "
-                         f"{worst.bandwidth_gbps:.1f} GB/s" + (f"; rank {culprit} is an endpoint of {hits} of them"
-                                                              if culprit is not None else "") + rank_text + ".")))
+                blamed.add(culprit)
         for r in slow_rt.itertuples(index=False):
             # the same rank already named through its links: one problem, one finding
-            if int(r.rank) in {b[0] for b in blamed}:
+            if int(r.rank) in blamed:
                 continue
             extra_ms = (float(r.t) - float(r.b) / float(r.median_gbps)) / NS_PER_MS / n_steps
             out.append(self.finding(
                 ctx, title=f"rank {r.rank} {r.transport} bandwidth {r.gbps:.1f} GB/s vs {r.median_gbps:.1f} GB/s median",
                 subject=str(r.transport), ranks=[int(r.rank)], impact_ms=max(extra_ms, 0.0),
-                evidence={"transport": r.transport, "bandwidth_gbps": round(float(r.gbps), 4),
-                          "median_gbps": round(float(r.median_gbps), 4), "size_mb": round(float(r.b) / BYTES_PER_MB, 4),
-                          "time_ms": round(float(r.t) / NS_PER_MS, 4), "threshold_ratio": thr,
-                          "source": "communication.json bandwidth per transport"},
+                evidence=SlowLinkEvidence(
+                    transport=str(r.transport), bandwidth_gbps=round(float(r.gbps), 4),
+                    median_gbps=round(float(r.median_gbps), 4), size_mb=round(float(r.b) / BYTES_PER_MB, 4),
+                    time_ms=round(float(r.t) / NS_PER_MS, 4), threshold_ratio=thr,
+                    source="communication.json bandwidth per transport"),
                 message=(f"Rank {r.rank} moves {r.transport} data at {r.gbps:.1f} GB/s, below {thr:.0%} of the "
                          f"median {r.median_gbps:.1f} GB/s of all ranks.")))
         return out
+
+    def _links_finding(self, ctx: CheckContext, transport: str, links: list[LinkStat], slow_rt: pd.DataFrame,
+                       thr: float, n_steps: int) -> tuple[Finding, int | None]:
+        """The finding of one transport's slow links (slowest first), and the rank it names, if any."""
+        ends = Counter([s.src for s in links] + [s.dst for s in links])
+        rank, hits = ends.most_common(1)[0]
+        culprit = rank if hits >= max(2, (len(links) + 1) // 2) or len(links) == 1 else None
+        extra_ms = sum(s.size_mb * 1e6 / (s.bandwidth_gbps * 1e6) * (1 - s.ratio) for s in links if s.bandwidth_gbps
+                       ) / n_steps
+        ranks = [culprit] if culprit is not None else sorted({s.src for s in links} | {s.dst for s in links})
+        subject = f"{links[0].src}->{links[0].dst}" if len(links) == 1 else transport
+        worst = links[0]
+        # the same rank's per-transport bandwidth (communication.json) backs the link evidence
+        rank_level = [] if culprit is None or slow_rt.empty else [
+            TransportBandwidth(transport=str(r.transport), bandwidth_gbps=round(float(r.gbps), 4),
+                               median_gbps=round(float(r.median_gbps), 4))
+            for r in slow_rt[slow_rt["rank"] == culprit].itertuples(index=False)]
+        if len(links) > 1 and rank_level:
+            # name the engine the profiler reports bandwidth for (SDMA / RDMA), as msprof-analyze does
+            engines = [x.transport for x in rank_level if x.transport in ("SDMA", "RDMA")]
+            subject = engines[0] if engines else rank_level[0].transport
+        rank_text = "".join(f"; its {x.transport} bandwidth is {x.bandwidth_gbps:.1f} GB/s against "
+                            f"{x.median_gbps:.1f} GB/s on the other ranks" for x in rank_level)
+        finding = self.finding(
+            ctx, title=(f"rank {culprit}'s {transport} links run at {worst.bandwidth_gbps:.1f} GB/s "
+                        f"vs {worst.median_gbps:.1f} GB/s median" if culprit is not None
+                        else f"{len(links)} slow {transport} links"),
+            subject=subject, ranks=ranks, steps=sorted({st for s in links for st in s.steps}),
+            impact_ms=extra_ms,
+            evidence=SlowLinkEvidence(
+                transport=transport, threshold_ratio=thr,
+                links=[SlowLinkRecord(src=s.src, dst=s.dst, bandwidth_gbps=s.bandwidth_gbps, median_gbps=s.median_gbps,
+                                      size_mb=s.size_mb, time_ms=s.time_ms) for s in links[:20]],
+                rank_transport_bandwidth=rank_level,
+                impact_method="extra transit time vs the median bandwidth, per step"),
+            message=(f"{len(links)} {transport} link(s) run below {thr:.0%} of the median "
+                     f"{worst.median_gbps:.1f} GB/s; slowest {worst.src}->{worst.dst} at "
+                     f"{worst.bandwidth_gbps:.1f} GB/s" + (f"; rank {culprit} is an endpoint of {hits} of them"
+                                                          if culprit is not None else "") + rank_text + "."))
+        return finding, culprit

@@ -31,7 +31,6 @@ the stragglers cause per step.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -40,19 +39,29 @@ from ..metrics import collectives
 from ..metrics.stages import stage_of_ranks
 from ..models import Finding
 from ..replay.noise import noise_known
-from ..text import ms_text
 from ..thresholds import T
-from ..timeline.intervals import merge
-from ..timeline.names import short_name
 from ._replay_ranks import ReplayRanks, replay_ranks
 from ._slow_rank_text import (
+    DimensionStats,
+    HostOp,
+    LateArrival,
+    LeadUp,
+    NoRecord,
+    OpExcess,
+    ReplayWindow,
+    SlowEntry,
+    SlowTransport,
     arrival_text,
-    host_ops_text,
+    compact,
+    host_cause,
+    name_causes,
     per_step_text,
     replay_cause_text,
     slow_steps_text,
+    window_record,
 )
 from .base import Check, CheckContext, register
+from .evidence import Evidence, Record
 from .gc_pause import fixed_stall
 
 # "free" is judged on the device's idle time in the whole host step (idle_ms): on Ascend the profiler's
@@ -62,28 +71,6 @@ DIMENSIONS = {"compute": "compute_ms", "communication": "comm_not_overlapped_ms"
 # and tail besides the breakdown's free_ms, so a finding must not call that number "free"
 DIMENSION_WORDS = {"compute": "compute", "communication": "communication not overlapped",
                    "free": "device idle (free time plus the step's lead-in and tail)"}
-
-
-@dataclass
-class SlowEntry:
-    rank: int
-    steps: list[int]
-    value_ms: float          # mean value of the dimension over the slow steps
-    median_ms: float         # mean of the per-step medians over the same steps
-    excess_ms: float         # mean excess over the slow steps
-    excess_pct: float        # excess / median, percent
-    impact_ms: float         # excess summed over slow steps / all steps
-    cause: str = ""
-    evidence: dict = field(default_factory=dict)
-
-
-@dataclass
-class DimensionStats:
-    name: str
-    median_ms: float | None
-    spread_pct: float | None   # (max − min) / mean step, percent, worst step (the advisor's measure)
-    slow: list[SlowEntry]
-    fast: list[SlowEntry]      # ranks far below the median (communication: late arrivals)
 
 
 def _robust_outliers(values: dict[int, float], step_ms: float, high: bool) -> dict[int, tuple[float, float]]:
@@ -155,22 +142,7 @@ def _analyse(ctx: CheckContext) -> dict[str, DimensionStats]:
 
         out[dim] = DimensionStats(dim, round(float(np.mean(medians)), 3) if medians else None,
                                   round(max(spreads), 2) if spreads else None, entries(slow_acc), entries(fast_acc))
-    late = {e.rank: e for e in out["communication"].fast}
-    for e in late.values():
-        e.cause = (f"it arrives last at collectives: its communication takes {e.excess_ms:.2f} ms less than the "
-                   f"median rank's {e.median_ms:.2f} ms because the other ranks wait for it")
-    for dim in ("compute", "free"):
-        for e in out[dim].slow:
-            e.cause, e.evidence = (_compute_cause(ctx, e) if dim == "compute" else _free_cause(ctx, e))
-            if e.rank in late:
-                le = late[e.rank]
-                e.evidence["late_arrival"] = {"waits_less_ms": le.excess_ms, "steps": le.steps}
-                e.cause += (f"; it arrives last at collectives (waits {le.excess_ms:.2f} ms less than the median), "
-                            "so the other ranks wait for it")
-    for e in out["communication"].slow:
-        e.cause, e.evidence = _comm_cause(ctx, e, late)
-        # waiting for a late peer is the peer's problem: the finding goes to the late rank's compute/free
-        e.evidence["waiting_only"] = "waits_for" in e.evidence and "slow_transport" not in e.evidence
+    name_causes(ctx, out)
     return out
 
 
@@ -200,85 +172,76 @@ def _arrival(ctx: CheckContext) -> collectives.Arrivals:
 MIN_PCT_BASE_MS = 1.0
 
 
-def _compute_cause(ctx: CheckContext, e: SlowEntry) -> tuple[str, dict]:
-    """Op types whose per-step time on the slow rank exceeds the median of the other ranks most."""
-    steps = e.steps
-    q = ("SELECT rank, coalesce(op_type, name) AS op, sum(dur_ns) / 1e6 AS ms FROM device_ops "
-         f"WHERE category = 'compute' AND step IN ({','.join('?' * len(steps))}) GROUP BY rank, op")
-    df = ctx.sql(q, [int(s) for s in steps])
-    if df.empty:
-        return "compute kernels run longer", {}
-    piv = df.pivot_table(index="op", columns="rank", values="ms", fill_value=0.0) / len(steps)
-    if e.rank not in piv.columns:
-        return "compute kernels run longer", {}
-    others = piv.drop(columns=[e.rank])
-    base = others.median(axis=1) if not others.empty else piv[e.rank] * 0
-    delta = (piv[e.rank] - base).sort_values(ascending=False)
-    top = [(op, round(float(d), 3), round(float(piv.at[op, e.rank]), 3), round(float(base[op]), 3))
-           for op, d in delta.head(3).items() if d > 0]
-    if not top:
-        return "compute kernels run longer", {}
-    text = ", ".join(f"{short_name(op)} +{d:.2f} ms ({v:.2f} against a median of {b:.2f})" for op, d, v, b in top)
-    return f"slower kernels: {text} per step", {"top_ops": [
-        {"op": op, "delta_ms": d, "rank_ms": v, "peer_median_ms": b} for op, d, v, b in top]}
+class Thresholds(Record):
+    """The thresholds a finding was judged by, under its kind's own names (dimension, arrival, replay)."""
+
+    dim_excess_pct: float | None = None
+    min_excess_pct_of_step: float | None = None
+    dixon_alpha: float | None = None
+    sigma: float | None = None
+    min_wait_ms: float | None = None
+    last_share: float | None = None
+    min_recovered_pct_of_step: float | None = None
+    t_alpha: float | None = None
+    robust_z: float | None = None
 
 
-def _free_cause(ctx: CheckContext, e: SlowEntry) -> tuple[str, dict]:
-    """The longest device-idle gap in the worst step and what the host was doing during it."""
-    worst = e.steps[0]
-    w = ctx.sql("SELECT coalesce(device_start_ns, start_ns) AS w0, coalesce(device_end_ns, end_ns) AS w1 "
-                "FROM steps WHERE rank = ? AND step = ?", [e.rank, worst])
-    if w.empty:
-        return "the device idles", {}
-    w0, w1 = int(w.at[0, "w0"]), int(w.at[0, "w1"])
-    ops = ctx.sql("SELECT start_ns, start_ns + dur_ns AS end_ns FROM device_ops WHERE rank = ? "
-                  "AND start_ns < ? AND start_ns + dur_ns > ?", [e.rank, w1, w0])
-    ms, me = merge(np.clip(ops["start_ns"].to_numpy(np.int64), w0, w1), np.clip(ops["end_ns"].to_numpy(np.int64),
-                                                                                   w0, w1))
-    starts = np.concatenate(([w0], me))
-    ends = np.concatenate((ms, [w1]))
-    gaps = ends - starts
-    if gaps.size == 0 or gaps.max() <= 0:
-        return "the device idles between kernels", {}
-    i = int(np.argmax(gaps))
-    g0, g1 = int(starts[i]), int(ends[i])
-    host = ctx.sql("SELECT name, category, greatest(0, least(start_ns + dur_ns, ?) - greatest(start_ns, ?)) / 1e6 "
-                   "AS ms FROM host_ops WHERE rank = ? AND start_ns < ? AND start_ns + dur_ns > ? "
-                   "AND name NOT LIKE 'ProfilerStep#%'", [g1, g0, e.rank, g1, g0])
-    gap_ms = (g1 - g0) / 1e6
-    where = "at the end of" if g1 == w1 else ("at the start of" if g0 == w0 else "in the middle of")
-    ev: dict = {"worst_step": worst, "largest_gap_ms": round(gap_ms, 3), "gap_position": where.replace(" of", "")}
-    if host.empty or host["ms"].sum() < 0.01 * gap_ms:
-        ev["host_activity"] = []
-        return (f"the device idles {ms_text(gap_ms)} {where} step {worst} with no host activity recorded "
-                "(Python GC, I/O, sleep or work outside the profiled threads)"), ev
-    top = host.groupby(["name", "category"], as_index=False)["ms"].sum().sort_values("ms", ascending=False).head(3)
-    ev["host_activity"] = [{"name": n, "category": c, "ms": round(float(m), 3)}
-                           for n, c, m in top.itertuples(index=False)]
-    text = host_ops_text(ev["host_activity"])
-    return f"the device idles {ms_text(gap_ms)} {where} step {worst} while the host runs {text}", ev
+class ArrivalRecord(Record):
+    """A straggler's arrival at matched collectives, on its compute / free / replay finding."""
+
+    matched: int
+    last: int
+    share_last: float
+    wait_caused_per_step_ms: float
+    before_arrival: LeadUp | NoRecord
 
 
-def _comm_cause(ctx: CheckContext, e: SlowEntry, late: dict[int, SlowEntry]) -> tuple[str, dict]:
-    bw = ctx.sql("SELECT rank, transport, sum(size_bytes) / nullif(sum(transit_ns), 0) AS gbps FROM comm_bandwidth "
-                 "WHERE size_bytes > 0 GROUP BY rank, transport")
-    ev: dict = {}
-    if not bw.empty:
-        mine = bw[bw["rank"] == e.rank]
-        for t, g in mine.groupby("transport"):
-            others = bw[(bw["transport"] == t) & (bw["rank"] != e.rank)]["gbps"]
-            if others.empty or g["gbps"].isna().all():
-                continue
-            med = float(others.median())
-            val = float(g["gbps"].iloc[0])
-            if med and val < T.slow_link_ratio.value * med:
-                ev["slow_transport"] = {"transport": t, "gbps": round(val, 3), "peer_median_gbps": round(med, 3)}
-                return f"its {t} bandwidth is {val:.1f} GB/s against {med:.1f} GB/s on the other ranks", ev
-    if late:
-        lr = sorted(late)
-        ev["waits_for"] = lr
-        return f"it waits at collectives for rank(s) {', '.join(map(str, lr))}, which arrive last", ev
-    return "its collectives take longer than on the other ranks", ev
+class SlowRankEvidence(Evidence):
+    """One of three kinds by `dimension`: `replay` (the replay names the rank), `compute` | `communication` |
+    `free` (beyond the median in that dimension; the keys of `CauseParts` say why) or `arrival` (it arrives last
+    at collectives). The keys only some kinds write are optional."""
+
+    primary = "recovered_by_rank"
+    dimension: str
+    # replay
+    measured_ms: float | None = None
+    predicted_ms: float | None = None
+    recovered_ms: float | None = None
+    window: str | None = None
+    before: ReplayWindow | NoRecord | None = None
+    recovered_by_rank: dict[int, float] | None = None   # rank -> ms recovered at its peers' median
+    replay_error_pct: float | None = None
+    noise_tested: bool | None = None
+    # dimension (and the replay's excess of its cause)
+    value_ms: float | None = None
+    median_ms: float | None = None
+    excess_ms: float | None = None
+    spread_pct: float | None = None
+    excess_pct: float | None = None
+    top_ops: list[OpExcess] | None = None
+    worst_step: int | None = None
+    largest_gap_ms: float | None = None
+    gap_position: str | None = None
+    host_activity: list[HostOp] | None = None
+    late_arrival: LateArrival | None = None
+    slow_transport: SlowTransport | None = None
+    waits_for: list[int] | None = None
+    waiting_only: bool | None = None
+    # arrival
+    source: str | None = None
+    matched: int | None = None
+    last: int | None = None
+    share_last: float | None = None
+    wait_caused_ms: float | None = None
+    wait_caused_per_step_ms: float | None = None
+    before_arrival: LeadUp | NoRecord | None = None
+    share_last_by_rank: dict[int, float] | None = None  # rank -> share of its collectives it arrives last at
+    waiting_ranks_named: bool | None = None
+    arrival: ArrivalRecord | None = None                # a replay / compute / free finding of a straggler
+    thresholds: Thresholds
+    # the cause the fixes are chosen by (`_cause`)
+    cause: str | None = None
+    fixed_stall: bool | None = None
 
 
 @register
@@ -303,6 +266,7 @@ class SlowRankCheck(Check):
                    "the most step time (that time is the impact), with what it did in the window it lost it; "
                    "where no step replays, per step and dimension (compute, communication not overlapped, free), "
                    "ranks beyond the median by a robust (MAD) test.")
+    evidence = SlowRankEvidence   # the sentences branch by kind and cause: each finding passes its own
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         if len(ctx.all_ranks) < 2:
@@ -313,27 +277,27 @@ class SlowRankCheck(Check):
             return out + self._dimension_findings(ctx, rr)
         arr = arrival(ctx)
         worst_wait = max((arr.ranks[r].caused_per_step_ms for r in arr.stragglers), default=0.0)
-        out = [f for f in self._dimension_findings(ctx, None)
+        # a straggler named in compute/free keeps one finding, its arrival record as evidence
+        out = [f for f in self._dimension_findings(ctx, None, arr.stragglers)
                if not (arr.stragglers and f.ranks[0] not in arr.stragglers
                        and f.evidence["excess_ms"] < worst_wait)]   # it waits for a straggler
-        # a straggler already named in compute/free keeps one finding, its arrival record as evidence
         for r in arr.stragglers:
-            own = [f for f in out if f.ranks == [r] and f.subject in ("compute", "free")]
-            if not own:
+            if not any(f.ranks == [r] and f.subject in ("compute", "free") for f in out):
                 out.append(self._arrival_finding(ctx, arr, r))
-                continue
-            self._add_arrival(ctx, own[0], r)
         return out
 
-    def _dimension_findings(self, ctx: CheckContext, rr: ReplayRanks | None) -> list[Finding]:
+    def _dimension_findings(self, ctx: CheckContext, rr: ReplayRanks | None,
+                            stragglers: list[int] | None = None) -> list[Finding]:
         """A finding per rank beyond the median in a dimension. With the replay, only for ranks it did not name
         whose move to the median still recovers time, and that time is the impact (a rank slower in compute
-        whose peers have slack costs the job less than its excess)."""
+        whose peers have slack costs the job less than its excess). A straggler's first compute / free finding
+        holds its arrival record."""
         n_steps = Counter(r.rank for r in ctx.breakdown if r.step is not None)
         out: list[Finding] = []
+        pending = set(stragglers or ())   # ranks whose arrival record is still to place
         for dim, stats in analyse(ctx).items():
             for e in stats.slow:
-                if e.evidence.get("waiting_only"):
+                if e.evidence.waiting_only:
                     continue
                 impact, method = e.impact_ms, "excess over the per-step median, summed over slow steps / steps"
                 if rr is not None:
@@ -344,49 +308,53 @@ class SlowRankCheck(Check):
                         continue
                     impact, method = rec.recovered_ms, ("replay: measured step - the step replayed with this rank "
                                                         "at the median of its peers")
-                f = self.finding(
+                ev = SlowRankEvidence(
+                    dimension=dim, value_ms=e.value_ms, median_ms=e.median_ms, excess_ms=e.excess_ms,
+                    spread_pct=stats.spread_pct,
+                    **({"excess_pct": e.excess_pct} if e.median_ms >= MIN_PCT_BASE_MS else {}),
+                    thresholds=Thresholds(dim_excess_pct=T.slow_rank_dim_excess_pct.value,
+                                          min_excess_pct_of_step=T.slow_rank_min_excess_pct.value,
+                                          robust_z=T.slow_rank_robust_z.value),
+                    impact_method=method, **{k: getattr(e.evidence, k) for k in e.evidence.model_fields_set},
+                    **_cause(ctx, e.rank, host_cause(e.evidence)))
+                late = ""
+                if dim in ("compute", "free") and e.rank in pending:
+                    pending.discard(e.rank)
+                    late = _add_arrival(ctx, ev, e.rank)
+                out.append(self.finding(
                     ctx, title=(f"rank {e.rank} is slower in {dim if dim != 'free' else 'device idle'}: "
                                 f"{e.value_ms:.2f} ms against a median of "
                                 f"{e.median_ms:.2f} ms in {slow_steps_text(e.steps)}"),
-                    subject=dim, ranks=[e.rank], steps=e.steps, impact_ms=impact,
-                    evidence={"dimension": dim, "value_ms": e.value_ms, "median_ms": e.median_ms,
-                              "excess_ms": e.excess_ms, "spread_pct": stats.spread_pct,
-                              **({"excess_pct": e.excess_pct} if e.median_ms >= MIN_PCT_BASE_MS else {}),
-                              "thresholds": {"dim_excess_pct": T.slow_rank_dim_excess_pct.value,
-                                             "min_excess_pct_of_step": T.slow_rank_min_excess_pct.value,
-                                             "robust_z": T.slow_rank_robust_z.value},
-                              "impact_method": method, **e.evidence, **_cause(ctx, e.rank, _host_cause(e))},
+                    subject=dim, ranks=[e.rank], steps=e.steps, impact_ms=impact, evidence=ev,
                     message=f"Rank {e.rank} spends {e.value_ms:.2f} ms in {DIMENSION_WORDS[dim]} in "
                             f"{slow_steps_text(e.steps)} "
                             f"against a median of {e.median_ms:.2f} ms, {e.excess_ms:.2f} ms more"
                             + (f"{per_step_text(e.steps, e.impact_ms, n_steps.get(e.rank, 0))}" if rr is None else
                                f"; replayed at the median it would save the job {impact:.2f} ms per step (its "
-                               "peers have slack)") + f": {e.cause}.")
-                out.append(f)
+                               "peers have slack)") + f": {e.cause}." + late))
         return out
 
     def _arrival_finding(self, ctx: CheckContext, arr: collectives.Arrivals, r: int) -> Finding:
-        ra = arr.ranks[r]
-        why = arrival_text(ra)
-        f = self.finding(
+        ra, why = arr.ranks[r], arrival_text(arr.ranks[r])
+        return self.finding(
             ctx, title=(f"rank {r} arrives last at {ra.last} of {ra.matched} collectives; the other ranks wait "
                         f"{ra.caused_per_step_ms:.2f} ms per step for it"),
             subject="arrival", ranks=[r], steps=[s for s in ra.steps if s in set(ctx.steps_of(r))],
             impact_ms=ra.caused_per_step_ms,
-            evidence={"dimension": "arrival", "source": arr.source, "matched": ra.matched, "last": ra.last,
-                      "share_last": ra.share_last, "wait_caused_ms": ra.caused_ms,
-                      "wait_caused_per_step_ms": ra.caused_per_step_ms, "before_arrival": ra.before,
-                      "share_last_by_rank": {str(k): v.share_last for k, v in sorted(arr.ranks.items())
-                                             if v.last}, "waiting_ranks_named": False,
-                      "thresholds": {"dixon_alpha": T.straggler_dixon_alpha.value, "sigma": T.straggler_sigma.value,
-                                     "min_wait_ms": T.straggler_min_wait_ms.value,
-                                     "last_share": T.straggler_last_share.value},
-                      "impact_method": "union of the others' waits before its late arrivals / its steps",
-                      **_cause(ctx, r, ra.before.get("cause") if ra.before else None)},
+            evidence=SlowRankEvidence(
+                dimension="arrival", source=arr.source, matched=ra.matched, last=ra.last, share_last=ra.share_last,
+                wait_caused_ms=ra.caused_ms, wait_caused_per_step_ms=ra.caused_per_step_ms,
+                before_arrival=window_record(ra.before, LeadUp),
+                share_last_by_rank={k: v.share_last for k, v in sorted(arr.ranks.items()) if v.last},
+                waiting_ranks_named=False,
+                thresholds=Thresholds(dixon_alpha=T.straggler_dixon_alpha.value, sigma=T.straggler_sigma.value,
+                                      min_wait_ms=T.straggler_min_wait_ms.value,
+                                      last_share=T.straggler_last_share.value),
+                impact_method="union of the others' waits before its late arrivals / its steps",
+                **_cause(ctx, r, ra.before.get("cause") if ra.before else None)),
             message=(f"Rank {r} arrives last, significantly, at {ra.last} of its {ra.matched} matched collectives "
                      f"({100 * ra.share_last:.0f}%); the other ranks wait {ra.caused_per_step_ms:.2f} ms per step "
                      f"for it" + (f": {why}." if why else ".")))
-        return f
 
     def _replay_findings(self, ctx: CheckContext, rr: ReplayRanks) -> list[Finding]:
         """One finding per rank whose move to the median recovers step time in the replay; impact = that time."""
@@ -396,58 +364,51 @@ class SlowRankCheck(Check):
             b = e.before
             why = replay_cause_text(b, cpu=ctx.vendor(r) == "cpu") if b else ""
             steps = e.steps or [s.step for s in rr.replay.steps if s.step not in rr.replay.abstained_steps]
-            f = self.finding(
+            ev = SlowRankEvidence(
+                dimension="replay", measured_ms=e.measured_ms, predicted_ms=e.predicted_ms,
+                recovered_ms=e.recovered_ms, window=e.window, before=window_record(compact(b), ReplayWindow),
+                **({"excess_ms": b["excess_ms"][b["cause"]]} if b else {}),
+                recovered_by_rank={k: v.recovered_ms for k, v in sorted(rr.by_rank.items())},
+                replay_error_pct=max((x.error_pct for x in rr.replay.steps), default=0.0),
+                thresholds=Thresholds(min_recovered_pct_of_step=T.slow_rank_min_excess_pct.value,
+                                      t_alpha=T.replay_t_alpha.value, robust_z=T.slow_rank_robust_z.value),
+                impact_method="replay: measured step - the step replayed with this rank at the median of its peers, "
+                              "mean over the replayed steps",
+                **_cause(ctx, r, b.get("cause") if b else None))
+            late, noise = _add_arrival(ctx, ev, r), ""
+            if not noise_known(len(rr.replay.steps), len(rr.replay.ranks)):
+                # one or two steps of a few ranks: one of them is always the slower; noise cannot be told
+                ev.noise_tested = False
+                noise = (f" {len(rr.replay.steps)} step(s) of {len(rr.replay.ranks)} ranks cannot tell this from "
+                         "noise: profile 3 or more steps.")
+            out.append(self.finding(
                 ctx, title=(f"rank {r} holds the job back: at its peers' median the step would take "
                             f"{e.predicted_ms:.2f} ms instead of {e.measured_ms:.2f} ms"),
                 subject=_SUBJECT.get(b.get("cause", ""), "compute") if b else "compute", ranks=[r], steps=steps,
-                impact_ms=e.recovered_ms,
-                evidence={"dimension": "replay", "measured_ms": e.measured_ms, "predicted_ms": e.predicted_ms,
-                          "recovered_ms": e.recovered_ms, "window": e.window, "before": _compact(b),
-                          **({"excess_ms": b["excess_ms"][b["cause"]]} if b else {}),
-                          "recovered_by_rank": {str(k): v.recovered_ms for k, v in sorted(rr.by_rank.items())},
-                          "replay_error_pct": max((x.error_pct for x in rr.replay.steps), default=0.0),
-                          "thresholds": {"min_recovered_pct_of_step": T.slow_rank_min_excess_pct.value,
-                                         "t_alpha": T.replay_t_alpha.value, "robust_z": T.slow_rank_robust_z.value},
-                          "impact_method": "replay: measured step - the step replayed with this rank at the median "
-                                           "of its peers, mean over the replayed steps",
-                          **_cause(ctx, r, b.get("cause") if b else None)},
+                impact_ms=e.recovered_ms, evidence=ev, severity="low" if noise else None,
                 message=(f"Rank {r} holds the job back by {e.recovered_ms:.2f} ms per step: replayed at its "
                          f"peers' median, the step takes {e.predicted_ms:.2f} ms, not {e.measured_ms:.2f} ms"
-                         + (f". {why}" if why else "") + "."))
-            self._add_arrival(ctx, f, r)
-            if not noise_known(len(rr.replay.steps), len(rr.replay.ranks)):
-                # one or two steps of a few ranks: one of them is always the slower; noise cannot be told
-                f.severity = "low"
-                f.evidence["noise_tested"] = False
-                f.message += (f" {len(rr.replay.steps)} step(s) of {len(rr.replay.ranks)} ranks cannot tell this "
-                              "from noise: profile 3 or more steps.")
-            out.append(f)
+                         + (f". {why}" if why else "") + "." + late + noise)))
         return out
 
-    @staticmethod
-    def _add_arrival(ctx: CheckContext, f: Finding, r: int) -> None:
-        """A straggler's arrival record (who arrives last at matched collectives) as evidence of its finding."""
-        arr = arrival(ctx)
-        ra = arr.ranks.get(r)
-        if ra is None or not ra.last:
-            return
-        f.evidence["arrival"] = {"matched": ra.matched, "last": ra.last, "share_last": ra.share_last,
-                                 "wait_caused_per_step_ms": ra.caused_per_step_ms,
-                                 "before_arrival": ra.before}
-        why = arrival_text(ra)
-        f.message += (f" It arrives last at {ra.last} of {ra.matched} collectives; the other ranks wait "
-                      f"{ra.caused_per_step_ms:.2f} ms per step for it" + (f": {why}." if why else "."))
+
+def _add_arrival(ctx: CheckContext, ev: SlowRankEvidence, r: int) -> str:
+    """A straggler's arrival record (who arrives last at matched collectives) as evidence of its finding, and
+    the sentence its message ends with ("" and no record where it never arrives last)."""
+    ra = arrival(ctx).ranks.get(r)
+    if ra is None or not ra.last:
+        return ""
+    ev.arrival = ArrivalRecord(matched=ra.matched, last=ra.last, share_last=ra.share_last,
+                               wait_caused_per_step_ms=ra.caused_per_step_ms,
+                               before_arrival=window_record(ra.before, LeadUp))
+    why = arrival_text(ra)
+    return (f" It arrives last at {ra.last} of {ra.matched} collectives; the other ranks wait "
+            f"{ra.caused_per_step_ms:.2f} ms per step for it" + (f": {why}." if why else "."))
 
 
 # the replay's cause, in the dimension vocabulary of slow-rank's subjects: time in compute kernels or host ops
 # is compute; a host stall or the data loader leaves the device (or the step) free
 _SUBJECT = {"compute_kernels": "compute", "host_ops": "compute", "untraced": "free", "data_loading": "free"}
-
-
-def _compact(parts: dict) -> dict:
-    """A window's parts as evidence: the cause, the excess per part and the two window lengths (each side's
-    per-part times follow from them and stay with `explain`)."""
-    return {k: v for k, v in parts.items() if k not in ("rank_ms", "peer_median_ms")}
 
 
 def _cause(ctx: CheckContext, rank: int, cause: str | None) -> dict:
@@ -457,14 +418,3 @@ def _cause(ctx: CheckContext, rank: int, cause: str | None) -> dict:
     if cause is None:
         return {}
     return {"cause": cause, "fixed_stall": cause == "untraced" and fixed_stall(ctx, rank) is not None}
-
-
-def _host_cause(e: SlowEntry) -> str | None:
-    """A dimension finding's cause from what the host did in the slow gap: nothing (untraced) or the loader."""
-    host = e.evidence.get("host_activity")
-    if host == []:
-        return "untraced"
-    if host and any(h.get("category") == "dataloader" or "dataloader" in str(h.get("name", "")).lower()
-                    for h in host[:1]):
-        return "data_loading"
-    return None

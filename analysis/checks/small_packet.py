@@ -38,16 +38,42 @@ from ._common import (
     n_steps,
     placeholders,
     ranks_and_steps,
-    ranks_text,
     series_sum,
     step_list,
-    steps_text,
     worst_rank,
 )
 from .base import Check, CheckContext, register
+from .evidence import Entry, Evidence, Record
 
 MIB = float(1 << 20)
 GPU_VENDORS = ("cuda", "rocm")
+
+
+class StepPackets(Record):
+    ops: int
+    small_ops: int
+
+
+class SmallPacketRank(Entry):
+    weighs_by = "small_ms_per_step"
+    ops: int
+    small_ops: int
+    small_ratio: float
+    # the median small size in the transport's unit: MB on Ascend, MiB on GPUs (one of the two is set)
+    median_small_size_mb: float | None = None
+    median_small_size_mib: float | None = None
+    small_ms_per_step: float
+    steps: list[int]
+    by_step: dict[str, StepPackets]   # step -> counts
+
+
+class SmallPacketEvidence(Evidence):
+    threshold_bytes: float
+    threshold: str
+    threshold_ratio: float
+    per_rank: dict[int, SmallPacketRank]
+    impact_method: str = ("Σ time of the small transfers per step, worst rank; upper bound of the saving from "
+                          "fewer, larger transfers")
 
 
 def _limits() -> dict[str, tuple[float, str]]:
@@ -73,6 +99,14 @@ class SmallPacketCheck(Check):
         'Ranks where more than {small_packet_ratio:.0%} of the SDMA ops move < {small_packet_sdma_mb} MB (RDMA < '
         '{small_packet_rdma_mb} MB), from communication.json, or of the NCCL collectives move <= '
         '{nccl_small_msg_mb} MiB (Kineto); impact = time of those small transfers.'
+    )
+    evidence = SmallPacketEvidence
+    title_template = "{worst.small_ratio:.0%} of {transport} ops move {cmp} {lim:g} {unit} on {ranks}"
+    message_template = (
+        "{Ranks}: more than {small_packet_ratio:.0%} of the {transport} ops move {cmp} {lim:g} {unit} in {steps}; "
+        "on rank {worst_rank} {worst.small_ops} of {worst.ops} ({worst.small_ratio:.0%}, median {size:g} {unit}) "
+        "taking {ms:.2f} ms per step. Larger buckets / gradient accumulation / fused optimizers send fewer, larger "
+        "messages."
     )
 
     def applicable_ranks(self, ctx: CheckContext) -> list[int]:
@@ -156,37 +190,18 @@ class SmallPacketCheck(Check):
         rank_w, ms_w = worst_rank(lost)
         w = per_rank[rank_w]
         rk, st = ranks_and_steps(per_rank)
-        size = w["median_small_size_" + unit.lower()]
-        cmp = "<" if strict else "<="
-        lim = limit / unit_bytes
+        size = w.median_small_size_mb if unit == "MB" else w.median_small_size_mib
         return self.finding(
-            ctx,
-            title=f"{w['small_ratio']:.0%} of {transport} ops move {cmp} {lim:g} {unit} on {ranks_text(rk)}",
-            subject=transport,
-            ranks=rk,
-            steps=st,
-            impact_ms=ms_w,
-            impact_rank=rank_w,
-            severity="low",
-            evidence={
-                "threshold_bytes": limit,
-                "threshold": thr_name,
-                "threshold_ratio": ratio_thr,
-                "per_rank": {str(r): v for r, v in sorted(per_rank.items())},
-                "impact_method": "Σ time of the small transfers per step, worst rank; upper bound of the "
-                "saving from fewer, larger transfers",
-            },
-            message=(
-                f"{ranks_text(rk).capitalize()}: more than {ratio_thr:.0%} of the {transport} ops move "
-                f"{cmp} {lim:g} {unit} in {steps_text(st)}; on rank {rank_w} {w['small_ops']} of "
-                f"{w['ops']} ({w['small_ratio']:.0%}, median {size:g} {unit}) taking {ms_w:.2f} ms per step. "
-                "Larger buckets / gradient accumulation / fused optimizers send fewer, larger messages."
-            ),
+            ctx, subject=transport, ranks=rk, steps=st, impact_ms=ms_w, impact_rank=rank_w, severity="low",
+            evidence=SmallPacketEvidence(threshold_bytes=limit, threshold=thr_name, threshold_ratio=ratio_thr,
+                                         per_rank=dict(sorted(per_rank.items()))),
+            words={"transport": transport, "cmp": "<" if strict else "<=", "lim": limit / unit_bytes, "unit": unit,
+                   "size": size, "ms": ms_w},
         )
 
 
 def _small_by_rank(ops: pd.DataFrame, steps: dict[int, list[int]], limit: float, *, strict: bool, unit: str,
-                   unit_bytes: float) -> tuple[dict[int, dict], dict[int, float]]:
+                   unit_bytes: float) -> tuple[dict[int, SmallPacketRank], dict[int, float]]:
     """(rank -> evidence, rank -> ms per step of its small transfers) for the ranks where more than
     T.small_packet_ratio of the ops move less than `limit` bytes (at most, unless `strict`)."""
     ratio_thr = T.small_packet_ratio.value
@@ -196,7 +211,7 @@ def _small_by_rank(ops: pd.DataFrame, steps: dict[int, list[int]], limit: float,
     step_all = float_steps(ops["step"])
     # ranks split by one stable sort, not a groupby and frame slices per rank (per-rank pandas overhead)
     order, slices = by_rank(ops["rank"].to_numpy())
-    per_rank: dict[int, dict] = {}
+    per_rank: dict[int, SmallPacketRank] = {}
     lost: dict[int, float] = {}
     for r, i, j in slices:
         rows = order[i:j]
@@ -213,16 +228,17 @@ def _small_by_rank(ops: pd.DataFrame, steps: dict[int, list[int]], limit: float,
         by_step, idx = np.unique(st[known], return_inverse=True)
         counts = np.bincount(idx, minlength=len(by_step))
         smalls = np.bincount(idx, weights=is_small[known], minlength=len(by_step))
-        per_rank[r] = {
-            "ops": int(j - i),
-            "small_ops": n_small,
-            "small_ratio": round(ratio, 4),
-            "median_small_size_" + unit.lower(): round(float(np.median(size[small])) / unit_bytes, 4),
-            "small_ms_per_step": round(lost[r], 4),
-            "steps": step_list(step_all[small]),
-            "by_step": {
-                str(int(s)): {"ops": int(c), "small_ops": int(m)}
+        median = round(float(np.median(size[small])) / unit_bytes, 4)
+        per_rank[r] = SmallPacketRank(
+            ops=int(j - i),
+            small_ops=n_small,
+            small_ratio=round(ratio, 4),
+            **{"median_small_size_" + unit.lower(): median},
+            small_ms_per_step=round(lost[r], 4),
+            steps=step_list(step_all[small]),
+            by_step={
+                str(int(s)): StepPackets(ops=int(c), small_ops=int(m))
                 for s, c, m in zip(by_step, counts, smalls, strict=True)
             },
-        }
+        )
     return per_rank, lost

@@ -28,6 +28,34 @@ from ..text import span_text
 from ..thresholds import T
 from ._replay_stages import stage_replay
 from .base import Check, CheckContext, register
+from .evidence import Evidence, Record
+
+
+class StageCompute(Record):
+    stage: int            # 1-based
+    ranks: list[int]
+    compute_ms: float     # the median of its ranks' compute per step
+
+
+class StageImbalanceEvidence(Evidence):
+    """A heavy pipeline stage (`stages` ... `stage_count`), or without known stages the heavy and light rank
+    groups (`heavy_ranks` ... `step_ms`)."""
+
+    primary = "compute_ms"
+    stages: list[StageCompute] | None = None
+    heavy_stage: int | None = None
+    lightest_stage: int | None = None
+    heavy_ranks: list[int] | None = None
+    light_ranks: list[int] | None = None
+    compute_ms: dict[int, float] | None = None   # rank -> median compute ms per step (rank groups)
+    gap_ms: float
+    gap_pct: float | None = None
+    step_ms: float | None = None
+    stage_source: str | None   # None: no stage is known (rank groups)
+    compute_source: str | None = None
+    stage_count: int | None = None
+    threshold_pct: float
+    replay_error_pct: float | None = None
 
 
 def stage_compute(ctx: CheckContext, stages: dict[int, int]) -> tuple[dict[int, float], str]:
@@ -61,6 +89,15 @@ class StageImbalanceCheck(Check):
     description = ("Groups ranks into pipeline stages (MindSpore cluster files, pipeline process groups, send/recv "
                    "partners) and names the stage whose compute per step clearly exceeds the lightest stage's; "
                    "where the replay holds, the impact is the step time saved with that stage balanced.")
+    evidence = StageImbalanceEvidence
+    # a heavy stage; rank groups without known stages (`_unstaged`) pass their own sentences
+    title_template = ("pipeline stage {heavy_stage} of {stage_count} computes {heavy_ms:.1f} ms per step against "
+                      "{light_ms:.1f} ms on stage {lightest_stage} (+{gap:.1f} ms)")
+    message_template = (
+        "Pipeline stage {heavy_stage} of {stage_count} (ranks {stage_ranks}) computes {heavy_ms:.1f} ms per step, "
+        "the lightest stage {lightest_stage} {light_ms:.1f} ms: the other stages wait about {gap:.1f} ms per step "
+        "for it in send/receive.{saved} Rebalance the layers per stage: {where}."
+    )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         if len(ctx.all_ranks) < 2:
@@ -105,23 +142,19 @@ class StageImbalanceCheck(Check):
                  if last else ("it is the first stage, which also holds the embedding: give it fewer layers"
                                if heavy == 0 else "move layers from it to the lighter stages"))
         ranks = members[heavy]
-        per_stage = [{"stage": s + 1, "ranks": members[s], "compute_ms": round(comp[s], 3)} for s in sorted(comp)]
         saved = (f" Replayed with stage {heavy + 1} doing the median work of the others, the step would take "
                  f"{impact:.1f} ms less." if rp is not None else "")
         return self.finding(
-            ctx, title=(f"pipeline stage {heavy + 1} of {n} computes {comp[heavy]:.1f} ms per step against "
-                        f"{comp[light]:.1f} ms on stage {light + 1} (+{gap:.1f} ms)"),
-            subject=f"stage {heavy + 1} of {n}", ranks=ranks, impact_ms=impact,
-            evidence={"stages": per_stage, "heavy_stage": heavy + 1, "lightest_stage": light + 1,
-                      "gap_ms": round(gap, 3), "gap_pct": round(100.0 * gap / comp[light], 1),
-                      "stage_source": how, "compute_source": src, "stage_count": n,
-                      "threshold_pct": T.stage_imbalance_pct.value,
-                      **({"replay_error_pct": round(rp.error_pct, 3)} if rp is not None else {}),
-                      "impact_method": method},
-            message=(f"Pipeline stage {heavy + 1} of {n} (ranks {', '.join(map(str, ranks))}) computes "
-                     f"{comp[heavy]:.1f} ms per step, the lightest stage {light + 1} {comp[light]:.1f} ms: the "
-                     f"other stages wait about {gap:.1f} ms per step for it in send/receive.{saved} Rebalance the "
-                     f"layers per stage: {where}."))
+            ctx, subject=f"stage {heavy + 1} of {n}", ranks=ranks, impact_ms=impact,
+            evidence=StageImbalanceEvidence(
+                stages=[StageCompute(stage=int(s) + 1, ranks=members[s], compute_ms=round(comp[s], 3))
+                        for s in sorted(comp)],
+                heavy_stage=int(heavy) + 1, lightest_stage=int(light) + 1, gap_ms=round(gap, 3),
+                gap_pct=round(100.0 * gap / comp[light], 1), stage_source=how, compute_source=src,
+                stage_count=int(n), threshold_pct=T.stage_imbalance_pct.value,
+                **({"replay_error_pct": round(rp.error_pct, 3)} if rp is not None else {}), impact_method=method),
+            words={"heavy_ms": comp[heavy], "light_ms": comp[light], "gap": gap, "saved": saved, "where": where,
+                   "stage_ranks": ", ".join(map(str, ranks))})
 
     def _unstaged(self, ctx: CheckContext) -> list[Finding]:
         """No stage is known: ranks whose steps take the same time but whose compute splits into two groups
@@ -136,10 +169,11 @@ class StageImbalanceCheck(Check):
             ctx, title=(f"ranks {span_text(heavy)} compute {hv:.1f} ms per step against {lv:.1f} ms on ranks "
                         f"{span_text(light)} at the same step time"),
             subject="rank group", ranks=heavy, impact_ms=gap,
-            evidence={"heavy_ranks": heavy, "light_ranks": light, "compute_ms": {r: round(v, 3) for r, v in comp.items()},
-                      "gap_ms": round(gap, 3), "step_ms": round(step, 3), "stage_source": None,
-                      "threshold_pct": T.stage_imbalance_pct.value,
-                      "impact_method": "median compute per step of the heavy ranks minus the light ranks'"},
+            evidence=StageImbalanceEvidence(
+                heavy_ranks=heavy, light_ranks=light, compute_ms={r: round(v, 3) for r, v in comp.items()},
+                gap_ms=round(gap, 3), step_ms=round(step, 3), stage_source=None,
+                threshold_pct=T.stage_imbalance_pct.value,
+                impact_method="median compute per step of the heavy ranks minus the light ranks'"),
             message=(f"Ranks {span_text(heavy)} compute {hv:.1f} ms per step and ranks {span_text(light)} {lv:.1f} ms, yet "
                      f"every rank's step takes {step:.1f} ms: the light ranks wait about {gap:.1f} ms per step for "
                      "the heavy ones in communication. The profile names no pipeline stages; if these are stages, "

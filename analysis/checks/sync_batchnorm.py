@@ -20,7 +20,7 @@ That is what replacing SyncBatchNorm with BatchNorm (or a fused version) removes
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
@@ -37,13 +37,12 @@ from ._common import (
     placeholders,
     rank_slices,
     ranks_and_steps,
-    ranks_text,
     step_windows,
-    steps_text,
     window_counts,
     worst_share,
 )
 from .base import Check, CheckContext, register
+from .evidence import Entry, Evidence
 
 GATHER_STATS = "aten::batch_norm_gather_stats_with_counts"
 # marker kinds in name order: the order pandas gave the per-kind columns, so ties pick the same marker
@@ -61,6 +60,27 @@ def marker_kind(name: str) -> str | None:
     if low == GATHER_STATS:
         return GATHER_STATS
     return None
+
+
+class SyncBatchNormRank(Entry):
+    weighs_by = "impact_ms_per_step"
+    steps: list[int]
+    calls_per_affected_step: float
+    steps_analysed: int
+    max_calls_in_a_step: int
+    marker: str
+    host_ms_per_step: float
+    collective_ms_per_step: float
+    impact_ms_per_step: float
+    by_step: dict[str, int]   # step -> SyncBatchNorm calls
+
+
+class SyncBatchNormEvidence(Evidence):
+    threshold_calls_per_step: int | float
+    per_rank: dict[int, SyncBatchNormRank]
+    rule: str = "msprof-analyze syncbn (fixed high priority)"
+    impact_method: str = ("host time inside SyncBatchNorm calls + device time of the collectives launched from "
+                          "them, per step, mean over kept steps, worst rank")
 
 
 @register
@@ -81,6 +101,13 @@ class SyncBatchNormCheck(Check):
         'Counts SyncBatchNorm calls per step on every rank (host ops named SyncBatchNorm, nn.Module: '
         'SyncBatchNorm*, or aten::batch_norm_gather_stats_with_counts); >= {syncbn_count} per step is an issue '
         '(msprof-analyze syncbn, fixed high). Impact: their host time plus their collectives.'
+    )
+    evidence = SyncBatchNormEvidence
+    title_template = "SyncBatchNorm runs {worst.calls_per_affected_step:g} times per step"
+    message_template = (
+        "SyncBatchNorm runs {worst.calls_per_affected_step:g} times per step (>= {syncbn_count:g}) on {ranks} "
+        "({steps}); each call gathers statistics across ranks, which slows dispatch and adds small collectives "
+        "({ms} ms per step on rank {worst_rank}). Use BatchNorm unless cross-rank statistics are required."
     )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
@@ -105,7 +132,7 @@ class SyncBatchNormCheck(Check):
         counts = _step_counts(rank, step, kind)
         thr = T.syncbn_count.value
         n_windows = window_counts(windows)
-        per_rank: dict[int, dict[str, Any]] = {}
+        per_rank: dict[int, SyncBatchNormRank] = {}
         launches: dict[int, tuple[np.ndarray, np.ndarray]] | None = None
         for r, (st, per_step, totals) in counts.items():
             hit = per_step >= thr
@@ -117,35 +144,27 @@ class SyncBatchNormCheck(Check):
             i, j = rows[r]
             host_ns, comm_ns = self._cost(start[i:j], end[i:j], launches.get(r))
             fired = per_step[hit]
-            per_rank[r] = {
-                "steps": [int(s) for s in st[hit]],
+            per_rank[r] = SyncBatchNormRank(
+                steps=[int(s) for s in st[hit]],
                 # pandas' mean of the int counts: a float64 sum divided by the count
-                "calls_per_affected_step": round(float(fired.sum(dtype=np.float64) / np.float64(fired.size)), 2),
-                "steps_analysed": n,
-                "max_calls_in_a_step": int(per_step.max()),
+                calls_per_affected_step=round(float(fired.sum(dtype=np.float64) / np.float64(fired.size)), 2),
+                steps_analysed=n,
+                max_calls_in_a_step=int(per_step.max()),
                 # the first marker (in name order) with the most calls, as idxmax over the sorted kinds gives
-                "marker": KINDS[int(np.argmax(totals))],
-                "host_ms_per_step": round(host_ns / NS_PER_MS / n, 4),
-                "collective_ms_per_step": round(comm_ns / NS_PER_MS / n, 4),
-                "impact_ms_per_step": round((host_ns + comm_ns) / NS_PER_MS / n, 4),
-                "by_step": {str(int(s)): int(c) for s, c in zip(st, per_step, strict=True)},
-            }
+                marker=KINDS[int(np.argmax(totals))],
+                host_ms_per_step=round(host_ns / NS_PER_MS / n, 4),
+                collective_ms_per_step=round(comm_ns / NS_PER_MS / n, 4),
+                impact_ms_per_step=round((host_ns + comm_ns) / NS_PER_MS / n, 4),
+                by_step={str(int(s)): int(c) for s, c in zip(st, per_step, strict=True)},
+            )
         if not per_rank:
             return []
-        rank_w, ms_w = worst_share(ctx, {r: v["impact_ms_per_step"] for r, v in per_rank.items()})
+        rank_w, ms_w = worst_share(ctx, {r: v.impact_ms_per_step for r, v in per_rank.items()})
         rk, steps_seen = ranks_and_steps(per_rank)
-        e = per_rank[rank_w] if rank_w is not None else {}
         return [self.finding(
-            ctx, title=f"SyncBatchNorm runs {e.get('calls_per_affected_step', 0):g} times per step", subject="SyncBatchNorm",
-            ranks=rk, steps=steps_seen, impact_ms=ms_w, impact_rank=rank_w, severity="high",
-            evidence={"threshold_calls_per_step": thr, "per_rank": {str(r): v for r, v in per_rank.items()},
-                      "rule": "msprof-analyze syncbn (fixed high priority)",
-                      "impact_method": "host time inside SyncBatchNorm calls + device time of the collectives "
-                                       "launched from them, per step, mean over kept steps, worst rank"},
-            message=(f"SyncBatchNorm runs {e.get('calls_per_affected_step', 0):g} times per step (>= {thr:g}) on "
-                     f"{ranks_text(rk)} ({steps_text(steps_seen)}); each call gathers statistics across ranks, "
-                     f"which slows dispatch and adds small collectives ({fmt_ms(ms_w or 0)} ms per step on rank "
-                     f"{rank_w}). Use BatchNorm unless cross-rank statistics are required."))]
+            ctx, subject="SyncBatchNorm", ranks=rk, steps=steps_seen, impact_ms=ms_w, impact_rank=rank_w,
+            severity="high", evidence=SyncBatchNormEvidence(threshold_calls_per_step=thr, per_rank=per_rank),
+            words={"ms": fmt_ms(ms_w or 0)})]
 
     @staticmethod
     def _comm_launches(ctx: CheckContext, ranks: list[int]) -> dict[int, tuple[np.ndarray, np.ndarray]]:

@@ -52,15 +52,59 @@ from ._common import (
     rank_batches,
     rank_ordered,
     rank_slices,
-    ranks_text,
     step_windows,
-    steps_text,
     worst_share,
 )
 from .base import Check, CheckContext, register
+from .evidence import Entry, Evidence, Record
 
 ASCEND_LAUNCH = "Node@launch"
 ASCEND_SYNC = "AscendCL@aclrtSynchronizeStream"
+
+
+class AscendSyncStep(Record):
+    blocked_ms: float
+    device_idle_ms: float
+
+
+class GpuSyncStep(Record):
+    syncs: int
+    blocked_ms: float
+    device_idle_after_ms: float
+
+
+class SyncTrigger(Record):
+    trigger: str | None
+    outer_trigger: str | None
+    source: str | None
+    calls: int
+
+
+class SyncRank(Entry):
+    weighs_by = "impact_ms_per_step"
+    steps: list[int]
+    launches: int
+    syncs: int
+    syncs_right_after_launch: int
+    co_occurrence_ratio: float
+    syncs_after_launch_per_step: float
+    blocked_ms_per_step: float
+    impact_ms_per_step: float
+    by_step: dict[str, AscendSyncStep | GpuSyncStep]   # step -> its syncs (Ascend: only steps with blocked time)
+    syncs_leaving_device_idle_per_step: float | None = None   # GPU
+    triggers: list[SyncTrigger] | None = None                 # GPU: the commonest five
+    launch_blocking_env: dict[str, str] | None = None         # where the recorded environment sets one
+
+
+class SyncStreamEvidence(Evidence):
+    rule: str
+    launch_blocking: bool
+    per_rank: dict[int, SyncRank]
+    threshold_co_occurrence: float | None = None                      # Ascend
+    threshold_device_idle_after_ms_per_step: float | None = None      # GPU, with the severity rule's parts
+    severity_share_pct: float | None = None
+    severity_basis: str | None = None
+    threshold_syncs_per_step_for_medium: int | float | None = None
 
 
 @register
@@ -84,12 +128,19 @@ class SyncStreamCheck(Check):
         'trigger operator and source frame; severity against the unprofiled step, at least medium from '
         '{sync_idle_count} such syncs per step.'
     )
+    evidence = SyncStreamEvidence
+    title_template = "Host synchronizes the stream after launches on {ranks}"
+    message_template = (
+        "On {ranks} ({steps}) {what}{cause}: the host waits for every kernel and the device idles while the host "
+        "prepares the next one; up to {ms} ms per step (host blocked in syncs {worst.blocked_ms_per_step:.3g} ms "
+        "per step)."
+    )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         windows = step_windows(ctx, ranks)
         env = blocking_env(ctx, ranks)
         # subject (sync API) -> rank -> stats
-        found: dict[str, dict[int, dict[str, Any]]] = {}
+        found: dict[str, dict[int, SyncRank]] = {}
         # windows are ordered by rank, step: cut them once instead of a boolean filter per rank
         wr = windows["rank"].to_numpy(dtype=np.int64)
         w_cols = {k: windows[k].to_numpy() for k in ("step", "start_ns", "end_ns")}
@@ -110,7 +161,7 @@ class SyncStreamCheck(Check):
                     continue
                 subject, st = stats
                 if env.get(rank):
-                    st["launch_blocking_env"] = env[rank]
+                    st.launch_blocking_env = env[rank]
                 found.setdefault(subject, {})[rank] = st
             del calls, marks
         out: list[Finding] = []
@@ -169,7 +220,7 @@ class SyncStreamCheck(Check):
 
     def _rank(self, ctx: CheckContext, rank: int, w: dict[str, np.ndarray], ascend: bool,
               ev: dict[str, np.ndarray], marks: tuple[np.ndarray, np.ndarray, np.ndarray] | None
-              ) -> tuple[str, dict[str, Any]] | None:
+              ) -> tuple[str, SyncRank] | None:
         # numpy columns instead of a frame; the step and name tests come from `_marks`
         if marks is None:
             return None
@@ -214,28 +265,28 @@ class SyncStreamCheck(Check):
                 return None
             fired, subject, impact = res
         n = max(len(steps), 1)
-        return subject, {
-            "steps": fired,
-            "launches": n_launch, "syncs": n_sync, "syncs_right_after_launch": n_pair,
-            "co_occurrence_ratio": round(ratio, 4),
-            "syncs_after_launch_per_step": round(float(after_launch.sum()) / n, 2),
-            "blocked_ms_per_step": round(float(sum(blocked.values())) / NS_PER_MS / n, 4),
+        return subject, SyncRank(
+            steps=fired, launches=n_launch, syncs=n_sync, syncs_right_after_launch=n_pair,
+            co_occurrence_ratio=round(ratio, 4),
+            syncs_after_launch_per_step=round(float(after_launch.sum()) / n, 2),
+            blocked_ms_per_step=round(float(sum(blocked.values())) / NS_PER_MS / n, 4),
             **impact,
-        }
+        )
 
     @staticmethod
     def _ascend_impact(ctx: CheckContext, rank: int, w: dict[str, np.ndarray], steps: list[int],
                        blocked: dict[int, int]) -> dict[str, Any]:
-        """Ascend: per step min(host time blocked after launches, device idle in the step)."""
+        """Ascend: per step min(host time blocked after launches, device idle in the step): the SyncRank fields
+        of the impact."""
         idle_ns = DeviceTimeline.of(ctx, rank).idle(w["start_ns"].astype(np.int64), w["end_ns"].astype(np.int64))
-        per_step: dict[str, dict[str, float]] = {}
+        per_step: dict[str, AscendSyncStep] = {}
         impact_ns: list[float] = []
         for step, idle_i in zip(steps, idle_ns.tolist(), strict=True):
             b = float(blocked.get(step, 0))
             impact_ns.append(min(b, float(idle_i)))
             if b > 0:
-                per_step[str(step)] = {"blocked_ms": round(b / NS_PER_MS, 4),
-                                       "device_idle_ms": round(float(idle_i) / NS_PER_MS, 4)}
+                per_step[str(step)] = AscendSyncStep(blocked_ms=round(b / NS_PER_MS, 4),
+                                                     device_idle_ms=round(float(idle_i) / NS_PER_MS, 4))
         n = max(len(steps), 1)
         return {"impact_ms_per_step": round(float(np.sum(impact_ns)) / NS_PER_MS / n, 4), "by_step": per_step}
 
@@ -244,7 +295,8 @@ class SyncStreamCheck(Check):
                   after_launch: np.ndarray) -> tuple[list[int], str, dict[str, Any]] | None:
         """GPU: the device idle each synchronize leaves behind (from its return to the next device op, inside
         its step's host window; 0 when the device is still busy), per step; the steps where that idle is
-        >= T.sync_idle_ms fire. The subject is the sync API with the most such idle; triggers are counted."""
+        >= T.sync_idle_ms fire. The subject is the sync API with the most such idle; triggers are counted.
+        Returns (fired steps, subject, the SyncRank fields of the impact)."""
         idx = np.flatnonzero(after_launch)
         if idx.size == 0:
             return None
@@ -262,18 +314,18 @@ class SyncStreamCheck(Check):
         other = union_of((coll.s, coll.e), (stalls.s, stalls.e))
         taken = other.within(end, end + idle) if other.s.size else np.zeros(idx.size, np.int64)
         idle = np.maximum(idle - taken, 0)
-        per_step: dict[str, dict[str, float]] = {}
+        per_step: dict[str, GpuSyncStep] = {}
         by_api: dict[str, int] = {}
         names = ev["name"][idx]
         for st, nm, b, i in zip(step_of.tolist(), names.tolist(), ev["dur_ns"][idx].tolist(), idle.tolist(),
                                 strict=True):
-            d = per_step.setdefault(str(st), {"syncs": 0, "blocked_ms": 0.0, "device_idle_after_ms": 0.0})
-            d["syncs"] += 1
-            d["blocked_ms"] = round(d["blocked_ms"] + b / NS_PER_MS, 4)
-            d["device_idle_after_ms"] = round(d["device_idle_after_ms"] + i / NS_PER_MS, 4)
+            d = per_step.setdefault(str(st), GpuSyncStep(syncs=0, blocked_ms=0.0, device_idle_after_ms=0.0))
+            d.syncs += 1
+            d.blocked_ms = round(d.blocked_ms + b / NS_PER_MS, 4)
+            d.device_idle_after_ms = round(d.device_idle_after_ms + i / NS_PER_MS, 4)
             by_api[str(nm)] = by_api.get(str(nm), 0) + int(i)
         thr = T.sync_idle_ms.value
-        fired = [s for s in steps if per_step.get(str(s), {}).get("device_idle_after_ms", 0.0) >= thr]
+        fired = [s for s in steps if (per_step[str(s)].device_idle_after_ms if str(s) in per_step else 0.0) >= thr]
         if not fired:
             return None
         n = max(len(steps), 1)
@@ -295,7 +347,7 @@ class SyncStreamCheck(Check):
         return Coverage(s, s + d)
 
     @staticmethod
-    def _triggers(ctx: CheckContext, rank: int, ev: dict[str, np.ndarray], idx: np.ndarray) -> list[dict[str, Any]]:
+    def _triggers(ctx: CheckContext, rank: int, ev: dict[str, np.ndarray], idx: np.ndarray) -> list[SyncTrigger]:
         """Counts of (trigger operator, source line) over the given synchronize calls, most frequent first."""
         if idx.size == 0:
             return []
@@ -312,30 +364,29 @@ class SyncStreamCheck(Check):
         for f in found:
             k = (f["trigger"], f["outer_trigger"], f["source"])
             counts[k] = counts.get(k, 0) + 1
-        return [{"trigger": t, "outer_trigger": o, "source": src, "calls": c}
+        return [SyncTrigger(trigger=t, outer_trigger=o, source=src, calls=c)
                 for (t, o, src), c in sorted(counts.items(), key=lambda kv: -kv[1])][:5]
 
-    def _finding(self, ctx: CheckContext, subject: str, per_rank: dict[int, dict[str, Any]]) -> Finding:
+    def _finding(self, ctx: CheckContext, subject: str, per_rank: dict[int, SyncRank]) -> Finding:
         ascend = subject == ASCEND_SYNC
-        rank_w, ms_w = worst_share(ctx, {r: v["impact_ms_per_step"] for r, v in per_rank.items()})
+        rank_w, ms_w = worst_share(ctx, {r: v.impact_ms_per_step for r, v in per_rank.items()})
         rk = sorted(per_rank)
-        steps_seen = sorted({s for v in per_rank.values() for s in v["steps"]})
-        e = per_rank[rank_w] if rank_w is not None else {}
-        env = sorted({f"{k}={v}" for st in per_rank.values() for k, v in (st.get("launch_blocking_env") or {}).items()})
+        steps_seen = sorted({s for v in per_rank.values() for s in v.steps})
+        e = per_rank[rank_w] if rank_w is not None else next(iter(per_rank.values()))
+        env = sorted({f"{k}={v}" for st in per_rank.values() for k, v in (st.launch_blocking_env or {}).items()})
         cause = f" ({', '.join(env)} is set)" if env else ""
         if ascend:
-            what = (f"{e['syncs_right_after_launch']} of {e['launches']} Node@launch calls are immediately followed "
-                    f"by aclrtSynchronizeStream on rank {rank_w} (co-occurrence {e['co_occurrence_ratio']:.2f} > "
+            what = (f"{e.syncs_right_after_launch} of {e.launches} Node@launch calls are immediately followed "
+                    f"by aclrtSynchronizeStream on rank {rank_w} (co-occurrence {e.co_occurrence_ratio:.2f} > "
                     f"{T.sync_co_occurrence.value:g})")
-            rule = {"threshold_co_occurrence": T.sync_co_occurrence.value,
-                    "rule": "msprof-analyze synchronize_stream (fixed high priority)"}
+            rule: dict[str, Any] = {"threshold_co_occurrence": T.sync_co_occurrence.value,
+                                    "rule": "msprof-analyze synchronize_stream (fixed high priority)"}
         else:
-            trig = (e.get("triggers") or [{}])[0]
-            op = " > ".join(dict.fromkeys(x for x in (trig.get("outer_trigger"), trig.get("trigger")) if x))
-            by = "".join([f" from {op}" if op else "",
-                          f" at {trig['source']}" if trig.get("source") else ""])
-            what = (f"{e.get('syncs_leaving_device_idle_per_step', 0):g} {subject} calls per step{by} leave the "
-                    f"device idle {fmt_ms(e.get('impact_ms_per_step', 0))} ms per step on rank {rank_w} until the "
+            trig = (e.triggers or [None])[0]
+            op = " > ".join(dict.fromkeys(x for x in (trig and trig.outer_trigger, trig and trig.trigger) if x))
+            by = "".join([f" from {op}" if op else "", f" at {trig.source}" if trig and trig.source else ""])
+            what = (f"{e.syncs_leaving_device_idle_per_step or 0:g} {subject} calls per step{by} leave the "
+                    f"device idle {fmt_ms(e.impact_ms_per_step)} ms per step on rank {rank_w} until the "
                     f"host launches again (threshold {T.sync_idle_ms.value:g} ms; a sync that waits for a busy "
                     f"device costs nothing here)")
             rule = {"threshold_device_idle_after_ms_per_step": T.sync_idle_ms.value,
@@ -348,29 +399,24 @@ class SyncStreamCheck(Check):
             # many syncs per step (one per layer) drain the queue each time; under the profiler the host is
             # already behind the device, so the measured idle understates what they cost unprofiled
             # (per training step: a trace without ProfilerStep annotations is one step holding every iteration)
-            if sev == "low" and e.get("syncs_leaving_device_idle_per_step", 0) >= T.sync_idle_count.value \
+            if sev == "low" and (e.syncs_leaving_device_idle_per_step or 0) >= T.sync_idle_count.value \
                     and _annotated_steps(ctx, rank_w):
                 sev = "medium"
-            rule = {**rule, "severity_share_pct": pct, "severity_basis": basis,
-                    "threshold_syncs_per_step_for_medium": T.sync_idle_count.value}
+            rule.update(severity_share_pct=pct, severity_basis=basis,
+                        threshold_syncs_per_step_for_medium=T.sync_idle_count.value)
         # launch blocking is set where the recorded environment says so, or where (unrecorded, as in Kineto)
         # nearly every launch is followed by a sync, its signature (the "unset *_LAUNCH_BLOCKING" fixes' `when`)
-        rule["launch_blocking"] = bool(env) or e.get("co_occurrence_ratio", 0.0) > T.sync_co_occurrence.value
-        f = self.finding(
-            ctx, title=f"Host synchronizes the stream after launches on {ranks_text(rk)}", subject=subject,
-            ranks=rk, steps=steps_seen, impact_ms=ms_w, impact_rank=rank_w,
-            severity=sev,
-            evidence={**rule, "per_rank": {str(r): v for r, v in per_rank.items()},
-                      "impact_method": ("per step min(host time blocked in synchronize calls that follow launches, "
-                                        "device idle time in the step): an upper bound of what asynchronous "
-                                        "launch saves; mean over kept steps, worst rank") if ascend else
-                                       ("per step Σ device idle from each synchronize's return to the next device "
-                                        "op, inside the step's host window; mean over kept steps, worst rank")},
-            message=(f"On {ranks_text(rk)} ({steps_text(steps_seen)}) {what}{cause}: the host waits for every "
-                     f"kernel and the device idles while the host prepares the next one; up to "
-                     f"{fmt_ms(ms_w or 0)} ms per step (host blocked in syncs {e.get('blocked_ms_per_step', 0):.3g} ms per "
-                     f"step)."))
-        return f
+        blocking = bool(env) or e.co_occurrence_ratio > T.sync_co_occurrence.value
+        return self.finding(
+            ctx, subject=subject, ranks=rk, steps=steps_seen, impact_ms=ms_w, impact_rank=rank_w, severity=sev,
+            evidence=SyncStreamEvidence(
+                **rule, launch_blocking=blocking, per_rank=per_rank,
+                impact_method=("per step min(host time blocked in synchronize calls that follow launches, device "
+                               "idle time in the step): an upper bound of what asynchronous launch saves; mean "
+                               "over kept steps, worst rank") if ascend else
+                              ("per step Σ device idle from each synchronize's return to the next device op, "
+                               "inside the step's host window; mean over kept steps, worst rank")),
+            words={"what": what, "cause": cause, "ms": fmt_ms(ms_w or 0)})
 
 
 def _annotated_steps(ctx: CheckContext, rank: int | None) -> bool:
