@@ -284,3 +284,12 @@ CREATE TABLE step_times (
     profiled        BOOLEAN NOT NULL,     -- the profiler was active in it
     source          VARCHAR NOT NULL      -- the file it was read from
 );
+
+-- Views (named views the checks, the replay and the query tool read; no data of their own).
+
+-- The kept steps' windows: the host window (start_ns, end_ns) and the device window the breakdown uses
+-- (w0, w1; the host window where a step has none).
+CREATE VIEW kept_step_windows AS
+SELECT rank, step, start_ns, end_ns, coalesce(device_start_ns, start_ns) AS w0,
+       coalesce(device_end_ns, end_ns) AS w1
+FROM steps WHERE kept;

@@ -17,7 +17,7 @@ from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
-from ..analysis.ingest.base import table_columns
+from ..analysis.ingest.base import table_columns, view_names
 from .answer_text import text_loaded
 from .answers import catalog_errors, result
 from .mcp_tools import ID_HELP, PATH_HELP
@@ -108,7 +108,8 @@ def register_query(server: MCPServer, reg: ProfileRegistry, pool: QueryPool, ann
         description=(
             "Read-only SQL (DuckDB) over the profile's tables, for what the other tools do not answer. One "
             "SELECT; times integer ns (`*_ns`); prefer aggregates. "
-            f"Tables: {', '.join(table_columns())}; columns in the resource stepdoctor://schema."
+            f"Tables: {', '.join(table_columns())}; views: {', '.join(view_names())}; columns in the resource "
+            "stepdoctor://schema."
         ),
     )
     async def query(

@@ -33,7 +33,7 @@ def _register_check_resources(server: MCPServer) -> None:
         name="schema",
         title="Normalized tables (DuckDB)",
         mime_type="text/plain",
-        description="CREATE TABLE statements with a comment per column",
+        description="CREATE TABLE statements with a comment per column, and the named views",
     )
     def schema_resource() -> str:
         return schema_sql()

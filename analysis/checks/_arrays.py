@@ -1,82 +1,22 @@
 """Numpy column helpers the checks use instead of pandas groupby / row access: query results as plain
-arrays, rows split by rank with one sort, per-group running sums and shifts, predicates evaluated once per
-distinct value. Each gives exactly what the pandas expression it replaces gives (same values, same order)."""
+arrays, ranks read one query for all or one per rank, ranks cut into batches by their rows. The pure array
+helpers (rows split by rank, grouped sums and shifts, predicates per distinct value) live in
+`analysis/timeline/arrays.py` and are re-exported here."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import numpy as np
-import pandas as pd
 
+from ..timeline.arrays import (  # noqa: F401  (the checks import these from here)
+    by_rank,
+    by_value,
+    group_cumsum,
+    group_shift,
+    map_by_value,
+    rank_slices,
+    series_sum,
+)
 from .base import CheckContext
-
-
-def series_sum(values: np.ndarray) -> Any:
-    """What pandas' Series.sum() gives for these values, without building a Series: NaN counts as 0 and the
-    rest is numpy's (pairwise) sum over the values in their order, so the float result is the same bits."""
-    v = np.asarray(values)
-    if v.dtype.kind == "f":
-        nan = np.isnan(v)
-        if nan.any():
-            v = np.where(nan, 0.0, v)
-    return v.sum()
-
-
-def group_cumsum(keys: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Running sum of `values` within each group of equal `keys`, in row order (pandas groupby().cumsum())."""
-    order = np.argsort(keys, kind="stable")
-    k, v = keys[order], values[order]
-    cs = np.cumsum(v)
-    start = np.ones(k.size, dtype=bool)
-    start[1:] = k[1:] != k[:-1]
-    base = np.maximum.accumulate(np.where(start, np.arange(k.size), 0))
-    out = np.empty_like(cs)
-    out[order] = cs - (cs[base] - v[base])
-    return out
-
-
-def group_shift(keys: np.ndarray, values: np.ndarray, fill: Any) -> np.ndarray:
-    """The previous row's value within each group of equal `keys` (row order), `fill` for a group's first row
-    (pandas groupby().shift(1))."""
-    order = np.argsort(keys, kind="stable")
-    k, v = keys[order], values[order]
-    prev = np.empty(v.size, dtype=np.result_type(v.dtype, np.asarray(fill).dtype))
-    prev[:] = fill
-    same = np.zeros(k.size, dtype=bool)
-    same[1:] = k[1:] == k[:-1]
-    prev[1:][same[1:]] = v[:-1][same[1:]]
-    out = np.empty_like(prev)
-    out[order] = prev
-    return out
-
-
-def by_value(values: Any, pred: Callable[[Any], Any]) -> np.ndarray:
-    """bool(pred(v)) for each element of `values`, evaluated once per distinct value: names repeat (a few
-    hundred distinct among tens of thousands of ops), so regex tests per row cost far more than per name."""
-    vals = np.asarray(values, dtype=object)
-    codes, uniques = pd.factorize(vals, use_na_sentinel=True)
-    res = np.fromiter((bool(pred(u)) for u in uniques), dtype=bool, count=len(uniques))
-    out = res[codes] if len(uniques) else np.zeros(len(vals), dtype=bool)
-    na = codes < 0
-    if na.any():   # None / NaN: judged one by one, exactly as given
-        out[na] = [bool(pred(v)) for v in vals[na]]
-    return out
-
-
-def map_by_value(values: Any, fn: Callable[[Any], Any]) -> np.ndarray:
-    """fn(v) for each element of `values` as an object array, computed once per distinct value (None / NaN
-    one by one, exactly as given)."""
-    vals = np.asarray(values, dtype=object)
-    codes, uniques = pd.factorize(vals, use_na_sentinel=True)
-    res = np.empty(len(uniques) + 1, dtype=object)
-    res[:-1] = [fn(u) for u in uniques]
-    out = res[codes]
-    na = codes < 0
-    if na.any():
-        out[na] = [fn(v) for v in vals[na]]
-    return out
 
 
 def columns(ctx: CheckContext, query: str, params: list | None = None) -> dict[str, np.ndarray]:
@@ -125,25 +65,6 @@ def rank_ordered(ctx: CheckContext, ranks: list[int], one_query: str, all_query:
     return out
 
 
-def by_rank(rank: Any) -> tuple[np.ndarray, list[tuple[int, int, int]]]:
-    """(a stable order sorting `rank`, the `rank_slices` of the sorted ranks): rows split by rank with one
-    sort, each rank's rows in their original order, so sums over a slice add the same values in the same
-    order as a pandas sum per rank (one sort instead of a mask or groupby per rank)."""
-    rank = np.asarray(rank, dtype=np.int64)
-    order = np.argsort(rank, kind="stable")
-    return order, rank_slices(rank[order])
-
-
-def rank_slices(rank: np.ndarray) -> list[tuple[int, int, int]]:
-    """(rank, first row, end row) of each run of equal ranks in a rank column sorted by rank."""
-    if rank.size == 0:
-        return []
-    cut = np.flatnonzero(np.diff(rank)) + 1
-    starts = np.concatenate(([0], cut))
-    ends = np.concatenate((cut, [rank.size]))
-    return [(int(rank[i]), int(i), int(j)) for i, j in zip(starts, ends, strict=True)]
-
-
 def rank_batches(ctx: CheckContext, ranks: list[int], table: str, max_rows: int | None = None) -> list[list[int]]:
     """`ranks` cut into consecutive batches of at most `max_rows` rows of `table` each (a rank with more rows
     is a batch of its own), in the order given. A check that reads event rows for many ranks reads them a
@@ -152,8 +73,7 @@ def rank_batches(ctx: CheckContext, ranks: list[int], table: str, max_rows: int 
     from ..metrics.breakdown import BATCH_OPS
 
     limit = BATCH_OPS if max_rows is None else max_rows
-    counts: dict[int, int] = ctx.memo(f"arrays.rows_per_rank.{table}", lambda: {
-        int(r): int(n) for r, n in ctx.profile.rows(f"SELECT rank, count(*) FROM {table} GROUP BY rank")})
+    counts = ctx.view.rows_per_rank(table)
     batches: list[list[int]] = []
     rows = 0
     for r in ranks:

@@ -15,15 +15,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sized
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from ..text import ranks_text, steps_text  # noqa: F401 - the checks take them from here
-from ..thresholds import T
-from ..timeline.intervals import Coverage
 from ..units import NS_PER_MS
 from ._arrays import (  # noqa: F401  (the checks import these from here)
     by_rank,
@@ -55,33 +52,10 @@ SYNC_RE = re.compile(
 
 HOST_API_CATEGORIES = ("runtime", "driver", "cann")
 
-# Host calls that stall dispatch and have their own check (memory-ops, op-compile): late launches behind them
-# are theirs, not host-bound's.
-STALL_API_RE = re.compile(r"^(AscendCL@(aclMallocMemInner|aclrtFreePhysical|aclrtFree|aclopCompileAndExecute)|"
-                          r"cudaMalloc|cudaFree|hipMalloc|hipFree|cuMemAlloc(_v2)?|cuMemFree(_v2)?)$")
-
-# Host op categories that are the host doing work (not an enclosing annotation).
-WORK_CATEGORIES = ("cpu_op", "runtime", "driver", "cann", "dataloader", "gc")
-
-
 def placeholders(values: Sized) -> str:
     """'?,?,?': the placeholders of an SQL `IN (...)` list of len(values) parameters; the values themselves
     always go in the parameter list."""
     return ",".join("?" * len(values))
-
-
-def kept_steps(ctx: CheckContext) -> dict[int, list[int]]:
-    """Rank -> its kept steps (ProfilerStep numbers), for the ranks of the context.
-
-    Computed once per context and shared by the checks: callers must not modify it."""
-    def compute() -> dict[int, list[int]]:
-        out: dict[int, list[int]] = {r: [] for r in ctx.all_ranks}
-        for rank, step in ctx.profile.rows("SELECT rank, step FROM steps WHERE kept ORDER BY rank, step"):
-            if rank in out:
-                out[rank].append(int(step))
-        return out
-
-    return ctx.memo("common.kept_steps", compute)
 
 
 # (rank, step) pairs are matched as one int64 code: rank in the high 32 bits, step in the low ones
@@ -180,154 +154,10 @@ def worst_op_types(ctx: CheckContext, bad: pd.DataFrame, steps: dict[int, list[i
     return results[:limit]
 
 
-@dataclass
-class DeviceTimeline:
-    """Merged busy intervals of one rank's device ops (sorted, disjoint, integer ns)."""
-
-    cov: Coverage
-
-    @classmethod
-    def of(cls, ctx: CheckContext, rank: int, *, exclude_sync: bool = True) -> DeviceTimeline:
-        """The rank's timeline, built once per context for all ranks (several checks need it; one query
-        grouped by rank is cheaper than one per rank)."""
-        by_rank = ctx.memo(f"common.timelines.{exclude_sync}", lambda: cls._all(ctx, exclude_sync))
-        tl = by_rank.get(int(rank))
-        return tl if tl is not None else cls(Coverage(np.empty(0, np.int64), np.empty(0, np.int64)))
-
-    @classmethod
-    def _all(cls, ctx: CheckContext, exclude_sync: bool) -> dict[int, DeviceTimeline]:
-        # cuda_sync markers (Stream Sync...) are the device waiting, not working
-        cond = "WHERE category <> 'sync'" if exclude_sync else ""
-        a = ctx.profile.arrays(f"SELECT rank, start_ns, dur_ns FROM device_ops {cond} ORDER BY rank")
-        rank = np.asarray(a["rank"], dtype=np.int64)
-        s = np.asarray(a["start_ns"], dtype=np.int64)
-        e = s + np.asarray(a["dur_ns"], dtype=np.int64)
-        out: dict[int, DeviceTimeline] = {}
-        for r, i, j in rank_slices(rank):
-            out[r] = cls(Coverage(s[i:j], e[i:j]))
-        return out
-
-    @property
-    def starts(self) -> np.ndarray:
-        return self.cov.s
-
-    @property
-    def ends(self) -> np.ndarray:
-        return self.cov.e
-
-    @property
-    def empty(self) -> bool:
-        return self.starts.size == 0
-
-    def busy(self, w0: np.ndarray | int, w1: np.ndarray | int) -> np.ndarray:
-        """Busy ns inside each window [w0, w1)."""
-        a = np.atleast_1d(np.asarray(w0, dtype=np.int64))
-        b = np.atleast_1d(np.asarray(w1, dtype=np.int64))
-        return np.maximum(self.cov.within(a, b), 0)
-
-    def idle(self, w0: np.ndarray | int, w1: np.ndarray | int) -> np.ndarray:
-        """Idle ns inside each window [w0, w1)."""
-        a = np.atleast_1d(np.asarray(w0, dtype=np.int64))
-        b = np.atleast_1d(np.asarray(w1, dtype=np.int64))
-        return np.maximum(b - a, 0) - self.busy(a, b)
-
-    def idle_run_after(self, t: int, limit: int) -> tuple[int, int]:
-        """(idle ns from t until the device next starts work, capped at `limit`; that start or limit).
-
-        0 when the device is busy at t."""
-        if self.empty:
-            return max(limit - t, 0), limit
-        i = int(np.searchsorted(self.starts, t, side="right"))
-        if i > 0 and self.ends[i - 1] > t:
-            return 0, t
-        nxt = int(self.starts[i]) if i < self.starts.size else limit
-        end = min(nxt, limit)
-        return max(end - t, 0), end
-
-
-def host_stalls(ctx: CheckContext, rank: int) -> Coverage:
-    """Host intervals where a known stall held the host: GC, allocator and compile APIs, data loading, and
-    silences of >= T.conjectured_gc_gpu_silence_ms with no host event on any thread (what an unrecorded GC
-    looks like). Once per rank and context."""
-    return ctx.memo(f"common.host_stalls.{int(rank)}", lambda: _host_stalls(ctx, rank))
-
-
-def _host_stalls(ctx: CheckContext, rank: int) -> Coverage:
-    ev = ctx.sql("SELECT name, category, start_ns, dur_ns FROM host_ops WHERE rank = ?", [int(rank)])
-    if ev.empty:
-        return Coverage(np.empty(0, np.int64), np.empty(0, np.int64))
-    s = ev["start_ns"].to_numpy(dtype=np.int64)
-    e = s + ev["dur_ns"].to_numpy(dtype=np.int64)
-    cat = ev["category"].to_numpy(dtype=object)
-    stall = ((cat == "gc") | (cat == "dataloader")
-             | by_value(ev["name"], lambda n: STALL_API_RE.match(str(n)) or "dataloader" in str(n).lower()))
-    q0, q1 = host_silences(ev, int(T.conjectured_gc_gpu_silence_ms.value * NS_PER_MS))
-    return Coverage(np.concatenate((s[stall], q0)), np.concatenate((e[stall], q1)))
-
-
-def host_silences(ev: pd.DataFrame, min_ns: int) -> tuple[np.ndarray, np.ndarray]:
-    """Intervals >= min_ns in which no host event of any thread starts or ends and no op that does work spans
-    them: only annotations (ProfilerStep#N, record_function ranges, Python functions) are open. A long aten
-    op, runtime call or dataloader fetch spanning a gap is the host working, not a silence."""
-    empty = np.empty(0, np.int64)
-    if ev.empty:
-        return empty, empty
-    s = ev["start_ns"].to_numpy(dtype=np.int64)
-    e = s + ev["dur_ns"].to_numpy(dtype=np.int64)
-    b = np.sort(np.concatenate((s, e)))
-    b = b[np.r_[True, b[1:] != b[:-1]]] if b.size else b   # distinct boundaries (a sort beats np.unique's hash)
-    if b.size < 2:
-        return empty, empty
-    cand = np.flatnonzero(np.diff(b) >= min_ns)
-    if cand.size == 0:
-        return empty, empty
-    work = (ev["category"].isin(WORK_CATEGORIES).to_numpy()
-            | by_value(ev["name"], lambda n: "dataloader" in str(n).lower()))
-    # a gap [b_i, b_i+1] is work when an op that started at or before b_i is still open at b_i+1: the latest
-    # end among the ops started by b_i (a running maximum over the ops sorted by start) reaches b_i+1
-    order = np.argsort(s[work], kind="stable")
-    ws, reach = s[work][order], np.maximum.accumulate(e[work][order]) if work.any() else e[work]
-    j = np.searchsorted(ws, b[cand], side="right") - 1
-    covered = (j >= 0) & (reach[np.clip(j, 0, None)] >= b[cand + 1]) if ws.size else np.zeros(cand.size, bool)
-    idx = cand[~covered]
-    return b[idx], b[idx + 1]
-
-
-def step_windows(ctx: CheckContext, ranks: list[int]) -> pd.DataFrame:
-    """Kept steps of `ranks`: rank, step, host window (start_ns, end_ns) and device window (w0, w1).
-
-    The device window is the one the breakdown uses; a step without one falls back to its host window.
-    Once per context and rank list: callers must not modify the frame."""
-    return ctx.memo(f"common.step_windows.{tuple(int(r) for r in ranks)}", lambda: _step_windows(ctx, ranks))
-
-
-def _step_windows(ctx: CheckContext, ranks: list[int]) -> pd.DataFrame:
-    if not ranks:
-        return pd.DataFrame(columns=["rank", "step", "start_ns", "end_ns", "w0", "w1"])
-    marks = placeholders(ranks)
-    st = ctx.sql("SELECT rank, step, start_ns, end_ns, device_start_ns, device_end_ns FROM steps "
-                 f"WHERE kept AND rank IN ({marks}) ORDER BY rank, step", list(ranks))
-    st["w0"] = st["device_start_ns"].fillna(st["start_ns"]).astype("int64")
-    st["w1"] = st["device_end_ns"].fillna(st["end_ns"]).astype("int64")
-    st["start_ns"] = st["start_ns"].astype("int64")
-    st["end_ns"] = st["end_ns"].astype("int64")
-    return st[["rank", "step", "start_ns", "end_ns", "w0", "w1"]]
-
-
 def window_counts(windows: pd.DataFrame) -> dict[int, int]:
     """Rank -> its number of kept-step windows in a `step_windows` frame (ranks without one are absent)."""
     ranks, counts = np.unique(windows["rank"].to_numpy(dtype=np.int64), return_counts=True)
     return dict(zip(ranks.tolist(), counts.tolist(), strict=True))
-
-
-def step_ms_of(ctx: CheckContext) -> dict[tuple[int, int], float]:
-    """(rank, step) -> host step time in ms, from the breakdown (once per context; do not modify). On torch_npu
-    ranks step_ms is the profiler's Stage + Bubble; host-side waits are weighed against the host step."""
-    def host(r) -> float | None:
-        return r.host_step_ms if getattr(r, "host_step_ms", None) is not None else r.step_ms
-
-    return ctx.memo("common.step_ms", lambda: {(r.rank, int(r.step)): float(host(r)) for r in ctx.breakdown
-                                               if r.step is not None and host(r) is not None})
 
 
 def worst_share(ctx: CheckContext, per_rank_ms: dict[int, float]) -> tuple[int | None, float | None]:

@@ -56,7 +56,7 @@ class ReplayRanks:
 def replay_ranks(ctx: CheckContext) -> ReplayRanks | None:
     """None where the replay cannot speak for the job: one rank, no matched collective, or a step whose null
     replay misses its measured time (slow-rank then judges by dimension and arrival)."""
-    return ctx.memo("replay.ranks", lambda: _replay_ranks(ctx))
+    return ctx.once(_replay_ranks)
 
 
 def _replay_ranks(ctx: CheckContext) -> ReplayRanks | None:

@@ -24,8 +24,11 @@ class StageReplay:
 def stage_replay(ctx: CheckContext, stages: dict[int, int]) -> StageReplay | None:
     """None where the replay cannot speak for the stages: nothing replays, a step misses its measured time, or
     no edge of its graph joins two stages."""
-    key = "replay.stages." + ",".join(f"{r}:{s}" for r, s in sorted(stages.items()))
-    return ctx.memo(key, lambda: _stage_replay(ctx, stages))
+    return ctx.once(_stage_replay_of, tuple(sorted(stages.items())))
+
+
+def _stage_replay_of(ctx: CheckContext, stages: tuple[tuple[int, int], ...]) -> StageReplay | None:
+    return _stage_replay(ctx, dict(stages))
 
 
 def _linked(steps: list, stages: dict[int, int]) -> bool:

@@ -42,7 +42,6 @@ from ._affinity_rules import first_level, user_frame
 from ._common import (
     fmt_ms,
     in_kept_steps,
-    kept_steps,
     n_steps,
     ranks_text,
     steps_text,
@@ -230,7 +229,7 @@ def hand_written_attention(check: Check, ctx: CheckContext, ranks: list[int]) ->
     """The finding for the GPU ranks that compute attention by hand in their kept steps (or none)."""
     if not ranks:
         return []
-    steps = kept_steps(ctx)
+    steps = ctx.view.kept_steps
     found = in_kept_steps(_hand_written(ctx, ranks), steps)
     if found.empty:
         return []
@@ -277,7 +276,7 @@ def _math_backend(check: Check, ctx: CheckContext, ranks: list[int]) -> list[Fin
     """The finding for the GPU ranks in `ranks` that ran the math SDPA backend in their kept steps (or none)."""
     if not ranks:
         return []
-    steps = kept_steps(ctx)
+    steps = ctx.view.kept_steps
     fwd = in_kept_steps(_forward(ctx, ranks), steps)
     if fwd.empty:
         return []

@@ -42,7 +42,7 @@ from ._affinity_rules import (  # noqa: F401  (the tests and _unfused_attention 
     optimizer_hits,
     user_frame,
 )
-from ._common import by_rank, in_kept_steps, kept_steps, n_steps, ranks_text, step_list, steps_text
+from ._common import by_rank, in_kept_steps, n_steps, ranks_text, step_list, steps_text
 from ._unfused_attention import HandWrittenRank, MathBackendRank, unfused_attention
 from .base import Check, CheckContext, register
 from .evidence import Entry, Evidence
@@ -142,7 +142,7 @@ class AffinityApiCheck(Check):
         )
         if host.empty:
             return []
-        steps = kept_steps(ctx)
+        steps = ctx.view.kept_steps
         is_opt = host["name"].str.startswith("Optimizer.step#")
         hits = optimizer_hits(host[is_opt]) + aten_hits(host[~is_opt])
         if not hits:

@@ -38,7 +38,6 @@ from ..units import NS_PER_MS, NS_PER_US
 from ._common import (
     by_rank,
     in_kept_steps,
-    kept_steps,
     n_steps,
     placeholders,
     series_sum,
@@ -119,7 +118,7 @@ class AicpuOpCheck(Check):
             "AND NOT regexp_matches(lower(coalesce(op_type, '') || ' ' || name), ?)",
             [*ranks, DATA_QUEUE_RE],
         )
-        steps = kept_steps(ctx)
+        steps = ctx.view.kept_steps
         ops = in_kept_steps(ops, steps)
         if ops.empty:
             return []
@@ -201,8 +200,7 @@ class AicpuOpCheck(Check):
         out: list[str] = []
         # without a single launch with a call stack (with_stack off: the usual case) every query below is
         # empty
-        any_stack = ctx.memo("aicpu-op.any_launch_stack", lambda: bool(ctx.profile.rows(
-            "SELECT 1 FROM host_ops WHERE call_stack IS NOT NULL AND correlation_id IS NOT NULL LIMIT 1")))
+        any_stack = ctx.once(_any_launch_stack)
         if not any_stack:
             return out
         for rank, g in grp.groupby("rank", sort=True):
@@ -232,3 +230,9 @@ def _suggestions(op_type: str, double: bool) -> list[str]:
     if key in _UPGRADE_GUIDE:
         out.append(_UPGRADE_GUIDE[key])
     return out
+
+
+def _any_launch_stack(ctx: CheckContext) -> bool:
+    """Whether any launch recorded its call stack (with_stack on)."""
+    return bool(ctx.profile.rows(
+        "SELECT 1 FROM host_ops WHERE call_stack IS NOT NULL AND correlation_id IS NOT NULL LIMIT 1"))

@@ -32,7 +32,6 @@ from ..units import NS_PER_MS
 from ._common import (
     columns,
     kept_mask,
-    kept_steps,
     n_steps,
     placeholders,
     rank_slices,
@@ -120,7 +119,7 @@ class BandwidthContentionCheck(Check):
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         thr = T.contention_sdma_gbps.value
-        steps = kept_steps(ctx)
+        steps = ctx.view.kept_steps
         if not self._any_slow(ctx, ranks, steps, thr):
             return []   # no SDMA op below the threshold at all: nothing can be contended
         comp = self._compute_ops(ctx, ranks)

@@ -18,45 +18,55 @@ import pkgutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Concatenate, ParamSpec, TypeVar
 
 import pandas as pd
 
-from ..metrics.breakdown import BreakdownRow, compute_breakdown
+from ..metrics.breakdown import BreakdownRow
 from ..models import Finding, Severity, severity_from_impact, sort_findings
 from ..store import Profile, is_damaged_cache
 from ..text import ranks_text, steps_text
 from ..thresholds import T
 from .evidence import Evidence
+from .view import ProfileView
 
 # (check id, vendor, framework, subject, evidence) -> fix ids: the knowledge base chooses (knowledge.loader)
+P = ParamSpec("P")
+R = TypeVar("R")
+
 FixLookup = Callable[[str, str | None, str | None, str | None, dict | None], list[str]]
 
 
 @dataclass
 class CheckContext:
-    """What a check sees: the profile, its breakdown, and helpers for impact and severity."""
+    """What a check sees: the profile, its named views, and helpers for impact and severity."""
 
     profile: Profile
     fixes_for: FixLookup | None = None
     ranks: list[int] | None = None   # restrict to these ranks (None = all)
     notes: list[str] = field(default_factory=list)
-    _memo: dict[str, Any] = field(default_factory=dict, repr=False)
-
-    def memo(self, key: str, compute: Callable[[], Any]) -> Any:
-        """Compute once per context what both a check and a tool view need (e.g. slow-rank statistics)."""
-        if key not in self._memo:
-            self._memo[key] = compute()
-        return self._memo[key]
+    _once: dict[tuple, Any] = field(default_factory=dict, repr=False)
 
     @cached_property
+    def view(self) -> ProfileView:
+        """The profile's named views on this context's ranks (analysis/checks/view.py)."""
+        return ProfileView(self.profile, self.ranks)
+
+    def once(self, compute: Callable[Concatenate[CheckContext, P], R], *args: P.args) -> R:
+        """`compute(self, *args)`, computed once per context: derived data a check shares with a tool view or
+        another check (e.g. slow-rank's statistics), keyed by the function and its arguments."""
+        key = (compute, args)
+        if key not in self._once:
+            self._once[key] = compute(self, *args)
+        return self._once[key]
+
+    @property
     def breakdown(self) -> list[BreakdownRow]:
-        return compute_breakdown(self.profile, ranks=self.ranks)
+        return self.view.breakdown
 
-    @cached_property
+    @property
     def all_ranks(self) -> list[int]:
-        rs = self.profile.info.ranks
-        return [r for r in rs if self.ranks is None or r in self.ranks]
+        return self.view.all_ranks
 
     @cached_property
     def rank_info(self) -> pd.DataFrame:

@@ -38,7 +38,6 @@ from ..units import NS_PER_MS
 from ._common import (
     by_value,
     in_kept_steps,
-    kept_steps,
     map_by_value,
     n_steps,
     placeholders,
@@ -121,7 +120,7 @@ class BlockDimCheck(Check):
             f"WHERE rank IN ({marks}) AND task_type IN ({placeholders(types)}) AND block_dim > 0 GROUP BY ALL",
             [*ranks, *types],
         )
-        steps = kept_steps(ctx)
+        steps = ctx.view.kept_steps
         ops = in_kept_steps(ops, steps)
         if ops.empty:
             return []

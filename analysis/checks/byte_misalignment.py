@@ -23,7 +23,6 @@ from ..thresholds import T
 from ..units import NS_PER_MS, NS_PER_US
 from ._common import (
     in_kept_steps,
-    kept_steps,
     n_steps,
     placeholders,
     ranks_and_steps,
@@ -89,7 +88,7 @@ class ByteMisalignmentCheck(Check):
         marks = placeholders(ranks)
         judged = (f"FROM comm_tasks WHERE rank IN ({marks}) AND upper(transport) = 'SDMA' "
                   "AND upper(coalesce(link_type, '')) <> 'ON_CHIP' AND size_bytes > ?")
-        steps = kept_steps(ctx)
+        steps = ctx.view.kept_steps
         # only the misaligned tasks are fetched (in table order); the rest of each rank's SDMA
         # tasks are only counted and timed, by an aggregate per (rank, step)
         bad_all = in_kept_steps(ctx.sql(

@@ -21,7 +21,7 @@ from ..models import Finding
 from ..text import ms_text
 from ..thresholds import T
 from ..units import NS_PER_MS
-from ._common import in_kept_steps, kept_steps, placeholders, ranks_text
+from ._common import in_kept_steps, placeholders, ranks_text
 from .base import Check, CheckContext, register
 from .evidence import Evidence, Record
 
@@ -74,7 +74,7 @@ class CollectiveStallCheck(Check):
             "SELECT rank, step, name, coalesce(group_name, '') AS g, lower(op_type) AS op_type, start_ns, "
             "elapse_ns, transit_ns, wait_ns FROM comm_ops "
             f"WHERE transit_ns IS NOT NULL AND rank IN ({placeholders(ranks)})", ranks)
-        ops = in_kept_steps(ops[ops["op_type"].str.replace("_", "").isin(_COLLECTIVES)], kept_steps(ctx))
+        ops = in_kept_steps(ops[ops["op_type"].str.replace("_", "").isin(_COLLECTIVES)], ctx.view.kept_steps)
         hits = _stalled(ops)
         if hits.empty:
             return []

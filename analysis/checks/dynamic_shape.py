@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ..models import Finding
-from ._common import columns, kept_mask, kept_steps, placeholders
+from ._common import columns, kept_mask, placeholders
 from .base import Check, CheckContext, register
 from .evidence import Evidence, Record
 
@@ -78,7 +78,7 @@ class DynamicShapeCheck(Check):
         rank = a["rank"].astype(np.int64)
         if rank.size == 0:
             return []
-        keep = kept_mask(rank, a["step"], kept_steps(ctx))
+        keep = kept_mask(rank, a["step"], ctx.view.kept_steps)
         rank = rank[keep]
         if rank.size == 0:
             return []

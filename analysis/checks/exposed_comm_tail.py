@@ -48,7 +48,6 @@ from ..thresholds import T
 from ..units import BYTES_PER_MB, NS_PER_MS
 from ._comm_tail import TailCollective, cap_by_critical_path, collectives_text, exposed_ns
 from ._common import (
-    DeviceTimeline,
     by_value,
     fmt_ms,
     placeholders,
@@ -56,8 +55,6 @@ from ._common import (
     rank_ordered,
     rank_slices,
     ranks_and_steps,
-    step_ms_of,
-    step_windows,
     worst_share,
 )
 from .base import Check, CheckContext, register
@@ -157,8 +154,8 @@ class ExposedCommTailCheck(Check):
         return ok
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
-        windows = step_windows(ctx, ranks)
-        steps_ms = step_ms_of(ctx)
+        windows = ctx.view.step_windows(ranks)
+        steps_ms = ctx.view.step_ms
         thr = T.exposed_tail_pct.value
         per_rank: dict[int, ExposedTailRank] = {}
         tails: dict[int, dict[int, dict[str, Any]]] = {}
@@ -260,7 +257,7 @@ class ExposedCommTailCheck(Check):
         effective tail (ns) and its final block of collectives ((name, bytes, collective, start, end) in start
         order: kept past the rank's ops, `_colls` describes them when a step fires)."""
         s_all, e_all, is_comm = dev.start, dev.end, dev.is_comm
-        timeline = DeviceTimeline.of(ctx, rank)
+        timeline = ctx.view.device_timeline(rank)
         out: dict[int, dict[str, Any]] = {}
         steps, w0s, w1s = w
         # ops are sorted by start: a step's ops (start in [w0, w1)) are the slice [lo, hi)

@@ -48,7 +48,6 @@ from ._common import (
     rank_batches,
     ranks_and_steps,
     series_sum,
-    step_windows,
     window_counts,
     worst_share,
 )
@@ -199,7 +198,7 @@ class Fp32ComputeCheck(Check):
     )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
-        windows = step_windows(ctx, ranks)
+        windows = ctx.view.step_windows(ranks)
         thr = T.fp32_share_pct.value
         n_windows = window_counts(windows)
         # one query per batch of ranks (a query per rank costs seconds at 1,024 ranks; one for all ranks holds

@@ -29,7 +29,6 @@ from ..thresholds import T
 from ..units import NS_PER_MS
 from ._common import (
     in_kept_steps,
-    kept_steps,
     n_steps,
     placeholders,
     ranks_and_steps,
@@ -157,7 +156,7 @@ def _throttled_ranks(ctx: CheckContext, ranks: list[int], rated_by_rank: dict[in
     below the rated frequency. One query per table for all ranks, split here by a stable sort on rank:
     most ranks turn out not throttled, and a query per rank costs milliseconds each on many ranks."""
     thr = T.freq_drop.value
-    steps = kept_steps(ctx)
+    steps = ctx.view.kept_steps
     marks = placeholders(ranks)
     fs = ctx.profile.arrays(
         f"SELECT rank, ts_ns, freq_mhz FROM freq_samples WHERE rank IN ({marks}) ORDER BY rank, ts_ns", ranks)

@@ -39,22 +39,20 @@ from ..thresholds import T
 from ..timeline.intervals import merge
 from ..units import NS_PER_MS, NS_PER_US
 from ._common import (
-    DeviceTimeline,
     by_rank,
     by_value,
     columns,
     fmt_ms,
-    host_silences,
     in_steps_mask,
     rank_batches,
     rank_slices,
     ranks_text,
-    step_windows,
     steps_text,
     worst_share,
 )
 from .base import Check, CheckContext, register
 from .evidence import Entry, Evidence, Record
+from .view import DeviceTimeline, host_silences
 
 GPU_SILENCE_MS = T.conjectured_gc_gpu_silence_ms.value
 GPU_SILENCE_DEVICE_IDLE = T.conjectured_gc_gpu_device_idle_ratio.value
@@ -131,7 +129,7 @@ class GcPauseCheck(Check):
     evidence = GcPauseEvidence
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
-        windows = _Windows(step_windows(ctx, ranks))
+        windows = _Windows(ctx.view.step_windows(ranks))
         marks = ",".join("?" * len(ranks))
         gc_all = columns(ctx, f"SELECT rank, step, start_ns, dur_ns FROM host_ops WHERE category = 'gc' AND rank "
                               f"IN ({marks})", ranks)
@@ -143,7 +141,7 @@ class GcPauseCheck(Check):
         for rank in ranks:
             if windows.n(rank) == 0:
                 continue
-            timeline = DeviceTimeline.of(ctx, rank)
+            timeline = ctx.view.device_timeline(rank)
             if rank in has_gc:
                 if rank in gc_by_rank:
                     recorded[rank] = self._recorded(*gc_by_rank[rank], windows.n(rank), timeline)
@@ -166,12 +164,12 @@ class GcPauseCheck(Check):
                                        "name LIKE 'AscendCL@%' AND rank IN ({marks}) ORDER BY rank")
             for rank in batch:
                 found[rank] = self._conjectured_ascend(acl[rank]["start_ns"], acl[rank]["dur_ns"], windows.of(rank),
-                                                       DeviceTimeline.of(ctx, rank))
+                                                       ctx.view.device_timeline(rank))
         for batch in rank_batches(ctx, gpu_ranks, "host_ops"):
             host = _by_rank(ctx, batch, "SELECT rank, name, category, start_ns, dur_ns FROM host_ops WHERE rank IN "
                                         "({marks}) ORDER BY rank")
             for rank in batch:
-                found[rank], fixed = self._conjectured_gpu(host[rank], windows.of(rank), DeviceTimeline.of(ctx, rank))
+                found[rank], fixed = self._conjectured_gpu(host[rank], windows.of(rank), ctx.view.device_timeline(rank))
                 if fixed:
                     fixed_of[rank] = fixed
         conjectured: dict[int, GcRank] = {}
@@ -414,17 +412,18 @@ def fixed_stall_text(rank: int, fixed: dict[str, Any]) -> str:
 def fixed_stall(ctx: CheckContext, rank: int) -> dict[str, Any] | None:
     """The fixed per-step host stall of one CUDA / ROCm rank (see `fixed_stall_of`), or None: for a check that
     names what a rank did in an untraced gap (slow-rank) and must not call it GC."""
-    def compute() -> dict[str, Any] | None:
-        if ctx.vendor(rank) == "ascend":
-            return None
-        w = _Windows(step_windows(ctx, [rank]))
-        timeline = DeviceTimeline.of(ctx, rank)
-        if w.n(rank) == 0 or timeline.empty:
-            return None
-        host = ctx.sql("SELECT rank, name, category, start_ns, dur_ns FROM host_ops WHERE rank = ?", [rank])
-        return GcPauseCheck._conjectured_gpu(host, w.of(rank), timeline)[1]
+    return ctx.once(_fixed_stall, int(rank))
 
-    return ctx.memo(f"gc_pause.fixed_stall.{int(rank)}", compute)
+
+def _fixed_stall(ctx: CheckContext, rank: int) -> dict[str, Any] | None:
+    if ctx.vendor(rank) == "ascend":
+        return None
+    w = _Windows(ctx.view.step_windows([rank]))
+    timeline = ctx.view.device_timeline(rank)
+    if w.n(rank) == 0 or timeline.empty:
+        return None
+    host = ctx.sql("SELECT rank, name, category, start_ns, dur_ns FROM host_ops WHERE rank = ?", [rank])
+    return GcPauseCheck._conjectured_gpu(host, w.of(rank), timeline)[1]
 
 
 def _conjectured_stats(gaps: list[dict[str, Any]], n_steps: int, what: str) -> GcRank | None:

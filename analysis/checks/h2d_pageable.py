@@ -27,7 +27,6 @@ from ._common import (
     in_steps,
     placeholders,
     ranks_and_steps,
-    step_windows,
     worst_share,
 )
 from .base import Check, CheckContext, register
@@ -85,7 +84,7 @@ class H2dPageableCheck(Check):
     )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
-        windows = step_windows(ctx, ranks)
+        windows = ctx.view.step_windows(ranks)
         marks = placeholders(ranks)
         ev = ctx.sql(f"SELECT rank, step, name, dur_ns, size_bytes FROM device_ops WHERE rank IN ({marks}) AND "
                      "lower(name) LIKE '%htod%' AND lower(name) LIKE '%pageable%'", ranks)

@@ -49,22 +49,17 @@ from ..severity import Severity
 from ..thresholds import T
 from ..units import NS_PER_MS
 from ._common import (
-    DeviceTimeline,
     blocking_env,
     by_rank,
     fmt_ms,
-    host_silences,
-    host_stalls,
-    kept_steps,
     rank_batches,
     rank_ordered,
-    step_ms_of,
-    step_windows,
     worst_share,
 )
 from ._launches import host_calls, launch_stats, no_calls
 from .base import Check, CheckContext, register
 from .evidence import Entry, Evidence
+from .view import host_silences
 
 # A late-launch gap is charged to a stall when stalls cover at least this share of it.
 STALL_SHARE = T.host_bound_stall_share.value
@@ -142,7 +137,7 @@ class HostBoundCheck(Check):
     )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
-        windows = step_windows(ctx, ranks)
+        windows = ctx.view.step_windows(ranks)
         # One stable split of the windows by rank (each rank's steps in their order): a mask per rank was most
         # of this check's time on many ranks.
         order, slices = by_rank(windows["rank"].to_numpy(dtype=np.int64))
@@ -160,9 +155,9 @@ class HostBoundCheck(Check):
         for the ranks with a step past both thresholds (device free >= T.host_bound_free_pct of the step, late
         launch >= T.host_bound_late_launch_pct of the inter-op idle). `w_by_rank`: rank -> [steps, window
         starts, window ends] (ns)."""
-        steps_ms = step_ms_of(ctx)
+        steps_ms = ctx.view.step_ms
         free_ms = {(r.rank, int(r.step)): r.free_ms for r in ctx.breakdown if r.step is not None}
-        all_steps = kept_steps(ctx)
+        all_steps = ctx.view.kept_steps
         per_rank: dict[int, HostBoundRank] = {}
         per_rank_ms: dict[int, float] = {}
         fired_steps: dict[int, list[int]] = {}
@@ -268,7 +263,7 @@ class HostBoundCheck(Check):
         only the `launch` part is this check's; the others are named for the checks that own them."""
         ev = ctx.sql("SELECT name, category, start_ns, dur_ns FROM host_ops WHERE rank = ? ORDER BY start_ns",
                      [int(rank)])
-        tl = DeviceTimeline.of(ctx, rank)
+        tl = ctx.view.device_timeline(rank)
         silences = host_silences(ev, int(T.conjectured_gc_gpu_silence_ms.value * NS_PER_MS))
         tot = dict.fromkeys(ATTRIBUTION_KINDS, 0)
         for _step, w0, w1 in zip(*w, strict=True):
@@ -367,7 +362,7 @@ class HostBoundCheck(Check):
             rest = late & ~synced
             stalled = np.zeros(k.size, dtype=bool)
             if rest.any():   # GC / allocator / compile / data loading held the host
-                stalls = host_stalls(ctx, rank)
+                stalls = ctx.view.host_stalls(rank)
                 stalled[rest] = stalls.within(g0[rest], launch[rest]) >= STALL_SHARE * gap[rest]
             st["gap_ns"] = int(gap.sum())
             st["unknown_ns"] = int(gap[~has].sum())

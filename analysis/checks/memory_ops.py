@@ -29,15 +29,12 @@ from ..thresholds import T
 from ..timeline.intervals import merge
 from ..units import NS_PER_MS
 from ._common import (
-    DeviceTimeline,
     by_value,
     fmt_ms,
     in_steps_mask,
     placeholders,
     rank_batches,
     ranks_and_steps,
-    step_ms_of,
-    step_windows,
     window_counts,
     worst_share,
 )
@@ -165,7 +162,7 @@ class MemoryOpsCheck(Check):
     )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
-        windows = step_windows(ctx, ranks)
+        windows = ctx.view.step_windows(ranks)
         calls = [_api_calls(ctx, batch, windows) for batch in rank_batches(ctx, ranks, "host_ops")]
         if not calls:
             return []
@@ -175,7 +172,7 @@ class MemoryOpsCheck(Check):
         thr_ms = T.memory_api_total_ms.value
         thr_pct = T.memory_api_gpu_step_pct.value
         steps_of = window_counts(windows)
-        step_ms = step_ms_of(ctx)
+        step_ms = ctx.view.step_ms
         out: list[Finding] = []
         for api, groups in _groups(names, rank, step, dur):
             per_rank: dict[int, AllocatorRank] = {}
@@ -194,7 +191,7 @@ class MemoryOpsCheck(Check):
                 d = dur[rows]
                 s = start[rows]
                 ms, me = merge(s, s + d)
-                timeline = DeviceTimeline.of(ctx, r)
+                timeline = ctx.view.device_timeline(r)
                 idle = float(timeline.idle(ms, me).sum()) if not timeline.empty else None
                 per_rank[r] = AllocatorRank(
                     steps=fired,

@@ -34,7 +34,6 @@ from ..models import Finding
 from ..thresholds import T
 from ._common import (
     in_kept_steps,
-    kept_steps,
     n_steps,
     per_rank_ms,
     placeholders,
@@ -241,7 +240,7 @@ class MisalignedShapeCheck(Check):
     )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
-        steps = kept_steps(ctx)
+        steps = ctx.view.kept_steps
         ops = in_kept_steps(_candidate_ops(ctx, ranks), steps)
         if ops.empty:
             return []

@@ -30,7 +30,6 @@ from ..units import NS_PER_MS, NS_PER_US
 from ._common import (
     columns,
     kept_mask,
-    kept_steps,
     n_steps,
     placeholders,
     rank_slices,
@@ -120,7 +119,7 @@ class NoBoundOpCheck(Check):
             f"WHERE rank IN ({marks}) AND task_type IN ({types}) AND dur_ns >= ?",
             [*ranks, *AICORE_TASK_TYPES, min_ns],
         )
-        steps = kept_steps(ctx)
+        steps = ctx.view.kept_steps
         rank = c["rank"].astype(np.int64)
         if rank.size == 0:
             return []

@@ -27,7 +27,6 @@ from ._common import (
     in_steps_mask,
     placeholders,
     ranks_and_steps,
-    step_windows,
     window_counts,
     worst_share,
 )
@@ -82,7 +81,7 @@ class OpCompileCheck(Check):
     )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
-        windows = step_windows(ctx, ranks)
+        windows = ctx.view.step_windows(ranks)
         marks = placeholders(ranks)
         ev = columns(ctx, f"SELECT rank, step, dur_ns FROM host_ops WHERE rank IN ({marks}) AND category = 'cann' "
                           "AND (name = ? OR name = ?)", [*ranks, f"AscendCL@{API}", API])

@@ -20,7 +20,7 @@ import pandas as pd
 from ..models import Finding
 from ..thresholds import T
 from ..units import BYTES_PER_MB, NS_PER_MS
-from ._common import in_kept_steps, kept_steps, placeholders, steps_text
+from ._common import in_kept_steps, placeholders, steps_text
 from .base import Check, CheckContext, register
 from .evidence import Evidence, Record
 
@@ -87,7 +87,7 @@ class RetransmissionCheck(Check):
             f"WHERE o.rank IN ({marks})",
             ranks,
         )
-        steps = kept_steps(ctx)
+        steps = ctx.view.kept_steps
         hits = _retransmitted(in_kept_steps(ops, steps), thr_ns)
         if not hits:
             return []

@@ -51,15 +51,12 @@ from ..replay import gain_without
 from ..thresholds import T
 from ..units import NS_PER_MS
 from ._common import (
-    DeviceTimeline,
     fmt_ms,
     in_steps,
     placeholders,
     rank_slices,
     ranks_and_steps,
     ranks_text,
-    step_ms_of,
-    step_windows,
     steps_text,
     window_counts,
     worst_share,
@@ -180,7 +177,7 @@ class SlowDataloaderCheck(Check):
         return ok
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
-        windows = step_windows(ctx, ranks)
+        windows = ctx.view.step_windows(ranks)
         out: list[Finding] = []
         torch_found = self._pytorch(ctx, ranks, windows)
         if torch_found:
@@ -215,7 +212,7 @@ class SlowDataloaderCheck(Check):
             if slow.size == 0:
                 continue
             n = max(steps_of.get(r, 0), 1)
-            timeline = DeviceTimeline.of(ctx, r)
+            timeline = ctx.view.device_timeline(r)
             s = start[slow].astype(np.int64)
             e = s + dur[slow].astype(np.int64)
             idle = float(timeline.idle(s, e).sum()) if not timeline.empty else float((e - s).sum())
@@ -286,7 +283,7 @@ class SlowDataloaderCheck(Check):
         marks = placeholders(ranks)
         ph = ctx.sql(f"SELECT rank, step, phase, dur_ns FROM step_phases WHERE rank IN ({marks}) AND phase IN "
                      "('iteration_interval', 'fp_and_bp', 'fp', 'tail')", ranks)
-        steps_ms = step_ms_of(ctx)
+        steps_ms = ctx.view.step_ms
         thr = T.dataloader_ms.value
         per_rank: dict[int, PipelineRank] = {}
         for r in ranks:

@@ -44,7 +44,7 @@ class LinkStat:
 
 def link_stats(ctx: CheckContext) -> list[LinkStat]:
     """Every src->dst link with its bandwidth and the median of its transport, slowest first (once per context)."""
-    return ctx.memo("slow-link.link_stats", lambda: _link_stats(ctx))
+    return ctx.once(_link_stats)
 
 
 def _link_stats(ctx: CheckContext) -> list[LinkStat]:

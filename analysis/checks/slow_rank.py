@@ -97,7 +97,7 @@ def _robust_outliers(values: dict[int, float], step_ms: float, high: bool) -> di
 
 def analyse(ctx: CheckContext) -> dict[str, DimensionStats]:
     """Per-dimension statistics and slow ranks (shared by the check and the slow-ranks tool), once per context."""
-    return ctx.memo("slow-rank.analyse", lambda: _analyse(ctx))
+    return ctx.once(_analyse)
 
 
 def _analyse(ctx: CheckContext) -> dict[str, DimensionStats]:
@@ -148,7 +148,7 @@ def _analyse(ctx: CheckContext) -> dict[str, DimensionStats]:
 
 def arrival(ctx: CheckContext) -> collectives.Arrivals:
     """Stragglers by arrival at matched collectives, with what each did before arriving, once per context."""
-    return ctx.memo("slow-rank.arrival", lambda: _arrival(ctx))
+    return ctx.once(_arrival)
 
 
 def _arrival(ctx: CheckContext) -> collectives.Arrivals:

@@ -34,7 +34,6 @@ from ._common import (
     by_rank,
     float_steps,
     in_kept_steps,
-    kept_steps,
     n_steps,
     placeholders,
     ranks_and_steps,
@@ -120,7 +119,7 @@ class SmallPacketCheck(Check):
         return out
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
-        steps = kept_steps(ctx)
+        steps = ctx.view.kept_steps
         ascend = [r for r in ranks if ctx.vendor(r) == "ascend"]
         gpu = [r for r in ranks if r not in ascend]
         out: list[Finding] = []

@@ -37,7 +37,6 @@ from ._common import (
     placeholders,
     rank_slices,
     ranks_and_steps,
-    step_windows,
     window_counts,
     worst_share,
 )
@@ -111,7 +110,7 @@ class SyncBatchNormCheck(Check):
     )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
-        windows = step_windows(ctx, ranks)
+        windows = ctx.view.step_windows(ranks)
         marks = placeholders(ranks)
         a = columns(ctx, f"SELECT rank, step, name, start_ns, dur_ns FROM host_ops WHERE rank IN ({marks}) AND "
                          f"(lower(name) = 'syncbatchnorm' OR lower(name) LIKE 'nn.module: syncbatchnorm%' OR "

@@ -41,18 +41,15 @@ from ._common import (
     HOST_API_CATEGORIES,
     LAUNCH_RE,
     SYNC_RE,
-    DeviceTimeline,
     blocking_env,
     by_value,
     fmt_ms,
     group_cumsum,
     group_shift,
-    host_stalls,
     in_steps_mask,
     rank_batches,
     rank_ordered,
     rank_slices,
-    step_windows,
     worst_share,
 )
 from .base import Check, CheckContext, register
@@ -137,7 +134,7 @@ class SyncStreamCheck(Check):
     )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
-        windows = step_windows(ctx, ranks)
+        windows = ctx.view.step_windows(ranks)
         env = blocking_env(ctx, ranks)
         # subject (sync API) -> rank -> stats
         found: dict[str, dict[int, SyncRank]] = {}
@@ -278,7 +275,7 @@ class SyncStreamCheck(Check):
                        blocked: dict[int, int]) -> dict[str, Any]:
         """Ascend: per step min(host time blocked after launches, device idle in the step): the SyncRank fields
         of the impact."""
-        idle_ns = DeviceTimeline.of(ctx, rank).idle(w["start_ns"].astype(np.int64), w["end_ns"].astype(np.int64))
+        idle_ns = ctx.view.device_timeline(rank).idle(w["start_ns"].astype(np.int64), w["end_ns"].astype(np.int64))
         per_step: dict[str, AscendSyncStep] = {}
         impact_ns: list[float] = []
         for step, idle_i in zip(steps, idle_ns.tolist(), strict=True):
@@ -304,13 +301,13 @@ class SyncStreamCheck(Check):
         end = ev["start_ns"][idx].astype(np.int64) + ev["dur_ns"][idx].astype(np.int64)
         w_end = dict(zip(steps, w["end_ns"].astype(np.int64).tolist(), strict=True))
         limit = np.array([w_end.get(int(s), 0) for s in step_of.tolist()], dtype=np.int64)
-        tl = DeviceTimeline.of(ctx, rank)
+        tl = ctx.view.device_timeline(rank)
         idle = idle_after(tl.starts, tl.ends, end, limit) if not tl.empty else np.zeros(idx.size, np.int64)
         # idle while a collective is open on the host is a wait for peer ranks (slow-rank's), and idle while the
         # host fetches a batch, allocates, collects garbage or is silent is that stall's (slow-dataloader,
         # memory-ops, gc-pause report it): only the rest is the sync's
         coll = SyncStreamCheck._collectives(ctx, rank)
-        stalls = host_stalls(ctx, rank)
+        stalls = ctx.view.host_stalls(rank)
         other = union_of((coll.s, coll.e), (stalls.s, stalls.e))
         taken = other.within(end, end + idle) if other.s.size else np.zeros(idx.size, np.int64)
         idle = np.maximum(idle - taken, 0)

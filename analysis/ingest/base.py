@@ -51,6 +51,15 @@ def table_columns() -> dict[str, tuple[tuple[str, str], ...]]:
     return out
 
 
+_VIEW_RE = re.compile(r"^CREATE VIEW (\w+) AS", re.M)
+
+
+@cache
+def view_names() -> tuple[str, ...]:
+    """The store's named views (CREATE VIEW in schema.sql), in schema order."""
+    return tuple(_VIEW_RE.findall(schema_sql()))
+
+
 _COL_LINE_RE = re.compile(r"^\s+(\w+)\s+([A-Z]+)([^\n]*)", re.M)
 
 

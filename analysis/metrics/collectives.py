@@ -108,7 +108,7 @@ def _in_kept_steps(df: pd.DataFrame, sql) -> pd.DataFrame:
     profiler's partial last step is left out everywhere); all of them where no step is kept or known."""
     if df.empty:
         return df
-    kept = sql("SELECT rank, step FROM steps WHERE kept")
+    kept = sql("SELECT rank, step FROM kept_step_windows")
     if kept.empty:
         return df
     k = kept.assign(rank=kept["rank"].astype("int64"), step=kept["step"].astype("int64"), ok=True)

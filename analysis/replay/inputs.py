@@ -114,7 +114,7 @@ def step_inputs(sql, stages: dict[int, int] | None = None) -> tuple[list[StepInp
     """One StepInput per kept step that has collectives on 2+ ranks; the collectives' source. `stages`: rank ->
     pipeline stage, where known (peers of send / recv that the profile does not name)."""
     rows, source, p2p = _all_rows(sql, stages)
-    steps = pd.concat([sql("SELECT rank, step, start_ns, end_ns FROM steps WHERE kept"), coarse_windows(sql)],
+    steps = pd.concat([sql("SELECT rank, step, start_ns, end_ns FROM kept_step_windows"), coarse_windows(sql)],
                       ignore_index=True).sort_values(["step", "rank"], kind="stable").reset_index(drop=True)
     if steps.empty:
         return [], source

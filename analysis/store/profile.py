@@ -101,10 +101,10 @@ def profile_info(con: duckdb.DuckDBPyConnection, path: Path) -> ProfileInfo:
     fmts = sorted({r[0] for r in con.execute("SELECT DISTINCT format FROM ranks").fetchall()})
     # a rank with only its step table (no trace: step boundaries unknown) still has its steps
     steps = [r[0] for r in con.execute(
-        "SELECT DISTINCT step FROM (SELECT step FROM steps WHERE kept UNION SELECT step FROM vendor_step_trace "
+        "SELECT DISTINCT step FROM (SELECT step FROM kept_step_windows UNION SELECT step FROM vendor_step_trace "
         "WHERE step IS NOT NULL AND rank NOT IN (SELECT rank FROM steps)) ORDER BY step").fetchall()]
     dropped = [r[0] for r in con.execute(
-        "SELECT DISTINCT step FROM steps WHERE NOT kept AND step NOT IN (SELECT step FROM steps WHERE kept) "
+        "SELECT DISTINCT step FROM steps WHERE NOT kept AND step NOT IN (SELECT step FROM kept_step_windows) "
         "ORDER BY step").fetchall()]
     ws = con.execute("SELECT max(world_size) FROM ranks").fetchone()[0]
     ws_source = "metadata" if ws is not None else None
