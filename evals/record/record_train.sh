@@ -52,6 +52,14 @@ RUNS=(
   "tp4_late|4|rank 2 sleeps 25 ms (time.sleep, host stall) before its forward every step|--tp 4 $COMMON4 --late-rank 2 --stall-ms 25"
   "pp3_clean|3|nothing (clean twin of pp3_heavy)|--pp 3 --microbatches 4 $COMMON4"
   "pp3_heavy|3|the middle stage (rank 1 of 3) has 2.5x wider hidden layers (2.5x its compute)|--pp 3 --microbatches 4 $COMMON4 --heavy-stage 1 --stage-factor 2.5"
+  "tp2pp2_clean|4|nothing (clean twin of tp2pp2_slowrank)|--tp 2 --pp 2 --microbatches 4 $COMMON4"
+  "tp2pp2_slowrank|4|rank 1 (stage 0, TP group [0,1]) runs extra 384x384 matmuls after its forward, calibrated to ~30 ms per step|--tp 2 --pp 2 --microbatches 4 $COMMON4 --slow-rank 1 --extra-compute-ms 30"
+  "pp2dp2_clean|4|nothing (clean twin of pp2dp2_late)|--dp 2 --pp 2 --microbatches 4 $COMMON4"
+  "pp2dp2_late|4|rank 2 (stage 1, DP group [2,3]) sleeps 25 ms (time.sleep, host stall) before its forward every step|--dp 2 --pp 2 --microbatches 4 $COMMON4 --late-rank 2 --stall-ms 25"
+  "dp4_loaderclean|4|nothing (clean twin of dp4_slowloader)|--dp 4 $COMMON4"
+  "dp4_slowloader|4|rank 1's DataLoader (num_workers=0) does ~20 ms of CPU work (384x384 matmuls) in __getitem__ per batch|--dp 4 $COMMON4 --slow-loader-rank 1 --loader-ms 20"
+  "tp2pp2dp2_clean_1step|8|nothing (clean twin of tp2pp2dp2_slowrank_1step)|--tp 2 --pp 2 --dp 2 --microbatches 2 $COMMON8"
+  "tp2pp2dp2_slowrank_1step|8|rank 6 (stage 1, TP group [6,7], DP group [4,6]) runs extra 384x384 matmuls after its forward, calibrated to ~60 ms per step|--tp 2 --pp 2 --dp 2 --microbatches 2 $COMMON8 --slow-rank 6 --extra-compute-ms 60"
 )
 
 record_one() {  # dir name nproc planted [job.py] args...
