@@ -17,6 +17,8 @@ tell.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pandas as pd
 
@@ -101,6 +103,55 @@ def _place_in_step(sub: pd.DataFrame, base: np.ndarray) -> np.ndarray:
     return pd.Series(mode["p"].to_numpy(), index=mode["b"].to_numpy()).reindex(base).to_numpy()
 
 
+def _same_threads(sub: pd.DataFrame, place: np.ndarray) -> np.ndarray:
+    """`place` with the places one process group runs joined into one (their union label): a gloo process
+    group runs its collectives on worker threads of its own, which take its collectives in turn, so on a rank
+    the collectives of one pool of threads (`_thread_pools`) are of one group, and the matching is chosen for
+    them together (the two gradient buckets of a data-parallel group with each other, apart from the
+    tensor-parallel group's). Rows without a thread (device collectives) keep their place."""
+    lane = sub["lane"].to_numpy(np.int64) if "lane" in sub.columns else np.full(len(sub), -1)
+    on = lane >= 0
+    if not on.any():
+        return place
+    parent: dict[object, object] = {}
+    pool = _thread_pools(sub[on])
+    pairs = pd.DataFrame({"t": pool, "p": place[on]}).drop_duplicates()
+    for _, group in pairs.groupby("t")["p"]:
+        ps = [_root(parent, x) for x in group]
+        for x in ps[1:]:
+            if x != ps[0]:
+                parent[x] = ps[0]
+    return np.array([_root(parent, x) for x in place], dtype=object)
+
+
+def _root(parent: dict, x: object) -> object:
+    """Union-find: the representative of `x`."""
+    while parent.get(x, x) != x:
+        x = parent[x]
+    return x
+
+
+def _thread_pools(rows: pd.DataFrame) -> np.ndarray:
+    """Per row (on a host thread): its rank's pool of threads, as "rank:thread". Two threads of a rank are one
+    pool where they take the rank's collectives strictly in turn (A B A B ..., seen in the order the
+    collectives start, among the collectives on those two threads): a process group's workers alternate; two
+    groups' threads do not (a tensor-parallel group's dozen collectives per step against a data-parallel
+    group's two buckets)."""
+    out = np.empty(len(rows), dtype=object)
+    order = rows.sort_values("start_ns", kind="stable")
+    for rank, g in order.groupby("rank", sort=False):
+        seq = g["lane"].to_numpy(np.int64)
+        parent = {int(x): int(x) for x in np.unique(seq)}
+        for a, b in {(int(x), int(y)) for x, y in itertools.pairwise(seq) if x != y}:
+            both = seq[(seq == a) | (seq == b)]
+            ra, rb = _root(parent, a), _root(parent, b)
+            if (both[1:] != both[:-1]).all() and ra != rb:
+                parent[rb] = ra
+        labels = {x: f"{int(rank)}:{_root(parent, x)}" for x in parent}
+        out[rows.index.get_indexer(g.index)] = [labels[int(x)] for x in seq]
+    return out
+
+
 def split_ungrouped(df: pd.DataFrame, sql) -> pd.DataFrame:
     """`df` (instances' rows with g, coll, cnt, k) with a column `part`: the index of the group of the chosen
     matching for ungrouped rows (g == ''), else -1 (the world, or a named group)."""
@@ -115,7 +166,7 @@ def split_ungrouped(df: pd.DataFrame, sql) -> pd.DataFrame:
     base = sub[["coll", "cnt", "k"]].astype(str).agg("|".join, axis=1).to_numpy().astype(str)
     parts = [np.full(len(sub), -1)] + [sub["rank"].map(f).fillna(-1).astype(int).to_numpy() for f in fams]
     scored = [_broken_at(sub, base, part) for part in parts]
-    pool = _place_in_step(sub, base)
+    pool = _same_threads(sub, _place_in_step(sub, base))
     # the profile's matching: fewest broken instances, the world (index 0) on a tie; then each place in the
     # step leaves it only for a matching under which fewer of its instances (over all steps) break
     order = sorted(range(len(parts)), key=lambda i: (scored[i][0], i))

@@ -70,15 +70,18 @@ class Arrivals:
 
 
 def instances(sql) -> tuple[pd.DataFrame, str | None]:
-    """rank, step, start_ns, dur_ns, src, lane (the host thread running it; -1 on the device), coll (its
+    """rank, step, start_ns, dur_ns, src, lane (the host thread running it, also for a gloo span the reader
+    copied into comm_ops; -1 on the device), coll (its
     normalized kind), k (its index among the rank's (group, kind)) and inst (matched instance id) of every
     collective seen on 2+ ranks."""
     coll_list = ",".join(f"'{c}'" for c in (*COLLECTIVES, *GROUPED_P2P))
     q = f"""
     WITH c AS (
         SELECT rank, step, coalesce(group_name, '') AS g, {_NORM.format(c='op_type')} AS coll, start_ns,
-               elapse_ns AS dur_ns, 'comm_ops' AS src, -1::BIGINT AS lane
-        FROM comm_ops WHERE {_NORM.format(c='op_type')} IN ({coll_list})
+               elapse_ns AS dur_ns, 'comm_ops' AS src, coalesce(h.tid, -1)::BIGINT AS lane
+        FROM comm_ops LEFT JOIN (SELECT rank, start_ns, any_value(tid) AS tid FROM host_ops
+                                 WHERE name LIKE 'gloo:%' GROUP BY ALL) h USING (rank, start_ns)
+        WHERE {_NORM.format(c='op_type')} IN ({coll_list})
         UNION ALL
         SELECT rank, step, '' AS g, {_NORM.format(c="substr(name, 6)")} AS coll, start_ns, dur_ns, 'host_ops' AS src,
                coalesce(tid, -1) AS lane
