@@ -21,7 +21,7 @@ from ..metrics.stages import stage_of_ranks
 from ..replay import prepare
 from ..replay.engine import TAIL, windows
 from ..replay.models import Replay
-from ..replay.noise import MAX_REPLAYED, standing_out
+from ..replay.noise import MAX_REPLAYED, standing_out, structural_ranks
 from ..replay.whatif import at_median, chain
 from ..thresholds import T
 from .base import CheckContext
@@ -45,6 +45,7 @@ class ReplayRanks:
     named: list[int]                   # ranks to name, most recovered first
     steps: list = field(default_factory=list, repr=False)
     groups: dict[int, int] | None = None   # rank -> pipeline stage, where stages are known
+    structural: set[int] = field(default_factory=set)   # ranks whose excess is ops their peers do not run
 
     def recovery(self, rank: int) -> Recovery:
         """The step time recovered with `rank` at its peers' median (replayed on first ask)."""
@@ -80,7 +81,7 @@ def _replay_ranks(ctx: CheckContext) -> ReplayRanks | None:
                    key=lambda r: -out[r].recovered_ms)
     for r in named:
         out[r].window, out[r].before = _cause(ctx, steps, r)
-    return ReplayRanks(rep, out, named, steps, groups)
+    return ReplayRanks(rep, out, named, steps, groups, structural_ranks(steps, groups) & set(named))
 
 
 

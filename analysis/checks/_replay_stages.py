@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..replay import prepare
-from ..replay.whatif import balanced, chain, rank_work
+from ..replay.whatif import balanced, chain, rank_work, rank_work_ms
 from .base import CheckContext
 
 
@@ -49,12 +49,9 @@ def _stage_replay(ctx: CheckContext, stages: dict[int, int]) -> StageReplay | No
     steps, rep = got
     if rep.abstained_steps or not steps or not _linked(steps, stages):
         return None
-    per: dict[int, list[float]] = {}
     by_stage: dict[int, list[float]] = {}
     for s in steps:
         w = rank_work(s) / 1e6
-        for r, v in zip(s.si.ranks.tolist(), w.tolist(), strict=True):
-            per.setdefault(int(r), []).append(v)
         for st in sorted(set(stages.values())):
             mine = [v for r, v in zip(s.si.ranks.tolist(), w.tolist(), strict=True) if stages.get(int(r)) == st]
             by_stage.setdefault(st, []).append(float(np.mean(mine)) if mine else float("nan"))
@@ -63,5 +60,5 @@ def _stage_replay(ctx: CheckContext, stages: dict[int, int]) -> StageReplay | No
     for st in sorted(set(stages.values())):
         pred = np.array(chain(steps, balanced(steps, stages, [st])))
         rec[st] = float(np.median(measured - pred))   # the median: a pipeline's first step holds its warm-up
-    return StageReplay({r: float(np.median(v)) for r, v in per.items()}, rec, by_stage, float(measured.mean()),
+    return StageReplay(rank_work_ms(steps), rec, by_stage, float(measured.mean()),
                        max((x.error_pct for x in rep.steps), default=0.0))

@@ -376,11 +376,18 @@ class SlowRankCheck(Check):
                               "mean over the replayed steps",
                 **_cause(ctx, r, b.get("cause") if b else None))
             late, noise = _add_arrival(ctx, ev, r), ""
-            if not noise_known(len(rr.replay.steps), len(rr.replay.ranks)):
+            n_steps = len(rr.replay.steps)
+            if not noise_known(n_steps, len(rr.replay.ranks)):
                 # one or two steps of a few ranks: one of them is always the slower; noise cannot be told
                 ev.noise_tested = False
-                noise = (f" {len(rr.replay.steps)} step(s) of {len(rr.replay.ranks)} ranks cannot tell this from "
+                noise = (f" {n_steps} step(s) of {len(rr.replay.ranks)} ranks cannot tell this from "
                          "noise: profile 3 or more steps.")
+            elif n_steps == 1 and r not in rr.structural:
+                # one step: the other ranks' spread says it was slow in that step, not that it always is (a
+                # one-off of the host, the OS or the profiler looks the same); work its peers do not do would
+                ev.noise_tested = False
+                noise = (" This is one profiled step, and the rank runs no work its peers do not: a one-off "
+                         "cannot be told from a rank that is always slow; profile 3 or more steps.")
             out.append(self.finding(
                 ctx, title=(f"rank {r} holds the job back: at its peers' median the step would take "
                             f"{e.predicted_ms:.2f} ms instead of {e.measured_ms:.2f} ms"),

@@ -24,6 +24,7 @@ import numpy as np
 from ..metrics.stages import stage_of_ranks
 from ..models import Finding
 from ..replay.noise import significant
+from ..replay.whatif import stage_apart
 from ..text import span_text
 from ..thresholds import T
 from ._replay_stages import stage_replay
@@ -87,8 +88,11 @@ class StageImbalanceCheck(Check):
     needs = ("steps",)
     vendors = ("ascend", "cuda", "rocm", "cpu")
     description = ("Groups ranks into pipeline stages (MindSpore cluster files, pipeline process groups, send/recv "
-                   "partners) and names the stage whose compute per step clearly exceeds the lightest stage's; "
-                   "where the replay holds, the impact is the step time saved with that stage balanced.")
+                   "partners) and names the stage whose compute per step exceeds the lightest stage's by "
+                   "{stage_imbalance_pct}% or more with its ranks apart from the light stage's (its lower quartile "
+                   "above their upper quartile by as much: extra work on some of a stage's ranks is theirs, not the "
+                   "stage's layers, and slow-rank judges them); where the replay holds, the "
+                   "impact is the step time saved with that stage balanced.")
     evidence = StageImbalanceEvidence
     # a heavy stage; rank groups without known stages (`_unstaged`) pass their own sentences
     title_template = ("pipeline stage {heavy_stage} of {stage_count} computes {heavy_ms:.1f} ms per step against "
@@ -122,6 +126,8 @@ class StageImbalanceCheck(Check):
         step = ctx.mean_step_ms() or (rp.measured_ms if rp else 0.0)
         if comp[light] <= 0 or 100.0 * gap / comp[light] < T.stage_imbalance_pct.value:
             return []
+        if not stage_apart(per_rank, stages, heavy, light):
+            return []   # only some of the heavy stage's ranks are heavy: their extra work, not the stage's
         impact, method = gap, "heavy stage's compute per step minus the lightest stage's"
         if rp is not None and heavy in rp.stage_work_ms and light in rp.stage_work_ms:
             d = np.array(rp.stage_work_ms[heavy]) - np.array(rp.stage_work_ms[light])

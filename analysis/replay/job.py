@@ -19,6 +19,7 @@ from .whatif import (
     chain,
     comm_median,
     ideal_of,
+    rank_work_ms,
     replay_steps,
     scenario,
     slowdown,
@@ -108,7 +109,7 @@ def what_if(prof: Profile, ranks_at_median: list[int] | None = None, stages_at_m
         warnings.append(f"steps {rep.abstained_steps} not used: {rep.reason}")
     warnings += replay_scope(rep)
     return WhatIf(path=path, replay=rep, scenarios=scenarios, slowdown=sd,
-                  verdict=verdict(sd, recovered, out, stage_gain, staged), warnings=warnings)
+                  verdict=verdict(sd, recovered, out, stage_gain, staged, rank_work_ms(used)), warnings=warnings)
 
 
 def replay_scope(rep: Replay) -> list[str]:

@@ -39,6 +39,13 @@ def standing_out(steps: list, n_ranks: int, floor_ms: float, groups: dict[int, i
     return sorted(out, key=lambda r: -float(np.mean(d[r])))
 
 
+def structural_ranks(steps: list, groups: dict[int, int] | None = None) -> set[int]:
+    """The ranks whose excess own time is work their peers do not do (`structural`)."""
+    d, _ = excess_own_time(steps, groups)
+    extra = extra_work(steps, groups)
+    return {r for r in d if structural(d[r], extra.get(r, []))}
+
+
 def extra_work(steps: list, groups: dict[int, int] | None = None) -> dict[int, list[float]]:
     """Per rank with peers: per step, ms of the ops it runs more often than its group's other ranks
     (`work.extra_work_ms`)."""

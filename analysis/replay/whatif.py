@@ -181,6 +181,29 @@ def rank_work(s: Step) -> np.ndarray:
     return np.bincount(idx, weights=s.p.c.astype(np.float64), minlength=len(s.si.ranks)) + s.p.t
 
 
+def rank_work_ms(steps: list[Step]) -> dict[int, float]:
+    """Rank -> the median over the steps of its work (`rank_work`), ms."""
+    per: dict[int, list[float]] = {}
+    for s in steps:
+        for r, v in zip(s.si.ranks.tolist(), (rank_work(s) / 1e6).tolist(), strict=True):
+            per.setdefault(int(r), []).append(v)
+    return {r: float(np.median(v)) for r, v in per.items()}
+
+
+def stage_apart(work_ms: dict[int, float], stages: dict[int, int], heavy: int, light: int) -> bool:
+    """Whether the heavy stage's ranks stand apart from the light stage's: its lower quartile of work above
+    their upper quartile by T.stage_imbalance_pct (two ranks a stage: its lightest above their heaviest). A
+    stage's layers weigh on every rank of it; where only some of its ranks are heavy, the excess is their
+    extra work (a slow rank, a stall), not the stage's."""
+    hv = [w for r, w in work_ms.items() if stages.get(r) == heavy]
+    lv = [w for r, w in work_ms.items() if stages.get(r) == light]
+    if not hv or not lv:
+        return False
+    lo = float(np.percentile(hv, 25, method="lower"))
+    hi = float(np.percentile(lv, 75, method="higher"))
+    return hi > 0 and 100.0 * (lo - hi) / hi >= T.stage_imbalance_pct.value
+
+
 def _stage_work(s: Step, stages: dict[int, int]) -> dict[int, float]:
     """stage -> the mean over its ranks of their `rank_work` in this step (ns): the work a stage does."""
     w = rank_work(s)
@@ -318,12 +341,14 @@ def slowdown(steps: list[Step], bad: list[int], stages: dict[int, int] | None = 
 
 
 def verdict(sd: Slowdown, recovered: dict[int, float], standing_out: set[int],
-            stage_gain: dict[int, float] | None = None, stages: dict[int, int] | None = None) -> str:
+            stage_gain: dict[int, float] | None = None, stages: dict[int, int] | None = None,
+            work_ms: dict[int, float] | None = None) -> str:
     """One slow worker when one rank does more of its own work than its peers beyond the noise
     (`standing_out`, noise.significant) and moving it to their median makes the step at least
     T.whatif_min_slowdown faster; several such ranks are named together. Else one slow stage when balancing
     one pipeline stage (`stage_gain`: stage -> ms recovered, `whatif.balanced`) makes the step that much
-    faster. Else everyone (the job itself). `recovered`: rank -> measured - the step with that rank at the
+    faster and its ranks stand apart from the lightest stage's (`stage_apart` on `work_ms`). Else everyone
+    (the job itself). `recovered`: rank -> measured - the step with that rank at the
     median (ms)."""
     gain = T.whatif_min_slowdown.value
     if gain > sd.S:
@@ -338,7 +363,11 @@ def verdict(sd: Slowdown, recovered: dict[int, float], standing_out: set[int],
                 f"(S = {sd.S:.3f} against the ideal {sd.ideal_ms:.2f} ms)")
     if stage_gain:
         st = max(stage_gain, key=lambda k: stage_gain[k])
-        if sd.measured_ms >= gain * (sd.measured_ms - stage_gain[st]):
+        per_stage = {v: float(np.median([w for r, w in (work_ms or {}).items() if (stages or {}).get(r) == v]))
+                     for v in set((stages or {}).values()) if any((stages or {}).get(r) == v for r in work_ms or {})}
+        light = min(per_stage, key=lambda k: per_stage[k]) if per_stage else None
+        apart = work_ms is None or (light is not None and stage_apart(work_ms, stages or {}, st, light))
+        if apart and sd.measured_ms >= gain * (sd.measured_ms - stage_gain[st]):
             members = sorted(r for r, v in (stages or {}).items() if v == st)
             return (f"one slow stage: stage {st} (ranks {', '.join(map(str, members))}): doing the median work of "
                     f"the other stages, the step takes {sd.measured_ms - stage_gain[st]:.2f} ms instead of "
