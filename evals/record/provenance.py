@@ -29,18 +29,23 @@ def _known(run: str, twin: str | None) -> str:
     return buf.getvalue()
 
 
+def _json(path: str) -> dict:
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
 def main() -> None:
     run, twin, job, by = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
     twin = None if twin == "-" else twin
     name = os.path.basename(run.rstrip("/"))
     reps = known_true.recordings(run)[1:]
-    sc = json.load(open(f"{run}/scenario.json"))
-    rsc = [json.load(open(f"{r}/scenario.json")) for r in reps]
+    sc = _json(f"{run}/scenario.json")
+    rsc = [_json(f"{r}/scenario.json") for r in reps]
     prof = sc["profiled_steps"]
-    when = sc["date_utc"] + "".join(f" ({os.path.basename(r)}: {s['date_utc']})" for r, s in zip(reps, rsc))
+    when = sc["date_utc"] + "".join(f" ({os.path.basename(r)}: {s['date_utc']})" for r, s in zip(reps, rsc, strict=True))
     cond = (f"Attempt {sc['attempt']}; other processes took {sc['other_cpu_s']} CPU s during the {sc['wall_s']} s "
             "run" + "".join(f" ({os.path.basename(r)}: {s['other_cpu_s']} CPU s in {s['wall_s']} s)"
-                            for r, s in zip(reps, rsc)) + f". rc {sc['rc']}.")
+                            for r, s in zip(reps, rsc, strict=True)) + f". rc {sc['rc']}.")
     steps = f"ProfilerStep#{prof[0]}" + (f"..#{prof[-1]}" if len(prof) > 1 else "")
     planted = sc["planted"]
     twin_line = (f"Clean twin: `../{os.path.basename(twin.rstrip('/'))}/` (same settings, recorded right before "
