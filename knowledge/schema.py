@@ -24,7 +24,8 @@ Vendor = Literal["ascend", "cuda", "rocm", "any"]
 
 
 # `verify` entries start with one of these stepdoctor commands (docs/contract.md).
-VERIFY_COMMANDS: tuple[str, ...] = ("issues", "breakdown", "slow-ranks", "slow-links", "kernels", "env", "compare")
+VERIFY_COMMANDS: tuple[str, ...] = ("issues", "breakdown", "slow-ranks", "slow-links", "kernels", "env", "compare",
+                                    "whatif", "critical-path")
 
 KEBAB_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 # A sentence ends with . ! or ? followed by whitespace; e.g. / i.e. / etc. / vs. do not end one.

@@ -50,15 +50,17 @@ def load(ref: ProfileRef, options: IngestOptions | None = None) -> Profile:
     return open_profile(ref, options)
 
 
-def _fix_lookup(prof: Profile | None = None):
+def _fix_lookup(prof: Profile | None = None, notes: list[str] | None = None):
     """The knowledge base's fix lookup, or None when the knowledge base is absent from this build. With a
     profile, only the fixes that can apply to its job (`knowledge.loader.applies_here`: its backends, its
-    recorded environment)."""
+    recorded environment). A knowledge base that cannot be read gives no fixes, said once in `notes` (the
+    answer's warnings), never silently."""
     try:
         from ..knowledge.loader import applies_here, fixes_for, load_fixes
     except ImportError:  # pragma: no cover - the knowledge package ships with stepdoctor
         return None
     facts: list = []   # the job's facts, read on the first lookup (most contexts never ask for a fix)
+    failed: list = []  # the knowledge base failed to load (said once)
 
     def lookup(check: str, vendor: str | None, framework: str | None, subject: str | None,
                evidence: dict | None = None) -> list[str]:
@@ -70,7 +72,10 @@ def _fix_lookup(prof: Profile | None = None):
                 facts.append(job_facts(prof))
             fixes = load_fixes()
             return [i for i in ids if applies_here(fixes[i], facts[0])]
-        except Exception:  # a broken fix file must not hide findings; the KB tests catch it
+        except Exception as e:  # a broken fix file must not hide findings, nor hide that fixes are missing
+            if notes is not None and not failed:
+                failed.append(True)
+                notes.append("fixes not shown: the knowledge base could not be read (" + " ".join(str(e).split()) + ")")
             return []
 
     return lookup
@@ -107,7 +112,9 @@ def job_facts(prof: Profile):
 
 
 def context(prof: Profile) -> CheckContext:
-    return CheckContext(prof, fixes_for=_fix_lookup(prof))
+    ctx = CheckContext(prof)
+    ctx.fixes_for = _fix_lookup(prof, ctx.notes)
+    return ctx
 
 
 def _known_ranks(prof: Profile, ranks: list[int]) -> None:
