@@ -152,3 +152,17 @@ def stragglers(prof: Profile) -> tuple[list[Finding], float]:
     t = time.perf_counter()
     run = run_checks(CheckContext(prof), only=["slow-rank", "stage-imbalance"])
     return run.findings, time.perf_counter() - t
+
+
+def assert_predicts_twin(planted: Profile, change: dict, twins: list[Profile]) -> None:
+    """The what-if `change` on the planted run lands within max(10 %, twice the clean twin's run-to-run noise)
+    of the clean twin's measured step (the mean of its recordings' replayed steps): issue 34's rule."""
+    import numpy as np
+
+    from stepdoctor.analysis.replay import prepare
+    from stepdoctor.tools import api
+
+    pred = api.what_if(planted, **change).scenarios[0].predicted_step_ms
+    clean = [float(np.mean([s.measured for s in prepare(t)[0]])) for t in twins]
+    noise = float(np.std(clean, ddof=1) / np.mean(clean))
+    assert abs(pred - np.mean(clean)) / np.mean(clean) <= max(0.10, 2 * noise), (pred, clean)

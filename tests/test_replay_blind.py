@@ -14,12 +14,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
+from checkrun import assert_predicts_twin
 
 from conftest import need
 from stepdoctor.analysis.metrics import collectives
-from stepdoctor.analysis.replay import prepare
 from stepdoctor.tools import api
 
 CPU = Path(__file__).parent / "data" / "real_cpu"
@@ -93,10 +92,6 @@ def test_a_one_off_in_the_one_profiled_step_is_low_and_says_why():
     assert "one profiled step" in f.message and "3 or more steps" in f.message
 
 
-def _clean_ms(run: str) -> list[float]:
-    return [float(np.mean([s.measured for s in prepare(_prof(run, r))[0]])) for r in REPEATS]
-
-
 WHATIF = [("tp2pp2_slowrank", "", {"ranks_at_median": [1]}), ("pp2dp2_late", "", {"ranks_at_median": [2]}),
           ("pp2dp2_late", "repeat2", {"ranks_at_median": [2]}), ("dp4_slowloader", "", {"no_stalls": [1]}),
           ("dp4_slowloader", "repeat2", {"no_stalls": [1]}),
@@ -110,7 +105,4 @@ WHATIF = [("tp2pp2_slowrank", "", {"ranks_at_median": [1]}), ("pp2dp2_late", "",
 
 @pytest.mark.parametrize(("run", "repeat", "change"), WHATIF)
 def test_the_what_if_predicts_the_clean_twin(run, repeat, change):
-    pred = api.what_if(_prof(run, repeat), **change).scenarios[0].predicted_step_ms
-    clean = _clean_ms(TWIN[run])
-    noise = float(np.std(clean, ddof=1) / np.mean(clean))
-    assert abs(pred - np.mean(clean)) / np.mean(clean) <= max(0.10, 2 * noise), (pred, clean)
+    assert_predicts_twin(_prof(run, repeat), change, [_prof(TWIN[run], r) for r in REPEATS])
