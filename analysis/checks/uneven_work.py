@@ -18,7 +18,6 @@ Severity: the impact rule (low where nothing is recovered). Subject: the op with
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from ..metrics.stages import stage_of_ranks
 from ..models import Finding
@@ -90,8 +89,9 @@ class UnevenWorkCheck(Check):
         named = set(rr.named) if rr is not None else set()
         floor = T.slow_rank_min_excess_pct.value / 100 * float(np.mean([s.measured for s in used]))
         per_rank: dict[int, UnevenRank] = {}
+        extra = _extra_ops(used, groups)
         for r in sorted(set(ranks) - named):
-            entry = _rank_entry(used, r, groups)
+            entry = _rank_entry(extra.get(r), len(used), [s.si.step for s in used])
             if entry is None or entry.extra_ms_per_step < floor:
                 continue
             if rr is not None:
@@ -117,34 +117,46 @@ class UnevenWorkCheck(Check):
                    "peers_text": ranks_text(w.peers)})]
 
 
-def _rank_entry(steps: list, rank: int, groups: dict[int, int] | None) -> UnevenRank | None:
-    """The rank's extra ops against the median of its peers: those it runs more often in every step."""
-    extra_n: dict[str, list[float]] = {}
-    extra_ms: dict[str, list[float]] = {}
-    peers: set[int] = set()
+def _extra_ops(steps: list, groups: dict[int, int] | None) -> dict[int, dict]:
+    """rank -> {"peers": set, "n": {op: [extra calls per step]}, "ms": {op: [their ms per step]}}: per step and
+    group of peers, the calls of each op (by name) beyond the median of the rank's peers (the median of the
+    others with few ranks, of all beyond: the same to noise, and linear in the ranks), each at the rank's own
+    mean time of the op."""
+    out: dict[int, dict] = {}
     for s in steps:
-        w = s.si.work
-        mine = (groups or {}).get(rank, 0)
-        others = [int(r) for r in s.si.ranks if int(r) != rank and (groups or {}).get(int(r), 0) == mine]
-        if not others or rank not in set(s.si.ranks.tolist()):
-            return None
-        peers.update(others)
-        w = w.assign(op=w["sig"].str.split("|").str[0])
+        w = s.si.work.assign(op=s.si.work["sig"].str.split("|").str[0])
         counts = w.pivot_table(index="op", columns="rank", values="n", aggfunc="sum", fill_value=0)
         ms = w.pivot_table(index="op", columns="rank", values="ms", aggfunc="sum", fill_value=0.0)
-        c_me = counts.get(rank, pd.Series(0, index=counts.index)).astype(np.float64)
-        med = counts.reindex(columns=others, fill_value=0).median(axis=1)
-        each = ms.get(rank, pd.Series(0.0, index=ms.index)) / c_me.where(c_me > 0)
-        more = (c_me - med).clip(lower=0)
-        for op in counts.index:
-            extra_n.setdefault(op, []).append(float(more[op]))
-            extra_ms.setdefault(op, []).append(float(more[op] * (each[op] if more[op] > 0 else 0.0)))
-    n = len(steps)
-    every = [op for op, xs in extra_n.items() if len(xs) == n and min(xs) > 0]
+        ranks = [int(r) for r in s.si.ranks]
+        gid = {r: (groups or {}).get(r, 0) for r in ranks}
+        for g in sorted(set(gid.values())):
+            sel = [r for r in ranks if gid[r] == g]
+            if len(sel) < 2:
+                continue
+            c = counts.reindex(columns=sel, fill_value=0).to_numpy(np.float64)
+            t = ms.reindex(columns=sel, fill_value=0.0).to_numpy(np.float64)
+            med_all = np.median(c, axis=1)
+            for j, r in enumerate(sel):
+                med = np.median(np.delete(c, j, axis=1), axis=1) if len(sel) <= 16 else med_all
+                more = np.maximum(c[:, j] - med, 0.0)
+                each = np.divide(t[:, j], c[:, j], out=np.zeros(len(c)), where=c[:, j] > 0)
+                rec = out.setdefault(r, {"peers": set(), "n": {}, "ms": {}})
+                rec["peers"].update(x for x in sel if x != r)
+                for op, k, e in zip(counts.index, more.tolist(), (more * each).tolist(), strict=True):
+                    rec["n"].setdefault(op, []).append(k)
+                    rec["ms"].setdefault(op, []).append(e)
+    return out
+
+
+def _rank_entry(rec: dict | None, n_steps: int, steps: list[int]) -> UnevenRank | None:
+    """The rank's entry: the ops it runs more often than its peers in every one of the `n_steps` steps."""
+    if rec is None:
+        return None
+    every = [op for op, xs in rec["n"].items() if len(xs) == n_steps and min(xs) > 0]
     if not every:
         return None
-    ops = sorted((ExtraOp(op=op, extra_per_step=round(float(np.mean(extra_n[op])), 2),
-                          ms_per_step=round(float(np.mean(extra_ms[op])), 3)) for op in every),
+    ops = sorted((ExtraOp(op=op, extra_per_step=round(float(np.mean(rec["n"][op])), 2),
+                          ms_per_step=round(float(np.mean(rec["ms"][op])), 3)) for op in every),
                  key=lambda o: (-o.ms_per_step, o.op))
-    return UnevenRank(peers=sorted(peers), extra_ms_per_step=round(sum(o.ms_per_step for o in ops), 3),
-                      recovered_ms=None, steps=sorted(s.si.step for s in steps), ops=ops[:5])
+    return UnevenRank(peers=sorted(rec["peers"]), extra_ms_per_step=round(sum(o.ms_per_step for o in ops), 3),
+                      recovered_ms=None, steps=sorted(steps), ops=ops[:5])

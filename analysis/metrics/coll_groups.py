@@ -12,7 +12,8 @@ of the family is one instance. The matching (the world, or a family) under which
 break the invariant by more than CLOCK_TOLERANCE_NS is the profile's; the world on a tie. A collective that
 breaks it under the profile's matching and keeps it under another (a grid's other dimension) takes that
 one: each collective is matched by the grouping its own timing allows, the profile's where timing cannot
-tell.
+tell. The collectives one gloo process group runs (its worker threads take them in turn) are scored
+together, so a collective whose own timing cannot tell follows the rest of its group.
 """
 
 from __future__ import annotations
