@@ -106,3 +106,14 @@ WHATIF = [("tp2pp2_slowrank", "", {"ranks_at_median": [1]}), ("pp2dp2_late", "",
 @pytest.mark.parametrize(("run", "repeat", "change"), WHATIF)
 def test_the_what_if_predicts_the_clean_twin(run, repeat, change):
     assert_predicts_twin(_prof(run, repeat), change, [_prof(TWIN[run], r) for r in REPEATS])
+
+
+def test_the_what_if_says_what_it_does_not_model_about_a_shared_host(cluster4):
+    """Every CPU run here has its ranks on one host ("vm" in each trace's host_name) sharing its 2 cores: the
+    what-if says that its gains can be larger than predicted there (the strict xfails above); a job with
+    devices gets no such word."""
+    from stepdoctor.analysis.replay.job import shared_hosts
+
+    w = api.what_if(_prof("tp2pp2_slowrank")).warnings
+    assert any(x.startswith("ranks 0-3 run without a device on one host (vm)") for x in w)
+    assert shared_hosts(cluster4) == []

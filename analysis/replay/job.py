@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ProfileError
+from ..metrics.metadata import decoded
 from ..metrics.stages import of_profile
 from ..store import Profile
 from ..text import span_text
@@ -107,9 +108,24 @@ def what_if(prof: Profile, ranks_at_median: list[int] | None = None, stages_at_m
     stage_gain = {st: -sc.delta_ms for st, sc in by_stage.items()}
     if rep.abstained_steps:
         warnings.append(f"steps {rep.abstained_steps} not used: {rep.reason}")
-    warnings += replay_scope(rep)
+    warnings += replay_scope(rep) + shared_hosts(prof)
     return WhatIf(path=path, replay=rep, scenarios=scenarios, slowdown=sd,
                   verdict=verdict(sd, recovered, out, stage_gain, staged, rank_work_ms(used)), warnings=warnings)
+
+
+def shared_hosts(prof: Profile) -> list[str]:
+    """What the replay does not model, in words: ranks without a device that share one host (the traces' host
+    name), whose op times move with each other's load on its cores. The replay keeps every other rank's
+    durations as measured, so a what-if that takes work off one of them speeds none of the others up."""
+    cpu = {int(r) for (r,) in prof.rows("SELECT rank FROM ranks WHERE vendor = 'cpu'")}
+    hosts: dict[str, list[int]] = {}
+    for rank, name in decoded(lambda q: prof.sql(q), "host_name"):
+        if rank in cpu and isinstance(name, str) and name:
+            hosts.setdefault(name, []).append(rank)
+    return [f"ranks {span_text(sorted(rs))} run without a device on one host ({name}): their op times move with "
+            "each other's load on its cores, which the replay does not model; taking work off one of them speeds "
+            "none of the others up here, so the gain can be larger than predicted"
+            for name, rs in sorted(hosts.items()) if len(rs) >= 2]
 
 
 def replay_scope(rep: Replay) -> list[str]:
