@@ -21,7 +21,7 @@ from ..metrics.stages import stage_of_ranks
 from ..replay import prepare
 from ..replay.engine import TAIL, windows
 from ..replay.models import Replay
-from ..replay.noise import MAX_REPLAYED, standing_out, structural_ranks
+from ..replay.noise import MAX_REPLAYED, judged
 from ..replay.whatif import at_median, chain
 from ..thresholds import T
 from .base import CheckContext
@@ -74,14 +74,14 @@ def _replay_ranks(ctx: CheckContext) -> ReplayRanks | None:
     groups = st[0] if st and len(set(st[0].values())) >= 2 else None
     # only a rank that does more of its own work than its peers, beyond the noise, can hold the job back:
     # the replay runs for those (the heaviest MAX_REPLAYED), not for every rank of a large job
-    cands = standing_out(steps, len(rep.ranks), T.straggler_min_wait_ms.value, groups)
+    cands, structural = judged(steps, len(rep.ranks), T.straggler_min_wait_ms.value, groups)
     out = {r: _recover(steps, rep, r, groups) for r in cands[:MAX_REPLAYED]}
     floor = T.slow_rank_min_excess_pct.value / 100 * float(measured.mean())
     named = sorted((r for r, v in out.items() if v.recovered_ms >= max(floor, T.straggler_min_wait_ms.value)),
                    key=lambda r: -out[r].recovered_ms)
     for r in named:
         out[r].window, out[r].before = _cause(ctx, steps, r)
-    return ReplayRanks(rep, out, named, steps, groups, structural_ranks(steps, groups) & set(named))
+    return ReplayRanks(rep, out, named, steps, groups, structural & set(named))
 
 
 

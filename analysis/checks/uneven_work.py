@@ -22,6 +22,7 @@ import numpy as np
 from ..metrics.stages import stage_of_ranks
 from ..models import Finding
 from ..replay import prepare
+from ..replay.work import extra_calls
 from ..text import ranks_text
 from ..thresholds import T
 from ._replay_ranks import replay_ranks
@@ -118,33 +119,18 @@ class UnevenWorkCheck(Check):
 
 
 def _extra_ops(steps: list, groups: dict[int, int] | None) -> dict[int, dict]:
-    """rank -> {"peers": set, "n": {op: [extra calls per step]}, "ms": {op: [their ms per step]}}: per step and
-    group of peers, the calls of each op (by name) beyond the median of the rank's peers (the median of the
-    others with few ranks, of all beyond: the same to noise, and linear in the ranks), each at the rank's own
-    mean time of the op."""
+    """rank -> {"peers": set, "n": {op: [extra calls per step]}, "ms": {op: [their ms per step]}}: per step, the
+    calls of each op (by name) beyond the median of the rank's peers (`replay.work.extra_calls`)."""
     out: dict[int, dict] = {}
     for s in steps:
-        w = s.si.work.assign(op=s.si.work["sig"].str.split("|").str[0])
-        counts = w.pivot_table(index="op", columns="rank", values="n", aggfunc="sum", fill_value=0)
-        ms = w.pivot_table(index="op", columns="rank", values="ms", aggfunc="sum", fill_value=0.0)
-        ranks = [int(r) for r in s.si.ranks]
-        gid = {r: (groups or {}).get(r, 0) for r in ranks}
-        for g in sorted(set(gid.values())):
-            sel = [r for r in ranks if gid[r] == g]
-            if len(sel) < 2:
-                continue
-            c = counts.reindex(columns=sel, fill_value=0).to_numpy(np.float64)
-            t = ms.reindex(columns=sel, fill_value=0.0).to_numpy(np.float64)
-            med_all = np.median(c, axis=1)
-            for j, r in enumerate(sel):
-                med = np.median(np.delete(c, j, axis=1), axis=1) if len(sel) <= 16 else med_all
-                more = np.maximum(c[:, j] - med, 0.0)
-                each = np.divide(t[:, j], c[:, j], out=np.zeros(len(c)), where=c[:, j] > 0)
-                rec = out.setdefault(r, {"peers": set(), "n": {}, "ms": {}})
-                rec["peers"].update(x for x in sel if x != r)
-                for op, k, e in zip(counts.index, more.tolist(), (more * each).tolist(), strict=True):
-                    rec["n"].setdefault(op, []).append(k)
-                    rec["ms"].setdefault(op, []).append(e)
+        group = {int(r): (groups or {}).get(int(r), 0) for r in s.si.ranks}
+        ops, extra = extra_calls(s.si.work, s.si.ranks, np.array(list(group.values())), by="op")
+        for r, (n, ms) in extra.items():
+            rec = out.setdefault(r, {"peers": set(), "n": {}, "ms": {}})
+            rec["peers"].update(x for x, g in group.items() if g == group[r] and x != r)
+            for op, k, e in zip(ops, n.tolist(), ms.tolist(), strict=True):
+                rec["n"].setdefault(op, []).append(k)
+                rec["ms"].setdefault(op, []).append(e)
     return out
 
 

@@ -29,21 +29,22 @@ def heaviest(steps: list, limit: int = MAX_REPLAYED, groups: dict[int, int] | No
 
 def standing_out(steps: list, n_ranks: int, floor_ms: float, groups: dict[int, int] | None = None) -> list[int]:
     """The ranks whose own time exceeds their peers' median by more than `floor_ms` per step on average and
-    beyond the noise (`significant`), the largest excess first. `groups`: rank -> the group of ranks that do
-    the same work (a pipeline stage): a rank's peers are its group's other ranks; a rank alone in its group has
-    none and never stands out (its stage is judged as a stage)."""
+    beyond the noise (`significant`), or by work their peers do not do (`structural`), the largest excess
+    first (`judged`)."""
+    return judged(steps, n_ranks, floor_ms, groups)[0]
+
+
+def judged(steps: list, n_ranks: int, floor_ms: float,
+           groups: dict[int, int] | None = None) -> tuple[list[int], set[int]]:
+    """(`standing_out`'s ranks, those of them that stand out by work their peers do not do). `groups`: rank ->
+    the group of ranks that do the same work (a pipeline stage): a rank's peers are its group's other ranks;
+    a rank alone in its group has none and never stands out (its stage is judged as a stage)."""
     d, z_ok = excess_own_time(steps, groups)
     extra = extra_work(steps, groups)
-    out = [r for r in d if float(np.mean(d[r])) > floor_ms
-           and (significant(np.array(d[r]), z_ok[r], n_ranks) or structural(d[r], extra.get(r, [])))]
-    return sorted(out, key=lambda r: -float(np.mean(d[r])))
-
-
-def structural_ranks(steps: list, groups: dict[int, int] | None = None) -> set[int]:
-    """The ranks whose excess own time is work their peers do not do (`structural`)."""
-    d, _ = excess_own_time(steps, groups)
-    extra = extra_work(steps, groups)
-    return {r for r in d if structural(d[r], extra.get(r, []))}
+    over = [r for r in d if float(np.mean(d[r])) > floor_ms]
+    struct = {r for r in over if structural(d[r], extra.get(r, []))}
+    out = [r for r in over if r in struct or significant(np.array(d[r]), z_ok[r], n_ranks)]
+    return sorted(out, key=lambda r: -float(np.mean(d[r]))), struct
 
 
 def extra_work(steps: list, groups: dict[int, int] | None = None) -> dict[int, list[float]]:

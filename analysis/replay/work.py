@@ -28,15 +28,16 @@ def step_work(sql) -> dict[int, pd.DataFrame]:
     return {int(s): g.drop(columns="step").reset_index(drop=True) for s, g in df.groupby("step")}
 
 
-def extra_work_ms(work: pd.DataFrame | None, ranks: np.ndarray, gid: np.ndarray) -> np.ndarray:
-    """Per rank of a step (aligned with `ranks`; `gid` its group of peers): ms of the ops it runs more often
-    than the median of its group's other ranks, each extra op at its own mean time; 0 alone in its group or
-    where the step has no work table."""
-    out = np.zeros(len(ranks))
-    if work is None or work.empty:
-        return out
-    counts = work.pivot_table(index="sig", columns="rank", values="n", aggfunc="sum", fill_value=0)
-    ms = work.pivot_table(index="sig", columns="rank", values="ms", aggfunc="sum", fill_value=0.0)
+def extra_calls(work: pd.DataFrame, ranks: np.ndarray, gid: np.ndarray,
+                by: str = "sig") -> tuple[pd.Index, dict[int, tuple[np.ndarray, np.ndarray]]]:
+    """(the ops, rank -> (calls of each op beyond the median of its group's other ranks, those calls' ms, each
+    at the rank's own mean time of the op)) of one step's work table; ops keyed by `by`: "sig" (name and input
+    shapes) or "op" (the name alone). Ranks alone in their group (`gid`, aligned with `ranks`) are absent."""
+    keys = work["sig"] if by == "sig" else work["sig"].str.split("|").str[0]
+    w = work.assign(key=keys.to_numpy())
+    counts = w.pivot_table(index="key", columns="rank", values="n", aggfunc="sum", fill_value=0)
+    ms = w.pivot_table(index="key", columns="rank", values="ms", aggfunc="sum", fill_value=0.0)
+    out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for g in np.unique(gid):
         sel = [int(r) for r in ranks[gid == g]]
         if len(sel) < 2:
@@ -47,5 +48,19 @@ def extra_work_ms(work: pd.DataFrame | None, ranks: np.ndarray, gid: np.ndarray)
             med = np.median(np.delete(c, j, axis=1), axis=1)
             extra = np.maximum(c[:, j] - med, 0.0)
             each = np.divide(t[:, j], c[:, j], out=np.zeros(len(c)), where=c[:, j] > 0)
-            out[int(np.flatnonzero(ranks == r)[0])] = float((extra * each).sum())
+            out[r] = (extra, extra * each)
+    return counts.index, out
+
+
+def extra_work_ms(work: pd.DataFrame | None, ranks: np.ndarray, gid: np.ndarray) -> np.ndarray:
+    """Per rank of a step (aligned with `ranks`; `gid` its group of peers): ms of the ops it runs more often
+    than the median of its group's other ranks (`extra_calls` by name and shapes); 0 alone in its group or
+    where the step has no work table."""
+    out = np.zeros(len(ranks))
+    if work is None or work.empty:
+        return out
+    _, extra = extra_calls(work, ranks, gid)
+    for i, r in enumerate(ranks.tolist()):
+        if int(r) in extra:
+            out[i] = float(extra[int(r)][1].sum())
     return out
