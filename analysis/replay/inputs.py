@@ -65,13 +65,10 @@ def _rows(sql) -> tuple[pd.DataFrame, str | None]:
     if df.empty:
         return df, source
     df = df.assign(end_ns=df["start_ns"] + df["dur_ns"])
-    # the Kineto reader copies each gloo span into comm_ops (so cross-rank checks see it); its thread is
-    # the host row's, and gloo runs a rank's collectives on several threads at once
-    spans = sql("SELECT rank, start_ns, any_value(tid) AS tid FROM host_ops WHERE name LIKE 'gloo:%' GROUP BY ALL")
-    if not spans.empty:
-        m = df.reset_index().merge(spans, on=["rank", "start_ns"], how="inner").set_index("index")
-        df.loc[m.index, "lane"] = m["tid"].fillna(-1).astype("int64")
-        df.loc[m.index, "src"] = "host_ops"
+    # the Kineto reader copies each gloo span into comm_ops (so cross-rank checks see it): `instances` gives
+    # such a row its span's host thread as its lane (gloo runs a rank's collectives on several threads at
+    # once), and it is a host collective
+    df.loc[(df["src"] == "comm_ops") & (df["lane"] >= 0), "src"] = "host_ops"
     host = df["src"] == "host_ops"
     df["launch_ns"] = df["start_ns"]
     df["sync"] = True
