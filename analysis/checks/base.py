@@ -30,10 +30,10 @@ from ..thresholds import T
 from .evidence import Evidence
 from .view import ProfileView
 
-# (check id, vendor, framework, subject, evidence) -> fix ids: the knowledge base chooses (knowledge.loader)
 P = ParamSpec("P")
 R = TypeVar("R")
 
+# (check id, vendor, framework, subject, evidence) -> fix ids: the knowledge base chooses (knowledge.loader)
 FixLookup = Callable[[str, str | None, str | None, str | None, dict | None], list[str]]
 
 

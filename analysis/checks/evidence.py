@@ -15,6 +15,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import types
 import typing
 from typing import Any, ClassVar, Union
@@ -25,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, model_serializer
 class Record(BaseModel):
     """A typed part of an evidence record. An optional field left unset is absent from the JSON."""
 
-    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=False)
+    model_config = ConfigDict(extra="forbid")
 
     @model_serializer(mode="wrap")
     def _drop_absent(self, handler: Any) -> dict[str, Any]:
@@ -80,29 +81,30 @@ class Evidence(Record):
 
 def weight_of(value: Any, entries: tuple[type[Entry], ...]) -> float:
     """How much one rank's value in a rank map weighs: the `weighs_by` field of the entry model it is (an
-    instance, or a dict holding that field), or the value itself where the map holds plain values."""
-    for entry in entries:
-        if isinstance(value, Entry) and not isinstance(value, entry):
-            continue
-        key = entry.weighs_by
-        if key is not None and (key in value if isinstance(value, dict) else hasattr(value, key)):
-            value = value[key] if isinstance(value, dict) else getattr(value, key)
-            break
-    else:
-        if entries:
-            return 0.0
+    instance, or a dict holding that field), or the value itself where the map holds plain values (`entries`
+    empty); 0 where neither applies."""
+    if entries:
+        value = next((_field(value, e.weighs_by) for e in entries
+                      if e.weighs_by is not None and _has(value, e)), None)
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
 
 
-_CACHE: dict[type, dict[str, tuple[type[Entry], ...]]] = {}
+def _has(value: Any, entry: type[Entry]) -> bool:
+    """Whether `value` is an `entry` (an instance of it, or a dict holding its `weighs_by` field)."""
+    if isinstance(value, Entry):
+        return isinstance(value, entry)
+    return isinstance(value, dict) and entry.weighs_by in value
 
 
+def _field(value: Any, name: str) -> Any:
+    return value[name] if isinstance(value, dict) else getattr(value, name)
+
+
+@functools.cache
 def _rank_maps(cls: type[Evidence]) -> dict[str, tuple[type[Entry], ...]]:
-    if cls not in _CACHE:
-        # the annotations pydantic resolved (a string annotation of a local class resolves there, not here)
-        _CACHE[cls] = {name: value for name, f in cls.model_fields.items()
-                       if (value := _rank_map_entries(f.annotation)) is not None}
-    return _CACHE[cls]
+    # the annotations pydantic resolved (a string annotation of a local class resolves there, not here)
+    return {name: value for name, f in cls.model_fields.items()
+            if (value := _rank_map_entries(f.annotation)) is not None}
 
 
 def _rank_map_entries(annotation: Any) -> tuple[type[Entry], ...] | None:

@@ -110,7 +110,7 @@ def what_if(prof: Profile, ranks_at_median: list[int] | None = None, stages_at_m
         warnings.append(f"steps {rep.abstained_steps} not used: {rep.reason}")
     warnings += replay_scope(rep) + shared_hosts(prof)
     return WhatIf(path=path, replay=rep, scenarios=scenarios, slowdown=sd,
-                  verdict=verdict(sd, recovered, out, stage_gain, staged, rank_work_ms(used)), warnings=warnings)
+                  verdict=verdict(sd, recovered, out, stage_gain, staged or {}, rank_work_ms(used)), warnings=warnings)
 
 
 def shared_hosts(prof: Profile) -> list[str]:

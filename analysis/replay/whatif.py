@@ -190,13 +190,18 @@ def rank_work_ms(steps: list[Step]) -> dict[int, float]:
     return {r: float(np.median(v)) for r, v in per.items()}
 
 
-def stage_apart(work_ms: dict[int, float], stages: dict[int, int], heavy: int, light: int) -> bool:
-    """Whether the heavy stage's ranks stand apart from the light stage's: its lower quartile of work above
-    their upper quartile by T.stage_imbalance_pct (two ranks a stage: its lightest above their heaviest). A
-    stage's layers weigh on every rank of it; where only some of its ranks are heavy, the excess is their
-    extra work (a slow rank, a stall), not the stage's."""
-    hv = [w for r, w in work_ms.items() if stages.get(r) == heavy]
-    lv = [w for r, w in work_ms.items() if stages.get(r) == light]
+def stage_apart(work_ms: dict[int, float], stages: dict[int, int], heavy: int, light: int | None = None) -> bool:
+    """Whether the heavy stage's ranks stand apart from the light stage's (default: the stage of the least
+    median work): its lower quartile of work above their upper quartile by T.stage_imbalance_pct (two ranks a
+    stage: its lightest above their heaviest). A stage's layers weigh on every rank of it; where only some of
+    its ranks are heavy, the excess is their extra work (a slow rank, a stall), not the stage's."""
+    by_stage: dict[int, list[float]] = {}
+    for r, w in work_ms.items():
+        if r in stages:
+            by_stage.setdefault(stages[r], []).append(w)
+    if light is None and by_stage:
+        light = min(by_stage, key=lambda k: float(np.median(by_stage[k])))
+    hv, lv = by_stage.get(heavy), by_stage.get(light) if light is not None else None
     if not hv or not lv:
         return False
     lo = float(np.percentile(hv, 25, method="lower"))
@@ -341,8 +346,7 @@ def slowdown(steps: list[Step], bad: list[int], stages: dict[int, int] | None = 
 
 
 def verdict(sd: Slowdown, recovered: dict[int, float], standing_out: set[int],
-            stage_gain: dict[int, float] | None = None, stages: dict[int, int] | None = None,
-            work_ms: dict[int, float] | None = None) -> str:
+            stage_gain: dict[int, float], stages: dict[int, int], work_ms: dict[int, float]) -> str:
     """One slow worker when one rank does more of its own work than its peers beyond the noise
     (`standing_out`, noise.significant) and moving it to their median makes the step at least
     T.whatif_min_slowdown faster; several such ranks are named together. Else one slow stage when balancing
@@ -363,12 +367,8 @@ def verdict(sd: Slowdown, recovered: dict[int, float], standing_out: set[int],
                 f"(S = {sd.S:.3f} against the ideal {sd.ideal_ms:.2f} ms)")
     if stage_gain:
         st = max(stage_gain, key=lambda k: stage_gain[k])
-        per_stage = {v: float(np.median([w for r, w in (work_ms or {}).items() if (stages or {}).get(r) == v]))
-                     for v in set((stages or {}).values()) if any((stages or {}).get(r) == v for r in work_ms or {})}
-        light = min(per_stage, key=lambda k: per_stage[k]) if per_stage else None
-        apart = work_ms is None or (light is not None and stage_apart(work_ms, stages or {}, st, light))
-        if apart and sd.measured_ms >= gain * (sd.measured_ms - stage_gain[st]):
-            members = sorted(r for r, v in (stages or {}).items() if v == st)
+        if stage_apart(work_ms, stages, st) and sd.measured_ms >= gain * (sd.measured_ms - stage_gain[st]):
+            members = sorted(r for r, v in stages.items() if v == st)
             return (f"one slow stage: stage {st} (ranks {', '.join(map(str, members))}): doing the median work of "
                     f"the other stages, the step takes {sd.measured_ms - stage_gain[st]:.2f} ms instead of "
                     f"{sd.measured_ms:.2f} ms (S = {sd.S:.3f} against the ideal {sd.ideal_ms:.2f} ms)")
