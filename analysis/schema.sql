@@ -293,3 +293,41 @@ CREATE VIEW kept_step_windows AS
 SELECT rank, step, start_ns, end_ns, coalesce(device_start_ns, start_ns) AS w0,
        coalesce(device_end_ns, end_ns) AS w1
 FROM steps WHERE kept;
+
+-- Device ops by kind. A query that wants one kind names its view, so the kinds are defined here once.
+-- The device working: every op but the waits on a stream / event (category 'sync').
+CREATE VIEW device_work AS
+SELECT * FROM device_ops WHERE category <> 'sync';
+
+-- Compute kernels / tasks (not communication, memory copies or waits).
+CREATE VIEW compute_kernels AS
+SELECT * FROM device_ops WHERE category = 'compute';
+
+-- Communication kernels / tasks (NCCL, HCCL, RCCL collectives and p2p on the device).
+CREATE VIEW comm_kernels AS
+SELECT * FROM device_ops WHERE category = 'communication';
+
+-- Ascend AI Core tasks (cube, vector and mixed ones): the tasks that report pipe ratios and a block dim.
+CREATE VIEW ai_core_tasks AS
+SELECT * FROM device_ops WHERE task_type IN ('AI_CORE', 'AI_VECTOR_CORE', 'MIX_AIC', 'MIX_AIV');
+
+-- Host calls into the runtime, driver or CANN: the calls that launch device work, copy, allocate or wait.
+CREATE VIEW host_api_calls AS
+SELECT * FROM host_ops WHERE category IN ('runtime', 'driver', 'cann');
+
+-- A device op with the host API call that launched it (the same rank and correlation id); an op launched
+-- by no recorded call is absent, one id on several calls gives one row per call.
+CREATE VIEW kernel_launches AS
+SELECT d.rank, d.step, d.name, d.op_type, d.category, d.stream_id, d.start_ns, d.dur_ns, d.correlation_id,
+       h.name AS api, h.category AS api_category, h.tid, h.start_ns AS launch_ns, h.dur_ns AS launch_dur_ns,
+       h.external_id, h.step AS launch_step
+FROM device_ops d JOIN host_api_calls h ON h.rank = d.rank AND h.correlation_id = d.correlation_id;
+
+-- Ascend communication ops with their SDMA transfer (communication.json "Communication Bandwidth Info"),
+-- those that moved bytes in a measured time.
+CREATE VIEW sdma_transfers AS
+SELECT o.rank, o.step, o.name, o.group_name, o.start_ns, o.elapse_ns, b.size_bytes, b.transit_ns,
+       b.bandwidth_gbps
+FROM comm_ops o JOIN comm_bandwidth b ON b.rank = o.rank AND b.op_name = o.name
+     AND b.step IS NOT DISTINCT FROM o.step AND upper(b.transport) = 'SDMA'
+WHERE b.size_bytes > 0 AND b.transit_ns > 0;

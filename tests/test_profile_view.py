@@ -99,3 +99,88 @@ def test_checks_ask_the_view_not_invented_memo_keys() -> None:
         if re.search(r"\.memo\(|\bsteps WHERE kept\b|FROM steps\b[^\"']*\bkept\b", text):
             offenders.append(path.name)
     assert offenders == []
+
+
+# Kinds the store's views define (analysis/schema.sql): restating one of them in a query elsewhere is a second
+# definition. Patterns over the SQL text with the Python string joins removed (one statement reads as one line).
+_RESTATED_KINDS = {
+    "device_work / compute_kernels / comm_kernels": re.compile(
+        r"FROM device_ops\b(?:(?!SELECT|FROM).){0,240}?\bcategory\s*(=\s*'(compute|communication)'|<>\s*'sync')"),
+    "host_api_calls": re.compile(r"(?<!NOT )IN \(\s*'(runtime|driver|cann)',"),
+    "kernel_launches": re.compile(r"\bcorrelation_id\s*=\s*\w+\.correlation_id"),
+    "ai_core_tasks": re.compile(r"'AI_VECTOR_CORE'"),
+    "sdma_transfers": re.compile(r"comm_bandwidth\b(?:(?!SELECT).){0,240}?transport\)?\s*=\s*'SDMA'"),
+}
+
+
+def _sql_text(path: Path) -> str:
+    """The file with adjacent string literals joined, so a query written over several lines reads as one."""
+    text = path.read_text(encoding="utf-8")
+    return re.sub(r"[\"']\s*\n\s*f?[\"']", "", text)
+
+
+def test_a_kind_of_event_is_defined_once_by_its_view() -> None:
+    """Checks, compare, replay, metrics and the front ends name the store's view of a kind of event instead of
+    restating its filter (the readers, which assign the kinds, and the schema itself excepted)."""
+    offenders = []
+    for folder in ("analysis/checks", "analysis/compare", "analysis/replay", "analysis/metrics", "tools", "server"):
+        for path in sorted((Path(REPO) / folder).rglob("*.py")):
+            text = _sql_text(path)
+            offenders += [f"{path.relative_to(REPO)}: {view}" for view, rx in _RESTATED_KINDS.items()
+                          if rx.search(text)]
+    assert offenders == []
+
+
+def test_the_kind_views_are_their_definitions(late) -> None:
+    """Each kind view holds exactly the rows its definition selects, read from the tables here."""
+    prof = late.profile
+
+    def count(sql: str) -> int:
+        return int(prof.rows(sql)[0][0])
+
+    assert count("SELECT count(*) FROM compute_kernels") == count(
+        "SELECT count(*) FROM device_ops WHERE category = 'compute'") > 0
+    assert count("SELECT count(*) FROM comm_kernels") == count(
+        "SELECT count(*) FROM device_ops WHERE category = 'communication'") > 0
+    assert count("SELECT count(*) FROM device_work") == count(
+        "SELECT count(*) FROM device_ops WHERE category <> 'sync'") > 0
+    assert count("SELECT count(*) FROM host_api_calls") == count(
+        "SELECT count(*) FROM host_ops WHERE category IN ('runtime', 'driver', 'cann')") > 0
+    # every launched device op once per launching call, with that call's thread and start
+    got = prof.sql("SELECT rank, correlation_id, tid, launch_ns, start_ns FROM kernel_launches "
+                   "ORDER BY rank, correlation_id, launch_ns")
+    want = prof.sql("SELECT d.rank, d.correlation_id, h.tid, h.start_ns AS launch_ns, d.start_ns FROM device_ops d "
+                    "JOIN host_ops h ON h.rank = d.rank AND h.correlation_id = d.correlation_id "
+                    "WHERE h.category IN ('runtime', 'driver', 'cann') ORDER BY 1, 2, 4")
+    assert len(got) > 0 and got.to_dict("list") == want.to_dict("list")
+    assert (got["launch_ns"] <= got["start_ns"]).all()   # a kernel starts after the call that queued it
+
+
+def test_launch_lookup_finds_each_ops_earliest_launch_and_the_syncs(late) -> None:
+    """launch_lookup: the earliest launching call per correlation id, and the sorted ends of the synchronize
+    calls, per rank, every asked rank present."""
+    prof = late.profile
+    view = CheckContext(prof).view
+    ranks = list(prof.info.ranks)
+    got = view.launch_lookup([*ranks, 99])
+    assert got[99].launch_ids.size == 0 and got[99].sync_end.size == 0
+    for r in ranks:
+        first = prof.sql("SELECT correlation_id, min(start_ns) AS t FROM host_ops WHERE rank = ? AND category "
+                         "IN ('runtime', 'driver') AND correlation_id IS NOT NULL GROUP BY 1 ORDER BY 1", [r])
+        assert got[r].launch_ids.tolist() == first["correlation_id"].tolist()
+        assert got[r].launch_first.tolist() == first["t"].tolist()
+        has, at = got[r].launched(np.array([int(first["correlation_id"].iloc[0]), -1], dtype=np.int64))
+        assert has.tolist() == [True, False] and int(at[0]) == int(first["t"].iloc[0])
+        syncs = prof.sql("SELECT start_ns + dur_ns AS e FROM host_ops WHERE rank = ? AND name LIKE '%Synchronize' "
+                         "ORDER BY e", [r])
+        assert got[r].sync_end.tolist() == syncs["e"].tolist()
+
+
+def test_host_events_are_every_host_op_of_each_rank(late) -> None:
+    prof = late.profile
+    ranks = list(prof.info.ranks)
+    got = CheckContext(prof).view.host_events(ranks)
+    for r in ranks:
+        n = int(prof.rows("SELECT count(*) FROM host_ops WHERE rank = ?", [r])[0][0])
+        assert len(got[r]) == n > 0 and (got[r]["rank"] == r).all()
+        assert got[r]["start_ns"].is_monotonic_increasing

@@ -277,7 +277,7 @@ def top_kernels(ref: ProfileRef, *, rank: int | None = None, step: int | None = 
     if step is not None and step not in prof.info.steps:
         raise ProfileError(prof.path, f"step {step} not in profile; steps are {span_text(prof.info.steps)}")
     key = "name" if by == "name" else "coalesce(op_type, name)"
-    where, params = ["d.category <> 'sync'"], []
+    where, params = ["TRUE"], []
     if rank is not None:
         where.append("d.rank = ?")
         params.append(rank)
@@ -288,7 +288,7 @@ def top_kernels(ref: ProfileRef, *, rank: int | None = None, step: int | None = 
         where.append("(d.step IS NULL OR d.step IN (SELECT step FROM steps WHERE kept))")
     w = " AND ".join(where)
     df = prof.sql(
-        f"""WITH d AS (SELECT *, {key} AS k FROM device_ops d WHERE {w})
+        f"""WITH d AS (SELECT *, {key} AS k FROM device_work d WHERE {w})
         SELECT k AS name, any_value(op_type) AS op_type, mode(task_type) AS core_type, mode(category) AS category,
                count(*) AS count, sum(dur_ns) / 1e6 AS total_ms, avg(dur_ns) / 1e6 AS mean_ms,
                max(dur_ns) / 1e6 AS max_ms, list(DISTINCT rank ORDER BY rank) AS ranks,

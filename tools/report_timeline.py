@@ -87,8 +87,8 @@ def _pick_ranks(totals: list[BreakdownRow], stragglers: list[int]) -> list[int]:
 _DEVICE_COMM_SQL = """
 SELECT rank, step, start_ns, dur_ns, name || '#' || row_number() OVER (PARTITION BY rank, name ORDER BY start_ns)
        AS inst
-FROM (SELECT rank, name, min(step) AS step, min(start_ns) AS start_ns, max(dur_ns) AS dur_ns FROM device_ops
-      WHERE category = 'communication' AND rank IN (SELECT unnest(?::BIGINT[]))
+FROM (SELECT rank, name, min(step) AS step, min(start_ns) AS start_ns, max(dur_ns) AS dur_ns FROM comm_kernels
+      WHERE rank IN (SELECT unnest(?::BIGINT[]))
       GROUP BY rank, name, start_ns // 1000)
 """
 

@@ -13,7 +13,6 @@ one per rank.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sized
 from typing import Any
 
@@ -21,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ..text import ranks_text, steps_text  # noqa: F401 - the checks take them from here
+from ..timeline.names import LAUNCH_RE, SYNC_RE  # noqa: F401 - the checks take them from here
 from ..units import NS_PER_MS
 from ._arrays import (  # noqa: F401  (the checks import these from here)
     by_rank,
@@ -36,21 +36,6 @@ from ._arrays import (  # noqa: F401  (the checks import these from here)
 )
 from .base import CheckContext
 
-# Host calls that launch device work (HTA get_cuda_kernel_launch_stats / queue length list, Ascend Node@launch).
-LAUNCH_RE = re.compile(
-    r"^(cudaLaunchKernel(ExC)?(_v\d+)?|cuLaunchKernel(Ex)?|cudaLaunchCooperativeKernel|cudaGraphLaunch|"
-    r"cudaMemcpyAsync|cudaMemsetAsync|cudaMemcpy2DAsync|hipLaunchKernel|hipExtLaunchKernel|"
-    r"hipExtModuleLaunchKernel|hipModuleLaunchKernel|hipGraphLaunch|hipMemcpyAsync|hipMemsetAsync|"
-    r"hipMemcpyWithStream|Node@launch|AscendCL@aclopExecute\w*|AscendCL@aclnn\w+)$")
-
-# Host calls that block until device work finishes.
-SYNC_RE = re.compile(
-    r"^(cudaStreamSynchronize|cudaDeviceSynchronize|cudaEventSynchronize|cudaThreadSynchronize|"
-    r"cuStreamSynchronize|cuCtxSynchronize|cuEventSynchronize|hipStreamSynchronize|hipDeviceSynchronize|"
-    r"hipEventSynchronize|AscendCL@aclrtSynchronizeStream(WithTimeout)?|AscendCL@aclrtSynchronizeDevice"
-    r"(WithTimeout)?|AscendCL@aclrtSynchronizeEvent)$")
-
-HOST_API_CATEGORIES = ("runtime", "driver", "cann")
 
 def placeholders(values: Sized) -> str:
     """'?,?,?': the placeholders of an SQL `IN (...)` list of len(values) parameters; the values themselves

@@ -168,8 +168,8 @@ def replay_cause_text(before: dict, cpu: bool = False) -> str:
 
 def compute_cause(ctx: CheckContext, rank: int, steps: list[int]) -> tuple[str, CauseParts]:
     """Op types whose per-step time on the slow rank exceeds the median of the other ranks most."""
-    q = ("SELECT rank, coalesce(op_type, name) AS op, sum(dur_ns) / 1e6 AS ms FROM device_ops "
-         f"WHERE category = 'compute' AND step IN ({','.join('?' * len(steps))}) GROUP BY rank, op")
+    q = ("SELECT rank, coalesce(op_type, name) AS op, sum(dur_ns) / 1e6 AS ms FROM compute_kernels "
+         f"WHERE step IN ({','.join('?' * len(steps))}) GROUP BY rank, op")
     df = ctx.sql(q, [int(s) for s in steps])
     if df.empty:
         return "compute kernels run longer", CauseParts()

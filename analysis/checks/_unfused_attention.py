@@ -55,7 +55,6 @@ if TYPE_CHECKING:
 MATH_OP = "aten::_scaled_dot_product_attention_math"
 SUBJECT = "torch.nn.functional.scaled_dot_product_attention"
 NODE_PREFIX = "autograd::engine::evaluate_function: "
-_LAUNCH_CATEGORIES = "('runtime', 'driver')"
 _NODE_RE = re.compile(r"^(?P<base>[A-Za-z0-9]+)Backward\d+$")
 
 
@@ -98,10 +97,8 @@ def _forward(ctx: CheckContext, ranks: list[int]) -> pd.DataFrame:
     """rank, step, calls, kernels, ns: the kernels launched inside the math ops, per (rank, step)."""
     marks = ",".join("?" * len(ranks))
     return ctx.sql(
-        _math_windows(marks) + ", k AS (SELECT m.rank, m.step, m.s, d.dur_ns FROM m JOIN host_ops r ON "
-        "r.rank = m.rank AND r.tid = m.tid AND r.start_ns >= m.s AND r.start_ns < m.e "
-        f"AND r.category IN {_LAUNCH_CATEGORIES} AND r.correlation_id IS NOT NULL "
-        "JOIN device_ops d ON d.rank = r.rank AND d.correlation_id = r.correlation_id) "
+        _math_windows(marks) + ", k AS (SELECT m.rank, m.step, m.s, d.dur_ns FROM m JOIN kernel_launches d ON "
+        "d.rank = m.rank AND d.tid = m.tid AND d.launch_ns >= m.s AND d.launch_ns < m.e) "
         "SELECT m.rank, m.step, count(DISTINCT m.s) AS calls, count(k.dur_ns) AS kernels, "
         "coalesce(sum(k.dur_ns), 0) AS ns FROM m LEFT JOIN k ON k.rank = m.rank AND k.s = m.s "
         "GROUP BY m.rank, m.step ORDER BY m.rank, m.step", ranks)
@@ -150,10 +147,8 @@ def _backward(ctx: CheckContext, ranks: list[int], stems: dict[int, set[str]]) -
     df = ctx.sql(
         "WITH n AS (SELECT rank, step, tid, name, start_ns AS s, start_ns + dur_ns AS e FROM host_ops "
         f"WHERE rank IN ({marks}) AND name LIKE '{NODE_PREFIX}%') "
-        "SELECT n.rank, n.step, n.name AS node, sum(d.dur_ns) AS ns FROM n JOIN host_ops r ON r.rank = n.rank "
-        "AND r.tid = n.tid AND r.start_ns >= n.s AND r.start_ns < n.e "
-        f"AND r.category IN {_LAUNCH_CATEGORIES} AND r.correlation_id IS NOT NULL "
-        "JOIN device_ops d ON d.rank = r.rank AND d.correlation_id = r.correlation_id "
+        "SELECT n.rank, n.step, n.name AS node, sum(d.dur_ns) AS ns FROM n JOIN kernel_launches d ON "
+        "d.rank = n.rank AND d.tid = n.tid AND d.launch_ns >= n.s AND d.launch_ns < n.e "
         "GROUP BY n.rank, n.step, n.name", ranks)
     if df.empty:
         return df
@@ -209,9 +204,8 @@ def _kernel_ns(ctx: CheckContext, found: pd.DataFrame) -> np.ndarray:
     ranks = sorted({int(r) for r in found["rank"]})
     marks = ",".join("?" * len(ranks))
     k = ctx.sql(
-        "SELECT r.rank, r.tid, r.start_ns, d.dur_ns FROM host_ops r JOIN device_ops d ON d.rank = r.rank AND "
-        f"d.correlation_id = r.correlation_id WHERE r.rank IN ({marks}) AND r.category IN {_LAUNCH_CATEGORIES} "
-        "ORDER BY r.rank, r.tid, r.start_ns", ranks)
+        f"SELECT rank, tid, launch_ns AS start_ns, dur_ns FROM kernel_launches WHERE rank IN ({marks}) "
+        "ORDER BY rank, tid, launch_ns", ranks)
     out = np.zeros(len(found), dtype=np.int64)
     groups = {key: g for key, g in k.groupby(["rank", "tid"], sort=False, dropna=False)}
     for n, (rank, tid, a, b) in enumerate(zip(found["rank"], found["tid"], found["start_ns"], found["end_ns"],

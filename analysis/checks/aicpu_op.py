@@ -124,8 +124,7 @@ class AicpuOpCheck(Check):
             return []
         # the advisor's priority basis: AI_CPU time over all device task time, per rank
         totals = ctx.sql(
-            f"SELECT rank, step, sum(dur_ns) AS t FROM device_ops WHERE rank IN ({marks}) "
-            "AND category = 'compute' GROUP BY rank, step",
+            f"SELECT rank, step, sum(dur_ns) AS t FROM compute_kernels WHERE rank IN ({marks}) GROUP BY rank, step",
             ranks,
         )
         totals = in_kept_steps(totals, steps)

@@ -169,11 +169,9 @@ class BandwidthContentionCheck(Check):
         Most profiles have none, and then the per-rank op lists are not needed."""
         marks = placeholders(ranks)
         rows = ctx.profile.rows(
-            "SELECT o.rank, o.step, min(CASE WHEN b.bandwidth_gbps > 0 THEN b.bandwidth_gbps "
-            "ELSE b.size_bytes::DOUBLE / b.transit_ns::DOUBLE END) FROM comm_ops o JOIN comm_bandwidth b "
-            "ON b.rank = o.rank AND b.op_name = o.name "
-            "AND b.step IS NOT DISTINCT FROM o.step AND upper(b.transport) = 'SDMA' "
-            f"WHERE o.rank IN ({marks}) AND b.size_bytes > 0 AND b.transit_ns > 0 GROUP BY ALL",
+            "SELECT rank, step, min(CASE WHEN bandwidth_gbps > 0 THEN bandwidth_gbps "
+            "ELSE size_bytes::DOUBLE / transit_ns::DOUBLE END) FROM sdma_transfers "
+            f"WHERE rank IN ({marks}) GROUP BY ALL",
             [int(r) for r in ranks],
         )
         for rank, step, gbps in rows:
@@ -190,8 +188,8 @@ class BandwidthContentionCheck(Check):
         not depend on the kernels' order)."""
         marks = placeholders(ranks)
         a = columns(ctx, "SELECT rank, start_ns, dur_ns, (lower(name) LIKE '%matmul%' OR "
-                         "lower(coalesce(op_type, '')) LIKE '%matmul%') AS mm FROM device_ops "
-                         f"WHERE rank IN ({marks}) AND category = 'compute' ORDER BY rank",
+                         "lower(coalesce(op_type, '')) LIKE '%matmul%') AS mm FROM compute_kernels "
+                         f"WHERE rank IN ({marks}) ORDER BY rank",
                     [int(r) for r in ranks])
         rank = a["rank"].astype(np.int64)
         s = a["start_ns"].astype(np.int64)
@@ -209,7 +207,7 @@ class BandwidthContentionCheck(Check):
         The step filter, the bandwidths and the sums run once over all ranks' rows, so their cost does not
         grow per rank; only the overlap tests, which need the rank's own kernels, go per rank."""
         marks = placeholders(ranks)
-        a = columns(ctx, _SDMA_QUERY.format(where=f"o.rank IN ({marks})") + " ORDER BY o.rank",
+        a = columns(ctx, _SDMA_QUERY.format(where=f"rank IN ({marks})") + " ORDER BY rank",
                     [int(r) for r in ranks])
         if a["rank"].size == 0:
             return {}
@@ -262,7 +260,7 @@ class BandwidthContentionCheck(Check):
         """The rank's SDMA op instances (span from comm_ops, traffic from comm_bandwidth) in kept steps, with
         their bandwidth and whether they overlap a matmul kernel, as numpy columns; None without SDMA ops or
         matmuls. One query per rank: its row order (a join's) orders the float sums of the evidence."""
-        a = columns(ctx, _SDMA_QUERY.format(where="o.rank = ?"), [rank])
+        a = columns(ctx, _SDMA_QUERY.format(where="rank = ?"), [rank])
         return BandwidthContentionCheck._judge(a, steps, comp)
 
     @staticmethod
@@ -285,11 +283,8 @@ class BandwidthContentionCheck(Check):
         return ops
 
 
-_SDMA_QUERY = ("SELECT o.rank, o.step, o.name, o.start_ns, o.elapse_ns, b.size_bytes, b.transit_ns, "
-               "b.bandwidth_gbps FROM comm_ops o JOIN comm_bandwidth b "
-               "ON b.rank = o.rank AND b.op_name = o.name "
-               "AND b.step IS NOT DISTINCT FROM o.step AND upper(b.transport) = 'SDMA' "
-               "WHERE {where} AND b.size_bytes > 0 AND b.transit_ns > 0")
+_SDMA_QUERY = ("SELECT rank, step, name, start_ns, elapse_ns, size_bytes, transit_ns, bandwidth_gbps "
+               "FROM sdma_transfers WHERE {where}")
 
 
 def _bandwidth(reported: np.ndarray, size_bytes: np.ndarray, transit_ns: np.ndarray) -> np.ndarray:

@@ -312,8 +312,8 @@ class Fp32ComputeCheck(Check):
         if not ranks:
             return _EMPTY
         marks = placeholders(ranks)
-        df = ctx.sql("SELECT rank, step, name, op_type, dur_ns, input_dtypes FROM device_ops WHERE rank IN "
-                     f"({marks}) AND category = 'compute'", [int(r) for r in ranks])
+        df = ctx.sql("SELECT rank, step, name, op_type, dur_ns, input_dtypes FROM compute_kernels WHERE rank IN "
+                     f"({marks})", [int(r) for r in ranks])
         key = df["op_type"].fillna(df["name"]).astype(str)
         fam = (by_value(key, lambda k: ASCEND_FAMILY.search(k))
                | by_value(df["name"].astype(str), lambda n: ASCEND_FAMILY.search(n)))
@@ -335,16 +335,15 @@ class Fp32ComputeCheck(Check):
         if not ranks:
             return pd.DataFrame(columns=cols)
         marks = placeholders(ranks)
-        df = ctx.sql("SELECT d.rank, d.step, d.name, d.dur_ns, h.input_types AS types FROM device_ops d LEFT JOIN ("
-                     "  SELECT r.rank, r.correlation_id, "
+        df = ctx.sql("SELECT d.rank, d.step, d.name, d.dur_ns, h.input_types AS types FROM compute_kernels d "
+                     "LEFT JOIN (SELECT k.rank, k.correlation_id, "
                      "  arg_max(c.input_types, (coalesce(c.depth, 0), c.input_types)) AS input_types "
-                     "  FROM host_ops r JOIN host_ops c"
-                     "  ON c.rank = r.rank AND c.external_id = r.external_id AND c.category = 'cpu_op' "
+                     "  FROM kernel_launches k JOIN host_ops c"
+                     "  ON c.rank = k.rank AND c.external_id = k.external_id AND c.category = 'cpu_op' "
                      "  AND c.input_types IS NOT NULL"
-                     f"  WHERE r.rank IN ({marks}) AND r.category IN ('runtime', 'driver') "
-                     "  AND r.correlation_id IS NOT NULL AND r.external_id IS NOT NULL GROUP BY r.rank, r.correlation_id) h "
-                     "ON h.rank = d.rank AND h.correlation_id = d.correlation_id "
-                     f"WHERE d.rank IN ({marks}) AND d.category = 'compute'",
+                     f"  WHERE k.rank IN ({marks}) GROUP BY k.rank, k.correlation_id) h "
+                     "USING (rank, correlation_id) "
+                     f"WHERE d.rank IN ({marks})",
                      [*map(int, ranks), *map(int, ranks)])
         names = df["name"].astype(str)
         df = df[by_value(names, lambda n: GPU_FAMILY.search(n) and not _GPU_NOT_FAMILY.search(n))]

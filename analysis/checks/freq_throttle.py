@@ -38,7 +38,6 @@ from ._common import (
 )
 from .base import Check, CheckContext, register
 from .evidence import Entry, Evidence, Record
-from .no_bound_op import AICORE_TASK_TYPES
 
 SUBJECT = "AI Core frequency"
 
@@ -163,11 +162,9 @@ def _throttled_ranks(ctx: CheckContext, ranks: list[int], rated_by_rank: dict[in
     fs_rank = np.asarray(fs["rank"], dtype="int64")
     fs_ts = np.asarray(fs["ts_ns"], dtype="int64")
     fs_mhz = np.ma.filled(np.ma.asarray(fs["freq_mhz"], dtype="float64"), np.nan)
-    types = placeholders(AICORE_TASK_TYPES)
     # no ORDER BY: each rank's rows keep their table order, which the stable sort below preserves
     all_ops = in_kept_steps(
-        ctx.sql(f"SELECT rank, step, name, start_ns, dur_ns FROM device_ops WHERE rank IN ({marks}) "
-                f"AND task_type IN ({types})", [*ranks, *AICORE_TASK_TYPES]),
+        ctx.sql(f"SELECT rank, step, name, start_ns, dur_ns FROM ai_core_tasks WHERE rank IN ({marks})", ranks),
         steps,
     )
     op_order = np.argsort(all_ops["rank"].to_numpy(dtype="int64"), kind="stable")

@@ -160,14 +160,13 @@ class GcPauseCheck(Check):
         found: dict[int, GcRank | None] = {}
         fixed_of: dict[int, dict[str, Any]] = {}
         for batch in rank_batches(ctx, acl_ranks, "host_ops"):
-            acl = _by_rank(ctx, batch, "SELECT rank, start_ns, dur_ns FROM host_ops WHERE category = 'cann' AND "
-                                       "name LIKE 'AscendCL@%' AND rank IN ({marks}) ORDER BY rank")
+            acl = _by_rank(ctx, batch, "SELECT rank, start_ns, dur_ns FROM host_api_calls WHERE category = 'cann' "
+                                       "AND name LIKE 'AscendCL@%' AND rank IN ({marks}) ORDER BY rank")
             for rank in batch:
                 found[rank] = self._conjectured_ascend(acl[rank]["start_ns"], acl[rank]["dur_ns"], windows.of(rank),
                                                        ctx.view.device_timeline(rank))
         for batch in rank_batches(ctx, gpu_ranks, "host_ops"):
-            host = _by_rank(ctx, batch, "SELECT rank, name, category, start_ns, dur_ns FROM host_ops WHERE rank IN "
-                                        "({marks}) ORDER BY rank")
+            host = ctx.view.host_events(batch)
             for rank in batch:
                 found[rank], fixed = self._conjectured_gpu(host[rank], windows.of(rank), ctx.view.device_timeline(rank))
                 if fixed:
@@ -422,7 +421,7 @@ def _fixed_stall(ctx: CheckContext, rank: int) -> dict[str, Any] | None:
     timeline = ctx.view.device_timeline(rank)
     if w.n(rank) == 0 or timeline.empty:
         return None
-    host = ctx.sql("SELECT rank, name, category, start_ns, dur_ns FROM host_ops WHERE rank = ?", [rank])
+    host = ctx.view.host_events([rank])[int(rank)]
     return GcPauseCheck._conjectured_gpu(host, w.of(rank), timeline)[1]
 
 

@@ -56,15 +56,14 @@ from ._common import (
     rank_ordered,
     worst_share,
 )
-from ._launches import host_calls, launch_stats, no_calls
+from ._launches import launch_stats
 from .base import Check, CheckContext, register
 from .evidence import Entry, Evidence
-from .view import host_silences
+from .view import LaunchLookup, host_silences
 
 # A late-launch gap is charged to a stall when stalls cover at least this share of it.
 STALL_SHARE = T.host_bound_stall_share.value
-_DEVICE_QUERY = ("SELECT start_ns, dur_ns, correlation_id FROM device_ops WHERE rank = ? AND category <> "
-                 "'sync' ORDER BY start_ns")
+_DEVICE_QUERY = "SELECT start_ns, dur_ns, correlation_id FROM device_work WHERE rank = ? ORDER BY start_ns"
 
 
 class HostBoundRank(Entry):
@@ -165,16 +164,16 @@ class HostBoundCheck(Check):
         # cut by host_ops rows, the larger table: a launch call per kernel plus the framework's ops); only
         # the fired ranks' entries are kept between batches
         for batch in rank_batches(ctx, ranks, "host_ops"):
-            host = host_calls(ctx, batch)
+            host = ctx.view.launch_lookup(batch)
             marks = ",".join("?" * len(batch))
             dev = rank_ordered(ctx, batch, _DEVICE_QUERY,
-                               "SELECT rank, start_ns, dur_ns, correlation_id FROM device_ops WHERE rank IN "
-                               f"({marks}) AND category <> 'sync' ORDER BY rank, start_ns", ("start_ns",))
+                               "SELECT rank, start_ns, dur_ns, correlation_id FROM device_work WHERE rank IN "
+                               f"({marks}) ORDER BY rank, start_ns", ("start_ns",))
             for rank in batch:
                 w = w_by_rank.get(int(rank))
                 if w is None:
                     continue
-                stats = self._rank_stats(ctx, rank, w, host.get(rank) or no_calls(), dev[rank])
+                stats = self._rank_stats(ctx, rank, w, host[rank], dev[rank])
                 fired = self._fired(rank, stats, steps_ms, free_ms)
                 if not fired:
                     continue
@@ -261,8 +260,7 @@ class HostBoundCheck(Check):
     def _attribution(ctx: CheckContext, rank: int, w: list[list[Any]]) -> dict[str, float]:
         """Device idle inside the rank's kept steps by what the host did meanwhile (metrics.idle), ms per step:
         only the `launch` part is this check's; the others are named for the checks that own them."""
-        ev = ctx.sql("SELECT name, category, start_ns, dur_ns FROM host_ops WHERE rank = ? ORDER BY start_ns",
-                     [int(rank)])
+        ev = ctx.view.host_events([rank])[int(rank)]
         tl = ctx.view.device_timeline(rank)
         silences = host_silences(ev, int(T.conjectured_gc_gpu_silence_ms.value * NS_PER_MS))
         tot = dict.fromkeys(ATTRIBUTION_KINDS, 0)
@@ -307,24 +305,15 @@ class HostBoundCheck(Check):
         return sev, f"{pct if pct is not None else 'unknown'} % of the {basis}. {shrink}"
 
     @staticmethod
-    def _rank_stats(ctx: CheckContext, rank: int, w: list[list[Any]], host: dict[str, np.ndarray],
+    def _rank_stats(ctx: CheckContext, rank: int, w: list[list[Any]], host: LaunchLookup,
                     ops: dict[str, np.ndarray]) -> list[dict[str, Any]]:
         """Per kept step: device ops, inter-op gap ns and its split into late / sync / stall / unknown ns.
         Vectorised over the gaps of a step (a Python pass per device op dominated this check's time). `w`: the
         rank's kept steps, device window starts and ends (in step order); `ops`: the rank's device ops by start
         (`_DEVICE_QUERY`; which op comes first when two start together decides which launch a gap is charged
-        to); `host`: the rank's launch lookup and sync ends (`host_calls`)."""
-        launch_ids, launch_first = host["launch_ids"], host["launch_first"]
-
-        def launch_of(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            """(has a launch, its start) per correlation id; ids < 0 (none recorded) have no launch."""
-            if launch_ids.size == 0:
-                return np.zeros(c.size, dtype=bool), np.zeros(c.size, dtype=np.int64)
-            i = np.minimum(np.searchsorted(launch_ids, c), launch_ids.size - 1)
-            has = (c >= 0) & (launch_ids[i] == c)
-            return has, np.where(has, launch_first[i], 0)
-
-        sync_end = host["sync_end"]
+        to); `host`: the rank's launch lookup and sync ends (`ProfileView.launch_lookup`)."""
+        launch_of = host.launched
+        sync_end = host.sync_end
         s_all = ops["start_ns"].astype(np.int64)
         e_all = s_all + ops["dur_ns"].astype(np.int64)
         cid = ops["correlation_id"]

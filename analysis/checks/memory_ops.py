@@ -122,9 +122,9 @@ def _api_calls(ctx: CheckContext, ranks: list[int], windows: pd.DataFrame) -> tu
     """(name, rank, step, start_ns, dur_ns) of the allocator calls of `ranks` inside their kept steps, in the
     table's row order: one query for the ranks, whose runtime / CANN calls (every kernel launch among them)
     are dropped here, so a check over many ranks holds only the allocator calls of all but one batch."""
-    a = ctx.profile.arrays(f"SELECT rank, step, name, start_ns, dur_ns FROM host_ops WHERE rank IN "
-                           f"({placeholders(ranks)}) AND category IN ('cann', 'runtime', 'driver') AND (name LIKE "
-                           "'AscendCL@acl%' OR name LIKE 'cu%' OR name LIKE 'hip%')", ranks)
+    a = ctx.profile.arrays(f"SELECT rank, step, name, start_ns, dur_ns FROM host_api_calls WHERE rank IN "
+                           f"({placeholders(ranks)}) AND (name LIKE 'AscendCL@acl%' OR name LIKE 'cu%' OR "
+                           "name LIKE 'hip%')", ranks)
     names = np.asarray(a["name"], dtype=object)
     idx = np.flatnonzero(by_value(names, lambda n: API_RE.match(str(n)))) if names.size else np.empty(0, np.int64)
     rank = np.asarray(np.ma.getdata(a["rank"]), dtype=np.int64)[idx]

@@ -40,7 +40,6 @@ from .base import Check, CheckContext, register
 from .evidence import Evidence
 
 MAX_OP_TYPES = 10  # as many op types as the advisor lists for tuning
-AICORE_TASK_TYPES = ("AI_CORE", "AI_VECTOR_CORE", "MIX_AIC", "MIX_AIV")
 PIPE_COLUMNS = (
     "aic_mac_ratio",
     "aic_scalar_ratio",
@@ -107,7 +106,6 @@ class NoBoundOpCheck(Check):
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         marks = placeholders(ranks)
-        types = placeholders(AICORE_TASK_TYPES)
         thr = T.no_bound_ratio.value
         min_ns = T.no_bound_min_us.value * NS_PER_US
         # numpy columns, not a frame: on 64 ranks the pandas filters and groupbys per op type and rank cost
@@ -115,9 +113,8 @@ class NoBoundOpCheck(Check):
         c = columns(
             ctx,
             "SELECT rank, step, coalesce(op_type, name) AS op_type, task_type, dur_ns, "
-            f"{', '.join(PIPE_COLUMNS)} FROM device_ops "
-            f"WHERE rank IN ({marks}) AND task_type IN ({types}) AND dur_ns >= ?",
-            [*ranks, *AICORE_TASK_TYPES, min_ns],
+            f"{', '.join(PIPE_COLUMNS)} FROM ai_core_tasks WHERE rank IN ({marks}) AND dur_ns >= ?",
+            [*ranks, min_ns],
         )
         steps = ctx.view.kept_steps
         rank = c["rank"].astype(np.int64)

@@ -162,8 +162,8 @@ class SmallPacketCheck(Check):
         External id), and sets `nccl_msg_sizes` only when some kernel has one."""
         marks = placeholders(ranks)
         return ctx.sql(
-            "SELECT rank, step, name AS op_name, size_bytes, dur_ns AS transit_ns FROM device_ops "
-            f"WHERE rank IN ({marks}) AND category = 'communication' AND size_bytes > 0",
+            "SELECT rank, step, name AS op_name, size_bytes, dur_ns AS transit_ns FROM comm_kernels "
+            f"WHERE rank IN ({marks}) AND size_bytes > 0",
             ranks,
         )
 

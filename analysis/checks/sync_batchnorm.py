@@ -170,10 +170,8 @@ class SyncBatchNormCheck(Check):
         """Per rank: (host launch start ns, device ns) of its communication ops, from one query. Only their
         integer sum inside the markers is used, so the rows' order does not matter."""
         marks = placeholders(ranks)
-        a = columns(ctx, "SELECT d.rank, h.start_ns AS launch_ns, d.dur_ns FROM device_ops d JOIN host_ops h "
-                         "ON h.rank = d.rank AND h.correlation_id = d.correlation_id "
-                         "AND h.category IN ('runtime', 'driver', 'cann') "
-                         f"WHERE d.rank IN ({marks}) AND d.category = 'communication' ORDER BY d.rank", ranks)
+        a = columns(ctx, "SELECT rank, launch_ns, dur_ns FROM kernel_launches "
+                         f"WHERE rank IN ({marks}) AND category = 'communication' ORDER BY rank", ranks)
         rank = a["rank"].astype(np.int64)
         t, d = a["launch_ns"].astype(np.int64), a["dur_ns"].astype(np.int64)
         return {r: (t[i:j], d[i:j]) for r, i, j in rank_slices(rank)}

@@ -38,7 +38,6 @@ from ..thresholds import T
 from ..timeline.intervals import Coverage, union_of
 from ..units import NS_PER_MS
 from ._common import (
-    HOST_API_CATEGORIES,
     LAUNCH_RE,
     SYNC_RE,
     blocking_env,
@@ -206,13 +205,12 @@ class SyncStreamCheck(Check):
             rs = [r for r in ranks if (ctx.vendor(r) == "ascend") == ascend]
             if not rs:
                 continue
-            cats = ("cann",) if ascend else tuple(c for c in HOST_API_CATEGORIES if c != "cann")
-            marks = ",".join("?" * len(cats))
-            sel = "SELECT rank, step, name, tid, start_ns, dur_ns FROM host_ops WHERE"
+            kind = "category = 'cann'" if ascend else "category <> 'cann'"
+            sel = "SELECT rank, step, name, tid, start_ns, dur_ns FROM host_api_calls WHERE"
             out.update(rank_ordered(
-                ctx, rs, f"{sel} rank = ? AND category IN ({marks}) ORDER BY tid, start_ns, dur_ns DESC",
-                f"{sel} rank IN ({','.join('?' * len(rs))}) AND category IN ({marks}) "
-                "ORDER BY rank, tid, start_ns, dur_ns DESC", ("tid", "start_ns", "dur_ns"), list(cats)))
+                ctx, rs, f"{sel} rank = ? AND {kind} ORDER BY tid, start_ns, dur_ns DESC",
+                f"{sel} rank IN ({','.join('?' * len(rs))}) AND {kind} "
+                "ORDER BY rank, tid, start_ns, dur_ns DESC", ("tid", "start_ns", "dur_ns")))
         return out
 
     def _rank(self, ctx: CheckContext, rank: int, w: dict[str, np.ndarray], ascend: bool,

@@ -7,7 +7,11 @@ the members read and the `query` tool shows. A check's own derived data that ano
 check) shares goes through `CheckContext.once`, keyed by its function, not through invented string keys.
 
 Members: `breakdown`, `kept_steps`, `step_windows(ranks)`, `step_ms`, `device_timeline(rank)`,
-`host_stalls(rank)`, `rows_per_rank(table)`.
+`host_stalls(rank)`, `rows_per_rank(table)`, and for a batch of ranks (not kept: they hold rows per event,
+and a check over many ranks reads them a batch at a time) `host_events(ranks)` and `launch_lookup(ranks)`.
+The kinds of event (compute / communication kernels, the device working, AI Core tasks, host API calls,
+kernel launches, SDMA transfers) are the store's views of those names: a check names the view instead of
+restating the kind's filter.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from ..store import Profile
 from ..thresholds import T
 from ..timeline.arrays import by_value, rank_slices
 from ..timeline.intervals import Coverage
+from ..timeline.names import SYNC_RE
 from ..units import NS_PER_MS
 
 # Host calls that stall dispatch and have their own check (memory-ops, op-compile): late launches behind them
@@ -35,6 +40,8 @@ STALL_API_RE = re.compile(r"^(AscendCL@(aclMallocMemInner|aclrtFreePhysical|aclr
 WORK_CATEGORIES = ("cpu_op", "runtime", "driver", "cann", "dataloader", "gc")
 
 _WINDOW_COLUMNS = ["rank", "step", "start_ns", "end_ns", "w0", "w1"]
+_HOST_EVENT_QUERY = ("SELECT rank, name, category, tid, start_ns, dur_ns FROM host_ops WHERE rank IN ({marks}) "
+                     "ORDER BY rank, start_ns")
 
 
 class ProfileView:
@@ -126,7 +133,7 @@ class ProfileView:
         return self._stalls[r]
 
     def _host_stalls(self, rank: int) -> Coverage:
-        ev = self.profile.sql("SELECT name, category, start_ns, dur_ns FROM host_ops WHERE rank = ?", [rank])
+        ev = self.host_events([rank])[rank]
         if ev.empty:
             return Coverage(np.empty(0, np.int64), np.empty(0, np.int64))
         s = ev["start_ns"].to_numpy(dtype=np.int64)
@@ -137,12 +144,76 @@ class ProfileView:
         q0, q1 = host_silences(ev, int(T.conjectured_gc_gpu_silence_ms.value * NS_PER_MS))
         return Coverage(np.concatenate((s[stall], q0)), np.concatenate((e[stall], q1)))
 
+    def host_events(self, ranks: list[int]) -> dict[int, pd.DataFrame]:
+        """Rank -> every host event of the rank (rank, name, category, tid, start_ns, dur_ns) by start time; one
+        query for the batch, every rank of `ranks` present (an empty frame without events). Not kept."""
+        if not ranks:
+            return {}
+        marks = ",".join("?" * len(ranks))
+        df = self.profile.sql(_HOST_EVENT_QUERY.format(marks=marks), [int(r) for r in ranks])
+        cuts = {r: (i, j) for r, i, j in rank_slices(df["rank"].to_numpy(dtype=np.int64))}
+        return {int(r): df.iloc[slice(*cuts.get(int(r), (0, 0)))] for r in ranks}
+
+    def launch_lookup(self, ranks: list[int]) -> dict[int, LaunchLookup]:
+        """Rank -> which host call launched each device op, and when the host waited for the device, from the
+        ranks' host API calls (one query; their order does not matter). Every rank of `ranks` is present (no
+        call: nothing launched, nothing waited). Built by sorts over all ranks (rank first), not per rank.
+        Not kept."""
+        if not ranks:
+            return {}
+        marks = ",".join("?" * len(ranks))
+        a = self.profile.arrays("SELECT rank, name, start_ns, dur_ns, correlation_id FROM host_api_calls "
+                                f"WHERE rank IN ({marks})", [int(r) for r in ranks])
+        rank = np.asarray(a["rank"], dtype=np.int64)
+        hc, hs, hd = a["correlation_id"], np.asarray(a["start_ns"]), np.asarray(a["dur_ns"])
+        ok = ~np.ma.getmaskarray(hc) if isinstance(hc, np.ma.MaskedArray) else np.ones(rank.size, dtype=bool)
+        hc = np.ma.getdata(hc)
+        lr, lc, ls = rank[ok], hc[ok].astype(np.int64), hs[ok].astype(np.int64)
+        order = np.lexsort((ls, lc, lr))
+        lr, lc, ls = lr[order], lc[order], ls[order]
+        first = np.ones(lr.size, dtype=bool)     # the earliest launch of each (rank, id)
+        first[1:] = (lr[1:] != lr[:-1]) | (lc[1:] != lc[:-1])
+        lr, lc, ls = lr[first], lc[first], ls[first]
+        is_sync = by_value(np.asarray(a["name"], dtype=object), lambda n: SYNC_RE.match(str(n)))
+        sr = rank[is_sync]
+        se = hs[is_sync].astype(np.int64) + hd[is_sync].astype(np.int64)
+        order = np.lexsort((se, sr))
+        sr, se = sr[order], se[order]
+        launches = {r: (i, j) for r, i, j in rank_slices(lr)}
+        syncs = {r: (i, j) for r, i, j in rank_slices(sr)}
+        out: dict[int, LaunchLookup] = {}
+        for r in ranks:
+            i, j = launches.get(int(r), (0, 0))
+            k, m = syncs.get(int(r), (0, 0))
+            out[int(r)] = LaunchLookup(lc[i:j], ls[i:j], se[k:m])
+        return out
+
     def rows_per_rank(self, table: str) -> dict[int, int]:
         """Rank -> its number of rows in `table` (a store table name, never user input)."""
         if table not in self._rows:
             self._rows[table] = {int(r): int(n) for r, n in
                                  self.profile.rows(f"SELECT rank, count(*) FROM {table} GROUP BY rank")}
         return self._rows[table]
+
+
+@dataclass(frozen=True)
+class LaunchLookup:
+    """One rank's launches and waits: `launch_ids` (sorted correlation ids) with `launch_first` (the start ns
+    of each id's earliest host launch call), for a vectorised lookup by searchsorted; `sync_end`, the sorted
+    end ns of its synchronize calls (when the host had waited for the device by itself)."""
+
+    launch_ids: np.ndarray
+    launch_first: np.ndarray
+    sync_end: np.ndarray
+
+    def launched(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per correlation id in `ids` (int64, -1 for none): (was it launched by a recorded call, the start ns
+        of that call, 0 where none)."""
+        if self.launch_ids.size == 0:
+            return np.zeros(ids.size, dtype=bool), np.zeros(ids.size, dtype=np.int64)
+        i = np.minimum(np.searchsorted(self.launch_ids, ids), self.launch_ids.size - 1)
+        has = (ids >= 0) & (self.launch_ids[i] == ids)
+        return has, np.where(has, self.launch_first[i], 0)
 
 
 @dataclass

@@ -11,7 +11,6 @@ from ..timeline.names import kernel_label, operator_label, strip_address
 from .sides import Side, in_list
 
 HOST_OP_CATS = ("cpu_op", "user_annotation", "python_function", "dataloader", "gc", "other")
-HOST_API_CATS = ("runtime", "driver", "cann")
 
 _CATEGORY_RULES = (
     ("communication", re.compile(r"^(nccl|rccl|hcom|hccl|allreduce|allgather|reducescatter|broadcast)", re.I)),
@@ -55,8 +54,8 @@ def op_table(side: Side, kind: str, *, by_family: bool = False, by_launch: bool 
     if by_launch and has_kineto(p.info.format):
         # HTA's rule: a GPU op belongs to the iteration of its correlated launch; ops whose launch is not
         # in the step (CUDA-graph replays, launches outside the trace) belong to no iteration
-        dwhere = (f"{where} AND EXISTS (SELECT 1 FROM host_ops h WHERE h.rank = d.rank AND h.step = d.step "
-                  "AND h.correlation_id = d.correlation_id)")
+        dwhere = (f"{where} AND d.correlation_id IN (SELECT k.correlation_id FROM kernel_launches k "
+                  "WHERE k.rank = d.rank AND k.launch_step = d.step)")
     if kind == "kernel":
         df = p.sql(f"SELECT name, op_type, category, input_shapes, dur_ns FROM device_ops d WHERE {dwhere} "
                    "AND category <> 'communication'")
@@ -71,9 +70,9 @@ def op_table(side: Side, kind: str, *, by_family: bool = False, by_launch: bool 
             df["key"] = (df["op_type"].fillna(df["name"]) + df["input_shapes"].fillna("").map(
                 lambda s: f" [{s}]" if s else "")) if ascend else df["name"]
     elif kind in ("op", "api"):
-        cats = HOST_OP_CATS if kind == "op" else HOST_API_CATS
         df = p.sql(f"SELECT name AS key, dur_ns FROM host_ops WHERE {where} AND category IN "
-                   f"({','.join(repr(c) for c in cats)})")
+                   f"({','.join(repr(c) for c in HOST_OP_CATS)})") if kind == "op" else p.sql(
+            f"SELECT name AS key, dur_ns FROM host_api_calls WHERE {where}")
         # Python names carry object addresses that differ per process: without them they match across runs
         df["key"] = df["key"].map(strip_address)
     elif kind == "comm":
@@ -82,8 +81,7 @@ def op_table(side: Side, kind: str, *, by_family: bool = False, by_launch: bool 
             f"SELECT coalesce(op_type, name) || coalesce(' @' || group_name, '') AS key, elapse_ns AS dur_ns "
             f"FROM comm_ops WHERE {where}")
         if df.empty:
-            df = p.sql(f"SELECT name AS key, dur_ns FROM device_ops d WHERE {dwhere} "
-                       "AND category = 'communication'")
+            df = p.sql(f"SELECT name AS key, dur_ns FROM comm_kernels d WHERE {dwhere}")
         df["dim"] = "communication"
         if by_family and not df.empty:
             df["key"] = "communication"
@@ -163,10 +161,8 @@ def operator_table(side: Side) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     where = f"{in_list('d.rank', side.ranks)} AND {in_list('d.step', side.steps)}"
     df = p.sql(
-        "WITH k AS (SELECT d.rank, d.name, d.dur_ns, r.tid, r.start_ns AS ls, r.start_ns + r.dur_ns AS le, "
-        "row_number() OVER () AS kid FROM device_ops d JOIN host_ops r ON r.rank = d.rank "
-        "AND r.correlation_id = d.correlation_id AND r.category IN ('runtime', 'driver') "
-        f"WHERE {where} AND d.category = 'compute') "
+        "WITH k AS (SELECT d.rank, d.name, d.dur_ns, d.tid, d.launch_ns AS ls, d.launch_ns + d.launch_dur_ns AS le, "
+        f"row_number() OVER () AS kid FROM kernel_launches d WHERE d.category = 'compute' AND {where}) "
         "SELECT arg_min(c.name, c.depth) AS op, arg_max(c.name, c.depth) AS inner, any_value(k.name) AS kernel, any_value(k.dur_ns) AS dur_ns "
         "FROM k JOIN host_ops c ON c.rank = k.rank AND c.tid = k.tid AND c.category = 'cpu_op' "
         "AND c.start_ns <= k.ls AND c.start_ns + c.dur_ns >= k.le GROUP BY k.kid")

@@ -130,8 +130,7 @@ def _event_rows(profile: Profile, st: dict[str, np.ndarray], st_rank: np.ndarray
     recv = profile.arrays(
         "SELECT rank, start_ns, elapse_ns FROM comm_ops WHERE op_type IN ('receive', 'recv') "
         "AND rank IN (SELECT unnest(?::BIGINT[])) UNION ALL "
-        "SELECT rank, start_ns, dur_ns FROM device_ops WHERE category = 'communication' "
-        "AND lower(name) LIKE 'hcom_receive%' AND rank NOT IN (SELECT DISTINCT rank FROM comm_ops) "
+        "SELECT rank, start_ns, dur_ns FROM comm_kernels WHERE lower(name) LIKE 'hcom_receive%' AND rank NOT IN (SELECT DISTINCT rank FROM comm_ops) "
         "AND rank IN (SELECT unnest(?::BIGINT[]))", [ranks, ranks])
     recv_rank = np.asarray(recv["rank"], dtype=np.int64)
     batched = _OpsByRank(profile, [r for r in ranks if not (hta_compat and r in kineto_ranks)])

@@ -231,9 +231,8 @@ def window_parts(cursor, win: pd.DataFrame) -> pd.DataFrame:
     cursor.execute(f"CREATE OR REPLACE TEMP TABLE base AS SELECT o.rank, min(coalesce(o.depth, 0)) AS d "
                    f"FROM host_ops o WHERE o.rank IN (SELECT DISTINCT rank FROM win) AND {_NOT_SKIPPED} GROUP BY o.rank")
     df = cursor.execute(f"""
-        WITH c AS (SELECT win.rank, win.inst, sum({_OVERLAP_MS}) AS ms FROM win JOIN device_ops o ON o.rank = win.rank
-                   AND o.start_ns < win.w1 AND o.start_ns + o.dur_ns > win.w0 WHERE o.category = 'compute'
-                   GROUP BY ALL),
+        WITH c AS (SELECT win.rank, win.inst, sum({_OVERLAP_MS}) AS ms FROM win JOIN compute_kernels o
+                   ON o.rank = win.rank AND o.start_ns < win.w1 AND o.start_ns + o.dur_ns > win.w0 GROUP BY ALL),
              h AS (SELECT win.rank, win.inst, sum(CASE WHEN {dl} THEN {_OVERLAP_MS} ELSE 0 END) AS dl_ms,
                           sum(CASE WHEN {dl} THEN 0 ELSE {_OVERLAP_MS} END) AS host_ms
                    FROM win JOIN host_ops o ON o.rank = win.rank AND o.start_ns < win.w1

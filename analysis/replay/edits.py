@@ -84,7 +84,7 @@ def op_scaled(cursor, steps: list[Step], name: str, factor: float):
     try:
         got = cursor.execute(f"""
             WITH w AS (SELECT rank, wid, w0::BIGINT AS w0, w1::BIGINT AS w1 FROM ow),
-                 dev AS (SELECT DISTINCT rank FROM device_ops WHERE category = 'compute'),
+                 dev AS (SELECT DISTINCT rank FROM compute_kernels),
                  d AS (SELECT w.wid, sum({_OVERLAP}) AS ns FROM w JOIN device_ops o ON o.rank = w.rank
                        AND o.start_ns < w.w1 AND o.start_ns + o.dur_ns > w.w0 WHERE o.name = ? GROUP BY ALL),
                  h AS (SELECT w.wid, sum({_OVERLAP}) AS ns FROM w JOIN host_ops o ON o.rank = w.rank

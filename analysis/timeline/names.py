@@ -160,3 +160,18 @@ def operator_label(name: str) -> str:
     `BmmBackward0`; addresses removed."""
     s = strip_address(name)
     return s.split("evaluate_function: ", 1)[1] if "evaluate_function: " in s else s
+
+
+# Host calls that launch device work (HTA get_cuda_kernel_launch_stats / queue length list, Ascend Node@launch).
+LAUNCH_RE = re.compile(
+    r"^(cudaLaunchKernel(ExC)?(_v\d+)?|cuLaunchKernel(Ex)?|cudaLaunchCooperativeKernel|cudaGraphLaunch|"
+    r"cudaMemcpyAsync|cudaMemsetAsync|cudaMemcpy2DAsync|hipLaunchKernel|hipExtLaunchKernel|"
+    r"hipExtModuleLaunchKernel|hipModuleLaunchKernel|hipGraphLaunch|hipMemcpyAsync|hipMemsetAsync|"
+    r"hipMemcpyWithStream|Node@launch|AscendCL@aclopExecute\w*|AscendCL@aclnn\w+)$")
+
+# Host calls that block until device work finishes.
+SYNC_RE = re.compile(
+    r"^(cudaStreamSynchronize|cudaDeviceSynchronize|cudaEventSynchronize|cudaThreadSynchronize|"
+    r"cuStreamSynchronize|cuCtxSynchronize|cuEventSynchronize|hipStreamSynchronize|hipDeviceSynchronize|"
+    r"hipEventSynchronize|AscendCL@aclrtSynchronizeStream(WithTimeout)?|AscendCL@aclrtSynchronizeDevice"
+    r"(WithTimeout)?|AscendCL@aclrtSynchronizeEvent)$")
