@@ -18,7 +18,6 @@ import pandas as pd
 
 from ..metrics.collectives import compare_parts, top_host_ops, window_parts
 from ..metrics.stages import stage_of_ranks
-from ..replay import prepare
 from ..replay.engine import TAIL, windows
 from ..replay.models import Replay
 from ..replay.noise import MAX_REPLAYED, judged
@@ -61,7 +60,7 @@ def replay_ranks(ctx: CheckContext) -> ReplayRanks | None:
 
 
 def _replay_ranks(ctx: CheckContext) -> ReplayRanks | None:
-    got = prepare(ctx.profile)
+    got = ctx.view.replay
     if got is None:
         return None
     steps, rep = got

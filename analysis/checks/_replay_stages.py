@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..replay import prepare
 from ..replay.whatif import balanced, chain, rank_work, rank_work_ms
 from .base import CheckContext
 
@@ -43,7 +42,7 @@ def _linked(steps: list, stages: dict[int, int]) -> bool:
 
 
 def _stage_replay(ctx: CheckContext, stages: dict[int, int]) -> StageReplay | None:
-    got = prepare(ctx.profile)
+    got = ctx.view.replay
     if got is None:
         return None
     steps, rep = got

@@ -21,7 +21,6 @@ import numpy as np
 
 from ..metrics.stages import stage_of_ranks
 from ..models import Finding
-from ..replay import prepare
 from ..replay.work import extra_calls
 from ..text import ranks_text
 from ..thresholds import T
@@ -77,7 +76,7 @@ class UnevenWorkCheck(Check):
     )
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
-        got = prepare(ctx.profile)
+        got = ctx.view.replay
         if got is None or len(ranks) < 2:
             return []
         steps, rep = got

@@ -7,7 +7,8 @@ the members read and the `query` tool shows. A check's own derived data that ano
 check) shares goes through `CheckContext.once`, keyed by its function, not through invented string keys.
 
 Members: `breakdown`, `kept_steps`, `step_windows(ranks)`, `step_ms`, `device_timeline(rank)`,
-`host_stalls(rank)`, `rows_per_rank(table)`, and for a batch of ranks (not kept: they hold rows per event,
+`host_stalls(rank)`, `rows_per_rank(table)`, `replay` (the cross-rank graph of the kept steps and its null
+replay), and for a batch of ranks (not kept: they hold rows per event,
 and a check over many ranks reads them a batch at a time) `host_events(ranks)` and `launch_lookup(ranks)`.
 The kinds of event (compute / communication kernels, the device working, AI Core tasks, host API calls,
 kernel launches, SDMA transfers) are the store's views of those names: a check names the view instead of
@@ -24,6 +25,9 @@ import numpy as np
 import pandas as pd
 
 from ..metrics.breakdown import BreakdownRow, compute_breakdown
+from ..replay import prepare
+from ..replay.models import Replay
+from ..replay.whatif import Step
 from ..store import Profile
 from ..thresholds import T
 from ..timeline.arrays import by_value, rank_slices
@@ -89,6 +93,13 @@ class ProfileView:
         for c in ("start_ns", "end_ns", "w0", "w1"):
             st[c] = st[c].astype("int64")
         return st[_WINDOW_COLUMNS]
+
+    @cached_property
+    def replay(self) -> tuple[list[Step], Replay] | None:
+        """The job's cross-rank replay inputs per kept step and the null replay (`analysis.replay.prepare`), of
+        every rank whatever the view's ranks (a rank's wait is set by the others); None where no collective
+        is matched on two ranks. Shared with the report, what-if and the critical path."""
+        return prepare(self.profile)
 
     @cached_property
     def step_ms(self) -> dict[tuple[int, int], float]:
