@@ -9,6 +9,10 @@ PART_TEXT = {"compute_kernels": "compute kernels", "data_loading": "data loading
              "untraced": "nothing traced (sleep, GC, I/O or an untraced thread)"}
 
 
+# why a rank has no slow-rank verdict, in the rank table of every view
+RANK_OK_TEXT = "no dimension beyond its peers and no late arrival"
+
+
 def ms_text(x: float) -> str:
     """A duration for a sentence: two decimals under 10 ms (0.25 ms, not 0.2), one above."""
     return f"{x:.2f} ms" if abs(x) < 10 else f"{x:.1f} ms"

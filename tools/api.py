@@ -23,7 +23,7 @@ from ..analysis.metrics.breakdown import compute_breakdown, totals, vendor_misma
 from ..analysis.metrics.stages import stage_of_ranks
 from ..analysis.models import SEVERITY_ORDER, Finding
 from ..analysis.store import IngestOptions, Profile
-from ..analysis.text import span_text
+from ..analysis.text import RANK_OK_TEXT, span_text
 from .models import (
     Breakdown,
     EnvAudit,
@@ -247,7 +247,7 @@ def _rank_verdicts(ctx: CheckContext, findings: list[Finding]) -> list[RankVerdi
             out.append(RankVerdict(verdict="waits", waits_for=waits, cause=(
                 f"it waits at collectives for rank(s) {', '.join(map(str, waits))}, which arrive last"), **common))
         else:
-            out.append(RankVerdict(verdict="ok", cause="no dimension beyond its peers and no late arrival", **common))
+            out.append(RankVerdict(verdict="ok", cause=RANK_OK_TEXT, **common))
     return out
 
 

@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..analysis.replay.models import CriticalPath, WhatIf
+from ..analysis.text import RANK_OK_TEXT
 from . import models as m
 from .render_fit import Table, column_label, fit_table, hanging, shorten_names
 
@@ -254,10 +255,10 @@ def _slow_rank_tables(model: m.SlowRanks) -> list[Table]:
                            f"{v.arrived_last} of {v.matched_collectives}" if v.arrived_last else "-",
                            fmt_value(v.wait_caused_per_step_ms) if v.arrived_last else "-",
                            v.finding or v.cause] for v in verdicts],
-                         note=f"{ok} other rank(s): no dimension beyond its peers, no late arrival" if ok else "",
+                         note=f"{ok} other rank(s): {RANK_OK_TEXT}" if ok else "",
                          text=("why",)))
     elif model.ranks:
-        dims.note = f"all {len(model.ranks)} ranks ok: no dimension beyond its peers and no late arrival"
+        dims.note = f"all {len(model.ranks)} ranks ok: {RANK_OK_TEXT}"
     return out
 
 
