@@ -3,7 +3,8 @@
     python -m stepdoctor.evals.answer_diff OLD_ROOT PROFILE... [--commands issues breakdown]
 
 OLD_ROOT is a folder holding an older checkout as `stepdoctor/` (e.g. a `git worktree` linked there); the
-new side is the installed package. Each side gets its own cache folder so the two never read each other's
+new side is the installed package, or with `--new-root` another such folder (a commit checked out apart from a
+working tree that is being edited). Each side gets its own cache folder so the two never read each other's
 databases. Prints one line per (profile, command): `same`; `same-refusal` where both sides exit with the same error
 (no answer to compare); or `DIFF` with the first differing JSON paths (a side that fails is named there).
 """
@@ -63,13 +64,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("old_root")
     ap.add_argument("profiles", nargs="+")
     ap.add_argument("--commands", nargs="+", default=["issues", "breakdown"])
+    ap.add_argument("--new-root", default=None,
+                    help="the folder holding the newer checkout as stepdoctor/ (default: this installed one)")
     a = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as old_cache, tempfile.TemporaryDirectory() as new_cache:
         differ = 0
         for prof in a.profiles:
             for cmd in a.commands:
                 old = _answer([cmd, str(Path(prof).resolve())], a.old_root, old_cache)
-                new = _answer([cmd, str(Path(prof).resolve())], None, new_cache)
+                new = _answer([cmd, str(Path(prof).resolve())], a.new_root, new_cache)
                 diff = _paths(old, new)
                 # both sides refusing the input with the same message: no answer to compare, and no change
                 refused = isinstance(old, _Failed) and isinstance(new, _Failed) and old.text == new.text
