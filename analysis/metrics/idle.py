@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from ..timeline.names import DRAINED_RE
+
 if TYPE_CHECKING:
     from ..store import Profile
 
@@ -121,7 +123,6 @@ def unprofiled_share(profile: Profile | None, rank: int | None, impact_ms: float
 _DATALOADER_RE = re.compile(r"enumerate\(DataLoader\)|_MultiProcessingDataLoaderIter|_SingleProcessDataLoaderIter|"
                             r"dataloader", re.I)
 _ALLOC_RE = re.compile(r"^(cudaMalloc|cudaFree|hipMalloc|hipFree|cuMemAlloc|cuMemFree)", re.I)
-_SYNC_NAME_RE = re.compile(r"^(cuda|hip)(Stream|Device|Event)Synchronize$|^cudaMemcpy$|^hipMemcpy$")
 ATTRIBUTION_KINDS = ("collective_wait", "dataloader", "allocator", "sync", "gc_or_untraced", "launch")
 
 
@@ -164,7 +165,7 @@ def attribute_idle(g0: np.ndarray, g1: np.ndarray, host: Any, silences: tuple[np
         m = matching(rx.search)
         return Coverage(s[m], e[m]).within(g0, g1) / gap if m.any() else np.zeros(g0.size)
 
-    sync_m = matching(_SYNC_NAME_RE.match)
+    sync_m = matching(DRAINED_RE.match)
     se = np.sort(e[sync_m])
     j = np.searchsorted(se, g0, side="left")
     synced = (j < se.size) & (se[np.minimum(j, max(se.size - 1, 0))] < g1) if se.size else np.zeros(g0.size, bool)

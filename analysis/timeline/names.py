@@ -175,3 +175,6 @@ SYNC_RE = re.compile(
     r"cuStreamSynchronize|cuCtxSynchronize|cuEventSynchronize|hipStreamSynchronize|hipDeviceSynchronize|"
     r"hipEventSynchronize|AscendCL@aclrtSynchronizeStream(WithTimeout)?|AscendCL@aclrtSynchronizeDevice"
     r"(WithTimeout)?|AscendCL@aclrtSynchronizeEvent)$")
+
+# Host calls after which the device has drained: the synchronize calls and the blocking (not *Async) copies.
+DRAINED_RE = re.compile(f"{SYNC_RE.pattern}|^(cudaMemcpy|hipMemcpy)$")

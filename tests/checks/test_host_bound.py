@@ -35,3 +35,21 @@ def test_kineto_host_bound(gen: Callable[..., Result]) -> None:
 
 def test_host_bound_on_ascend_planted_is_its_golden_answer(gen: Callable[..., Result]) -> None:
     assert_golden("host-bound", "ascend-planted", gen("host-bound", layers=1).of("host-bound"))
+
+
+def test_device_idle_behind_an_ascend_synchronize_is_sync_not_launch(tmp_path) -> None:
+    """Real torch_npu DB export (2 ranks): the device idles behind aclrtSynchronizeStream calls ~4.3 ms per step.
+    The idle attribution takes the synchronize calls from the one definition of a drained device
+    (timeline.names.DRAINED_RE), so that time is `sync`, not charged to slow launching."""
+    from conftest import SHARED, need
+    from stepdoctor.analysis.store import IngestOptions
+    from stepdoctor.analysis.timeline.names import DRAINED_RE
+    from stepdoctor.tools import api
+
+    path = need(SHARED / "real" / "ascend" / "msinsight-pt-db-l0")
+    assert DRAINED_RE.match("AscendCL@aclrtSynchronizeStream") and DRAINED_RE.match("cudaMemcpy")
+    assert not DRAINED_RE.match("cudaMemcpyAsync")
+    rep = api.issues(api.load(path, IngestOptions(cache_dir=tmp_path / "cache")), checks=["host-bound"])
+    for rank, sync_ms in ((0, 4.2873), (1, 4.3396)):
+        att = ev(rep.findings[0], rank)["idle_attribution_ms_per_step"]
+        assert abs(att["sync"] - sync_ms) < 1e-3 and att["launch"] < 26.0
