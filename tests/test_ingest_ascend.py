@@ -378,8 +378,8 @@ def test_trace_number_ts_and_rounding(tmp_path: Path) -> None:
                  ' {"ph": "X", "name": "b", "pid": 1, "tid": 1, "ts": 1700000000000002.123, "dur": 2},\n'
                  ' {"ph": "X", "name": "c", "pid": 1, "tid": 1, "ts": "12.5", "dur": "0.25"}]')
     tr = TraceParser(p).parse()
-    assert list(tr.h_start) == [1_700_000_000_000_001_001, 1_700_000_000_000_002_123, 12_500]
-    assert list(tr.h_dur) == [1_500, 2_000, 250]
+    assert list(tr.host.start) == [1_700_000_000_000_001_001, 1_700_000_000_000_002_123, 12_500]
+    assert list(tr.host.dur) == [1_500, 2_000, 250]
 
 
 def test_chunked_decode_equals_whole_decode(tmp_path: Path) -> None:
@@ -394,10 +394,11 @@ def test_chunked_decode_equals_whole_decode(tmp_path: Path) -> None:
     whole = TraceParser(p).parse()
     tiny = TraceParser(p, block_bytes=97).parse()
     assert whole.n_events == tiny.n_events == len(events)
-    for f in ("h_name", "h_start", "h_dur", "h_stack", "h_dims", "d_name", "d_start", "c_name", "c_size"):
-        assert list(getattr(whole, f)) == list(getattr(tiny, f)), f
-    assert whole.steps == tiny.steps and whole.f_mhz == tiny.f_mhz
-    assert "a}, {b;c" in whole.h_stack and whole.with_stack
+    for g, f in (("host", "name"), ("host", "start"), ("host", "dur"), ("host", "stack"), ("host", "dims"),
+                 ("hardware", "name"), ("hardware", "start"), ("comm", "name"), ("comm", "size")):
+        assert list(getattr(getattr(whole, g), f)) == list(getattr(getattr(tiny, g), f)), (g, f)
+    assert whole.steps == tiny.steps and list(whole.freq.mhz) == list(tiny.freq.mhz)
+    assert "a}, {b;c" in whole.host.stack and whole.with_stack
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -817,8 +818,8 @@ def test_many_steps_chunked(tmp_path: Path) -> None:
     tr = TraceParser(p, block_bytes=64 << 10).parse()
     assert tr.n_events == len(out)
     assert [s[0] for s in tr.steps] == list(range(1, 81))
-    assert len(tr.d_name) == 96 * 40 and len(tr.h_name) == 416 * 40 and len(tr.c_name) == 56 * 40
-    assert int(np.asarray(tr.h_start).max()) == max(int(e["ts"].replace(".", "")) for e in out
+    assert len(tr.hardware.name) == 96 * 40 and len(tr.host.name) == 416 * 40 and len(tr.comm.name) == 56 * 40
+    assert int(np.asarray(tr.host.start).max()) == max(int(e["ts"].replace(".", "")) for e in out
                                                     if e["ph"] == "X" and e["pid"] == 40000)
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import SHARED, need
 from stepdoctor.analysis.ingest.ascend_columns import OPERATOR_DETAILS
-from stepdoctor.analysis.ingest.ascend_text import RankReader, TraceParser, read_rank
+from stepdoctor.analysis.ingest.ascend_text import RankFiles, TraceParser, describe, launch_flows, read_rank
 from stepdoctor.analysis.ingest.base import RankSource
 from stepdoctor.tools import api
 
@@ -114,11 +114,11 @@ def _linked(rank_dir: Path) -> set[tuple[str, int]]:
 
 def _launch_pairs(rank_dir: Path) -> list[tuple[int, int]]:
     """(interned id, end ts) of each launch flow the reader pairs."""
-    reader = RankReader(RankSource(path=rank_dir, format="ascend_pt", rank=0))
+    files = RankFiles(describe(RankSource(path=rank_dir, format="ascend_pt", rank=0)))
     try:
-        pairs = reader.launch_flows(TraceParser(rank_dir / OUT / "trace_view.json").parse())
+        pairs = launch_flows(files, TraceParser(rank_dir / OUT / "trace_view.json").parse())
     finally:
-        reader.close()
+        files.close()
     return list(zip(pairs.corr, pairs.f_ts, strict=True))
 
 
@@ -161,19 +161,19 @@ def test_flow_ids_beyond_int64_are_interned(tmp_path: Path):
 def test_operator_details_multiline_call_stacks():
     """operator_details.csv quotes call stacks with line breaks inside: read whole, no 'cannot parse'."""
     rank = need(ASC / LEVELS[0] / "rank0_ascend_pt")
-    reader = RankReader(RankSource(path=rank, format="ascend_pt", rank=0))
+    files = RankFiles(describe(RankSource(path=rank, format="ascend_pt", rank=0)))
     try:
         path = rank / OUT / "operator_details.csv"
-        res = reader.resolve_csv(path, OPERATOR_DETAILS, required=False)
+        res = files.resolve_csv(path, OPERATOR_DETAILS, required=False)
         assert res is not None and "call_stack" in res.found
-        df = reader.query_csv(path, [f'"{res.found["name"]}" AS name', f'"{res.found["call_stack"]}" AS stack'])
+        df = files.query_csv(path, [f'"{res.found["name"]}" AS name', f'"{res.found["call_stack"]}" AS stack'])
     finally:
-        reader.close()
+        files.close()
     assert df is not None and len(df) == 859
     stacks = dict(zip(df["name"].tolist(), df["stack"].tolist(), strict=True))
     first = stacks["enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"]
     assert first.count("\n") == 10 and first.endswith("<string>(1): <module>")
-    assert not [w for w in reader.t.warnings if "operator_details" in w]
+    assert not [w for w in files.t.warnings if "operator_details" in w]
 
 
 def test_level0_kernel_details_eight_columns_na_types_trailing_tabs():

@@ -71,10 +71,11 @@ from .common import (
     read_rank_meta,
 )
 from .db import Db, find_db, nesting_depth, open_ro
-from .reader import DbReader, read_rank
+from .rank import describe_db
+from .reader import read_rank, run
 
 __all__ = [
     "ANALYSIS_DBS", "COMM_MB", "DB_RE", "ENUM_API_TYPE", "ENUM_DEFAULTS", "ENUM_HCCL_DATA_TYPE", "ENUM_HCCL_LINK_TYPE",
-    "ENUM_HCCL_RDMA_TYPE", "ENUM_HCCL_TRANSPORT_TYPE", "INVALID_ID", "OUTPUT_DIR", "Db", "DbReader", "RankMeta",
-    "db_task_category", "find_db", "nesting_depth", "open_ro", "read_rank", "read_rank_meta",
+    "ENUM_HCCL_RDMA_TYPE", "ENUM_HCCL_TRANSPORT_TYPE", "INVALID_ID", "OUTPUT_DIR", "Db", "RankMeta",
+    "db_task_category", "describe_db", "find_db", "nesting_depth", "open_ro", "read_rank", "read_rank_meta", "run",
 ]

@@ -102,7 +102,7 @@ STEP_MSG_RE = re.compile(r"(?:ProfilerStep#|\bstep[\s_#:=-]*)(\d+)", re.I)
 # Rank-directory metadata shared by the DB and text layouts (profiler_info, profiler_metadata, info.json)
 
 
-@dataclass
+@dataclass(frozen=True)
 class RankMeta:
     """What the rank directory says about itself, outside ASCEND_PROFILER_OUTPUT."""
 
@@ -178,39 +178,36 @@ def _enum_tail(v: Any) -> str | None:
 
 def read_rank_meta(rank_dir: Path, tables: RankTables) -> RankMeta:
     """profiler_info_{rank}.json, profiler_metadata.json and PROF_*/device_*/info.json.* of one rank dir."""
-    meta = RankMeta()
     if not rank_dir.is_dir():
-        return meta
+        return RankMeta()
+    got: dict[str, Any] = {}
     infos = sorted(rank_dir.glob("profiler_info*.json"))
     if infos and isinstance(info := tables.read_json(infos[0]), dict):
-        meta.info = info
-        meta.framework_version = info.get("torch_npu_version") or info.get("ms_version")
         cfg = info.get("config") or {}
         exp = cfg.get("experimental_config") or {}
         common = cfg.get("common_config") or {}
         params = info.get("profiler_parameters") or {}          # MindSpore ≥ 2.5
-        meta.profiler_level = _enum_tail(exp.get("_profiler_level") or params.get("profiler_level"))
         ws = common.get("with_stack", params.get("with_stack"))
-        meta.with_stack = bool(ws) if ws is not None else None
-        meta.world_size = to_int(info.get("rank_size"))
+        got.update(info=info, framework_version=info.get("torch_npu_version") or info.get("ms_version"),
+                   profiler_level=_enum_tail(exp.get("_profiler_level") or params.get("profiler_level")),
+                   with_stack=bool(ws) if ws is not None else None, world_size=to_int(info.get("rank_size")))
     md_path = rank_dir / "profiler_metadata.json"
     if md_path.is_file() and isinstance(md := tables.read_json(md_path), dict):
-        meta.metadata = md
+        got["metadata"] = md
     for dev_info in sorted(rank_dir.glob("PROF_*/device_*/info.json.*")):
         if dev_info.name.endswith(".done"):
             continue
         if isinstance(di := tables.read_json(dev_info), dict):
             devs = di.get("DeviceInfo") or [{}]
             d0 = devs[0] if devs else {}
-            meta.device_name = di.get("platform_version") or meta.device_name
-            meta.ai_core_num = to_int(d0.get("ai_core_num"))
-            meta.aiv_num = to_int(d0.get("aiv_num"))
-            meta.rated_freq_mhz = to_float(d0.get("aic_frequency"))
-            meta.device_id = to_int(d0.get("id"))
-            if meta.device_id is None and (m := re.search(r"device_(\d+)", str(dev_info.parent.name))):
-                meta.device_id = int(m.group(1))
+            device_id = to_int(d0.get("id"))
+            if device_id is None and (m := re.search(r"device_(\d+)", str(dev_info.parent.name))):
+                device_id = int(m.group(1))
+            got.update(device_name=di.get("platform_version") or None, ai_core_num=to_int(d0.get("ai_core_num")),
+                       aiv_num=to_int(d0.get("aiv_num")), rated_freq_mhz=to_float(d0.get("aic_frequency")),
+                       device_id=device_id)
             break
-    return meta
+    return RankMeta(**got)
 
 
 def framework_category(name: str, api_type: str) -> str:

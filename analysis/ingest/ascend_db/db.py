@@ -263,7 +263,7 @@ def clean_text(v: str | None) -> str | None:
 # The reader
 
 
-@dataclass
+@dataclass(frozen=True)
 class Steps:
     """Step windows (host), sorted by start; `first` = device start per step for derived steps."""
 

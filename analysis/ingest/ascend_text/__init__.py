@@ -44,8 +44,9 @@ checks that need it report "not applicable" instead of a false finding. Nothing 
 from .comm_columns import CommRows, MatrixRows, comm_rows_columns, matrix_rows_columns
 from .common import ANALYSE_HINT, COMM_MB_BYTES, ENV_VARIABLES, OUTPUT_DIR, task_category
 from .csv_io import PLAIN_CSV_BYTES
-from .reader import STREAMED, RankReader, read_rank
-from .trace_columns import TraceColumns
+from .rank import describe
+from .rank_files import RankFiles
+from .reader import STREAMED, read_rank
 from .trace_events import (
     ARGS_BATCH,
     BLOCK_BYTES,
@@ -61,11 +62,14 @@ from .trace_events import (
     message_bytes,
     ts_ns,
 )
+from .trace_groups import TraceColumns
 from .trace_parser import TraceParser
+from .trace_view import launch_flows
 
 __all__ = [
     "ANALYSE_HINT", "ARGS_BATCH", "BLOCK_BYTES", "COMM_MB_BYTES", "ENV_VARIABLES", "OUTPUT_DIR", "PIECE_BYTES",
     "PLAIN_CSV_BYTES", "SENTINEL_IDS", "STREAMED", "CommArgs", "CommRows", "Event", "HardwareArgs", "HostArgs",
-    "MatrixRows", "RankReader", "TraceColumns", "TraceParser", "as_float", "as_int", "comm_rows_columns",
-    "dur_ns", "matrix_rows_columns", "message_bytes", "read_rank", "task_category", "ts_ns",
+    "MatrixRows", "RankFiles", "TraceColumns", "TraceParser", "as_float", "as_int", "comm_rows_columns",
+    "describe", "dur_ns", "launch_flows", "matrix_rows_columns", "message_bytes", "read_rank", "task_category",
+    "ts_ns",
 ]

@@ -13,6 +13,7 @@ import msgspec
 import numpy as np
 
 from ..ascend_common import collective_of
+from ..ascend_events import CommOps
 from .common import COMM_MB_BYTES
 from .frames import objects, step_number
 from .numbers import (
@@ -123,7 +124,7 @@ def _comm_gather(data: dict[str, Any], exact: bool, typed: bool) -> CommRows | N
             continue
         else:
             t = info.get("Communication Time Info")
-            if type(t) is not dict:  # (a number, text or list here used to stop the rank's read)
+            if type(t) is not dict:  # (a number, text or list here: no times, the op is skipped, not the file)
                 t = {}
             ti = _TimeInfo(t.get("Start Timestamp(us)"), t.get("Elapse Time(ms)"),
                            t.get("Transit Time(ms)"), t.get("Wait Time(ms)"),
@@ -159,7 +160,7 @@ def _comm_gather(data: dict[str, Any], exact: bool, typed: bool) -> CommRows | N
 
 
 def comm_json_columns(data: dict[str, Any], exact: bool, typed: bool) -> tuple[
-        dict[str, Any] | None, dict[str, Any] | None, dict[str, Any] | None, int]:
+        CommOps | None, dict[str, Any] | None, dict[str, Any] | None, int]:
     """`comm_rows_columns` of `_comm_gather`."""
     rows = _comm_gather(data, exact, typed)
     return (None, None, None, 0) if rows is None else comm_rows_columns(rows, typed)
@@ -221,7 +222,7 @@ def _bytes_moved(n_ops: int, ops_of: np.ndarray, names: list[str], sizes: Any) -
 
 
 def comm_rows_columns(rows: CommRows, typed: bool) -> tuple[
-        dict[str, Any] | None, dict[str, Any] | None, dict[str, Any] | None, int]:
+        CommOps | None, dict[str, Any] | None, dict[str, Any] | None, int]:
     """(comm_ops, comm_bandwidth, comm_packets columns or None, ops skipped) of communication.json's rows.
 
     An op needs Start Timestamp(us) and Elapse Time(ms); its bandwidth rows are the transports with a size
@@ -286,13 +287,13 @@ def comm_rows_columns(rows: CommRows, typed: bool) -> tuple[
             size = i64(_take(moved, keep_ops))
         kept_names = names[keep_ops].tolist()
         start = rows.start
-        ops_out = {"step": int32(_take(step, keep_ops)), "name": kept_names,
-                   "op_type": [collective_of(n) for n in kept_names], "group_name": groups[keep_ops].tolist(),
-                   "start_ns": i64(_take(start, keep_ops)), "elapse_ns": i64(elapse[keep_ops]),
-                   "transit_ns": scaled_column(_take(rows.transit, keep_ops), 1_000_000, 6, typed),
-                   "wait_ns": scaled_column(_take(rows.wait, keep_ops), 1_000_000, 6, typed),
-                   "sync_ns": scaled_column(_take(rows.sync, keep_ops), 1_000_000, 6, typed),
-                   "idle_ns": scaled_column(_take(rows.idle, keep_ops), 1_000_000, 6, typed), "size_bytes": size}
+        ops_out = CommOps(step=int32(_take(step, keep_ops)), name=kept_names,
+                          op_type=[collective_of(n) for n in kept_names], group_name=groups[keep_ops].tolist(),
+                          start_ns=i64(_take(start, keep_ops)), elapse_ns=i64(elapse[keep_ops]),
+                          transit_ns=scaled_column(_take(rows.transit, keep_ops), 1_000_000, 6, typed),
+                          wait_ns=scaled_column(_take(rows.wait, keep_ops), 1_000_000, 6, typed),
+                          sync_ns=scaled_column(_take(rows.sync, keep_ops), 1_000_000, 6, typed),
+                          idle_ns=scaled_column(_take(rows.idle, keep_ops), 1_000_000, 6, typed), size_bytes=size)
     return ops_out, bands_out, packets_out, skipped
 
 

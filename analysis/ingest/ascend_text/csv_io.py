@@ -249,10 +249,6 @@ class Frame:
     def take(self, rows: np.ndarray) -> Frame:
         return Frame({c: v[rows] for c, v in self.cols.items()}, len(rows))
 
-    def keep(self, *names: str) -> None:
-        """Drop every column but `names` (a frame whose other columns were read for the last time)."""
-        self.cols = {c: v for c, v in self.cols.items() if c in names}
-
 
 def isna(col: np.ndarray) -> np.ndarray:
     """NULL mask of a `Frame` column."""

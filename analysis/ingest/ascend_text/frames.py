@@ -35,7 +35,7 @@ def level(v: Any) -> str | None:
     return m.group(1) if m else str(v)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Steps:
     """ProfilerStep windows sorted by start: ids, host start/end (ns)."""
 
@@ -69,9 +69,9 @@ class Steps:
         return np.where((i >= 0) & (t < limit), self.ids[ic], -1)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Launches:
-    """Launch links (`RankReader.launch_flows`), parallel lists: correlation id, the host end (tid, ns) and
+    """Launch links (`trace_view.launch_flows`), parallel lists: correlation id, the host end (tid, ns) and
     the device end (pid, tid, ns) of each."""
 
     corr: list[int] = field(default_factory=list)

@@ -1,11 +1,10 @@
-"""The columns one trace_view.json becomes (`TraceColumns`), and the parser's steps that build
-them from decoded events (`TraceColumnBuilder`, the base of `TraceParser`)."""
+"""The parser's steps that build `TraceColumns` from decoded events (`TraceColumnBuilder`, the base of
+`TraceParser`)."""
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -15,18 +14,13 @@ from .numbers import float64_part, nullable_int_parts
 from .trace_events import (
     ANY,
     COMM_ARGS,
-    COMM_FIELDS,
     FLOAT_FIELDS,
-    FLOW_FIELDS,
     FLOW_PHASES,
     HOST_ARGS,
-    HOST_FIELDS,
     HW_ARGS,
-    HW_FIELDS,
     INT64_FIELDS,
     NO_HOST_ARGS,
     NULLABLE_INT_FIELDS,
-    OVERLAP_FIELDS,
     PROCESS_KINDS,
     SKIP,
     STR_OR_NONE,
@@ -44,86 +38,7 @@ from .trace_events import (
     text_or_none,
     ts_ns,
 )
-
-
-@dataclass
-class TraceColumns:
-    """Everything kept from trace_view.json as parallel columns (sequences of equal length per group).
-
-    While parsing, each event is one tuple in `*_rows` (one append per event is much cheaper than one per
-    field; device, communication and overlap events and flows as decoded, host events converted); after
-    each decoded piece the rows are transposed and converted into compact column parts (int64 arrays,
-    lists of shared strings), which `TraceParser._finish` joins. Start/dur columns are int64 ns arrays.
-    """
-
-    # host events (Python/MindSpore framework + CANN APIs + GC): h_cat is host_ops.category
-    h_pid: Sequence[Any] = ()
-    h_tid: Sequence[Any] = ()
-    h_name: Sequence[str] = ()
-    h_cat: Sequence[str] = ()
-    h_start: Sequence[int] = ()
-    h_dur: Sequence[int] = ()
-    h_stack: Sequence[str | None] = ()
-    h_dims: Sequence[str | None] = ()
-    h_types: Sequence[str | None] = ()
-    h_conn: Sequence[int | None] = ()
-    # device tasks (Ascend Hardware)
-    d_pid: Sequence[Any] = ()
-    d_tid: Sequence[Any] = ()
-    d_name: Sequence[str] = ()
-    d_start: Sequence[int] = ()
-    d_dur: Sequence[int] = ()
-    d_task_type: Sequence[str | None] = ()
-    d_stream: Sequence[int | None] = ()
-    d_task_id: Sequence[int | None] = ()
-    d_conn: Sequence[int | None] = ()
-    # Communication / HCCL process: hcom_* ops and their tasks (split by thread name later)
-    c_pid: Sequence[Any] = ()
-    c_tid: Sequence[Any] = ()
-    c_name: Sequence[str] = ()
-    c_start: Sequence[int] = ()
-    c_dur: Sequence[int] = ()
-    c_size: Sequence[int | None] = ()
-    c_transport: Sequence[str | None] = ()
-    c_link: Sequence[str | None] = ()
-    c_src: Sequence[int | None] = ()
-    c_dst: Sequence[int | None] = ()
-    c_bw: Sequence[float | None] = ()
-    c_conn: Sequence[int | None] = ()
-    c_msg_bytes: Sequence[int | None] = ()
-    # Overlap Analysis intervals (name = Computing / Communication / Communication(Not Overlapped) / Free)
-    o_name: Sequence[str] = ()
-    o_start: Sequence[int] = ()
-    o_dur: Sequence[int] = ()
-    # AI Core Freq counter samples
-    f_ts: list[int] = field(default_factory=list)
-    f_mhz: list[float] = field(default_factory=list)
-    # flow endpoints (s/f/t): a flow is identified by (cat or name, id)
-    fl_cat: Sequence[str] = ()
-    fl_id: Sequence[Any] = ()
-    fl_ph: Sequence[str] = ()
-    fl_pid: Sequence[Any] = ()
-    fl_tid: Sequence[Any] = ()
-    fl_ts: Sequence[int] = ()
-    # ProfilerStep#N -> (N, start_ns, dur_ns)
-    steps: list[tuple[int, int, int]] = field(default_factory=list)
-    # metadata
-    process_names: dict[Any, str] = field(default_factory=dict)
-    process_labels: dict[Any, str] = field(default_factory=dict)
-    thread_names: dict[tuple[Any, Any], str] = field(default_factory=dict)
-    kinds: dict[Any, int] = field(default_factory=dict)
-    n_events: int = 0
-    n_unclassified: int = 0          # X events on pids that never got a process_name
-    n_unsupported_phase: int = 0     # B/E pairs and other phases this reader does not use
-    n_bad_ts: int = 0
-    min_ts: int | None = None
-    with_stack: bool = False
-    # row buffers of the events classified since the last conversion (see TraceParser._flush, FLUSH_ROWS)
-    host_rows: list[tuple[Any, ...]] = field(default_factory=list)
-    hw_rows: list[tuple[Any, ...]] = field(default_factory=list)
-    comm_rows: list[tuple[Any, ...]] = field(default_factory=list)
-    overlap_rows: list[tuple[Any, ...]] = field(default_factory=list)
-    flow_rows: list[tuple[Any, ...]] = field(default_factory=list)
+from .trace_groups import GROUPS, FreqSamples, group_of
 
 
 class TraceColumnBuilder:
@@ -308,8 +223,8 @@ class TraceColumnBuilder:
         if mhz is None:  # other spellings: take the first numeric value
             mhz = next((x for x in map(as_float, args.values()) if x is not None), None)
         if mhz is not None:
-            self.out.f_ts.append(t)
-            self.out.f_mhz.append(mhz)
+            self.out.freq_ts.append(t)
+            self.out.freq_mhz.append(mhz)
 
     def _finish(self) -> None:
         """Classify events whose process_name came after them, then transpose the row buffers."""
@@ -324,20 +239,23 @@ class TraceColumnBuilder:
             out.n_events -= len(pending)  # _consume counts them again
             self._consume(pending)
         self._flush()
-        done = set(self._parts)
+        joined: dict[str, Any] = {}
         for fname in list(self._parts):
             parts = self._parts.pop(fname)  # (each field's pieces go as it is joined: not all twice at once)
             if fname in INT64_FIELDS:
-                setattr(out, fname, parts[0] if len(parts) == 1 else np.concatenate(parts))
+                joined[fname] = parts[0] if len(parts) == 1 else np.concatenate(parts)
             elif fname in NULLABLE_INT_FIELDS:
-                setattr(out, fname, nullable_int_parts(parts))
+                joined[fname] = nullable_int_parts(parts)
             elif fname in FLOAT_FIELDS:
-                setattr(out, fname, np.concatenate([float64_part(p) for p in parts]))
+                joined[fname] = np.concatenate([float64_part(p) for p in parts])
             else:
-                setattr(out, fname, parts[0] if len(parts) == 1 else list(itertools.chain.from_iterable(parts)))
-        for names in (HOST_FIELDS, HW_FIELDS, COMM_FIELDS, OVERLAP_FIELDS, FLOW_FIELDS):
+                joined[fname] = parts[0] if len(parts) == 1 else list(itertools.chain.from_iterable(parts))
+        for group, (cls, names) in GROUPS.items():
             for fname in names:
-                if fname not in done:
-                    setattr(out, fname, np.empty(0, dtype=np.int64) if fname in INT64_FIELDS
-                            else nullable_int_parts([]) if fname in NULLABLE_INT_FIELDS
-                            else np.empty(0, dtype=np.float64) if fname in FLOAT_FIELDS else ())
+                if fname not in joined:
+                    joined[fname] = (np.empty(0, dtype=np.int64) if fname in INT64_FIELDS
+                                     else nullable_int_parts([]) if fname in NULLABLE_INT_FIELDS
+                                     else np.empty(0, dtype=np.float64) if fname in FLOAT_FIELDS else ())
+            setattr(out, group, group_of(joined, names, cls))
+        out.freq = FreqSamples(out.freq_ts, out.freq_mhz)
+        out.freq_ts, out.freq_mhz = [], []

@@ -391,7 +391,7 @@ INT64_FIELDS = frozenset({"h_start", "h_dur", "d_start", "d_dur", "c_start", "c_
 START_FIELDS = frozenset({"h_start", "d_start", "c_start", "o_start"})  # the X events min_ts is taken from
 
 
-# Communication argument columns joined into numpy by `_finish` (what `_trace_device_tasks` takes rows of):
+# Communication argument columns joined into numpy by `_finish` (what `trace_device_tasks` takes rows of):
 # nullable ints as masked int64 arrays (the list of values when one is beyond int64), bandwidth as float64
 # (NaN: none).
 NULLABLE_INT_FIELDS = frozenset({"c_size", "c_src", "c_dst", "c_conn", "c_msg_bytes"})

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import fields
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from ...errors import ProfileError
 from ...files import open_regular
 from .common import ANALYSE_HINT
 from .numbers import float64_part, int_array
-from .trace_columns import TraceColumnBuilder, TraceColumns
+from .trace_columns import TraceColumnBuilder
 from .trace_events import (
     BLOCK_BYTES,
     CANN,
@@ -42,6 +41,7 @@ from .trace_events import (
     dur_ns,
     ts_ns,
 )
+from .trace_groups import TraceColumns
 
 # Rows collected before they are converted into column parts (`_flush`): each conversion is a few calls per
 # column whatever its length, so the rows of several pieces (~9 of 256 KB) are converted together; the rows
@@ -73,7 +73,7 @@ class TraceParser(TraceColumnBuilder):
             try:
                 self.out = TraceParser(self.path, PIECE_BYTES)._parse(8 * PIECE_BYTES)
                 return self.out
-            except Exception:  # the block-size read below fails as the reader always did
+            except Exception:  # the block-size read below decides (it reads or fails as a whole-file read)
                 pass
         return self._parse(MAX_WINDOW_BYTES)
 
@@ -271,7 +271,7 @@ class TraceParser(TraceColumnBuilder):
 
         Device, communication and overlap rows and flows come raw from `_consume` (ts, dur, args as
         decoded), converted here a column at a time; host, device and communication rows end with their raw
-        `args`, decoded in one call per batch (`_decode_args`).
+        `args`, decoded in one call per batch (`decode_args`).
         """
         out = self.out
         for rows, names, args in ((out.host_rows, HOST_FIELDS, self._host_arg_columns),
@@ -314,31 +314,6 @@ class TraceParser(TraceColumnBuilder):
             elif fname in FLOAT_FIELDS:
                 col = float64_part(col)
             parts.setdefault(fname, []).append(col)
-
-
-class _Released(tuple):
-    """A `TraceColumns` field after its last reader ran (`release`): any use of it is a bug."""
-
-    def __len__(self) -> int:
-        raise RuntimeError("a released trace column was read")
-
-    def __iter__(self) -> Any:
-        raise RuntimeError("a released trace column was read")
-
-    def __getitem__(self, i: Any) -> Any:
-        raise RuntimeError("a released trace column was read")
-
-
-_RELEASED = _Released()
-
-
-def release(tr: TraceColumns, *prefixes: str) -> None:
-    """Drop the trace's columns of these groups (h_: host, d_: device, c_: communication, fl_: flows) once
-    the phase that turns them into tables or frames has run: ~37 MB of columns for a rank of 400k
-    events would otherwise sit under every later phase."""
-    for f in fields(tr):
-        if f.name.startswith(prefixes):
-            setattr(tr, f.name, _RELEASED)
 
 
 def _last_boundary(buf: bytes) -> tuple[int, int] | None:

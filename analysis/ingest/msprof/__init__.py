@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 
 from ...errors import ProfileError
-from ..ascend_db import Db, DbReader, open_ro
+from ..ascend_db import Db, describe_db, open_ro, run
 from ..base import RankSource, RankTables
 from .timeline import read_timeline_dir
 
@@ -69,5 +69,5 @@ def read_msprof_db(src: RankSource) -> RankTables:
         missing = [t for t in ("STRING_IDS", "TASK") if not db.has(t)]
         if missing:
             raise ProfileError(p, f"missing required table(s) {', '.join(missing)}: not an msprof DB")
-        DbReader(db, tables, p.parent, "msprof", src).run()
+        run(describe_db(p, p.parent, "msprof", src.format), db, tables)
     return tables

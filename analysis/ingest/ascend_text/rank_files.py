@@ -1,4 +1,4 @@
-"""The rank reader's state and file helpers (paths, warnings, JSON and CSV loading)."""
+"""One rank's files as the phases read them (`RankFiles`): warnings naming them, JSON and CSV loading."""
 
 from __future__ import annotations
 
@@ -18,9 +18,8 @@ from ..ascend_columns import (
     FileColumns,
     Resolved,
 )
-from ..base import RankSource, RankTables
-from ..formats import FORMATS
-from .common import ANALYSE_HINT, OUTPUT_DIR
+from ..base import RankTables
+from .common import ANALYSE_HINT
 from .csv_io import (
     Converted,
     Frame,
@@ -34,34 +33,18 @@ from .csv_io import (
     sql_of,
 )
 from .frames import interned, objects
+from .rank import RankDesc
 
 
-class ReaderBase:
-    """One rank directory's state, and the helpers every file's reader uses."""
+class RankFiles:
+    """The one mutable context of a rank's read: the tables being filled (their warnings and capabilities),
+    and the caches of the file helpers (the CSV database cursor, each CSV's header between `resolve_csv` and
+    the queries that follow it)."""
 
-    def __init__(self, src: RankSource) -> None:
-        self.src = src
-        self.root = Path(src.path)
-        # a rank folder holds ASCEND_PROFILER_OUTPUT/; a bare copy of the deliverables is read where it is
-        self.out = self.root / OUTPUT_DIR if (self.root / OUTPUT_DIR).is_dir() else self.root
-        self.rank = src.rank if src.rank is not None else 0
-        self.t = RankTables(self.rank)
-        fmt = FORMATS.get(src.format)
-        ms = (fmt is not None and fmt.framework == "mindspore") or self.root.name.endswith("_ascend_ms")
-        self.framework = "mindspore" if ms else "pytorch"
+    def __init__(self, desc: RankDesc) -> None:
+        self.root = desc.root
+        self.t = RankTables(desc.rank)
         self._con: duckdb.DuckDBPyConnection | None = None  # (see `con`)
-        self.framework_version: str | None = None
-        self.profiler_level: str | None = None
-        self.with_stack: bool | None = None
-        self.profile_memory: bool | None = None
-        self.gc_detect: bool = False
-        self.aic_metrics: str | None = None
-        self.world_size: int | None = None
-        self.device: dict[str, Any] = {}
-        self.groups: dict[str, dict[str, Any]] = {}      # group hash -> {group_name, pg_name, global_ranks}
-        self.time_origin: int | None = None
-        self.comm_task_cols: dict[str, Any] | None = None  # HCCL sub-tasks of the trace (Plane threads)
-        self.device_tasks: dict[str, Any] = {}             # its device task candidates (device_ops)
         self._csv_columns: dict[Path, list[str]] = {}      # CSV -> its column names (resolve_csv)
 
     @property
@@ -93,10 +76,10 @@ class ReaderBase:
         `numbers` gets the text of every non-integer JSON number (msgspec float_hook: `Decimal` for exact
         values, `str` to convert them later); by default they are floats.
         """
-        data = self._json_bytes(path)
-        return None if data is None else self._decode_json(path, data, numbers)
+        data = self.json_bytes(path)
+        return None if data is None else self.decode_json(path, data, numbers)
 
-    def _json_bytes(self, path: Path) -> bytes | None:
+    def json_bytes(self, path: Path) -> bytes | None:
         """The bytes of a JSON file, or None with a warning (unreadable / empty)."""
         try:
             data = read_bytes(path)
@@ -108,7 +91,7 @@ class ReaderBase:
             return None
         return data
 
-    def _decode_json(self, path: Path, data: bytes, numbers: Callable[[str], Any] | None) -> Any:
+    def decode_json(self, path: Path, data: bytes, numbers: Callable[[str], Any] | None) -> Any:
         """`load_json`'s decoding of the bytes of `path`."""
         try:
             if numbers is not None:
