@@ -3,7 +3,7 @@
 A format's name is what `RankSource.format` and the `ranks.format` column hold. Its record says which
 reader module reads a rank of it (`read_rank(src)`, or `read_rank(src, sink, settle)` for a reader that
 streams its finished tables), the device family whose timeline rules apply, the framework, how discovery
-tells it, and how much memory a parse worker needs per input byte. Adding a format is one reader package
+tells it (in words, and the layout whose claim finds it), and how much memory a parse worker needs per input byte. Adding a format is one reader package
 under `analysis/ingest/` and one row below.
 """
 
@@ -21,7 +21,8 @@ class Format:
     reader: str                            # the module of analysis/ingest/ that reads one rank
     vendor: Literal["any", "ascend"]       # "any": the trace names its device (CUDA, ROCm, CPU only)
     framework: Literal["pytorch", "mindspore", "any"]
-    detection: str                         # how `discover` tells it, in words (its functions do it)
+    detection: str                         # how `discover` tells it, in words
+    layout: str                            # the layout that finds it on disk (discover/layouts.py: its claim)
     export: Literal["text", "db"] | None = None  # a torch_npu / MindSpore rank export: read from its text or DB
     streams: bool = False                  # hands a rank's finished tables on while it reads
     # A parse worker's peak private memory per input byte beyond its fixed cost (analysis/machine.py):
@@ -42,26 +43,27 @@ class Format:
 
 _ROWS = (
     Format("kineto", "kineto", "any", "pytorch",
-           "a .json / .json.gz file holding an object with traceEvents (PyTorch profiler / Kineto)",
+           "a .json / .json.gz file holding an object with traceEvents (PyTorch profiler / Kineto)", layout="traces",
            peak_per_input_byte=0.6),
     Format("ascend_pt_text", "ascend_text", "ascend", "pytorch",
            "a torch_npu rank folder (`*_ascend_pt`, or one holding ASCEND_PROFILER_OUTPUT) read from its text "
            "deliverables (trace_view.json, kernel_details.csv, communication JSON, step_trace_time.csv)",
-           export="text", streams=True, peak_per_input_byte=1.2),
+           layout="rank_folder", export="text", streams=True, peak_per_input_byte=1.2),
     Format("ascend_ms_text", "ascend_text", "ascend", "mindspore",
-           "a MindSpore >= 2.5 rank folder (`*_ascend_ms`) read from its text deliverables",
+           "a MindSpore >= 2.5 rank folder (`*_ascend_ms`) read from its text deliverables", layout="rank_folder",
            export="text", streams=True, peak_per_input_byte=1.2),
     Format("ascend_pt_db", "ascend_db", "ascend", "pytorch",
            "a torch_npu rank folder whose ASCEND_PROFILER_OUTPUT holds an SQLite `ascend_pytorch_profiler*.db`, "
-           "or such a file on its own", export="db"),
+           "or such a file on its own", layout="rank_folder", export="db"),
     Format("ascend_ms_db", "ascend_db", "ascend", "mindspore",
            "a MindSpore rank folder whose ASCEND_PROFILER_OUTPUT holds an SQLite `ascend_mindspore_profiler*.db`, "
-           "or such a file on its own", export="db"),
+           "or such a file on its own", layout="rank_folder", export="db"),
     Format("mindspore_legacy", "mindspore_legacy", "ascend", "mindspore",
-           "MindSpore < 2.5's flat profiler folder (`*_detail_<rank>.csv`, `step_trace_raw_<rank>_*.csv`)"),
+           "MindSpore < 2.5's flat profiler folder (`*_detail_<rank>.csv`, `step_trace_raw_<rank>_*.csv`)",
+           layout="legacy_folder"),
     Format("ascend_msprof", "msprof", "ascend", "any",
            "CANN msprof output: `PROF_*` with device_*/ or host/, a folder holding mindstudio_profiler_output/, "
-           "or `msprof_*.db`"),
+           "or `msprof_*.db`", layout="msprof_collection"),
 )
 FORMATS: dict[str, Format] = {f.name: f for f in _ROWS}
 

@@ -37,8 +37,6 @@ from .content import (
     MSPROF_OUTPUT_DIR,
     OUTPUT_DIR,
     ascend_rank,
-    is_ascend_rank,
-    is_msprof_rank,
     json_kind,
     kineto_rank,
     listdir,
@@ -48,6 +46,7 @@ from .content import (
     timestamp_of,
     walk,
 )
+from .layouts import KINDS, walk_claims
 from .runs import nothing_found, refuse_mixed_kineto, refuse_unrelated_runs
 
 __all__ = ["MSPROF_OUTPUT_DIR", "OUTPUT_DIR", "Discovery", "discover", "json_kind", "kineto_rank", "read_head"]
@@ -100,55 +99,13 @@ def discover(path: str | Path) -> Discovery:
     if p.name in (OUTPUT_DIR, MSPROF_OUTPUT_DIR):   # a deliverables folder given directly means its rank folder
         p = p.parent
 
-    ascend_dirs: list[Path] = []
-    legacy_dirs: list[Path] = []
-    kineto_files: list[Path] = []
-    bare_traces: list[Path] = []
-    msprof: list[Path] = []
-    special: list[str] = []   # FIFOs, sockets, devices named like traces: never opened
-    for root, dirs, files, depth in walk(p):
-        if is_ascend_rank(root, dirs, files):
-            ascend_dirs.append(root)
-            dirs.clear()  # never descend into a rank directory
-            continue
-        if any(MS_LEGACY_RE.match(f) for f in files):
-            legacy_dirs.append(root)
-            # MindSpore 2.4 writes the run twice: these flat files plus rank-*_ascend_ms/ children in the new
-            # layout. Only the flat files have iteration interval / fp_and_bp / tail, so the children are not
-            # ranks of their own (the legacy reader warns that it skipped them); its PROF_* folders are the
-            # raw data those files were made from.
-            dirs[:] = [d for d in dirs if not d.endswith("_ascend_ms") and not d.startswith("PROF_")]
-            continue
-        if is_msprof_rank(root, dirs, files):
-            msprof.append(root)
-            dirs.clear()
-            continue
-        msprof += [root / f for f in files if MSPROF_DB_RE.match(f)]
-        if depth <= 2:   # a run folder with its traces/ one level down, or a parent of such runs
-            for f in files:
-                if not KINETO_NAME_RE.search(f):
-                    continue
-                if why := not_regular(root / f):
-                    special.append(f"{display(root / f)}: {why}, not a regular file: not read")
-                else:
-                    kind = json_kind(root / f)
-                    if kind == KINETO:
-                        kineto_files.append(root / f)
-                    elif kind == "ascend_trace":
-                        bare_traces.append(root / f)
-    refuse_unrelated_runs(p, ascend_dirs, legacy_dirs, kineto_files, bare_traces, msprof)
-    if ascend_dirs:
-        disc = _ascend(ascend_dirs, p)
-    elif legacy_dirs:
-        disc = _mindspore_legacy(legacy_dirs, p)
-    elif msprof:
-        disc = _msprof(msprof, p)
-    elif kineto_files:
-        disc = _kineto(sorted(kineto_files), p)
-    elif bare_traces:
-        disc = _ascend([t.parent for t in bare_traces[:1]], p)
-    else:
+    found, special = walk_claims(walk(p))
+    refuse_unrelated_runs(p, found["ascend_ranks"], found["legacy_folders"], found["kineto_traces"],
+                          found["ascend_traces"], found["msprof_runs"])
+    kind = next((k for k in KINDS if found[k]), None)
+    if kind is None:
         raise ProfileError(p, nothing_found(p) + (f" ({'; '.join(special)})" if special else ""))
+    disc = BUILDERS[kind](found[kind], p)
     disc.warnings[:0] = special
     return disc
 
@@ -237,6 +194,20 @@ def _kineto(files: list[Path], root: Path) -> Discovery:
             by_rank[rank] = src
     _assign_placeholders(by_rank, unknown, warnings, "no distributedInfo.rank and no rank in the file name")
     return Discovery(root, KINETO, [by_rank[r] for r in sorted(by_rank)], warnings)
+
+
+def _bare_trace(traces: list[Path], root: Path) -> Discovery:
+    """Bare Ascend trace_view.json files: the folder of the first is read as one rank folder."""
+    return _ascend([t.parent for t in traces[:1]], root)
+
+
+def _kineto_sorted(files: list[Path], root: Path) -> Discovery:
+    return _kineto(sorted(files), root)
+
+
+# The discovery each kind of source found by the layouts (layouts.py) makes; every kind has its builder.
+BUILDERS = {"ascend_ranks": _ascend, "legacy_folders": _mindspore_legacy, "msprof_runs": _msprof,
+            "kineto_traces": _kineto_sorted, "ascend_traces": _bare_trace}
 
 
 def _assign_placeholders(by_rank: dict[int, RankSource], unknown: list[RankSource],
