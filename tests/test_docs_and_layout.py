@@ -236,6 +236,69 @@ def test_fixes_are_chosen_in_the_knowledge_base_only():
                 raise AssertionError(f"{f.name}:{node.lineno} calls {node.value.id}.{node.attr}")
 
 
+def _shape_names(node: ast.expr) -> list[str] | None:
+    """The shape names a `shape=` argument can take: a literal, or literals chosen by `a if c else b`."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, ast.IfExp):
+        body, orelse = _shape_names(node.body), _shape_names(node.orelse)
+        return None if body is None or orelse is None else body + orelse
+    return None
+
+
+def _checks_by_module() -> dict[str, list[type]]:
+    """Module file name -> the checks it builds findings for: a check's own module and the private helpers
+    (`_x.py`) it imports."""
+    out: dict[str, list[type]] = {}
+    for cls in registry().values():
+        path = Path(sys.modules[cls.__module__].__file__ or "")
+        out.setdefault(path.name, []).append(cls)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and (node.module or "").startswith("_"):
+                out.setdefault(f"{node.module}.py", []).append(cls)
+    return out
+
+
+def test_a_finding_says_what_its_check_templates_say():
+    """A finding's title and message are its check's declared templates (`title_template` / `message_template`,
+    or the `templates` entry of the `shape` it names), so each check's sentences are written, and read, in one
+    place: no `finding(` call passes `title=` / `message=`, every shape it names is declared, a call without a
+    shape has the plain templates to render, and no declared shape is left unused."""
+    owners = _checks_by_module()
+    problems: list[str] = []
+    used: dict[str, set[str]] = {}
+    for f in sorted((REPO / "analysis" / "checks").glob("*.py")):
+        if f.name == "base.py":
+            continue
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "finding"):
+                continue
+            where, kw = f"{f.name}:{node.lineno}", {k.arg: k.value for k in node.keywords}
+            checks = owners.get(f.name, [])
+            if {"title", "message"} & set(kw):
+                problems.append(f"{where} passes {sorted({'title', 'message'} & set(kw))}: declare templates")
+                continue
+            if not checks:
+                problems.append(f"{where} builds a finding for no check that imports its module")
+            if "shape" not in kw:
+                problems += [f"{where}: {c.id} has no title_template / message_template" for c in checks
+                             if not (c.title_template and c.message_template)]
+                continue
+            shapes = _shape_names(kw["shape"])
+            if shapes is None:
+                problems.append(f"{where}: shape= is no literal (nor a choice between literals)")
+                continue
+            for c in checks:
+                used.setdefault(c.id, set()).update(shapes)
+                problems += [f"{where}: {c.id} declares no shape {s!r}" for s in shapes if s not in c.templates]
+    for cid, cls in sorted(registry().items()):
+        problems += [f"{cid}: shape {s!r} is declared and never used" for s in sorted(set(cls.templates) -
+                                                                                      used.get(cid, set()))]
+        problems += [f"{cid}: shape {s!r} has an empty template" for s, pair in cls.templates.items()
+                     if len(pair) != 2 or not all(pair)]
+    assert not problems, "\n".join(problems)
+
+
 @pytest.mark.parametrize("cid", sorted(registry()))
 def test_a_description_names_its_thresholds_and_writes_no_value(cid):
     """A threshold's value lives in analysis/thresholds.py only: a check's description names it as

@@ -43,8 +43,6 @@ from ._common import (
     fmt_ms,
     in_kept_steps,
     n_steps,
-    ranks_text,
-    steps_text,
     worst_share,
 )
 from .evidence import Entry
@@ -54,6 +52,30 @@ if TYPE_CHECKING:
 
 MATH_OP = "aten::_scaled_dot_product_attention_math"
 SUBJECT = "torch.nn.functional.scaled_dot_product_attention"
+
+# affinity-api's GPU shapes (AffinityApiCheck.templates): `worst` is the worst rank's MathBackendRank /
+# HandWrittenRank; `ms`, `forward_ms`, `backward_ms` its kernel times per step (fmt_ms); `nodes` the backward's
+# autograd nodes; `sequence` the commonest hand-written op sequence and `where` its calling code
+ATTENTION_TEMPLATES: dict[str, tuple[str, str]] = {
+    "math_backend": (
+        "attention runs unfused (SDPA math backend): {worst.math_calls_per_step:g} calls and {ms} ms of kernels "
+        "per step",
+        "On {ranks} ({steps}) scaled_dot_product_attention ran the math backend ({op}) "
+        "{worst.math_calls_per_step:g} times per step: {worst.forward_kernels_per_step:g} separate bmm / softmax / "
+        "elementwise kernels in the forward ({forward_ms} ms) and {backward_ms} ms in the backward ({nodes}) on "
+        "rank {worst_rank}, each writing the full score matrix. Remove the forced math backend "
+        "(sdpa_kernel(SDPBackend.MATH), enable_flash/enable_mem_efficient=False) or give the inputs a fused kernel "
+        "(fp16 / bf16, a supported mask and head dim).",
+    ),
+    "hand_written": (
+        "attention written by hand ({sequence}): {worst.occurrences_per_step:g} per step, {forward_ms} ms of "
+        "forward kernels per step",
+        "On {ranks} ({steps}) attention is computed op by op (`{sequence}`{where}) {worst.occurrences_per_step:g} "
+        "times per step: the score matrix is written, scaled, masked and normalised in separate kernels "
+        "({forward_ms} ms of forward kernels per step on rank {worst_rank}). F.scaled_dot_product_attention "
+        "computes it fused (FlashAttention / memory-efficient kernels) when the mask and dtype allow.",
+    ),
+}
 NODE_PREFIX = "autograd::engine::evaluate_function: "
 _NODE_RE = re.compile(r"^(?P<base>[A-Za-z0-9]+)Backward\d+$")
 
@@ -244,21 +266,15 @@ def hand_written_attention(check: Check, ctx: CheckContext, ranks: list[int]) ->
     rank_w, ms_w = worst_share(ctx, {r: v.impact_ms_per_step for r, v in per_rank.items()})
     e = per_rank[rank_w if rank_w is not None else rk[0]]
     st = sorted({s for v in per_rank.values() for s in v.steps})
-    seq = next(iter(e.sequences))
-    where = f" at {e.code_locations[0]}" if e.code_locations else ""
     return [check.finding(
-        ctx, title=(f"attention written by hand ({seq}): {e.occurrences_per_step:g} per step, "
-                    f"{fmt_ms(ms_w or 0)} ms of forward kernels per step"),
-        subject=SUBJECT, ranks=rk, steps=st, impact_ms=ms_w, impact_rank=rank_w,
+        ctx, shape="hand_written", subject=SUBJECT, ranks=rk, steps=st, impact_ms=ms_w, impact_rank=rank_w,
         evidence=check.evidence(
             attention="hand_written", pattern=HAND_RE.pattern, per_rank=per_rank,
             impact_method="device time of the kernels the matched ops launched in the forward, per step, worst "
                           "rank (the backward is not attributed: a lower bound)"),
-        message=(f"On {ranks_text(rk)} ({steps_text(st)}) attention is computed op by op (`{seq}`{where}) "
-                 f"{e.occurrences_per_step:g} times per step: the score matrix is written, scaled, masked and "
-                 f"normalised in separate kernels ({fmt_ms(e.forward_kernel_ms_per_step)} ms of forward "
-                 f"kernels per step on rank {rank_w}). F.scaled_dot_product_attention computes it fused "
-                 "(FlashAttention / memory-efficient kernels) when the mask and dtype allow."))]
+        words={"sequence": next(iter(e.sequences)),
+               "where": f" at {e.code_locations[0]}" if e.code_locations else "",
+               "forward_ms": fmt_ms(e.forward_kernel_ms_per_step)})]
 
 
 def unfused_attention(check: Check, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
@@ -296,21 +312,13 @@ def _math_backend(check: Check, ctx: CheckContext, ranks: list[int]) -> list[Fin
     rank_w, ms_w = worst_share(ctx, {r: v.impact_ms_per_step for r, v in per_rank.items()})
     e = per_rank[rank_w if rank_w is not None else math_ranks[0]]
     st = sorted({s for v in per_rank.values() for s in v.steps})
-    nodes_text = ", ".join(e.backward_nodes_ms_per_step) or "none attributable"
     return [check.finding(
-        ctx, title=(f"attention runs unfused (SDPA math backend): {e.math_calls_per_step:g} calls and "
-                    f"{fmt_ms(ms_w or 0)} ms of kernels per step"),
-        subject=SUBJECT, ranks=math_ranks, steps=st, impact_ms=ms_w, impact_rank=rank_w,
+        ctx, shape="math_backend", subject=SUBJECT, ranks=math_ranks, steps=st, impact_ms=ms_w, impact_rank=rank_w,
         evidence=check.evidence(
             attention="math_backend", op=MATH_OP, per_rank=per_rank,
             impact_method="device time of the kernels the math op launched plus those of the backward nodes of "
                           "ops only it runs (lower bound of the backward), per step, worst rank; an upper bound of "
                           "the saving: the fused kernel's own time is not subtracted"),
-        message=(f"On {ranks_text(math_ranks)} ({steps_text(st)}) scaled_dot_product_attention ran the math "
-                 f"backend ({MATH_OP}) {e.math_calls_per_step:g} times per step: "
-                 f"{e.forward_kernels_per_step:g} separate bmm / softmax / elementwise kernels in the forward "
-                 f"({fmt_ms(e.forward_kernel_ms_per_step)} ms) and "
-                 f"{fmt_ms(e.backward_kernel_ms_per_step)} ms "
-                 f"in the backward ({nodes_text}) on rank {rank_w}, each writing the full score matrix. Remove "
-                 "the forced math backend (sdpa_kernel(SDPBackend.MATH), enable_flash/enable_mem_efficient=False) "
-                 "or give the inputs a fused kernel (fp16 / bf16, a supported mask and head dim)."))]
+        words={"ms": fmt_ms(ms_w or 0), "forward_ms": fmt_ms(e.forward_kernel_ms_per_step),
+               "backward_ms": fmt_ms(e.backward_kernel_ms_per_step),
+               "nodes": ", ".join(e.backward_nodes_ms_per_step) or "none attributable"})]

@@ -42,8 +42,8 @@ from ._affinity_rules import (  # noqa: F401  (the tests and _unfused_attention 
     optimizer_hits,
     user_frame,
 )
-from ._common import by_rank, in_kept_steps, n_steps, ranks_text, step_list, steps_text
-from ._unfused_attention import HandWrittenRank, MathBackendRank, unfused_attention
+from ._common import by_rank, in_kept_steps, n_steps, step_list
+from ._unfused_attention import ATTENTION_TEMPLATES, HandWrittenRank, MathBackendRank, unfused_attention
 from .base import Check, CheckContext, register
 from .evidence import Entry, Evidence
 
@@ -123,8 +123,17 @@ class AffinityApiCheck(Check):
         "CUDA / ROCm: scaled_dot_product_attention run by the unfused math backend, or attention written by hand "
         "(matmul-softmax-matmul); impact = the kernels' time."
     )
-    # three sentence shapes (Ascend API, SDPA math backend, attention by hand): each passes its own text
     evidence = AffinityApiEvidence
+    # the Ascend replacement API here; the GPU's SDPA math backend and attention by hand in _unfused_attention.py.
+    # `occurrences` counts on the first rank; `where` names the calling code, `locate` asks for it (LOCATE)
+    templates: ClassVar[dict[str, tuple[str, str]]] = {
+        "ascend_api": (
+            "use {api} ({sequence}, {occurrences:g} per step)",
+            "{Ranks} {run} `{sequence}`{where} {occurrences:g} times per step in {steps}; {api} (CANN >= "
+            "{since_cann}) does the same in one NPU-affine call.{locate}",
+        ),
+        **ATTENTION_TEMPLATES,
+    }
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         gpu = [r for r in ranks if ctx.vendor(r) != "ascend"]
@@ -165,11 +174,9 @@ class AffinityApiCheck(Check):
         frames = sorted({f for f in (user_frame(s) for s in g["stack"]) if f})[:5]
         seqs = g["sequence"].value_counts().head(3)
         first = g.iloc[0]
-        occ = per_rank[rk[0]].occurrences_per_step
-        where = f" at {frames[0]}" if frames else ""
         return self.finding(
             ctx,
-            title=f"use {api} ({seqs.index[0]}, {occ:g} per step)",
+            shape="ascend_api",
             subject=api,
             ranks=rk,
             steps=st,
@@ -187,10 +194,11 @@ class AffinityApiCheck(Check):
                 with_stack=with_stack,
                 impact_method="not estimated: the saving depends on the fused kernel",
             ),
-            message=(
-                f"{ranks_text(rk).capitalize()} run{'s' if len(rk) == 1 else ''} "
-                f"`{seqs.index[0]}`{where} {occ:g} times per step in {steps_text(st)}; {api} "
-                f"(CANN >= {first['since']}) does the same in one NPU-affine call."
-                + ("" if with_stack else " Profile with with_stack=True to locate the calling code.")
-            ),
+            words={"api": api, "sequence": seqs.index[0], "occurrences": per_rank[rk[0]].occurrences_per_step,
+                   "run": "runs" if len(rk) == 1 else "run", "where": f" at {frames[0]}" if frames else "",
+                   "locate": "" if with_stack else LOCATE},
         )
+
+
+# a profile recorded without call stacks cannot name the code that runs the sequence
+LOCATE = " Profile with with_stack=True to locate the calling code."

@@ -181,9 +181,13 @@ class Check:
     # str.format templates of a finding's title and message, rendered by `finding` over the thresholds by
     # name, the evidence's fields, `worst` / `worst_rank` (the primary map's heaviest entry, where the model
     # has a primary map), `ranks` / `Ranks` / `steps` (the finding's ranks and steps in words; `Ranks` opens a
-    # sentence) and the check's own `words`; "" = the check passes its text itself
+    # sentence) and the check's own `words`
     title_template: ClassVar[str] = ""
     message_template: ClassVar[str] = ""
+    # a check whose findings have several sentence shapes (recorded GC or a conjecture of it; a rank's transport
+    # or slow links): shape name -> (title template, message template), rendered over the same names;
+    # `finding(shape=...)` picks one
+    templates: ClassVar[dict[str, tuple[str, str]]] = {}
 
     @classmethod
     def describe(cls) -> str:
@@ -207,22 +211,21 @@ class Check:
         raise NotImplementedError
 
     # helper so every check builds findings the same way
-    def finding(self, ctx: CheckContext, *, title: str = "", subject: str = "", ranks: list[int] | None = None,
-                steps: list[int] | None = None, impact_ms: float | None = None,
-                evidence: Evidence | None = None, message: str = "",
-                severity: Severity | None = None, impact_rank: int | None = None, vendor: str | None = None,
-                words: dict[str, Any] | None = None) -> Finding:
-        """One finding of this check. `evidence` is an instance of the check's `evidence` model; `title` /
-        `message` default to the check's templates rendered with `words`."""
+    def finding(self, ctx: CheckContext, *, shape: str | None = None, subject: str = "",
+                ranks: list[int] | None = None, steps: list[int] | None = None, impact_ms: float | None = None,
+                evidence: Evidence | None = None, severity: Severity | None = None, impact_rank: int | None = None,
+                vendor: str | None = None, words: dict[str, Any] | None = None) -> Finding:
+        """One finding of this check. `evidence` is an instance of the check's `evidence` model; the title and
+        message are the check's templates (those of `shape`, one of `templates`, where given) rendered with
+        `words`."""
         ev = evidence if evidence is not None else self.evidence()
         if not isinstance(ev, self.evidence):
             raise TypeError(f"{self.id}: evidence is {type(ev).__name__}, not {self.evidence.__name__}")
         rk = sorted(set(ranks or []))
         st = sorted(set(steps or []))
-        if not title or not message:
-            ns = self._template_names(ev, rk, st, impact_rank, words or {})
-            title = title or self.title_template.format_map(ns)
-            message = message or self.message_template.format_map(ns)
+        ns = self._template_names(ev, rk, st, impact_rank, words or {})
+        title_template, message_template = self._templates_of(shape)
+        title, message = title_template.format_map(ns), message_template.format_map(ns)
         pct, sev = ctx.impact(impact_ms, impact_rank if impact_rank is not None else (rk[0] if len(rk) == 1
                                                                                        else None))
         v = vendor or ctx.vendor(rk[0] if rk else None)
@@ -233,6 +236,14 @@ class Check:
         return Finding(check=self.id, severity=severity or sev, title=title, ranks=rk, steps=st,
                        subject=subject, impact_ms=None if impact_ms is None else round(impact_ms, 3),
                        impact_pct=pct, evidence=dumped, fixes=fixes, message=message)
+
+    def _templates_of(self, shape: str | None) -> tuple[str, str]:
+        """(title template, message template) of `shape`, or the check's plain templates without one."""
+        if shape is None:
+            return self.title_template, self.message_template
+        if shape not in self.templates:
+            raise KeyError(f"{self.id}: no templates for the shape {shape!r} (it has {sorted(self.templates)})")
+        return self.templates[shape]
 
     def _template_names(self, ev: Evidence, ranks: list[int], steps: list[int], impact_rank: int | None,
                         words: dict[str, Any]) -> dict[str, Any]:

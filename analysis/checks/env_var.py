@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ..models import Finding
 from ..thresholds import T
@@ -104,9 +105,13 @@ class EnvVarCheck(Check):
                    "ENV_VARIABLES) on every rank against msprof-analyze's rules, and flags variables whose "
                    "value differs between ranks.")
     evidence = EnvVarEvidence
-    # a rule's finding; a variable that only differs between ranks passes its own sentences
-    title_template = "{name}={shown} on {where}"
-    message_template = "{name} is {shown} on {where}: {why}. Recommended: {recommended}.{no_cost}"
+    # a rule's finding, and a variable whose value differs between ranks (`n_values` values, `values` quoted)
+    templates: ClassVar[dict[str, tuple[str, str]]] = {
+        "rule": ("{name}={shown} on {where}", "{name} is {shown} on {where}: {why}. Recommended: {recommended}.{no_cost}"),
+        "differs": ("{name} differs between ranks",
+                    "{name} has {n_values} different values across ranks ({values}); ranks should run with one "
+                    "environment."),
+    }
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         env = ctx.sql("SELECT rank, name, value FROM env_vars")
@@ -121,7 +126,7 @@ class EnvVarCheck(Check):
                 values = sorted({by_rank[r] or "" for r in bad_ranks})
                 shown = ", ".join(repr(v) if v else "unset" for v in values)
                 out.append(self.finding(
-                    ctx, subject=str(name), ranks=bad_ranks, severity=rule.severity,
+                    ctx, shape="rule", subject=str(name), ranks=bad_ranks, severity=rule.severity,
                     evidence=EnvVarEvidence(
                         values_by_rank={r: by_rank[r] for r in bad_ranks}, recommended=rule.recommended,
                         measured_impact=False,
@@ -132,12 +137,10 @@ class EnvVarCheck(Check):
             distinct = {v or "" for v in by_rank.values()}
             if len(distinct) > 1 and len(by_rank) > 1:
                 out.append(self.finding(
-                    ctx, title=f"{name} differs between ranks", subject=str(name), ranks=sorted(by_rank),
-                    severity="medium",
+                    ctx, shape="differs", subject=str(name), ranks=sorted(by_rank), severity="medium",
                     evidence=EnvVarEvidence(values_by_rank=dict(sorted(by_rank.items()))),
-                    message=f"{name} has {len(distinct)} different values across ranks "
-                            f"({', '.join(sorted(repr(v) for v in distinct))}); ranks should run with one "
-                            "environment."))
+                    words={"name": name, "n_values": len(distinct),
+                           "values": ", ".join(sorted(repr(v) for v in distinct))}))
         return out
 
 

@@ -46,8 +46,6 @@ from ._common import (
     in_steps_mask,
     rank_batches,
     rank_slices,
-    ranks_text,
-    steps_text,
     worst_share,
 )
 from .base import Check, CheckContext, register
@@ -127,6 +125,27 @@ class GcPauseCheck(Check):
         'step.'
     )
     evidence = GcPauseEvidence
+    # `worst` is the worst rank's GcRank; `idle_ms` its device idle per step (fmt_ms); `confirm` how to tell GC
+    # from other untraced work on the rank's vendor (CONFIRM_GC)
+    templates: ClassVar[dict[str, tuple[str, str]]] = {
+        "recorded": (
+            "Python GC pauses the host ({worst.events_per_affected_step:g} collections >= {gc_ms} ms per step)",
+            "On {ranks} ({steps}) Python GC ran {worst.events_per_affected_step:g} times per step for >= {gc_ms} ms "
+            "(longest {worst.max_event_ms:.3g} ms, {worst.gc_ms_per_affected_step:.3g} ms per step on rank "
+            "{worst_rank}); GC stops every Python thread, and the device idled meanwhile ({idle_ms} ms per step "
+            "averaged over the {worst.steps_analysed} analysed steps). Use gc.freeze() after model setup, raise "
+            "gc.set_threshold, or collect between steps.",
+        ),
+        "conjectured": (
+            "Likely Python GC or untraced host work: {worst.gaps} host stall(s) of up to {worst.max_gap_ms:.3g} ms "
+            "with no host activity",
+            "On {ranks} ({steps}) the host went silent for up to {worst.max_gap_ms:.3g} ms ({worst.gaps} gap(s) on "
+            "rank {worst_rank}, {worst.what}) and the device idled {idle_ms} ms per step: this is what a Python GC "
+            "pause looks like when GC is not recorded (untraced host work such as I/O, time.sleep or compilation, "
+            "or events filtered out of the trace, look the same). Confirm by {confirm} or by running with "
+            "gc.freeze() / gc.disable() around steps.",
+        ),
+    }
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         windows = _Windows(ctx.view.step_windows(ranks))
@@ -214,24 +233,15 @@ class GcPauseCheck(Check):
 
     def _finding_recorded(self, ctx: CheckContext, per_rank: dict[int, GcRank]) -> Finding:
         rank_w, ms_w = worst_share(ctx, {r: v.impact_ms_per_step for r, v in per_rank.items()})
-        rk = sorted(per_rank)
-        steps_seen = sorted({s for v in per_rank.values() for s in v.steps})
-        e = per_rank[rank_w] if rank_w is not None else GcRank(steps=[], impact_ms_per_step=0.0)
-        thr = T.gc_ms.value
         return self.finding(
-            ctx, title=f"Python GC pauses the host ({e.events_per_affected_step or 0:g} collections >= {thr:g} ms per "
-                       "step)", subject="GC", ranks=rk, steps=steps_seen, impact_ms=ms_w, impact_rank=rank_w,
-            severity="medium",
+            ctx, shape="recorded", subject="GC", ranks=sorted(per_rank), steps=_steps_seen(per_rank), impact_ms=ms_w,
+            impact_rank=rank_w, severity="medium",
             evidence=GcPauseEvidence(
-                threshold_event_ms=thr, per_rank=per_rank, rule="msprof-analyze gc_analysis (fixed medium priority)",
+                threshold_event_ms=T.gc_ms.value, per_rank=per_rank,
+                rule="msprof-analyze gc_analysis (fixed medium priority)",
                 impact_method="device idle time overlapping GC events >= the threshold, per step, mean over kept "
                               "steps, worst rank (the GC time itself without device data)"),
-            message=(f"On {ranks_text(rk)} ({steps_text(steps_seen)}) Python GC ran "
-                     f"{e.events_per_affected_step or 0:g} times per step for >= {thr:g} ms (longest {e.max_event_ms or 0:.3g} ms, "
-                     f"{e.gc_ms_per_affected_step or 0:.3g} ms per step on rank {rank_w}); GC stops every Python "
-                     f"thread, and the device idled meanwhile ({fmt_ms(ms_w or 0)} ms per step averaged over the "
-                     f"{e.steps_analysed or 0} analysed steps). Use gc.freeze() after model setup, raise "
-                     "gc.set_threshold, or collect between steps."))
+            words={"idle_ms": fmt_ms(ms_w or 0)})
 
     # ---- conjectured GC ---------------------------------------------------------------------------------
     @staticmethod
@@ -300,9 +310,6 @@ class GcPauseCheck(Check):
 
     def _finding_conjectured(self, ctx: CheckContext, per_rank: dict[int, GcRank]) -> Finding:
         rank_w, ms_w = worst_share(ctx, {r: v.impact_ms_per_step for r, v in per_rank.items()})
-        rk = sorted(per_rank)
-        steps_seen = sorted({s for v in per_rank.values() for s in v.steps})
-        e = per_rank[rank_w] if rank_w is not None else GcRank(steps=[], impact_ms_per_step=0.0)
         ascend = ctx.vendor(rank_w) == "ascend"
         rule = ({"threshold_free_ms": T.conjectured_gc_free_ms.value,
                  "threshold_acl_time_ratio": T.conjectured_gc_acl_time_ratio.value,
@@ -311,19 +318,20 @@ class GcPauseCheck(Check):
                 {"threshold_silence_ms": GPU_SILENCE_MS, "threshold_device_idle_ratio": GPU_SILENCE_DEVICE_IDLE,
                  "rule": "stepdoctor: host silence while the device idles (Kineto records no GC)"})
         return self.finding(
-            ctx, title=f"Likely Python GC or untraced host work: {e.gaps or 0} host stall(s) of up to "
-                       f"{e.max_gap_ms or 0:.3g} ms with no host activity", subject="conjectured GC", ranks=rk, steps=steps_seen,
+            ctx, shape="conjectured", subject="conjectured GC", ranks=sorted(per_rank), steps=_steps_seen(per_rank),
             impact_ms=ms_w, impact_rank=rank_w, severity="medium",
             evidence=GcPauseEvidence(**rule, per_rank=per_rank, impact_method="device idle time of the gaps per "
                                      "step, mean over kept steps, worst rank"),
-            message=(f"On {ranks_text(rk)} ({steps_text(steps_seen)}) the host went silent for up to "
-                     f"{e.max_gap_ms or 0:.3g} ms ({e.gaps or 0} gap(s) on rank {rank_w}, "
-                     f"{e.what or ''}) and the device idled {fmt_ms(ms_w or 0)} ms per step: this is what a "
-                     "Python GC pause looks like when GC is not recorded (untraced host work such as I/O, "
-                     "time.sleep or compilation, or events filtered out of the trace, look the same). Confirm by "
-                     + ("recording GC (torch_npu experimental_config gc_detect_threshold)" if ascend else
-                        "timing collections with gc.callbacks") + " or by running with gc.freeze() / "
-                     "gc.disable() around steps."))
+            words={"idle_ms": fmt_ms(ms_w or 0), "confirm": CONFIRM_GC["ascend" if ascend else "gpu"]})
+
+
+def _steps_seen(per_rank: dict[int, GcRank]) -> list[int]:
+    return sorted({s for v in per_rank.values() for s in v.steps})
+
+
+# how a user tells a conjectured pause from other untraced host work: record GC, on Ascend with the profiler
+CONFIRM_GC = {"ascend": "recording GC (torch_npu experimental_config gc_detect_threshold)",
+              "gpu": "timing collections with gc.callbacks"}
 
 
 class _Windows:

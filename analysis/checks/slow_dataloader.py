@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -56,8 +56,6 @@ from ._common import (
     placeholders,
     rank_slices,
     ranks_and_steps,
-    ranks_text,
-    steps_text,
     window_counts,
     worst_share,
 )
@@ -158,10 +156,20 @@ class SlowDataloaderCheck(Check):
         'multi-rank CPU job that replays, what the step gains without that rank\'s data loading.'
     )
     evidence = SlowDataloaderEvidence
-    # the PyTorch finding; the MindSpore one (`_mindspore`) passes its own sentences
-    title_template = "Data loading holds the step ({max_call:.3g} ms, {iterator_kind} iterator)"
-    message_template = ("On {ranks} ({steps}) fetching a batch takes {max_call:.3g} ms (>= {dataloader_ms} ms) in "
-                        "{iterator} ({iterator_kind} iterator) and {cost}: {advice}.")
+    # PyTorch's DataLoader ops, and MindSpore's iteration interval (`_mindspore`: `interval_ms` on the worst rank,
+    # `workers` the dataset op holding it, `share` of the step, the host queue's `stage`, `what` holds it)
+    templates: ClassVar[dict[str, tuple[str, str]]] = {
+        "dataloader": (
+            "Data loading holds the step ({max_call:.3g} ms, {iterator_kind} iterator)",
+            "On {ranks} ({steps}) fetching a batch takes {max_call:.3g} ms (>= {dataloader_ms} ms) in {iterator} "
+            "({iterator_kind} iterator) and {cost}: {advice}.",
+        ),
+        "pipeline": (
+            "Data pipeline holds the step: iteration interval {interval_ms:.3g} ms{workers}",
+            "On {ranks} ({steps}) the device waits {interval_ms:.3g} ms per step for data on rank {worst_rank}{share}, "
+            ">= {dataloader_ms} ms{stage}: {what}.",
+        ),
+    }
 
     def applicable_ranks(self, ctx: CheckContext) -> list[int]:
         # host framework ops (torch_npu trace / DB, any Kineto trace) or MindSpore's step phases
@@ -245,7 +253,7 @@ class SlowDataloaderCheck(Check):
                   "the DataLoader workers cannot keep up: raise num_workers / prefetch_factor, use "
                   "persistent_workers and pin_memory=True, check disk I/O and avoid tar/zip datasets")
         return self.finding(
-            ctx, subject=e.iterator if e else "dataloader", ranks=rk, steps=steps_seen, impact_ms=ms_w,
+            ctx, shape="dataloader", subject=e.iterator if e else "dataloader", ranks=rk, steps=steps_seen, impact_ms=ms_w,
             # msprof-analyze's fixed high, but where the replay measured what it costs the job, that decides
             impact_rank=rank_w, severity=None if replayed else "high",
             evidence=SlowDataloaderEvidence(
@@ -337,15 +345,11 @@ class SlowDataloaderCheck(Check):
                           "where it is the largest share of the step",
             workers_formula=f"ceil(num_workers x step_ms / (step_ms - interval_ms) x {WORKER_HEADROOM}), capped "
                             "at the host's CPU count", **flat)
-        interval_ms = e.iteration_interval_ms if e else 0
         return [self.finding(
-            ctx, title=f"Data pipeline holds the step: iteration interval {interval_ms:.3g} ms"
-                       + (f" ({op.label} with {op.num_workers} worker(s))" if op else ""),
-            subject=op.label if op else "iteration_interval", ranks=rk, steps=steps_seen, impact_ms=ms_w,
-            impact_rank=rank_w, severity="high", evidence=evidence,
-            message=(f"On {ranks_text(rk)} ({steps_text(steps_seen)}) the device waits "
-                     f"{interval_ms:.3g} ms per step for data on rank {rank_w}{share}, >= "
-                     f"{thr:g} ms{stage}: {what}."))]
+            ctx, shape="pipeline", subject=op.label if op else "iteration_interval", ranks=rk, steps=steps_seen,
+            impact_ms=ms_w, impact_rank=rank_w, severity="high", evidence=evidence,
+            words={"interval_ms": e.iteration_interval_ms if e else 0, "share": share, "stage": stage, "what": what,
+                   "workers": f" ({op.label} with {op.num_workers} worker(s))" if op else ""})]
 
     def _pipeline(self, ctx: CheckContext, rank: int, interval_ms: float, step_ms: float | None) -> dict[str, Any]:
         """Queue evidence and the bottleneck dataset op of one rank: the fields of its `PipelineRank` that

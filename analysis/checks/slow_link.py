@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -148,6 +149,27 @@ class SlowLinkCheck(Check):
     )
 
     evidence = SlowLinkEvidence
+    # `slowest` is the slowest link (LinkStat); `culprit` the rank at most of its transport's slow links' ends
+    # (`hits` of them), `rank_transports` that rank's own slow transports (TRANSPORT_CLAUSE each)
+    templates: ClassVar[dict[str, tuple[str, str]]] = {
+        "rank_transport": (   # communication.json: one rank's transport, no slow link names it
+            "rank {rank} {transport} bandwidth {gbps:.1f} GB/s vs {median:.1f} GB/s median",
+            "Rank {rank} moves {transport} data at {gbps:.1f} GB/s, below {slow_link_ratio:.0%} of the median "
+            "{median:.1f} GB/s of all ranks.",
+        ),
+        "rank_links": (
+            "rank {culprit}'s {transport} links run at {slowest.bandwidth_gbps:.1f} GB/s vs "
+            "{slowest.median_gbps:.1f} GB/s median",
+            "{n_links} {transport} link(s) run below {slow_link_ratio:.0%} of the median {slowest.median_gbps:.1f} "
+            "GB/s; slowest {slowest.src}->{slowest.dst} at {slowest.bandwidth_gbps:.1f} GB/s; rank {culprit} is an "
+            "endpoint of {hits} of them{rank_transports}.",
+        ),
+        "links": (   # no rank is common to most of them
+            "{n_links} slow {transport} links",
+            "{n_links} {transport} link(s) run below {slow_link_ratio:.0%} of the median {slowest.median_gbps:.1f} "
+            "GB/s; slowest {slowest.src}->{slowest.dst} at {slowest.bandwidth_gbps:.1f} GB/s.",
+        ),
+    }
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         out: list[Finding] = []
@@ -171,15 +193,14 @@ class SlowLinkCheck(Check):
                 continue
             extra_ms = (float(r.t) - float(r.b) / float(r.median_gbps)) / NS_PER_MS / n_steps
             out.append(self.finding(
-                ctx, title=f"rank {r.rank} {r.transport} bandwidth {r.gbps:.1f} GB/s vs {r.median_gbps:.1f} GB/s median",
-                subject=str(r.transport), ranks=[int(r.rank)], impact_ms=max(extra_ms, 0.0),
+                ctx, shape="rank_transport", subject=str(r.transport), ranks=[int(r.rank)],
+                impact_ms=max(extra_ms, 0.0),
                 evidence=SlowLinkEvidence(
                     transport=str(r.transport), bandwidth_gbps=round(float(r.gbps), 4),
                     median_gbps=round(float(r.median_gbps), 4), size_mb=round(float(r.b) / BYTES_PER_MB, 4),
                     time_ms=round(float(r.t) / NS_PER_MS, 4), threshold_ratio=thr,
                     source="communication.json bandwidth per transport"),
-                message=(f"Rank {r.rank} moves {r.transport} data at {r.gbps:.1f} GB/s, below {thr:.0%} of the "
-                         f"median {r.median_gbps:.1f} GB/s of all ranks.")))
+                words={"rank": int(r.rank), "gbps": float(r.gbps), "median": float(r.median_gbps)}))
         return out
 
     def _links_finding(self, ctx: CheckContext, transport: str, links: list[LinkStat], slow_rt: pd.DataFrame,
@@ -192,7 +213,6 @@ class SlowLinkCheck(Check):
                        ) / n_steps
         ranks = [culprit] if culprit is not None else sorted({s.src for s in links} | {s.dst for s in links})
         subject = f"{links[0].src}->{links[0].dst}" if len(links) == 1 else transport
-        worst = links[0]
         # the same rank's per-transport bandwidth (communication.json) backs the link evidence
         rank_level = [] if culprit is None or slow_rt.empty else [
             TransportBandwidth(transport=str(r.transport), bandwidth_gbps=round(float(r.gbps), 4),
@@ -202,22 +222,20 @@ class SlowLinkCheck(Check):
             # name the engine the profiler reports bandwidth for (SDMA / RDMA), as msprof-analyze does
             engines = [x.transport for x in rank_level if x.transport in ("SDMA", "RDMA")]
             subject = engines[0] if engines else rank_level[0].transport
-        rank_text = "".join(f"; its {x.transport} bandwidth is {x.bandwidth_gbps:.1f} GB/s against "
-                            f"{x.median_gbps:.1f} GB/s on the other ranks" for x in rank_level)
         finding = self.finding(
-            ctx, title=(f"rank {culprit}'s {transport} links run at {worst.bandwidth_gbps:.1f} GB/s "
-                        f"vs {worst.median_gbps:.1f} GB/s median" if culprit is not None
-                        else f"{len(links)} slow {transport} links"),
-            subject=subject, ranks=ranks, steps=sorted({st for s in links for st in s.steps}),
-            impact_ms=extra_ms,
+            ctx, shape="links" if culprit is None else "rank_links", subject=subject, ranks=ranks,
+            steps=sorted({st for s in links for st in s.steps}), impact_ms=extra_ms,
             evidence=SlowLinkEvidence(
                 transport=transport, threshold_ratio=thr,
                 links=[SlowLinkRecord(src=s.src, dst=s.dst, bandwidth_gbps=s.bandwidth_gbps, median_gbps=s.median_gbps,
                                       size_mb=s.size_mb, time_ms=s.time_ms) for s in links[:20]],
                 rank_transport_bandwidth=rank_level,
                 impact_method="extra transit time vs the median bandwidth, per step"),
-            message=(f"{len(links)} {transport} link(s) run below {thr:.0%} of the median "
-                     f"{worst.median_gbps:.1f} GB/s; slowest {worst.src}->{worst.dst} at "
-                     f"{worst.bandwidth_gbps:.1f} GB/s" + (f"; rank {culprit} is an endpoint of {hits} of them"
-                                                          if culprit is not None else "") + rank_text + "."))
+            words={"slowest": links[0], "n_links": len(links), "culprit": culprit, "hits": hits,
+                   "rank_transports": "".join(TRANSPORT_CLAUSE.format_map(x.model_dump()) for x in rank_level)})
         return finding, culprit
+
+
+# one of the named rank's slow transports (communication.json), in the message of its links
+TRANSPORT_CLAUSE = ("; its {transport} bandwidth is {bandwidth_gbps:.1f} GB/s against {median_gbps:.1f} GB/s on the "
+                    "other ranks")

@@ -31,6 +31,7 @@ the stragglers cause per step.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -71,6 +72,10 @@ DIMENSIONS = {"compute": "compute_ms", "communication": "comm_not_overlapped_ms"
 # and tail besides the breakdown's free_ms, so a finding must not call that number "free"
 DIMENSION_WORDS = {"compute": "compute", "communication": "communication not overlapped",
                    "free": "device idle (free time plus the step's lead-in and tail)"}
+DIMENSION_TITLE = ("rank {rank} is slower in {dim}: {value_ms:.2f} ms against a median of {median_ms:.2f} ms in "
+                   "{slow_steps}")
+DIMENSION_MESSAGE = ("Rank {rank} spends {value_ms:.2f} ms in {dim_words} in {slow_steps} against a median of "
+                     "{median_ms:.2f} ms, {excess_ms:.2f} ms more")
 
 
 def _robust_outliers(values: dict[int, float], step_ms: float, high: bool) -> dict[int, tuple[float, float]]:
@@ -266,7 +271,28 @@ class SlowRankCheck(Check):
                    "the most step time (that time is the impact), with what it did in the window it lost it; "
                    "where no step replays, per step and dimension (compute, communication not overlapped, free), "
                    "ranks beyond the median by a robust (MAD) test.")
-    evidence = SlowRankEvidence   # the sentences branch by kind and cause: each finding passes its own
+    evidence = SlowRankEvidence
+    # one shape per kind (a dimension's finding twice: its cost from the excess, or replayed). Words: `rank`;
+    # `dim` the dimension's name in a title, `dim_words` what its number is (DIMENSION_WORDS); `slow_steps` the
+    # steps the numbers hold for; `per_step` how the impact follows from them; `replayed_ms` the replay's saving;
+    # `why` / `because` the cause (", : ..." / ". ..." or ""); `late` the arrival sentence; `noise` the caveat
+    templates: ClassVar[dict[str, tuple[str, str]]] = {
+        "dimension": (DIMENSION_TITLE, DIMENSION_MESSAGE + "{per_step}: {why}.{late}"),
+        "dimension_replayed": (DIMENSION_TITLE, DIMENSION_MESSAGE + "; replayed at the median it would save the job "
+                               "{replayed_ms:.2f} ms per step (its peers have slack): {why}.{late}"),
+        "arrival": (
+            "rank {rank} arrives last at {last} of {matched} collectives; the other ranks wait "
+            "{wait_caused_per_step_ms:.2f} ms per step for it",
+            "Rank {rank} arrives last, significantly, at {last} of its {matched} matched collectives "
+            "({share_last:.0%}); the other ranks wait {wait_caused_per_step_ms:.2f} ms per step for it{because}.",
+        ),
+        "replay": (
+            "rank {rank} holds the job back: at its peers' median the step would take {predicted_ms:.2f} ms instead "
+            "of {measured_ms:.2f} ms",
+            "Rank {rank} holds the job back by {recovered_ms:.2f} ms per step: replayed at its peers' median, the "
+            "step takes {predicted_ms:.2f} ms, not {measured_ms:.2f} ms{because}.{late}{noise}",
+        ),
+    }
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         if len(ctx.all_ranks) < 2:
@@ -322,24 +348,18 @@ class SlowRankCheck(Check):
                     pending.discard(e.rank)
                     late = _add_arrival(ctx, ev, e.rank)
                 out.append(self.finding(
-                    ctx, title=(f"rank {e.rank} is slower in {dim if dim != 'free' else 'device idle'}: "
-                                f"{e.value_ms:.2f} ms against a median of "
-                                f"{e.median_ms:.2f} ms in {slow_steps_text(e.steps)}"),
-                    subject=dim, ranks=[e.rank], steps=e.steps, impact_ms=impact, evidence=ev,
-                    message=f"Rank {e.rank} spends {e.value_ms:.2f} ms in {DIMENSION_WORDS[dim]} in "
-                            f"{slow_steps_text(e.steps)} "
-                            f"against a median of {e.median_ms:.2f} ms, {e.excess_ms:.2f} ms more"
-                            + (f"{per_step_text(e.steps, e.impact_ms, n_steps.get(e.rank, 0))}" if rr is None else
-                               f"; replayed at the median it would save the job {impact:.2f} ms per step (its "
-                               "peers have slack)") + f": {e.cause}." + late))
+                    ctx, shape="dimension" if rr is None else "dimension_replayed", subject=dim, ranks=[e.rank],
+                    steps=e.steps, impact_ms=impact, evidence=ev,
+                    words={"rank": e.rank, "dim": "device idle" if dim == "free" else dim,
+                           "dim_words": DIMENSION_WORDS[dim], "slow_steps": slow_steps_text(e.steps),
+                           "per_step": per_step_text(e.steps, e.impact_ms, n_steps.get(e.rank, 0)),
+                           "replayed_ms": impact, "why": e.cause, "late": late}))
         return out
 
     def _arrival_finding(self, ctx: CheckContext, arr: collectives.Arrivals, r: int) -> Finding:
         ra, why = arr.ranks[r], arrival_text(arr.ranks[r])
         return self.finding(
-            ctx, title=(f"rank {r} arrives last at {ra.last} of {ra.matched} collectives; the other ranks wait "
-                        f"{ra.caused_per_step_ms:.2f} ms per step for it"),
-            subject="arrival", ranks=[r], steps=[s for s in ra.steps if s in set(ctx.steps_of(r))],
+            ctx, shape="arrival", subject="arrival", ranks=[r], steps=[s for s in ra.steps if s in set(ctx.steps_of(r))],
             impact_ms=ra.caused_per_step_ms,
             evidence=SlowRankEvidence(
                 dimension="arrival", source=arr.source, matched=ra.matched, last=ra.last, share_last=ra.share_last,
@@ -352,9 +372,7 @@ class SlowRankCheck(Check):
                                       last_share=T.straggler_last_share.value),
                 impact_method="union of the others' waits before its late arrivals / its steps",
                 **_cause(ctx, r, ra.before.get("cause") if ra.before else None)),
-            message=(f"Rank {r} arrives last, significantly, at {ra.last} of its {ra.matched} matched collectives "
-                     f"({100 * ra.share_last:.0f}%); the other ranks wait {ra.caused_per_step_ms:.2f} ms per step "
-                     f"for it" + (f": {why}." if why else ".")))
+            words={"rank": r, "because": f": {why}" if why else ""})
 
     def _replay_findings(self, ctx: CheckContext, rr: ReplayRanks) -> list[Finding]:
         """One finding per rank whose move to the median recovers step time in the replay; impact = that time."""
@@ -389,13 +407,9 @@ class SlowRankCheck(Check):
                 noise = (" This is one profiled step, and the rank runs no work its peers do not: a one-off "
                          "cannot be told from a rank that is always slow; profile 3 or more steps.")
             out.append(self.finding(
-                ctx, title=(f"rank {r} holds the job back: at its peers' median the step would take "
-                            f"{e.predicted_ms:.2f} ms instead of {e.measured_ms:.2f} ms"),
-                subject=_SUBJECT.get(b.get("cause", ""), "compute") if b else "compute", ranks=[r], steps=steps,
-                impact_ms=e.recovered_ms, evidence=ev, severity="low" if noise else None,
-                message=(f"Rank {r} holds the job back by {e.recovered_ms:.2f} ms per step: replayed at its "
-                         f"peers' median, the step takes {e.predicted_ms:.2f} ms, not {e.measured_ms:.2f} ms"
-                         + (f". {why}" if why else "") + "." + late + noise)))
+                ctx, shape="replay", subject=_SUBJECT.get(b.get("cause", ""), "compute") if b else "compute",
+                ranks=[r], steps=steps, impact_ms=e.recovered_ms, evidence=ev, severity="low" if noise else None,
+                words={"rank": r, "because": f". {why}" if why else "", "late": late, "noise": noise}))
         return out
 
 

@@ -18,6 +18,7 @@ Without known stages, ranks of equal step time whose compute splits into two gro
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import ClassVar
 
 import numpy as np
 
@@ -94,14 +95,25 @@ class StageImbalanceCheck(Check):
                    "stage's layers, and slow-rank judges them); where the replay holds, the "
                    "impact is the step time saved with that stage balanced.")
     evidence = StageImbalanceEvidence
-    # a heavy stage; rank groups without known stages (`_unstaged`) pass their own sentences
-    title_template = ("pipeline stage {heavy_stage} of {stage_count} computes {heavy_ms:.1f} ms per step against "
-                      "{light_ms:.1f} ms on stage {lightest_stage} (+{gap:.1f} ms)")
-    message_template = (
-        "Pipeline stage {heavy_stage} of {stage_count} (ranks {stage_ranks}) computes {heavy_ms:.1f} ms per step, "
-        "the lightest stage {lightest_stage} {light_ms:.1f} ms: the other stages wait about {gap:.1f} ms per step "
-        "for it in send/receive.{saved} Rebalance the layers per stage: {where}."
-    )
+    # a heavy stage, and two groups of ranks where no stage is known (`_unstaged`: `heavy` / `light` their ranks,
+    # `step` their common step time)
+    templates: ClassVar[dict[str, tuple[str, str]]] = {
+        "stage": (
+            "pipeline stage {heavy_stage} of {stage_count} computes {heavy_ms:.1f} ms per step against "
+            "{light_ms:.1f} ms on stage {lightest_stage} (+{gap:.1f} ms)",
+            "Pipeline stage {heavy_stage} of {stage_count} (ranks {stage_ranks}) computes {heavy_ms:.1f} ms per step, "
+            "the lightest stage {lightest_stage} {light_ms:.1f} ms: the other stages wait about {gap:.1f} ms per step "
+            "for it in send/receive.{saved} Rebalance the layers per stage: {where}.",
+        ),
+        "rank_groups": (
+            "ranks {heavy} compute {heavy_ms:.1f} ms per step against {light_ms:.1f} ms on ranks {light} at the same "
+            "step time",
+            "Ranks {heavy} compute {heavy_ms:.1f} ms per step and ranks {light} {light_ms:.1f} ms, yet every rank's "
+            "step takes {step:.1f} ms: the light ranks wait about {gap:.1f} ms per step for the heavy ones in "
+            "communication. The profile names no pipeline stages; if these are stages, move layers from the heavy "
+            "stage to the light one; else give the heavy ranks less work.",
+        ),
+    }
 
     def run(self, ctx: CheckContext, ranks: list[int]) -> list[Finding]:
         if len(ctx.all_ranks) < 2:
@@ -151,7 +163,7 @@ class StageImbalanceCheck(Check):
         saved = (f" Replayed with stage {heavy + 1} doing the median work of the others, the step would take "
                  f"{impact:.1f} ms less." if rp is not None else "")
         return self.finding(
-            ctx, subject=f"stage {heavy + 1} of {n}", ranks=ranks, impact_ms=impact,
+            ctx, shape="stage", subject=f"stage {heavy + 1} of {n}", ranks=ranks, impact_ms=impact,
             evidence=StageImbalanceEvidence(
                 stages=[StageCompute(stage=int(s) + 1, ranks=members[s], compute_ms=round(comp[s], 3))
                         for s in sorted(comp)],
@@ -172,18 +184,14 @@ class StageImbalanceCheck(Check):
         hv, lv = float(np.median([comp[r] for r in heavy])), float(np.median([comp[r] for r in light]))
         gap = hv - lv
         return [self.finding(
-            ctx, title=(f"ranks {span_text(heavy)} compute {hv:.1f} ms per step against {lv:.1f} ms on ranks "
-                        f"{span_text(light)} at the same step time"),
-            subject="rank group", ranks=heavy, impact_ms=gap,
+            ctx, shape="rank_groups", subject="rank group", ranks=heavy, impact_ms=gap,
             evidence=StageImbalanceEvidence(
                 heavy_ranks=heavy, light_ranks=light, compute_ms={r: round(v, 3) for r, v in comp.items()},
                 gap_ms=round(gap, 3), step_ms=round(step, 3), stage_source=None,
                 threshold_pct=T.stage_imbalance_pct.value,
                 impact_method="median compute per step of the heavy ranks minus the light ranks'"),
-            message=(f"Ranks {span_text(heavy)} compute {hv:.1f} ms per step and ranks {span_text(light)} {lv:.1f} ms, yet "
-                     f"every rank's step takes {step:.1f} ms: the light ranks wait about {gap:.1f} ms per step for "
-                     "the heavy ones in communication. The profile names no pipeline stages; if these are stages, "
-                     "move layers from the heavy stage to the light one; else give the heavy ranks less work."))]
+            words={"heavy": span_text(heavy), "light": span_text(light), "heavy_ms": hv, "light_ms": lv, "gap": gap,
+                   "step": step})]
 
 
 def split_by_compute(ctx: CheckContext) -> tuple[list[int], list[int], dict[int, float], float] | None:
