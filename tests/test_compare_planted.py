@@ -49,6 +49,7 @@ SCENARIOS: dict[str, tuple[str, list[Plant], int, int]] = {
     "asc-loader": ("ascend", [Plant("slow-dataloader")], 4, 2),
     "kin-base": ("kineto", [], 4, 2),
     "kin-h2d": ("kineto", [Plant("h2d-pageable")], 4, 2),
+    "kin-sync": ("kineto", [Plant("sync-stream")], 4, 2),
     "kin-slow-r3": ("kineto", [Plant("slow-rank", ranks=[3], params={"factor": 1.4})], 4, 2),
 }
 
@@ -315,6 +316,23 @@ def test_stream_syncs_name_the_sync_call_not_the_matmul_that_waits_in_it(gen: Ge
     assert mm.delta_ms > mt - mb and mm.count_base == mm.count_target
     assert first_cause(c.verdict).startswith(f"{name} {mt - mb:+.1f} ms, {nb:.0f} -> {nt:.0f} calls/step")
     assert (nb, nt) == (1, 70)
+    assert "sync-stream" in {f.check for f in c.findings}
+
+
+def test_new_sync_calls_are_named_the_same_on_either_vendor(gen: Gen) -> None:
+    """The same plant on a GPU trace: cudaStreamSynchronize after every launch, with no host op gaining calls.
+    A sync wait is an effect of what it waits for, unless new calls of it came with no new host code issuing
+    them: then they are the cause, as on Ascend above (the real sync_heavy job, whose syncs a new aten op
+    issues, keeps that op as its cause: test_real_compare.py)."""
+    name = "cudaStreamSynchronize"
+    c = gen.compare("kin-base", "kin-sync")
+    sync = next(ch for ch in c.top_changes if ch.name == name)
+    assert (sync.count_base, sync.count_target) == (1, 70) and sync.delta_ms > 0
+    # the device-side marker of the waits (cuda_sync `Stream Sync`) is the memory part; the host calls, not
+    # the aten::mm that holds them with the same call count, are the free part's cause
+    free = c.verdict.split("also free")[1]
+    assert free.split(": ", 1)[1].startswith(f"{name} {sync.delta_ms:+.1f} ms, 1 -> 70 calls/step"), c.verdict
+    assert "aten::mm" not in c.verdict
     assert "sync-stream" in {f.check for f in c.findings}
 
 

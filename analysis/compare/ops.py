@@ -7,7 +7,7 @@ import re
 import pandas as pd
 
 from ..ingest.formats import has_kineto
-from ..timeline.names import kernel_label, operator_label, strip_address
+from ..timeline.names import DRAINED_RE, kernel_label, operator_label, strip_address
 from .sides import Side, in_list
 
 HOST_OP_CATS = ("cpu_op", "user_annotation", "python_function", "dataloader", "gc", "other")
@@ -133,10 +133,9 @@ def diff_tables(base: pd.DataFrame, target: pd.DataFrame, kind: str) -> pd.DataF
 
 
 # Host calls that wait for the device: their time grows because something earlier on the device grew, so
-# they are effects. `.item()` / `_local_scalar_dense` copy a scalar device-to-host; a plain cudaMemcpy is
-# synchronous.
-SYNC_WAIT = re.compile(r"^(cuda|hip)(Stream|Device|Event)Synchronize$|^(cuda|hip)Memcpy$|^(cuda|hip)MemcpyDtoH|"
-                       r"^aten::(item|_local_scalar_dense|is_nonzero)$|^aclrtSynchronize(Stream|Device)", re.I)
+# they are effects. The calls after which the device has drained (synchronize calls of every runtime,
+# blocking copies), device-to-host copies, and `.item()` / `_local_scalar_dense`, which copy a scalar.
+SYNC_WAIT = re.compile(f"{DRAINED_RE.pattern}|^(cuda|hip)MemcpyDtoH|^aten::(item|_local_scalar_dense|is_nonzero)$")
 # Python-level frames and Module annotations contain the aten ops they call, like ProfilerStep: not causes
 # of their own on the host side.
 PY_FRAME = re.compile(r"^<built-in |^\S+\.py\(\d+\): |^nn\.Module: |^torch/|^<listcomp>")
@@ -144,6 +143,19 @@ PY_FRAME = re.compile(r"^<built-in |^\S+\.py\(\d+\): |^nn\.Module: |^torch/|^<li
 
 def is_sync_wait(name: str) -> bool:
     return bool(SYNC_WAIT.search(name))
+
+
+def effect_waits(changes: pd.DataFrame) -> pd.Series:
+    """The host sync waits among `changes` (CHANGE_COLUMNS rows) that are effects, not causes. A wait grows
+    because the device work it waits for grew, or because new host code issues it (an `.item()` in a new
+    check): what is named is that work or that code. Only calls of a wait that came or went while no host op
+    gained or lost a call (a bare synchronize added, or forced by the environment) are a cause of their own."""
+    if changes.empty:
+        return pd.Series(False, index=changes.index)
+    waits = changes["kind"].isin(("op", "api")) & changes["name"].map(lambda n: is_sync_wait(str(n))).astype(bool)
+    counted = (changes["count_target"] - changes["count_base"]).abs() >= 1
+    issuer = (changes["kind"].eq("op") & ~waits & counted).any()
+    return waits & ~(counted & ~issuer)
 
 
 def operator_table(side: Side) -> pd.DataFrame:

@@ -66,9 +66,10 @@ def changes(b: Side, t: Side, cross: bool, noise: float = ZERO_MS) -> pd.DataFra
     # host annotations nest (ProfilerStep, ## forward ##) so they would "explain" everything: rank them last,
     # but before rows that did not move (jitter, or ops that only exist on both sides)
     nest = df["kind"].eq("op") & df["name"].str.match(r"^(ProfilerStep#|## |#)", na=False)
-    # sync waits are effects of device time elsewhere, Python frames hold the aten ops they call
-    nest |= df["kind"].isin(("op", "api")) & df["name"].map(
-        lambda n: ops.is_sync_wait(str(n)) or bool(ops.PY_FRAME.search(str(n))))
+    # sync waits are effects of device time or host code elsewhere (ops.effect_waits), Python frames hold the
+    # aten ops they call
+    nest |= ops.effect_waits(df) | (df["kind"].isin(("op", "api")) & df["name"].map(
+        lambda n: bool(ops.PY_FRAME.search(str(n)))).astype(bool))
     same = (df["delta_ms"].abs() < noise) & (df["count_base"].round(3) == df["count_target"].round(3))
     return pd.concat([df[~nest & ~same], df[nest & ~same], df[same]])
 

@@ -64,8 +64,8 @@ def _candidates(changes: pd.DataFrame, dim: str, sign: int, noise: float) -> pd.
     if dim in ("compute", "communication", "memory"):
         c = c[c["dim"].eq(dim)]
     c = c[~(c["kind"].eq("op") & c["name"].str.match(_NEST, na=False))]
-    # a sync wait grows because the device work it waits for grew: an effect, never the cause named
-    c = c[~c["name"].map(lambda n: ops.is_sync_wait(str(n)) or bool(ops.PY_FRAME.search(str(n))))]
+    frames = c["name"].map(lambda n: bool(ops.PY_FRAME.search(str(n)))).astype(bool)
+    c = c[~(frames | ops.effect_waits(c))]
     if c.empty:
         return c.assign(shapes=[])
     kernel = c["kind"].eq("kernel")
